@@ -1,5 +1,17 @@
 //! The matchmaker library: everything but command-line parsing lives here.
+//!
+//! The core (`rating`, `matching`) is pure and synchronous; the shell (`api`, `store`,
+//! `matchmaker`, `server`) is async and thin. See ARCHITECTURE.md.
 #![forbid(unsafe_code)]
 
+pub mod api;
+pub mod config;
 pub mod ids;
+pub mod matching;
+pub mod matchmaker;
 pub mod proto;
+pub mod rating;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod telemetry;

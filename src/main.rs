@@ -1,1 +1,112 @@
-fn main() {}
+//! `matchmaker`: parses the command line, loads config, starts tracing, calls the library.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use matchmaker::config::{Config, Overrides};
+
+#[derive(Parser)]
+#[command(name = "matchmaker", version, about = "gRPC matchmaking server")]
+struct Cli {
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, global = true, env = "MATCHMAKER_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (defaults: config/default.toml compiled in, 127.0.0.1:50051, ./data).
+    Serve {
+        /// A TOML file merged over the defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// gRPC listen address (HOST:PORT; port 0 picks a free port).
+        #[arg(long)]
+        addr: Option<String>,
+        /// Prometheus endpoint address (HOST:PORT; empty disables).
+        #[arg(long)]
+        metrics_addr: Option<String>,
+        /// sled data directory.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
+    Config {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    init_tracing(cli.log_json);
+    match cli.command {
+        Command::Serve {
+            config,
+            addr,
+            metrics_addr,
+            data_dir,
+        } => {
+            let overrides = Overrides {
+                addr,
+                metrics_addr,
+                data_dir,
+            };
+            // Config is loaded and validated before anything binds a port.
+            let config = Config::load(config.as_deref(), &overrides)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            runtime.block_on(async move {
+                let shutdown = CancellationToken::new();
+                tokio::spawn(signal_shutdown(shutdown.clone()));
+                matchmaker::server::bind_and_run(config, shutdown).await
+            })?;
+        }
+        Command::Config { config } => {
+            let config = Config::load(config.as_deref(), &Overrides::default())?;
+            print!("{}", toml::to_string_pretty(&config)?);
+        }
+    }
+    Ok(())
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM.
+async fn signal_shutdown(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("SIGINT: shutting down"),
+        () = term => tracing::info!("SIGTERM: shutting down"),
+    }
+    shutdown.cancel();
+}

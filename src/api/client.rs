@@ -1,0 +1,258 @@
+//! `ClientService`: validate, call the state/loop, map back.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use super::error::unimplemented;
+use crate::ids::{PlayerId, TicketId};
+use crate::matching;
+use crate::matchmaker::{Clock, Command, Handle, new_id};
+use crate::proto;
+use crate::proto::client_service_server::ClientService;
+use crate::rating::Skill;
+use crate::state::{Rejection, State};
+
+/// How long EnterQueue waits for room in the matchmaker's command queue before shedding.
+const ENTER_WAIT: Duration = Duration::from_millis(500);
+
+/// The client-facing service.
+pub struct Client {
+    pub state: State,
+    pub matchmaker: Handle,
+    pub clock: Clock,
+    pub shutdown: CancellationToken,
+}
+
+type UpdateStream = Pin<Box<dyn Stream<Item = Result<proto::TicketUpdate, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ClientService for Client {
+    async fn enter_queue(
+        &self,
+        request: Request<proto::EnterQueueRequest>,
+    ) -> Result<Response<proto::EnterQueueResponse>, Status> {
+        let req = request.into_inner();
+        let queue = self.state.queue("queue", &req.queue)?;
+        let q = &queue.config;
+        if req.player_ids.is_empty() {
+            return Err(Rejection::invalid("player_ids", "must name at least one player").into());
+        }
+        if req.player_ids.len() > q.max_party_size as usize {
+            return Err(Rejection::invalid(
+                "player_ids",
+                format!(
+                    "a party of {} exceeds queue {:?}'s max_party_size {}",
+                    req.player_ids.len(),
+                    req.queue,
+                    q.max_party_size
+                ),
+            )
+            .into());
+        }
+        let players = convert::player_ids("player_ids", &req.player_ids)?;
+        let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
+        for (region, ms) in &req.region_latency_ms {
+            convert::id(&format!("region_latency_ms[{region:?}]"), region)?;
+            region_latency_ms.push((region.clone(), *ms));
+        }
+        region_latency_ms.sort();
+        let roles = roles_per_player(&req.roles, players.len())?;
+
+        // Room in the loop's queue first, so a full queue rejects before any state changes.
+        let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
+        for p in &players {
+            self.state.ensure_player_persisted(p)?;
+        }
+        let skills: Vec<Skill> = players
+            .iter()
+            .map(|p| self.state.skill_for_matching(p, &queue))
+            .collect();
+        let now = self.clock.now();
+        let ticket_id = TicketId::new(new_id("t"));
+        let slot = self
+            .state
+            .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
+        permit.send(Command::Enter {
+            ticket: slot,
+            entry: matching::Ticket {
+                id: ticket_id.clone(),
+                players,
+                skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
+                party_skill: None,
+                entered_at: now,
+                region_latency_ms,
+                roles,
+            },
+        });
+        tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
+        Ok(Response::new(proto::EnterQueueResponse {
+            ticket_id: ticket_id.to_string(),
+        }))
+    }
+
+    async fn cancel_ticket(
+        &self,
+        request: Request<proto::CancelTicketRequest>,
+    ) -> Result<Response<proto::CancelTicketResponse>, Status> {
+        let req = request.into_inner();
+        convert::id("ticket_id", &req.ticket_id)?;
+        let id = TicketId::new(req.ticket_id.as_str());
+        self.state.ticket(&id)?;
+        let state = self
+            .matchmaker
+            .ask(|reply| Command::Cancel { ticket: id, reply })
+            .await?;
+        if state == crate::state::TicketState::Matched {
+            return Err(Rejection::FailedPrecondition(format!(
+                "ticket {} is already MATCHED; cancel the match instead",
+                req.ticket_id
+            ))
+            .into());
+        }
+        Ok(Response::new(proto::CancelTicketResponse {
+            state: convert::ticket_state(state) as i32,
+        }))
+    }
+
+    type WatchTicketStream = UpdateStream;
+
+    async fn watch_ticket(
+        &self,
+        request: Request<proto::WatchTicketRequest>,
+    ) -> Result<Response<Self::WatchTicketStream>, Status> {
+        let req = request.into_inner();
+        convert::id("ticket_id", &req.ticket_id)?;
+        let ticket = self.state.ticket(&TicketId::new(req.ticket_id.as_str()))?;
+        let mut rx = ticket.subscribe();
+        let (tx, out) = mpsc::channel(self.state.config().server.stream_buffer);
+        let shutdown = self.shutdown.clone();
+        let ticket_id = req.ticket_id;
+        tokio::spawn(async move {
+            loop {
+                let view = rx.borrow_and_update().clone();
+                let last = view.is_final();
+                let update = convert::ticket_update(&ticket_id, &view);
+                tokio::select! {
+                    sent = tx.send(Ok(update)) => if sent.is_err() { return },
+                    () = shutdown.cancelled() => return,
+                }
+                if last {
+                    return;
+                }
+                tokio::select! {
+                    changed = rx.changed() => if changed.is_err() { return },
+                    () = tx.closed() => return,
+                    () = shutdown.cancelled() => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(out))))
+    }
+
+    async fn get_player(
+        &self,
+        request: Request<proto::GetPlayerRequest>,
+    ) -> Result<Response<proto::PlayerView>, Status> {
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        let queue = self.state.queue("queue", &req.queue)?;
+        let (status, record) = self
+            .state
+            .player(&PlayerId::new(req.player_id.as_str()), &queue.pool);
+        Ok(Response::new(convert::player_view(
+            &req.player_id,
+            &queue,
+            &status,
+            record.as_ref(),
+        )))
+    }
+
+    async fn get_leaderboard(
+        &self,
+        _request: Request<proto::GetLeaderboardRequest>,
+    ) -> Result<Response<proto::Leaderboard>, Status> {
+        Err(unimplemented(
+            "GetLeaderboard",
+            "rank points from match results (issue #4)",
+        ))
+    }
+
+    async fn predict_match(
+        &self,
+        request: Request<proto::PredictMatchRequest>,
+    ) -> Result<Response<proto::Prediction>, Status> {
+        let req = request.into_inner();
+        let queue = self.state.queue("queue", &req.queue)?;
+        if req.teams.len() < 2 {
+            return Err(Rejection::invalid("teams", "at least two teams are needed").into());
+        }
+        let mut all: Vec<&String> = Vec::new();
+        let mut skills: Vec<Vec<Skill>> = Vec::with_capacity(req.teams.len());
+        for (i, team) in req.teams.iter().enumerate() {
+            if team.player_ids.is_empty() {
+                return Err(Rejection::invalid(
+                    format!("teams[{i}].player_ids"),
+                    "must not be empty",
+                )
+                .into());
+            }
+            let ids = convert::player_ids(&format!("teams[{i}].player_ids"), &team.player_ids)?;
+            for p in &team.player_ids {
+                if all.contains(&p) {
+                    return Err(Rejection::invalid(
+                        format!("teams[{i}].player_ids"),
+                        format!("player {p:?} is on more than one team"),
+                    )
+                    .into());
+                }
+                all.push(p);
+            }
+            skills.push(
+                ids.iter()
+                    .map(|p| self.state.skill_for_matching(p, &queue))
+                    .collect(),
+            );
+        }
+        let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
+        let p = queue
+            .config
+            .rating
+            .predict(&refs)
+            .map_err(|e| Rejection::invalid("teams", e.to_string()))?;
+        Ok(Response::new(proto::Prediction {
+            win_probability: p.win_probability,
+            draw_probability: p.draw_probability,
+        }))
+    }
+
+    async fn accept_match(
+        &self,
+        _request: Request<proto::AcceptMatchRequest>,
+    ) -> Result<Response<proto::AcceptMatchResponse>, Status> {
+        Err(unimplemented("AcceptMatch", "ready-check (issue #9)"))
+    }
+}
+
+/// The proto's flat `roles` as per-player role lists. A solo ticket lists the roles its player
+/// can fill (empty = any); a party lists either nothing or exactly one role per member, in order.
+fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>, Rejection> {
+    for (i, r) in roles.iter().enumerate() {
+        convert::id(&format!("roles[{i}]"), r)?;
+    }
+    match (players, roles.len()) {
+        (_, 0) => Ok(vec![Vec::new(); players]),
+        (1, _) => Ok(vec![roles.to_vec()]),
+        (n, k) if n == k => Ok(roles.iter().map(|r| vec![r.clone()]).collect()),
+        (n, k) => Err(Rejection::invalid(
+            "roles",
+            format!("a party of {n} gives one role per member or none (got {k})"),
+        )),
+    }
+}

@@ -1,0 +1,137 @@
+//! Proto ↔ domain conversions and input validation shared by the services.
+
+use crate::ids::PlayerId;
+use crate::proto;
+use crate::rating::{Skill, SystemConfig};
+use crate::state::{
+    Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, State, TicketState, TicketView,
+};
+
+/// Longest accepted id (player, ticket, match).
+pub const MAX_ID_LEN: usize = 128;
+
+/// Validates one id field: non-empty, bounded, printable.
+pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
+    if value.is_empty() {
+        return Err(Rejection::invalid(field, "must not be empty"));
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(Rejection::invalid(
+            field,
+            format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Rejection::invalid(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a list of player ids: each valid, no duplicates.
+pub fn player_ids(field: &str, ids: &[String]) -> Result<Vec<PlayerId>, Rejection> {
+    let mut out = Vec::with_capacity(ids.len());
+    for (i, p) in ids.iter().enumerate() {
+        id(&format!("{field}[{i}]"), p)?;
+        if ids[..i].contains(p) {
+            return Err(Rejection::invalid(
+                format!("{field}[{i}]"),
+                format!("duplicate player {p:?}"),
+            ));
+        }
+        out.push(PlayerId::new(p.as_str()));
+    }
+    Ok(out)
+}
+
+/// A domain ticket state on the wire.
+pub fn ticket_state(s: TicketState) -> proto::TicketState {
+    match s {
+        TicketState::Searching => proto::TicketState::Searching,
+        TicketState::Matched => proto::TicketState::Matched,
+        TicketState::Cancelled => proto::TicketState::Cancelled,
+        TicketState::Expired => proto::TicketState::Expired,
+    }
+}
+
+/// A domain assignment on the wire.
+pub fn assignment(a: &Assignment) -> proto::MatchAssignment {
+    proto::MatchAssignment {
+        match_id: a.match_id.to_string(),
+        queue: a.queue.to_string(),
+        teams: a
+            .teams
+            .iter()
+            .map(|t| proto::Team {
+                player_ids: t.iter().map(ToString::to_string).collect(),
+            })
+            .collect(),
+        win_probability: a.win_probability.clone(),
+        server_address: a.server_address.clone(),
+        region: a.region.clone().unwrap_or_default(),
+        backfill: vec![],
+    }
+}
+
+/// A ticket view on the wire.
+pub fn ticket_update(ticket_id: &str, v: &TicketView) -> proto::TicketUpdate {
+    let (window_low, window_high) = v.window.unwrap_or((0.0, 0.0));
+    proto::TicketUpdate {
+        ticket_id: ticket_id.to_owned(),
+        state: ticket_state(v.state) as i32,
+        wait_seconds: v.wait_seconds,
+        assignment: v.assignment.as_deref().map(assignment),
+        window_low,
+        window_high,
+        reason: v.reason.to_owned(),
+    }
+}
+
+/// A skill in the queue system's display units on the wire.
+pub fn rating(system: &SystemConfig, s: &Skill) -> proto::Rating {
+    let d = system.display(s);
+    proto::Rating {
+        mean: s.mean,
+        deviation: s.deviation,
+        volatility: s.volatility,
+        display: d.display,
+        display_low: d.low,
+        display_high: d.high,
+    }
+}
+
+/// The player view of one queue; unrated players get the system's initial rating.
+pub fn player_view(
+    player_id: &str,
+    queue: &QueueInfo,
+    status: &PlayerStatus,
+    record: Option<&PoolRecord>,
+) -> proto::PlayerView {
+    let system = &queue.config.rating;
+    let initial;
+    let (skill, rank_points, games, wins) = match record {
+        Some(r) => (&r.skill, r.rank_points, r.games, r.wins),
+        None => {
+            initial = system.initial();
+            (
+                &initial,
+                State::initial_rank_points(queue.config.ranking),
+                0,
+                0,
+            )
+        }
+    };
+    proto::PlayerView {
+        player_id: player_id.to_owned(),
+        queue: queue.id.to_string(),
+        rating: Some(rating(system, skill)),
+        rank_points,
+        // Tiers come with the ranking tables (issue #4); until then no tier is claimed.
+        tier: String::new(),
+        games,
+        wins,
+        status: status.name().to_owned(),
+    }
+}

@@ -1,0 +1,41 @@
+//! The one place domain errors become gRPC statuses.
+
+use tonic::Status;
+
+use crate::matchmaker::HandleError;
+use crate::state::Rejection;
+use crate::store::StoreError;
+
+impl From<Rejection> for Status {
+    fn from(r: Rejection) -> Self {
+        match r {
+            Rejection::InvalidArgument { .. } => Status::invalid_argument(r.to_string()),
+            Rejection::NotFound { .. } => Status::not_found(r.to_string()),
+            Rejection::FailedPrecondition(msg) => Status::failed_precondition(msg),
+            Rejection::ResourceExhausted(msg) => Status::resource_exhausted(msg),
+        }
+    }
+}
+
+impl From<HandleError> for Status {
+    fn from(e: HandleError) -> Self {
+        match e {
+            HandleError::Busy => Status::resource_exhausted(e.to_string()),
+            HandleError::Closed => Status::unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "store failure");
+        Status::internal(format!("storage failure: {e}"))
+    }
+}
+
+/// A method whose capability a later release adds: never a fake success.
+pub fn unimplemented(method: &str, capability: &str) -> Status {
+    Status::unimplemented(format!(
+        "{method} is not available yet: it needs {capability}"
+    ))
+}

@@ -1,0 +1,15 @@
+//! The tonic services. Thin: validate the proto into domain values once, call the state or the
+//! matchmaker loop, map back. Proto types stop here.
+//!
+//! Architecture invariant: errors become `tonic::Status` only in `error.rs`.
+
+mod admin;
+mod client;
+pub mod convert;
+mod error;
+mod game_server;
+
+pub use admin::Admin;
+pub use client::Client;
+pub use error::unimplemented;
+pub use game_server::GameServer;

@@ -1,0 +1,449 @@
+//! Typed, validated configuration: `config/default.toml` (compiled in), then a user file, then
+//! `MATCHMAKER_*` environment variables, then command-line flags. Loaded and validated before any
+//! port is bound; passed explicitly, never global.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::matching::{MatchingConfig, Shape};
+use crate::rating::SystemConfig;
+
+/// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// A configuration problem, always naming the key and the rule it broke.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: {0}")]
+    Parse(Box<figment::Error>),
+    #[error("config: {key}: {rule}")]
+    Invalid { key: String, rule: String },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::Invalid {
+            key: key.into(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// Everything the server needs to start.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub auth: AuthConfig,
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+/// Network, timing and limit settings of the server process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub addr: String,
+    /// Empty disables the Prometheus endpoint.
+    pub metrics_addr: String,
+    pub data_dir: PathBuf,
+    pub tick_interval_ms: u64,
+    pub max_concurrent_requests: usize,
+    pub request_timeout_ms: u64,
+    pub shutdown_grace_ms: u64,
+    pub command_buffer: usize,
+    pub stream_buffer: usize,
+}
+
+/// sled settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    pub cache_capacity_bytes: u64,
+}
+
+/// Authentication (SPEC §2 Auth). Off by default for local development.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    pub enabled: bool,
+    pub jwt_secret: String,
+    pub allow_insecure: bool,
+}
+
+/// What players are shown for a queue (SPEC §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RankingKind {
+    None,
+    Inversus,
+    Ladder,
+}
+
+/// One queue: its shape, skill system, ranking and optimizer parameters.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    pub teams: u32,
+    pub team_size: u32,
+    pub max_party_size: u32,
+    /// Queues naming the same pool share ratings; defaults to the queue's own name.
+    #[serde(default)]
+    pub rating_pool: Option<String>,
+    pub ranking: RankingKind,
+    #[serde(default)]
+    pub rating: SystemConfig,
+    #[serde(default)]
+    pub matching: MatchingConfig,
+}
+
+impl QueueConfig {
+    /// The matcher's view of the queue shape.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            teams: self.teams,
+            team_size: self.team_size,
+        }
+    }
+
+    /// Players in one match.
+    pub fn players_per_match(&self) -> usize {
+        self.teams as usize * self.team_size as usize
+    }
+}
+
+/// Values given on the command line; each `Some` wins over every other source.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub addr: Option<String>,
+    pub metrics_addr: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Loads defaults ← `file` ← `MATCHMAKER_*` environment ← `overrides`, then validates.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        Self::load_with_env(file, overrides, Env::prefixed("MATCHMAKER_").split("__"))
+    }
+
+    /// Loads from the compiled-in defaults and an optional TOML string only (tests, tools).
+    pub fn from_toml_str(user: &str) -> Result<Self, ConfigError> {
+        let figment = Figment::new()
+            .merge(Toml::string(DEFAULT_TOML))
+            .merge(Toml::string(user));
+        Self::finish(figment, &Overrides::default())
+    }
+
+    fn load_with_env(
+        file: Option<&Path>,
+        overrides: &Overrides,
+        env: Env,
+    ) -> Result<Self, ConfigError> {
+        let mut figment = Figment::new().merge(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(ConfigError::invalid(
+                    "--config",
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        Self::finish(figment.merge(env), overrides)
+    }
+
+    fn finish(figment: Figment, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+        if let Some(addr) = &overrides.addr {
+            config.server.addr = addr.clone();
+        }
+        if let Some(addr) = &overrides.metrics_addr {
+            config.server.metrics_addr = addr.clone();
+        }
+        if let Some(dir) = &overrides.data_dir {
+            config.server.data_dir = dir.clone();
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The gRPC address, parsed (validated by `load`).
+    pub fn addr(&self) -> SocketAddr {
+        self.server
+            .addr
+            .parse()
+            .expect("server.addr is validated at load")
+    }
+
+    /// The metrics address, if the endpoint is enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        (!self.server.metrics_addr.is_empty()).then(|| {
+            self.server
+                .metrics_addr
+                .parse()
+                .expect("server.metrics_addr is validated at load")
+        })
+    }
+
+    /// Every rule a config must satisfy; the error names the key and the rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        let addr: SocketAddr = s.addr.parse().map_err(|_| {
+            ConfigError::invalid(
+                "server.addr",
+                format!("must be HOST:PORT with an IP host (got {:?})", s.addr),
+            )
+        })?;
+        if !s.metrics_addr.is_empty() && s.metrics_addr.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::invalid(
+                "server.metrics_addr",
+                format!(
+                    "must be HOST:PORT with an IP host, or empty to disable (got {:?})",
+                    s.metrics_addr
+                ),
+            ));
+        }
+        if !(1..=1000).contains(&s.tick_interval_ms) {
+            return Err(ConfigError::invalid(
+                "server.tick_interval_ms",
+                format!("must be in 1..=1000 (got {})", s.tick_interval_ms),
+            ));
+        }
+        for (key, value) in [
+            ("server.max_concurrent_requests", s.max_concurrent_requests),
+            ("server.command_buffer", s.command_buffer),
+            ("server.stream_buffer", s.stream_buffer),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::invalid(key, "must be at least 1"));
+            }
+        }
+        if s.request_timeout_ms == 0 {
+            return Err(ConfigError::invalid(
+                "server.request_timeout_ms",
+                "must be at least 1",
+            ));
+        }
+        if s.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::invalid("server.data_dir", "must not be empty"));
+        }
+        if self.auth.enabled && self.auth.jwt_secret.len() < 16 {
+            return Err(ConfigError::invalid(
+                "auth.jwt_secret",
+                "must be at least 16 bytes when auth.enabled = true",
+            ));
+        }
+        if !self.auth.enabled && !self.auth.allow_insecure && !addr.ip().is_loopback() {
+            return Err(ConfigError::invalid(
+                "server.addr",
+                format!(
+                    "{addr} is not a loopback address and auth is off: enable [auth] or set auth.allow_insecure = true"
+                ),
+            ));
+        }
+        if self.queues.is_empty() {
+            return Err(ConfigError::invalid(
+                "queues",
+                "at least one queue is required",
+            ));
+        }
+        for (name, q) in &self.queues {
+            let key = |field: &str| format!("queues.{name}.{field}");
+            if !valid_name(name) {
+                return Err(ConfigError::invalid(
+                    format!("queues.{name}"),
+                    "queue names are 1-64 characters of A-Z a-z 0-9 _ -",
+                ));
+            }
+            if q.teams < 2 {
+                return Err(ConfigError::invalid(
+                    key("teams"),
+                    format!("must be at least 2 (got {})", q.teams),
+                ));
+            }
+            if q.team_size < 1 {
+                return Err(ConfigError::invalid(key("team_size"), "must be at least 1"));
+            }
+            if q.players_per_match() > 200 {
+                return Err(ConfigError::invalid(
+                    key("teams"),
+                    format!(
+                        "teams × team_size must be at most 200 (got {})",
+                        q.players_per_match()
+                    ),
+                ));
+            }
+            if q.max_party_size < 1 || q.max_party_size > q.team_size {
+                return Err(ConfigError::invalid(
+                    key("max_party_size"),
+                    format!(
+                        "must be in 1..=team_size ({}) (got {})",
+                        q.team_size, q.max_party_size
+                    ),
+                ));
+            }
+            if let Some(pool) = &q.rating_pool
+                && !valid_name(pool)
+            {
+                return Err(ConfigError::invalid(
+                    key("rating_pool"),
+                    "pool names are 1-64 characters of A-Z a-z 0-9 _ -",
+                ));
+            }
+            q.rating
+                .validate()
+                .map_err(|rule| ConfigError::invalid(key("rating"), rule))?;
+            q.matching
+                .validate(q.shape())
+                .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
+        }
+        // Queues sharing a pool must share the rating system, or one rating would mean two things.
+        let mut pools: BTreeMap<&str, (&str, &SystemConfig)> = BTreeMap::new();
+        for (name, q) in &self.queues {
+            let pool = q.rating_pool.as_deref().unwrap_or(name);
+            if let Some((first, system)) = pools.get(pool) {
+                if *system != &q.rating {
+                    return Err(ConfigError::invalid(
+                        format!("queues.{name}.rating"),
+                        format!("must equal queues.{first}.rating: both use rating_pool {pool:?}"),
+                    ));
+                }
+            } else {
+                pools.insert(pool, (name, &q.rating));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_load_and_name_the_four_queues() {
+        let c = Config::from_toml_str("").unwrap();
+        assert_eq!(
+            c.queues.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["1v1", "2v2", "5v5", "ffa8"]
+        );
+        assert_eq!(c.queues["1v1"].rating.name(), "glicko2");
+        assert_eq!(c.queues["2v2"].rating.name(), "glicko2");
+        assert_eq!(c.queues["5v5"].rating.name(), "weng-lin-bt");
+        assert_eq!(c.queues["ffa8"].rating.name(), "weng-lin-pl");
+        assert_eq!(c.queues["1v1"].ranking, RankingKind::Inversus);
+        assert_eq!(c.queues["5v5"].ranking, RankingKind::Ladder);
+        assert_eq!(
+            c.queues["ffa8"].shape(),
+            Shape {
+                teams: 8,
+                team_size: 1
+            }
+        );
+        assert_eq!(c.addr().to_string(), "127.0.0.1:50051");
+        assert_eq!(c.metrics_addr().unwrap().to_string(), "127.0.0.1:9090");
+        assert!(c.server.tick_interval_ms <= 1000);
+        assert!(!c.auth.enabled);
+    }
+
+    #[test]
+    fn a_user_file_with_only_auth_merges_over_the_defaults() {
+        let c = Config::from_toml_str(
+            "[auth]\nenabled = true\njwt_secret = \"0123456789abcdef0123\"\n",
+        )
+        .unwrap();
+        assert!(c.auth.enabled);
+        assert_eq!(c.queues.len(), 4);
+    }
+
+    fn rule_of(user: &str) -> String {
+        Config::from_toml_str(user).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_rule() {
+        let e = rule_of("[server]\ntick_interval_ms = 0\n");
+        assert!(
+            e.contains("server.tick_interval_ms") && e.contains("1..=1000"),
+            "{e}"
+        );
+        let e = rule_of("[server]\naddr = \"nonsense\"\n");
+        assert!(e.contains("server.addr") && e.contains("HOST:PORT"), "{e}");
+        let e = rule_of("[server]\naddr = \"0.0.0.0:50051\"\n");
+        assert!(e.contains("allow_insecure"), "{e}");
+        let e = rule_of("[queues.1v1]\nmax_party_size = 3\n");
+        assert!(e.contains("queues.1v1.max_party_size"), "{e}");
+        let e = rule_of(
+            "[queues.x]\nteams = 1\nteam_size = 1\nmax_party_size = 1\nranking = \"none\"\n",
+        );
+        assert!(e.contains("queues.x.teams"), "{e}");
+        let e = rule_of("[auth]\nenabled = true\n");
+        assert!(e.contains("auth.jwt_secret"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_unknown_keys_name_the_key() {
+        let e = rule_of("[server]\ntick_interval_ms = \"fast\"\n");
+        assert!(e.contains("tick_interval_ms"), "{e}");
+        let e = rule_of("[server]\ntick_intervl_ms = 5\n");
+        assert!(e.contains("tick_intervl_ms"), "{e}");
+        let e = rule_of("[queues.1v1.rating]\nsystem = \"chess\"\n");
+        assert!(e.contains("chess"), "{e}");
+    }
+
+    #[test]
+    fn non_loopback_is_allowed_with_allow_insecure() {
+        let c = Config::from_toml_str(
+            "[server]\naddr = \"0.0.0.0:1\"\n[auth]\nallow_insecure = true\n",
+        )
+        .unwrap();
+        assert_eq!(c.addr().port(), 1);
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type.
+    fn environment_overrides_file_and_flags_override_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("user.toml", "[server]\ntick_interval_ms = 100\n")?;
+            jail.set_env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "50");
+            jail.set_env("MATCHMAKER_SERVER__ADDR", "127.0.0.1:7000");
+            let overrides = Overrides {
+                addr: Some("127.0.0.1:7001".into()),
+                ..Overrides::default()
+            };
+            let c = Config::load(Some(Path::new("user.toml")), &overrides)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(c.server.tick_interval_ms, 50);
+            assert_eq!(c.server.addr, "127.0.0.1:7001");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_missing_config_file_is_an_error() {
+        let e = Config::load(
+            Some(Path::new("/nonexistent/x.toml")),
+            &Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--config") && e.contains("does not exist"),
+            "{e}"
+        );
+    }
+}

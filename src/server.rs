@@ -1,0 +1,201 @@
+//! Wires the process together: store → state → matchmaker loop → gRPC services, health,
+//! reflection, metrics; and takes it apart again on one shutdown signal.
+//!
+//! Shutdown order: the token is cancelled → the listener stops accepting and streams end → the
+//! matchmaker loop stops → player records are written → sled is flushed last.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tower::ServiceBuilder;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tracing::{info, warn};
+
+use crate::api;
+use crate::config::Config;
+use crate::matchmaker::{self, Clock};
+use crate::proto;
+use crate::state::State;
+use crate::store::{Store, StoreError};
+
+/// A failure that stops the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("grpc server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("metrics endpoint: {0}")]
+    Metrics(String),
+}
+
+/// Binds the configured address and serves until `shutdown` is cancelled.
+pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result<(), ServerError> {
+    let store = open_store(&config)?;
+    let listener = TcpListener::bind(&config.server.addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.server.addr.clone(),
+            source,
+        })?;
+    run_with_store(config, store, listener, shutdown).await
+}
+
+/// Opens the configured store (before any port is bound, so a bad data dir fails fast).
+pub fn open_store(config: &Config) -> Result<Store, StoreError> {
+    Store::open(&config.server.data_dir, config.store.cache_capacity_bytes)
+}
+
+/// Serves on an already-bound listener (tests bind 127.0.0.1:0 themselves).
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let store = open_store(&config)?;
+    run_with_store(config, store, listener, shutdown).await
+}
+
+async fn run_with_store(
+    config: Config,
+    store: Store,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let config = Arc::new(config);
+    if let Some(addr) = config.metrics_addr() {
+        install_metrics(addr)?;
+    }
+    let state = State::load(config.clone(), store.clone())?;
+    info!(
+        players = state.player_count(),
+        data_dir = %store.path().display(),
+        "state loaded"
+    );
+    let clock = Clock::start();
+    let (handle, loop_task) = matchmaker::spawn(state.clone(), clock, shutdown.clone());
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<proto::client_service_server::ClientServiceServer<api::Client>>()
+        .await;
+    health
+        .set_serving::<proto::game_server_service_server::GameServerServiceServer<api::GameServer>>(
+        )
+        .await;
+    health
+        .set_serving::<proto::admin_service_server::AdminServiceServer<api::Admin>>()
+        .await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+
+    let client = api::Client {
+        state: state.clone(),
+        matchmaker: handle.clone(),
+        clock,
+        shutdown: shutdown.clone(),
+    };
+    let game_server = api::GameServer {
+        state: state.clone(),
+    };
+    let admin = api::Admin {
+        state: state.clone(),
+        matchmaker: handle,
+    };
+
+    let local = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.server.addr.clone(),
+        source,
+    })?;
+    info!(addr = %local, "serving gRPC");
+
+    let limits = ServiceBuilder::new()
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(
+            config.server.max_concurrent_requests,
+        ))
+        .into_inner();
+    let serve = Server::builder()
+        .timeout(Duration::from_millis(config.server.request_timeout_ms))
+        .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
+        .layer(limits)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(proto::client_service_server::ClientServiceServer::new(
+            client,
+        ))
+        .add_service(proto::game_server_service_server::GameServerServiceServer::new(game_server))
+        .add_service(proto::admin_service_server::AdminServiceServer::new(admin))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), {
+            let shutdown = shutdown.clone();
+            let state = state.clone();
+            async move {
+                shutdown.cancelled().await;
+                // Server streams end when their senders go; watcher tasks watch the token.
+                state.close_server_streams();
+            }
+        });
+
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let mut serve = std::pin::pin!(serve);
+    let served = tokio::select! {
+        r = &mut serve => r,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace time; closing them");
+            Ok(())
+        }
+    };
+    // Whatever ended serving, everything else stops too.
+    shutdown.cancel();
+    if tokio::time::timeout(grace, loop_task).await.is_err() {
+        warn!("matchmaker loop did not stop within the grace time");
+    }
+    let persisted = tokio::task::spawn_blocking(move || {
+        let n = state.persist_all_players()?;
+        store.flush()?;
+        Ok::<_, StoreError>(n)
+    })
+    .await
+    .map_err(|e| ServerError::Metrics(format!("shutdown task panicked: {e}")))??;
+    info!(players = persisted, "state flushed; stopped");
+    served.map_err(ServerError::from)
+}
+
+/// Installs the global Prometheus recorder and its HTTP endpoint. A second server in the same
+/// process (tests) keeps the first recorder and serves no second endpoint.
+fn install_metrics(addr: std::net::SocketAddr) -> Result<(), ServerError> {
+    let builder = metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr);
+    let (recorder, exporter) = builder
+        .build()
+        .map_err(|e| ServerError::Metrics(e.to_string()))?;
+    if metrics::set_global_recorder(recorder).is_err() {
+        warn!("a metrics recorder is already installed in this process; not serving {addr}");
+        return Ok(());
+    }
+    crate::telemetry::describe();
+    tokio::spawn(async move {
+        if let Err(e) = exporter.await {
+            warn!(error = ?e, "metrics endpoint stopped");
+        }
+    });
+    info!(addr = %addr, "serving Prometheus metrics on /metrics");
+    Ok(())
+}

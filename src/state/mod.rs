@@ -1,0 +1,625 @@
+//! Sharded in-memory state behind one cheap, cloneable handle: players, tickets, matches and the
+//! registry of game servers. Methods are synchronous and lock only inside.
+//!
+//! Architecture invariant: a player's whereabouts (idle / queued / in a match) live in exactly one
+//! place, its [`PlayerSlot`]. Every transition that touches several players locks their slots in
+//! ascending id order, checks, then writes all of them, so a transition is all-or-nothing and two
+//! transitions can never deadlock. No lock here is ever held across an `.await`.
+
+mod servers;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::config::{Config, QueueConfig, RankingKind};
+use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
+use crate::rating::Skill;
+use crate::store::{Store, StoreError};
+
+pub use servers::{ServerHandle, ServerRegistry};
+
+/// Where a player is right now. Owned by the player's slot and nowhere else.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlayerStatus {
+    Idle,
+    Queued(TicketId),
+    InMatch(MatchId),
+}
+
+impl PlayerStatus {
+    /// The name shown in `PlayerView.status`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Queued(_) => "queued",
+            Self::InMatch(_) => "in_match",
+        }
+    }
+}
+
+/// A player's standing in one rating pool. Persisted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub skill: Skill,
+    pub rank_points: i64,
+    pub games: u32,
+    pub wins: u32,
+    /// Unix seconds of the last rated game, for inactivity decay.
+    pub last_played_unix: Option<i64>,
+}
+
+/// Everything the server knows about a player. The persisted part is `pools`.
+#[derive(Debug)]
+pub struct PlayerState {
+    pub status: PlayerStatus,
+    pub pools: BTreeMap<String, PoolRecord>,
+}
+
+/// One player's lock. See the module invariant.
+#[derive(Debug)]
+pub struct PlayerSlot {
+    pub id: PlayerId,
+    state: Mutex<PlayerState>,
+}
+
+impl PlayerSlot {
+    fn lock(&self) -> MutexGuard<'_, PlayerState> {
+        // A panic while holding the lock cannot leave a half-written state (every writer checks
+        // first and then assigns plain values), so a poisoned lock is still consistent.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The lifecycle of a ticket as clients see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketState {
+    Searching,
+    Matched,
+    Cancelled,
+    Expired,
+}
+
+/// A formed match as clients and servers see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    pub match_id: MatchId,
+    pub queue: QueueId,
+    pub teams: Vec<Vec<PlayerId>>,
+    pub win_probability: Vec<f64>,
+    pub region: Option<String>,
+    /// Empty until a game server took the match.
+    pub server_address: String,
+}
+
+/// The latest state of a ticket, published to its watchers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TicketView {
+    pub state: TicketState,
+    pub wait_seconds: f64,
+    pub window: Option<(f64, f64)>,
+    pub assignment: Option<Arc<Assignment>>,
+    pub reason: &'static str,
+}
+
+impl TicketView {
+    /// A watcher's stream ends after this update: cancelled, expired, or matched onto a server.
+    pub fn is_final(&self) -> bool {
+        match self.state {
+            TicketState::Searching => false,
+            TicketState::Cancelled | TicketState::Expired => true,
+            TicketState::Matched => self
+                .assignment
+                .as_ref()
+                .is_some_and(|a| !a.server_address.is_empty()),
+        }
+    }
+}
+
+/// A ticket and the channel its watchers subscribe to. The channel holds only the latest view,
+/// so a slow watcher never grows memory.
+#[derive(Debug)]
+pub struct TicketSlot {
+    pub id: TicketId,
+    pub queue: QueueId,
+    pub players: Vec<PlayerId>,
+    /// Seconds on the matchmaker clock.
+    pub entered_at: f64,
+    view: watch::Sender<TicketView>,
+}
+
+impl TicketSlot {
+    /// The current view.
+    pub fn view(&self) -> TicketView {
+        self.view.borrow().clone()
+    }
+
+    /// A receiver for `WatchTicket`.
+    pub fn subscribe(&self) -> watch::Receiver<TicketView> {
+        self.view.subscribe()
+    }
+
+    /// Whether anyone is watching (SEARCHING updates are skipped when not).
+    pub fn watched(&self) -> bool {
+        self.view.receiver_count() > 0
+    }
+
+    /// Replaces the view; a final view is never replaced by a non-final one.
+    pub fn publish(&self, next: TicketView) {
+        self.view.send_if_modified(|current| {
+            if current.is_final() || *current == next {
+                return false;
+            }
+            *current = next;
+            true
+        });
+    }
+}
+
+/// Match lifecycle (SPEC §5.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatchPhase {
+    Formed,
+    Allocated,
+    Started,
+    Completed,
+    Cancelled,
+}
+
+/// A formed match.
+#[derive(Debug)]
+pub struct MatchSlot {
+    pub id: MatchId,
+    pub queue: QueueId,
+    pub tickets: Vec<TicketId>,
+    pub quality: f64,
+    /// Seconds on the matchmaker clock.
+    pub formed_at: f64,
+    inner: Mutex<MatchInner>,
+}
+
+#[derive(Debug)]
+struct MatchInner {
+    phase: MatchPhase,
+    assignment: Arc<Assignment>,
+}
+
+impl MatchSlot {
+    fn lock(&self) -> MutexGuard<'_, MatchInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> MatchPhase {
+        self.lock().phase
+    }
+
+    /// Current assignment (teams, probabilities, server once allocated).
+    pub fn assignment(&self) -> Arc<Assignment> {
+        self.lock().assignment.clone()
+    }
+}
+
+/// Why a request could not be carried out. These are expected outcomes, mapped to gRPC codes in
+/// `api::error`; disk failures are a different type ([`StoreError`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Rejection {
+    #[error("{field}: {rule}")]
+    InvalidArgument { field: String, rule: String },
+    #[error("{what} {id:?} not found")]
+    NotFound { what: &'static str, id: String },
+    #[error("{0}")]
+    FailedPrecondition(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
+}
+
+impl Rejection {
+    /// Bad input: names the field and the rule.
+    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field: field.into(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// A queue as the state layer needs it.
+#[derive(Debug)]
+pub struct QueueInfo {
+    pub id: QueueId,
+    pub pool: String,
+    pub config: QueueConfig,
+}
+
+/// The handle. Clone it freely.
+#[derive(Clone)]
+pub struct State {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<Config>,
+    queues: BTreeMap<QueueId, Arc<QueueInfo>>,
+    players: DashMap<PlayerId, Arc<PlayerSlot>>,
+    tickets: DashMap<TicketId, Arc<TicketSlot>>,
+    matches: DashMap<MatchId, Arc<MatchSlot>>,
+    servers: Mutex<ServerRegistry>,
+    store: Store,
+}
+
+impl State {
+    /// Builds the state from config and loads persisted players from the store.
+    pub fn load(config: Arc<Config>, store: Store) -> Result<Self, StoreError> {
+        let queues = config
+            .queues
+            .iter()
+            .map(|(name, q)| {
+                let id = QueueId::new(name.as_str());
+                let info = QueueInfo {
+                    id: id.clone(),
+                    pool: q.rating_pool.clone().unwrap_or_else(|| name.clone()),
+                    config: q.clone(),
+                };
+                (id, Arc::new(info))
+            })
+            .collect();
+        let players = DashMap::new();
+        for record in store.load_players()? {
+            let (id, pools) = record?;
+            players.insert(
+                id.clone(),
+                Arc::new(PlayerSlot {
+                    id,
+                    state: Mutex::new(PlayerState {
+                        status: PlayerStatus::Idle,
+                        pools,
+                    }),
+                }),
+            );
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                queues,
+                players,
+                tickets: DashMap::new(),
+                matches: DashMap::new(),
+                servers: Mutex::new(ServerRegistry::default()),
+                store,
+            }),
+        })
+    }
+
+    /// The validated config the server runs on.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The durable store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// A configured queue, or INVALID_ARGUMENT naming the known ones.
+    pub fn queue(&self, field: &str, name: &str) -> Result<Arc<QueueInfo>, Rejection> {
+        if name.is_empty() {
+            return Err(Rejection::invalid(field, "must name a queue"));
+        }
+        self.inner
+            .queues
+            .get(&QueueId::from(name))
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<&str> = self.inner.queues.keys().map(QueueId::as_str).collect();
+                Rejection::invalid(
+                    field,
+                    format!("unknown queue {name:?} (configured: {})", known.join(", ")),
+                )
+            })
+    }
+
+    /// All configured queues in name order.
+    pub fn queues(&self) -> impl Iterator<Item = &Arc<QueueInfo>> {
+        self.inner.queues.values()
+    }
+
+    /// Number of known players.
+    pub fn player_count(&self) -> usize {
+        self.inner.players.len()
+    }
+
+    /// The player's status and pool record (`None` when never rated in that pool).
+    pub fn player(&self, id: &PlayerId, pool: &str) -> (PlayerStatus, Option<PoolRecord>) {
+        let Some(slot) = self.slot_if_known(id) else {
+            return (PlayerStatus::Idle, None);
+        };
+        let state = slot.lock();
+        (state.status.clone(), state.pools.get(pool).cloned())
+    }
+
+    /// The rating the matcher uses for a player in a queue: the stored one, or the system's initial.
+    pub fn skill_for_matching(&self, id: &PlayerId, queue: &QueueInfo) -> Skill {
+        self.player(id, &queue.pool)
+            .1
+            .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
+    }
+
+    fn slot_if_known(&self, id: &PlayerId) -> Option<Arc<PlayerSlot>> {
+        self.inner.players.get(id).map(|r| r.value().clone())
+    }
+
+    fn slot(&self, id: &PlayerId) -> Arc<PlayerSlot> {
+        self.inner
+            .players
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(PlayerSlot {
+                    id: id.clone(),
+                    state: Mutex::new(PlayerState {
+                        status: PlayerStatus::Idle,
+                        pools: BTreeMap::new(),
+                    }),
+                })
+            })
+            .clone()
+    }
+
+    /// Locks the slots of `ids` in ascending id order (the deadlock-free order).
+    fn lock_players<'a>(slots: &'a [Arc<PlayerSlot>]) -> Vec<MutexGuard<'a, PlayerState>> {
+        debug_assert!(slots.windows(2).all(|w| w[0].id < w[1].id));
+        slots.iter().map(|s| s.lock()).collect()
+    }
+
+    fn sorted_slots(&self, ids: &[PlayerId]) -> Vec<Arc<PlayerSlot>> {
+        let mut slots: Vec<_> = ids.iter().map(|id| self.slot(id)).collect();
+        slots.sort_by(|a, b| a.id.cmp(&b.id));
+        slots
+    }
+
+    /// Creates a SEARCHING ticket for `players` if every one of them is idle; otherwise nothing
+    /// changes and the first busy player is named.
+    pub fn create_ticket(
+        &self,
+        queue: &QueueInfo,
+        players: Vec<PlayerId>,
+        ticket_id: TicketId,
+        entered_at: f64,
+    ) -> Result<Arc<TicketSlot>, Rejection> {
+        let slots = self.sorted_slots(&players);
+        let mut guards = Self::lock_players(&slots);
+        for (slot, guard) in slots.iter().zip(&guards) {
+            match &guard.status {
+                PlayerStatus::Idle => {}
+                PlayerStatus::Queued(t) => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "player {} is already queued (ticket {t})",
+                        slot.id
+                    )));
+                }
+                PlayerStatus::InMatch(m) => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "player {} is in live match {m}",
+                        slot.id
+                    )));
+                }
+            }
+        }
+        let (view, _) = watch::channel(TicketView {
+            state: TicketState::Searching,
+            wait_seconds: 0.0,
+            window: None,
+            assignment: None,
+            reason: "",
+        });
+        let ticket = Arc::new(TicketSlot {
+            id: ticket_id.clone(),
+            queue: queue.id.clone(),
+            players,
+            entered_at,
+            view,
+        });
+        self.inner.tickets.insert(ticket_id.clone(), ticket.clone());
+        for guard in &mut guards {
+            guard.status = PlayerStatus::Queued(ticket_id.clone());
+        }
+        Ok(ticket)
+    }
+
+    /// A ticket by id.
+    pub fn ticket(&self, id: &TicketId) -> Result<Arc<TicketSlot>, Rejection> {
+        self.inner
+            .tickets
+            .get(id)
+            .map(|r| r.value().clone())
+            .ok_or_else(|| Rejection::NotFound {
+                what: "ticket",
+                id: id.to_string(),
+            })
+    }
+
+    /// Ends a waiting ticket (cancelled or expired): its players become idle, watchers get the
+    /// final update. Called only by the matchmaker loop, after removing the ticket from its pool.
+    pub fn end_ticket(
+        &self,
+        ticket: &TicketSlot,
+        state: TicketState,
+        now: f64,
+        reason: &'static str,
+    ) {
+        let slots: Vec<_> = {
+            let mut s: Vec<_> = ticket
+                .players
+                .iter()
+                .filter_map(|p| self.slot_if_known(p))
+                .collect();
+            s.sort_by(|a, b| a.id.cmp(&b.id));
+            s
+        };
+        let mut guards = Self::lock_players(&slots);
+        for guard in &mut guards {
+            if guard.status == PlayerStatus::Queued(ticket.id.clone()) {
+                guard.status = PlayerStatus::Idle;
+            }
+        }
+        ticket.publish(TicketView {
+            state,
+            wait_seconds: now - ticket.entered_at,
+            window: None,
+            assignment: None,
+            reason,
+        });
+    }
+
+    /// Records a formed match: its players move from queued to in-match and its tickets to
+    /// MATCHED, all under the players' locks. Called only by the matchmaker loop.
+    pub fn form_match(
+        &self,
+        tickets: &[Arc<TicketSlot>],
+        assignment: Assignment,
+        quality: f64,
+        now: f64,
+    ) -> Arc<MatchSlot> {
+        let assignment = Arc::new(assignment);
+        let slot = Arc::new(MatchSlot {
+            id: assignment.match_id.clone(),
+            queue: assignment.queue.clone(),
+            tickets: tickets.iter().map(|t| t.id.clone()).collect(),
+            quality,
+            formed_at: now,
+            inner: Mutex::new(MatchInner {
+                phase: MatchPhase::Formed,
+                assignment: assignment.clone(),
+            }),
+        });
+        let ids: Vec<PlayerId> = tickets
+            .iter()
+            .flat_map(|t| t.players.iter().cloned())
+            .collect();
+        let slots = self.sorted_slots(&ids);
+        let mut guards = Self::lock_players(&slots);
+        self.inner.matches.insert(slot.id.clone(), slot.clone());
+        for guard in &mut guards {
+            guard.status = PlayerStatus::InMatch(slot.id.clone());
+        }
+        drop(guards);
+        for ticket in tickets {
+            ticket.publish(TicketView {
+                state: TicketState::Matched,
+                wait_seconds: now - ticket.entered_at,
+                window: None,
+                assignment: Some(assignment.clone()),
+                reason: "",
+            });
+        }
+        slot
+    }
+
+    /// A match by id.
+    pub fn match_slot(&self, id: &MatchId) -> Result<Arc<MatchSlot>, Rejection> {
+        self.inner
+            .matches
+            .get(id)
+            .map(|r| r.value().clone())
+            .ok_or_else(|| Rejection::NotFound {
+                what: "match",
+                id: id.to_string(),
+            })
+    }
+
+    /// Hands a FORMED match to a registered server of its region (round-robin). Returns false
+    /// when no server can take it now; the loop retries next tick.
+    pub fn try_allocate(&self, m: &MatchSlot) -> bool {
+        let assignment = {
+            let inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                return true;
+            }
+            inner.assignment.clone()
+        };
+        let server = {
+            let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+            registry.offer(&assignment)
+        };
+        let Some(server_address) = server else {
+            return false;
+        };
+        let allocated = Arc::new(Assignment {
+            server_address,
+            ..(*assignment).clone()
+        });
+        {
+            let mut inner = m.lock();
+            inner.phase = MatchPhase::Allocated;
+            inner.assignment = allocated.clone();
+        }
+        for id in &m.tickets {
+            if let Ok(ticket) = self.ticket(id) {
+                let mut view = ticket.view();
+                view.assignment = Some(allocated.clone());
+                ticket.publish(view);
+            }
+        }
+        true
+    }
+
+    /// Registers a game server; matches flow into the returned receiver.
+    pub fn register_server(
+        &self,
+        address: String,
+        region: String,
+        capacity: u32,
+    ) -> tokio::sync::mpsc::Receiver<Arc<Assignment>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.stream_buffer);
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        registry.register(ServerHandle::new(address, region, capacity, tx));
+        rx
+    }
+
+    /// Drops every server stream (graceful shutdown closes them this way).
+    pub fn close_server_streams(&self) {
+        self.inner
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Forgets a finished ticket (called by the loop after the retention time).
+    pub fn forget_ticket(&self, id: &TicketId) {
+        self.inner.tickets.remove(id);
+    }
+
+    /// Records that a player exists, so its profile survives restarts. Returns whether it was new.
+    pub fn ensure_player_persisted(&self, id: &PlayerId) -> Result<bool, StoreError> {
+        if self.inner.players.contains_key(id) {
+            return Ok(false);
+        }
+        let slot = self.slot(id);
+        let pools = slot.lock().pools.clone();
+        self.inner.store.put_player(id, &pools)?;
+        Ok(true)
+    }
+
+    /// Writes every player's persisted part (graceful shutdown, snapshots).
+    pub fn persist_all_players(&self) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for entry in self.inner.players.iter() {
+            let pools = entry.value().lock().pools.clone();
+            self.inner.store.put_player(entry.key(), &pools)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The rank points a player starts with under a ranking kind.
+    pub fn initial_rank_points(kind: RankingKind) -> i64 {
+        match kind {
+            RankingKind::None | RankingKind::Inversus => 0,
+            RankingKind::Ladder => 200,
+        }
+    }
+}

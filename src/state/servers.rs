@@ -1,0 +1,152 @@
+//! Registered game servers (`ServeMatches` streams) and the round-robin choice among them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::Assignment;
+
+/// One `ServeMatches` stream.
+#[derive(Debug)]
+pub struct ServerHandle {
+    pub address: String,
+    pub region: String,
+    /// Matches it can host at once; 0 = unlimited.
+    pub capacity: u32,
+    /// Matches handed to it (completion frees capacity once results land).
+    pub assigned: u32,
+    tx: mpsc::Sender<Arc<Assignment>>,
+}
+
+impl ServerHandle {
+    /// Wraps the sending side of a server's stream.
+    pub fn new(
+        address: String,
+        region: String,
+        capacity: u32,
+        tx: mpsc::Sender<Arc<Assignment>>,
+    ) -> Self {
+        Self {
+            address,
+            region,
+            capacity,
+            assigned: 0,
+            tx,
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.capacity == 0 || self.assigned < self.capacity
+    }
+}
+
+/// Servers grouped by region, with a round-robin cursor per region.
+#[derive(Debug, Default)]
+pub struct ServerRegistry {
+    servers: Vec<ServerHandle>,
+    cursor: BTreeMap<String, usize>,
+}
+
+impl ServerRegistry {
+    /// Adds a server; a re-registration of the same address replaces the old stream.
+    pub fn register(&mut self, server: ServerHandle) {
+        self.servers.retain(|s| s.address != server.address);
+        self.servers.push(server);
+    }
+
+    /// Removes every server (their streams end).
+    pub fn clear(&mut self) {
+        self.servers.clear();
+    }
+
+    /// Sends `assignment` to the next server of its region (any region when the match has none)
+    /// that is connected, has room and has buffer space; returns that server's address.
+    pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<String> {
+        self.servers.retain(|s| !s.tx.is_closed());
+        let region = assignment.region.clone().unwrap_or_default();
+        let candidates: Vec<usize> = (0..self.servers.len())
+            .filter(|&i| region.is_empty() || self.servers[i].region == region)
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let cursor = self.cursor.entry(region).or_insert(0);
+        for step in 0..candidates.len() {
+            let i = candidates[(*cursor + step) % candidates.len()];
+            let server = &mut self.servers[i];
+            if !server.has_room() {
+                continue;
+            }
+            let allocated = Arc::new(Assignment {
+                server_address: server.address.clone(),
+                ..(**assignment).clone()
+            });
+            if server.tx.try_send(allocated).is_ok() {
+                server.assigned += 1;
+                *cursor = (*cursor + step + 1) % candidates.len();
+                return Some(server.address.clone());
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{MatchId, QueueId};
+
+    fn assignment(region: Option<&str>) -> Arc<Assignment> {
+        Arc::new(Assignment {
+            match_id: MatchId::from("m"),
+            queue: QueueId::from("1v1"),
+            teams: vec![],
+            win_probability: vec![],
+            region: region.map(str::to_owned),
+            server_address: String::new(),
+        })
+    }
+
+    fn server(
+        registry: &mut ServerRegistry,
+        address: &str,
+        region: &str,
+        capacity: u32,
+    ) -> mpsc::Receiver<Arc<Assignment>> {
+        let (tx, rx) = mpsc::channel(4);
+        registry.register(ServerHandle::new(
+            address.into(),
+            region.into(),
+            capacity,
+            tx,
+        ));
+        rx
+    }
+
+    #[test]
+    fn round_robin_within_the_region() {
+        let mut r = ServerRegistry::default();
+        let mut a = server(&mut r, "a:1", "eu", 0);
+        let mut b = server(&mut r, "b:1", "eu", 0);
+        let _us = server(&mut r, "c:1", "us", 0);
+        let picks: Vec<_> = (0..4)
+            .map(|_| r.offer(&assignment(Some("eu"))).unwrap())
+            .collect();
+        assert_eq!(picks, ["a:1", "b:1", "a:1", "b:1"]);
+        assert_eq!(a.try_recv().unwrap().server_address, "a:1");
+        assert_eq!(b.try_recv().unwrap().server_address, "b:1");
+        assert_eq!(r.offer(&assignment(Some("asia"))), None);
+    }
+
+    #[test]
+    fn full_or_disconnected_servers_are_skipped() {
+        let mut r = ServerRegistry::default();
+        let _a = server(&mut r, "a:1", "eu", 1);
+        let b = server(&mut r, "b:1", "eu", 0);
+        drop(b);
+        assert_eq!(r.offer(&assignment(None)).as_deref(), Some("a:1"));
+        // a is at capacity and b's stream is gone.
+        assert_eq!(r.offer(&assignment(None)), None);
+    }
+}

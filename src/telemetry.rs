@@ -1,0 +1,51 @@
+//! Metric names (one place, so dashboards and code agree) and their descriptions.
+
+/// Tickets waiting, per queue (gauge).
+pub const TICKETS_WAITING: &str = "matchmaker_tickets_waiting";
+/// Seconds a ticket waited before it was matched, per queue (histogram).
+pub const WAIT_SECONDS: &str = "matchmaker_wait_seconds";
+/// Quality of each formed match (underdog's win probability), per queue (histogram).
+pub const MATCH_QUALITY: &str = "matchmaker_match_quality";
+/// Matches formed, per queue (counter).
+pub const MATCHES_FORMED: &str = "matchmaker_matches_formed_total";
+/// Tickets that hit their TTL, per queue (counter).
+pub const TICKETS_EXPIRED: &str = "matchmaker_tickets_expired_total";
+/// Tickets entered, per queue (counter).
+pub const TICKETS_ENTERED: &str = "matchmaker_tickets_entered_total";
+/// Tickets cancelled by clients, per queue (counter).
+pub const TICKETS_CANCELLED: &str = "matchmaker_tickets_cancelled_total";
+/// Duration of one optimizer tick, per queue (histogram, seconds).
+pub const TICK_SECONDS: &str = "matchmaker_tick_seconds";
+/// Matches waiting for a game server (gauge).
+pub const MATCHES_UNALLOCATED: &str = "matchmaker_matches_unallocated";
+/// Registered game server streams (gauge).
+pub const SERVERS_CONNECTED: &str = "matchmaker_servers_connected";
+
+/// Registers descriptions with the installed recorder.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(TICKETS_WAITING, "Tickets waiting in the queue");
+    describe_histogram!(
+        WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "Wait before a ticket was matched"
+    );
+    describe_histogram!(
+        MATCH_QUALITY,
+        "Underdog's predicted win probability of formed matches"
+    );
+    describe_counter!(MATCHES_FORMED, "Matches formed");
+    describe_counter!(TICKETS_EXPIRED, "Tickets that reached their TTL");
+    describe_counter!(TICKETS_ENTERED, "Tickets entered");
+    describe_counter!(TICKETS_CANCELLED, "Tickets cancelled");
+    describe_histogram!(
+        TICK_SECONDS,
+        metrics::Unit::Seconds,
+        "Optimizer tick duration"
+    );
+    describe_gauge!(
+        MATCHES_UNALLOCATED,
+        "Formed matches no game server has taken yet"
+    );
+    describe_gauge!(SERVERS_CONNECTED, "Game servers on ServeMatches");
+}

@@ -1,0 +1,150 @@
+//! Shared helpers for integration tests: start the real server on 127.0.0.1:0 with a temporary
+//! sled directory, and connect generated tonic clients to it.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use matchmaker::config::Config;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::proto::{self, TicketUpdate};
+use matchmaker::server::ServerError;
+
+/// Longest any test waits for an event before failing (never a sleep: a bound on awaiting).
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running server and what is needed to stop it.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: Option<JoinHandle<Result<(), ServerError>>>,
+    pub data_dir: std::path::PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    /// Starts a server on a fresh temporary data dir; `extra_toml` is merged over the defaults.
+    pub async fn start(extra_toml: &str) -> Self {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut s = Self::start_in(&dir, extra_toml).await;
+        s._temp = Some(temp);
+        s
+    }
+
+    /// Starts a server on the given data dir.
+    pub async fn start_in(data_dir: &std::path::Path, extra_toml: &str) -> Self {
+        let mut config = Config::from_toml_str(&format!(
+            "[server]\ntick_interval_ms = 20\nmetrics_addr = \"\"\nshutdown_grace_ms = 2000\n{extra_toml}"
+        ))
+        .expect("test config");
+        config.server.data_dir = data_dir.to_path_buf();
+        config.server.addr = "127.0.0.1:0".into();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(matchmaker::server::run(config, listener, shutdown.clone()));
+        Self {
+            addr,
+            shutdown,
+            task: Some(task),
+            data_dir: data_dir.to_path_buf(),
+            _temp: None,
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect_timeout(EVENT_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect")
+    }
+
+    pub async fn client(&self) -> ClientServiceClient<Channel> {
+        ClientServiceClient::new(self.channel().await)
+    }
+
+    pub async fn game_server(&self) -> GameServerServiceClient<Channel> {
+        GameServerServiceClient::new(self.channel().await)
+    }
+
+    pub async fn admin(&self) -> AdminServiceClient<Channel> {
+        AdminServiceClient::new(self.channel().await)
+    }
+
+    /// Graceful shutdown; returns the server's result.
+    pub async fn stop(&mut self) -> Result<(), ServerError> {
+        self.shutdown.cancel();
+        let task = self.task.take().expect("stopped once");
+        tokio::time::timeout(EVENT_TIMEOUT, task)
+            .await
+            .expect("server stops within the timeout")
+            .expect("server task did not panic")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Enters a queue and returns the ticket id.
+pub async fn enter(
+    client: &mut ClientServiceClient<Channel>,
+    queue: &str,
+    players: &[&str],
+) -> String {
+    client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: queue.into(),
+            player_ids: players.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("enter_queue")
+        .into_inner()
+        .ticket_id
+}
+
+/// Watches a ticket until its stream ends; returns every update.
+pub async fn watch_to_end(
+    client: &mut ClientServiceClient<Channel>,
+    ticket_id: &str,
+) -> Vec<TicketUpdate> {
+    let mut stream = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: ticket_id.into(),
+        })
+        .await
+        .expect("watch_ticket")
+        .into_inner();
+    let mut updates = Vec::new();
+    loop {
+        match tokio::time::timeout(EVENT_TIMEOUT, stream.next()).await {
+            Ok(Some(Ok(u))) => updates.push(u),
+            Ok(Some(Err(status))) => panic!("watch stream failed: {status}"),
+            Ok(None) => return updates,
+            Err(_) => panic!("watch stream did not end; got {updates:?}"),
+        }
+    }
+}
+
+/// Waits for the next item of a stream, failing the test after [`EVENT_TIMEOUT`].
+pub async fn next<T>(stream: &mut tonic::Streaming<T>) -> T {
+    tokio::time::timeout(EVENT_TIMEOUT, stream.next())
+        .await
+        .expect("stream item within the timeout")
+        .expect("stream still open")
+        .expect("stream item ok")
+}
