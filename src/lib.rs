@@ -3,3 +3,4 @@
 
 pub mod ids;
 pub mod proto;
+pub mod rating;
