@@ -1,0 +1,366 @@
+//! Elo for random teams (SPEC §3.4; seed 004, Samuel White, "Rated Multiplayer Competitions").
+//!
+//! - Team rating = Σ members / sqrt(N) ("normalised"; the exponent is configurable).
+//! - Expected loss rate of the winner f = 1/(1 + 10^((R_w − R_l)/400)); adjustment
+//!   = round(K·f·m), K = 16.
+//! - Margin multiplier m from the **losing** team's reported productivity: 1 if the losers met
+//!   what their ratings predict, 2 if short, 4 if short by more than the blowout threshold
+//!   (seed: 1000 skill per player = 100 rating points per player).
+//! - Winners each gain the adjustment; losers share the winners' total gain unequally, so the
+//!   total is conserved exactly (integer shares by largest remainder).
+//! - Inflation: +1 per win for a player's first 800 wins (both configurable, 0 disables). This
+//!   is the only term that does not conserve the total, by design.
+//!
+//! Productivity (`PlayerInput::performance`) is read on the rating scale: the rating the player
+//! performed at this match, as the game's stats pipeline estimates it. The expected productivity
+//! of a player is their own rating, so the shortfall is `rating − performance`. Without
+//! productivity in the report, m = 1 and losses are shared equally. Draws move each team by
+//! K·(½ − E) with equal shares. More than two teams: every pair by placement with K/(n − 1).
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    DisplayRating, InputRules, MatchInput, PlayerInput, Prediction, RatingError, RatingSystem,
+    Skill, check_non_negative, check_positive, ensure_finite, validate_match, validate_skill,
+    validate_teams, win_shares,
+};
+
+/// Parameters of an Elo queue; `Default` is the SPEC (seed 004) setting.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// K-factor (16: the seed's best trade-off of convergence and prediction).
+    pub k: f64,
+    /// Rating of a new player. The seed lets players start at 0 and ride inflation up; we start
+    /// at the conventional 1500 so Elo, Glicko and the matchmaker share one scale.
+    pub initial_rating: f64,
+    /// Team rating = Σ ratings / N^exponent (0.5 = the seed's sqrt(N) normalisation).
+    pub normalization_exponent: f64,
+    /// Multiplier when the losers fell short of their expected productivity.
+    pub short_multiplier: f64,
+    /// Multiplier when they fell short by more than `blowout_threshold` per player.
+    pub blowout_multiplier: f64,
+    /// Shortfall per player (rating points) that makes a blowout (seed: 100).
+    pub blowout_threshold: f64,
+    /// Rating added per win while a player has fewer than `inflation_wins` wins (seed: 1).
+    pub inflation_per_win: f64,
+    /// Wins that earn inflation (seed: 800).
+    pub inflation_wins: u32,
+    /// Round each adjustment to a whole rating point, as the seed does.
+    pub round_adjustment: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            k: 16.0,
+            initial_rating: 1500.0,
+            normalization_exponent: 0.5,
+            short_multiplier: 2.0,
+            blowout_multiplier: 4.0,
+            blowout_threshold: 100.0,
+            inflation_per_win: 1.0,
+            inflation_wins: 800,
+            round_adjustment: true,
+        }
+    }
+}
+
+impl Config {
+    /// Plain two-player Elo as in the textbook (and `skillratings`): no rounding, no inflation.
+    #[must_use]
+    pub fn plain() -> Self {
+        Self {
+            round_adjustment: false,
+            inflation_per_win: 0.0,
+            ..Self::default()
+        }
+    }
+}
+
+/// f = 1/(1 + 10^((R_w − R_l)/400)): the winner's expected loss rate.
+#[must_use]
+#[inline]
+pub fn loss_rate(winner: f64, loser: f64) -> f64 {
+    1.0 / (1.0 + ((winner - loser) * (std::f64::consts::LN_10 / 400.0)).exp())
+}
+
+/// Normalised team rating Σ r / N^exponent.
+#[must_use]
+pub fn team_rating(ratings: impl ExactSizeIterator<Item = f64>, config: &Config) -> f64 {
+    let n = ratings.len().max(1) as f64;
+    ratings.sum::<f64>() / n.powf(config.normalization_exponent)
+}
+
+#[inline]
+fn maybe_round(x: f64, config: &Config) -> f64 {
+    if config.round_adjustment {
+        x.round()
+    } else {
+        x
+    }
+}
+
+/// Plain two-player Elo, allocation-free: `score_a` 1 win, ½ draw, 0 loss. No productivity and
+/// no inflation (they need per-player reports; use [`RatingSystem::rate`]).
+#[must_use]
+pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    // a's change is K·(s − E_a); E_a = loss_rate(b, a).
+    let delta = maybe_round(config.k * (score_a - loss_rate(b.mean, a.mean)), config);
+    (
+        Skill {
+            mean: a.mean + delta,
+            ..*a
+        },
+        Skill {
+            mean: b.mean - delta,
+            ..*b
+        },
+    )
+}
+
+/// The margin multiplier and the loss-sharing weights of a losing team.
+fn losing_team_terms(losers: &[PlayerInput], config: &Config) -> (f64, Vec<f64>) {
+    let mut reported = 0usize;
+    let mut total_shortfall = 0.0;
+    let weights: Vec<f64> = losers
+        .iter()
+        .map(|p| match p.performance {
+            Some(perf) => {
+                let shortfall = p.skill.mean - perf;
+                reported += 1;
+                total_shortfall += shortfall;
+                (1.0 + shortfall / config.blowout_threshold).clamp(0.25, 4.0)
+            }
+            None => 1.0,
+        })
+        .collect();
+    if reported == 0 {
+        return (1.0, weights);
+    }
+    let mean_shortfall = total_shortfall / reported as f64;
+    let m = if mean_shortfall <= 0.0 {
+        1.0
+    } else if mean_shortfall <= config.blowout_threshold {
+        config.short_multiplier
+    } else {
+        config.blowout_multiplier
+    };
+    (m, weights)
+}
+
+/// Splits `total` over `weights`: exact proportional shares, or with rounding whole points by the
+/// largest-remainder method, so the shares always sum to `total` (a whole number).
+fn share(total: f64, weights: &[f64], config: &Config) -> Vec<f64> {
+    let sum: f64 = weights.iter().sum();
+    if !config.round_adjustment {
+        return weights.iter().map(|w| total * w / sum).collect();
+    }
+    let sign = total.signum();
+    let magnitude = total.abs();
+    let raw: Vec<f64> = weights.iter().map(|w| magnitude * w / sum).collect();
+    let mut out: Vec<f64> = raw.iter().map(|r| r.floor()).collect();
+    let mut left = (magnitude - out.iter().sum::<f64>()).round().max(0.0) as usize;
+    let mut order: Vec<usize> = (0..raw.len()).collect();
+    order.sort_by(|&i, &j| {
+        (raw[j] - out[j])
+            .total_cmp(&(raw[i] - out[i]))
+            .then(i.cmp(&j))
+    });
+    for &i in order.iter().cycle().take(left.min(raw.len() * 64)) {
+        out[i] += 1.0;
+        left -= 1;
+        if left == 0 {
+            break;
+        }
+    }
+    out.iter().map(|v| v * sign).collect()
+}
+
+/// Per-player rating changes from one pair of teams, `a` placed `ord` relative to `b`, added
+/// into `da`, `db`.
+fn rate_pair(
+    a: &[PlayerInput],
+    b: &[PlayerInput],
+    ord: std::cmp::Ordering,
+    k: f64,
+    config: &Config,
+    da: &mut [f64],
+    db: &mut [f64],
+) {
+    let ra = team_rating(a.iter().map(|p| p.skill.mean), config);
+    let rb = team_rating(b.iter().map(|p| p.skill.mean), config);
+    match ord {
+        std::cmp::Ordering::Equal => {
+            // Draw: a moves by K·(½ − E_a) per player, b shares the opposite total equally.
+            let per = maybe_round(k * (0.5 - loss_rate(rb, ra)), config);
+            let total = per * a.len() as f64;
+            for d in da.iter_mut() {
+                *d += per;
+            }
+            for (d, s) in db
+                .iter_mut()
+                .zip(share(-total, &vec![1.0; b.len()], config))
+            {
+                *d += s;
+            }
+        }
+        std::cmp::Ordering::Less => win(a, b, ra, rb, k, config, da, db),
+        std::cmp::Ordering::Greater => win(b, a, rb, ra, k, config, db, da),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn win(
+    winners: &[PlayerInput],
+    losers: &[PlayerInput],
+    rw: f64,
+    rl: f64,
+    k: f64,
+    config: &Config,
+    dw: &mut [f64],
+    dl: &mut [f64],
+) {
+    let (m, weights) = losing_team_terms(losers, config);
+    let adjustment = maybe_round(k * loss_rate(rw, rl) * m, config);
+    for d in dw.iter_mut() {
+        *d += adjustment;
+    }
+    let total = adjustment * winners.len() as f64;
+    for (d, s) in dl.iter_mut().zip(share(-total, &weights, config)) {
+        *d += s;
+    }
+}
+
+/// Any match: pairwise by placement, K/(n − 1) per pair, then inflation for the outright winners.
+#[must_use]
+pub fn rate_teams(
+    teams: &[Vec<PlayerInput>],
+    placements: &[u32],
+    config: &Config,
+) -> Vec<Vec<Skill>> {
+    let n = teams.len();
+    let k = config.k / (n.max(2) - 1) as f64;
+    let mut deltas: Vec<Vec<f64>> = teams.iter().map(|t| vec![0.0; t.len()]).collect();
+    for i in 0..n {
+        for j in (i + 1)..n {
+            let (left, right) = deltas.split_at_mut(j);
+            rate_pair(
+                &teams[i],
+                &teams[j],
+                placements[i].cmp(&placements[j]),
+                k,
+                config,
+                &mut left[i],
+                &mut right[0],
+            );
+        }
+    }
+    let best = placements.iter().copied().min().unwrap_or(0);
+    let outright = placements.iter().filter(|&&p| p == best).count() == 1;
+    teams
+        .iter()
+        .zip(&deltas)
+        .zip(placements)
+        .map(|((team, d), &place)| {
+            team.iter()
+                .zip(d)
+                .map(|(p, delta)| {
+                    let bonus = if outright && place == best && p.wins < config.inflation_wins {
+                        config.inflation_per_win
+                    } else {
+                        0.0
+                    };
+                    Skill {
+                        mean: p.skill.mean + delta + bonus,
+                        deviation: 0.0,
+                        volatility: 0.0,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// What Elo accepts as input skill (deviation and volatility are ignored but must be finite).
+pub(crate) fn input_rules() -> InputRules {
+    InputRules {
+        deviation_positive: false,
+        volatility_positive: false,
+    }
+}
+
+impl RatingSystem for Config {
+    fn name(&self) -> &'static str {
+        "elo"
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        check_positive("k", self.k)?;
+        if !self.initial_rating.is_finite() {
+            return Err(format!(
+                "initial_rating: must be finite (got {})",
+                self.initial_rating
+            ));
+        }
+        check_non_negative("normalization_exponent", self.normalization_exponent)?;
+        if self.normalization_exponent > 1.0 {
+            return Err(format!(
+                "normalization_exponent: must be in [0, 1] (got {})",
+                self.normalization_exponent
+            ));
+        }
+        check_positive("short_multiplier", self.short_multiplier)?;
+        check_positive("blowout_multiplier", self.blowout_multiplier)?;
+        check_positive("blowout_threshold", self.blowout_threshold)?;
+        check_non_negative("inflation_per_win", self.inflation_per_win)?;
+        if self.k > 1000.0 {
+            return Err(format!("k: must be at most 1000 (got {})", self.k));
+        }
+        Ok(())
+    }
+
+    fn initial(&self) -> Skill {
+        Skill {
+            mean: self.initial_rating,
+            deviation: 0.0,
+            volatility: 0.0,
+        }
+    }
+
+    fn display(&self, s: &Skill) -> DisplayRating {
+        DisplayRating {
+            display: s.mean,
+            low: s.mean,
+            high: s.mean,
+        }
+    }
+
+    fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError> {
+        validate_teams(teams, &input_rules())?;
+        let ratings: Vec<f64> = teams
+            .iter()
+            .map(|t| team_rating(t.iter().map(|s| s.mean), self))
+            .collect();
+        let win_probability = win_shares(ratings.len(), |i, j| loss_rate(ratings[j], ratings[i]));
+        Ok(Prediction {
+            win_probability,
+            draw_probability: 0.0,
+        })
+    }
+
+    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+        validate_match(m, &input_rules())?;
+        ensure_finite("elo", rate_teams(m.teams, m.placements, self))
+    }
+
+    fn decay(&self, s: &Skill, elapsed_seconds: f64) -> Result<Skill, RatingError> {
+        validate_skill(s, &input_rules(), || "skill".into())?;
+        super::validate_elapsed(elapsed_seconds, || "elapsed_seconds".into())?;
+        Ok(*s)
+    }
+
+    fn rating_period_seconds(&self) -> f64 {
+        7.0 * super::DAY_SECONDS
+    }
+}

@@ -1,0 +1,543 @@
+//! Weng-Lin online Bayesian ranking (SPEC §3.3; seed 003; Weng & Lin, JMLR 12, 2011), the
+//! OpenSkill family: Bradley-Terry full pairing, Plackett-Luce, Thurstone-Mosteller full pairing.
+//!
+//! Any number of teams of any size, placements with ties. Team μ_i = Σ μ_ij, σ_i² = Σ σ_ij².
+//! Each model yields per team Ω_i (mean shift) and Δ_i (variance shrink), shared out to members
+//! in proportion to their variance: μ_ij += (σ_ij²/σ_i²)·Ω_i,
+//! σ_ij² *= max(1 − (σ_ij²/σ_i²)·Δ_i, κ). γ = σ_i / c (openskill's default gamma).
+//!
+//! Matches the `openskill` Python package 6.2.0 (`BradleyTerryFull`, `PlackettLuce`,
+//! `ThurstoneMostellerFull`) with `tau`, `limit_sigma` as configured here, `balance = False`,
+//! `margin = 0`, no weights, no scores (placements only); see the known-answer tests.
+//!
+//! Optional τ (additive dynamics, default off): σ² += τ² before each match, as openskill does.
+
+use serde::{Deserialize, Serialize};
+
+use super::numeric::{phi_major, phi_minor};
+use super::{
+    DAY_SECONDS, DisplayRating, InputRules, MatchInput, Prediction, RatingError, RatingSystem,
+    Skill, check_non_negative, check_positive, ensure_finite, pair_score, validate_elapsed,
+    validate_match, validate_skill, validate_teams, win_shares,
+};
+
+/// Which Weng-Lin likelihood.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Model {
+    /// Bradley-Terry, full pairing (the slide's algorithm): logistic pairwise comparisons.
+    BradleyTerry,
+    /// Plackett-Luce (openskill's default): one ranking likelihood over all teams.
+    PlackettLuce,
+    /// Thurstone-Mosteller, full pairing: probit pairwise comparisons with a draw margin ε.
+    ThurstoneMosteller,
+}
+
+/// Parameters of a Weng-Lin queue; `Default` is the SPEC (and openskill) setting, with τ off.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// μ of an unrated player (25).
+    pub mu: f64,
+    /// σ of an unrated player (25/3).
+    pub sigma: f64,
+    /// Performance noise β (σ₀/2 = 25/6).
+    pub beta: f64,
+    /// Floor κ on the variance multiplier, so σ never collapses in one game (1e-4).
+    pub kappa: f64,
+    /// Additive dynamics τ: σ² += τ² before each match; 0 = off (openskill's default is 25/300).
+    pub tau: f64,
+    /// Never let a match raise σ (openskill's `limit_sigma`), useful with τ.
+    pub limit_sigma: bool,
+    /// Thurstone-Mosteller draw margin ε (openskill's `epsilon`, 0.1).
+    pub draw_margin: f64,
+    /// Display rating is the conservative μ − k·σ (k = 3).
+    pub display_k: f64,
+    /// Smallest σ ever returned: keeps σ_i² > 0 after very many games.
+    pub min_sigma: f64,
+    /// σ added in quadrature per period of inactivity (0 = Weng-Lin's own model: no time decay).
+    pub sigma_decay_per_period: f64,
+    /// Length of the inactivity period in days (for `sigma_decay_per_period` and season rolls).
+    pub rating_period_days: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            mu: 25.0,
+            sigma: 25.0 / 3.0,
+            beta: 25.0 / 6.0,
+            kappa: 1e-4,
+            tau: 0.0,
+            limit_sigma: false,
+            draw_margin: 0.1,
+            display_k: 3.0,
+            min_sigma: 1e-6,
+            sigma_decay_per_period: 0.0,
+            rating_period_days: 7.0,
+        }
+    }
+}
+
+/// A Weng-Lin model with its parameters: the [`RatingSystem`] implementation.
+#[derive(Clone, Copy, Debug)]
+pub struct WengLin<'a> {
+    /// The likelihood.
+    pub model: Model,
+    /// The parameters.
+    pub config: &'a Config,
+}
+
+impl<'a> WengLin<'a> {
+    /// Pairs a model with its parameters.
+    #[must_use]
+    pub const fn new(model: Model, config: &'a Config) -> Self {
+        Self { model, config }
+    }
+}
+
+/// σ added for `periods` of inactivity, capped at the unrated σ.
+#[must_use]
+pub fn decay(s: &Skill, periods: f64, config: &Config) -> Skill {
+    if config.sigma_decay_per_period <= 0.0 || periods <= 0.0 {
+        return *s;
+    }
+    let grown = (s.deviation * s.deviation
+        + periods * config.sigma_decay_per_period * config.sigma_decay_per_period)
+        .sqrt();
+    Skill {
+        deviation: grown.min(config.sigma.max(s.deviation)),
+        ..*s
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TeamSum {
+    mu: f64,
+    s2: f64,
+    rank: u32,
+}
+
+/// Ω and Δ for every team under `model`. `teams` are team sums.
+fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f64)> {
+    let beta2 = config.beta * config.beta;
+    match model {
+        Model::BradleyTerry => teams
+            .iter()
+            .enumerate()
+            .map(|(i, ti)| {
+                let (mut omega, mut delta) = (0.0, 0.0);
+                for (q, tq) in teams.iter().enumerate() {
+                    if q == i {
+                        continue;
+                    }
+                    let (o, d) = bt_pair(ti, tq, beta2);
+                    omega += o;
+                    delta += d;
+                }
+                (omega, delta)
+            })
+            .collect(),
+        Model::ThurstoneMosteller => teams
+            .iter()
+            .enumerate()
+            .map(|(i, ti)| {
+                let (mut omega, mut delta) = (0.0, 0.0);
+                for (q, tq) in teams.iter().enumerate() {
+                    if q == i {
+                        continue;
+                    }
+                    let c = (ti.s2 + tq.s2 + 2.0 * beta2).sqrt();
+                    let x = (ti.mu - tq.mu) / c;
+                    let t = config.draw_margin / c;
+                    let s2_c = ti.s2 / c;
+                    let gamma = ti.s2.sqrt() / c;
+                    let (o, w_) = if tq.rank > ti.rank {
+                        (s2_c * v(x, t), w(x, t))
+                    } else if tq.rank < ti.rank {
+                        (-s2_c * v(-x, t), w(-x, t))
+                    } else {
+                        (s2_c * vt(x, t), wt(x, t))
+                    };
+                    omega += o;
+                    delta += gamma * s2_c / c * w_;
+                }
+                (omega, delta)
+            })
+            .collect(),
+        Model::PlackettLuce => {
+            let c = teams.iter().map(|t| t.s2 + beta2).sum::<f64>().sqrt();
+            // exp(μ/c) shifted by the largest μ: the ratios are unchanged and nothing overflows.
+            let top = teams.iter().map(|t| t.mu).fold(f64::NEG_INFINITY, f64::max);
+            let ex: Vec<f64> = teams.iter().map(|t| ((t.mu - top) / c).exp()).collect();
+            let sum_q: Vec<f64> = teams
+                .iter()
+                .map(|tq| {
+                    teams
+                        .iter()
+                        .zip(&ex)
+                        .filter(|(ti, _)| ti.rank >= tq.rank)
+                        .map(|(_, e)| *e)
+                        .sum::<f64>()
+                })
+                .collect();
+            let a: Vec<f64> = teams
+                .iter()
+                .map(|tq| teams.iter().filter(|t| t.rank == tq.rank).count() as f64)
+                .collect();
+            teams
+                .iter()
+                .enumerate()
+                .map(|(i, ti)| {
+                    let (mut omega, mut delta) = (0.0, 0.0);
+                    for (q, tq) in teams.iter().enumerate() {
+                        if tq.rank <= ti.rank {
+                            let r = ex[i] / sum_q[q];
+                            delta += r * (1.0 - r) / a[q];
+                            if q == i {
+                                omega += (1.0 - r) / a[q];
+                            } else {
+                                omega -= r / a[q];
+                            }
+                        }
+                    }
+                    let gamma = ti.s2.sqrt() / c;
+                    (omega * ti.s2 / c, delta * ti.s2 / (c * c) * gamma)
+                })
+                .collect()
+        }
+    }
+}
+
+/// Bradley-Terry contribution of opponent `q` to team `i`: (δ_q, η_q).
+#[inline]
+fn bt_pair(ti: &TeamSum, tq: &TeamSum, beta2: f64) -> (f64, f64) {
+    let c = (ti.s2 + tq.s2 + 2.0 * beta2).sqrt();
+    let p = 1.0 / (1.0 + ((tq.mu - ti.mu) / c).exp());
+    let s = pair_score(ti.rank, tq.rank);
+    let s2_c = ti.s2 / c;
+    let gamma = ti.s2.sqrt() / c;
+    (s2_c * (s - p), gamma * s2_c / c * p * (1.0 - p))
+}
+
+/// Weng-Lin's V(x, t) = φ(x − t)/Φ(x − t), with openskill's tail fallback.
+fn v(x: f64, t: f64) -> f64 {
+    let xt = x - t;
+    let den = phi_major(xt);
+    if den < f64::EPSILON {
+        -xt
+    } else {
+        phi_minor(xt) / den
+    }
+}
+
+/// Weng-Lin's W(x, t) = V(V + x − t), with openskill's tail fallback.
+fn w(x: f64, t: f64) -> f64 {
+    let xt = x - t;
+    let den = phi_major(xt);
+    if den < f64::EPSILON {
+        return if x < 0.0 { 1.0 } else { 0.0 };
+    }
+    let vv = v(x, t);
+    vv * (vv + xt)
+}
+
+/// Weng-Lin's Ṽ(x, t) for draws.
+fn vt(x: f64, t: f64) -> f64 {
+    let xx = x.abs();
+    let b = phi_major(t - xx) - phi_major(-t - xx);
+    if b < 1e-5 {
+        return if x < 0.0 { -x - t } else { -x + t };
+    }
+    let a = phi_minor(-t - xx) - phi_minor(t - xx);
+    (if x < 0.0 { -a } else { a }) / b
+}
+
+/// Weng-Lin's W̃(x, t) for draws.
+fn wt(x: f64, t: f64) -> f64 {
+    let xx = x.abs();
+    let b = phi_major(t - xx) - phi_major(-t - xx);
+    if b < f64::EPSILON {
+        return 1.0;
+    }
+    let vtt = vt(x, t);
+    ((t - xx) * phi_minor(t - xx) + (t + xx) * phi_minor(-t - xx)) / b + vtt * vtt
+}
+
+/// Shares a team's Ω, Δ out to one member.
+#[inline]
+fn member_update(s: &Skill, team_s2: f64, omega: f64, delta: f64, config: &Config) -> Skill {
+    let share = s.deviation * s.deviation / team_s2;
+    let mean = s.mean + share * omega;
+    let deviation =
+        (s.deviation * (1.0 - share * delta).max(config.kappa).sqrt()).max(config.min_sigma);
+    Skill {
+        mean,
+        deviation,
+        volatility: 0.0,
+    }
+}
+
+#[inline]
+fn with_tau(s: &Skill, config: &Config) -> Skill {
+    let sigma = if config.tau > 0.0 {
+        s.deviation.hypot(config.tau)
+    } else {
+        s.deviation
+    };
+    Skill {
+        mean: s.mean,
+        deviation: sigma.max(config.min_sigma),
+        volatility: 0.0,
+    }
+}
+
+#[inline]
+fn finish(new: Skill, original: &Skill, config: &Config) -> Skill {
+    if config.limit_sigma {
+        Skill {
+            deviation: new.deviation.min(original.deviation.max(config.min_sigma)),
+            ..new
+        }
+    } else {
+        new
+    }
+}
+
+/// One match of any shape: `teams[i]` placed `placements[i]` (1 = first, equal = tie).
+/// Returns new skills, same shape. Inputs must be valid (see [`RatingSystem::rate`] for the
+/// checked path).
+#[must_use]
+pub fn rate(
+    model: Model,
+    teams: &[&[Skill]],
+    placements: &[u32],
+    config: &Config,
+) -> Vec<Vec<Skill>> {
+    let prepared: Vec<Vec<Skill>> = teams
+        .iter()
+        .map(|t| t.iter().map(|s| with_tau(s, config)).collect())
+        .collect();
+    let sums: Vec<TeamSum> = prepared
+        .iter()
+        .zip(placements)
+        .map(|(t, &rank)| TeamSum {
+            mu: t.iter().map(|s| s.mean).sum(),
+            s2: t.iter().map(|s| s.deviation * s.deviation).sum(),
+            rank,
+        })
+        .collect();
+    let od = omega_delta(model, &sums, config);
+    prepared
+        .iter()
+        .zip(teams)
+        .zip(sums.iter().zip(&od))
+        .map(|((team, originals), (sum, &(omega, delta)))| {
+            team.iter()
+                .zip(originals.iter())
+                .map(|(s, o)| finish(member_update(s, sum.s2, omega, delta, config), o, config))
+                .collect()
+        })
+        .collect()
+}
+
+/// Bradley-Terry 1v1, allocation-free: `score_a` is 1 if `a` won, ½ draw, 0 loss.
+#[must_use]
+pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    let (pa, pb) = (with_tau(a, config), with_tau(b, config));
+    let beta2 = config.beta * config.beta;
+    let (s2a, s2b) = (pa.deviation * pa.deviation, pb.deviation * pb.deviation);
+    let c = (s2a + s2b + 2.0 * beta2).sqrt();
+    let p_a = 1.0 / (1.0 + ((pb.mean - pa.mean) / c).exp());
+    let p_b = 1.0 - p_a;
+    let (ga, gb) = (pa.deviation / c, pb.deviation / c);
+    let oa = s2a / c * (score_a - p_a);
+    let ob = s2b / c * ((1.0 - score_a) - p_b);
+    let da = ga * s2a / (c * c) * p_a * p_b;
+    let db = gb * s2b / (c * c) * p_a * p_b;
+    (
+        finish(member_update(&pa, s2a, oa, da, config), a, config),
+        finish(member_update(&pb, s2b, ob, db, config), b, config),
+    )
+}
+
+/// Plackett-Luce 1v1, allocation-free: with two teams PL reduces to this closed form.
+#[must_use]
+pub fn rate_1v1_pl(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    let (pa, pb) = (with_tau(a, config), with_tau(b, config));
+    let beta2 = config.beta * config.beta;
+    let (s2a, s2b) = (pa.deviation * pa.deviation, pb.deviation * pb.deviation);
+    let c = (s2a + s2b + 2.0 * beta2).sqrt();
+    // P(a ahead) under PL with two teams: e^{μa/c}/(e^{μa/c} + e^{μb/c}).
+    let p_a = 1.0 / (1.0 + ((pb.mean - pa.mean) / c).exp());
+    let p_b = 1.0 - p_a;
+    let one = |s2: f64, sd: f64, p_self: f64, p_other: f64, score: f64| -> (f64, f64) {
+        let gamma = sd / c;
+        if score == 1.0 {
+            // Ranked alone first: only q = self counts, sum over both teams.
+            (
+                s2 / c * (1.0 - p_self),
+                gamma * s2 / (c * c) * p_self * p_other,
+            )
+        } else if score == 0.0 {
+            // Ranked second: q = winner (r = p_self) and q = self (r = 1).
+            (s2 / c * (-p_self), gamma * s2 / (c * c) * p_self * p_other)
+        } else {
+            // Tie: both q count with a = 2; for q = other the sum is over both teams too.
+            let omega = ((1.0 - p_self) - p_self) / 2.0;
+            let delta = (p_self * p_other) / 2.0 * 2.0;
+            (s2 / c * omega, gamma * s2 / (c * c) * delta)
+        }
+    };
+    let (oa, da) = one(s2a, pa.deviation, p_a, p_b, score_a);
+    let (ob, db) = one(s2b, pb.deviation, p_b, p_a, 1.0 - score_a);
+    (
+        finish(member_update(&pa, s2a, oa, da, config), a, config),
+        finish(member_update(&pb, s2b, ob, db, config), b, config),
+    )
+}
+
+/// Probability that team sum `a` finishes ahead of team sum `b` under `model` (no draw).
+fn pairwise_win(model: Model, a: &TeamSum, b: &TeamSum, beta2: f64) -> f64 {
+    let c = (a.s2 + b.s2 + 2.0 * beta2).sqrt();
+    match model {
+        Model::BradleyTerry | Model::PlackettLuce => 1.0 / (1.0 + ((b.mu - a.mu) / c).exp()),
+        Model::ThurstoneMosteller => phi_major((a.mu - b.mu) / c),
+    }
+}
+
+impl RatingSystem for WengLin<'_> {
+    fn name(&self) -> &'static str {
+        match self.model {
+            Model::BradleyTerry => "weng-lin-bt",
+            Model::PlackettLuce => "weng-lin-pl",
+            Model::ThurstoneMosteller => "weng-lin-tm",
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        let c = self.config;
+        if !c.mu.is_finite() {
+            return Err(format!("mu: must be finite (got {})", c.mu));
+        }
+        check_positive("sigma", c.sigma)?;
+        check_positive("beta", c.beta)?;
+        check_positive("kappa", c.kappa)?;
+        if c.kappa > 1.0 {
+            return Err(format!("kappa: must be in (0, 1] (got {})", c.kappa));
+        }
+        check_non_negative("tau", c.tau)?;
+        check_non_negative("draw_margin", c.draw_margin)?;
+        check_non_negative("display_k", c.display_k)?;
+        check_positive("min_sigma", c.min_sigma)?;
+        check_non_negative("sigma_decay_per_period", c.sigma_decay_per_period)?;
+        check_positive("rating_period_days", c.rating_period_days)?;
+        Ok(())
+    }
+
+    fn initial(&self) -> Skill {
+        Skill {
+            mean: self.config.mu,
+            deviation: self.config.sigma,
+            volatility: 0.0,
+        }
+    }
+
+    fn display(&self, s: &Skill) -> DisplayRating {
+        DisplayRating {
+            display: s.mean - self.config.display_k * s.deviation,
+            low: s.mean - 1.96 * s.deviation,
+            high: s.mean + 1.96 * s.deviation,
+        }
+    }
+
+    /// BT and PL use the logistic link, TM the probit link; with two teams TM also models a draw
+    /// (|performance difference| < ε): P(a) = Φ((d − ε)/c), P(b) = Φ((−d − ε)/c), draw the rest.
+    fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError> {
+        validate_teams(teams, &input_rules())?;
+        let beta2 = self.config.beta * self.config.beta;
+        let sums: Vec<TeamSum> = teams
+            .iter()
+            .map(|t| TeamSum {
+                mu: t.iter().map(|s| s.mean).sum(),
+                s2: t.iter().map(|s| s.deviation * s.deviation).sum(),
+                rank: 0,
+            })
+            .collect();
+        let prediction = if self.model == Model::ThurstoneMosteller && sums.len() == 2 {
+            let (a, b) = (&sums[0], &sums[1]);
+            let c = (a.s2 + b.s2 + 2.0 * beta2).sqrt();
+            let d = a.mu - b.mu;
+            let eps = self.config.draw_margin;
+            let pa = phi_major((d - eps) / c);
+            let pb = phi_major((-d - eps) / c);
+            Prediction {
+                win_probability: vec![pa, pb],
+                draw_probability: (1.0 - pa - pb).max(0.0),
+            }
+        } else {
+            Prediction {
+                win_probability: win_shares(sums.len(), |i, j| {
+                    pairwise_win(self.model, &sums[i], &sums[j], beta2)
+                }),
+                draw_probability: 0.0,
+            }
+        };
+        if prediction.win_probability.iter().all(|p| p.is_finite()) {
+            Ok(prediction)
+        } else {
+            Err(RatingError::NonFinite("prediction"))
+        }
+    }
+
+    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+        validate_match(m, &input_rules())?;
+        let period = self.rating_period_seconds();
+        let prepared =
+            |p: &super::PlayerInput| decay(&p.skill, p.elapsed_seconds / period, self.config);
+        if let ([a], [b]) = (m.teams[0].as_slice(), m.teams[1].as_slice())
+            && m.teams.len() == 2
+            && self.model != Model::ThurstoneMosteller
+        {
+            let score = pair_score(m.placements[0], m.placements[1]);
+            let f = if self.model == Model::BradleyTerry {
+                rate_1v1_bt
+            } else {
+                rate_1v1_pl
+            };
+            let (na, nb) = f(&prepared(a), &prepared(b), score, self.config);
+            return ensure_finite(self.name(), vec![vec![na], vec![nb]]);
+        }
+        let skills: Vec<Vec<Skill>> = m
+            .teams
+            .iter()
+            .map(|t| t.iter().map(prepared).collect())
+            .collect();
+        let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
+        ensure_finite(
+            self.name(),
+            rate(self.model, &refs, m.placements, self.config),
+        )
+    }
+
+    fn decay(&self, s: &Skill, elapsed_seconds: f64) -> Result<Skill, RatingError> {
+        validate_skill(s, &input_rules(), || "skill".into())?;
+        validate_elapsed(elapsed_seconds, || "elapsed_seconds".into())?;
+        Ok(decay(
+            s,
+            elapsed_seconds / self.rating_period_seconds(),
+            self.config,
+        ))
+    }
+
+    fn rating_period_seconds(&self) -> f64 {
+        self.config.rating_period_days * DAY_SECONDS
+    }
+}
+
+/// What Weng-Lin accepts as input skill (volatility is ignored).
+pub(crate) fn input_rules() -> InputRules {
+    InputRules {
+        deviation_positive: true,
+        volatility_positive: false,
+    }
+}
