@@ -2,4 +2,5 @@
 #![forbid(unsafe_code)]
 
 pub mod ids;
+pub mod matching;
 pub mod proto;

@@ -1,0 +1,1 @@
+//! Splitting a group of tickets into balanced teams (parties whole, roles satisfied).
