@@ -268,6 +268,9 @@ impl MatchingConfig {
                 return Err(format!("regions[{i}]: duplicate region {r:?}"));
             }
         }
+        if self.roles.len() > 64 {
+            return Err(format!("roles: at most 64 (got {})", self.roles.len()));
+        }
         let mut role_total = 0u32;
         for (i, role) in self.roles.iter().enumerate() {
             if role.name.is_empty() {

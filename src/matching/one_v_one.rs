@@ -94,6 +94,7 @@ pub(crate) fn select(
         .into_iter()
         .map(|(a, b)| Proposal {
             teams: vec![vec![a], vec![b]],
+            win_probability: None,
         })
         .collect()
 }
@@ -236,6 +237,7 @@ mod tests {
             slot: i,
             key,
             dev: 50.0,
+            size: 1,
             wait,
             lim: config.limits(wait),
             regions: 1,

@@ -60,6 +60,8 @@ pub(crate) struct Cand {
     pub key: f64,
     /// Representative deviation.
     pub dev: f64,
+    /// Party size.
+    pub size: u32,
     /// Seconds waited.
     pub wait: f64,
     /// Limits from the expansion schedule at this wait.
@@ -72,6 +74,8 @@ pub(crate) struct Cand {
 /// A match as the optimizer chose it: candidate indices per team.
 pub(crate) struct Proposal {
     pub teams: Vec<Vec<usize>>,
+    /// The model's answer if the optimizer already asked it for exactly these teams.
+    pub win_probability: Option<Vec<f64>>,
 }
 
 /// One queue's waiting tickets.
@@ -255,6 +259,7 @@ impl Pool {
                 slot,
                 key: t.rating(),
                 dev: t.deviation(),
+                size: t.players.len() as u32,
                 wait,
                 lim,
                 regions: region_mask(&self.config.regions, t, &lim),
@@ -289,7 +294,10 @@ impl Pool {
             .iter()
             .map(|team| team.iter().flat_map(Ticket::member_ratings).collect())
             .collect();
-        let win_probability = model.win_probabilities(&ratings);
+        let win_probability = match &p.win_probability {
+            Some(w) => w.clone(),
+            None => model.win_probabilities(&ratings),
+        };
         let (lo, hi) = ratings
             .iter()
             .flatten()
