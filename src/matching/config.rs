@@ -1,0 +1,446 @@
+//! Per-queue matching parameters (`[queues.<name>.matching]` in TOML) and what they mean for a
+//! ticket that has waited a given time.
+//!
+//! This module owns the expansion schedule semantics: a ticket's skill window, quality floor and
+//! latency limit are functions of its wait only, so the optimizer, `Pool::window` (the SEARCHING
+//! update) and the tests all agree. It does no I/O; loading the file is the shell's job.
+
+use serde::{Deserialize, Serialize};
+
+use super::Shape;
+
+/// One step of the expansion schedule, like a FlexMatch expansion: from `after_seconds` of wait
+/// on, the fields it sets replace the queue's base values. Fields left out keep the value of the
+/// previous step (or the base).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpansionStep {
+    /// Wait in seconds from which this step applies; strictly increasing along the schedule.
+    pub after_seconds: f64,
+    /// New skill window half-width (display units); must not shrink.
+    #[serde(default)]
+    pub window: Option<f64>,
+    /// New quality floor; must not rise.
+    #[serde(default)]
+    pub min_quality: Option<f64>,
+    /// New latency limit in milliseconds; must not shrink.
+    #[serde(default)]
+    pub max_latency_ms: Option<u32>,
+}
+
+/// A role every team needs at least `min_per_team` of (e.g. one healer). Optional: seed 004
+/// warns that hard role quotas distort queues, so queues without roles leave this empty.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleRequirement {
+    /// Role name as clients send it in `EnterQueueRequest.roles`.
+    pub name: String,
+    /// Minimum number of players per team able to fill it.
+    pub min_per_team: u32,
+}
+
+/// Per-queue matching parameters. Every field has a default so a queue section may be empty;
+/// unknown keys are rejected so a typo is an error, not a silently ignored setting.
+///
+/// Ratings are in the queue rating system's display units, so windows are per queue:
+/// see [`MatchingConfig::default_for_scale`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MatchingConfig {
+    /// Display units per 10:1 odds (400 for Glicko/Elo 1500-scale, ~15 for Weng-Lin μ). Only
+    /// used to derive default windows and by the benchmark's rating distribution and model;
+    /// the optimizer itself uses the windows below and the injected model.
+    pub rating_scale: f64,
+    /// Base skill window half-width: a fresh ticket accepts match-mates rated within ± this of
+    /// its own rating.
+    pub window: f64,
+    /// Base quality floor: minimum underdog win probability (see `FormedMatch::quality`).
+    /// Default 0.25 (seed 004's GoodRatedMatch).
+    pub min_quality: f64,
+    /// Base latency limit: a ticket only matches into regions it reaches under this.
+    pub max_latency_ms: u32,
+    /// Relaxation of the three values above with wait, in increasing `after_seconds`.
+    pub expansion: Vec<ExpansionStep>,
+    /// Starvation guard: from this wait on, a ticket is matched with the best available match
+    /// regardless of skill window and quality floor (regions, roles and parties still hold),
+    /// and any region it listed is acceptable.
+    pub max_wait_seconds: f64,
+    /// A ticket waiting this long is removed as EXPIRED; must exceed `max_wait_seconds`.
+    pub ticket_ttl_seconds: f64,
+    /// Region names; empty = the queue ignores regions.
+    pub regions: Vec<String>,
+    /// Role minimums per team; empty = no roles.
+    pub roles: Vec<RoleRequirement>,
+    /// Largest party accepted; `None` = the team size.
+    pub max_party_size: Option<u32>,
+    /// 1v1 only: how many sorted neighbours ahead a ticket may be paired with (skipped tickets
+    /// stay waiting). 1 = strict neighbours; larger finds better pairs at O(n · span) cost.
+    pub pair_span: u32,
+}
+
+impl Default for MatchingConfig {
+    fn default() -> Self {
+        Self::default_for_scale(400.0)
+    }
+}
+
+/// A ticket's limits at one moment, the result of applying the expansion schedule to its wait.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limits {
+    /// Skill window half-width from the schedule (finite even when starving, so the optimizer
+    /// can still prefer closer match-mates for a starving ticket).
+    pub window: f64,
+    /// Quality floor from the schedule.
+    pub min_quality: f64,
+    /// Latency limit from the schedule.
+    pub max_latency_ms: u32,
+    /// Past `max_wait_seconds`: window, quality floor and latency limit are lifted.
+    pub starving: bool,
+}
+
+impl MatchingConfig {
+    /// Defaults whose windows scale with the rating system: `scale` is display units per 10:1
+    /// odds (400 for the 1500-scale Glicko queues, 15 for Weng-Lin μ ~ 25). The base window is
+    /// `scale / 8` (50 on 1500-scale, where the underdog still has 43%), doubling at 10 s, 30 s
+    /// and 60 s with the quality floor easing from 0.25 to 0.2 and 0.15; starvation at 120 s,
+    /// expiry at 600 s.
+    #[must_use]
+    pub fn default_for_scale(scale: f64) -> Self {
+        let w = scale / 8.0;
+        Self {
+            rating_scale: scale,
+            window: w,
+            min_quality: 0.25,
+            max_latency_ms: 80,
+            expansion: vec![
+                ExpansionStep {
+                    after_seconds: 10.0,
+                    window: Some(2.0 * w),
+                    min_quality: None,
+                    max_latency_ms: Some(120),
+                },
+                ExpansionStep {
+                    after_seconds: 30.0,
+                    window: Some(4.0 * w),
+                    min_quality: Some(0.2),
+                    max_latency_ms: Some(180),
+                },
+                ExpansionStep {
+                    after_seconds: 60.0,
+                    window: Some(8.0 * w),
+                    min_quality: Some(0.15),
+                    max_latency_ms: Some(250),
+                },
+            ],
+            max_wait_seconds: 120.0,
+            ticket_ttl_seconds: 600.0,
+            regions: Vec::new(),
+            roles: Vec::new(),
+            max_party_size: None,
+            pair_span: 4,
+        }
+    }
+
+    /// The largest party this queue accepts.
+    #[must_use]
+    pub fn party_limit(&self, shape: Shape) -> u32 {
+        self.max_party_size.unwrap_or(shape.team_size)
+    }
+
+    /// A ticket's limits after waiting `wait` seconds.
+    #[must_use]
+    pub fn limits(&self, wait: f64) -> Limits {
+        let mut limits = Limits {
+            window: self.window,
+            min_quality: self.min_quality,
+            max_latency_ms: self.max_latency_ms,
+            starving: wait >= self.max_wait_seconds,
+        };
+        for step in &self.expansion {
+            if wait < step.after_seconds {
+                break;
+            }
+            if let Some(w) = step.window {
+                limits.window = w;
+            }
+            if let Some(q) = step.min_quality {
+                limits.min_quality = q;
+            }
+            if let Some(l) = step.max_latency_ms {
+                limits.max_latency_ms = l;
+            }
+        }
+        limits
+    }
+
+    /// Checks the config against the queue's shape, naming the field and the rule on failure,
+    /// e.g. `expansion[1].after_seconds: must increase (got 5 after 10)`.
+    pub fn validate(&self, shape: Shape) -> Result<(), String> {
+        if shape.teams < 2 {
+            return Err(format!(
+                "shape.teams: must be at least 2 (got {})",
+                shape.teams
+            ));
+        }
+        if shape.team_size < 1 {
+            return Err("shape.team_size: must be at least 1 (got 0)".to_string());
+        }
+        if shape.players_per_match() > 1000 {
+            return Err(format!(
+                "shape: at most 1000 players per match (got {})",
+                shape.players_per_match()
+            ));
+        }
+        positive("rating_scale", self.rating_scale)?;
+        positive("window", self.window)?;
+        quality("min_quality", self.min_quality)?;
+        positive("max_wait_seconds", self.max_wait_seconds)?;
+        positive("ticket_ttl_seconds", self.ticket_ttl_seconds)?;
+        if self.ticket_ttl_seconds <= self.max_wait_seconds {
+            return Err(format!(
+                "ticket_ttl_seconds: must exceed max_wait_seconds (got {} <= {})",
+                self.ticket_ttl_seconds, self.max_wait_seconds
+            ));
+        }
+        let mut prev = Limits {
+            window: self.window,
+            min_quality: self.min_quality,
+            max_latency_ms: self.max_latency_ms,
+            starving: false,
+        };
+        let mut prev_after = 0.0;
+        for (i, step) in self.expansion.iter().enumerate() {
+            let field = |name: &str| format!("expansion[{i}].{name}");
+            positive(&field("after_seconds"), step.after_seconds)?;
+            if i > 0 && step.after_seconds <= prev_after {
+                return Err(format!(
+                    "{}: must increase (got {} after {})",
+                    field("after_seconds"),
+                    step.after_seconds,
+                    prev_after
+                ));
+            }
+            prev_after = step.after_seconds;
+            if let Some(w) = step.window {
+                positive(&field("window"), w)?;
+                if w < prev.window {
+                    return Err(format!(
+                        "{}: must not shrink (got {} after {})",
+                        field("window"),
+                        w,
+                        prev.window
+                    ));
+                }
+                prev.window = w;
+            }
+            if let Some(q) = step.min_quality {
+                quality(&field("min_quality"), q)?;
+                if q > prev.min_quality {
+                    return Err(format!(
+                        "{}: must not rise (got {} after {})",
+                        field("min_quality"),
+                        q,
+                        prev.min_quality
+                    ));
+                }
+                prev.min_quality = q;
+            }
+            if let Some(l) = step.max_latency_ms {
+                if l < prev.max_latency_ms {
+                    return Err(format!(
+                        "{}: must not shrink (got {} after {})",
+                        field("max_latency_ms"),
+                        l,
+                        prev.max_latency_ms
+                    ));
+                }
+                prev.max_latency_ms = l;
+            }
+        }
+        if self.regions.len() > 64 {
+            return Err(format!("regions: at most 64 (got {})", self.regions.len()));
+        }
+        for (i, r) in self.regions.iter().enumerate() {
+            if r.is_empty() {
+                return Err(format!("regions[{i}]: must not be empty"));
+            }
+            if self.regions[..i].contains(r) {
+                return Err(format!("regions[{i}]: duplicate region {r:?}"));
+            }
+        }
+        if self.roles.len() > 64 {
+            return Err(format!("roles: at most 64 (got {})", self.roles.len()));
+        }
+        let mut role_total = 0u32;
+        for (i, role) in self.roles.iter().enumerate() {
+            if role.name.is_empty() {
+                return Err(format!("roles[{i}].name: must not be empty"));
+            }
+            if self.roles[..i].iter().any(|r| r.name == role.name) {
+                return Err(format!("roles[{i}].name: duplicate role {:?}", role.name));
+            }
+            role_total = role_total.saturating_add(role.min_per_team);
+        }
+        if role_total > shape.team_size {
+            return Err(format!(
+                "roles: minimums add up to {role_total}, more than the team size {}",
+                shape.team_size
+            ));
+        }
+        if let Some(p) = self.max_party_size
+            && (p < 1 || p > shape.team_size)
+        {
+            return Err(format!(
+                "max_party_size: must be between 1 and the team size {} (got {p})",
+                shape.team_size
+            ));
+        }
+        if self.pair_span < 1 || self.pair_span > 64 {
+            return Err(format!(
+                "pair_span: must be between 1 and 64 (got {})",
+                self.pair_span
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn positive(field: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{field}: must be a positive finite number (got {v})"
+        ))
+    }
+}
+
+fn quality(field: &str, v: f64) -> Result<(), String> {
+    if (0.0..=0.5).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{field}: must be between 0 and 0.5 (got {v})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIVE: Shape = Shape {
+        teams: 2,
+        team_size: 5,
+    };
+
+    #[test]
+    fn defaults_validate_for_every_default_queue_shape() {
+        for (scale, shape) in [
+            (
+                400.0,
+                Shape {
+                    teams: 2,
+                    team_size: 1,
+                },
+            ),
+            (
+                400.0,
+                Shape {
+                    teams: 2,
+                    team_size: 2,
+                },
+            ),
+            (15.0, FIVE),
+            (
+                15.0,
+                Shape {
+                    teams: 8,
+                    team_size: 1,
+                },
+            ),
+        ] {
+            assert_eq!(
+                MatchingConfig::default_for_scale(scale).validate(shape),
+                Ok(())
+            );
+        }
+    }
+
+    #[test]
+    fn expansion_must_increase_with_a_message_naming_the_field() {
+        let mut c = MatchingConfig::default();
+        c.expansion[1].after_seconds = 5.0;
+        assert_eq!(
+            c.validate(FIVE),
+            Err("expansion[1].after_seconds: must increase (got 5 after 10)".to_string())
+        );
+    }
+
+    #[test]
+    fn windows_must_not_shrink_and_floors_must_not_rise() {
+        let mut c = MatchingConfig::default();
+        c.expansion[0].window = Some(10.0);
+        assert!(
+            c.validate(FIVE)
+                .unwrap_err()
+                .starts_with("expansion[0].window")
+        );
+        let mut c = MatchingConfig::default();
+        c.expansion[0].min_quality = Some(0.4);
+        assert!(
+            c.validate(FIVE)
+                .unwrap_err()
+                .starts_with("expansion[0].min_quality")
+        );
+    }
+
+    #[test]
+    fn other_rules_are_checked() {
+        type Edit = fn(&mut MatchingConfig);
+        let bad: Vec<(Edit, &str)> = vec![
+            (|c| c.ticket_ttl_seconds = 10.0, "ticket_ttl_seconds"),
+            (|c| c.window = f64::NAN, "window"),
+            (|c| c.min_quality = 0.7, "min_quality"),
+            (|c| c.max_party_size = Some(6), "max_party_size"),
+            (
+                |c| {
+                    c.roles = vec![RoleRequirement {
+                        name: "tank".into(),
+                        min_per_team: 6,
+                    }]
+                },
+                "roles",
+            ),
+            (|c| c.regions = vec!["eu".into(), "eu".into()], "regions[1]"),
+        ];
+        for (edit, field) in bad {
+            let mut c = MatchingConfig::default();
+            edit(&mut c);
+            let err = c.validate(FIVE).unwrap_err();
+            assert!(err.starts_with(field), "{err}");
+        }
+    }
+
+    #[test]
+    fn limits_follow_the_schedule_and_starvation() {
+        let c = MatchingConfig::default();
+        assert_eq!(c.limits(0.0).window, 50.0);
+        assert_eq!(c.limits(10.0).window, 100.0);
+        assert_eq!(c.limits(45.0).min_quality, 0.2);
+        assert_eq!(c.limits(45.0).max_latency_ms, 180);
+        assert!(!c.limits(119.0).starving);
+        assert!(c.limits(120.0).starving);
+    }
+
+    #[test]
+    fn toml_keys_parse_and_unknown_keys_are_rejected() {
+        let c: MatchingConfig = toml::from_str(
+            "window = 1.5\nexpansion = [{ after_seconds = 5, window = 3.0 }]\n\
+             roles = [{ name = \"support\", min_per_team = 1 }]\n",
+        )
+        .unwrap();
+        assert_eq!(c.window, 1.5);
+        assert_eq!(c.expansion.len(), 1);
+        assert_eq!(c.min_quality, 0.25);
+        assert!(toml::from_str::<MatchingConfig>("windw = 3.0").is_err());
+    }
+}

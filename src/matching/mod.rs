@@ -1,0 +1,226 @@
+//! The matching core: one queue's waiting tickets and the global optimizer that turns them into
+//! matches (SPEC §5, issue #5).
+//!
+//! What this module owns: tickets waiting in a [`Pool`], the per-queue [`MatchingConfig`]
+//! (expansion schedule, quality floor, regions, roles, starvation guard, TTL), the choice of a set
+//! of disjoint matches each [`Pool::tick`], team balancing, and the matcher benchmark
+//! ([`bench::run_bench`]).
+//!
+//! What it must not do: read a clock (time is the `now` argument), use unseeded randomness,
+//! do I/O, record metrics, or import tonic, tokio or sled. It never panics on a ticket the shell
+//! handed it: bad tickets are refused by [`Pool::insert`] with an [`InsertError`].
+//!
+//! Architecture invariant: every match returned by `tick` is disjoint from every other match
+//! returned in the same tick, has exactly `shape.teams` teams of exactly `shape.team_size`
+//! players, keeps each ticket (party) on one team, and satisfies the regions, roles, skill
+//! windows and quality floor of its tickets at `now`, except that a ticket past
+//! `max_wait_seconds` lifts the skill window and quality floor of the match it joins
+//! (starvation guard). Regions, roles and party integrity are never relaxed.
+
+pub mod balance;
+pub mod bench;
+pub mod config;
+mod one_v_one;
+mod pool;
+mod teams;
+
+pub use bench::{BenchReport, run_bench};
+pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
+pub use pool::{InsertError, Pool, PoolStats};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{PlayerId, TicketId};
+
+/// Teams × team size: the only thing that distinguishes 1v1, NvN and free-for-all, so all three
+/// come from config. 1v1 = `{2,1}`, 5v5 = `{2,5}`, ffa8 = `{8,1}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shape {
+    /// Number of teams (sides) in a match; at least 2.
+    pub teams: u32,
+    /// Players per team; at least 1.
+    pub team_size: u32,
+}
+
+impl Shape {
+    /// Players in one full match, the unit the optimizer fills.
+    #[must_use]
+    pub fn players_per_match(&self) -> u32 {
+        self.teams * self.team_size
+    }
+
+    /// True for the shape that gets the exact sorted-order dynamic programme.
+    #[must_use]
+    pub fn is_one_v_one(&self) -> bool {
+        self.teams == 2 && self.team_size == 1
+    }
+}
+
+/// Win probability model injected by the shell (it wraps the queue's rating system), so the
+/// matching core never depends on a particular rating system.
+///
+/// Input: per team, the `(mean, deviation)` of each of its players in display units (a party
+/// with a party rating contributes that rating once per member). Output: one probability per
+/// team, summing to at most 1 (the rest is the draw probability, if the system models one).
+pub trait WinModel {
+    /// Win probability of each team.
+    fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64>;
+
+    /// Probability that player `a` beats player `b`. The 1v1 optimizer calls this for every
+    /// candidate pair (several per ticket per tick), so a model that can answer without
+    /// allocating should override it; the default goes through
+    /// [`WinModel::win_probabilities`].
+    fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
+        let p = self.win_probabilities(&[vec![a], vec![b]]);
+        p.first().copied().unwrap_or(0.5)
+    }
+}
+
+/// A logistic (Elo-like) model for tests and benchmarks: team strength is the sum of its
+/// players' means, deviations are ignored, and team `i` wins with probability proportional to
+/// `10^(strength_i / scale)`. For two teams that is Elo's `1 / (1 + 10^((s_b - s_a)/scale))`;
+/// `scale` = 400 fits 1500-scale ratings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogisticModel {
+    /// Rating difference at which the odds are 10:1.
+    pub scale: f64,
+}
+
+impl WinModel for LogisticModel {
+    fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
+        let strengths: Vec<f64> = teams
+            .iter()
+            .map(|t| t.iter().map(|p| p.0).sum::<f64>() / self.scale)
+            .collect();
+        let top = strengths.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = strengths.iter().map(|s| 10f64.powf(s - top)).collect();
+        let total: f64 = weights.iter().sum();
+        weights.iter().map(|w| w / total).collect()
+    }
+
+    fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
+        1.0 / (1.0 + 10f64.powf((b.0 - a.0) / self.scale))
+    }
+}
+
+/// One player or one pre-made party waiting in one queue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ticket {
+    /// The ticket's id, unique within the pool.
+    pub id: TicketId,
+    /// One id = solo, 2+ = a party, always kept on one team.
+    pub players: Vec<PlayerId>,
+    /// Per player `(mean, deviation)` in the queue rating system's display units.
+    pub skills: Vec<(f64, f64)>,
+    /// The party's own rating (SPEC §3.6); once it exists it replaces the members' skills for
+    /// matching, because a party that over-performs together should meet stronger opponents.
+    pub party_skill: Option<(f64, f64)>,
+    /// Seconds on the injected clock. A ticket returned to the queue keeps its original value
+    /// ("front of the queue, wait kept").
+    pub entered_at: f64,
+    /// Latency to each region; empty means any region is fine.
+    pub region_latency_ms: Vec<(String, u32)>,
+    /// Per player, the roles it can fill; an empty inner list means any role.
+    pub roles: Vec<Vec<String>>,
+}
+
+impl Ticket {
+    /// Players on this ticket (its party size).
+    #[must_use]
+    pub fn size(&self) -> usize {
+        self.players.len()
+    }
+
+    /// The rating each member brings to the match, as the optimizer and the model see it:
+    /// the party rating for every member once it exists, otherwise the member's own.
+    #[must_use]
+    pub fn member_ratings(&self) -> Vec<(f64, f64)> {
+        match self.party_skill {
+            Some(p) => vec![p; self.players.len()],
+            None => self.skills.clone(),
+        }
+    }
+
+    /// The ticket's sort key: the party rating, or the mean of its members' means.
+    #[must_use]
+    pub fn rating(&self) -> f64 {
+        match self.party_skill {
+            Some(p) => p.0,
+            None => {
+                let n = self.skills.len().max(1) as f64;
+                self.skills.iter().map(|s| s.0).sum::<f64>() / n
+            }
+        }
+    }
+
+    /// A representative deviation (root mean square of the members'), used for 1v1 pairs.
+    #[must_use]
+    pub fn deviation(&self) -> f64 {
+        match self.party_skill {
+            Some(p) => p.1,
+            None => {
+                let n = self.skills.len().max(1) as f64;
+                (self.skills.iter().map(|s| s.1 * s.1).sum::<f64>() / n).sqrt()
+            }
+        }
+    }
+
+    /// Seconds waited at `now` (never negative, so a clock that steps back cannot produce a
+    /// negative wait).
+    #[must_use]
+    pub fn wait(&self, now: f64) -> f64 {
+        (now - self.entered_at).max(0.0)
+    }
+}
+
+/// A match chosen by the optimizer, ready for the shell to assign an id and a server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FormedMatch {
+    /// The tickets on each team (whole values, so the shell has ids, players and `entered_at`).
+    pub teams: Vec<Vec<Ticket>>,
+    /// Per team, from the injected model.
+    pub win_probability: Vec<f64>,
+    /// How fair the match is, in `[0, 0.5]`: `(teams / 2) · min_i win_probability[i]`.
+    /// For two teams that is the underdog's win probability (seed 004's GoodRatedMatch);
+    /// for a free-for-all of N it is the weakest entrant's share of the fair `1/N`, halved, so
+    /// one `min_quality` means the same thing in every shape (0.5 = perfectly even).
+    pub quality: f64,
+    /// Highest minus lowest member rating in the match, in display units.
+    pub rating_spread: f64,
+    /// The chosen region (lowest worst-case latency among the regions every ticket accepts),
+    /// if the queue has regions.
+    pub region: Option<String>,
+}
+
+/// Everything one tick produced; the shell turns it into assignments, EXPIRED updates and
+/// metrics (the core records none itself).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TickOutcome {
+    /// Disjoint matches, removed from the pool.
+    pub matches: Vec<FormedMatch>,
+    /// Tickets past `ticket_ttl_seconds`, removed from the pool.
+    pub expired: Vec<Ticket>,
+    /// Seconds each matched ticket waited (one entry per ticket), for the wait-time histogram.
+    pub matched_waits: Vec<f64>,
+    /// Tickets still waiting after the tick, for the waiting-tickets gauge.
+    pub waiting: usize,
+}
+
+/// The underdog quality of a set of team win probabilities, as defined on
+/// [`FormedMatch::quality`].
+#[must_use]
+pub fn quality_of(win_probability: &[f64]) -> f64 {
+    let min = win_probability
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    if min.is_finite() {
+        (win_probability.len() as f64 / 2.0 * min).clamp(0.0, 0.5)
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util;

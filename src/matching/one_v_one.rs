@@ -1,0 +1,397 @@
+//! 1v1: an exact dynamic programme over tickets sorted by rating.
+//!
+//! Objective (maximised over sets of disjoint legal pairs): each pair is worth
+//! `1.5 + u(a) + u(b) − (Δ / w)²`, where `u(t) = min(wait, max_wait) / max_wait` rewards serving
+//! old tickets, `Δ` is the rating gap and `w` the narrower of the two current windows. A pair is
+//! legal when both tickets share a region, and, unless one of them is starving, `Δ` lies inside
+//! both windows and the underdog's win probability reaches both quality floors.
+//!
+//! The programme pairs ticket `j` with one of the `pair_span` tickets before it in sorted order
+//! (the ones in between stay waiting) or leaves it waiting: O(n · span) after the O(n log n) sort.
+//! Why that is optimal: tickets matter to the objective individually (`u`) except for the
+//! mismatch term, which is increasing and convex in `Δ`; for any fixed set of matched tickets
+//! the sorted-consecutive pairing minimises the sum of a convex increasing cost and never widens
+//! the largest gap, so it is at least as good and at least as legal as any crossing or nested
+//! pairing when the tickets share one window. Hence with a common window and `pair_span` ≥ the
+//! gap between consecutive matched tickets the result is optimal over **all** matchings; the
+//! brute-force test checks exactly that. With per-ticket windows (different waits) it is exact
+//! over non-crossing pairings of span ≤ `pair_span`.
+//!
+//! Regions: one pass per region (most popular first) over the tickets accepting it, then a
+//! starvation pass that pairs each starving ticket (oldest first) with its nearest unmatched
+//! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
+
+use super::config::MatchingConfig;
+use super::pool::{Cand, Proposal};
+use super::{WinModel, quality_of};
+
+/// Whether `a` and `b` may be paired (both accept the match).
+pub(crate) fn legal(a: &Cand, b: &Cand, model: &dyn WinModel) -> bool {
+    if a.regions & b.regions == 0 {
+        return false;
+    }
+    if a.lim.starving || b.lim.starving {
+        return true;
+    }
+    let gap = (a.key - b.key).abs();
+    if gap > a.lim.window.min(b.lim.window) {
+        return false;
+    }
+    let p = model.win_probability_1v1((a.key, a.dev), (b.key, b.dev));
+    quality_of(&[p, 1.0 - p]) >= a.lim.min_quality.max(b.lim.min_quality)
+}
+
+/// The objective's worth of pairing `a` with `b` (see the module docs).
+pub(crate) fn value(a: &Cand, b: &Cand, max_wait: f64) -> f64 {
+    let u = |c: &Cand| c.wait.min(max_wait) / max_wait;
+    let w = a.lim.window.min(b.lim.window);
+    let mismatch = ((a.key - b.key) / w).powi(2);
+    let v = 1.5 + u(a) + u(b) - mismatch;
+    if a.lim.starving || b.lim.starving {
+        // A starving ticket must be matched even far outside its window.
+        v.max(0.1)
+    } else {
+        v
+    }
+}
+
+/// Chooses the pairs for one tick.
+pub(crate) fn select(
+    cands: &[Cand],
+    config: &MatchingConfig,
+    model: &dyn WinModel,
+) -> Vec<Proposal> {
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_unstable_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
+    let mut matched = vec![false; cands.len()];
+    let mut pairs = Vec::with_capacity(cands.len() / 2);
+
+    if config.regions.is_empty() {
+        dp_pass(cands, &order, config, model, &mut matched, &mut pairs);
+    } else {
+        let mut popularity: Vec<(usize, usize)> = (0..config.regions.len())
+            .map(|r| (cands.iter().filter(|c| c.regions >> r & 1 == 1).count(), r))
+            .collect();
+        popularity.sort_unstable_by(|a, b| b.cmp(a));
+        let mut sub = Vec::with_capacity(order.len());
+        for (count, r) in popularity {
+            if count < 2 {
+                continue;
+            }
+            sub.clear();
+            sub.extend(
+                order
+                    .iter()
+                    .copied()
+                    .filter(|&i| !matched[i] && cands[i].regions >> r & 1 == 1),
+            );
+            dp_pass(cands, &sub, config, model, &mut matched, &mut pairs);
+        }
+    }
+    starvation_pass(cands, &order, &mut matched, &mut pairs);
+
+    pairs
+        .into_iter()
+        .map(|(a, b)| Proposal {
+            teams: vec![vec![a], vec![b]],
+            win_probability: None,
+        })
+        .collect()
+}
+
+/// The dynamic programme over `order` (candidate indices sorted by rating).
+pub(crate) fn dp_pass(
+    cands: &[Cand],
+    order: &[usize],
+    config: &MatchingConfig,
+    model: &dyn WinModel,
+    matched: &mut [bool],
+    pairs: &mut Vec<(usize, usize)>,
+) {
+    let n = order.len();
+    if n < 2 {
+        return;
+    }
+    let span = config.pair_span.max(1) as usize;
+    let max_wait = config.max_wait_seconds;
+    // best[k] = best value over the first k tickets; back[k] = how ticket k-1 was used
+    // (0 = left waiting, s = paired with the ticket s places before it).
+    let mut best = vec![0.0f64; n + 1];
+    let mut back = vec![0u8; n + 1];
+    for j in 0..n {
+        let mut top = best[j];
+        let mut how = 0u8;
+        let b = &cands[order[j]];
+        for s in 1..=span.min(j) {
+            let i = j - s;
+            let a = &cands[order[i]];
+            let before = best[i];
+            // Cheap upper bound first: no pair can be worth more than 3.5.
+            if before + 3.5 <= top {
+                continue;
+            }
+            if !legal(a, b, model) {
+                continue;
+            }
+            let v = before + value(a, b, max_wait);
+            if v > top {
+                top = v;
+                how = s as u8;
+            }
+        }
+        best[j + 1] = top;
+        back[j + 1] = how;
+    }
+    let mut k = n;
+    while k > 0 {
+        let s = back[k] as usize;
+        if s == 0 {
+            k -= 1;
+        } else {
+            let (i, j) = (order[k - 1 - s], order[k - 1]);
+            matched[i] = true;
+            matched[j] = true;
+            pairs.push((i, j));
+            k -= 1 + s;
+        }
+    }
+}
+
+/// Pairs every starving unmatched ticket, oldest first, with its nearest unmatched
+/// region-compatible ticket in rating.
+fn starvation_pass(
+    cands: &[Cand],
+    order: &[usize],
+    matched: &mut [bool],
+    pairs: &mut Vec<(usize, usize)>,
+) {
+    let rest: Vec<usize> = order.iter().copied().filter(|&i| !matched[i]).collect();
+    let mut starving: Vec<usize> = (0..rest.len())
+        .filter(|&p| cands[rest[p]].lim.starving)
+        .collect();
+    if starving.is_empty() {
+        return;
+    }
+    starving.sort_by(|&a, &b| cands[rest[b]].wait.total_cmp(&cands[rest[a]].wait));
+    // Doubly linked list over positions in `rest`, so matched tickets are skipped in O(1).
+    let n = rest.len();
+    let mut next: Vec<usize> = (1..=n).collect();
+    let mut prev: Vec<usize> = (0..n).map(|p| p.wrapping_sub(1)).collect();
+    let mut gone = vec![false; n];
+    let unlink = |p: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>| {
+        if prev[p] != usize::MAX {
+            next[prev[p]] = next[p];
+        }
+        if next[p] < n {
+            prev[next[p]] = prev[p];
+        }
+    };
+    for p in starving {
+        if gone[p] {
+            continue;
+        }
+        let me = &cands[rest[p]];
+        let mut down = prev[p];
+        while down != usize::MAX && cands[rest[down]].regions & me.regions == 0 {
+            down = prev[down];
+        }
+        let mut up = next[p];
+        while up < n && cands[rest[up]].regions & me.regions == 0 {
+            up = next[up];
+        }
+        let gap = |q: usize| (cands[rest[q]].key - me.key).abs();
+        let partner = match (down != usize::MAX, up < n) {
+            (true, true) => Some(if gap(down) <= gap(up) { down } else { up }),
+            (true, false) => Some(down),
+            (false, true) => Some(up),
+            (false, false) => None,
+        };
+        if let Some(q) = partner {
+            gone[p] = true;
+            gone[q] = true;
+            unlink(p, &mut next, &mut prev);
+            unlink(q, &mut next, &mut prev);
+            matched[rest[p]] = true;
+            matched[rest[q]] = true;
+            pairs.push((rest[q].min(rest[p]), rest[q].max(rest[p])));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::matching::test_util::solo;
+    use crate::matching::{LogisticModel, MatchingConfig, Pool, Shape};
+
+    const ONE: Shape = Shape {
+        teams: 2,
+        team_size: 1,
+    };
+    const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
+
+    fn cand(i: usize, key: f64, wait: f64, config: &MatchingConfig) -> Cand {
+        Cand {
+            slot: i,
+            key,
+            dev: 50.0,
+            size: 1,
+            wait,
+            lim: config.limits(wait),
+            regions: 1,
+        }
+    }
+
+    /// The best objective over every matching, by exhaustive search.
+    fn brute(cands: &[Cand], used: &mut Vec<bool>, config: &MatchingConfig) -> f64 {
+        let Some(first) = used.iter().position(|u| !u) else {
+            return 0.0;
+        };
+        used[first] = true;
+        let mut best = brute(cands, used, config);
+        for j in first + 1..cands.len() {
+            if !used[j] && legal(&cands[first], &cands[j], &MODEL) {
+                used[j] = true;
+                let v = value(&cands[first], &cands[j], config.max_wait_seconds)
+                    + brute(cands, used, config);
+                best = best.max(v);
+                used[j] = false;
+            }
+        }
+        used[first] = false;
+        best
+    }
+
+    proptest! {
+        /// With one common window (all waits inside the first expansion step) the programme is
+        /// optimal over all matchings, not just neighbour pairings.
+        #[test]
+        fn dp_is_optimal_against_brute_force(
+            tickets in prop::collection::vec((1300.0..1700.0f64, 0.0..9.9f64), 0..10)
+        ) {
+            let config = MatchingConfig { pair_span: 16, ..MatchingConfig::default() };
+            let cands: Vec<Cand> = tickets
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, w))| cand(i, k, w, &config))
+                .collect();
+            let mut order: Vec<usize> = (0..cands.len()).collect();
+            order.sort_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
+            let mut matched = vec![false; cands.len()];
+            let mut pairs = Vec::new();
+            dp_pass(&cands, &order, &config, &MODEL, &mut matched, &mut pairs);
+            let got: f64 = pairs
+                .iter()
+                .map(|&(a, b)| {
+                    assert!(legal(&cands[a], &cands[b], &MODEL));
+                    value(&cands[a], &cands[b], config.max_wait_seconds)
+                })
+                .sum();
+            let want = brute(&cands, &mut vec![false; cands.len()], &config);
+            prop_assert!((got - want).abs() < 1e-9, "dp {got} brute {want}");
+        }
+    }
+
+    #[test]
+    fn pairs_nearest_ratings_and_leaves_outliers_waiting() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        for (id, r) in [("a", 1500.0), ("b", 1900.0), ("c", 1510.0), ("d", 1530.0)] {
+            pool.insert(solo(id, r, 0.0)).unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        let m = &out.matches[0];
+        let mut ids: Vec<&str> = m.teams.iter().map(|t| t[0].id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "c"]);
+        assert!(m.quality > 0.48 && m.quality <= 0.5);
+        assert!((m.win_probability.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert_eq!(pool.len(), 2);
+        assert_eq!(out.waiting, 2);
+        assert_eq!(out.matched_waits, vec![1.0, 1.0]);
+    }
+
+    #[test]
+    fn older_tickets_are_preferred_when_only_one_pair_is_possible() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("new", 1490.0, 9.0)).unwrap();
+        pool.insert(solo("mid", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("old", 1510.0, 0.0)).unwrap();
+        let out = pool.tick(9.5, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "new");
+    }
+
+    #[test]
+    fn the_window_widens_with_wait_until_the_pair_is_legal() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1580.0, 0.0)).unwrap();
+        let id = crate::ids::TicketId::new("a");
+        assert_eq!(pool.window(&id, 0.0), Some((1450.0, 1550.0)));
+        assert!(pool.tick(5.0, &MODEL).matches.is_empty());
+        assert_eq!(pool.window(&id, 10.0), Some((1400.0, 1600.0)));
+        assert_eq!(pool.tick(10.0, &MODEL).matches.len(), 1);
+    }
+
+    #[test]
+    fn a_starving_ticket_takes_the_best_available_and_ttl_expires() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1000.0, 0.0)).unwrap();
+        pool.insert(solo("b", 2400.0, 100.0)).unwrap();
+        pool.insert(solo("c", 2600.0, 100.0)).unwrap();
+        pool.insert(solo("z", 1500.0, -1000.0)).unwrap();
+        let out = pool.tick(121.0, &MODEL);
+        assert_eq!(out.expired.len(), 1);
+        assert_eq!(out.expired[0].id.as_str(), "z");
+        // `a` starves and takes the nearer of b and c, far outside any window.
+        assert_eq!(out.matches.len(), 1);
+        let ids: Vec<&str> = out.matches[0]
+            .teams
+            .iter()
+            .map(|t| t[0].id.as_str())
+            .collect();
+        assert!(ids.contains(&"a") && ids.contains(&"b"), "{ids:?}");
+        assert!(out.matches[0].quality < 0.01);
+    }
+
+    #[test]
+    fn regions_must_overlap_under_the_latency_limit() {
+        let config = MatchingConfig {
+            regions: vec!["eu".into(), "us".into()],
+            ..MatchingConfig::default()
+        };
+        let mut pool = Pool::new(ONE, config);
+        let mut a = solo("a", 1500.0, 0.0);
+        a.region_latency_ms = vec![("eu".into(), 30), ("us".into(), 150)];
+        let mut b = solo("b", 1501.0, 0.0);
+        b.region_latency_ms = vec![("eu".into(), 200), ("us".into(), 40)];
+        let mut c = solo("c", 1530.0, 0.0);
+        c.region_latency_ms = vec![("eu".into(), 20)];
+        pool.insert(a).unwrap();
+        pool.insert(b).unwrap();
+        pool.insert(c).unwrap();
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        assert_eq!(out.matches[0].region.as_deref(), Some("eu"));
+        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "b");
+    }
+
+    #[test]
+    fn bad_tickets_are_refused() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        assert!(matches!(
+            pool.insert(solo("a", 1500.0, 0.0)),
+            Err(crate::matching::InsertError::Duplicate(_))
+        ));
+        assert!(pool.insert(solo("n", f64::NAN, 0.0)).is_err());
+        let two = crate::matching::test_util::party("p", &[1500.0, 1500.0], 0.0);
+        assert!(pool.insert(two).is_err());
+        assert_eq!(pool.len(), 1);
+        assert!(pool.remove(&"a".into()).is_some());
+        assert!(pool.is_empty());
+    }
+}

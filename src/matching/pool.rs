@@ -1,0 +1,367 @@
+//! One queue's waiting tickets and the tick that turns some of them into matches.
+//!
+//! The pool owns ticket storage (slots with a free list plus an id index, so insert and remove
+//! are O(1)), expiry, and the translation between stored tickets and the optimizer's compact
+//! candidate records. The choice of matches lives in `one_v_one` and `teams`.
+
+use std::collections::HashMap;
+
+use thiserror::Error;
+
+use super::config::{Limits, MatchingConfig};
+use super::{FormedMatch, Shape, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams};
+use crate::ids::TicketId;
+
+/// Why a ticket was refused. The API layer validates requests first, so these mostly guard
+/// the core's invariants against a shell bug; they are values, never panics.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum InsertError {
+    /// The id is already waiting in this pool.
+    #[error("ticket {0} is already in the pool")]
+    Duplicate(TicketId),
+    /// A ticket must carry at least one player.
+    #[error("ticket {0} has no players")]
+    Empty(TicketId),
+    /// The party is larger than the queue's `max_party_size`.
+    #[error("ticket {id} has {size} players, the queue allows at most {max}")]
+    PartyTooLarge {
+        /// The refused ticket.
+        id: TicketId,
+        /// Its party size.
+        size: usize,
+        /// The queue's limit.
+        max: u32,
+    },
+    /// `skills` (or non-empty `roles`) must have one entry per player.
+    #[error("ticket {0}: skills and roles must have one entry per player")]
+    LengthMismatch(TicketId),
+    /// A rating, deviation or `entered_at` is NaN or infinite.
+    #[error("ticket {0}: ratings and entered_at must be finite")]
+    NotFinite(TicketId),
+}
+
+/// Sizes the shell reports as gauges (waiting tickets/players, longest wait).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolStats {
+    /// Tickets waiting.
+    pub waiting_tickets: usize,
+    /// Players waiting (party members counted).
+    pub waiting_players: usize,
+    /// Longest current wait in seconds (0 when empty).
+    pub longest_wait_seconds: f64,
+}
+
+/// The optimizer's compact view of one waiting ticket at one tick.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cand {
+    /// Slot of the ticket in the pool.
+    pub slot: usize,
+    /// Rating key (party rating or mean of members).
+    pub key: f64,
+    /// Representative deviation.
+    pub dev: f64,
+    /// Party size.
+    pub size: u32,
+    /// Seconds waited.
+    pub wait: f64,
+    /// Limits from the expansion schedule at this wait.
+    pub lim: Limits,
+    /// Regions acceptable right now (bit i = `config.regions[i]`; bit 0 alone if the queue
+    /// has no regions).
+    pub regions: u64,
+}
+
+/// A match as the optimizer chose it: candidate indices per team.
+pub(crate) struct Proposal {
+    pub teams: Vec<Vec<usize>>,
+    /// The model's answer if the optimizer already asked it for exactly these teams.
+    pub win_probability: Option<Vec<f64>>,
+}
+
+/// One queue's waiting tickets.
+#[derive(Clone, Debug)]
+pub struct Pool {
+    shape: Shape,
+    config: MatchingConfig,
+    slots: Vec<Option<Ticket>>,
+    free: Vec<usize>,
+    index: HashMap<TicketId, usize>,
+    players: usize,
+}
+
+impl Pool {
+    /// An empty pool. The config should have passed [`MatchingConfig::validate`] for `shape`;
+    /// the pool does not re-check it.
+    #[must_use]
+    pub fn new(shape: Shape, config: MatchingConfig) -> Pool {
+        Pool {
+            shape,
+            config,
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashMap::new(),
+            players: 0,
+        }
+    }
+
+    /// The queue's shape.
+    #[must_use]
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    /// The queue's matching config.
+    #[must_use]
+    pub fn config(&self) -> &MatchingConfig {
+        &self.config
+    }
+
+    /// Adds a waiting ticket in amortised O(1). Returns a `Result` (rather than nothing) so a
+    /// duplicate or malformed ticket is refused as a value instead of corrupting the pool.
+    pub fn insert(&mut self, ticket: Ticket) -> Result<(), InsertError> {
+        let id = ticket.id.clone();
+        if self.index.contains_key(&id) {
+            return Err(InsertError::Duplicate(id));
+        }
+        let size = ticket.players.len();
+        if size == 0 {
+            return Err(InsertError::Empty(id));
+        }
+        let max = self.config.party_limit(self.shape);
+        if size > max as usize {
+            return Err(InsertError::PartyTooLarge { id, size, max });
+        }
+        if ticket.skills.len() != size || !(ticket.roles.is_empty() || ticket.roles.len() == size) {
+            return Err(InsertError::LengthMismatch(id));
+        }
+        let finite = |s: &(f64, f64)| s.0.is_finite() && s.1.is_finite();
+        if !ticket.entered_at.is_finite()
+            || !ticket.skills.iter().all(finite)
+            || !ticket.party_skill.iter().all(finite)
+        {
+            return Err(InsertError::NotFinite(id));
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(ticket);
+                s
+            }
+            None => {
+                self.slots.push(Some(ticket));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(id, slot);
+        self.players += size;
+        Ok(())
+    }
+
+    /// Removes a waiting ticket (cancel), in O(1).
+    pub fn remove(&mut self, id: &TicketId) -> Option<Ticket> {
+        let slot = self.index.remove(id)?;
+        self.take_slot(slot)
+    }
+
+    fn take_slot(&mut self, slot: usize) -> Option<Ticket> {
+        let t = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        self.players -= t.players.len();
+        Some(t)
+    }
+
+    /// Tickets waiting.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no ticket waits.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// A waiting ticket, for inspection.
+    #[must_use]
+    pub fn get(&self, id: &TicketId) -> Option<&Ticket> {
+        self.slots[*self.index.get(id)?].as_ref()
+    }
+
+    /// Iterates over the waiting tickets in no particular order.
+    pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
+        self.slots.iter().flatten()
+    }
+
+    /// Gauges for the shell's metrics.
+    #[must_use]
+    pub fn stats(&self, now: f64) -> PoolStats {
+        PoolStats {
+            waiting_tickets: self.len(),
+            waiting_players: self.players,
+            longest_wait_seconds: self.tickets().map(|t| t.wait(now)).fold(0.0, f64::max),
+        }
+    }
+
+    /// The rating window the ticket accepts right now, `(low, high)` in display units, for
+    /// SEARCHING updates. A starving ticket accepts anything: `(-inf, inf)`.
+    #[must_use]
+    pub fn window(&self, id: &TicketId, now: f64) -> Option<(f64, f64)> {
+        let t = self.get(id)?;
+        let lim = self.config.limits(t.wait(now));
+        if lim.starving {
+            return Some((f64::NEG_INFINITY, f64::INFINITY));
+        }
+        let r = t.rating();
+        Some((r - lim.window, r + lim.window))
+    }
+
+    /// One optimizer pass at time `now`: removes expired tickets, then chooses a set of
+    /// disjoint matches that is good as a whole and removes their tickets.
+    pub fn tick(&mut self, now: f64, model: &dyn WinModel) -> TickOutcome {
+        let mut out = TickOutcome::default();
+        let ttl = self.config.ticket_ttl_seconds;
+        let expired: Vec<usize> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.as_ref().filter(|t| t.wait(now) >= ttl).map(|_| i))
+            .collect();
+        for slot in expired {
+            if let Some(t) = self.take_slot(slot) {
+                self.index.remove(&t.id);
+                out.expired.push(t);
+            }
+        }
+
+        let cands = self.candidates(now);
+        let proposals = if self.shape.is_one_v_one() {
+            one_v_one::select(&cands, &self.config, model)
+        } else {
+            teams::select(&cands, self.shape, &self.config, model, &self.slots)
+        };
+
+        out.matches.reserve(proposals.len());
+        for p in proposals {
+            let m = self.form(&cands, &p, model, now, &mut out.matched_waits);
+            out.matches.push(m);
+        }
+        out.waiting = self.len();
+        out
+    }
+
+    fn candidates(&self, now: f64) -> Vec<Cand> {
+        let mut cands = Vec::with_capacity(self.len());
+        for (slot, t) in self.slots.iter().enumerate() {
+            let Some(t) = t else { continue };
+            let wait = t.wait(now);
+            let lim = self.config.limits(wait);
+            cands.push(Cand {
+                slot,
+                key: t.rating(),
+                dev: t.deviation(),
+                size: t.players.len() as u32,
+                wait,
+                lim,
+                regions: region_mask(&self.config.regions, t, &lim),
+            });
+        }
+        cands
+    }
+
+    fn form(
+        &mut self,
+        cands: &[Cand],
+        p: &Proposal,
+        model: &dyn WinModel,
+        now: f64,
+        waits: &mut Vec<f64>,
+    ) -> FormedMatch {
+        let mut teams = Vec::with_capacity(p.teams.len());
+        let mut mask = u64::MAX;
+        for team in &p.teams {
+            let mut tickets = Vec::with_capacity(team.len());
+            for &c in team {
+                mask &= cands[c].regions;
+                if let Some(t) = self.take_slot(cands[c].slot) {
+                    self.index.remove(&t.id);
+                    waits.push(t.wait(now));
+                    tickets.push(t);
+                }
+            }
+            teams.push(tickets);
+        }
+        let ratings: Vec<Vec<(f64, f64)>> = teams
+            .iter()
+            .map(|team| team.iter().flat_map(Ticket::member_ratings).collect())
+            .collect();
+        let win_probability = match &p.win_probability {
+            Some(w) => w.clone(),
+            None => model.win_probabilities(&ratings),
+        };
+        let (lo, hi) = ratings
+            .iter()
+            .flatten()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
+                (lo.min(r.0), hi.max(r.0))
+            });
+        let region = choose_region(&self.config.regions, mask, &teams);
+        FormedMatch {
+            quality: quality_of(&win_probability),
+            win_probability,
+            rating_spread: (hi - lo).max(0.0),
+            region,
+            teams,
+        }
+    }
+}
+
+/// Bit set of the regions a ticket accepts under `lim` (see [`Cand::regions`]).
+pub(crate) fn region_mask(regions: &[String], t: &Ticket, lim: &Limits) -> u64 {
+    if regions.is_empty() {
+        return 1;
+    }
+    if t.region_latency_ms.is_empty() {
+        return all_regions(regions.len());
+    }
+    let mut mask = 0u64;
+    for (name, latency) in &t.region_latency_ms {
+        if (lim.starving || *latency <= lim.max_latency_ms)
+            && let Some(i) = regions.iter().position(|r| r == name)
+        {
+            mask |= 1 << i;
+        }
+    }
+    mask
+}
+
+fn all_regions(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
+/// The region in `mask` with the lowest worst-case latency over the match's tickets.
+fn choose_region(regions: &[String], mask: u64, teams: &[Vec<Ticket>]) -> Option<String> {
+    if regions.is_empty() {
+        return None;
+    }
+    let mut best: Option<(u32, usize)> = None;
+    for (i, name) in regions.iter().enumerate() {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        let worst = teams
+            .iter()
+            .flatten()
+            .map(|t| {
+                t.region_latency_ms
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(0, |(_, l)| *l)
+            })
+            .max()
+            .unwrap_or(0);
+        if best.is_none_or(|(b, _)| worst < b) {
+            best = Some((worst, i));
+        }
+    }
+    best.map(|(_, i)| regions[i].clone())
+}

@@ -1,0 +1,394 @@
+//! Team and free-for-all queues: candidate groups from windows over tickets sorted by rating,
+//! balanced into teams, chosen disjointly with the oldest tickets first.
+//!
+//! Per tick: sort the waiting tickets by rating (O(n log n)) and keep the unmatched ones in a
+//! doubly linked list over that order. Then take anchors oldest first; for each unmatched anchor
+//! look at its unmatched neighbours (up to `P − 1` players either side, `P` = players per
+//! match) and form every window that contains the anchor, takes whole tickets and holds exactly
+//! `P` players. Windows that every member's skill window accepts and that share a region are
+//! tried tightest first (at most [`TRIES`]): split into teams ([`super::balance`]), scored by the
+//! injected model, accepted if the underdog quality reaches every member's floor. The accepted
+//! match leaves the list in O(1). Total O(n log n + n · P²).
+//!
+//! Why this and not a global assignment: with anchors taken oldest first, the longest-waiting
+//! ticket always gets the best match around it before younger tickets can take its neighbours,
+//! which is the fairness players notice; and because the groups are the tightest windows in
+//! sorted order, the set of matches is also tight as a whole (every match is made of rating
+//! neighbours), unlike first-come greedy which mixes arbitrary ratings. An exact maximum-weight
+//! set packing is NP-hard for `P ≥ 3` and would not fit a 1 s tick at 100k tickets.
+//!
+//! Starvation: a window containing a ticket past `max_wait_seconds` ignores skill windows and
+//! quality floors (regions, roles and parties still hold).
+
+use super::balance::{self, Unit};
+use super::config::MatchingConfig;
+use super::pool::{Cand, Proposal};
+use super::{Shape, Ticket, WinModel, quality_of};
+
+/// Candidate windows tried per anchor before it waits for the next tick.
+pub const TRIES: usize = 3;
+
+const NONE: usize = usize::MAX;
+
+struct Group {
+    spread: f64,
+    starving: bool,
+    members: Vec<usize>,
+}
+
+/// Chooses the team matches for one tick.
+pub(crate) fn select(
+    cands: &[Cand],
+    shape: Shape,
+    config: &MatchingConfig,
+    model: &dyn WinModel,
+    slots: &[Option<Ticket>],
+) -> Vec<Proposal> {
+    let n = cands.len();
+    let need = shape.players_per_match();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
+    let mut pos = vec![0usize; n];
+    for (p, &c) in order.iter().enumerate() {
+        pos[c] = p;
+    }
+    let mut next: Vec<usize> = (1..=n).collect();
+    let mut prev: Vec<usize> = (0..n).map(|p| p.wrapping_sub(1)).collect();
+    let mut age: Vec<usize> = (0..n).collect();
+    age.sort_unstable_by(|&a, &b| {
+        cands[b]
+            .wait
+            .total_cmp(&cands[a].wait)
+            .then(cands[a].key.total_cmp(&cands[b].key))
+    });
+
+    let mut matched = vec![false; n];
+    let mut out = Vec::new();
+    let mut left = Vec::new();
+    let mut right = Vec::new();
+    let mut nb = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
+    for &anchor in &age {
+        if matched[anchor] {
+            continue;
+        }
+        // The anchor's unmatched neighbours in rating order.
+        left.clear();
+        right.clear();
+        let mut players = 0;
+        let mut p = prev[pos[anchor]];
+        while p != NONE && players + 1 < need {
+            left.push(order[p]);
+            players += cands[order[p]].size;
+            p = prev[p];
+        }
+        players = 0;
+        let mut p = next[pos[anchor]];
+        while p < n && players + 1 < need {
+            right.push(order[p]);
+            players += cands[order[p]].size;
+            p = next[p];
+        }
+        nb.clear();
+        nb.extend(left.iter().rev());
+        nb.push(anchor);
+        nb.extend(right.iter());
+        let a = left.len();
+
+        groups.clear();
+        let mut sum_left = 0;
+        for l in (0..=a).rev() {
+            sum_left += cands[nb[l]].size;
+            if sum_left > need {
+                break;
+            }
+            let mut members: Vec<usize> = nb[l..=a].to_vec();
+            let mut sum = sum_left;
+            for &r in &nb[a + 1..] {
+                if sum == need {
+                    break;
+                }
+                if sum + cands[r].size <= need {
+                    members.push(r);
+                    sum += cands[r].size;
+                }
+            }
+            if sum != need {
+                continue;
+            }
+            let lo = cands[members[0]].key;
+            let hi = cands[*members.last().unwrap_or(&anchor)].key;
+            let regions = members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions);
+            if regions == 0 {
+                continue;
+            }
+            let starving = members.iter().any(|&c| cands[c].lim.starving);
+            if !starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)) {
+                continue;
+            }
+            groups.push(Group {
+                spread: hi - lo,
+                starving,
+                members,
+            });
+        }
+        groups.sort_by(|x, y| x.spread.total_cmp(&y.spread));
+
+        for g in groups.iter().take(TRIES) {
+            let Some((teams, probs)) = build(cands, g, shape, config, model, slots) else {
+                continue;
+            };
+            for &c in &g.members {
+                matched[c] = true;
+                let p = pos[c];
+                if prev[p] != NONE {
+                    next[prev[p]] = next[p];
+                }
+                if next[p] < n {
+                    prev[next[p]] = prev[p];
+                }
+            }
+            out.push(Proposal {
+                teams,
+                win_probability: Some(probs),
+            });
+            break;
+        }
+    }
+    out
+}
+
+/// True if `c`'s skill window contains the whole range `[lo, hi]`.
+fn accepts(c: &Cand, lo: f64, hi: f64) -> bool {
+    c.key - lo <= c.lim.window && hi - c.key <= c.lim.window
+}
+
+/// Splits a group into teams and checks the quality floor; candidate indices per team and the
+/// model's win probabilities (so the pool need not ask the model twice).
+fn build(
+    cands: &[Cand],
+    g: &Group,
+    shape: Shape,
+    config: &MatchingConfig,
+    model: &dyn WinModel,
+    slots: &[Option<Ticket>],
+) -> Option<(Vec<Vec<usize>>, Vec<f64>)> {
+    let tickets: Vec<&Ticket> = g
+        .members
+        .iter()
+        .map(|&c| slots[cands[c].slot].as_ref())
+        .collect::<Option<_>>()?;
+    let units: Vec<Unit> = g
+        .members
+        .iter()
+        .zip(&tickets)
+        .map(|(&c, t)| Unit {
+            size: cands[c].size,
+            strength: cands[c].key * f64::from(cands[c].size),
+            role_masks: role_masks(config, t),
+        })
+        .collect();
+    let split = balance::split(&units, shape.teams, shape.team_size, &config.roles)?;
+    let ratings: Vec<Vec<(f64, f64)>> = split
+        .iter()
+        .map(|team| {
+            team.iter()
+                .flat_map(|&u| tickets[u].member_ratings())
+                .collect()
+        })
+        .collect();
+    let probs = model.win_probabilities(&ratings);
+    if !g.starving {
+        let floor = g
+            .members
+            .iter()
+            .map(|&c| cands[c].lim.min_quality)
+            .fold(0.0, f64::max);
+        if quality_of(&probs) < floor {
+            return None;
+        }
+    }
+    let teams = split
+        .into_iter()
+        .map(|team| team.into_iter().map(|u| g.members[u]).collect())
+        .collect();
+    Some((teams, probs))
+}
+
+/// Per player, the bit set of the queue's roles it can fill (all of them if it named none).
+pub(crate) fn role_masks(config: &MatchingConfig, t: &Ticket) -> Vec<u64> {
+    (0..t.players.len())
+        .map(|p| match t.roles.get(p) {
+            Some(list) if !list.is_empty() => config
+                .roles
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| list.contains(&r.name))
+                .fold(0u64, |m, (i, _)| m | 1 << i),
+            _ => u64::MAX,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matching::test_util::{party, solo};
+    use crate::matching::{LogisticModel, Pool, RoleRequirement};
+
+    const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
+
+    fn shape(teams: u32, team_size: u32) -> Shape {
+        Shape { teams, team_size }
+    }
+
+    fn team_ids(m: &crate::matching::FormedMatch) -> Vec<Vec<String>> {
+        m.teams
+            .iter()
+            .map(|t| t.iter().map(|x| x.id.to_string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn two_v_two_forms_tight_balanced_matches_from_rating_neighbours() {
+        let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
+        for (i, r) in [
+            1500.0, 1510.0, 1520.0, 1530.0, 1800.0, 1810.0, 1820.0, 1830.0,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            pool.insert(solo(&format!("t{i}"), r, 0.0)).unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 2);
+        for m in &out.matches {
+            assert!(m.rating_spread <= 30.0 + 1e-9, "{:?}", team_ids(m));
+            // 1500+1530 vs 1510+1520: perfectly even.
+            assert!((m.quality - 0.5).abs() < 1e-9);
+            assert!(m.teams.iter().all(|t| t.len() == 2));
+        }
+        assert!(pool.is_empty());
+    }
+
+    #[test]
+    fn five_v_five_keeps_parties_whole_on_one_team() {
+        let mut pool = Pool::new(shape(2, 5), MatchingConfig::default());
+        pool.insert(party("p3", &[1500.0, 1510.0, 1490.0], 0.0))
+            .unwrap();
+        pool.insert(party("p2", &[1505.0, 1495.0], 0.0)).unwrap();
+        for i in 0..5 {
+            pool.insert(solo(&format!("s{i}"), 1480.0 + 10.0 * f64::from(i), 0.0))
+                .unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        let m = &out.matches[0];
+        for team in &m.teams {
+            assert_eq!(team.iter().map(Ticket::size).sum::<usize>(), 5);
+        }
+        assert!(m.quality > 0.45);
+    }
+
+    #[test]
+    fn party_skill_replaces_member_skills_once_it_exists() {
+        let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
+        let mut strong = party("duo", &[1500.0, 1500.0], 0.0);
+        strong.party_skill = Some((1900.0, 80.0));
+        pool.insert(strong).unwrap();
+        pool.insert(party("duo2", &[1500.0, 1500.0], 0.0)).unwrap();
+        // The duo is matched as the 1900 unit it is: no legal opponent at 1500.
+        assert!(pool.tick(1.0, &MODEL).matches.is_empty());
+        assert_eq!(pool.window(&"duo".into(), 1.0), Some((1850.0, 1950.0)));
+    }
+
+    #[test]
+    fn free_for_all_of_eight_puts_each_ticket_on_its_own_team() {
+        let config = MatchingConfig::default_for_scale(15.0);
+        let mut pool = Pool::new(shape(8, 1), config);
+        for i in 0..9 {
+            pool.insert(solo(&format!("f{i}"), 25.0 + 0.1 * f64::from(i), 0.0))
+                .unwrap();
+        }
+        let out = pool.tick(1.0, &LogisticModel { scale: 15.0 });
+        assert_eq!(out.matches.len(), 1);
+        let m = &out.matches[0];
+        assert_eq!(m.teams.len(), 8);
+        assert!(m.teams.iter().all(|t| t.len() == 1));
+        assert!((m.win_probability.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        // Nearly equal ratings: the weakest has nearly its fair 1/8 share.
+        assert!(m.quality > 0.45 && m.quality <= 0.5);
+        assert_eq!(pool.len(), 1);
+    }
+
+    #[test]
+    fn ten_v_ten_uses_the_heuristic_and_stays_balanced() {
+        let mut pool = Pool::new(shape(2, 10), MatchingConfig::default());
+        for i in 0..20 {
+            pool.insert(solo(&format!("x{i}"), 1450.0 + 2.5 * f64::from(i), 0.0))
+                .unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        assert!(out.matches[0].quality > 0.49);
+    }
+
+    #[test]
+    fn roles_have_their_minimum_on_every_team() {
+        let config = MatchingConfig {
+            roles: vec![RoleRequirement {
+                name: "healer".into(),
+                min_per_team: 1,
+            }],
+            ..MatchingConfig::default()
+        };
+        let mut pool = Pool::new(shape(2, 2), config);
+        for (i, heals) in [true, true, false, false, false].into_iter().enumerate() {
+            let mut t = solo(&format!("r{i}"), 1500.0 + f64::from(i as u32), 0.0);
+            t.roles = vec![if heals {
+                vec!["healer".into()]
+            } else {
+                vec!["dps".into()]
+            }];
+            pool.insert(t).unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        for team in &out.matches[0].teams {
+            assert!(team.iter().any(|t| t.roles[0][0] == "healer"));
+        }
+    }
+
+    #[test]
+    fn the_oldest_ticket_gets_its_match_first() {
+        let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
+        // Five tickets fit one 2v2; the youngest (1500, neighbour of the old one) must wait
+        // only if the old one is served by a window without it.
+        pool.insert(solo("old", 1520.0, 0.0)).unwrap();
+        for (i, r) in [1500.0, 1510.0, 1530.0, 1540.0].into_iter().enumerate() {
+            pool.insert(solo(&format!("y{i}"), r, 5.0)).unwrap();
+        }
+        let out = pool.tick(6.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        assert!(
+            team_ids(&out.matches[0])
+                .concat()
+                .contains(&"old".to_string())
+        );
+    }
+
+    #[test]
+    fn quality_floor_holds_until_the_schedule_relaxes_it_then_starvation_lifts_it() {
+        let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
+        // One strong player with three weak ones: the best split is 1900+1500 vs 1500+1500.
+        for (i, r) in [1500.0, 1500.0, 1500.0, 1900.0].into_iter().enumerate() {
+            pool.insert(solo(&format!("q{i}"), r, 0.0)).unwrap();
+        }
+        assert!(pool.tick(1.0, &MODEL).matches.is_empty());
+        // At 60 s the window is 400 wide and the floor 0.15: 1900+1500 vs 3000 gives 0.091.
+        assert!(pool.tick(60.0, &MODEL).matches.is_empty());
+        let out = pool.tick(120.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        assert!(out.matches[0].quality < 0.15);
+    }
+}
