@@ -170,6 +170,22 @@ impl Config {
         if let Some(dir) = &overrides.data_dir {
             config.server.data_dir = dir.clone();
         }
+        for (name, q) in &mut config.queues {
+            // The queue-level key is the one users set; the matcher reads its own copy.
+            match q.matching.max_party_size {
+                None => q.matching.max_party_size = Some(q.max_party_size),
+                Some(n) if n == q.max_party_size => {}
+                Some(n) => {
+                    return Err(ConfigError::invalid(
+                        format!("queues.{name}.matching.max_party_size"),
+                        format!(
+                            "set queues.{name}.max_party_size instead ({n} here, {} there)",
+                            q.max_party_size
+                        ),
+                    ));
+                }
+            }
+        }
         config.validate()?;
         Ok(config)
     }

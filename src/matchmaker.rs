@@ -260,7 +260,20 @@ impl Loop {
                 };
                 metrics::counter!(m::TICKETS_ENTERED, "queue" => ticket.queue.to_string())
                     .increment(1);
-                self.queues[qi].pool.insert(entry);
+                if let Err(e) = self.queues[qi].pool.insert(entry) {
+                    // The API validated the ticket, so this is a shell bug; end the ticket
+                    // rather than leave it SEARCHING outside any pool.
+                    tracing::error!(ticket = %ticket.id, error = %e, "matcher refused a ticket");
+                    let now = self.clock.now();
+                    self.state.end_ticket(
+                        &ticket,
+                        TicketState::Cancelled,
+                        now,
+                        format!("refused by the matcher: {e}"),
+                    );
+                    self.finished.push_back((now, ticket.id.clone()));
+                    return;
+                }
                 self.waiting.insert(
                     ticket.id.clone(),
                     Waiting {
@@ -285,8 +298,12 @@ impl Loop {
         match self.waiting.remove(id) {
             Some(w) => {
                 self.queues[w.queue].pool.remove(id);
-                self.state
-                    .end_ticket(&w.slot, TicketState::Cancelled, now, "cancelled by client");
+                self.state.end_ticket(
+                    &w.slot,
+                    TicketState::Cancelled,
+                    now,
+                    "cancelled by client".into(),
+                );
                 metrics::counter!(m::TICKETS_CANCELLED, "queue" => w.slot.queue.to_string())
                     .increment(1);
                 self.finished.push_back((now, id.clone()));
@@ -310,8 +327,12 @@ impl Loop {
             let queue_label = q.id.to_string();
             for expired in outcome.expired {
                 if let Some(w) = self.waiting.remove(&expired.id) {
-                    self.state
-                        .end_ticket(&w.slot, TicketState::Expired, now, "ticket ttl reached");
+                    self.state.end_ticket(
+                        &w.slot,
+                        TicketState::Expired,
+                        now,
+                        "ticket ttl reached".into(),
+                    );
                     self.finished.push_back((now, expired.id.clone()));
                     q.stats.tickets_expired += 1;
                     metrics::counter!(m::TICKETS_EXPIRED, "queue" => queue_label.clone())
@@ -407,7 +428,7 @@ impl Loop {
                 wait_seconds: now - w.slot.entered_at,
                 window,
                 assignment: None,
-                reason: "",
+                reason: String::new(),
             });
         }
     }

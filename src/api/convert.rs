@@ -85,7 +85,7 @@ pub fn ticket_update(ticket_id: &str, v: &TicketView) -> proto::TicketUpdate {
         assignment: v.assignment.as_deref().map(assignment),
         window_low,
         window_high,
-        reason: v.reason.to_owned(),
+        reason: v.reason.clone(),
     }
 }
 

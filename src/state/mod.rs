@@ -102,7 +102,7 @@ pub struct TicketView {
     pub wait_seconds: f64,
     pub window: Option<(f64, f64)>,
     pub assignment: Option<Arc<Assignment>>,
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 impl TicketView {
@@ -413,7 +413,7 @@ impl State {
             wait_seconds: 0.0,
             window: None,
             assignment: None,
-            reason: "",
+            reason: String::new(),
         });
         let ticket = Arc::new(TicketSlot {
             id: ticket_id.clone(),
@@ -443,13 +443,7 @@ impl State {
 
     /// Ends a waiting ticket (cancelled or expired): its players become idle, watchers get the
     /// final update. Called only by the matchmaker loop, after removing the ticket from its pool.
-    pub fn end_ticket(
-        &self,
-        ticket: &TicketSlot,
-        state: TicketState,
-        now: f64,
-        reason: &'static str,
-    ) {
+    pub fn end_ticket(&self, ticket: &TicketSlot, state: TicketState, now: f64, reason: String) {
         let slots: Vec<_> = {
             let mut s: Vec<_> = ticket
                 .players
@@ -512,7 +506,7 @@ impl State {
                 wait_seconds: now - ticket.entered_at,
                 window: None,
                 assignment: Some(assignment.clone()),
-                reason: "",
+                reason: String::new(),
             });
         }
         slot
