@@ -35,6 +35,25 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// One optimizer tick over N synthetic waiting tickets, against a sort floor and a
+    /// first-come greedy baseline measured in the same run (SPEC §10).
+    BenchMatcher {
+        /// Queue whose shape and matching config to use.
+        #[arg(long, default_value = "1v1")]
+        queue: String,
+        /// Waiting tickets.
+        #[arg(long, default_value_t = 100_000)]
+        tickets: usize,
+        /// RNG seed for the rating distribution.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// A TOML file merged over the defaults (for custom queues).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -47,7 +66,8 @@ fn init_tracing(json: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if json {
         builder.json().init();
     } else {
@@ -55,8 +75,19 @@ fn init_tracing(json: bool) {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One readable line (with causes), not a backtrace: this is what an operator sees.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     init_tracing(cli.log_json);
     match cli.command {
         Command::Serve {
@@ -81,6 +112,30 @@ fn main() -> anyhow::Result<()> {
                 tokio::spawn(signal_shutdown(shutdown.clone()));
                 matchmaker::server::bind_and_run(config, shutdown).await
             })?;
+        }
+        Command::BenchMatcher {
+            queue,
+            tickets,
+            seed,
+            config,
+            json,
+        } => {
+            let config = Config::load(config.as_deref(), &Overrides::default())?;
+            let Some(q) = config.queues.get(&queue) else {
+                let known: Vec<&str> = config.queues.keys().map(String::as_str).collect();
+                anyhow::bail!(
+                    "--queue: unknown queue {queue:?} (configured: {})",
+                    known.join(", ")
+                );
+            };
+            anyhow::ensure!(tickets > 0, "--tickets: must be at least 1");
+            let report =
+                matchmaker::matching::run_bench(&queue, q.shape(), &q.matching, tickets, seed);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
         }
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
