@@ -14,8 +14,8 @@
 //! Productivity (`PlayerInput::performance`) is read on the rating scale: the rating the player
 //! performed at this match, as the game's stats pipeline estimates it. The expected productivity
 //! of a player is their own rating, so the shortfall is `rating − performance`. Without
-//! productivity in the report, m = 1 and losses are shared equally. Draws move each team by
-//! K·(½ − E) with equal shares. More than two teams: every pair by placement with K/(n − 1).
+//! productivity in the report, m = 1 and losses are shared equally. Draws: each underdog gains
+//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair by placement with K/(n − 1).
 
 use serde::{Deserialize, Serialize};
 
@@ -191,22 +191,37 @@ fn rate_pair(
     let ra = team_rating(a.iter().map(|p| p.skill.mean), config);
     let rb = team_rating(b.iter().map(|p| p.skill.mean), config);
     match ord {
-        std::cmp::Ordering::Equal => {
-            // Draw: a moves by K·(½ − E_a) per player, b shares the opposite total equally.
-            let per = maybe_round(k * (0.5 - loss_rate(rb, ra)), config);
-            let total = per * a.len() as f64;
-            for d in da.iter_mut() {
-                *d += per;
-            }
-            for (d, s) in db
-                .iter_mut()
-                .zip(share(-total, &vec![1.0; b.len()], config))
-            {
-                *d += s;
-            }
-        }
+        // Oriented by rating, not by position, so the order of teams cannot matter.
+        std::cmp::Ordering::Equal if ra <= rb => draw(a, b, ra, rb, k, config, da, db),
+        std::cmp::Ordering::Equal => draw(b, a, rb, ra, k, config, db, da),
         std::cmp::Ordering::Less => win(a, b, ra, rb, k, config, da, db),
         std::cmp::Ordering::Greater => win(b, a, rb, ra, k, config, db, da),
+    }
+}
+
+/// A draw: each underdog gains K·(½ − E_underdog) (≥ 0), the favourites share that total
+/// equally.
+#[allow(clippy::too_many_arguments)]
+fn draw(
+    underdogs: &[PlayerInput],
+    favourites: &[PlayerInput],
+    ru: f64,
+    rf: f64,
+    k: f64,
+    config: &Config,
+    du: &mut [f64],
+    df: &mut [f64],
+) {
+    let per = maybe_round(k * (0.5 - loss_rate(rf, ru)), config);
+    for d in du.iter_mut() {
+        *d += per;
+    }
+    let total = per * underdogs.len() as f64;
+    for (d, s) in df
+        .iter_mut()
+        .zip(share(-total, &vec![1.0; favourites.len()], config))
+    {
+        *d += s;
     }
 }
 

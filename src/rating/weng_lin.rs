@@ -166,18 +166,15 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
             .collect(),
         Model::PlackettLuce => {
             let c = teams.iter().map(|t| t.s2 + beta2).sum::<f64>().sqrt();
-            // exp(μ/c) shifted by the largest μ: the ratios are unchanged and nothing overflows.
-            let top = teams.iter().map(|t| t.mu).fold(f64::NEG_INFINITY, f64::max);
-            let ex: Vec<f64> = teams.iter().map(|t| ((t.mu - top) / c).exp()).collect();
-            let sum_q: Vec<f64> = teams
+            // In log space: ln Σ_{s: r(s) ≥ r(q)} e^{μ_s/c} by log-sum-exp, so neither huge nor
+            // tiny μ/c can overflow or underflow into 0/0.
+            let x: Vec<f64> = teams.iter().map(|t| t.mu / c).collect();
+            let log_sum_q: Vec<f64> = teams
                 .iter()
                 .map(|tq| {
-                    teams
-                        .iter()
-                        .zip(&ex)
-                        .filter(|(ti, _)| ti.rank >= tq.rank)
-                        .map(|(_, e)| *e)
-                        .sum::<f64>()
+                    let members = || teams.iter().zip(&x).filter(|(ti, _)| ti.rank >= tq.rank);
+                    let top = members().map(|(_, v)| *v).fold(f64::NEG_INFINITY, f64::max);
+                    top + members().map(|(_, v)| (v - top).exp()).sum::<f64>().ln()
                 })
                 .collect();
             let a: Vec<f64> = teams
@@ -191,7 +188,7 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
                     let (mut omega, mut delta) = (0.0, 0.0);
                     for (q, tq) in teams.iter().enumerate() {
                         if tq.rank <= ti.rank {
-                            let r = ex[i] / sum_q[q];
+                            let r = (x[i] - log_sum_q[q]).exp();
                             delta += r * (1.0 - r) / a[q];
                             if q == i {
                                 omega += (1.0 - r) / a[q];
