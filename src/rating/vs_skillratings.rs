@@ -211,7 +211,6 @@ fn weng_lin_bradley_terry_matches_skillratings() {
 fn plain_elo_matches_skillratings() {
     let mut rng = StdRng::seed_from_u64(6);
     let ours = elo::Config::plain();
-    let theirs = skillratings::elo::EloConfig::new();
     for _ in 0..CASES {
         let a = Skill {
             mean: rng.random_range(0.0..3000.0),
