@@ -379,3 +379,134 @@ impl RatingSystem for Config {
         7.0 * super::DAY_SECONDS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::test_util::*;
+
+    fn p(mean: f64) -> PlayerInput {
+        PlayerInput::new(Skill {
+            mean,
+            deviation: 0.0,
+            volatility: 0.0,
+        })
+    }
+
+    fn with_perf(mean: f64, perf: f64) -> PlayerInput {
+        PlayerInput {
+            performance: Some(perf),
+            ..p(mean)
+        }
+    }
+
+    fn means(out: &[Vec<Skill>]) -> Vec<Vec<f64>> {
+        out.iter()
+            .map(|t| t.iter().map(|s| s.mean).collect())
+            .collect()
+    }
+
+    #[test]
+    fn equal_1v1_moves_by_half_k_plus_inflation() {
+        let c = Config::default();
+        let out = rate_teams(&[vec![p(1500.0)], vec![p(1500.0)]], &[1, 2], &c);
+        // f = ½, adjustment = round(16·½) = 8; the winner's first-800-wins bonus adds 1.
+        assert_eq!(means(&out), vec![vec![1509.0], vec![1492.0]]);
+    }
+
+    #[test]
+    fn teams_are_normalised_by_sqrt_n() {
+        // Σ/sqrt(N): [1600, 1400] and [1500, 1500] are both 3000/√2, so f = ½ → 8 each.
+        let c = Config::plain();
+        assert_close(
+            team_rating([1600.0, 1400.0].into_iter(), &c),
+            3000.0 / 2f64.sqrt(),
+            1e-9,
+        );
+        let out = rate_teams(
+            &[vec![p(1600.0), p(1400.0)], vec![p(1500.0), p(1500.0)]],
+            &[1, 2],
+            &c,
+        );
+        assert_eq!(
+            means(&out),
+            vec![vec![1608.0, 1408.0], vec![1492.0, 1492.0]]
+        );
+        // An upset against a 400-point (normalised) favourite pays K·10/11.
+        let out = rate_teams(&[vec![p(1100.0)], vec![p(1500.0)]], &[1, 2], &c);
+        assert_close(out[0][0].mean - 1100.0, 16.0 * 10.0 / 11.0, 1e-9);
+    }
+
+    #[test]
+    fn productivity_multipliers_and_unequal_loss_sharing() {
+        let c = Config {
+            inflation_per_win: 0.0,
+            ..Config::default()
+        };
+        let winners = vec![p(1500.0), p(1500.0)];
+        // Losers met their ratings: m = 1, equal shares.
+        let met = vec![with_perf(1500.0, 1500.0), with_perf(1500.0, 1520.0)];
+        let out = rate_teams(&[winners.clone(), met], &[1, 2], &c);
+        assert_eq!(out[0][0].mean, 1508.0);
+        // Mean shortfall 50 (≤ 100 per player): m = 2, adjustment 16, total 32 shared 1 : 2 by
+        // the weights 1 + shortfall/100 → 10.67 / 21.33 → 11 / 21 by largest remainder.
+        let short = vec![with_perf(1500.0, 1500.0), with_perf(1500.0, 1400.0)];
+        let out = rate_teams(&[winners.clone(), short], &[1, 2], &c);
+        assert_eq!(
+            means(&out),
+            vec![vec![1516.0, 1516.0], vec![1489.0, 1479.0]]
+        );
+        // Mean shortfall 150 (> 100): m = 4, adjustment 32 each.
+        let blowout = vec![with_perf(1500.0, 1350.0), with_perf(1500.0, 1350.0)];
+        let out = rate_teams(&[winners, blowout], &[1, 2], &c);
+        assert_eq!(
+            means(&out),
+            vec![vec![1532.0, 1532.0], vec![1468.0, 1468.0]]
+        );
+    }
+
+    #[test]
+    fn inflation_stops_after_the_configured_wins() {
+        let c = Config::default();
+        let veteran = PlayerInput {
+            wins: 800,
+            ..p(1500.0)
+        };
+        let newer = PlayerInput {
+            wins: 799,
+            ..p(1500.0)
+        };
+        let out = rate_teams(
+            &[vec![veteran, newer], vec![p(1500.0), p(1500.0)]],
+            &[1, 2],
+            &c,
+        );
+        assert_eq!(means(&out)[0], vec![1508.0, 1509.0]);
+        let off = Config {
+            inflation_per_win: 0.0,
+            ..c
+        };
+        let out = rate_teams(&[vec![newer], vec![p(1500.0)]], &[1, 2], &off);
+        assert_eq!(out[0][0].mean, 1508.0);
+    }
+
+    #[test]
+    fn draw_moves_the_underdog_up() {
+        let c = Config::plain();
+        let out = rate_teams(&[vec![p(1700.0)], vec![p(1500.0)]], &[1, 1], &c);
+        assert!(out[0][0].mean < 1700.0 && out[1][0].mean > 1500.0);
+        assert_close(out[0][0].mean + out[1][0].mean, 3200.0, 1e-9);
+    }
+
+    #[test]
+    fn free_for_all_is_pairwise_with_k_over_n_minus_1() {
+        let c = Config::plain();
+        let out = rate_teams(
+            &[vec![p(1500.0)], vec![p(1500.0)], vec![p(1500.0)]],
+            &[1, 2, 3],
+            &c,
+        );
+        // Each pair at K/2 = 8 with f = ½: +4 per win.
+        assert_eq!(means(&out), vec![vec![1508.0], vec![1500.0], vec![1492.0]]);
+    }
+}
