@@ -14,8 +14,8 @@
 //! Productivity (`PlayerInput::performance`) is read on the rating scale: the rating the player
 //! performed at this match, as the game's stats pipeline estimates it. The expected productivity
 //! of a player is their own rating, so the shortfall is `rating − performance`. Without
-//! productivity in the report, m = 1 and losses are shared equally. Draws move each team by
-//! K·(½ − E) with equal shares. More than two teams: every pair by placement with K/(n − 1).
+//! productivity in the report, m = 1 and losses are shared equally. Draws: each underdog gains
+//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair by placement with K/(n − 1).
 
 use serde::{Deserialize, Serialize};
 
@@ -191,22 +191,37 @@ fn rate_pair(
     let ra = team_rating(a.iter().map(|p| p.skill.mean), config);
     let rb = team_rating(b.iter().map(|p| p.skill.mean), config);
     match ord {
-        std::cmp::Ordering::Equal => {
-            // Draw: a moves by K·(½ − E_a) per player, b shares the opposite total equally.
-            let per = maybe_round(k * (0.5 - loss_rate(rb, ra)), config);
-            let total = per * a.len() as f64;
-            for d in da.iter_mut() {
-                *d += per;
-            }
-            for (d, s) in db
-                .iter_mut()
-                .zip(share(-total, &vec![1.0; b.len()], config))
-            {
-                *d += s;
-            }
-        }
+        // Oriented by rating, not by position, so the order of teams cannot matter.
+        std::cmp::Ordering::Equal if ra <= rb => draw(a, b, ra, rb, k, config, da, db),
+        std::cmp::Ordering::Equal => draw(b, a, rb, ra, k, config, db, da),
         std::cmp::Ordering::Less => win(a, b, ra, rb, k, config, da, db),
         std::cmp::Ordering::Greater => win(b, a, rb, ra, k, config, db, da),
+    }
+}
+
+/// A draw: each underdog gains K·(½ − E_underdog) (≥ 0), the favourites share that total
+/// equally.
+#[allow(clippy::too_many_arguments)]
+fn draw(
+    underdogs: &[PlayerInput],
+    favourites: &[PlayerInput],
+    ru: f64,
+    rf: f64,
+    k: f64,
+    config: &Config,
+    du: &mut [f64],
+    df: &mut [f64],
+) {
+    let per = maybe_round(k * (0.5 - loss_rate(rf, ru)), config);
+    for d in du.iter_mut() {
+        *d += per;
+    }
+    let total = per * underdogs.len() as f64;
+    for (d, s) in df
+        .iter_mut()
+        .zip(share(-total, &vec![1.0; favourites.len()], config))
+    {
+        *d += s;
     }
 }
 
@@ -362,5 +377,136 @@ impl RatingSystem for Config {
 
     fn rating_period_seconds(&self) -> f64 {
         7.0 * super::DAY_SECONDS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::test_util::*;
+
+    fn p(mean: f64) -> PlayerInput {
+        PlayerInput::new(Skill {
+            mean,
+            deviation: 0.0,
+            volatility: 0.0,
+        })
+    }
+
+    fn with_perf(mean: f64, perf: f64) -> PlayerInput {
+        PlayerInput {
+            performance: Some(perf),
+            ..p(mean)
+        }
+    }
+
+    fn means(out: &[Vec<Skill>]) -> Vec<Vec<f64>> {
+        out.iter()
+            .map(|t| t.iter().map(|s| s.mean).collect())
+            .collect()
+    }
+
+    #[test]
+    fn equal_1v1_moves_by_half_k_plus_inflation() {
+        let c = Config::default();
+        let out = rate_teams(&[vec![p(1500.0)], vec![p(1500.0)]], &[1, 2], &c);
+        // f = ½, adjustment = round(16·½) = 8; the winner's first-800-wins bonus adds 1.
+        assert_eq!(means(&out), vec![vec![1509.0], vec![1492.0]]);
+    }
+
+    #[test]
+    fn teams_are_normalised_by_sqrt_n() {
+        // Σ/sqrt(N): [1600, 1400] and [1500, 1500] are both 3000/√2, so f = ½ → 8 each.
+        let c = Config::plain();
+        assert_close(
+            team_rating([1600.0, 1400.0].into_iter(), &c),
+            3000.0 / 2f64.sqrt(),
+            1e-9,
+        );
+        let out = rate_teams(
+            &[vec![p(1600.0), p(1400.0)], vec![p(1500.0), p(1500.0)]],
+            &[1, 2],
+            &c,
+        );
+        assert_eq!(
+            means(&out),
+            vec![vec![1608.0, 1408.0], vec![1492.0, 1492.0]]
+        );
+        // An upset against a 400-point (normalised) favourite pays K·10/11.
+        let out = rate_teams(&[vec![p(1100.0)], vec![p(1500.0)]], &[1, 2], &c);
+        assert_close(out[0][0].mean - 1100.0, 16.0 * 10.0 / 11.0, 1e-9);
+    }
+
+    #[test]
+    fn productivity_multipliers_and_unequal_loss_sharing() {
+        let c = Config {
+            inflation_per_win: 0.0,
+            ..Config::default()
+        };
+        let winners = vec![p(1500.0), p(1500.0)];
+        // Losers met their ratings: m = 1, equal shares.
+        let met = vec![with_perf(1500.0, 1500.0), with_perf(1500.0, 1520.0)];
+        let out = rate_teams(&[winners.clone(), met], &[1, 2], &c);
+        assert_eq!(out[0][0].mean, 1508.0);
+        // Mean shortfall 50 (≤ 100 per player): m = 2, adjustment 16, total 32 shared 1 : 2 by
+        // the weights 1 + shortfall/100 → 10.67 / 21.33 → 11 / 21 by largest remainder.
+        let short = vec![with_perf(1500.0, 1500.0), with_perf(1500.0, 1400.0)];
+        let out = rate_teams(&[winners.clone(), short], &[1, 2], &c);
+        assert_eq!(
+            means(&out),
+            vec![vec![1516.0, 1516.0], vec![1489.0, 1479.0]]
+        );
+        // Mean shortfall 150 (> 100): m = 4, adjustment 32 each.
+        let blowout = vec![with_perf(1500.0, 1350.0), with_perf(1500.0, 1350.0)];
+        let out = rate_teams(&[winners, blowout], &[1, 2], &c);
+        assert_eq!(
+            means(&out),
+            vec![vec![1532.0, 1532.0], vec![1468.0, 1468.0]]
+        );
+    }
+
+    #[test]
+    fn inflation_stops_after_the_configured_wins() {
+        let c = Config::default();
+        let veteran = PlayerInput {
+            wins: 800,
+            ..p(1500.0)
+        };
+        let newer = PlayerInput {
+            wins: 799,
+            ..p(1500.0)
+        };
+        let out = rate_teams(
+            &[vec![veteran, newer], vec![p(1500.0), p(1500.0)]],
+            &[1, 2],
+            &c,
+        );
+        assert_eq!(means(&out)[0], vec![1508.0, 1509.0]);
+        let off = Config {
+            inflation_per_win: 0.0,
+            ..c
+        };
+        let out = rate_teams(&[vec![newer], vec![p(1500.0)]], &[1, 2], &off);
+        assert_eq!(out[0][0].mean, 1508.0);
+    }
+
+    #[test]
+    fn draw_moves_the_underdog_up() {
+        let c = Config::plain();
+        let out = rate_teams(&[vec![p(1700.0)], vec![p(1500.0)]], &[1, 1], &c);
+        assert!(out[0][0].mean < 1700.0 && out[1][0].mean > 1500.0);
+        assert_close(out[0][0].mean + out[1][0].mean, 3200.0, 1e-9);
+    }
+
+    #[test]
+    fn free_for_all_is_pairwise_with_k_over_n_minus_1() {
+        let c = Config::plain();
+        let out = rate_teams(
+            &[vec![p(1500.0)], vec![p(1500.0)], vec![p(1500.0)]],
+            &[1, 2, 3],
+            &c,
+        );
+        // Each pair at K/2 = 8 with f = ½: +4 per win.
+        assert_eq!(means(&out), vec![vec![1508.0], vec![1500.0], vec![1492.0]]);
     }
 }

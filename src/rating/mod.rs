@@ -608,3 +608,9 @@ pub(crate) mod test_util;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod vs_skillratings;
+
+#[cfg(test)]
+mod properties;

@@ -116,3 +116,64 @@ pub fn party_rate(
         volatility: mine.iter().map(|s| s.volatility).sum::<f64>() / n,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::test_util::*;
+    use crate::rating::{elo, glicko, weng_lin};
+
+    #[test]
+    fn party_starts_at_member_mean_with_widened_deviation() {
+        let sys = SystemConfig::Glicko(glicko::Config::default());
+        let m = Skill {
+            mean: 1700.0,
+            deviation: 50.0,
+            volatility: 0.0,
+        };
+        let party = party_initial(&sys, &[m, m, m]);
+        assert_close(party.mean, 1700.0, 1e-9);
+        // Halfway from 50 to the unrated 350.
+        assert_close(party.deviation, 200.0, 1e-9);
+        // Spread between members widens it further.
+        let mixed = party_initial(
+            &sys,
+            &[Skill { mean: 1600.0, ..m }, Skill { mean: 1800.0, ..m }],
+        );
+        let d = (2500.0f64 + 10_000.0).sqrt();
+        assert_close(mixed.deviation, d + 0.5 * (350.0 - d), 1e-9);
+        // Nothing usable: unrated.
+        assert_eq!(party_initial(&sys, &[]), sys.initial());
+    }
+
+    #[test]
+    fn party_initial_respects_bounds_for_every_system() {
+        for sys in [
+            SystemConfig::default(),
+            SystemConfig::WengLinPl(weng_lin::Config::default()),
+            SystemConfig::Elo(elo::Config::default()),
+        ] {
+            let i = sys.initial();
+            let party = party_initial(&sys, &[i, i]);
+            assert!(party.deviation <= i.deviation + 1e-9, "{}", sys.name());
+            assert_close(party.mean, i.mean, 1e-9);
+        }
+    }
+
+    #[test]
+    fn a_party_that_wins_together_rises() {
+        let sys = SystemConfig::default();
+        let solo = sys.initial();
+        let party = party_initial(&sys, &[solo, solo]);
+        let p = PlayerInput::new(solo);
+        let teams = vec![vec![p, p], vec![p, p]];
+        let m = MatchInput {
+            teams: &teams,
+            placements: &[1, 2],
+        };
+        let after = party_rate(&sys, &party, &m, 0).unwrap();
+        assert!(after.mean > party.mean);
+        assert!(after.deviation < party.deviation);
+        assert!(party_rate(&sys, &party, &m, 2).is_err());
+    }
+}

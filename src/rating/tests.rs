@@ -241,3 +241,142 @@ fn display_rules() {
     });
     assert_eq!((g.display, g.low, g.high), (1500.0, 1304.0, 1696.0));
 }
+
+#[test]
+fn glicko2_team_match_composite_team() {
+    let sys = SystemConfig::default();
+    let strong = player(1700.0, 80.0, 0.06);
+    let weak = player(1300.0, 80.0, 0.06);
+    let mid = player(1500.0, 80.0, 0.06);
+    // Strong + weak lose to two average players: the weak teammate lowered the expectation, so
+    // the strong player loses less than after losing 1v1 to an average player.
+    let teams = vec![vec![strong, weak], vec![mid, mid]];
+    let out = sys
+        .rate(&MatchInput {
+            teams: &teams,
+            placements: &[2, 1],
+        })
+        .unwrap();
+    let solo = vec![vec![strong], vec![mid]];
+    let alone = sys
+        .rate(&MatchInput {
+            teams: &solo,
+            placements: &[2, 1],
+        })
+        .unwrap();
+    assert!(out[0][0].mean < 1700.0 && out[0][1].mean < 1300.0);
+    assert!(out[1][0].mean > 1500.0);
+    assert!(1700.0 - out[0][0].mean < 1700.0 - alone[0][0].mean);
+}
+
+#[test]
+fn glicko2_free_for_all_orders_the_changes() {
+    let sys = SystemConfig::default();
+    let p = player(1500.0, 150.0, 0.06);
+    let teams = vec![vec![p], vec![p], vec![p], vec![p]];
+    let out = sys
+        .rate(&MatchInput {
+            teams: &teams,
+            placements: &[3, 1, 4, 2],
+        })
+        .unwrap();
+    let m: Vec<f64> = out.iter().map(|t| t[0].mean).collect();
+    assert!(
+        m[1] > m[3] && m[3] > 1500.0 && 1500.0 > m[0] && m[0] > m[2],
+        "{m:?}"
+    );
+}
+
+#[test]
+fn inactivity_before_a_game_grows_the_update() {
+    for sys in [
+        SystemConfig::default(),
+        SystemConfig::Glicko(glicko::Config::default()),
+    ] {
+        let fresh = player(1500.0, 80.0, 0.06);
+        let away = PlayerInput {
+            elapsed_seconds: 120.0 * DAY_SECONDS,
+            ..fresh
+        };
+        let opp = player(1500.0, 80.0, 0.06);
+        let a = sys
+            .rate(&MatchInput {
+                teams: &[vec![fresh], vec![opp]],
+                placements: &[1, 2],
+            })
+            .unwrap();
+        let b = sys
+            .rate(&MatchInput {
+                teams: &[vec![away], vec![opp]],
+                placements: &[1, 2],
+            })
+            .unwrap();
+        assert!(
+            b[0][0].mean - 1500.0 > a[0][0].mean - 1500.0,
+            "{}",
+            sys.name()
+        );
+    }
+}
+
+#[test]
+fn decay_per_system() {
+    let s = Skill {
+        mean: 1500.0,
+        deviation: 100.0,
+        volatility: 0.06,
+    };
+    let g2 = SystemConfig::default();
+    assert!(g2.decay(&s, g2.rating_period_seconds()).unwrap().deviation > 100.0);
+    let elo = SystemConfig::Elo(elo::Config::default());
+    assert_eq!(elo.decay(&s, 1e9).unwrap(), s);
+    let wl = SystemConfig::WengLinBt(weng_lin::Config::default());
+    let w = Skill {
+        mean: 25.0,
+        deviation: 2.0,
+        volatility: 0.0,
+    };
+    assert_eq!(wl.decay(&w, 1e9).unwrap(), w);
+    let wl = SystemConfig::WengLinBt(weng_lin::Config {
+        sigma_decay_per_period: 0.5,
+        ..Default::default()
+    });
+    let grown = wl.decay(&w, wl.rating_period_seconds() * 4.0).unwrap();
+    assert_close(grown.deviation, (4.0f64 + 1.0).sqrt(), 1e-12);
+    assert!(g2.decay(&s, -1.0).is_err());
+    assert!(
+        g2.decay(
+            &Skill {
+                volatility: 0.0,
+                ..s
+            },
+            1.0
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn predict_favours_the_stronger_team_in_every_system() {
+    for sys in [
+        SystemConfig::default(),
+        SystemConfig::Glicko(glicko::Config::default()),
+        SystemConfig::WengLinBt(weng_lin::Config::default()),
+        SystemConfig::WengLinPl(weng_lin::Config::default()),
+        SystemConfig::WengLinTm(weng_lin::Config::default()),
+        SystemConfig::Elo(elo::Config::default()),
+    ] {
+        let i = sys.initial();
+        let strong = Skill {
+            mean: i.mean + if i.mean > 100.0 { 200.0 } else { 5.0 },
+            ..i
+        };
+        let p = sys.predict(&[&[i], &[strong], &[i]]).unwrap();
+        assert!(
+            p.win_probability[1] > p.win_probability[0],
+            "{}: {p:?}",
+            sys.name()
+        );
+        assert_close(p.win_probability[0], p.win_probability[2], 1e-12);
+    }
+}

@@ -166,18 +166,15 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
             .collect(),
         Model::PlackettLuce => {
             let c = teams.iter().map(|t| t.s2 + beta2).sum::<f64>().sqrt();
-            // exp(μ/c) shifted by the largest μ: the ratios are unchanged and nothing overflows.
-            let top = teams.iter().map(|t| t.mu).fold(f64::NEG_INFINITY, f64::max);
-            let ex: Vec<f64> = teams.iter().map(|t| ((t.mu - top) / c).exp()).collect();
-            let sum_q: Vec<f64> = teams
+            // In log space: ln Σ_{s: r(s) ≥ r(q)} e^{μ_s/c} by log-sum-exp, so neither huge nor
+            // tiny μ/c can overflow or underflow into 0/0.
+            let x: Vec<f64> = teams.iter().map(|t| t.mu / c).collect();
+            let log_sum_q: Vec<f64> = teams
                 .iter()
                 .map(|tq| {
-                    teams
-                        .iter()
-                        .zip(&ex)
-                        .filter(|(ti, _)| ti.rank >= tq.rank)
-                        .map(|(_, e)| *e)
-                        .sum::<f64>()
+                    let members = || teams.iter().zip(&x).filter(|(ti, _)| ti.rank >= tq.rank);
+                    let top = members().map(|(_, v)| *v).fold(f64::NEG_INFINITY, f64::max);
+                    top + members().map(|(_, v)| (v - top).exp()).sum::<f64>().ln()
                 })
                 .collect();
             let a: Vec<f64> = teams
@@ -191,7 +188,7 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
                     let (mut omega, mut delta) = (0.0, 0.0);
                     for (q, tq) in teams.iter().enumerate() {
                         if tq.rank <= ti.rank {
-                            let r = ex[i] / sum_q[q];
+                            let r = (x[i] - log_sum_q[q]).exp();
                             delta += r * (1.0 - r) / a[q];
                             if q == i {
                                 omega += (1.0 - r) / a[q];
@@ -539,5 +536,214 @@ pub(crate) fn input_rules() -> InputRules {
     InputRules {
         deviation_positive: true,
         volatility_positive: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::test_util::*;
+
+    struct Case {
+        model: Model,
+        teams: &'static [&'static [(f64, f64)]],
+        ranks: &'static [u32],
+        tau: f64,
+        limit_sigma: bool,
+        expected: &'static [&'static [(f64, f64)]],
+    }
+
+    /// Expected values computed with the reference implementation, PyPI `openskill` 6.2.0
+    /// (models `PlackettLuce`, `BradleyTerryFull`, `ThurstoneMostellerFull`):
+    ///
+    /// ```text
+    /// python3 -m venv /tmp/osk && /tmp/osk/bin/pip install -r scripts/requirements.txt
+    /// /tmp/osk/bin/python scripts/openskill_reference.py
+    /// ```
+    ///
+    /// Options (see the script): mu=25, sigma=25/3, beta=25/6, kappa=0.0001, tau as per case
+    /// (0 = off), limit_sigma as per case, balance=False, margin=0, default gamma, TM
+    /// epsilon=0.1 (= our `draw_margin`), ranks = our placements. Output pasted verbatim:
+    #[rustfmt::skip]
+    const OPENSKILL_CASES: &[Case] = &[
+    // openskill 6.2.0
+    // PlackettLuce: 1v1 new players, a wins
+    Case { model: Model::PlackettLuce, teams: &[&[(25.0, 8.333333333333334)], &[(25.0, 8.333333333333334)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(27.63523138347365, 8.065506316323548)], &[(22.36476861652635, 8.065506316323548)]] },
+    // PlackettLuce: 1v1 rated, upset
+    Case { model: Model::PlackettLuce, teams: &[&[(30.0, 4.0)], &[(22.0, 6.5)]], ranks: &[2, 1], tau: 0.0, limit_sigma: false,
+        expected: &[&[(28.844599574091845, 3.9696904671889763)], &[(25.050979249663722, 6.285930305008959)]] },
+    // PlackettLuce: 1v1 draw
+    Case { model: Model::PlackettLuce, teams: &[&[(28.0, 5.0)], &[(24.0, 7.0)]], ranks: &[1, 1], tau: 0.0, limit_sigma: false,
+        expected: &[&[(27.772835272333538, 4.93311232559146)], &[(24.445242866226266, 6.739931926646816)]] },
+    // PlackettLuce: 2v2
+    Case { model: Model::PlackettLuce, teams: &[&[(27.0, 6.0), (23.0, 8.0)], &[(25.0, 3.0), (26.0, 5.5)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(28.416393044460364, 5.881331323030038), (25.518032079040644, 7.716468585251543)], &[(24.64590173888491, 2.990784532851011), (24.809836400140945, 5.443005865593255)]] },
+    // PlackettLuce: 3 teams with a tie, uneven sizes
+    Case { model: Model::PlackettLuce, teams: &[&[(30.0, 3.0)], &[(24.0, 7.0), (20.0, 8.0)], &[(26.0, 5.0), (25.0, 6.0), (21.0, 4.0)]], ranks: &[2, 1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(30.214224661841303, 2.9988266175604834)], &[(26.666801023216536, 6.9454080916968675), (23.48316868338486, 7.918411761463205)], &[(24.04431872793806, 4.96982151634246), (22.183818968230803, 5.94778172726248), (19.748363985880356, 3.9845654682037126)]] },
+    // PlackettLuce: 4-player free-for-all, tie for 2nd
+    Case { model: Model::PlackettLuce, teams: &[&[(25.0, 8.0)], &[(28.0, 4.0)], &[(22.0, 6.0)], &[(31.0, 2.5)]], ranks: &[3, 2, 1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(22.77136142572612, 7.713345594157884)], &[(27.885848498632026, 3.9797969031631752)], &[(24.143978746761828, 5.9645763130990295)], &[(30.89001238356687, 2.49657879362639)]] },
+    // PlackettLuce: tau and limit_sigma
+    Case { model: Model::PlackettLuce, teams: &[&[(27.0, 1.0), (23.0, 0.5)], &[(25.0, 3.0)]], ranks: &[1, 2], tau: 0.08333333333333333, limit_sigma: true,
+        expected: &[&[(27.003527451831403, 1.0), (23.00090010839836, 0.5)], &[(24.968447551549453, 2.998071641422762)]] },
+    // BradleyTerry: 1v1 new players, a wins
+    Case { model: Model::BradleyTerry, teams: &[&[(25.0, 8.333333333333334)], &[(25.0, 8.333333333333334)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(27.63523138347365, 8.065506316323548)], &[(22.36476861652635, 8.065506316323548)]] },
+    // BradleyTerry: 2v2
+    Case { model: Model::BradleyTerry, teams: &[&[(27.0, 6.0), (23.0, 8.0)], &[(25.0, 3.0), (26.0, 5.5)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(28.416393044460364, 5.881331323030038), (25.518032079040644, 7.716468585251543)], &[(24.64590173888491, 2.990784532851011), (24.809836400140945, 5.443005865593255)]] },
+    // BradleyTerry: uneven 3v1
+    Case { model: Model::BradleyTerry, teams: &[&[(20.0, 7.0), (22.0, 6.0), (18.0, 8.0)], &[(35.0, 3.0)]], ranks: &[2, 1], tau: 0.0, limit_sigma: false,
+        expected: &[&[(16.970685800600112, 6.904153050454243), (19.774381404522533, 5.939752315696667), (14.043344719151168, 7.85662285566355)], &[(35.55640464886937, 2.99815784603976)]] },
+    // BradleyTerry: 3 teams with a tie, uneven sizes
+    Case { model: Model::BradleyTerry, teams: &[&[(30.0, 3.0)], &[(24.0, 7.0), (20.0, 8.0)], &[(26.0, 5.0), (25.0, 6.0), (21.0, 4.0)]], ranks: &[2, 1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(30.21494297769675, 2.995524906200815)], &[(27.795490772202946, 6.7606869866912325), (24.957375702469157, 7.640817837168934)], &[(23.46646128928756, 4.972396047679559), (21.35170425657409, 5.952241971110135), (19.37853522514404, 3.985880870969367)]] },
+    // BradleyTerry: 1v1 draw
+    Case { model: Model::BradleyTerry, teams: &[&[(28.0, 5.0)], &[(24.0, 7.0)]], ranks: &[1, 1], tau: 0.0, limit_sigma: false,
+        expected: &[&[(27.772835272333538, 4.93311232559146)], &[(24.445242866226266, 6.739931926646816)]] },
+    // ThurstoneMosteller: 1v1 new players, a wins
+    Case { model: Model::ThurstoneMosteller, teams: &[&[(25.0, 8.333333333333334)], &[(25.0, 8.333333333333334)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(29.230718708993216, 7.630934718709003)], &[(20.769281291006784, 7.630934718709003)]] },
+    // ThurstoneMosteller: 1v1 draw
+    Case { model: Model::ThurstoneMosteller, teams: &[&[(28.0, 5.0)], &[(24.0, 7.0)]], ranks: &[1, 1], tau: 0.0, limit_sigma: false,
+        expected: &[&[(27.08025303310342, 4.716300690154196)], &[(25.802704055117292, 5.845925032828719)]] },
+    // ThurstoneMosteller: 2v2
+    Case { model: Model::ThurstoneMosteller, teams: &[&[(27.0, 6.0), (23.0, 8.0)], &[(25.0, 3.0), (26.0, 5.5)]], ranks: &[1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(29.324670854021555, 5.683662298562585), (27.13274818492721, 7.233178342570619)], &[(24.41883228649461, 2.975782180422275), (24.046630740717998, 5.349306838147453)]] },
+    // ThurstoneMosteller: 3 teams with a tie, uneven sizes
+    Case { model: Model::ThurstoneMosteller, teams: &[&[(30.0, 3.0)], &[(24.0, 7.0), (20.0, 8.0)], &[(26.0, 5.0), (25.0, 6.0), (21.0, 4.0)]], ranks: &[2, 1, 2], tau: 0.0, limit_sigma: false,
+        expected: &[&[(32.945018082172226, 2.964381736595885)], &[(32.36832203287994, 6.160742500276695), (30.93005326743502, 6.71991725996106)], &[(13.549842158596448, 4.440733926482239), (7.071772708378887, 5.005160964657218), (13.031898981501726, 3.7198602464689348)]] },
+    ];
+
+    fn run(case: &Case) -> Vec<Vec<Skill>> {
+        let config = Config {
+            tau: case.tau,
+            limit_sigma: case.limit_sigma,
+            ..Config::default()
+        };
+        let teams: Vec<Vec<Skill>> = case
+            .teams
+            .iter()
+            .map(|t| {
+                t.iter()
+                    .map(|&(mean, deviation)| Skill {
+                        mean,
+                        deviation,
+                        volatility: 0.0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[Skill]> = teams.iter().map(Vec::as_slice).collect();
+        rate(case.model, &refs, case.ranks, &config)
+    }
+
+    #[test]
+    fn matches_openskill_reference_to_1e6() {
+        for (k, case) in OPENSKILL_CASES.iter().enumerate() {
+            let out = run(case);
+            for (t, (team, want)) in out.iter().zip(case.expected).enumerate() {
+                for (p, (got, &(mu, sigma))) in team.iter().zip(want.iter()).enumerate() {
+                    assert!(
+                        (got.mean - mu).abs() < 1e-6 && (got.deviation - sigma).abs() < 1e-6,
+                        "case {k} ({:?}) team {t} player {p}: got ({}, {}), openskill ({mu}, {sigma})",
+                        case.model,
+                        got.mean,
+                        got.deviation
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn generic_path_and_1v1_fast_paths_match_openskill() {
+        for case in OPENSKILL_CASES
+            .iter()
+            .filter(|c| c.teams.len() == 2 && c.teams.iter().all(|t| t.len() == 1))
+        {
+            if case.model == Model::ThurstoneMosteller {
+                continue;
+            }
+            let config = Config {
+                tau: case.tau,
+                limit_sigma: case.limit_sigma,
+                ..Config::default()
+            };
+            let sk = |&(mean, deviation): &(f64, f64)| Skill {
+                mean,
+                deviation,
+                volatility: 0.0,
+            };
+            let (a, b) = (sk(&case.teams[0][0]), sk(&case.teams[1][0]));
+            let score = crate::rating::pair_score(case.ranks[0], case.ranks[1]);
+            let f = if case.model == Model::BradleyTerry {
+                rate_1v1_bt
+            } else {
+                rate_1v1_pl
+            };
+            let (na, nb) = f(&a, &b, score, &config);
+            let want = case.expected;
+            assert_close(na.mean, want[0][0].0, 1e-9);
+            assert_close(na.deviation, want[0][0].1, 1e-9);
+            assert_close(nb.mean, want[1][0].0, 1e-9);
+            assert_close(nb.deviation, want[1][0].1, 1e-9);
+        }
+    }
+
+    #[test]
+    fn thurstone_mosteller_models_draws_in_prediction() {
+        let config = Config::default();
+        let sys = WengLin::new(Model::ThurstoneMosteller, &config);
+        let a = [Skill {
+            mean: 25.0,
+            deviation: 3.0,
+            volatility: 0.0,
+        }];
+        let p = sys.predict(&[&a, &a]).unwrap();
+        assert!(p.draw_probability > 0.0);
+        assert_close(p.win_probability[0], p.win_probability[1], 1e-15);
+        assert_close(
+            p.win_probability.iter().sum::<f64>() + p.draw_probability,
+            1.0,
+            1e-12,
+        );
+    }
+
+    #[test]
+    fn team_order_does_not_change_the_outcome() {
+        for case in OPENSKILL_CASES {
+            let out = run(case);
+            let config = Config {
+                tau: case.tau,
+                limit_sigma: case.limit_sigma,
+                ..Config::default()
+            };
+            let teams: Vec<Vec<Skill>> = case
+                .teams
+                .iter()
+                .rev()
+                .map(|t| {
+                    t.iter()
+                        .map(|&(mean, deviation)| Skill {
+                            mean,
+                            deviation,
+                            volatility: 0.0,
+                        })
+                        .collect()
+                })
+                .collect();
+            let refs: Vec<&[Skill]> = teams.iter().map(Vec::as_slice).collect();
+            let ranks: Vec<u32> = case.ranks.iter().rev().copied().collect();
+            let back = rate(case.model, &refs, &ranks, &config);
+            for (x, y) in out.iter().zip(back.iter().rev()) {
+                for (p, q) in x.iter().zip(y) {
+                    assert_close(p.mean, q.mean, 1e-12);
+                    assert_close(p.deviation, q.deviation, 1e-12);
+                }
+            }
+        }
     }
 }
