@@ -58,6 +58,7 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     pub command_buffer: usize,
     pub stream_buffer: usize,
+    pub allocation_timeout_seconds: f64,
 }
 
 /// sled settings.
@@ -65,6 +66,8 @@ pub struct ServerConfig {
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     pub cache_capacity_bytes: u64,
+    pub snapshot_interval_seconds: u64,
+    pub journal_buffer: usize,
 }
 
 /// Authentication (SPEC §2 Auth). Off by default for local development.
@@ -236,6 +239,7 @@ impl Config {
             ("server.max_concurrent_requests", s.max_concurrent_requests),
             ("server.command_buffer", s.command_buffer),
             ("server.stream_buffer", s.stream_buffer),
+            ("store.journal_buffer", self.store.journal_buffer),
         ] {
             if value == 0 {
                 return Err(ConfigError::invalid(key, "must be at least 1"));
@@ -244,6 +248,21 @@ impl Config {
         if s.request_timeout_ms == 0 {
             return Err(ConfigError::invalid(
                 "server.request_timeout_ms",
+                "must be at least 1",
+            ));
+        }
+        if !(s.allocation_timeout_seconds.is_finite() && s.allocation_timeout_seconds > 0.0) {
+            return Err(ConfigError::invalid(
+                "server.allocation_timeout_seconds",
+                format!(
+                    "must be finite and > 0 (got {})",
+                    s.allocation_timeout_seconds
+                ),
+            ));
+        }
+        if self.store.snapshot_interval_seconds == 0 {
+            return Err(ConfigError::invalid(
+                "store.snapshot_interval_seconds",
                 "must be at least 1",
             ));
         }

@@ -7,10 +7,12 @@
 pub mod api;
 pub mod config;
 pub mod ids;
+pub mod ledger;
 pub mod matching;
 pub mod matchmaker;
 pub mod proto;
 pub mod rating;
+pub mod results;
 pub mod server;
 pub mod state;
 pub mod store;

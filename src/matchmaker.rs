@@ -172,6 +172,12 @@ fn percentile(values: &VecDeque<f64>, p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// A formed match waiting for a game server, with its tickets so they can return to the queue.
+struct Unallocated {
+    slot: Arc<MatchSlot>,
+    tickets: Vec<(usize, matching::Ticket)>,
+}
+
 struct Waiting {
     slot: Arc<TicketSlot>,
     queue: usize,
@@ -185,7 +191,7 @@ struct Loop {
     queues: Vec<QueueRuntime>,
     queue_index: HashMap<QueueId, usize>,
     waiting: HashMap<TicketId, Waiting>,
-    unallocated: VecDeque<Arc<MatchSlot>>,
+    unallocated: VecDeque<Unallocated>,
     finished: VecDeque<(f64, TicketId)>,
 }
 
@@ -194,6 +200,7 @@ pub fn spawn(
     state: State,
     clock: Clock,
     shutdown: CancellationToken,
+    restored: Vec<Arc<MatchSlot>>,
 ) -> (Handle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
     let queues: Vec<QueueRuntime> = state
@@ -222,7 +229,14 @@ pub fn spawn(
         queues,
         queue_index,
         waiting: HashMap::new(),
-        unallocated: VecDeque::new(),
+        unallocated: restored
+            .into_iter()
+            .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
+            .map(|m| Unallocated {
+                slot: m,
+                tickets: Vec::new(),
+            })
+            .collect(),
         finished: VecDeque::new(),
     };
     let task = tokio::spawn(async move { lp.run(rx, tick, shutdown).await });
@@ -340,6 +354,12 @@ impl Loop {
                 }
             }
             for formed in outcome.matches {
+                let returnable: Vec<(usize, matching::Ticket)> = formed
+                    .teams
+                    .iter()
+                    .flatten()
+                    .map(|t| (qi, t.clone()))
+                    .collect();
                 let mut slots = Vec::new();
                 let mut teams = Vec::with_capacity(formed.teams.len());
                 for team in &formed.teams {
@@ -375,7 +395,10 @@ impl Loop {
                 metrics::counter!(m::MATCHES_FORMED, "queue" => queue_label.clone()).increment(1);
                 metrics::histogram!(m::MATCH_QUALITY, "queue" => queue_label.clone())
                     .record(formed.quality);
-                self.unallocated.push_back(slot);
+                self.unallocated.push_back(Unallocated {
+                    slot,
+                    tickets: returnable,
+                });
             }
             q.stats.tickets_waiting = q.pool.len() as u64;
             q.stats.wait_p50_seconds = percentile(&q.recent_waits, 0.5);
@@ -391,7 +414,7 @@ impl Loop {
                 .record(elapsed.as_secs_f64());
             metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
         }
-        self.allocate();
+        self.allocate(now);
         self.publish_searching(now);
         self.forget_finished(now);
         let mut players_waiting = vec![0u64; self.queues.len()];
@@ -403,14 +426,44 @@ impl Loop {
         }
     }
 
-    fn allocate(&mut self) {
+    fn allocate(&mut self, now: f64) {
+        let timeout = self.state.config().server.allocation_timeout_seconds;
+        let unix = crate::state::unix_now();
         let pending = self.unallocated.len();
         for _ in 0..pending {
-            let Some(m) = self.unallocated.pop_front() else {
+            let Some(u) = self.unallocated.pop_front() else {
                 break;
             };
-            if !self.state.try_allocate(&m) {
-                self.unallocated.push_back(m);
+            if self.state.try_allocate(&u.slot) {
+                continue;
+            }
+            if unix - u.slot.formed_unix < timeout {
+                self.unallocated.push_back(u);
+                continue;
+            }
+            if !self.state.dissolve_unallocated(&u.slot, now) {
+                continue;
+            }
+            tracing::info!(match_id = %u.slot.id, "no game server took the match in time; tickets requeued");
+            for (qi, ticket) in u.tickets {
+                let Ok(slot) = self.state.ticket(&ticket.id) else {
+                    continue;
+                };
+                if slot.view().state != TicketState::Searching {
+                    continue;
+                }
+                let id = ticket.id.clone();
+                // Same entered_at: the optimizer serves the oldest first, so this is the front.
+                if self.queues[qi].pool.insert(ticket).is_ok() {
+                    self.waiting.insert(
+                        id,
+                        Waiting {
+                            slot,
+                            queue: qi,
+                            last_published: f64::NEG_INFINITY,
+                        },
+                    );
+                }
             }
         }
         metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);

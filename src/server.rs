@@ -17,10 +17,11 @@ use tracing::{info, warn};
 
 use crate::api;
 use crate::config::Config;
+use crate::ledger::Ledger;
 use crate::matchmaker::{self, Clock};
 use crate::proto;
 use crate::state::State;
-use crate::store::{Store, StoreError};
+use crate::store::{Committer, Store, StoreError};
 
 /// A failure that stops the server.
 #[derive(Debug, thiserror::Error)]
@@ -78,13 +79,23 @@ async fn run_with_store(
         install_metrics(addr)?;
     }
     let state = State::load(config.clone(), store.clone())?;
+    let (replayed, restored, last_seq) = state.recover()?;
     info!(
         players = state.player_count(),
+        journal_replayed = replayed,
+        live_matches = restored.len(),
         data_dir = %store.path().display(),
         "state loaded"
     );
+    let (committer, committer_task) =
+        Committer::spawn(store.clone(), last_seq, config.store.journal_buffer);
+    let ledger = Ledger::new(state.clone(), committer);
+    let snapshots = tokio::spawn(ledger.clone().snapshot_periodically(
+        Duration::from_secs(config.store.snapshot_interval_seconds),
+        shutdown.clone(),
+    ));
     let clock = Clock::start();
-    let (handle, loop_task) = matchmaker::spawn(state.clone(), clock, shutdown.clone());
+    let (handle, loop_task) = matchmaker::spawn(state.clone(), clock, shutdown.clone(), restored);
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -114,10 +125,12 @@ async fn run_with_store(
     };
     let game_server = api::GameServer {
         state: state.clone(),
+        ledger: ledger.clone(),
     };
     let admin = api::Admin {
         state: state.clone(),
         matchmaker: handle,
+        ledger: ledger.clone(),
     };
 
     let local = listener.local_addr().map_err(|source| ServerError::Bind {
@@ -155,7 +168,7 @@ async fn run_with_store(
         });
 
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    let mut serve = std::pin::pin!(serve);
+    let mut serve = Box::pin(serve);
     let served = tokio::select! {
         r = &mut serve => r,
         () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -163,18 +176,22 @@ async fn run_with_store(
             Ok(())
         }
     };
-    // Whatever ended serving, everything else stops too.
+    // Whatever ended serving, everything else stops too; dropping the server drops the services.
     shutdown.cancel();
+    drop(serve);
     if tokio::time::timeout(grace, loop_task).await.is_err() {
         warn!("matchmaker loop did not stop within the grace time");
     }
-    let persisted = tokio::task::spawn_blocking(move || {
-        let n = state.persist_all_players()?;
-        store.flush()?;
-        Ok::<_, StoreError>(n)
-    })
-    .await
-    .map_err(|e| ServerError::Metrics(format!("shutdown task panicked: {e}")))??;
+    // The services (and their committer handles) are gone with the server future; the last
+    // handle is ours. Dropping it lets the committer finish what it has and stop.
+    let _ = snapshots.await;
+    let final_snapshot = ledger.snapshot().await;
+    drop(ledger);
+    if tokio::time::timeout(grace, committer_task).await.is_err() {
+        warn!("result journal did not stop within the grace time");
+    }
+    let persisted = final_snapshot?;
+    store.flush()?;
     info!(players = persisted, "state flushed; stopped");
     served.map_err(ServerError::from)
 }

@@ -21,6 +21,17 @@ pub const MATCHES_UNALLOCATED: &str = "matchmaker_matches_unallocated";
 /// Registered game server streams (gauge).
 pub const SERVERS_CONNECTED: &str = "matchmaker_servers_connected";
 
+/// Seconds one journal batch took to write and flush (histogram).
+pub const JOURNAL_FLUSH_SECONDS: &str = "matchmaker_journal_flush_seconds";
+/// Results per journal flush (histogram): how well group commit is batching.
+pub const JOURNAL_BATCH_SIZE: &str = "matchmaker_journal_batch_size";
+/// Match results applied, per queue (counter).
+pub const RESULTS_APPLIED: &str = "matchmaker_results_applied_total";
+/// Seconds one snapshot took (histogram).
+pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
+/// Matches cancelled, per queue and reason (counter).
+pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -48,4 +59,17 @@ pub fn describe() {
         "Formed matches no game server has taken yet"
     );
     describe_gauge!(SERVERS_CONNECTED, "Game servers on ServeMatches");
+    describe_histogram!(
+        JOURNAL_FLUSH_SECONDS,
+        metrics::Unit::Seconds,
+        "Result journal batch write + flush"
+    );
+    describe_histogram!(JOURNAL_BATCH_SIZE, "Results per journal flush");
+    describe_counter!(RESULTS_APPLIED, "Match results applied");
+    describe_histogram!(
+        SNAPSHOT_SECONDS,
+        metrics::Unit::Seconds,
+        "Snapshot duration"
+    );
+    describe_counter!(MATCHES_CANCELLED, "Matches cancelled");
 }

@@ -403,12 +403,12 @@ async fn methods_of_later_issues_are_unimplemented_with_the_missing_capability()
     let server = TestServer::start("").await;
     let mut game_server = server.game_server().await;
     let err = game_server
-        .report_match_result(proto::MatchResult::default())
+        .request_backfill(proto::BackfillRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(
-        err.message().contains("ReportMatchResult"),
+        err.message().contains("RequestBackfill"),
         "{}",
         err.message()
     );

@@ -15,6 +15,7 @@ use crate::state::State;
 pub struct Admin {
     pub state: State,
     pub matchmaker: Handle,
+    pub ledger: crate::ledger::Ledger,
 }
 
 type PlayerStream = Pin<Box<dyn Stream<Item = Result<proto::PlayerView, Status>> + Send>>;
@@ -84,17 +85,10 @@ impl AdminService for Admin {
         _request: Request<proto::SnapshotRequest>,
     ) -> Result<Response<proto::SnapshotResponse>, Status> {
         let started = std::time::Instant::now();
-        let state = self.state.clone();
-        let players = tokio::task::spawn_blocking(move || {
-            let n = state.persist_all_players()?;
-            state.store().flush()?;
-            Ok::<_, crate::store::StoreError>(n)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("snapshot task failed: {e}")))??;
+        let players = self.ledger.snapshot().await?;
         Ok(Response::new(proto::SnapshotResponse {
             players: players as u64,
-            bytes: 0,
+            bytes: self.state.store().size_on_disk(),
             seconds: started.elapsed().as_secs_f64(),
         }))
     }

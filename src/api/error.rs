@@ -2,8 +2,10 @@
 
 use tonic::Status;
 
+use crate::ledger::ReportError;
 use crate::matchmaker::HandleError;
 use crate::state::Rejection;
+use crate::store::CommitError;
 use crate::store::StoreError;
 
 impl From<Rejection> for Status {
@@ -30,6 +32,19 @@ impl From<StoreError> for Status {
     fn from(e: StoreError) -> Self {
         tracing::error!(error = %e, "store failure");
         Status::internal(format!("storage failure: {e}"))
+    }
+}
+
+impl From<ReportError> for Status {
+    fn from(e: ReportError) -> Self {
+        match e {
+            ReportError::Rejected(r) => r.into(),
+            ReportError::Store(s) => s.into(),
+            ReportError::Commit(CommitError::Closed) => {
+                Status::unavailable("the result journal is shutting down; retry")
+            }
+            ReportError::Commit(CommitError::Store(s)) => s.into(),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! `GameServerService`: dedicated servers receive matches and (with issue #4) report results.
+//! `GameServerService`: dedicated servers receive matches, report results, cancel matches.
 
+use std::collections::BTreeMap;
 use std::pin::Pin;
 
 use tokio_stream::wrappers::ReceiverStream;
@@ -8,6 +9,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::error::unimplemented;
+use crate::ids::MatchId;
+use crate::ledger::Ledger;
 use crate::proto;
 use crate::proto::game_server_service_server::GameServerService;
 use crate::state::{Rejection, State};
@@ -15,6 +18,7 @@ use crate::state::{Rejection, State};
 /// The server-facing service.
 pub struct GameServer {
     pub state: State,
+    pub ledger: Ledger,
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<proto::MatchAssignment, Status>> + Send>>;
@@ -42,22 +46,61 @@ impl GameServerService for GameServer {
 
     async fn report_match_result(
         &self,
-        _request: Request<proto::MatchResult>,
+        request: Request<proto::MatchResult>,
     ) -> Result<Response<proto::MatchResultAck>, Status> {
-        Err(unimplemented(
-            "ReportMatchResult",
-            "rating updates and the result journal (issue #4)",
-        ))
+        let req = request.into_inner();
+        convert::id("match_id", &req.match_id)?;
+        let match_id = MatchId::new(req.match_id.as_str());
+        let performance: BTreeMap<String, f64> = req.performance.into_iter().collect();
+        let ledger = self.ledger.clone();
+        // Spawned so a client that hangs up cannot stop a result between journal and memory.
+        let reported = tokio::spawn(async move {
+            ledger
+                .report(
+                    &match_id,
+                    req.placements,
+                    performance,
+                    req.abandoned_player_ids,
+                )
+                .await
+        })
+        .await
+        .map_err(|e| Status::internal(format!("result task failed: {e}")))??;
+        let queue = self.state.queue("queue", &reported.ack.queue)?;
+        let system = &queue.config.rating;
+        Ok(Response::new(proto::MatchResultAck {
+            changes: reported
+                .ack
+                .changes
+                .iter()
+                .map(|c| proto::PlayerChange {
+                    player_id: c.player_id.to_string(),
+                    before: Some(convert::rating(system, &c.before)),
+                    after: Some(convert::rating(system, &c.after)),
+                    rank_points_before: c.rank_points_before,
+                    rank_points_after: c.rank_points_after,
+                })
+                .collect(),
+            duplicate: reported.duplicate,
+        }))
     }
 
     async fn cancel_match(
         &self,
-        _request: Request<proto::CancelMatchRequest>,
+        request: Request<proto::CancelMatchRequest>,
     ) -> Result<Response<proto::CancelMatchResponse>, Status> {
-        Err(unimplemented(
-            "CancelMatch",
-            "the match lifecycle (issue #4)",
-        ))
+        let req = request.into_inner();
+        convert::id("match_id", &req.match_id)?;
+        if req.reason.len() > 1024 {
+            return Err(Rejection::invalid("reason", "must be at most 1024 bytes").into());
+        }
+        let slot = self
+            .state
+            .match_slot(&MatchId::new(req.match_id.as_str()))?;
+        self.state.cancel_match(&slot, &req.reason)?;
+        Ok(Response::new(proto::CancelMatchResponse {
+            requeued_ticket_ids: Vec::new(),
+        }))
     }
 
     async fn request_backfill(

@@ -18,7 +18,8 @@ use tokio::sync::watch;
 use crate::config::{Config, QueueConfig, RankingKind};
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
 use crate::rating::Skill;
-use crate::store::{Store, StoreError};
+use crate::results::{self, NoRanking, ResultAck, ResultInput};
+use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
 pub use servers::{ServerHandle, ServerRegistry};
 
@@ -178,7 +179,12 @@ pub struct MatchSlot {
     pub quality: f64,
     /// Seconds on the matchmaker clock.
     pub formed_at: f64,
+    /// Unix seconds when it formed (persisted).
+    pub formed_unix: f64,
     inner: Mutex<MatchInner>,
+    /// Set once, by the one report that applies the result; duplicates wait on it and get the
+    /// same acknowledgement.
+    pub result: tokio::sync::OnceCell<Arc<ResultAck>>,
 }
 
 #[derive(Debug)]
@@ -484,11 +490,14 @@ impl State {
             tickets: tickets.iter().map(|t| t.id.clone()).collect(),
             quality,
             formed_at: now,
+            formed_unix: unix_now(),
             inner: Mutex::new(MatchInner {
                 phase: MatchPhase::Formed,
                 assignment: assignment.clone(),
             }),
+            result: tokio::sync::OnceCell::new(),
         });
+        self.persist_match(&slot, &assignment);
         let ids: Vec<PlayerId> = tickets
             .iter()
             .flat_map(|t| t.players.iter().cloned())
@@ -550,6 +559,7 @@ impl State {
             inner.phase = MatchPhase::Allocated;
             inner.assignment = allocated.clone();
         }
+        self.persist_match(m, &allocated);
         for id in &m.tickets {
             if let Ok(ticket) = self.ticket(id) {
                 let mut view = ticket.view();
@@ -598,15 +608,324 @@ impl State {
         Ok(true)
     }
 
-    /// Writes every player's persisted part (graceful shutdown, snapshots).
-    pub fn persist_all_players(&self) -> Result<usize, StoreError> {
-        let mut n = 0;
-        for entry in self.inner.players.iter() {
-            let pools = entry.value().lock().pools.clone();
-            self.inner.store.put_player(entry.key(), &pools)?;
-            n += 1;
+    fn persist_match(&self, m: &MatchSlot, a: &Assignment) {
+        let stored = StoredMatch {
+            match_id: m.id.clone(),
+            queue: m.queue.to_string(),
+            teams: a.teams.clone(),
+            win_probability: a.win_probability.clone(),
+            region: a.region.clone(),
+            server_address: a.server_address.clone(),
+            formed_unix: m.formed_unix,
+        };
+        // Durable with sled's next flush (at most 500 ms, or the next result's flush): a match
+        // lost to a crash in that window only means its players re-queue.
+        if let Err(e) = self.inner.store.put_match(&stored) {
+            tracing::error!(match_id = %m.id, error = %e, "could not persist a formed match");
         }
-        Ok(n)
+    }
+
+    /// Cancels a live match (a game server's `CancelMatch`): no result, players free again.
+    pub fn cancel_match(&self, m: &MatchSlot, reason: &str) -> Result<(), Rejection> {
+        let assignment = {
+            let mut inner = m.lock();
+            match inner.phase {
+                MatchPhase::Completed => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "match {} is already completed",
+                        m.id
+                    )));
+                }
+                MatchPhase::Cancelled => return Ok(()),
+                _ => {}
+            }
+            inner.phase = MatchPhase::Cancelled;
+            inner.assignment.clone()
+        };
+        self.release_players(m, &assignment, None);
+        if !assignment.server_address.is_empty() {
+            self.inner
+                .servers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(&assignment.server_address);
+        }
+        if let Err(e) = self.inner.store.remove_match(&m.id) {
+            tracing::error!(match_id = %m.id, error = %e, "could not forget a cancelled match");
+        }
+        self.inner.matches.remove(&m.id);
+        tracing::info!(match_id = %m.id, reason, "match cancelled");
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
+            .increment(1);
+        Ok(())
+    }
+
+    /// Dissolves a match no server took in time. Its tickets go back to SEARCHING (the caller
+    /// puts them at the front of their pool); players of tickets no longer known go idle.
+    /// Returns false if the match was allocated meanwhile.
+    pub fn dissolve_unallocated(&self, m: &MatchSlot, now: f64) -> bool {
+        let assignment = {
+            let mut inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                return false;
+            }
+            inner.phase = MatchPhase::Cancelled;
+            inner.assignment.clone()
+        };
+        self.release_players(m, &assignment, Some(now));
+        if let Err(e) = self.inner.store.remove_match(&m.id) {
+            tracing::error!(match_id = %m.id, error = %e, "could not forget a dissolved match");
+        }
+        self.inner.matches.remove(&m.id);
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "allocation_timeout")
+            .increment(1);
+        true
+    }
+
+    /// Frees a match's players: back to their tickets (`requeue_at` = now, when the tickets
+    /// return to the queue) or idle.
+    fn release_players(&self, m: &MatchSlot, a: &Assignment, requeue_at: Option<f64>) {
+        let tickets: Vec<Arc<TicketSlot>> = m
+            .tickets
+            .iter()
+            .filter_map(|t| self.ticket(t).ok())
+            .collect();
+        let ids: Vec<PlayerId> = a.teams.iter().flatten().cloned().collect();
+        let slots = self.sorted_slots(&ids);
+        let mut guards = Self::lock_players(&slots);
+        for (slot, guard) in slots.iter().zip(&mut guards) {
+            if guard.status != PlayerStatus::InMatch(m.id.clone()) {
+                continue;
+            }
+            let own_ticket = tickets.iter().find(|t| t.players.contains(&slot.id));
+            guard.status = match (requeue_at, own_ticket) {
+                (Some(_), Some(t)) => PlayerStatus::Queued(t.id.clone()),
+                _ => PlayerStatus::Idle,
+            };
+        }
+        drop(guards);
+        for t in &tickets {
+            let view = match requeue_at {
+                Some(now) => TicketView {
+                    state: TicketState::Searching,
+                    wait_seconds: now - t.entered_at,
+                    window: None,
+                    assignment: None,
+                    reason: "no game server took the match in time; back at the front of the queue"
+                        .into(),
+                },
+                None => TicketView {
+                    state: TicketState::Cancelled,
+                    wait_seconds: t.view().wait_seconds,
+                    window: None,
+                    assignment: None,
+                    reason: "the match was cancelled by its game server".into(),
+                },
+            };
+            t.publish(view);
+        }
+    }
+
+    /// A pool record for a player never rated in the pool.
+    pub fn initial_record(queue: &QueueInfo) -> PoolRecord {
+        PoolRecord {
+            skill: queue.config.rating.initial(),
+            rank_points: Self::initial_rank_points(queue.config.ranking),
+            games: 0,
+            wins: 0,
+            last_played_unix: None,
+        }
+    }
+
+    /// Validates a report and computes its journal entry from the players' current records.
+    /// Changes nothing: the entry is applied by [`State::apply_result`] once it is durable.
+    pub fn prepare_result(
+        &self,
+        m: &MatchSlot,
+        placements: &[u32],
+        performance: &BTreeMap<String, f64>,
+        abandoned: &[String],
+    ) -> Result<JournalEntry, Rejection> {
+        let assignment = {
+            let inner = m.lock();
+            match inner.phase {
+                MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
+                MatchPhase::Cancelled => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "match {} was cancelled; it has no result",
+                        m.id
+                    )));
+                }
+                MatchPhase::Completed => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "match {} is already completed",
+                        m.id
+                    )));
+                }
+            }
+            inner.assignment.clone()
+        };
+        let queue = self.queue("queue", m.queue.as_str())?;
+        let input: ResultInput =
+            results::validate(&assignment.teams, placements, performance, abandoned)?;
+        let before: Vec<Vec<PoolRecord>> = assignment
+            .teams
+            .iter()
+            .map(|team| {
+                team.iter()
+                    .map(|p| {
+                        self.player(p, &queue.pool)
+                            .1
+                            .unwrap_or_else(|| Self::initial_record(&queue))
+                    })
+                    .collect()
+            })
+            .collect();
+        let now = unix_now();
+        let (after, ack) = results::compute(
+            queue.id.as_str(),
+            &queue.config.rating,
+            &NoRanking,
+            &assignment.teams,
+            &before,
+            &input,
+            now,
+        )?;
+        let records = assignment
+            .teams
+            .iter()
+            .flatten()
+            .cloned()
+            .zip(after.into_iter().flatten())
+            .collect();
+        Ok(JournalEntry {
+            match_id: m.id.clone(),
+            applied_unix: now,
+            pool: queue.pool.clone(),
+            records,
+            ack,
+        })
+    }
+
+    /// Applies a durable journal entry: every player's record at once, players free again, the
+    /// match completed and forgotten (its acknowledgement stays in the store for duplicates).
+    pub fn apply_result(&self, m: &MatchSlot, entry: &JournalEntry) {
+        self.apply_records(entry);
+        let ids: Vec<PlayerId> = entry.records.iter().map(|(p, _)| p.clone()).collect();
+        let slots = self.sorted_slots(&ids);
+        let mut guards = Self::lock_players(&slots);
+        for guard in &mut guards {
+            if guard.status == PlayerStatus::InMatch(m.id.clone()) {
+                guard.status = PlayerStatus::Idle;
+            }
+        }
+        drop(guards);
+        let server = {
+            let mut inner = m.lock();
+            inner.phase = MatchPhase::Completed;
+            inner.assignment.server_address.clone()
+        };
+        if !server.is_empty() {
+            self.inner
+                .servers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(&server);
+        }
+        self.inner.matches.remove(&m.id);
+    }
+
+    /// Writes an entry's records into memory (all players under their locks).
+    fn apply_records(&self, entry: &JournalEntry) {
+        let ids: Vec<PlayerId> = entry.records.iter().map(|(p, _)| p.clone()).collect();
+        let slots = self.sorted_slots(&ids);
+        let by_id: BTreeMap<&PlayerId, &PoolRecord> =
+            entry.records.iter().map(|(p, r)| (p, r)).collect();
+        let mut guards = Self::lock_players(&slots);
+        for (slot, guard) in slots.iter().zip(&mut guards) {
+            if let Some(r) = by_id.get(&slot.id) {
+                guard.pools.insert(entry.pool.clone(), (*r).clone());
+            }
+        }
+    }
+
+    /// Start-up recovery after [`State::load`]: replays the journal after the snapshot, then
+    /// restores live matches (their players are in a match again). Returns (replayed entries,
+    /// restored matches, the highest journal sequence number).
+    pub fn recover(&self) -> Result<(usize, Vec<Arc<MatchSlot>>, u64), StoreError> {
+        let store = &self.inner.store;
+        let from = store.snapshot_seq()?;
+        let mut replayed = 0;
+        let mut last = from;
+        for item in store.journal_after(from) {
+            let (seq, entry) = item?;
+            self.apply_records(&entry);
+            replayed += 1;
+            last = seq;
+        }
+        let mut restored = Vec::new();
+        let stored: Vec<StoredMatch> = store.load_matches().collect::<Result<_, _>>()?;
+        for m in stored {
+            if store.result_of(&m.match_id)?.is_some() {
+                store.remove_match(&m.match_id)?;
+                continue;
+            }
+            let Some(queue) = self.inner.queues.get(&QueueId::new(m.queue.as_str())) else {
+                tracing::warn!(match_id = %m.match_id, queue = %m.queue, "dropping a live match of a queue no longer configured");
+                store.remove_match(&m.match_id)?;
+                continue;
+            };
+            let phase = if m.server_address.is_empty() {
+                MatchPhase::Formed
+            } else {
+                MatchPhase::Allocated
+            };
+            let assignment = Arc::new(Assignment {
+                match_id: m.match_id.clone(),
+                queue: queue.id.clone(),
+                teams: m.teams.clone(),
+                win_probability: m.win_probability.clone(),
+                region: m.region.clone(),
+                server_address: m.server_address.clone(),
+            });
+            let slot = Arc::new(MatchSlot {
+                id: m.match_id.clone(),
+                queue: queue.id.clone(),
+                tickets: Vec::new(),
+                quality: crate::matching::quality_of(&m.win_probability),
+                formed_at: 0.0,
+                formed_unix: m.formed_unix,
+                inner: Mutex::new(MatchInner { phase, assignment }),
+                result: tokio::sync::OnceCell::new(),
+            });
+            let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();
+            let slots = self.sorted_slots(&ids);
+            let mut guards = Self::lock_players(&slots);
+            for guard in &mut guards {
+                guard.status = PlayerStatus::InMatch(slot.id.clone());
+            }
+            drop(guards);
+            self.inner.matches.insert(slot.id.clone(), slot.clone());
+            restored.push(slot);
+        }
+        Ok((replayed, restored, store.last_seq()?.max(last)))
+    }
+
+    /// Writes every player's records and marks the journal up to `horizon` as included, then
+    /// trims it. `horizon` must come from `Committer::horizon` taken *before* this call, so every
+    /// entry up to it is already in memory and so in what is written here.
+    pub fn snapshot(&self, horizon: u64) -> Result<usize, StoreError> {
+        let records: Vec<(PlayerId, BTreeMap<String, PoolRecord>)> = self
+            .inner
+            .players
+            .iter()
+            .map(|e| (e.key().clone(), e.value().lock().pools.clone()))
+            .collect();
+        self.inner
+            .store
+            .put_players(records.iter().map(|(id, pools)| (id, pools)))?;
+        self.inner.store.finish_snapshot(horizon)?;
+        Ok(records.len())
     }
 
     /// The rank points a player starts with under a ranking kind.
@@ -616,4 +935,11 @@ impl State {
             RankingKind::Ladder => 200,
         }
     }
+}
+
+/// Unix seconds now (wall clock; used for persisted times and inactivity).
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }

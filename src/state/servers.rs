@@ -60,6 +60,23 @@ impl ServerRegistry {
         self.servers.clear();
     }
 
+    /// Frees one unit of capacity on a server (a match it hosted completed or was cancelled).
+    pub fn release(&mut self, address: &str) {
+        if let Some(s) = self.servers.iter_mut().find(|s| s.address == address) {
+            s.assigned = s.assigned.saturating_sub(1);
+        }
+    }
+
+    /// Connected servers.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// No connected server.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
     /// Sends `assignment` to the next server of its region (any region when the match has none)
     /// that is connected, has room and has buffer space; returns that server's address.
     pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<String> {

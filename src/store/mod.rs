@@ -7,13 +7,27 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::ids::PlayerId;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{MatchId, PlayerId};
+use crate::results::ResultAck;
 use crate::state::PoolRecord;
+
+mod committer;
+
+pub use committer::{CommitError, Committer};
 
 /// The format marker written into every store this server creates.
 const FORMAT: &[u8] = b"matchmaker-store/1";
 const META_TREE: &str = "meta";
 const PLAYERS_TREE: &str = "players";
+/// Result journal: `j/<seq be64>` → entry, and `r/<match id>` → seq (idempotency index), written
+/// together in one atomic batch of one tree.
+const JOURNAL_TREE: &str = "journal";
+/// Live matches, so a game server can report a match formed before a restart.
+const MATCHES_TREE: &str = "matches";
+/// `meta` key: the journal sequence number the players tree is known to include.
+const SNAPSHOT_SEQ: &str = "snapshot_seq";
 
 /// A fail-stop storage problem (disk, corruption, a data dir that is not ours).
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +63,37 @@ pub type StoredPlayer = Result<(PlayerId, BTreeMap<String, PoolRecord>), StoreEr
 pub struct Store {
     path: PathBuf,
     db: sled::Db,
+    meta: sled::Tree,
     players: sled::Tree,
+    journal: sled::Tree,
+    matches: sled::Tree,
+}
+
+/// One applied match result, as journaled: the absolute after-state of every player it touched
+/// (a redo record, so replaying it twice is harmless) and the acknowledgement that was sent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub match_id: MatchId,
+    /// Unix seconds when it was applied.
+    pub applied_unix: f64,
+    /// The rating pool the records belong to.
+    pub pool: String,
+    /// Each player's full pool record after the result.
+    pub records: Vec<(PlayerId, PoolRecord)>,
+    /// What the reporter was told, returned again to duplicate reports.
+    pub ack: ResultAck,
+}
+
+/// A live match as persisted (formed or allocated, not yet completed or cancelled).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredMatch {
+    pub match_id: MatchId,
+    pub queue: String,
+    pub teams: Vec<Vec<PlayerId>>,
+    pub win_probability: Vec<f64>,
+    pub region: Option<String>,
+    pub server_address: String,
+    pub formed_unix: f64,
 }
 
 impl Store {
@@ -74,21 +118,17 @@ impl Store {
                 source,
             })?;
         }
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_capacity_bytes)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Corruption { .. } => StoreError::Corrupt {
-                    path: path.clone(),
-                    detail: e.to_string(),
-                },
-                sled::Error::Io(source) => StoreError::Io {
-                    path: path.clone(),
-                    source,
-                },
-                other => StoreError::Sled(other.to_string()),
-            })?;
+        let db = open_sled(dir, cache_capacity_bytes).map_err(|e| match e {
+            sled::Error::Corruption { .. } => StoreError::Corrupt {
+                path: path.clone(),
+                detail: e.to_string(),
+            },
+            sled::Error::Io(source) => StoreError::Io {
+                path: path.clone(),
+                source,
+            },
+            other => StoreError::Sled(other.to_string()),
+        })?;
         let meta = db.open_tree(META_TREE)?;
         match meta.get("format")? {
             Some(v) if v.as_ref() == FORMAT => {}
@@ -118,7 +158,16 @@ impl Store {
             }
         }
         let players = db.open_tree(PLAYERS_TREE)?;
-        Ok(Self { path, db, players })
+        let journal = db.open_tree(JOURNAL_TREE)?;
+        let matches = db.open_tree(MATCHES_TREE)?;
+        Ok(Self {
+            path,
+            db,
+            meta,
+            players,
+            journal,
+            matches,
+        })
     }
 
     /// The directory the store lives in.
@@ -150,6 +199,135 @@ impl Store {
         }))
     }
 
+    /// Writes several players' records in one atomic batch (snapshots).
+    pub fn put_players<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a PlayerId, &'a BTreeMap<String, PoolRecord>)>,
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (id, pools) in records {
+            let bytes = serde_json::to_vec(pools).map_err(|e| StoreError::Sled(e.to_string()))?;
+            batch.insert(id.as_str(), bytes);
+        }
+        self.players.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// The journal sequence number the players tree includes (0 = none).
+    pub fn snapshot_seq(&self) -> Result<u64, StoreError> {
+        Ok(self.meta.get(SNAPSHOT_SEQ)?.map_or(0, |v| decode_seq(&v)))
+    }
+
+    /// Records that the players tree now includes every journal entry up to `seq`, flushes, and
+    /// trims those entries from the journal (their idempotency index stays).
+    pub fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
+        self.meta.insert(SNAPSHOT_SEQ, &seq.to_be_bytes())?;
+        self.db.flush()?;
+        let mut batch = sled::Batch::default();
+        for item in self.journal.range(journal_key(0)..=journal_key(seq)) {
+            let (k, _) = item?;
+            batch.remove(k);
+        }
+        self.journal.apply_batch(batch)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// The highest journal sequence number ever written (0 = none).
+    pub fn last_seq(&self) -> Result<u64, StoreError> {
+        let from_journal = self
+            .journal
+            .range(journal_key(0)..=journal_key(u64::MAX))
+            .next_back()
+            .transpose()?
+            .map_or(0, |(k, _)| decode_seq(&k[2..]));
+        Ok(from_journal.max(self.snapshot_seq()?))
+    }
+
+    /// Journal entries after `seq`, in order (start-up replay).
+    pub fn journal_after(
+        &self,
+        seq: u64,
+    ) -> impl Iterator<Item = Result<(u64, JournalEntry), StoreError>> + '_ {
+        self.journal
+            .range(journal_key(seq.saturating_add(1))..=journal_key(u64::MAX))
+            .map(|item| {
+                let (k, v) = item?;
+                let seq = decode_seq(&k[2..]);
+                let entry = serde_json::from_slice(&v).map_err(|e| StoreError::Decode {
+                    key: format!("journal/{seq}"),
+                    detail: e.to_string(),
+                })?;
+                Ok((seq, entry))
+            })
+    }
+
+    /// The acknowledgement journaled for a match, if its result was ever applied.
+    pub fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError> {
+        let Some(v) = self.journal.get(result_key(match_id))? else {
+            return Ok(None);
+        };
+        serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| StoreError::Decode {
+                key: format!("result/{match_id}"),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Writes journal entries with consecutive sequence numbers from `first_seq` in one atomic
+    /// batch, and removes their matches from the live-match tree. Not durable until a flush.
+    pub(crate) fn append_journal(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (i, entry) in entries.iter().enumerate() {
+            let bytes = serde_json::to_vec(entry).map_err(|e| StoreError::Sled(e.to_string()))?;
+            let ack =
+                serde_json::to_vec(&entry.ack).map_err(|e| StoreError::Sled(e.to_string()))?;
+            batch.insert(journal_key(first_seq + i as u64), bytes);
+            batch.insert(result_key(&entry.match_id), ack);
+        }
+        self.journal.apply_batch(batch)?;
+        let mut done = sled::Batch::default();
+        for entry in entries {
+            done.remove(entry.match_id.as_str());
+        }
+        self.matches.apply_batch(done)?;
+        Ok(())
+    }
+
+    /// Records a live match (durable with the next flush; sled flushes every 500 ms anyway).
+    pub fn put_match(&self, m: &StoredMatch) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(m).map_err(|e| StoreError::Sled(e.to_string()))?;
+        self.matches.insert(m.match_id.as_str(), bytes)?;
+        Ok(())
+    }
+
+    /// Forgets a live match (cancelled).
+    pub fn remove_match(&self, id: &MatchId) -> Result<(), StoreError> {
+        self.matches.remove(id.as_str())?;
+        Ok(())
+    }
+
+    /// Every live match.
+    pub fn load_matches(&self) -> impl Iterator<Item = Result<StoredMatch, StoreError>> + '_ {
+        self.matches.iter().map(|item| {
+            let (k, v) = item?;
+            serde_json::from_slice(&v).map_err(|e| StoreError::Decode {
+                key: format!("matches/{}", String::from_utf8_lossy(&k)),
+                detail: e.to_string(),
+            })
+        })
+    }
+
+    /// Bytes sled uses on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+
     /// Number of stored players.
     pub fn player_count(&self) -> usize {
         self.players.len()
@@ -164,6 +342,52 @@ impl Store {
     pub async fn flush_async(&self) -> Result<usize, StoreError> {
         Ok(self.db.flush_async().await?)
     }
+}
+
+/// Opens sled, waiting up to 2 s for the directory lock: a previous handle in this process (or a
+/// process just stopped) releases it from sled's flusher thread a moment after it is dropped.
+fn open_sled(dir: &Path, cache_capacity_bytes: u64) -> sled::Result<sled::Db> {
+    let mut attempts = 0;
+    loop {
+        match sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_capacity_bytes)
+            .open()
+        {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock") && attempts < 40 =>
+            {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                return Err(sled::Error::Io(std::io::Error::other(format!(
+                    "{e}: is another matchmaker running on this data dir?"
+                ))));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn journal_key(seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(10);
+    k.extend_from_slice(b"j/");
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn result_key(match_id: &MatchId) -> Vec<u8> {
+    let mut k = b"r/".to_vec();
+    k.extend_from_slice(match_id.as_str().as_bytes());
+    k
+}
+
+fn decode_seq(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = bytes.len().min(8);
+    buf[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(buf)
 }
 
 #[cfg(test)]

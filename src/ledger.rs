@@ -1,0 +1,135 @@
+//! Applies match results durably and takes snapshots.
+//!
+//! A report is validated and computed under no lock that outlives it (`State::prepare_result`),
+//! journaled through group commit, and applied in memory only after its flush. So memory never
+//! holds a result the disk does not, a snapshot can never contain an unacknowledged result, and
+//! a result that got OK survives `kill -9`. Each match's result is computed once: concurrent and
+//! later duplicates get the same acknowledgement with `duplicate = true`.
+//!
+//! Crash guarantees, step by step:
+//! 1. Nothing is written before validation: a rejected report changes nothing.
+//! 2. The journal batch (entries + idempotency index) is one atomic sled batch in one tree.
+//! 3. OK is sent only after that batch is flushed.
+//! 4. Start-up loads the players snapshot, then replays every journal entry after the snapshot's
+//!    sequence number. Entries are absolute after-states, so replaying one twice is harmless.
+//! 5. A snapshot writes every player, then its horizon, flushes, and only then trims the journal.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::MatchId;
+use crate::results::ResultAck;
+use crate::state::{MatchSlot, Rejection, State};
+use crate::store::{CommitError, Committer, StoreError};
+use crate::telemetry as m;
+
+/// Why a report was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The handle: state plus the journal's committer.
+#[derive(Clone)]
+pub struct Ledger {
+    state: State,
+    committer: Committer,
+}
+
+/// A result's acknowledgement and whether an earlier report already applied it.
+pub struct Reported {
+    pub ack: Arc<ResultAck>,
+    pub duplicate: bool,
+}
+
+impl Ledger {
+    /// Wraps the state and a running committer.
+    pub fn new(state: State, committer: Committer) -> Self {
+        Self { state, committer }
+    }
+
+    /// Applies a report for `match_id` (or returns the first outcome if it was already applied).
+    /// Runs to completion even if the caller goes away: spawn it, don't race it.
+    pub async fn report(
+        &self,
+        match_id: &MatchId,
+        placements: Vec<u32>,
+        performance: std::collections::BTreeMap<String, f64>,
+        abandoned: Vec<String>,
+    ) -> Result<Reported, ReportError> {
+        let slot: Arc<MatchSlot> = match self.state.match_slot(match_id) {
+            Ok(slot) => slot,
+            Err(not_found) => {
+                return match self.state.store().result_of(match_id)? {
+                    Some(ack) => Ok(Reported {
+                        ack: Arc::new(ack),
+                        duplicate: true,
+                    }),
+                    None => Err(not_found.into()),
+                };
+            }
+        };
+        let ran = AtomicBool::new(false);
+        let ack = slot
+            .result
+            .get_or_try_init(|| async {
+                ran.store(true, Ordering::Relaxed);
+                let entry =
+                    self.state
+                        .prepare_result(&slot, &placements, &performance, &abandoned)?;
+                let seq = self.committer.commit(entry.clone()).await?;
+                self.state.apply_result(&slot, &entry);
+                self.committer.applied(seq);
+                metrics::counter!(m::RESULTS_APPLIED, "queue" => slot.queue.to_string())
+                    .increment(1);
+                Ok::<_, ReportError>(Arc::new(entry.ack))
+            })
+            .await?;
+        Ok(Reported {
+            ack: ack.clone(),
+            duplicate: !ran.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Takes a snapshot now (blocking I/O runs off the async threads). Returns players written.
+    pub async fn snapshot(&self) -> Result<usize, StoreError> {
+        let horizon = self.committer.horizon();
+        let state = self.state.clone();
+        let started = std::time::Instant::now();
+        let n = tokio::task::spawn_blocking(move || state.snapshot(horizon))
+            .await
+            .map_err(|e| StoreError::Sled(format!("snapshot task failed: {e}")))??;
+        metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
+        tracing::info!(
+            players = n,
+            horizon,
+            seconds = started.elapsed().as_secs_f64(),
+            "snapshot written"
+        );
+        Ok(n)
+    }
+
+    /// Snapshots every `every` until `shutdown`.
+    pub async fn snapshot_periodically(self, every: Duration, shutdown: CancellationToken) {
+        let mut interval = tokio::time::interval(every);
+        interval.tick().await;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = interval.tick() => {
+                    if let Err(e) = self.snapshot().await {
+                        tracing::error!(error = %e, "periodic snapshot failed");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! What one match result does to its players, computed purely: validated input in, every
+//! player's new pool record and the acknowledgement out. The shell journals the outcome and only
+//! then applies it (see `state`), so this function is the single definition of a result.
+//!
+//! Abandonment (SPEC §4.1, INVERSUS): an abandoning player takes a loss — they are rated as if
+//! their team had placed last. If every player of a team abandoned, the match is cancelled for
+//! everyone who stayed: their ratings and rank points do not move (a quit is not a win). In a
+//! team game where only some players left, the rest are rated by the reported placements.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::PlayerId;
+use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
+use crate::state::{PoolRecord, Rejection};
+
+/// A validated report.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ResultInput {
+    /// One per team, 1 = first, equal = tie.
+    pub placements: Vec<u32>,
+    /// Optional per-player productivity (Elo margin multipliers).
+    pub performance: BTreeMap<PlayerId, f64>,
+    /// Players who left before the end.
+    pub abandoned: BTreeSet<PlayerId>,
+}
+
+/// One player's change, as acknowledged.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlayerChange {
+    pub player_id: PlayerId,
+    pub before: Skill,
+    pub after: Skill,
+    pub rank_points_before: i64,
+    pub rank_points_after: i64,
+}
+
+/// The acknowledgement of a result; journaled and returned again to duplicate reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultAck {
+    pub queue: String,
+    pub changes: Vec<PlayerChange>,
+}
+
+/// Rank points after a match, given the player's record before, its new skill and the result.
+/// Implemented by the ranking layer; `NoRanking` leaves rank points alone.
+pub trait RankPoints {
+    /// New rank points (and any per-player ranking state carried in the record).
+    fn update(
+        &self,
+        before: &PoolRecord,
+        after_skill: &Skill,
+        outcome: Outcome,
+        opponents_mean: f64,
+    ) -> PoolRecord;
+}
+
+/// How a player's match ended, for counters and ranking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Win,
+    Loss,
+    Draw,
+    /// Cancelled for this player (an opponent team quit entirely): nothing moves.
+    Void,
+}
+
+/// Leaves rank points unchanged (queues with `ranking = "none"`).
+pub struct NoRanking;
+
+impl RankPoints for NoRanking {
+    fn update(&self, before: &PoolRecord, after: &Skill, _: Outcome, _: f64) -> PoolRecord {
+        PoolRecord {
+            skill: *after,
+            ..before.clone()
+        }
+    }
+}
+
+/// Checks a report against the match's teams; every error names the field and the rule.
+pub fn validate(
+    teams: &[Vec<PlayerId>],
+    placements: &[u32],
+    performance: &BTreeMap<String, f64>,
+    abandoned: &[String],
+) -> Result<ResultInput, Rejection> {
+    if placements.len() != teams.len() {
+        return Err(Rejection::invalid(
+            "placements",
+            format!(
+                "must have one entry per team: the match has {} teams (got {})",
+                teams.len(),
+                placements.len()
+            ),
+        ));
+    }
+    for (i, &p) in placements.iter().enumerate() {
+        if p == 0 || p as usize > teams.len() {
+            return Err(Rejection::invalid(
+                format!("placements[{i}]"),
+                format!("must be in 1..={} (got {p})", teams.len()),
+            ));
+        }
+    }
+    let in_match = |id: &str| teams.iter().flatten().any(|p| p.as_str() == id);
+    let mut perf = BTreeMap::new();
+    for (id, &value) in performance {
+        if !in_match(id) {
+            return Err(Rejection::invalid(
+                format!("performance[{id:?}]"),
+                "player is not in this match",
+            ));
+        }
+        if !value.is_finite() {
+            return Err(Rejection::invalid(
+                format!("performance[{id:?}]"),
+                format!("must be finite (got {value})"),
+            ));
+        }
+        perf.insert(PlayerId::new(id.as_str()), value);
+    }
+    let mut gone = BTreeSet::new();
+    for (i, id) in abandoned.iter().enumerate() {
+        if !in_match(id) {
+            return Err(Rejection::invalid(
+                format!("abandoned_player_ids[{i}]"),
+                format!("player {id:?} is not in this match"),
+            ));
+        }
+        if !gone.insert(PlayerId::new(id.as_str())) {
+            return Err(Rejection::invalid(
+                format!("abandoned_player_ids[{i}]"),
+                format!("duplicate player {id:?}"),
+            ));
+        }
+    }
+    Ok(ResultInput {
+        placements: placements.to_vec(),
+        performance: perf,
+        abandoned: gone,
+    })
+}
+
+/// The new records of every player (same shape as `teams`) and the acknowledgement.
+///
+/// `before[t][i]` is the record of `teams[t][i]` before the match (the system's initial skill for
+/// unrated players); `now_unix` feeds inactivity decay through each player's last game.
+pub fn compute(
+    queue: &str,
+    system: &SystemConfig,
+    ranking: &dyn RankPoints,
+    teams: &[Vec<PlayerId>],
+    before: &[Vec<PoolRecord>],
+    input: &ResultInput,
+    now_unix: f64,
+) -> Result<(Vec<Vec<PoolRecord>>, ResultAck), Rejection> {
+    let inputs: Vec<Vec<PlayerInput>> = teams
+        .iter()
+        .zip(before)
+        .map(|(team, records)| {
+            team.iter()
+                .zip(records)
+                .map(|(id, r)| PlayerInput {
+                    skill: r.skill,
+                    elapsed_seconds: r
+                        .last_played_unix
+                        .map_or(0.0, |t| (now_unix - t as f64).max(0.0)),
+                    performance: input.performance.get(id).copied(),
+                    wins: r.wins,
+                })
+                .collect()
+        })
+        .collect();
+    let rated = system
+        .rate(&MatchInput {
+            teams: &inputs,
+            placements: &input.placements,
+        })
+        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+
+    // Abandoners are rated as if their team had placed last.
+    let abandoned_as_last = if input.abandoned.is_empty() {
+        None
+    } else {
+        let last = input.placements.iter().copied().max().unwrap_or(1) + 1;
+        let placements: Vec<u32> = teams
+            .iter()
+            .zip(&input.placements)
+            .map(|(team, &p)| {
+                if team.iter().any(|id| input.abandoned.contains(id)) {
+                    last
+                } else {
+                    p
+                }
+            })
+            .collect();
+        Some(
+            system
+                .rate(&MatchInput {
+                    teams: &inputs,
+                    placements: &placements,
+                })
+                .map_err(|e| Rejection::invalid("abandoned_player_ids", e.to_string()))?,
+        )
+    };
+    let team_quit: Vec<bool> = teams
+        .iter()
+        .map(|t| t.iter().all(|id| input.abandoned.contains(id)))
+        .collect();
+    let best = input.placements.iter().copied().min().unwrap_or(1);
+    let best_is_shared = input.placements.iter().filter(|&&p| p == best).count() > 1;
+
+    let mut after = Vec::with_capacity(teams.len());
+    let mut changes = Vec::new();
+    for (t, team) in teams.iter().enumerate() {
+        let opponents: Vec<f64> = before
+            .iter()
+            .enumerate()
+            .filter(|&(o, _)| o != t)
+            .flat_map(|(_, rs)| rs.iter().map(|r| r.skill.mean))
+            .collect();
+        let opponents_mean = opponents.iter().sum::<f64>() / opponents.len().max(1) as f64;
+        let someone_else_quit = team_quit.iter().enumerate().any(|(o, &q)| q && o != t);
+        let mut records = Vec::with_capacity(team.len());
+        for (i, id) in team.iter().enumerate() {
+            let prev = &before[t][i];
+            let (outcome, skill) = if input.abandoned.contains(id) {
+                let s = abandoned_as_last.as_ref().map_or(rated[t][i], |r| r[t][i]);
+                (Outcome::Loss, s)
+            } else if someone_else_quit {
+                (Outcome::Void, prev.skill)
+            } else {
+                let p = input.placements[t];
+                let outcome = if p == best && !best_is_shared {
+                    Outcome::Win
+                } else if p == best {
+                    Outcome::Draw
+                } else {
+                    Outcome::Loss
+                };
+                (outcome, rated[t][i])
+            };
+            let mut next = if outcome == Outcome::Void {
+                prev.clone()
+            } else {
+                ranking.update(prev, &skill, outcome, opponents_mean)
+            };
+            if outcome != Outcome::Void {
+                next.games = prev.games.saturating_add(1);
+                next.wins = prev.wins.saturating_add(u32::from(outcome == Outcome::Win));
+                next.last_played_unix = Some(now_unix.floor() as i64);
+            }
+            changes.push(PlayerChange {
+                player_id: id.clone(),
+                before: prev.skill,
+                after: next.skill,
+                rank_points_before: prev.rank_points,
+                rank_points_after: next.rank_points,
+            });
+            records.push(next);
+        }
+        after.push(records);
+    }
+    Ok((
+        after,
+        ResultAck {
+            queue: queue.to_owned(),
+            changes,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::glicko2;
+
+    fn record(mean: f64, deviation: f64) -> PoolRecord {
+        PoolRecord {
+            skill: Skill {
+                mean,
+                deviation,
+                volatility: 0.06,
+            },
+            rank_points: 0,
+            games: 0,
+            wins: 0,
+            last_played_unix: None,
+        }
+    }
+
+    fn ids(names: &[&[&str]]) -> Vec<Vec<PlayerId>> {
+        names
+            .iter()
+            .map(|t| t.iter().map(|&n| PlayerId::from(n)).collect())
+            .collect()
+    }
+
+    fn input(placements: &[u32], abandoned: &[&str]) -> ResultInput {
+        ResultInput {
+            placements: placements.to_vec(),
+            performance: BTreeMap::new(),
+            abandoned: abandoned.iter().map(|&a| PlayerId::from(a)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_1v1_result_equals_the_rating_library_on_the_same_inputs() {
+        let system = SystemConfig::Glicko2(glicko2::Config::default());
+        let teams = ids(&[&["a"], &["b"]]);
+        let before = vec![vec![record(1600.0, 120.0)], vec![record(1500.0, 200.0)]];
+        let (after, ack) = compute(
+            "1v1",
+            &system,
+            &NoRanking,
+            &teams,
+            &before,
+            &input(&[2, 1], &[]),
+            1e9,
+        )
+        .unwrap();
+        let expected = system
+            .rate(&MatchInput {
+                teams: &[
+                    vec![PlayerInput::new(before[0][0].skill)],
+                    vec![PlayerInput::new(before[1][0].skill)],
+                ],
+                placements: &[2, 1],
+            })
+            .unwrap();
+        assert_eq!(after[0][0].skill, expected[0][0]);
+        assert_eq!(after[1][0].skill, expected[1][0]);
+        assert!(after[1][0].skill.mean > 1500.0 && after[0][0].skill.mean < 1600.0);
+        assert_eq!((after[1][0].wins, after[1][0].games), (1, 1));
+        assert_eq!((after[0][0].wins, after[0][0].games), (0, 1));
+        assert_eq!(after[0][0].last_played_unix, Some(1_000_000_000));
+        assert_eq!(ack.changes.len(), 2);
+        assert_eq!(ack.changes[0].before, before[0][0].skill);
+    }
+
+    #[test]
+    fn inactivity_since_the_last_game_widens_the_deviation_first() {
+        let system = SystemConfig::Glicko2(glicko2::Config::default());
+        let teams = ids(&[&["a"], &["b"]]);
+        let mut fresh = vec![vec![record(1500.0, 60.0)], vec![record(1500.0, 60.0)]];
+        let (recent, _) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &fresh,
+            &input(&[1, 2], &[]),
+            0.0,
+        )
+        .unwrap();
+        fresh[0][0].last_played_unix = Some(0);
+        let a_year = 365.0 * 86400.0;
+        let (idle, _) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &fresh,
+            &input(&[1, 2], &[]),
+            a_year,
+        )
+        .unwrap();
+        // The idle winner was less certain, so it moves further.
+        assert!(idle[0][0].skill.mean - 1500.0 > recent[0][0].skill.mean - 1500.0);
+    }
+
+    #[test]
+    fn an_abandoner_takes_a_loss_and_the_one_who_stayed_is_unchanged() {
+        let system = SystemConfig::Glicko2(glicko2::Config::default());
+        let teams = ids(&[&["quitter"], &["stayer"]]);
+        let before = vec![vec![record(1500.0, 100.0)], vec![record(1500.0, 100.0)]];
+        // Even if the report says the quitter won, they lose.
+        let (after, ack) = compute(
+            "1v1",
+            &system,
+            &NoRanking,
+            &teams,
+            &before,
+            &input(&[1, 2], &["quitter"]),
+            0.0,
+        )
+        .unwrap();
+        assert!(after[0][0].skill.mean < 1500.0);
+        assert_eq!(after[0][0].wins, 0);
+        assert_eq!(
+            after[1][0], before[1][0],
+            "a quit is not a win for the stayer"
+        );
+        assert_eq!(ack.changes[1].before, ack.changes[1].after);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let teams = ids(&[&["a"], &["b"]]);
+        let none = BTreeMap::new();
+        let e = validate(&teams, &[1], &none, &[]).unwrap_err().to_string();
+        assert!(e.starts_with("placements:"), "{e}");
+        let e = validate(&teams, &[1, 3], &none, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("placements[1]:"), "{e}");
+        let e = validate(&teams, &[1, 0], &none, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("placements[1]:"), "{e}");
+        let perf = BTreeMap::from([("zed".to_string(), 1.0)]);
+        let e = validate(&teams, &[1, 2], &perf, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("performance[\"zed\"]"), "{e}");
+        let perf = BTreeMap::from([("a".to_string(), f64::NAN)]);
+        let e = validate(&teams, &[1, 2], &perf, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("finite"), "{e}");
+        let e = validate(&teams, &[1, 2], &none, &["a".into(), "a".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("abandoned_player_ids[1]"), "{e}");
+        let ok = validate(&teams, &[1, 1], &none, &[]).unwrap();
+        assert_eq!(ok.placements, vec![1, 1]);
+    }
+
+    #[test]
+    fn a_tie_is_a_draw_for_counters() {
+        let system = SystemConfig::Glicko2(glicko2::Config::default());
+        let teams = ids(&[&["a"], &["b"]]);
+        let before = vec![vec![record(1500.0, 100.0)], vec![record(1500.0, 100.0)]];
+        let (after, _) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &before,
+            &input(&[1, 1], &[]),
+            0.0,
+        )
+        .unwrap();
+        assert_eq!(after[0][0].wins + after[1][0].wins, 0);
+        assert_eq!(after[0][0].games, 1);
+    }
+}

@@ -1,0 +1,143 @@
+//! Group commit for the result journal: one task takes every journal entry waiting in its
+//! bounded channel, writes them as one atomic sled batch, flushes once, and only then answers
+//! each caller. Under load one flush covers many results; alone a result costs one flush.
+//!
+//! It also tracks which committed entries are not yet applied in memory, so a snapshot never
+//! claims to include an entry that memory has not seen (see `State::snapshot`).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{JournalEntry, Store, StoreError};
+
+/// Entries written per batch at most (bounds one batch's latency).
+const MAX_BATCH: usize = 4096;
+
+/// Why a commit did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the result journal is shutting down")]
+    Closed,
+}
+
+struct Request {
+    entry: JournalEntry,
+    reply: oneshot::Sender<Result<u64, CommitError>>,
+}
+
+#[derive(Debug, Default)]
+struct Progress {
+    /// Highest sequence number made durable.
+    last: u64,
+    /// Durable but not yet applied in memory.
+    unapplied: BTreeSet<u64>,
+}
+
+/// The cloneable handle to the commit task.
+#[derive(Clone)]
+pub struct Committer {
+    tx: mpsc::Sender<Request>,
+    progress: Arc<Mutex<Progress>>,
+}
+
+impl Committer {
+    /// Starts the commit task; `last_seq` is the highest sequence number already in the store.
+    pub fn spawn(
+        store: Store,
+        last_seq: u64,
+        capacity: usize,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let progress = Arc::new(Mutex::new(Progress {
+            last: last_seq,
+            unapplied: BTreeSet::new(),
+        }));
+        let task = tokio::spawn(run(store, rx, progress.clone()));
+        (Self { tx, progress }, task)
+    }
+
+    /// Journals `entry` durably; returns its sequence number once flushed. The caller must call
+    /// [`Committer::applied`] with it after applying the entry in memory.
+    pub async fn commit(&self, entry: JournalEntry) -> Result<u64, CommitError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request { entry, reply })
+            .await
+            .map_err(|_| CommitError::Closed)?;
+        rx.await.map_err(|_| CommitError::Closed)?
+    }
+
+    /// Marks a committed entry as applied in memory.
+    pub fn applied(&self, seq: u64) {
+        self.lock().unapplied.remove(&seq);
+    }
+
+    /// Every entry up to the returned sequence number is both durable and applied in memory:
+    /// a snapshot taken now includes at least that much.
+    pub fn horizon(&self) -> u64 {
+        let p = self.lock();
+        p.unapplied.first().map_or(p.last, |first| first - 1)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Progress> {
+        self.progress.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<Progress>>) {
+    let mut batch: Vec<Request> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let first_seq = progress.lock().unwrap_or_else(|p| p.into_inner()).last + 1;
+        let entries: Vec<JournalEntry> = batch.iter().map(|r| r.entry.clone()).collect();
+        let started = Instant::now();
+        let written = match store.append_journal(first_seq, &entries) {
+            Ok(()) => store.flush_async().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        metrics::histogram!(crate::telemetry::JOURNAL_FLUSH_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        metrics::histogram!(crate::telemetry::JOURNAL_BATCH_SIZE).record(batch.len() as f64);
+        match written {
+            Ok(()) => {
+                {
+                    let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
+                    for i in 0..batch.len() as u64 {
+                        p.unapplied.insert(first_seq + i);
+                    }
+                    p.last = first_seq + batch.len() as u64 - 1;
+                }
+                for (i, r) in batch.drain(..).enumerate() {
+                    let _ = r.reply.send(Ok(first_seq + i as u64));
+                }
+            }
+            Err(e) => {
+                // Fail-stop: the batch may be partly on disk, so nothing after it may be
+                // acknowledged either. Callers get the error; the server must restart.
+                tracing::error!(error = %e, "result journal write failed; refusing further results");
+                let msg = e.to_string();
+                for r in batch.drain(..) {
+                    let _ = r
+                        .reply
+                        .send(Err(CommitError::Store(StoreError::Sled(msg.clone()))));
+                }
+                rx.close();
+                while let Some(r) = rx.recv().await {
+                    let _ = r.reply.send(Err(CommitError::Closed));
+                }
+                return;
+            }
+        }
+    }
+}
