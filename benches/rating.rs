@@ -276,16 +276,31 @@ fn bench_weng_lin(c: &mut Criterion) {
     g.bench_function("ours_bt", |b| {
         b.iter(|| {
             for (x, y, s) in &teams {
-                black_box(weng_lin::rate(
+                black_box(weng_lin::rate_two_teams(
                     weng_lin::Model::BradleyTerry,
-                    &[x, y],
-                    &ranks(*s),
+                    x,
+                    y,
+                    *s,
                     &ours_cfg,
                 ));
             }
         })
     });
     g.bench_function("ours_pl", |b| {
+        b.iter(|| {
+            for (x, y, s) in &teams {
+                black_box(weng_lin::rate_two_teams(
+                    weng_lin::Model::PlackettLuce,
+                    x,
+                    y,
+                    *s,
+                    &ours_cfg,
+                ));
+            }
+        })
+    });
+    // The any-shape entry point (Vec<Vec> output) on the same matches, for scale.
+    g.bench_function("ours_pl_any_shape", |b| {
         b.iter(|| {
             for (x, y, s) in &teams {
                 black_box(weng_lin::rate(

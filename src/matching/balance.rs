@@ -21,7 +21,8 @@ pub struct Unit {
     pub size: u32,
     /// Sum of its members' means.
     pub strength: f64,
-    /// Per player, a bit set over the queue's roles (bit i = `roles[i]`) it can fill.
+    /// Per player, a bit set over the queue's roles (bit i = `roles[i]`) it can fill; may be
+    /// empty when the queue has no roles.
     pub role_masks: Vec<u64>,
 }
 

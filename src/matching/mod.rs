@@ -22,6 +22,8 @@ pub mod bench;
 pub mod config;
 mod one_v_one;
 mod pool;
+#[cfg(test)]
+mod properties;
 mod teams;
 
 pub use bench::{BenchReport, run_bench};

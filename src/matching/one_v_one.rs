@@ -55,14 +55,13 @@ pub(crate) fn value(a: &Cand, b: &Cand, max_wait: f64) -> f64 {
     }
 }
 
-/// Chooses the pairs for one tick.
+/// Chooses the pairs for one tick; `cands` is sorted by rating key.
 pub(crate) fn select(
     cands: &[Cand],
     config: &MatchingConfig,
     model: &dyn WinModel,
 ) -> Vec<Proposal> {
-    let mut order: Vec<usize> = (0..cands.len()).collect();
-    order.sort_unstable_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
+    let order: Vec<usize> = (0..cands.len()).collect();
     let mut matched = vec![false; cands.len()];
     let mut pairs = Vec::with_capacity(cands.len() / 2);
 
@@ -126,15 +125,14 @@ pub(crate) fn dp_pass(
             let i = j - s;
             let a = &cands[order[i]];
             let before = best[i];
-            // Cheap upper bound first: no pair can be worth more than 3.5.
+            // Cheap bound first: no pair is worth more than 3.5.
             if before + 3.5 <= top {
                 continue;
             }
-            if !legal(a, b, model) {
-                continue;
-            }
+            // The value needs no model call; legality (which may) is checked only for a pair
+            // that would improve on the best so far.
             let v = before + value(a, b, max_wait);
-            if v > top {
+            if v > top && legal(a, b, model) {
                 top = v;
                 how = s as u8;
             }

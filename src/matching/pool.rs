@@ -5,6 +5,7 @@
 //! candidate records. The choice of matches lives in `one_v_one` and `teams`.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use thiserror::Error;
 
@@ -51,6 +52,33 @@ pub struct PoolStats {
     pub longest_wait_seconds: f64,
 }
 
+/// A fast multiplicative (Fx-style) hasher for the ticket index. SipHash's DoS resistance is not
+/// needed here: ticket ids are minted by the server, not chosen by clients, and hashing was a
+/// fifth of the tick when 100k matched tickets leave the index.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type IdMap = HashMap<TicketId, usize, BuildHasherDefault<IdHasher>>;
+
 /// The optimizer's compact view of one waiting ticket at one tick.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cand {
@@ -85,7 +113,7 @@ pub struct Pool {
     config: MatchingConfig,
     slots: Vec<Option<Ticket>>,
     free: Vec<usize>,
-    index: HashMap<TicketId, usize>,
+    index: IdMap,
     players: usize,
 }
 
@@ -99,7 +127,7 @@ impl Pool {
             config,
             slots: Vec::new(),
             free: Vec::new(),
-            index: HashMap::new(),
+            index: IdMap::default(),
             players: 0,
         }
     }
@@ -218,37 +246,69 @@ impl Pool {
     /// One optimizer pass at time `now`: removes expired tickets, then chooses a set of
     /// disjoint matches that is good as a whole and removes their tickets.
     pub fn tick(&mut self, now: f64, model: &dyn WinModel) -> TickOutcome {
-        let mut out = TickOutcome::default();
+        self.tick_with(now, model, |cands, config, shape, slots| {
+            choose(cands, config, shape, model, slots)
+        })
+    }
+
+    /// A tick with another selection strategy (the benchmark's FIFO baseline, or the optimizer
+    /// wrapped in a timer), sharing expiry and match construction with [`Pool::tick`] so their
+    /// times compare fairly.
+    pub(crate) fn tick_with(
+        &mut self,
+        now: f64,
+        model: &dyn WinModel,
+        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &[Option<Ticket>]) -> Vec<Proposal>,
+    ) -> TickOutcome {
+        let expired = self.expire(now);
+        let cands = self.candidates(now);
+        let proposals = select(&cands, &self.config, self.shape, &self.slots);
+        self.finish(now, model, &cands, proposals, expired)
+    }
+
+    /// Removes and returns the tickets past their TTL.
+    fn expire(&mut self, now: f64) -> Vec<Ticket> {
         let ttl = self.config.ticket_ttl_seconds;
-        let expired: Vec<usize> = self
+        let expired_slots: Vec<usize> = self
             .slots
             .iter()
             .enumerate()
             .filter_map(|(i, t)| t.as_ref().filter(|t| t.wait(now) >= ttl).map(|_| i))
             .collect();
-        for slot in expired {
+        let mut expired = Vec::with_capacity(expired_slots.len());
+        for slot in expired_slots {
             if let Some(t) = self.take_slot(slot) {
                 self.index.remove(&t.id);
-                out.expired.push(t);
+                expired.push(t);
             }
         }
+        expired
+    }
 
-        let cands = self.candidates(now);
-        let proposals = if self.shape.is_one_v_one() {
-            one_v_one::select(&cands, &self.config, model)
-        } else {
-            teams::select(&cands, self.shape, &self.config, model, &self.slots)
+    fn finish(
+        &mut self,
+        now: f64,
+        model: &dyn WinModel,
+        cands: &[Cand],
+        proposals: Vec<Proposal>,
+        expired: Vec<Ticket>,
+    ) -> TickOutcome {
+        let mut out = TickOutcome {
+            expired,
+            ..TickOutcome::default()
         };
-
         out.matches.reserve(proposals.len());
         for p in proposals {
-            let m = self.form(&cands, &p, model, now, &mut out.matched_waits);
+            let m = self.form(cands, p, model, now, &mut out.matched_waits);
             out.matches.push(m);
         }
         out.waiting = self.len();
         out
     }
 
+    /// The waiting tickets as candidates, sorted by rating key (both optimizers work on the
+    /// sorted order; sorting compact `(key, index)` pairs and gathering once keeps the rest of
+    /// the tick sequential in memory).
     fn candidates(&self, now: f64) -> Vec<Cand> {
         let mut cands = Vec::with_capacity(self.len());
         for (slot, t) in self.slots.iter().enumerate() {
@@ -265,13 +325,19 @@ impl Pool {
                 regions: region_mask(&self.config.regions, t, &lim),
             });
         }
-        cands
+        let mut keys: Vec<(f64, u32)> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.key, i as u32))
+            .collect();
+        keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        keys.iter().map(|&(_, i)| cands[i as usize]).collect()
     }
 
     fn form(
         &mut self,
         cands: &[Cand],
-        p: &Proposal,
+        p: Proposal,
         model: &dyn WinModel,
         now: f64,
         waits: &mut Vec<f64>,
@@ -290,20 +356,27 @@ impl Pool {
             }
             teams.push(tickets);
         }
-        let ratings: Vec<Vec<(f64, f64)>> = teams
-            .iter()
-            .map(|team| team.iter().flat_map(Ticket::member_ratings).collect())
-            .collect();
-        let win_probability = match &p.win_probability {
-            Some(w) => w.clone(),
-            None => model.win_probabilities(&ratings),
+        let win_probability = match p.win_probability {
+            Some(w) => w,
+            None => {
+                let ratings: Vec<Vec<(f64, f64)>> = teams
+                    .iter()
+                    .map(|team| team.iter().flat_map(Ticket::member_ratings).collect())
+                    .collect();
+                model.win_probabilities(&ratings)
+            }
         };
-        let (lo, hi) = ratings
-            .iter()
-            .flatten()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
-                (lo.min(r.0), hi.max(r.0))
-            });
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for t in teams.iter().flatten() {
+            match t.party_skill {
+                Some(p) => (lo, hi) = (lo.min(p.0), hi.max(p.0)),
+                None => {
+                    for s in &t.skills {
+                        (lo, hi) = (lo.min(s.0), hi.max(s.0));
+                    }
+                }
+            }
+        }
         let region = choose_region(&self.config.regions, mask, &teams);
         FormedMatch {
             quality: quality_of(&win_probability),
@@ -312,6 +385,21 @@ impl Pool {
             region,
             teams,
         }
+    }
+}
+
+/// The optimizer proper: the 1v1 dynamic programme or the team window search.
+pub(crate) fn choose(
+    cands: &[Cand],
+    config: &MatchingConfig,
+    shape: Shape,
+    model: &dyn WinModel,
+    slots: &[Option<Ticket>],
+) -> Vec<Proposal> {
+    if shape.is_one_v_one() {
+        one_v_one::select(cands, config, model)
+    } else {
+        teams::select(cands, shape, config, model, slots)
     }
 }
 

@@ -30,13 +30,15 @@ pub const TRIES: usize = 3;
 
 const NONE: usize = usize::MAX;
 
+/// A candidate window: its members are `buf[start..start + len]`, in rating order.
 struct Group {
     spread: f64,
     starving: bool,
-    members: Vec<usize>,
+    start: usize,
+    len: usize,
 }
 
-/// Chooses the team matches for one tick.
+/// Chooses the team matches for one tick; `cands` is sorted by rating key.
 pub(crate) fn select(
     cands: &[Cand],
     shape: Shape,
@@ -46,12 +48,8 @@ pub(crate) fn select(
 ) -> Vec<Proposal> {
     let n = cands.len();
     let need = shape.players_per_match();
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_unstable_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
-    let mut pos = vec![0usize; n];
-    for (p, &c) in order.iter().enumerate() {
-        pos[c] = p;
-    }
+    let order: Vec<usize> = (0..n).collect();
+    let pos = &order;
     let mut next: Vec<usize> = (1..=n).collect();
     let mut prev: Vec<usize> = (0..n).map(|p| p.wrapping_sub(1)).collect();
     let mut age: Vec<usize> = (0..n).collect();
@@ -68,6 +66,7 @@ pub(crate) fn select(
     let mut right = Vec::new();
     let mut nb = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
+    let mut buf: Vec<usize> = Vec::new();
     for &anchor in &age {
         if matched[anchor] {
             continue;
@@ -96,49 +95,54 @@ pub(crate) fn select(
         let a = left.len();
 
         groups.clear();
+        buf.clear();
         let mut sum_left = 0;
         for l in (0..=a).rev() {
             sum_left += cands[nb[l]].size;
             if sum_left > need {
                 break;
             }
-            let mut members: Vec<usize> = nb[l..=a].to_vec();
+            let start = buf.len();
+            buf.extend_from_slice(&nb[l..=a]);
             let mut sum = sum_left;
             for &r in &nb[a + 1..] {
                 if sum == need {
                     break;
                 }
                 if sum + cands[r].size <= need {
-                    members.push(r);
+                    buf.push(r);
                     sum += cands[r].size;
                 }
             }
-            if sum != need {
-                continue;
-            }
+            let members = &buf[start..];
             let lo = cands[members[0]].key;
-            let hi = cands[*members.last().unwrap_or(&anchor)].key;
+            let hi = cands[members[members.len() - 1]].key;
             let regions = members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions);
-            if regions == 0 {
-                continue;
-            }
             let starving = members.iter().any(|&c| cands[c].lim.starving);
-            if !starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)) {
+            if sum != need
+                || regions == 0
+                || (!starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)))
+            {
+                buf.truncate(start);
                 continue;
             }
             groups.push(Group {
                 spread: hi - lo,
                 starving,
-                members,
+                start,
+                len: buf.len() - start,
             });
         }
         groups.sort_by(|x, y| x.spread.total_cmp(&y.spread));
 
         for g in groups.iter().take(TRIES) {
-            let Some((teams, probs)) = build(cands, g, shape, config, model, slots) else {
+            let members = &buf[g.start..g.start + g.len];
+            let Some((teams, probs)) =
+                build(cands, members, g.starving, shape, config, model, slots)
+            else {
                 continue;
             };
-            for &c in &g.members {
+            for &c in members {
                 matched[c] = true;
                 let p = pos[c];
                 if prev[p] != NONE {
@@ -167,40 +171,54 @@ fn accepts(c: &Cand, lo: f64, hi: f64) -> bool {
 /// model's win probabilities (so the pool need not ask the model twice).
 fn build(
     cands: &[Cand],
-    g: &Group,
+    members: &[usize],
+    starving: bool,
     shape: Shape,
     config: &MatchingConfig,
     model: &dyn WinModel,
     slots: &[Option<Ticket>],
 ) -> Option<(Vec<Vec<usize>>, Vec<f64>)> {
-    let tickets: Vec<&Ticket> = g
-        .members
+    let units: Vec<Unit> = members
         .iter()
-        .map(|&c| slots[cands[c].slot].as_ref())
-        .collect::<Option<_>>()?;
-    let units: Vec<Unit> = g
-        .members
-        .iter()
-        .zip(&tickets)
-        .map(|(&c, t)| Unit {
-            size: cands[c].size,
-            strength: cands[c].key * f64::from(cands[c].size),
-            role_masks: role_masks(config, t),
+        .map(|&c| {
+            let role_masks = if config.roles.is_empty() {
+                Vec::new()
+            } else {
+                slots[cands[c].slot]
+                    .as_ref()
+                    .map(|t| role_masks(config, t))
+                    .unwrap_or_default()
+            };
+            Unit {
+                size: cands[c].size,
+                strength: cands[c].key * f64::from(cands[c].size),
+                role_masks,
+            }
         })
         .collect();
     let split = balance::split(&units, shape.teams, shape.team_size, &config.roles)?;
     let ratings: Vec<Vec<(f64, f64)>> = split
         .iter()
         .map(|team| {
-            team.iter()
-                .flat_map(|&u| tickets[u].member_ratings())
-                .collect()
+            let mut r = Vec::with_capacity(shape.team_size as usize);
+            for &u in team {
+                let c = &cands[members[u]];
+                match slots[c.slot].as_ref() {
+                    Some(Ticket {
+                        party_skill: Some(p),
+                        players,
+                        ..
+                    }) => r.extend(std::iter::repeat_n(*p, players.len())),
+                    Some(t) => r.extend_from_slice(&t.skills),
+                    None => {}
+                }
+            }
+            r
         })
         .collect();
     let probs = model.win_probabilities(&ratings);
-    if !g.starving {
-        let floor = g
-            .members
+    if !starving {
+        let floor = members
             .iter()
             .map(|&c| cands[c].lim.min_quality)
             .fold(0.0, f64::max);
@@ -210,7 +228,7 @@ fn build(
     }
     let teams = split
         .into_iter()
-        .map(|team| team.into_iter().map(|u| g.members[u]).collect())
+        .map(|team| team.into_iter().map(|u| members[u]).collect())
         .collect();
     Some((teams, probs))
 }

@@ -175,7 +175,9 @@ pub fn rate_period(player: &Skill, results: &[PeriodResult], config: &Config) ->
     update(player, inv_d2, gs, config)
 }
 
-/// [`rate_period`] with validation and `elapsed_seconds` of inactivity decayed first.
+/// The periodic-mode update at the end of a rating period: Glickman's step 1 (RD grows by one
+/// period of c, plus `elapsed_seconds` of earlier inactivity), then [`rate_period`]. With no
+/// results this is one period of inactivity, as for Glicko-2. Validates everything.
 pub fn rate_period_checked(
     player: &Skill,
     results: &[PeriodResult],
@@ -197,7 +199,7 @@ pub fn rate_period_checked(
     }
     let p = decay(
         player,
-        elapsed_seconds / config.rating_period_seconds(),
+        1.0 + elapsed_seconds / config.rating_period_seconds(),
         config,
     );
     let out = rate_period(&p, results, config);
@@ -377,6 +379,15 @@ mod tests {
         let one_sided = e(1700.0, 1500.0, g(50.0));
         assert!(p < one_sided, "uncertainty about a pulls its edge toward ½");
         assert_close(expected_score(&a, &b) + expected_score(&b, &a), 1.0, 1e-12);
+    }
+
+    #[test]
+    fn periodic_step_one_grows_rd_by_one_period() {
+        let c = Config::default();
+        let idle = rate_period_checked(&skill(1500.0, 50.0), &[], 0.0, &c).unwrap();
+        assert_close(idle.deviation, (2500.0 + c.c() * c.c()).sqrt(), 1e-9);
+        assert_close(idle.mean, 1500.0, 0.0);
+        assert!(rate_period_checked(&skill(1500.0, 50.0), &[], -1.0, &c).is_err());
     }
 
     #[test]

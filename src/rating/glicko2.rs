@@ -643,13 +643,24 @@ mod tests {
 
     #[test]
     fn seed_bracket_erratum_is_not_copied() {
-        // With v ≫ σ the seed's B = ln(Δ² − φ² − σ) and Glickman's B = ln(Δ² − φ² − v) differ;
-        // Glickman's bracket must contain the root of f.
-        let (phi2, v, delta2, sigma) = (0.01, 2.0, 9.0, 0.06);
-        let out = new_volatility(sigma, phi2, v, delta2, 0.5, 1e-9);
+        // A big surprise with a large variance estimate v: Glickman's B = ln(Δ² − φ² − v) and
+        // the seed's ln(Δ² − φ² − σ) differ by far. The result must be the root of Glickman's
+        // f(x) = e^x(Δ² − φ² − v − e^x) / (2(φ² + v + e^x)²) − (x − ln σ²)/τ².
+        let (sigma, phi2, v, delta2, tau) = (0.06_f64, 0.01, 2.0, 9.0, 0.5);
+        let a0 = (sigma * sigma).ln();
+        let f = |x: f64| {
+            let ex = x.exp();
+            ex * (delta2 - phi2 - v - ex) / (2.0 * (phi2 + v + ex).powi(2)) - (x - a0) / (tau * tau)
+        };
+        let glickman_b = (delta2 - phi2 - v).ln();
+        let seed_b = (delta2 - phi2 - sigma).ln();
+        assert!(f(glickman_b) * f(a0) <= 0.0, "Glickman's bracket holds");
         assert!(
-            out.is_finite() && out > 0.06,
-            "big surprise raises volatility: {out}"
+            (glickman_b - seed_b).abs() > 0.2,
+            "the erratum would change the bracket"
         );
+        let out = new_volatility(sigma, phi2, v, delta2, tau, 1e-12);
+        assert!(f((out * out).ln()).abs() < 1e-9, "σ' = {out} is the root");
+        assert!(out > sigma, "a big surprise raises volatility: {out}");
     }
 }

@@ -95,17 +95,21 @@ impl<'a> WengLin<'a> {
     }
 }
 
-/// σ added for `periods` of inactivity, capped at the unrated σ.
+/// σ added for `periods` of inactivity, capped at the unrated σ (never below `min_sigma`).
 #[must_use]
 pub fn decay(s: &Skill, periods: f64, config: &Config) -> Skill {
+    let sigma = s.deviation.max(config.min_sigma);
     if config.sigma_decay_per_period <= 0.0 || periods <= 0.0 {
-        return *s;
+        return Skill {
+            deviation: sigma,
+            ..*s
+        };
     }
-    let grown = (s.deviation * s.deviation
+    let grown = (sigma * sigma
         + periods * config.sigma_decay_per_period * config.sigma_decay_per_period)
         .sqrt();
     Skill {
-        deviation: grown.min(config.sigma.max(s.deviation)),
+        deviation: grown.min(config.sigma.max(sigma)),
         ..*s
     }
 }
@@ -310,6 +314,12 @@ pub fn rate(
     placements: &[u32],
     config: &Config,
 ) -> Vec<Vec<Skill>> {
+    if let ([a, b], [pa, pb]) = (teams, placements)
+        && model != Model::ThurstoneMosteller
+    {
+        let (na, nb) = rate_two_teams(model, a, b, super::pair_score(*pa, *pb), config);
+        return vec![na, nb];
+    }
     let prepared: Vec<Vec<Skill>> = teams
         .iter()
         .map(|t| t.iter().map(|s| with_tau(s, config)).collect())
@@ -357,39 +367,66 @@ pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skil
     )
 }
 
-/// Plackett-Luce 1v1, allocation-free: with two teams PL reduces to this closed form.
+/// Plackett-Luce 1v1, allocation-free. With two teams Plackett-Luce and Bradley-Terry full
+/// pairing coincide (same c = sqrt(σ_a² + σ_b² + 2β²), same Ω and Δ, ties included), which the
+/// openskill known answers confirm, so this is [`rate_1v1_bt`].
 #[must_use]
 pub fn rate_1v1_pl(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
-    let (pa, pb) = (with_tau(a, config), with_tau(b, config));
-    let beta2 = config.beta * config.beta;
-    let (s2a, s2b) = (pa.deviation * pa.deviation, pb.deviation * pb.deviation);
-    let c = (s2a + s2b + 2.0 * beta2).sqrt();
-    // P(a ahead) under PL with two teams: e^{μa/c}/(e^{μa/c} + e^{μb/c}).
-    let p_a = 1.0 / (1.0 + ((pb.mean - pa.mean) / c).exp());
-    let p_b = 1.0 - p_a;
-    let one = |s2: f64, sd: f64, p_self: f64, p_other: f64, score: f64| -> (f64, f64) {
-        let gamma = sd / c;
-        if score == 1.0 {
-            // Ranked alone first: only q = self counts, sum over both teams.
-            (
-                s2 / c * (1.0 - p_self),
-                gamma * s2 / (c * c) * p_self * p_other,
-            )
-        } else if score == 0.0 {
-            // Ranked second: q = winner (r = p_self) and q = self (r = 1).
-            (s2 / c * (-p_self), gamma * s2 / (c * c) * p_self * p_other)
+    rate_1v1_bt(a, b, score_a, config)
+}
+
+/// Two teams of any size: the same shape as `skillratings::weng_lin::weng_lin_two_teams`, with
+/// only the two output vectors allocated. Bradley-Terry and Plackett-Luce (identical for two
+/// teams) run a closed form; Thurstone-Mosteller goes through [`rate`].
+#[must_use]
+pub fn rate_two_teams(
+    model: Model,
+    a: &[Skill],
+    b: &[Skill],
+    score_a: f64,
+    config: &Config,
+) -> (Vec<Skill>, Vec<Skill>) {
+    if model == Model::ThurstoneMosteller || a.is_empty() || b.is_empty() {
+        let placements = if score_a == 1.0 {
+            [1, 2]
+        } else if score_a == 0.0 {
+            [2, 1]
         } else {
-            // Tie: both q count with a = 2; for q = other the sum is over both teams too.
-            let omega = ((1.0 - p_self) - p_self) / 2.0;
-            let delta = (p_self * p_other) / 2.0 * 2.0;
-            (s2 / c * omega, gamma * s2 / (c * c) * delta)
-        }
+            [1, 1]
+        };
+        let mut out = rate(model, &[a, b], &placements, config).into_iter();
+        let na = out.next().unwrap_or_default();
+        let nb = out.next().unwrap_or_default();
+        return (na, nb);
+    }
+    let sum = |team: &[Skill]| {
+        team.iter().fold((0.0, 0.0), |(m, v), s| {
+            let t = with_tau(s, config);
+            (m + t.mean, v + t.deviation * t.deviation)
+        })
     };
-    let (oa, da) = one(s2a, pa.deviation, p_a, p_b, score_a);
-    let (ob, db) = one(s2b, pb.deviation, p_b, p_a, 1.0 - score_a);
+    let ((mu_a, s2a), (mu_b, s2b)) = (sum(a), sum(b));
+    let c = (s2a + s2b + 2.0 * config.beta * config.beta).sqrt();
+    let p_a = 1.0 / (1.0 + ((mu_b - mu_a) / c).exp());
+    let p_b = 1.0 - p_a;
+    let omega_a = s2a / c * (score_a - p_a);
+    let omega_b = s2b / c * ((1.0 - score_a) - p_b);
+    let delta_a = s2a.sqrt() / c * s2a / (c * c) * p_a * p_b;
+    let delta_b = s2b.sqrt() / c * s2b / (c * c) * p_a * p_b;
+    let apply = |team: &[Skill], s2: f64, omega: f64, delta: f64| -> Vec<Skill> {
+        team.iter()
+            .map(|s| {
+                finish(
+                    member_update(&with_tau(s, config), s2, omega, delta, config),
+                    s,
+                    config,
+                )
+            })
+            .collect()
+    };
     (
-        finish(member_update(&pa, s2a, oa, da, config), a, config),
-        finish(member_update(&pb, s2b, ob, db, config), b, config),
+        apply(a, s2a, omega_a, delta_a),
+        apply(b, s2b, omega_b, delta_b),
     )
 }
 

@@ -1,0 +1,256 @@
+//! Property tests of the optimizer's invariants over random pools, for every queue shape:
+//! matches are disjoint and exactly shaped, parties stay whole, regions, roles, windows and
+//! quality floors hold for each ticket's wait (or a member is starving), tickets are conserved,
+//! expiry is exact, and no starving ticket is left waiting while a legal match exists.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+
+use super::balance::{Unit, roles_ok};
+use super::pool::region_mask;
+use super::teams::role_masks;
+use super::test_util::party;
+use super::{LogisticModel, MatchingConfig, Pool, RoleRequirement, Shape, Ticket};
+
+const NOW: f64 = 200.0;
+const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
+const REGIONS: [&str; 3] = ["eu", "us", "asia"];
+
+#[derive(Clone, Debug)]
+struct Spec {
+    size: u32,
+    rating: f64,
+    entered_at: f64,
+    latencies: Vec<Option<u32>>,
+    heals: Vec<bool>,
+}
+
+fn spec(max_party: u32) -> impl Strategy<Value = Spec> {
+    (
+        1..=max_party,
+        1200.0..1800.0f64,
+        prop_oneof![9 => -150.0..NOW, 1 => -450.0..-350.0f64],
+        prop::collection::vec(prop::option::of(10u32..300), 3),
+        prop::collection::vec(any::<bool>(), 3),
+    )
+        .prop_map(|(size, rating, entered_at, latencies, heals)| Spec {
+            size,
+            rating,
+            entered_at,
+            latencies,
+            heals,
+        })
+}
+
+fn ticket(i: usize, s: &Spec, regions: bool, roles: bool) -> Ticket {
+    let ratings: Vec<f64> = (0..s.size).map(|k| s.rating + 7.0 * f64::from(k)).collect();
+    let mut t = party(&format!("t{i}"), &ratings, s.entered_at);
+    if regions {
+        t.region_latency_ms = REGIONS
+            .iter()
+            .zip(&s.latencies)
+            .filter_map(|(r, l)| l.map(|l| (r.to_string(), l)))
+            .collect();
+    }
+    if roles {
+        t.roles = (0..s.size as usize)
+            .map(|k| {
+                if s.heals[k % 3] {
+                    vec!["healer".to_string()]
+                } else {
+                    vec!["dps".to_string()]
+                }
+            })
+            .collect();
+    }
+    t
+}
+
+fn config(shape: Shape, regions: bool, roles: bool) -> MatchingConfig {
+    let mut c = MatchingConfig::default();
+    if regions {
+        c.regions = REGIONS.iter().map(|r| r.to_string()).collect();
+    }
+    if roles && shape.team_size >= 2 {
+        c.roles = vec![RoleRequirement {
+            name: "healer".into(),
+            min_per_team: 1,
+        }];
+    }
+    c
+}
+
+fn shapes() -> impl Strategy<Value = Shape> {
+    prop::sample::select(vec![
+        Shape {
+            teams: 2,
+            team_size: 1,
+        },
+        Shape {
+            teams: 2,
+            team_size: 2,
+        },
+        Shape {
+            teams: 2,
+            team_size: 5,
+        },
+        Shape {
+            teams: 3,
+            team_size: 2,
+        },
+        Shape {
+            teams: 8,
+            team_size: 1,
+        },
+        Shape {
+            teams: 2,
+            team_size: 10,
+        },
+    ])
+}
+
+/// Runs one tick and checks every invariant; returns the pool after the tick.
+fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool {
+    let mut pool = Pool::new(shape, config.clone());
+    for t in tickets {
+        pool.insert(t.clone()).unwrap();
+    }
+    let out = pool.tick(NOW, &MODEL);
+
+    let mut seen = HashSet::new();
+    for t in &out.expired {
+        assert!(t.wait(NOW) >= config.ticket_ttl_seconds);
+        assert!(seen.insert(t.id.clone()));
+    }
+    for m in &out.matches {
+        assert_eq!(m.teams.len(), shape.teams as usize);
+        assert_eq!(m.win_probability.len(), shape.teams as usize);
+        let starving = m
+            .teams
+            .iter()
+            .flatten()
+            .any(|t| config.limits(t.wait(NOW)).starving);
+        for team in &m.teams {
+            let players: usize = team.iter().map(Ticket::size).sum();
+            assert_eq!(players, shape.team_size as usize);
+            let units: Vec<Unit> = team
+                .iter()
+                .map(|t| Unit {
+                    size: t.size() as u32,
+                    strength: 0.0,
+                    role_masks: role_masks(config, t),
+                })
+                .collect();
+            let all: Vec<usize> = (0..units.len()).collect();
+            assert!(roles_ok(&units, &all, &config.roles), "roles");
+        }
+        let tickets: Vec<&Ticket> = m.teams.iter().flatten().collect();
+        for t in &tickets {
+            // Disjoint across matches and expiry; parties are whole Ticket values.
+            assert!(seen.insert(t.id.clone()), "ticket {} twice", t.id);
+            assert!(t.wait(NOW) < config.ticket_ttl_seconds);
+            let lim = config.limits(t.wait(NOW));
+            if let Some(region) = &m.region {
+                let bit = config.regions.iter().position(|r| r == region).unwrap();
+                assert!(
+                    region_mask(&config.regions, t, &lim) >> bit & 1 == 1,
+                    "region"
+                );
+            } else {
+                assert!(config.regions.is_empty());
+            }
+        }
+        if !starving {
+            let lo = tickets
+                .iter()
+                .map(|t| t.rating())
+                .fold(f64::INFINITY, f64::min);
+            let hi = tickets
+                .iter()
+                .map(|t| t.rating())
+                .fold(f64::NEG_INFINITY, f64::max);
+            let mut floor = 0.0f64;
+            for t in &tickets {
+                let lim = config.limits(t.wait(NOW));
+                assert!(t.rating() - lo <= lim.window + 1e-9, "window");
+                assert!(hi - t.rating() <= lim.window + 1e-9, "window");
+                floor = floor.max(lim.min_quality);
+            }
+            assert!(
+                m.quality + 1e-12 >= floor,
+                "quality {} < {floor}",
+                m.quality
+            );
+        }
+    }
+    for t in pool.tickets() {
+        assert!(seen.insert(t.id.clone()), "matched ticket left in the pool");
+        assert!(t.wait(NOW) < config.ticket_ttl_seconds);
+    }
+    assert_eq!(seen.len(), tickets.len(), "tickets conserved");
+    assert_eq!(out.waiting, pool.len());
+    let matched: usize = out
+        .matches
+        .iter()
+        .map(|m| m.teams.iter().flatten().count())
+        .sum();
+    assert_eq!(out.matched_waits.len(), matched);
+    pool
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_formed_match_is_legal(
+        shape in shapes(),
+        regions in any::<bool>(),
+        roles in any::<bool>(),
+        specs in prop::collection::vec(spec(3), 0..60),
+    ) {
+        let config = config(shape, regions, roles);
+        let max = config.party_limit(shape).min(3);
+        let tickets: Vec<Ticket> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let s = Spec { size: s.size.min(max), ..s.clone() };
+                ticket(i, &s, regions, roles)
+            })
+            .collect();
+        check_tick(shape, &config, &tickets);
+    }
+
+    /// Solo tickets, no roles: any `P` waiting tickets (sharing a region, for 1v1) form a legal
+    /// match for a starving one, so after a tick no starving ticket may still wait beside enough
+    /// partners.
+    #[test]
+    fn no_starving_ticket_waits_while_a_legal_match_exists(
+        shape in shapes(),
+        regions in any::<bool>(),
+        specs in prop::collection::vec(spec(1), 0..60),
+    ) {
+        let regions = regions && shape.is_one_v_one();
+        let config = config(shape, regions, false);
+        let tickets: Vec<Ticket> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ticket(i, s, regions, false))
+            .collect();
+        let pool = check_tick(shape, &config, &tickets);
+        let rest: Vec<&Ticket> = pool.tickets().collect();
+        let mask = |t: &Ticket| region_mask(&config.regions, t, &config.limits(t.wait(NOW)));
+        for t in &rest {
+            if !config.limits(t.wait(NOW)).starving {
+                continue;
+            }
+            if shape.is_one_v_one() {
+                let partner = rest.iter().any(|o| o.id != t.id && mask(o) & mask(t) != 0);
+                prop_assert!(!partner, "starving {} has a partner", t.id);
+            } else {
+                prop_assert!(rest.len() < shape.players_per_match() as usize);
+            }
+        }
+    }
+}
