@@ -476,12 +476,14 @@ impl Loop {
             }
             w.last_published = now;
             let window = self.queues[w.queue].pool.window(id, now);
+            // A requeued ticket keeps saying why it is searching again.
+            let reason = w.slot.view().reason;
             w.slot.publish(TicketView {
                 state: TicketState::Searching,
                 wait_seconds: now - w.slot.entered_at,
                 window,
                 assignment: None,
-                reason: String::new(),
+                reason,
             });
         }
     }

@@ -42,10 +42,10 @@ impl TestServer {
 
     /// Starts a server on the given data dir.
     pub async fn start_in(data_dir: &std::path::Path, extra_toml: &str) -> Self {
-        let mut config = Config::from_toml_str(&format!(
-            "[server]\ntick_interval_ms = 20\nmetrics_addr = \"\"\nshutdown_grace_ms = 2000\n{extra_toml}"
-        ))
-        .expect("test config");
+        let mut config = Config::from_toml_str(extra_toml).expect("test config");
+        config.server.tick_interval_ms = 20;
+        config.server.metrics_addr = String::new();
+        config.server.shutdown_grace_ms = 2000;
         config.server.data_dir = data_dir.to_path_buf();
         config.server.addr = "127.0.0.1:0".into();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -147,4 +147,45 @@ pub async fn next<T>(stream: &mut tonic::Streaming<T>) -> T {
         .expect("stream item within the timeout")
         .expect("stream still open")
         .expect("stream item ok")
+}
+
+/// Enters every ticket and waits until the first one is MATCHED; returns its assignment.
+pub async fn form_match(
+    client: &mut ClientServiceClient<Channel>,
+    queue: &str,
+    tickets: &[&[&str]],
+) -> proto::MatchAssignment {
+    let mut ids = Vec::new();
+    for players in tickets {
+        ids.push(enter(client, queue, players).await);
+    }
+    let mut stream = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: ids[0].clone(),
+        })
+        .await
+        .expect("watch_ticket")
+        .into_inner();
+    loop {
+        let u = next(&mut stream).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            return u.assignment.expect("MATCHED carries the assignment");
+        }
+        assert_eq!(u.state, proto::TicketState::Searching as i32, "{u:?}");
+    }
+}
+
+/// Reports placements per team of `assignment`, with the team containing `winner` first.
+pub fn placements_with_winner(assignment: &proto::MatchAssignment, winner: &str) -> Vec<u32> {
+    assignment
+        .teams
+        .iter()
+        .map(|t| {
+            if t.player_ids.iter().any(|p| p == winner) {
+                1
+            } else {
+                2
+            }
+        })
+        .collect()
 }

@@ -1,0 +1,437 @@
+//! Match results over real gRPC: ratings equal the library's on the same inputs, duplicates are
+//! idempotent, bad reports change nothing, abandonment, cancellation, and survival of restarts.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{TestServer, form_match, placements_with_winner};
+use matchmaker::config::Config;
+use matchmaker::proto;
+use matchmaker::rating::{MatchInput, PlayerInput, Skill};
+use tonic::Code;
+
+async fn rating_of(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
+    server
+        .client()
+        .await
+        .get_player(proto::GetPlayerRequest {
+            player_id: player.into(),
+            queue: queue.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+fn skill(r: &proto::Rating) -> Skill {
+    Skill {
+        mean: r.mean,
+        deviation: r.deviation,
+        volatility: r.volatility,
+    }
+}
+
+fn report(match_id: &str, placements: Vec<u32>) -> proto::MatchResult {
+    proto::MatchResult {
+        match_id: match_id.into(),
+        placements,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_1v1_cycle_moves_ratings_exactly_as_the_glicko2_library_does() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["ann"], &["ben"]]).await;
+    let placements = placements_with_winner(&a, "ann");
+    let ack = server
+        .game_server()
+        .await
+        .report_match_result(report(&a.match_id, placements.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+    assert_eq!(ack.changes.len(), 2);
+
+    let system = Config::from_toml_str("").unwrap().queues["1v1"]
+        .rating
+        .clone();
+    let initial = system.initial();
+    let expected = system
+        .rate(&MatchInput {
+            teams: &[
+                vec![PlayerInput::new(initial)],
+                vec![PlayerInput::new(initial)],
+            ],
+            placements: &placements,
+        })
+        .unwrap();
+    for (t, team) in a.teams.iter().enumerate() {
+        let player = &team.player_ids[0];
+        let change = ack.changes.iter().find(|c| &c.player_id == player).unwrap();
+        assert_eq!(skill(change.before.as_ref().unwrap()), initial);
+        assert_eq!(skill(change.after.as_ref().unwrap()), expected[t][0]);
+        let view = rating_of(&server, player, "1v1").await;
+        assert_eq!(skill(view.rating.as_ref().unwrap()), expected[t][0]);
+        assert_eq!(view.games, 1);
+        assert_eq!(view.wins, u32::from(player == "ann"));
+        assert_eq!(view.status, "idle");
+    }
+    let ann = rating_of(&server, "ann", "1v1").await.rating.unwrap();
+    assert!(ann.mean > 1500.0);
+    // Both may queue again.
+    common::enter(&mut client, "1v1", &["ann"]).await;
+}
+
+#[tokio::test]
+async fn a_5v5_weng_lin_cycle_with_parties_matches_the_library() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let tickets: Vec<Vec<String>> = vec![
+        vec!["p0".into(), "p1".into()],
+        vec!["p2".into(), "p3".into(), "p4".into()],
+        vec!["p5".into()],
+        vec!["p6".into()],
+        vec!["p7".into(), "p8".into()],
+        vec!["p9".into()],
+    ];
+    let refs: Vec<Vec<&str>> = tickets
+        .iter()
+        .map(|t| t.iter().map(String::as_str).collect())
+        .collect();
+    let refs: Vec<&[&str]> = refs.iter().map(Vec::as_slice).collect();
+    let a = form_match(&mut client, "5v5", &refs).await;
+    assert_eq!(a.teams.len(), 2);
+    for team in &a.teams {
+        assert_eq!(team.player_ids.len(), 5);
+    }
+    // Parties stay whole.
+    for party in tickets.iter().filter(|t| t.len() > 1) {
+        assert!(
+            a.teams
+                .iter()
+                .any(|team| party.iter().all(|p| team.player_ids.contains(p))),
+            "party {party:?} split across {:?}",
+            a.teams
+        );
+    }
+    let placements = vec![2, 1];
+    let ack = server
+        .game_server()
+        .await
+        .report_match_result(report(&a.match_id, placements.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    let system = Config::from_toml_str("").unwrap().queues["5v5"]
+        .rating
+        .clone();
+    let initial = system.initial();
+    let inputs: Vec<Vec<PlayerInput>> = a
+        .teams
+        .iter()
+        .map(|t| {
+            t.player_ids
+                .iter()
+                .map(|_| PlayerInput::new(initial))
+                .collect()
+        })
+        .collect();
+    let expected = system
+        .rate(&MatchInput {
+            teams: &inputs,
+            placements: &placements,
+        })
+        .unwrap();
+    for (t, team) in a.teams.iter().enumerate() {
+        for (i, p) in team.player_ids.iter().enumerate() {
+            let change = ack.changes.iter().find(|c| &c.player_id == p).unwrap();
+            assert_eq!(skill(change.after.as_ref().unwrap()), expected[t][i], "{p}");
+        }
+    }
+    let winner = &a.teams[1].player_ids[0];
+    assert!(rating_of(&server, winner, "5v5").await.rating.unwrap().mean > 25.0);
+}
+
+#[tokio::test]
+async fn a_duplicate_report_returns_the_first_outcome_and_applies_nothing() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["d1"], &["d2"]]).await;
+    let mut gs = server.game_server().await;
+    let first = gs
+        .report_match_result(report(&a.match_id, placements_with_winner(&a, "d1")))
+        .await
+        .unwrap()
+        .into_inner();
+    // A second report, even with a different outcome, is the same result.
+    let second = gs
+        .report_match_result(report(&a.match_id, placements_with_winner(&a, "d2")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(second.duplicate);
+    assert_eq!(first.changes, second.changes);
+    assert_eq!(rating_of(&server, "d1", "1v1").await.games, 1);
+    // Many concurrent duplicates: exactly the same answer, applied once.
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let mut gs = server.game_server().await;
+        let id = a.match_id.clone();
+        tasks.push(tokio::spawn(async move {
+            gs.report_match_result(report(&id, vec![1, 2]))
+                .await
+                .unwrap()
+                .into_inner()
+        }));
+    }
+    for t in tasks {
+        let ack = t.await.unwrap();
+        assert!(ack.duplicate);
+        assert_eq!(ack.changes, first.changes);
+    }
+    assert_eq!(rating_of(&server, "d2", "1v1").await.games, 1);
+}
+
+#[tokio::test]
+async fn concurrent_first_reports_of_one_match_apply_it_once() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["c1"], &["c2"]]).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut gs = server.game_server().await;
+        let id = a.match_id.clone();
+        tasks.push(tokio::spawn(async move {
+            gs.report_match_result(report(&id, vec![1, 2]))
+                .await
+                .unwrap()
+                .into_inner()
+        }));
+    }
+    let mut fresh = 0;
+    let mut changes = None;
+    for t in tasks {
+        let ack = t.await.unwrap();
+        fresh += usize::from(!ack.duplicate);
+        let c = changes.get_or_insert_with(|| ack.changes.clone());
+        assert_eq!(*c, ack.changes);
+    }
+    assert_eq!(fresh, 1, "exactly one report applies the result");
+    assert_eq!(rating_of(&server, "c1", "1v1").await.games, 1);
+}
+
+#[tokio::test]
+async fn bad_reports_are_rejected_with_the_field_named_and_change_nothing() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["b1"], &["b2"]]).await;
+    let mut gs = server.game_server().await;
+    let cases = vec![
+        (
+            report(&a.match_id, vec![1]),
+            Code::InvalidArgument,
+            "placements",
+        ),
+        (
+            report(&a.match_id, vec![1, 3]),
+            Code::InvalidArgument,
+            "placements[1]",
+        ),
+        (
+            report(&a.match_id, vec![0, 1]),
+            Code::InvalidArgument,
+            "placements[0]",
+        ),
+        (
+            proto::MatchResult {
+                performance: BTreeMap::from([("b1".to_string(), f64::NAN)])
+                    .into_iter()
+                    .collect(),
+                ..report(&a.match_id, vec![1, 2])
+            },
+            Code::InvalidArgument,
+            "performance",
+        ),
+        (
+            proto::MatchResult {
+                performance: BTreeMap::from([("stranger".to_string(), 1.0)])
+                    .into_iter()
+                    .collect(),
+                ..report(&a.match_id, vec![1, 2])
+            },
+            Code::InvalidArgument,
+            "performance",
+        ),
+        (
+            proto::MatchResult {
+                abandoned_player_ids: vec!["stranger".into()],
+                ..report(&a.match_id, vec![1, 2])
+            },
+            Code::InvalidArgument,
+            "abandoned_player_ids[0]",
+        ),
+        (report("", vec![1, 2]), Code::InvalidArgument, "match_id"),
+        (report("m-unknown", vec![1, 2]), Code::NotFound, "m-unknown"),
+    ];
+    for (request, code, needle) in cases {
+        let err = gs.report_match_result(request.clone()).await.unwrap_err();
+        assert_eq!(err.code(), code, "{request:?}: {}", err.message());
+        assert!(
+            err.message().contains(needle),
+            "{needle:?} not in {:?}",
+            err.message()
+        );
+    }
+    assert_eq!(rating_of(&server, "b1", "1v1").await.games, 0);
+    assert_eq!(rating_of(&server, "b1", "1v1").await.status, "in_match");
+    // The match still takes a valid report afterwards.
+    let ack = gs
+        .report_match_result(report(&a.match_id, vec![1, 2]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+}
+
+#[tokio::test]
+async fn an_abandoner_takes_a_loss_and_the_player_who_stayed_does_not_move() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["quits"], &["stays"]]).await;
+    let ack = server
+        .game_server()
+        .await
+        .report_match_result(proto::MatchResult {
+            abandoned_player_ids: vec!["quits".into()],
+            ..report(&a.match_id, placements_with_winner(&a, "quits"))
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let quits = ack.changes.iter().find(|c| c.player_id == "quits").unwrap();
+    assert!(quits.after.as_ref().unwrap().mean < quits.before.as_ref().unwrap().mean);
+    let stays = ack.changes.iter().find(|c| c.player_id == "stays").unwrap();
+    assert_eq!(stays.after, stays.before);
+    let view = rating_of(&server, "stays", "1v1").await;
+    assert_eq!((view.games, view.wins), (0, 0), "a quit is not a win");
+    assert_eq!(view.status, "idle");
+}
+
+#[tokio::test]
+async fn cancel_match_frees_the_players_and_refuses_a_result() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let a = form_match(&mut client, "1v1", &[&["x1"], &["x2"]]).await;
+    let mut gs = server.game_server().await;
+    gs.cancel_match(proto::CancelMatchRequest {
+        match_id: a.match_id.clone(),
+        reason: "server crashed".into(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(rating_of(&server, "x1", "1v1").await.status, "idle");
+    let err = gs
+        .report_match_result(report(&a.match_id, vec![1, 2]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    common::enter(&mut client, "1v1", &["x1"]).await;
+}
+
+#[tokio::test]
+async fn results_and_live_matches_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reported, live, after) = {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut client = server.client().await;
+        let reported = form_match(&mut client, "1v1", &[&["r1"], &["r2"]]).await;
+        let ack = server
+            .game_server()
+            .await
+            .report_match_result(report(&reported.match_id, vec![1, 2]))
+            .await
+            .unwrap()
+            .into_inner();
+        let live = form_match(&mut client, "1v1", &[&["l1"], &["l2"]]).await;
+        server.stop().await.unwrap();
+        (reported, live, ack)
+    };
+    let server = TestServer::start_in(dir.path(), "").await;
+    for change in &after.changes {
+        let view = rating_of(&server, &change.player_id, "1v1").await;
+        assert_eq!(view.rating, change.after, "{}", change.player_id);
+        assert_eq!(view.games, 1);
+    }
+    let mut gs = server.game_server().await;
+    let again = gs
+        .report_match_result(report(&reported.match_id, vec![2, 1]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        again.duplicate,
+        "a result is never applied twice, across restarts too"
+    );
+    assert_eq!(again.changes, after.changes);
+    // The match formed before the restart can still be reported.
+    assert_eq!(rating_of(&server, "l1", "1v1").await.status, "in_match");
+    let ack = gs
+        .report_match_result(report(&live.match_id, vec![1, 2]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+    assert_eq!(rating_of(&server, "l1", "1v1").await.games, 1);
+}
+
+#[tokio::test]
+async fn an_unallocated_match_times_out_and_its_tickets_return_to_the_queue() {
+    let server = TestServer::start("[server]\nallocation_timeout_seconds = 0.05\n").await;
+    let mut client = server.client().await;
+    let t1 = common::enter(&mut client, "1v1", &["u1"]).await;
+    common::enter(&mut client, "1v1", &["u2"]).await;
+    let mut stream = client
+        .watch_ticket(proto::WatchTicketRequest { ticket_id: t1 })
+        .await
+        .unwrap()
+        .into_inner();
+    // No game server ever serves: MATCHED, then back to SEARCHING with the wait kept, then
+    // MATCHED again into a new match.
+    let mut seen = Vec::new();
+    let mut first_match = None;
+    loop {
+        let u = common::next(&mut stream).await;
+        let state = proto::TicketState::try_from(u.state).unwrap();
+        seen.push(state);
+        match (state, &first_match) {
+            (proto::TicketState::Matched, None) => {
+                first_match = Some(u.assignment.unwrap().match_id);
+            }
+            (proto::TicketState::Searching, Some(_)) => {
+                assert!(u.reason.contains("front of the queue"), "{}", u.reason);
+                assert!(u.wait_seconds > 0.0);
+            }
+            (proto::TicketState::Matched, Some(first)) => {
+                assert_ne!(&u.assignment.unwrap().match_id, first);
+                assert!(seen.contains(&proto::TicketState::Searching));
+                break;
+            }
+            _ => {}
+        }
+    }
+    let err = server
+        .game_server()
+        .await
+        .report_match_result(report(&first_match.unwrap(), vec![1, 2]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Code::NotFound,
+        "the dissolved match takes no result"
+    );
+}
