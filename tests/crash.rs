@@ -21,7 +21,7 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const PAIRS: usize = 80;
-const KILL_AFTER_ACKS: usize = 10;
+const KILL_AFTER_ACKS: usize = 24;
 
 struct Server {
     child: Child,
@@ -118,33 +118,48 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
         matches.push(common::next(&mut assignments).await);
     }
 
-    // Report every match concurrently; kill -9 once enough have been acknowledged.
+    // Report in concurrent chunks; once enough are acknowledged, fire the next chunk and
+    // kill -9 while it is in flight. Later chunks meet a dead server.
+    const CHUNK: usize = 8;
     let acked: Arc<Mutex<BTreeMap<String, proto::MatchResultAck>>> = Arc::default();
     let count = Arc::new(AtomicUsize::new(0));
-    let pid = server.child.id();
+    let mut killed = false;
     let mut tasks = Vec::new();
-    for m in &matches {
-        let mut gs = GameServerServiceClient::new(ch.clone());
-        let (acked, count, id) = (acked.clone(), count.clone(), m.match_id.clone());
-        tasks.push(tokio::spawn(async move {
-            let r = gs
-                .report_match_result(proto::MatchResult {
-                    match_id: id.clone(),
-                    placements: vec![1, 2],
-                    ..Default::default()
-                })
-                .await;
-            if let Ok(ack) = r {
-                acked.lock().await.insert(id, ack.into_inner());
-                if count.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER_ACKS {
-                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    for chunk in matches.chunks(CHUNK) {
+        let mut chunk_tasks = Vec::new();
+        for m in chunk {
+            let mut gs = GameServerServiceClient::new(ch.clone());
+            let (acked, count, id) = (acked.clone(), count.clone(), m.match_id.clone());
+            chunk_tasks.push(tokio::spawn(async move {
+                let r = gs
+                    .report_match_result(proto::MatchResult {
+                        match_id: id.clone(),
+                        placements: vec![1, 2],
+                        ..Default::default()
+                    })
+                    .await;
+                if let Ok(ack) = r {
+                    acked.lock().await.insert(id, ack.into_inner());
+                    count.fetch_add(1, Ordering::SeqCst);
                 }
+            }));
+        }
+        if !killed && count.load(Ordering::SeqCst) >= KILL_AFTER_ACKS {
+            server.child.kill().unwrap(); // SIGKILL, with this chunk in flight
+            killed = true;
+        }
+        if killed {
+            tasks.extend(chunk_tasks);
+        } else {
+            for t in chunk_tasks {
+                t.await.unwrap();
             }
-        }));
+        }
     }
     for t in tasks {
         t.await.unwrap();
     }
+    assert!(killed);
     let _ = server.child.wait();
     let acked = acked.lock().await.clone();
     assert!(
