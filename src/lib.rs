@@ -10,6 +10,7 @@ pub mod ids;
 pub mod matching;
 pub mod matchmaker;
 pub mod proto;
+pub mod ranking;
 pub mod rating;
 pub mod server;
 pub mod state;
