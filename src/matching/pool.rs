@@ -88,6 +88,15 @@ type IdMap = HashMap<TicketId, (u32, u32), BuildHasherDefault<IdHasher>>;
 /// Stale index entries tolerated beyond the live count before a tick compacts the index.
 pub(crate) const STALE_SLACK: usize = 1024;
 
+/// Per-slot values fixed at insert (a waiting ticket never changes).
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    key: f64,
+    dev: f64,
+    entered_at: f64,
+    size: u32,
+}
+
 /// The optimizer's compact view of one waiting ticket at one tick.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cand {
@@ -126,6 +135,12 @@ pub struct Pool {
     pub(crate) index: IdMap,
     /// Per slot: odd while occupied, bumped on every store and every take.
     gens: Vec<u32>,
+    /// Per slot: what the optimizer reads, computed once at insert, so a tick scans compact
+    /// arrays instead of chasing every ticket's heap data.
+    meta: Vec<Meta>,
+    /// Per slot, `config.regions.len()` latencies (`u32::MAX` = region not listed; all 0 for a
+    /// ticket that accepts any region).
+    latency: Vec<u32>,
     pub(crate) live: usize,
     players: usize,
 }
@@ -142,6 +157,8 @@ impl Pool {
             free: Vec::new(),
             index: IdMap::default(),
             gens: Vec::new(),
+            meta: Vec::new(),
+            latency: Vec::new(),
             live: 0,
             players: 0,
         }
@@ -184,17 +201,36 @@ impl Pool {
         {
             return Err(InsertError::NotFinite(id));
         }
+        let meta = Meta {
+            key: ticket.rating(),
+            dev: ticket.deviation(),
+            entered_at: ticket.entered_at,
+            size: size as u32,
+        };
+        let r = self.config.regions.len();
         let slot = match self.free.pop() {
-            Some(s) => {
-                self.slots[s] = Some(ticket);
-                s
-            }
+            Some(s) => s,
             None => {
-                self.slots.push(Some(ticket));
+                self.slots.push(None);
                 self.gens.push(0);
+                self.meta.push(meta);
+                self.latency.resize(self.latency.len() + r, 0);
                 self.slots.len() - 1
             }
         };
+        let lat = &mut self.latency[slot * r..(slot + 1) * r];
+        if ticket.region_latency_ms.is_empty() {
+            lat.fill(0);
+        } else {
+            lat.fill(u32::MAX);
+            for (name, ms) in &ticket.region_latency_ms {
+                if let Some(i) = self.config.regions.iter().position(|x| x == name) {
+                    lat[i] = (*ms).min(u32::MAX - 1);
+                }
+            }
+        }
+        self.meta[slot] = meta;
+        self.slots[slot] = Some(ticket);
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.index.insert(id, (slot as u32, self.gens[slot]));
         self.live += 1;
@@ -206,7 +242,7 @@ impl Pool {
     fn lookup(&self, id: &TicketId) -> Option<usize> {
         let &(slot, generation) = self.index.get(id)?;
         let slot = slot as usize;
-        (self.gens.get(slot) == Some(&generation) && generation % 2 == 1).then_some(slot)
+        (self.gens.get(slot) == Some(&generation) && generation & 1 == 1).then_some(slot)
     }
 
     /// Removes a waiting ticket (cancel), in O(1).
@@ -231,7 +267,7 @@ impl Pool {
         if self.index.len() > 2 * self.live + STALE_SLACK {
             let gens = &self.gens;
             self.index
-                .retain(|_, &mut (slot, g)| gens.get(slot as usize) == Some(&g) && g % 2 == 1);
+                .retain(|_, &mut (slot, g)| gens.get(slot as usize) == Some(&g) && g & 1 == 1);
         }
     }
 
@@ -307,11 +343,8 @@ impl Pool {
     /// Removes and returns the tickets past their TTL.
     fn expire(&mut self, now: f64) -> Vec<Ticket> {
         let ttl = self.config.ticket_ttl_seconds;
-        let expired_slots: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.as_ref().filter(|t| t.wait(now) >= ttl).map(|_| i))
+        let expired_slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.gens[i] & 1 == 1 && (now - self.meta[i].entered_at).max(0.0) >= ttl)
             .collect();
         let mut expired = Vec::with_capacity(expired_slots.len());
         for slot in expired_slots {
@@ -364,18 +397,26 @@ impl Pool {
     /// the tick sequential in memory).
     fn candidates(&self, now: f64) -> Vec<Cand> {
         let mut cands = Vec::with_capacity(self.len());
-        for (slot, t) in self.slots.iter().enumerate() {
-            let Some(t) = t else { continue };
-            let wait = t.wait(now);
+        let r = self.config.regions.len();
+        for (slot, m) in self.meta.iter().enumerate() {
+            if self.gens[slot] & 1 == 0 {
+                continue;
+            }
+            let wait = (now - m.entered_at).max(0.0);
             let lim = self.config.limits(wait);
+            let regions = if r == 0 {
+                1
+            } else {
+                latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
+            };
             cands.push(Cand {
                 slot,
-                key: t.rating(),
-                dev: t.deviation(),
-                size: t.players.len() as u32,
+                key: m.key,
+                dev: m.dev,
+                size: m.size,
                 wait,
                 lim,
-                regions: region_mask(&self.config.regions, t, &lim),
+                regions,
             });
         }
         let mut keys: Vec<(f64, u32)> = cands
@@ -465,7 +506,9 @@ pub(crate) fn choose(
     }
 }
 
-/// Bit set of the regions a ticket accepts under `lim` (see [`Cand::regions`]).
+/// Bit set of the regions a ticket accepts under `lim` (see [`Cand::regions`]): the reference
+/// definition the property tests check the pool's stored-latency path against.
+#[cfg(test)]
 pub(crate) fn region_mask(regions: &[String], t: &Ticket, lim: &Limits) -> u64 {
     if regions.is_empty() {
         return 1;
@@ -484,6 +527,16 @@ pub(crate) fn region_mask(regions: &[String], t: &Ticket, lim: &Limits) -> u64 {
     mask
 }
 
+/// [`region_mask`] from a slot's stored latencies.
+fn latency_mask(latency: &[u32], lim: &Limits) -> u64 {
+    latency
+        .iter()
+        .enumerate()
+        .filter(|&(_, &l)| l != u32::MAX && (lim.starving || l <= lim.max_latency_ms))
+        .fold(0u64, |m, (i, _)| m | 1 << i)
+}
+
+#[cfg(test)]
 fn all_regions(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
