@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod matching;
 pub mod matchmaker;
 pub mod proto;
+pub mod ranking;
 pub mod rating;
 pub mod results;
 pub mod server;

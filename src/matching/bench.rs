@@ -26,8 +26,8 @@ const NOW: f64 = 10_000.0;
 /// Spread of `entered_at`: under the default 120 s starvation guard, so windows are spread
 /// over the expansion schedule but nobody starves.
 const ENTRY_SPREAD: f64 = 90.0;
-/// Timed repetitions; the minimum is reported (the least disturbed run).
-const REPEATS: usize = 3;
+/// Timed repetitions; the minimum is reported (the least disturbed run on a shared machine).
+const REPEATS: usize = 5;
 
 /// What `bench-matcher --json` prints.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -38,15 +38,15 @@ pub struct BenchReport {
     pub tickets: usize,
     /// Players in the pool (parties counted).
     pub players: usize,
-    /// One optimizer tick, milliseconds (best of 3).
+    /// One optimizer tick, milliseconds (best of 5).
     pub tick_ms: f64,
     /// Of `tick_ms`, the time spent choosing the matches (sorting candidates by rating and the
     /// dynamic programme or window search), without expiry, candidate extraction and moving the
     /// matched tickets out of the pool into `FormedMatch` values.
     pub select_ms: f64,
-    /// Sorting `tickets` ratings, milliseconds (the floor; best of 3).
+    /// Sorting `tickets` ratings, milliseconds (the floor; best of 5).
     pub sort_ms: f64,
-    /// The first-come greedy baseline's tick, milliseconds (best of 3).
+    /// The first-come greedy baseline's tick, milliseconds (best of 5).
     pub fifo_tick_ms: f64,
     /// The baseline's mean match quality (underdog win probability).
     pub fifo_quality: f64,

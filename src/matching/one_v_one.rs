@@ -221,6 +221,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::matching::pool::STALE_SLACK;
     use crate::matching::test_util::solo;
     use crate::matching::{LogisticModel, MatchingConfig, Pool, Shape};
 
@@ -391,5 +392,26 @@ mod tests {
         assert_eq!(pool.len(), 1);
         assert!(pool.remove(&"a".into()).is_some());
         assert!(pool.is_empty());
+    }
+
+    #[test]
+    fn matched_ids_can_return_and_the_lazy_index_stays_consistent() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        for round in 0..3000 {
+            let now = f64::from(round);
+            pool.insert(solo("a", 1500.0, now)).unwrap();
+            pool.insert(solo(&format!("b{round}"), 1501.0, now))
+                .unwrap();
+            pool.insert(solo(&format!("c{round}"), 2500.0, now))
+                .unwrap();
+            assert_eq!(pool.tick(now, &MODEL).matches.len(), 1);
+            // A matched ticket is gone for every lookup, and its id may queue again.
+            assert!(pool.get(&"a".into()).is_none());
+            assert!(pool.remove(&format!("b{round}").as_str().into()).is_none());
+            assert_eq!(pool.len(), 1);
+            assert!(pool.remove(&format!("c{round}").as_str().into()).is_some());
+            assert!(pool.is_empty());
+        }
+        assert!(pool.index.len() <= 2 * pool.live + STALE_SLACK + 3);
     }
 }

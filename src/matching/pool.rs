@@ -3,6 +3,12 @@
 //! The pool owns ticket storage (slots with a free list plus an id index, so insert and remove
 //! are O(1)), expiry, and the translation between stored tickets and the optimizer's compact
 //! candidate records. The choice of matches lives in `one_v_one` and `teams`.
+//!
+//! The id index is cleaned lazily: a tick does not remove matched tickets from it (that was a
+//! chain of three dependent cache misses per ticket: slot, id string, hash table). Each entry
+//! carries the slot's generation, so an entry whose slot was emptied or reused is recognised as
+//! stale and ignored or overwritten; once stale entries outnumber live ones (plus slack) the
+//! next tick drops them in one sequential pass, amortised O(1) per matched ticket.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -77,7 +83,19 @@ impl Hasher for IdHasher {
     }
 }
 
-type IdMap = HashMap<TicketId, usize, BuildHasherDefault<IdHasher>>;
+type IdMap = HashMap<TicketId, (u32, u32), BuildHasherDefault<IdHasher>>;
+
+/// Stale index entries tolerated beyond the live count before a tick compacts the index.
+pub(crate) const STALE_SLACK: usize = 1024;
+
+/// Per-slot values fixed at insert (a waiting ticket never changes).
+#[derive(Clone, Copy, Debug)]
+struct Meta {
+    key: f64,
+    dev: f64,
+    entered_at: f64,
+    size: u32,
+}
 
 /// The optimizer's compact view of one waiting ticket at one tick.
 #[derive(Clone, Copy, Debug)]
@@ -113,7 +131,17 @@ pub struct Pool {
     config: MatchingConfig,
     slots: Vec<Option<Ticket>>,
     free: Vec<usize>,
-    index: IdMap,
+    /// Ticket id → (slot, generation of the slot when the ticket was stored).
+    pub(crate) index: IdMap,
+    /// Per slot: odd while occupied, bumped on every store and every take.
+    gens: Vec<u32>,
+    /// Per slot: what the optimizer reads, computed once at insert, so a tick scans compact
+    /// arrays instead of chasing every ticket's heap data.
+    meta: Vec<Meta>,
+    /// Per slot, `config.regions.len()` latencies (`u32::MAX` = region not listed; all 0 for a
+    /// ticket that accepts any region).
+    latency: Vec<u32>,
+    pub(crate) live: usize,
     players: usize,
 }
 
@@ -128,6 +156,10 @@ impl Pool {
             slots: Vec::new(),
             free: Vec::new(),
             index: IdMap::default(),
+            gens: Vec::new(),
+            meta: Vec::new(),
+            latency: Vec::new(),
+            live: 0,
             players: 0,
         }
     }
@@ -148,7 +180,7 @@ impl Pool {
     /// duplicate or malformed ticket is refused as a value instead of corrupting the pool.
     pub fn insert(&mut self, ticket: Ticket) -> Result<(), InsertError> {
         let id = ticket.id.clone();
-        if self.index.contains_key(&id) {
+        if self.lookup(&id).is_some() {
             return Err(InsertError::Duplicate(id));
         }
         let size = ticket.players.len();
@@ -169,50 +201,92 @@ impl Pool {
         {
             return Err(InsertError::NotFinite(id));
         }
+        let meta = Meta {
+            key: ticket.rating(),
+            dev: ticket.deviation(),
+            entered_at: ticket.entered_at,
+            size: size as u32,
+        };
+        let r = self.config.regions.len();
         let slot = match self.free.pop() {
-            Some(s) => {
-                self.slots[s] = Some(ticket);
-                s
-            }
+            Some(s) => s,
             None => {
-                self.slots.push(Some(ticket));
+                self.slots.push(None);
+                self.gens.push(0);
+                self.meta.push(meta);
+                self.latency.resize(self.latency.len() + r, 0);
                 self.slots.len() - 1
             }
         };
-        self.index.insert(id, slot);
+        let lat = &mut self.latency[slot * r..(slot + 1) * r];
+        if ticket.region_latency_ms.is_empty() {
+            lat.fill(0);
+        } else {
+            lat.fill(u32::MAX);
+            for (name, ms) in &ticket.region_latency_ms {
+                if let Some(i) = self.config.regions.iter().position(|x| x == name) {
+                    lat[i] = (*ms).min(u32::MAX - 1);
+                }
+            }
+        }
+        self.meta[slot] = meta;
+        self.slots[slot] = Some(ticket);
+        self.gens[slot] = self.gens[slot].wrapping_add(1);
+        self.index.insert(id, (slot as u32, self.gens[slot]));
+        self.live += 1;
         self.players += size;
         Ok(())
     }
 
-    /// Removes a waiting ticket (cancel), in O(1).
-    pub fn remove(&mut self, id: &TicketId) -> Option<Ticket> {
-        let slot = self.index.remove(id)?;
-        self.take_slot(slot)
+    /// The slot of a waiting ticket, ignoring stale index entries.
+    fn lookup(&self, id: &TicketId) -> Option<usize> {
+        let &(slot, generation) = self.index.get(id)?;
+        let slot = slot as usize;
+        (self.gens.get(slot) == Some(&generation) && generation & 1 == 1).then_some(slot)
     }
 
+    /// Removes a waiting ticket (cancel), in O(1).
+    pub fn remove(&mut self, id: &TicketId) -> Option<Ticket> {
+        let slot = self.lookup(id);
+        self.index.remove(id);
+        self.take_slot(slot?)
+    }
+
+    /// Empties a slot; its index entry becomes stale (see the module docs).
     fn take_slot(&mut self, slot: usize) -> Option<Ticket> {
         let t = self.slots.get_mut(slot)?.take()?;
+        self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.free.push(slot);
+        self.live -= 1;
         self.players -= t.players.len();
         Some(t)
+    }
+
+    /// Drops stale index entries once they outnumber live ones (plus slack).
+    fn compact_index(&mut self) {
+        if self.index.len() > 2 * self.live + STALE_SLACK {
+            let gens = &self.gens;
+            self.index
+                .retain(|_, &mut (slot, g)| gens.get(slot as usize) == Some(&g) && g & 1 == 1);
+        }
     }
 
     /// Tickets waiting.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.live
     }
 
     /// True when no ticket waits.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.live == 0
     }
 
     /// A waiting ticket, for inspection.
     #[must_use]
     pub fn get(&self, id: &TicketId) -> Option<&Ticket> {
-        self.slots[*self.index.get(id)?].as_ref()
+        self.slots[self.lookup(id)?].as_ref()
     }
 
     /// Iterates over the waiting tickets in no particular order.
@@ -269,19 +343,16 @@ impl Pool {
     /// Removes and returns the tickets past their TTL.
     fn expire(&mut self, now: f64) -> Vec<Ticket> {
         let ttl = self.config.ticket_ttl_seconds;
-        let expired_slots: Vec<usize> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.as_ref().filter(|t| t.wait(now) >= ttl).map(|_| i))
+        let expired_slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.gens[i] & 1 == 1 && (now - self.meta[i].entered_at).max(0.0) >= ttl)
             .collect();
         let mut expired = Vec::with_capacity(expired_slots.len());
         for slot in expired_slots {
             if let Some(t) = self.take_slot(slot) {
-                self.index.remove(&t.id);
                 expired.push(t);
             }
         }
+        self.compact_index();
         expired
     }
 
@@ -297,9 +368,24 @@ impl Pool {
             expired,
             ..TickOutcome::default()
         };
+        // First move every matched ticket out of its slot in one tight loop: the slots are
+        // read in random order, and a short independent loop body lets the CPU keep many of
+        // those cache misses in flight. The matches are then built from this sequential list.
+        let total: usize = proposals
+            .iter()
+            .map(|p| p.teams.iter().map(Vec::len).sum::<usize>())
+            .sum();
+        let mut taken = Vec::with_capacity(total);
+        for p in &proposals {
+            for &c in p.teams.iter().flatten() {
+                taken.push(self.take_slot(cands[c].slot));
+            }
+        }
+        out.matched_waits.reserve(total);
         out.matches.reserve(proposals.len());
+        let mut taken = taken.into_iter().flatten();
         for p in proposals {
-            let m = self.form(cands, p, model, now, &mut out.matched_waits);
+            let m = self.form(cands, p, model, now, &mut taken, &mut out.matched_waits);
             out.matches.push(m);
         }
         out.waiting = self.len();
@@ -311,18 +397,26 @@ impl Pool {
     /// the tick sequential in memory).
     fn candidates(&self, now: f64) -> Vec<Cand> {
         let mut cands = Vec::with_capacity(self.len());
-        for (slot, t) in self.slots.iter().enumerate() {
-            let Some(t) = t else { continue };
-            let wait = t.wait(now);
+        let r = self.config.regions.len();
+        for (slot, m) in self.meta.iter().enumerate() {
+            if self.gens[slot] & 1 == 0 {
+                continue;
+            }
+            let wait = (now - m.entered_at).max(0.0);
             let lim = self.config.limits(wait);
+            let regions = if r == 0 {
+                1
+            } else {
+                latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
+            };
             cands.push(Cand {
                 slot,
-                key: t.rating(),
-                dev: t.deviation(),
-                size: t.players.len() as u32,
+                key: m.key,
+                dev: m.dev,
+                size: m.size,
                 wait,
                 lim,
-                regions: region_mask(&self.config.regions, t, &lim),
+                regions,
             });
         }
         let mut keys: Vec<(f64, u32)> = cands
@@ -340,6 +434,7 @@ impl Pool {
         p: Proposal,
         model: &dyn WinModel,
         now: f64,
+        taken: &mut impl Iterator<Item = Ticket>,
         waits: &mut Vec<f64>,
     ) -> FormedMatch {
         let mut teams = Vec::with_capacity(p.teams.len());
@@ -348,8 +443,7 @@ impl Pool {
             let mut tickets = Vec::with_capacity(team.len());
             for &c in team {
                 mask &= cands[c].regions;
-                if let Some(t) = self.take_slot(cands[c].slot) {
-                    self.index.remove(&t.id);
+                if let Some(t) = taken.next() {
                     waits.push(t.wait(now));
                     tickets.push(t);
                 }
@@ -361,7 +455,16 @@ impl Pool {
             None => {
                 let ratings: Vec<Vec<(f64, f64)>> = teams
                     .iter()
-                    .map(|team| team.iter().flat_map(Ticket::member_ratings).collect())
+                    .map(|team| {
+                        let mut r = Vec::with_capacity(team.iter().map(Ticket::size).sum());
+                        for t in team {
+                            match t.party_skill {
+                                Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
+                                None => r.extend_from_slice(&t.skills),
+                            }
+                        }
+                        r
+                    })
                     .collect();
                 model.win_probabilities(&ratings)
             }
@@ -403,7 +506,9 @@ pub(crate) fn choose(
     }
 }
 
-/// Bit set of the regions a ticket accepts under `lim` (see [`Cand::regions`]).
+/// Bit set of the regions a ticket accepts under `lim` (see [`Cand::regions`]): the reference
+/// definition the property tests check the pool's stored-latency path against.
+#[cfg(test)]
 pub(crate) fn region_mask(regions: &[String], t: &Ticket, lim: &Limits) -> u64 {
     if regions.is_empty() {
         return 1;
@@ -422,6 +527,16 @@ pub(crate) fn region_mask(regions: &[String], t: &Ticket, lim: &Limits) -> u64 {
     mask
 }
 
+/// [`region_mask`] from a slot's stored latencies.
+fn latency_mask(latency: &[u32], lim: &Limits) -> u64 {
+    latency
+        .iter()
+        .enumerate()
+        .filter(|&(_, &l)| l != u32::MAX && (lim.starving || l <= lim.max_latency_ms))
+        .fold(0u64, |m, (i, _)| m | 1 << i)
+}
+
+#[cfg(test)]
 fn all_regions(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }

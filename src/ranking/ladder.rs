@@ -1,0 +1,437 @@
+//! The Skyweaver ladder (SPEC §4.2, seed 002): rank points that follow the MMR change of each
+//! match, plus a bias for winning and an optional win-streak bonus, over a table of named tiers
+//! with hard floors.
+//!
+//! RP' = round(RP + Δr·F + B·[win] + A), where
+//! - F = (rp_span / rating_span) · min{1, f_min + (1 − f_min)·(RP − ramp_start_rp)/ramp_width_rp}
+//!   (with the defaults (1000/(3000 − 1250))·min{1, f_min + (1 − f_min)(RP − 200)/1000}): the
+//!   range transform from the Glicko scale to RP, weighted less at low rank so a new player's
+//!   wild early MMR swings barely show;
+//! - B = max{b_min, b_max − ((RP − ramp_start_rp)/ramp_width_rp)(b_max − b_min)}, paid to winners
+//!   only (not mirrored for losers): the positive bias that makes playing always worth it;
+//! - A = `streak_bonus` (a) on a win whose two previous matches were wins, else 0.
+//!
+//! All of F, B and A are computed at the RP *before* the match. Once a player reaches a tier with
+//! a hard floor they never drop below its minimum within the season: the player record keeps
+//! that floor ([`LadderState::floor_rp`]); only a season's hard reset clears it.
+//!
+//! What this module deliberately does not do: touch skill, run season resets (a later issue; the
+//! tier table already carries each tier's soft-reset cap and hard-reset value), or know the
+//! leaderboard — the top tier (Grandweaver, "top 100 Masters by RP") takes the player's rank as
+//! input; [`super::leaderboard::RankIndex`] computes it.
+//!
+//! **Δr for other skill systems.** Δr is the MMR change on the Glicko 1500 scale, because the
+//! range transform 1000/(3000 − 1250) maps a Glicko population range onto the ladder. A queue on
+//! another scale sets `delta_scale` to the ratio of the two scales' spreads, measured the same way
+//! for both: their new-player deviations, each system's statement of how widely the population
+//! may spread. For Weng-Lin (σ₀ = 25/3) that is 350 / (25/3) = 42, so a typical Weng-Lin μ change
+//! of 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
+//! ratings share the Glicko scale: 1.
+//!
+//! **Why these defaults (f_min 0.5, b_min 4, b_max 16, a 0).** The seed gives no values; they
+//! come from the deterministic simulation in this module's tests (`simulate_season`): players of
+//! known true skill on the continuous Glicko-1 queue defaults, paired by current MMR, 300 games
+//! each. See [`LadderConfig`] and the test `defaults_are_justified_by_simulation` for the
+//! numbers.
+
+use serde::{Deserialize, Serialize};
+
+use super::leaderboard::RankIndex;
+use super::{Outcome, RankChange, RankPoints, round_rank_points};
+use crate::ids::PlayerId;
+
+/// One rank on the ladder. The table lives in config because a game names its own tiers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tier {
+    /// Shown to the player ("Expert II").
+    pub name: String,
+    /// Lowest RP of the tier. For a `top_n` tier: the RP needed to compete for it.
+    pub min_rp: RankPoints,
+    /// Once reached, the player's RP never drops below `min_rp` within the season.
+    pub hard_floor: bool,
+    /// Weekly soft reset: RP above this is cut to it (Master 1300, Grandweaver 1400).
+    pub soft_reset_cap: Option<RankPoints>,
+    /// Monthly hard reset: RP of a player whose season rank was this tier; `None` = unchanged.
+    pub hard_reset_rp: Option<RankPoints>,
+    /// Set on the last tier only: it holds the best `top_n` players with at least `min_rp`, by
+    /// leaderboard order (Grandweaver: top 100 Masters), instead of an RP threshold alone.
+    pub top_n: Option<usize>,
+}
+
+impl Tier {
+    fn new(name: &str, min_rp: RankPoints, hard_floor: bool) -> Self {
+        Self {
+            name: name.to_owned(),
+            min_rp,
+            hard_floor,
+            ..Self::default()
+        }
+    }
+
+    fn soft_cap(mut self, cap: RankPoints) -> Self {
+        self.soft_reset_cap = Some(cap);
+        self
+    }
+
+    fn hard_reset(mut self, rp: RankPoints) -> Self {
+        self.hard_reset_rp = Some(rp);
+        self
+    }
+}
+
+/// The SPEC §4.2 table (seed 002, Table 1).
+#[must_use]
+pub fn default_tiers() -> Vec<Tier> {
+    vec![
+        Tier::new("Wanderer", 200, true),
+        Tier::new("Trainee I", 300, true).hard_reset(300),
+        Tier::new("Trainee II", 400, false).hard_reset(350),
+        Tier::new("Trainee III", 500, false).hard_reset(400),
+        Tier::new("Apprentice I", 600, true).hard_reset(450),
+        Tier::new("Apprentice II", 700, false).hard_reset(500),
+        Tier::new("Apprentice III", 800, false).hard_reset(550),
+        Tier::new("Expert I", 900, true).hard_reset(600),
+        Tier::new("Expert II", 1000, false).hard_reset(700),
+        Tier::new("Expert III", 1100, false).hard_reset(800),
+        Tier::new("Master", 1200, true)
+            .soft_cap(1300)
+            .hard_reset(900),
+        Tier {
+            top_n: Some(100),
+            ..Tier::new("Grandweaver", 1200, false)
+                .soft_cap(1400)
+                .hard_reset(1000)
+        },
+    ]
+}
+
+/// Ladder parameters (`[ranking.ladder]`); `Default` is the SPEC table with simulated defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LadderConfig {
+    /// RP of a new player (200: Wanderer).
+    pub start_rp: RankPoints,
+    /// Share of the MMR change that counts at `ramp_start_rp`, rising linearly to 1 at
+    /// `ramp_start_rp + ramp_width_rp`. Default 0.5, from the simulation: lower values leave
+    /// the bottom of the ladder ordered by games played rather than skill after a week; higher
+    /// values make a new player's first losses (Δr ≈ −150 at RD 350) erase whole tiers.
+    pub f_min: f64,
+    /// Winner's bias at and above the top of the ramp (Master). Default 4: a 50%-win Master
+    /// drifts about +2 RP per game — roughly the weekly soft-reset gap (1300 → 1400) over a
+    /// week of play — while the skill term F·Δr still orders the top.
+    pub b_min: f64,
+    /// Winner's bias at the bottom of the ramp (200). Default 16: every early win shows at least
+    /// +16 and Wanderer → Trainee I takes about 10 wins, while a 50% player still needs a
+    /// season-scale number of games to bias-walk to Master (see the simulation).
+    pub b_max: f64,
+    /// a: bonus for a win that extends a streak of two or more wins. Default 0, as in the seed,
+    /// so the other three parameters can be tuned first.
+    pub streak_bonus: f64,
+    /// RP where the F and B ramps start (200).
+    pub ramp_start_rp: f64,
+    /// RP over which F rises to 1 and B falls to `b_min` (1000).
+    pub ramp_width_rp: f64,
+    /// Numerator of the range transform: the RP span (1000).
+    pub rp_span: f64,
+    /// Denominator of the range transform: the Glicko span mapped onto it (3000 − 1250 = 1750).
+    pub rating_span: f64,
+    /// Multiplies the caller's Δr before anything else: 1 for Glicko and Elo queues, about 42
+    /// (= 350 / (25/3)) for Weng-Lin queues (see the module docs for why).
+    pub delta_scale: f64,
+    /// The tiers from lowest to highest; only the last may have `top_n`.
+    pub tiers: Vec<Tier>,
+}
+
+impl Default for LadderConfig {
+    fn default() -> Self {
+        Self {
+            start_rp: 200,
+            f_min: 0.5,
+            b_min: 4.0,
+            b_max: 16.0,
+            streak_bonus: 0.0,
+            ramp_start_rp: 200.0,
+            ramp_width_rp: 1000.0,
+            rp_span: 1000.0,
+            rating_span: 1750.0,
+            delta_scale: 1.0,
+            tiers: default_tiers(),
+        }
+    }
+}
+
+impl LadderConfig {
+    /// Checks every rule; errors read `ranking.ladder.<key>: <rule>`, naming the tier by index.
+    pub fn validate(&self) -> Result<(), String> {
+        let err = |key: &str, rule: String| Err(format!("ranking.ladder.{key}: {rule}"));
+        if !(self.f_min.is_finite() && (0.0..=1.0).contains(&self.f_min)) {
+            return err("f_min", format!("must be in [0, 1] (got {})", self.f_min));
+        }
+        if !(self.b_min.is_finite() && self.b_min >= 0.0) {
+            return err(
+                "b_min",
+                format!("must be finite and >= 0 (got {})", self.b_min),
+            );
+        }
+        if !(self.b_max.is_finite() && self.b_max >= self.b_min) {
+            return err(
+                "b_max",
+                format!(
+                    "must be finite and >= b_min (got {} < {})",
+                    self.b_max, self.b_min
+                ),
+            );
+        }
+        if !(self.streak_bonus.is_finite() && self.streak_bonus >= 0.0) {
+            return err(
+                "streak_bonus",
+                format!("must be finite and >= 0 (got {})", self.streak_bonus),
+            );
+        }
+        if !self.ramp_start_rp.is_finite() {
+            return err(
+                "ramp_start_rp",
+                format!("must be finite (got {})", self.ramp_start_rp),
+            );
+        }
+        for (key, value) in [
+            ("ramp_width_rp", self.ramp_width_rp),
+            ("rp_span", self.rp_span),
+            ("rating_span", self.rating_span),
+            ("delta_scale", self.delta_scale),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return err(key, format!("must be finite and > 0 (got {value})"));
+            }
+        }
+        self.validate_tiers()
+    }
+
+    fn validate_tiers(&self) -> Result<(), String> {
+        let err = |key: String, rule: String| Err(format!("ranking.ladder.{key}: {rule}"));
+        let Some(lowest) = self.tiers.first() else {
+            return err("tiers".to_owned(), "must list at least one tier".to_owned());
+        };
+        if self.start_rp < lowest.min_rp {
+            return err(
+                "start_rp".to_owned(),
+                format!(
+                    "must be at least the lowest tier's min_rp (got {} < {})",
+                    self.start_rp, lowest.min_rp
+                ),
+            );
+        }
+        let last = self.tiers.len() - 1;
+        for (i, tier) in self.tiers.iter().enumerate() {
+            let key = |field: &str| format!("tiers[{i}].{field}");
+            if tier.name.trim().is_empty() {
+                return err(key("name"), "must not be empty".to_owned());
+            }
+            if self.tiers[..i].iter().any(|t| t.name == tier.name) {
+                return err(
+                    key("name"),
+                    format!("tier names must be unique ({:?} repeats)", tier.name),
+                );
+            }
+            if let Some(n) = tier.top_n {
+                if i != last || i == 0 {
+                    return err(
+                        key("top_n"),
+                        "only the last tier, above at least one other, may be a top-N tier"
+                            .to_owned(),
+                    );
+                }
+                if n == 0 {
+                    return err(key("top_n"), "must be at least 1".to_owned());
+                }
+                if tier.hard_floor {
+                    return err(
+                        key("hard_floor"),
+                        "a top-N tier cannot be a hard floor: other players can push you out"
+                            .to_owned(),
+                    );
+                }
+            }
+            if i > 0 {
+                let previous = self.tiers[i - 1].min_rp;
+                let ordered = if tier.top_n.is_some() {
+                    tier.min_rp >= previous
+                } else {
+                    tier.min_rp > previous
+                };
+                if !ordered {
+                    return err(
+                        key("min_rp"),
+                        format!(
+                            "tiers must be in increasing order (got {} after {previous})",
+                            tier.min_rp
+                        ),
+                    );
+                }
+            }
+            if let Some(cap) = tier.soft_reset_cap
+                && cap < tier.min_rp
+            {
+                return err(
+                    key("soft_reset_cap"),
+                    format!(
+                        "must be at least the tier's min_rp, or every soft reset demotes (got {cap} < {})",
+                        tier.min_rp
+                    ),
+                );
+            }
+            if let Some(rp) = tier.hard_reset_rp
+                && rp < lowest.min_rp
+            {
+                return err(
+                    key("hard_reset_rp"),
+                    format!(
+                        "must be at least the lowest tier's min_rp (got {rp} < {})",
+                        lowest.min_rp
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// F at `rp`: how many RP one Glicko point of MMR change is worth there.
+    #[must_use]
+    pub fn factor(&self, rp: RankPoints) -> f64 {
+        let progress = (f64::from(rp) - self.ramp_start_rp) / self.ramp_width_rp;
+        self.rp_span / self.rating_span * (self.f_min + (1.0 - self.f_min) * progress).min(1.0)
+    }
+
+    /// B at `rp`: the winner's bias there.
+    #[must_use]
+    pub fn bias(&self, rp: RankPoints) -> f64 {
+        let progress = (f64::from(rp) - self.ramp_start_rp) / self.ramp_width_rp;
+        self.b_min
+            .max(self.b_max - progress * (self.b_max - self.b_min))
+    }
+
+    /// The highest hard-floor minimum at or below `rp` (0 if none): the floor reaching `rp` earns.
+    #[must_use]
+    pub fn floor_for(&self, rp: RankPoints) -> RankPoints {
+        self.tiers
+            .iter()
+            .filter(|t| t.hard_floor && t.min_rp <= rp)
+            .map(|t| t.min_rp)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The tier a player with `rp` is shown. `rank` is the player's 1-based place on the queue's
+    /// leaderboard (see [`RankIndex::rank_within`]); it only matters for a top-N tier, which the
+    /// player holds when `rp` reaches its `min_rp` and `rank <= top_n`. Because the leaderboard is
+    /// ordered by RP first, a player's overall rank *is* their rank among everyone at or above
+    /// the top tier's `min_rp`. Below the lowest tier's minimum the lowest tier is returned.
+    ///
+    /// # Panics
+    /// Never for a validated config (it has at least one tier).
+    #[must_use]
+    pub fn tier_of(&self, rp: RankPoints, rank: Option<usize>) -> &Tier {
+        if let Some(top) = self.tiers.last()
+            && let Some(n) = top.top_n
+            && rp >= top.min_rp
+            && rank.is_some_and(|r| r >= 1 && r <= n)
+        {
+            return top;
+        }
+        self.tiers
+            .iter()
+            .filter(|t| t.top_n.is_none())
+            .take_while(|t| t.min_rp <= rp)
+            .last()
+            .or_else(|| self.tiers.first())
+            .expect("validated ladder config has at least one tier")
+    }
+
+    /// The tier of `player` as the queue's leaderboard index has them, or `None` if they are not
+    /// in it. Costs O(log n + top_n) for the top-N check.
+    #[must_use]
+    pub fn tier_in(&self, index: &RankIndex, player: &PlayerId) -> Option<&Tier> {
+        let entry = index.get(player)?;
+        let top_n = self.tiers.last().and_then(|t| t.top_n).unwrap_or(0);
+        let rank = index.rank_within(player, top_n);
+        Some(self.tier_of(entry.rank_points, rank))
+    }
+}
+
+/// What the server persists per player and rating pool for a ladder queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LadderState {
+    /// Current rank points.
+    pub rp: RankPoints,
+    /// The highest hard floor reached this season: RP never drops below it until a hard reset.
+    pub floor_rp: RankPoints,
+    /// Consecutive wins ending with the last match (0 after a loss or draw); drives A.
+    pub win_streak: u32,
+}
+
+impl LadderState {
+    /// A new player: `start_rp`, the floor that RP already earns, no streak.
+    #[must_use]
+    pub fn new(cfg: &LadderConfig) -> Self {
+        Self {
+            rp: cfg.start_rp,
+            floor_rp: cfg.floor_for(cfg.start_rp),
+            win_streak: 0,
+        }
+    }
+}
+
+/// The result of one ladder match: the displayed change and the record to persist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LadderUpdate {
+    /// RP before and after.
+    pub change: RankChange,
+    /// The new record.
+    pub state: LadderState,
+}
+
+/// New ladder state after one match (SPEC §4.2).
+///
+/// `rating_delta` is this match's MMR change r' − r in the queue's display units (scaled by
+/// `delta_scale`). A draw applies Δr·F without B and ends the streak. A win gets B and, when the
+/// two previous matches were wins, A: the seed calls A a *win-streak* bonus, so it is paid on the
+/// third consecutive win onward, never on the loss that ends a streak. The result is rounded
+/// (halves away from zero) and never below the floor reached before this match; the new floor is
+/// the highest hard floor reached including this match. A non-finite `rating_delta` (impossible
+/// from the rating module) counts as 0.
+#[must_use]
+pub fn update(
+    cfg: &LadderConfig,
+    state: &LadderState,
+    rating_delta: f64,
+    outcome: Outcome,
+) -> LadderUpdate {
+    let delta = if rating_delta.is_finite() {
+        rating_delta * cfg.delta_scale
+    } else {
+        0.0
+    };
+    let rp = state.rp;
+    let mut change = delta * cfg.factor(rp);
+    if outcome == Outcome::Win {
+        change += cfg.bias(rp);
+        if state.win_streak >= 2 {
+            change += cfg.streak_bonus;
+        }
+    }
+    let after = round_rank_points(f64::from(rp) + change, state.floor_rp, RankPoints::MAX);
+    let win_streak = if outcome == Outcome::Win {
+        state.win_streak.saturating_add(1)
+    } else {
+        0
+    };
+    LadderUpdate {
+        change: RankChange { before: rp, after },
+        state: LadderState {
+            rp: after,
+            floor_rp: state.floor_rp.max(cfg.floor_for(after)),
+            win_streak,
+        },
+    }
+}
