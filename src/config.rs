@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::matching::{MatchingConfig, Shape};
+use crate::ranking::RankingConfig;
 use crate::rating::SystemConfig;
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -23,6 +24,9 @@ pub enum ConfigError {
     Parse(Box<figment::Error>),
     #[error("config: {key}: {rule}")]
     Invalid { key: String, rule: String },
+    /// A rule whose message already starts with the key.
+    #[error("config: {0}")]
+    Rule(String),
 }
 
 impl ConfigError {
@@ -41,6 +45,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub store: StoreConfig,
     pub auth: AuthConfig,
+    /// Rank-point settings shared by the queues that pick `inversus` or `ladder`.
+    #[serde(default)]
+    pub ranking: RankingConfig,
     pub queues: BTreeMap<String, QueueConfig>,
 }
 
@@ -283,6 +290,7 @@ impl Config {
                 ),
             ));
         }
+        self.ranking.validate().map_err(ConfigError::Rule)?;
         if self.queues.is_empty() {
             return Err(ConfigError::invalid(
                 "queues",
@@ -339,19 +347,26 @@ impl Config {
                 .validate(q.shape())
                 .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
         }
-        // Queues sharing a pool must share the rating system, or one rating would mean two things.
-        let mut pools: BTreeMap<&str, (&str, &SystemConfig)> = BTreeMap::new();
+        // Queues sharing a pool share one record per player, so they must agree on what its
+        // rating and its rank points mean.
+        let mut pools: BTreeMap<&str, (&str, &QueueConfig)> = BTreeMap::new();
         for (name, q) in &self.queues {
             let pool = q.rating_pool.as_deref().unwrap_or(name);
-            if let Some((first, system)) = pools.get(pool) {
-                if *system != &q.rating {
+            if let Some((first, other)) = pools.get(pool) {
+                if other.rating != q.rating {
                     return Err(ConfigError::invalid(
                         format!("queues.{name}.rating"),
                         format!("must equal queues.{first}.rating: both use rating_pool {pool:?}"),
                     ));
                 }
+                if other.ranking != q.ranking {
+                    return Err(ConfigError::invalid(
+                        format!("queues.{name}.ranking"),
+                        format!("must equal queues.{first}.ranking: both use rating_pool {pool:?}"),
+                    ));
+                }
             } else {
-                pools.insert(pool, (name, &q.rating));
+                pools.insert(pool, (name, q));
             }
         }
         Ok(())

@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::RankingKind;
 use crate::ids::PlayerId;
+use crate::ranking::{self, LadderState, RankPoints, RankingConfig, inversus, ladder};
 use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
 use crate::state::{PoolRecord, Rejection};
 
@@ -32,8 +34,8 @@ pub struct PlayerChange {
     pub player_id: PlayerId,
     pub before: Skill,
     pub after: Skill,
-    pub rank_points_before: i64,
-    pub rank_points_after: i64,
+    pub rank_points_before: RankPoints,
+    pub rank_points_after: RankPoints,
 }
 
 /// The acknowledgement of a result; journaled and returned again to duplicate reports.
@@ -43,16 +45,17 @@ pub struct ResultAck {
     pub changes: Vec<PlayerChange>,
 }
 
-/// Rank points after a match, given the player's record before, its new skill and the result.
-/// Implemented by the ranking layer; `NoRanking` leaves rank points alone.
-pub trait RankPoints {
-    /// New rank points (and any per-player ranking state carried in the record).
+/// Rank points after a match: the record before, the new skill, the player's outcome, and the
+/// means (display units, before the match) of the player's own team and of every opponent.
+pub trait Ranker {
+    /// The new record: `skill` replaced and rank points (and ranking state) moved.
     fn update(
         &self,
         before: &PoolRecord,
         after_skill: &Skill,
         outcome: Outcome,
-        opponents_mean: f64,
+        own_team_means: &[f64],
+        opponent_means: &[f64],
     ) -> PoolRecord;
 }
 
@@ -66,15 +69,101 @@ pub enum Outcome {
     Void,
 }
 
-/// Leaves rank points unchanged (queues with `ranking = "none"`).
+/// Leaves rank points unchanged (queues with `ranking = "none"`, and tests).
 pub struct NoRanking;
 
-impl RankPoints for NoRanking {
-    fn update(&self, before: &PoolRecord, after: &Skill, _: Outcome, _: f64) -> PoolRecord {
+impl Ranker for NoRanking {
+    fn update(
+        &self,
+        before: &PoolRecord,
+        after: &Skill,
+        _: Outcome,
+        _: &[f64],
+        _: &[f64],
+    ) -> PoolRecord {
         PoolRecord {
             skill: *after,
             ..before.clone()
         }
+    }
+}
+
+/// A queue's ranking kind applied with the server's ranking settings.
+pub struct QueueRanker<'a> {
+    kind: RankingKind,
+    config: &'a RankingConfig,
+    /// Multiplies a rating change into Glicko units for the ladder's range transform: 1 for the
+    /// Glicko family and Elo, 350 / σ₀ (= 42 with σ₀ = 25/3) for Weng-Lin, so one win moves a
+    /// new Weng-Lin player about as many rank points as it moves a new Glicko player.
+    to_glicko_units: f64,
+}
+
+impl<'a> QueueRanker<'a> {
+    /// The ranker for a queue of `kind` rated by `system`.
+    pub fn new(kind: RankingKind, config: &'a RankingConfig, system: &SystemConfig) -> Self {
+        let initial_deviation = system.initial().deviation;
+        let to_glicko_units = match system {
+            SystemConfig::Glicko2(_) | SystemConfig::Glicko(_) | SystemConfig::Elo(_) => 1.0,
+            _ if initial_deviation > 0.0 => 350.0 / initial_deviation,
+            _ => 1.0,
+        };
+        Self {
+            kind,
+            config,
+            to_glicko_units,
+        }
+    }
+}
+
+impl Ranker for QueueRanker<'_> {
+    fn update(
+        &self,
+        before: &PoolRecord,
+        after: &Skill,
+        outcome: Outcome,
+        own_team_means: &[f64],
+        opponent_means: &[f64],
+    ) -> PoolRecord {
+        let mut next = PoolRecord {
+            skill: *after,
+            ..before.clone()
+        };
+        let shown = match outcome {
+            Outcome::Win => ranking::Outcome::Win,
+            Outcome::Loss => ranking::Outcome::Loss,
+            Outcome::Draw => ranking::Outcome::Draw,
+            Outcome::Void => return before.clone(),
+        };
+        match self.kind {
+            RankingKind::None => {}
+            RankingKind::Inversus => {
+                let m = inversus::InversusMatch {
+                    skill_after: *after,
+                    own_mean_before: before.skill.mean,
+                    opponent_mean_before: inversus::composite_opponent_mean(
+                        before.skill.mean,
+                        own_team_means,
+                        opponent_means,
+                    ),
+                    outcome: shown,
+                };
+                next.rank_points =
+                    inversus::update(&self.config.inversus, before.rank_points, &m).after;
+            }
+            RankingKind::Ladder => {
+                let state = LadderState {
+                    rp: before.rank_points,
+                    floor_rp: before.ladder_floor,
+                    win_streak: before.win_streak,
+                };
+                let delta = (after.mean - before.skill.mean) * self.to_glicko_units;
+                let u = ladder::update(&self.config.ladder, &state, delta, shown);
+                next.rank_points = u.state.rp;
+                next.ladder_floor = u.state.floor_rp;
+                next.win_streak = u.state.win_streak;
+            }
+        }
+        next
     }
 }
 
@@ -149,7 +238,7 @@ pub fn validate(
 pub fn compute(
     queue: &str,
     system: &SystemConfig,
-    ranking: &dyn RankPoints,
+    ranking: &dyn Ranker,
     teams: &[Vec<PlayerId>],
     before: &[Vec<PoolRecord>],
     input: &ResultInput,
@@ -210,17 +299,20 @@ pub fn compute(
         .collect();
     let best = input.placements.iter().copied().min().unwrap_or(1);
     let best_is_shared = input.placements.iter().filter(|&&p| p == best).count() > 1;
+    let team_means: Vec<Vec<f64>> = before
+        .iter()
+        .map(|rs| rs.iter().map(|r| r.skill.mean).collect())
+        .collect();
 
     let mut after = Vec::with_capacity(teams.len());
     let mut changes = Vec::new();
     for (t, team) in teams.iter().enumerate() {
-        let opponents: Vec<f64> = before
+        let opponents: Vec<f64> = team_means
             .iter()
             .enumerate()
             .filter(|&(o, _)| o != t)
-            .flat_map(|(_, rs)| rs.iter().map(|r| r.skill.mean))
+            .flat_map(|(_, means)| means.iter().copied())
             .collect();
-        let opponents_mean = opponents.iter().sum::<f64>() / opponents.len().max(1) as f64;
         let someone_else_quit = team_quit.iter().enumerate().any(|(o, &q)| q && o != t);
         let mut records = Vec::with_capacity(team.len());
         for (i, id) in team.iter().enumerate() {
@@ -231,24 +323,26 @@ pub fn compute(
             } else if someone_else_quit {
                 (Outcome::Void, prev.skill)
             } else {
-                let p = input.placements[t];
-                let outcome = if p == best && !best_is_shared {
-                    Outcome::Win
-                } else if p == best {
-                    Outcome::Draw
-                } else {
-                    Outcome::Loss
+                // Rank points follow the net of the pairwise results (in an 8-player free-for-all
+                // places 1-4 gain); the wins counter counts outright first places only.
+                let outcome = match ranking::Outcome::from_placements(&input.placements, t) {
+                    Some(ranking::Outcome::Win) => Outcome::Win,
+                    Some(ranking::Outcome::Draw) => Outcome::Draw,
+                    _ => Outcome::Loss,
                 };
                 (outcome, rated[t][i])
             };
             let mut next = if outcome == Outcome::Void {
                 prev.clone()
             } else {
-                ranking.update(prev, &skill, outcome, opponents_mean)
+                ranking.update(prev, &skill, outcome, &team_means[t], &opponents)
             };
             if outcome != Outcome::Void {
+                let first_outright = input.placements[t] == best && !best_is_shared;
                 next.games = prev.games.saturating_add(1);
-                next.wins = prev.wins.saturating_add(u32::from(outcome == Outcome::Win));
+                next.wins = prev
+                    .wins
+                    .saturating_add(u32::from(first_outright && !input.abandoned.contains(id)));
                 next.last_played_unix = Some(now_unix.floor() as i64);
             }
             changes.push(PlayerChange {
@@ -287,6 +381,8 @@ mod tests {
             games: 0,
             wins: 0,
             last_played_unix: None,
+            ladder_floor: 0,
+            win_streak: 0,
         }
     }
 

@@ -80,6 +80,7 @@ async fn run_with_store(
     }
     let state = State::load(config.clone(), store.clone())?;
     let (replayed, restored, last_seq) = state.recover()?;
+    state.rebuild_rank_indexes();
     info!(
         players = state.player_count(),
         journal_replayed = replayed,

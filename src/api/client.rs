@@ -16,6 +16,7 @@ use crate::matching;
 use crate::matchmaker::{Clock, Command, Handle, new_id};
 use crate::proto;
 use crate::proto::client_service_server::ClientService;
+use crate::ranking::leaderboard::MAX_PAGE_SIZE;
 use crate::rating::Skill;
 use crate::state::{Rejection, State};
 
@@ -163,25 +164,47 @@ impl ClientService for Client {
         let req = request.into_inner();
         convert::id("player_id", &req.player_id)?;
         let queue = self.state.queue("queue", &req.queue)?;
-        let (status, record) = self
-            .state
-            .player(&PlayerId::new(req.player_id.as_str()), &queue.pool);
+        let id = PlayerId::new(req.player_id.as_str());
+        let (status, record) = self.state.player(&id, &queue.pool);
+        let record = record.unwrap_or_else(|| self.state.initial_record(&queue));
+        let tier = self.state.tier(&queue, &id, &record);
         Ok(Response::new(convert::player_view(
             &req.player_id,
             &queue,
             &status,
-            record.as_ref(),
+            &record,
+            tier.as_ref(),
         )))
     }
 
     async fn get_leaderboard(
         &self,
-        _request: Request<proto::GetLeaderboardRequest>,
+        request: Request<proto::GetLeaderboardRequest>,
     ) -> Result<Response<proto::Leaderboard>, Status> {
-        Err(unimplemented(
-            "GetLeaderboard",
-            "rank points from match results (issue #4)",
-        ))
+        let req = request.into_inner();
+        let queue = self.state.queue("queue", &req.queue)?;
+        let limit = match req.limit {
+            0 => 100,
+            n => (n as usize).min(MAX_PAGE_SIZE),
+        };
+        let (total, page) = self.state.leaderboard(&queue, req.offset as usize, limit);
+        let entries = page
+            .iter()
+            .map(|(id, record)| {
+                let tier = self.state.tier(&queue, id, record);
+                convert::player_view(
+                    id.as_str(),
+                    &queue,
+                    &self.state.player(id, &queue.pool).0,
+                    record,
+                    tier.as_ref(),
+                )
+            })
+            .collect();
+        Ok(Response::new(proto::Leaderboard {
+            entries,
+            total: total as u64,
+        }))
     }
 
     async fn predict_match(

@@ -2,9 +2,10 @@
 
 use crate::ids::PlayerId;
 use crate::proto;
+use crate::ranking::Tier;
 use crate::rating::{Skill, SystemConfig};
 use crate::state::{
-    Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, State, TicketState, TicketView,
+    Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, TicketState, TicketView,
 };
 
 /// Longest accepted id (player, ticket, match).
@@ -102,36 +103,22 @@ pub fn rating(system: &SystemConfig, s: &Skill) -> proto::Rating {
     }
 }
 
-/// The player view of one queue; unrated players get the system's initial rating.
+/// The player view of one queue (`record` is the system's initial one for unrated players).
 pub fn player_view(
     player_id: &str,
     queue: &QueueInfo,
     status: &PlayerStatus,
-    record: Option<&PoolRecord>,
+    record: &PoolRecord,
+    tier: Option<&Tier>,
 ) -> proto::PlayerView {
-    let system = &queue.config.rating;
-    let initial;
-    let (skill, rank_points, games, wins) = match record {
-        Some(r) => (&r.skill, r.rank_points, r.games, r.wins),
-        None => {
-            initial = system.initial();
-            (
-                &initial,
-                State::initial_rank_points(queue.config.ranking),
-                0,
-                0,
-            )
-        }
-    };
     proto::PlayerView {
         player_id: player_id.to_owned(),
         queue: queue.id.to_string(),
-        rating: Some(rating(system, skill)),
-        rank_points,
-        // Tiers come with the ranking tables (issue #4); until then no tier is claimed.
-        tier: String::new(),
-        games,
-        wins,
+        rating: Some(rating(&queue.config.rating, &record.skill)),
+        rank_points: i64::from(record.rank_points),
+        tier: tier.map(|t| t.name.clone()).unwrap_or_default(),
+        games: record.games,
+        wins: record.wins,
         status: status.name().to_owned(),
     }
 }

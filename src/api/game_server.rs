@@ -77,8 +77,8 @@ impl GameServerService for GameServer {
                     player_id: c.player_id.to_string(),
                     before: Some(convert::rating(system, &c.before)),
                     after: Some(convert::rating(system, &c.after)),
-                    rank_points_before: c.rank_points_before,
-                    rank_points_after: c.rank_points_after,
+                    rank_points_before: i64::from(c.rank_points_before),
+                    rank_points_after: i64::from(c.rank_points_after),
                 })
                 .collect(),
             duplicate: reported.duplicate,

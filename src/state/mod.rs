@@ -17,8 +17,9 @@ use tokio::sync::watch;
 
 use crate::config::{Config, QueueConfig, RankingKind};
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
+use crate::ranking::{LadderState, LeaderboardEntry, RankIndex, RankPoints, Tier};
 use crate::rating::Skill;
-use crate::results::{self, NoRanking, ResultAck, ResultInput};
+use crate::results::{self, QueueRanker, ResultAck, ResultInput};
 use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
 pub use servers::{ServerHandle, ServerRegistry};
@@ -46,11 +47,17 @@ impl PlayerStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PoolRecord {
     pub skill: Skill,
-    pub rank_points: i64,
+    pub rank_points: RankPoints,
     pub games: u32,
     pub wins: u32,
     /// Unix seconds of the last rated game, for inactivity decay.
     pub last_played_unix: Option<i64>,
+    /// Ladder: the highest hard floor reached this season.
+    #[serde(default)]
+    pub ladder_floor: RankPoints,
+    /// Ladder: consecutive wins ending with the last match.
+    #[serde(default)]
+    pub win_streak: u32,
 }
 
 /// Everything the server knows about a player. The persisted part is `pools`.
@@ -255,6 +262,10 @@ struct Inner {
     matches: DashMap<MatchId, Arc<MatchSlot>>,
     servers: Mutex<ServerRegistry>,
     store: Store,
+    /// Leaderboard order per rating pool (players with at least one record there).
+    ranks: BTreeMap<String, Mutex<RankIndex>>,
+    /// The rating system of each pool (validated equal across the pool's queues).
+    pool_systems: BTreeMap<String, crate::rating::SystemConfig>,
 }
 
 impl State {
@@ -272,6 +283,20 @@ impl State {
                 };
                 (id, Arc::new(info))
             })
+            .collect();
+        let pool_systems: BTreeMap<String, crate::rating::SystemConfig> = config
+            .queues
+            .iter()
+            .map(|(name, q)| {
+                (
+                    q.rating_pool.clone().unwrap_or_else(|| name.clone()),
+                    q.rating.clone(),
+                )
+            })
+            .collect();
+        let ranks = pool_systems
+            .keys()
+            .map(|p| (p.clone(), Mutex::new(RankIndex::new())))
             .collect();
         let players = DashMap::new();
         for record in store.load_players()? {
@@ -296,8 +321,26 @@ impl State {
                 matches: DashMap::new(),
                 servers: Mutex::new(ServerRegistry::default()),
                 store,
+                ranks,
+                pool_systems,
             }),
         })
+    }
+
+    /// Rebuilds every pool's leaderboard from the players in memory (after recovery).
+    pub fn rebuild_rank_indexes(&self) {
+        let mut rows: Vec<(String, LeaderboardEntry)> = Vec::new();
+        for entry in self.inner.players.iter() {
+            let state = entry.value().lock();
+            for (pool, r) in &state.pools {
+                if self.inner.ranks.contains_key(pool) {
+                    rows.push((pool.clone(), self.leaderboard_entry(entry.key(), pool, r)));
+                }
+            }
+        }
+        for (pool, row) in rows {
+            self.rank_index(&pool).upsert(row);
+        }
     }
 
     /// The validated config the server runs on.
@@ -727,14 +770,86 @@ impl State {
     }
 
     /// A pool record for a player never rated in the pool.
-    pub fn initial_record(queue: &QueueInfo) -> PoolRecord {
+    pub fn initial_record(&self, queue: &QueueInfo) -> PoolRecord {
+        let ladder = LadderState::new(&self.inner.config.ranking.ladder);
+        let (rank_points, ladder_floor) = match queue.config.ranking {
+            RankingKind::None | RankingKind::Inversus => (0, 0),
+            RankingKind::Ladder => (ladder.rp, ladder.floor_rp),
+        };
         PoolRecord {
             skill: queue.config.rating.initial(),
-            rank_points: Self::initial_rank_points(queue.config.ranking),
+            rank_points,
             games: 0,
             wins: 0,
             last_played_unix: None,
+            ladder_floor,
+            win_streak: 0,
         }
+    }
+
+    /// The leaderboard row of a record.
+    fn leaderboard_entry(&self, player: &PlayerId, pool: &str, r: &PoolRecord) -> LeaderboardEntry {
+        let system = self
+            .inner
+            .pool_systems
+            .get(pool)
+            .expect("every pool has a system");
+        LeaderboardEntry {
+            player: player.clone(),
+            rank_points: r.rank_points,
+            conservative_rating: system.display(&r.skill).low,
+            wins: r.wins,
+        }
+    }
+
+    /// Players of a queue's pool in leaderboard order: (total ranked, the requested page).
+    pub fn leaderboard(
+        &self,
+        queue: &QueueInfo,
+        offset: usize,
+        limit: usize,
+    ) -> (usize, Vec<(PlayerId, PoolRecord)>) {
+        let (total, ids): (usize, Vec<PlayerId>) = {
+            let index = self.rank_index(&queue.pool);
+            let ids = index
+                .page(offset, limit)
+                .into_iter()
+                .map(|e| e.player.clone())
+                .collect();
+            (index.len(), ids)
+        };
+        let page = ids
+            .into_iter()
+            .filter_map(|p| {
+                let record = self.player(&p, &queue.pool).1?;
+                Some((p, record))
+            })
+            .collect();
+        (total, page)
+    }
+
+    /// The ladder tier of a player (Grandweaver needs the player's rank among Masters).
+    pub fn tier(&self, queue: &QueueInfo, player: &PlayerId, record: &PoolRecord) -> Option<Tier> {
+        if queue.config.ranking != RankingKind::Ladder {
+            return None;
+        }
+        let ladder = &self.inner.config.ranking.ladder;
+        let index = self.rank_index(&queue.pool);
+        Some(
+            ladder
+                .tier_in(&index, player)
+                .unwrap_or_else(|| ladder.tier_of(record.rank_points, None))
+                .clone(),
+        )
+    }
+
+    fn rank_index(&self, pool: &str) -> MutexGuard<'_, RankIndex> {
+        self.inner
+            .ranks
+            .get(pool)
+            .expect("every pool has a rank index")
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Validates a report and computes its journal entry from the players' current records.
@@ -776,16 +891,21 @@ impl State {
                     .map(|p| {
                         self.player(p, &queue.pool)
                             .1
-                            .unwrap_or_else(|| Self::initial_record(&queue))
+                            .unwrap_or_else(|| self.initial_record(&queue))
                     })
                     .collect()
             })
             .collect();
         let now = unix_now();
+        let ranker = QueueRanker::new(
+            queue.config.ranking,
+            &self.inner.config.ranking,
+            &queue.config.rating,
+        );
         let (after, ack) = results::compute(
             queue.id.as_str(),
             &queue.config.rating,
-            &NoRanking,
+            &ranker,
             &assignment.teams,
             &before,
             &input,
@@ -846,6 +966,16 @@ impl State {
             if let Some(r) = by_id.get(&slot.id) {
                 guard.pools.insert(entry.pool.clone(), (*r).clone());
             }
+        }
+        drop(guards);
+        let rows: Vec<LeaderboardEntry> = entry
+            .records
+            .iter()
+            .map(|(p, r)| self.leaderboard_entry(p, &entry.pool, r))
+            .collect();
+        let mut index = self.rank_index(&entry.pool);
+        for row in rows {
+            index.upsert(row);
         }
     }
 
@@ -926,14 +1056,6 @@ impl State {
             .put_players(records.iter().map(|(id, pools)| (id, pools)))?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(records.len())
-    }
-
-    /// The rank points a player starts with under a ranking kind.
-    pub fn initial_rank_points(kind: RankingKind) -> i64 {
-        match kind {
-            RankingKind::None | RankingKind::Inversus => 0,
-            RankingKind::Ladder => 200,
-        }
     }
 }
 

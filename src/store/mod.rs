@@ -408,6 +408,8 @@ mod tests {
                 games: 7,
                 wins: 4,
                 last_played_unix: Some(1_700_000_000),
+                ladder_floor: 0,
+                win_streak: 0,
             },
         )])
     }
