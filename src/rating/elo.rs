@@ -104,6 +104,7 @@ fn maybe_round(x: f64, config: &Config) -> f64 {
 /// Plain two-player Elo, allocation-free: `score_a` 1 win, ½ draw, 0 loss. No productivity and
 /// no inflation (they need per-player reports; use [`RatingSystem::rate`]).
 #[must_use]
+#[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     // a's change is K·(s − E_a); E_a = loss_rate(b, a).
     let delta = maybe_round(config.k * (score_a - loss_rate(b.mean, a.mean)), config);

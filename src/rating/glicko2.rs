@@ -127,7 +127,8 @@ pub fn to_internal(s: &Skill) -> Internal {
 #[inline]
 pub fn to_skill(i: Internal) -> Skill {
     Skill {
-        mean: i.mu.mul_add(SCALE, CENTER),
+        // Plain multiply-add: without the `fma` target feature `mul_add` is a libm call.
+        mean: i.mu * SCALE + CENTER,
         deviation: i.phi * SCALE,
         volatility: i.sigma,
     }
@@ -203,11 +204,11 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
 #[must_use]
 fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64) -> f64 {
     let a0 = (sigma * sigma).ln();
-    let tau2 = tau * tau;
+    let inv_tau2 = 1.0 / (tau * tau);
     let f = |x: f64| {
         let ex = x.exp();
         let d = phi2 + v + ex;
-        ex * (delta2 - phi2 - v - ex) / (2.0 * d * d) - (x - a0) / tau2
+        ex * (delta2 - phi2 - v - ex) / (2.0 * d * d) - (x - a0) * inv_tau2
     };
     let mut a = a0;
     let mut b = if delta2 > phi2 + v {
@@ -265,15 +266,17 @@ fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Interna
         config.tau,
         config.convergence_tolerance,
     );
-    let phi_star = p.phi.hypot(sigma);
-    let phi = 1.0 / (1.0 / (phi_star * phi_star) + v_inv).sqrt();
-    let mu = (phi * phi).mul_add(g_score_sum, p.mu);
+    // φ*² = φ² + σ'² directly: no `hypot` libm call (values are O(1), no overflow risk).
+    let phi_star2 = p.phi * p.phi + sigma * sigma;
+    let phi = 1.0 / (1.0 / phi_star2 + v_inv).sqrt();
+    let mu = p.mu + phi * phi * g_score_sum;
     apply_bounds(Internal { mu, phi, sigma }, config)
 }
 
 /// One match between two players, each as its own rating period (streaming), with no
 /// inactivity: `score_a` is 1 if `a` won, ½ draw, 0 loss. Allocation-free: the 1v1 hot path.
 #[must_use]
+#[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     let (ia, ib) = (to_internal(a), to_internal(b));
     let (na, nb) = rate_1v1_internal(ia, ib, score_a, config);

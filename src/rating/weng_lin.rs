@@ -348,22 +348,41 @@ pub fn rate(
 }
 
 /// Bradley-Terry 1v1, allocation-free: `score_a` is 1 if `a` won, ½ draw, 0 loss.
+///
+/// The one-player-per-team special case of the team update: each player's variance share is 1,
+/// and Δ = γ·σ²/c²·p(1 − p) = (σ/c)³·p(1 − p).
 #[must_use]
+#[inline]
 pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
-    let (pa, pb) = (with_tau(a, config), with_tau(b, config));
-    let beta2 = config.beta * config.beta;
-    let (s2a, s2b) = (pa.deviation * pa.deviation, pb.deviation * pb.deviation);
-    let c = (s2a + s2b + 2.0 * beta2).sqrt();
-    let p_a = 1.0 / (1.0 + ((pb.mean - pa.mean) / c).exp());
+    let (sa, sb) = if config.tau > 0.0 {
+        (a.deviation.hypot(config.tau), b.deviation.hypot(config.tau))
+    } else {
+        (a.deviation, b.deviation)
+    };
+    // No floor needed on the way in: c > 0 through β even if σ = 0.
+    let (s2a, s2b) = (sa * sa, sb * sb);
+    let c = (s2a + s2b + 2.0 * config.beta * config.beta).sqrt();
+    let inv_c = 1.0 / c;
+    let p_a = 1.0 / (1.0 + ((b.mean - a.mean) * inv_c).exp());
     let p_b = 1.0 - p_a;
-    let (ga, gb) = (pa.deviation / c, pb.deviation / c);
-    let oa = s2a / c * (score_a - p_a);
-    let ob = s2b / c * ((1.0 - score_a) - p_b);
-    let da = ga * s2a / (c * c) * p_a * p_b;
-    let db = gb * s2b / (c * c) * p_a * p_b;
+    let pp = p_a * p_b;
+    let one = |orig: &Skill, sd: f64, s2: f64, score: f64, p: f64| {
+        let mean = orig.mean + s2 * inv_c * (score - p);
+        let r = sd * inv_c;
+        let delta = r * r * r * pp;
+        let mut deviation = (sd * (1.0 - delta).max(config.kappa).sqrt()).max(config.min_sigma);
+        if config.limit_sigma {
+            deviation = deviation.min(orig.deviation.max(config.min_sigma));
+        }
+        Skill {
+            mean,
+            deviation,
+            volatility: 0.0,
+        }
+    };
     (
-        finish(member_update(&pa, s2a, oa, da, config), a, config),
-        finish(member_update(&pb, s2b, ob, db, config), b, config),
+        one(a, sa, s2a, score_a, p_a),
+        one(b, sb, s2b, 1.0 - score_a, p_b),
     )
 }
 
@@ -371,6 +390,7 @@ pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skil
 /// pairing coincide (same c = sqrt(σ_a² + σ_b² + 2β²), same Ω and Δ, ties included), which the
 /// openskill known answers confirm, so this is [`rate_1v1_bt`].
 #[must_use]
+#[inline]
 pub fn rate_1v1_pl(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     rate_1v1_bt(a, b, score_a, config)
 }
