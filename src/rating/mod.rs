@@ -464,6 +464,12 @@ pub(crate) fn validate_match(m: &MatchInput<'_>, rules: &InputRules) -> Result<(
             ),
         });
     }
+    if let Some(i) = m.placements.iter().position(|&p| p == 0) {
+        return Err(RatingError::InvalidShape {
+            field: format!("placements[{i}]"),
+            rule: "must be >= 1 (1 = first)".into(),
+        });
+    }
     for (t, team) in m.teams.iter().enumerate() {
         if team.is_empty() {
             return Err(RatingError::InvalidShape {

@@ -126,6 +126,13 @@ fn errors_name_the_field() {
         err.to_string(),
         "placements: need one placement per team (2 teams, 1 placements)"
     );
+    let err = SystemConfig::default()
+        .rate(&MatchInput {
+            teams: &teams,
+            placements: &[0, 1],
+        })
+        .unwrap_err();
+    assert_eq!(err.to_string(), "placements[0]: must be >= 1 (1 = first)");
 }
 
 #[test]
