@@ -203,25 +203,31 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
 /// Both loops are capped so no input can spin forever; the result is finite or the old σ.
 #[must_use]
 fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64) -> f64 {
-    let a0 = (sigma * sigma).ln();
+    let s2 = sigma * sigma;
+    let a0 = s2.ln();
     let inv_tau2 = 1.0 / (tau * tau);
-    let f = |x: f64| {
-        let ex = x.exp();
+    let gap = delta2 - phi2 - v;
+    // f with e^x supplied, so the two end points whose e^x is known skip the `exp` call.
+    let f_with = |x: f64, ex: f64| {
         let d = phi2 + v + ex;
-        ex * (delta2 - phi2 - v - ex) / (2.0 * d * d) - (x - a0) * inv_tau2
+        ex * (gap - ex) / (2.0 * d * d) - (x - a0) * inv_tau2
     };
+    let f = |x: f64| f_with(x, x.exp());
     let mut a = a0;
-    let mut b = if delta2 > phi2 + v {
-        (delta2 - phi2 - v).ln()
+    let mut fa = f_with(a0, s2);
+    let (mut b, mut fb) = if gap > 0.0 {
+        // e^B = Δ² − φ² − v, so the first term of f(B) is 0.
+        let b = gap.ln();
+        (b, -(b - a0) * inv_tau2)
     } else {
         let mut k = 1.0;
-        while f(a - k * tau) < 0.0 && k < 1000.0 {
+        let mut fk = f(a - tau);
+        while fk < 0.0 && k < 1000.0 {
             k += 1.0;
+            fk = f(a - k * tau);
         }
-        a - k * tau
+        (a - k * tau, fk)
     };
-    let mut fa = f(a);
-    let mut fb = f(b);
     let mut iterations = 0;
     while (b - a).abs() > eps && iterations < 200 {
         let c = a + (a - b) * fa / (fb - fa);
