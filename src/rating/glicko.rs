@@ -88,7 +88,7 @@ impl Config {
 
 #[inline]
 fn clamp_rd(rd: f64, config: &Config) -> f64 {
-    rd.clamp(config.min_deviation, config.max_deviation)
+    super::bound(rd, config.min_deviation, config.max_deviation)
 }
 
 /// g(RD).

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
-    RatingSystem, Skill, check_non_negative, check_positive, ensure_finite, pair_score,
+    RatingSystem, Skill, bound, check_non_negative, check_positive, ensure_finite, pair_score,
     validate_elapsed, validate_match, validate_skill, validate_teams, win_shares,
 };
 
@@ -142,9 +142,9 @@ pub fn apply_bounds(i: Internal, config: &Config) -> Internal {
         return i;
     }
     Internal {
-        mu: i.mu.clamp(-config.max_abs_mean, config.max_abs_mean),
-        phi: i.phi.clamp(config.min_deviation, config.max_deviation),
-        sigma: i.sigma.clamp(config.min_volatility, config.max_volatility),
+        mu: bound(i.mu, -config.max_abs_mean, config.max_abs_mean),
+        phi: bound(i.phi, config.min_deviation, config.max_deviation),
+        sigma: bound(i.sigma, config.min_volatility, config.max_volatility),
     }
 }
 
@@ -648,6 +648,24 @@ mod tests {
             assert!(i.mu.abs() <= 6.045 + 1e-12 && (0.175..=2.015).contains(&i.phi));
             assert!((0.04..=0.08).contains(&i.sigma));
         }
+    }
+
+    #[test]
+    fn an_unvalidated_config_cannot_make_the_pure_functions_panic() {
+        let bad = Config {
+            min_deviation: 3.0,
+            max_deviation: 1.0,
+            tau: f64::NAN,
+            ..Config::default()
+        };
+        assert!(RatingSystem::validate(&bad).is_err());
+        let s = to_skill(Internal {
+            mu: 0.0,
+            phi: 1.0,
+            sigma: 0.06,
+        });
+        let (a, b) = rate_1v1(&s, &s, 1.0, &bad);
+        assert!(a.deviation.is_finite() && b.deviation.is_finite());
     }
 
     #[test]

@@ -591,6 +591,16 @@ pub(crate) fn pair_score(placement_a: u32, placement_b: u32) -> f64 {
     }
 }
 
+/// x limited to [lo, hi] without `f64::clamp`'s panic on lo > hi or NaN bounds (a pure
+/// function may be handed an unvalidated config) and without its NaN branches on the hot path:
+/// plain compare-and-select, two `maxsd`/`minsd`.
+#[must_use]
+#[inline]
+pub(crate) fn bound(x: f64, lo: f64, hi: f64) -> f64 {
+    let x = if x > lo { x } else { lo };
+    if x < hi { x } else { hi }
+}
+
 /// Message for a config number that must be finite and > 0.
 pub(crate) fn check_positive(key: &str, v: f64) -> Result<(), String> {
     if v.is_finite() && v > 0.0 {

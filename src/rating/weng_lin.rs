@@ -269,8 +269,10 @@ fn wt(x: f64, t: f64) -> f64 {
 fn member_update(s: &Skill, team_s2: f64, omega: f64, delta: f64, config: &Config) -> Skill {
     let share = s.deviation * s.deviation / team_s2;
     let mean = s.mean + share * omega;
-    let deviation =
-        (s.deviation * (1.0 - share * delta).max(config.kappa).sqrt()).max(config.min_sigma);
+    let deviation = at_least(
+        s.deviation * at_least(1.0 - share * delta, config.kappa).sqrt(),
+        config.min_sigma,
+    );
     Skill {
         mean,
         deviation,
@@ -278,16 +280,23 @@ fn member_update(s: &Skill, team_s2: f64, omega: f64, delta: f64, config: &Confi
     }
 }
 
+/// max(x, floor) as one `maxsd` (f64::max also handles NaN, which validated input never has;
+/// a NaN here yields `floor`).
+#[inline]
+fn at_least(x: f64, floor: f64) -> f64 {
+    if x > floor { x } else { floor }
+}
+
 #[inline]
 fn with_tau(s: &Skill, config: &Config) -> Skill {
     let sigma = if config.tau > 0.0 {
-        s.deviation.hypot(config.tau)
+        (s.deviation * s.deviation + config.tau * config.tau).sqrt()
     } else {
         s.deviation
     };
     Skill {
         mean: s.mean,
-        deviation: sigma.max(config.min_sigma),
+        deviation: at_least(sigma, config.min_sigma),
         volatility: 0.0,
     }
 }
@@ -296,7 +305,9 @@ fn with_tau(s: &Skill, config: &Config) -> Skill {
 fn finish(new: Skill, original: &Skill, config: &Config) -> Skill {
     if config.limit_sigma {
         Skill {
-            deviation: new.deviation.min(original.deviation.max(config.min_sigma)),
+            deviation: new
+                .deviation
+                .min(at_least(original.deviation, config.min_sigma)),
             ..new
         }
     } else {
@@ -355,7 +366,11 @@ pub fn rate(
 #[inline]
 pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     let (sa, sb) = if config.tau > 0.0 {
-        (a.deviation.hypot(config.tau), b.deviation.hypot(config.tau))
+        let t2 = config.tau * config.tau;
+        (
+            (a.deviation * a.deviation + t2).sqrt(),
+            (b.deviation * b.deviation + t2).sqrt(),
+        )
     } else {
         (a.deviation, b.deviation)
     };
@@ -370,9 +385,12 @@ pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skil
         let mean = orig.mean + s2 * inv_c * (score - p);
         let r = sd * inv_c;
         let delta = r * r * r * pp;
-        let mut deviation = (sd * (1.0 - delta).max(config.kappa).sqrt()).max(config.min_sigma);
+        let mut deviation = at_least(
+            sd * at_least(1.0 - delta, config.kappa).sqrt(),
+            config.min_sigma,
+        );
         if config.limit_sigma {
-            deviation = deviation.min(orig.deviation.max(config.min_sigma));
+            deviation = deviation.min(at_least(orig.deviation, config.min_sigma));
         }
         Skill {
             mean,
