@@ -14,6 +14,22 @@
 //! Every system implements [`RatingSystem`]; [`SystemConfig`] is the per-queue choice read from
 //! TOML and dispatches statically to the system it names.
 //!
+//! # Example
+//!
+//! ```
+//! use matchmaker::rating::{MatchInput, PlayerInput, SystemConfig};
+//!
+//! let config: SystemConfig = toml::from_str("system = \"glicko2\"\ntau = 0.5").unwrap();
+//! config.validate().unwrap();
+//! let fresh = PlayerInput::new(config.initial());
+//! let teams = vec![vec![fresh, fresh], vec![fresh, fresh]];
+//! let before = config.predict(&[&[fresh.skill, fresh.skill], &[fresh.skill, fresh.skill]]).unwrap();
+//! assert!((before.win_probability[0] - 0.5).abs() < 1e-12);
+//! // Team 0 won; placements are 1 = first, equal = tie.
+//! let after = config.rate(&MatchInput { teams: &teams, placements: &[1, 2] }).unwrap();
+//! assert!(after[0][0].mean > 1500.0 && after[1][1].mean < 1500.0);
+//! ```
+//!
 //! Invariants: for finite, in-domain input every returned number is finite and inside the
 //! configured bounds; non-finite or out-of-domain input is a [`RatingError`], never a panic or NaN.
 //! `rate` is all-or-nothing: it is pure, so an `Err` leaves nothing changed.
