@@ -48,7 +48,10 @@ pub fn party_initial(config: &SystemConfig, members: &[Skill]) -> Skill {
         .sum::<f64>()
         / n;
     let members_dev = (dev2 + spread2).sqrt();
-    let deviation = if members_dev < initial.deviation {
+    let deviation = if initial.deviation <= 0.0 {
+        // Elo carries no deviation.
+        0.0
+    } else if members_dev < initial.deviation {
         members_dev + PARTY_WIDENING * (initial.deviation - members_dev)
     } else {
         members_dev
@@ -158,6 +161,27 @@ mod tests {
             assert!(party.deviation <= i.deviation + 1e-9, "{}", sys.name());
             assert_close(party.mean, i.mean, 1e-9);
         }
+        let elo = SystemConfig::Elo(elo::Config::default());
+        let mixed = [
+            Skill {
+                mean: 1400.0,
+                deviation: 0.0,
+                volatility: 0.0,
+            },
+            Skill {
+                mean: 1600.0,
+                deviation: 0.0,
+                volatility: 0.0,
+            },
+        ];
+        assert_eq!(
+            party_initial(&elo, &mixed),
+            Skill {
+                mean: 1500.0,
+                deviation: 0.0,
+                volatility: 0.0
+            }
+        );
     }
 
     #[test]
