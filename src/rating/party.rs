@@ -21,7 +21,8 @@ pub const PARTY_WIDENING: f64 = 0.5;
 /// mean = mean of the members' means; deviation d = sqrt(mean member deviation² + variance of
 /// member means) widened halfway toward the unrated deviation, d + ½·(d₀ − d) when d < d₀;
 /// volatility = mean member volatility (Glicko-2). Elo has no deviation: 0. The result is
-/// clamped into the system's bounds. Non-finite members are skipped; with no usable member it is the unrated skill.
+/// clamped into the system's bounds. Non-finite members are skipped; with no usable member it
+/// is the unrated skill.
 #[must_use]
 pub fn party_initial(config: &SystemConfig, members: &[Skill]) -> Skill {
     let initial = config.initial();
