@@ -15,7 +15,8 @@
 //! performed at this match, as the game's stats pipeline estimates it. The expected productivity
 //! of a player is their own rating, so the shortfall is `rating − performance`. Without
 //! productivity in the report, m = 1 and losses are shared equally. Draws: each underdog gains
-//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair by placement with K/(n − 1).
+//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair
+//! by placement with K/(n − 1).
 
 use serde::{Deserialize, Serialize};
 

@@ -23,7 +23,8 @@
 //! config.validate().unwrap();
 //! let fresh = PlayerInput::new(config.initial());
 //! let teams = vec![vec![fresh, fresh], vec![fresh, fresh]];
-//! let before = config.predict(&[&[fresh.skill, fresh.skill], &[fresh.skill, fresh.skill]]).unwrap();
+//! let team = [fresh.skill, fresh.skill];
+//! let before = config.predict(&[&team, &team]).unwrap();
 //! assert!((before.win_probability[0] - 0.5).abs() < 1e-12);
 //! // Team 0 won; placements are 1 = first, equal = tie.
 //! let after = config.rate(&MatchInput { teams: &teams, placements: &[1, 2] }).unwrap();
