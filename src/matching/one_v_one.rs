@@ -22,7 +22,7 @@
 //! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
 
 use super::config::MatchingConfig;
-use super::pool::{Cand, Proposal};
+use super::pool::{Cand, Proposal, Slots, score};
 use super::{WinModel, quality_of};
 
 /// Whether `a` and `b` may be paired (both accept the match).
@@ -60,6 +60,7 @@ pub(crate) fn select(
     cands: &[Cand],
     config: &MatchingConfig,
     model: &dyn WinModel,
+    slots: &Slots,
 ) -> Vec<Proposal> {
     let order: Vec<usize> = (0..cands.len()).collect();
     let mut matched = vec![false; cands.len()];
@@ -89,11 +90,17 @@ pub(crate) fn select(
     }
     starvation_pass(cands, &order, &mut matched, &mut pairs);
 
+    let mut scratch = Vec::new();
     pairs
         .into_iter()
-        .map(|(a, b)| Proposal {
-            teams: vec![vec![a], vec![b]],
-            win_probability: None,
+        .map(|(a, b)| {
+            let teams = vec![vec![a], vec![b]];
+            let (win_probability, rating_spread) = score(cands, &teams, slots, model, &mut scratch);
+            Proposal {
+                teams,
+                win_probability,
+                rating_spread,
+            }
         })
         .collect()
 }

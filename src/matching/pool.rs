@@ -42,8 +42,8 @@ pub enum InsertError {
     /// `skills` (or non-empty `roles`) must have one entry per player.
     #[error("ticket {0}: skills and roles must have one entry per player")]
     LengthMismatch(TicketId),
-    /// A rating, deviation or `entered_at` is NaN or infinite.
-    #[error("ticket {0}: ratings and entered_at must be finite")]
+    /// A rating, deviation or `entered_at` is NaN or infinite, or a deviation is negative.
+    #[error("ticket {0}: ratings and entered_at must be finite, deviations non-negative")]
     NotFinite(TicketId),
 }
 
@@ -117,11 +117,49 @@ pub(crate) struct Cand {
     pub regions: u64,
 }
 
-/// A match as the optimizer chose it: candidate indices per team.
+/// A match as the optimizer chose it: candidate indices per team, with the model's answer and
+/// the rating spread (computed while choosing, see [`score`]).
 pub(crate) struct Proposal {
     pub teams: Vec<Vec<usize>>,
-    /// The model's answer if the optimizer already asked it for exactly these teams.
-    pub win_probability: Option<Vec<f64>>,
+    pub win_probability: Vec<f64>,
+    pub rating_spread: f64,
+}
+
+/// The pool's ticket storage as the optimizers see it.
+pub(crate) type Slots = [Option<Box<Ticket>>];
+
+/// The model's win probabilities for `teams` (candidate indices) and the spread of member
+/// ratings. A solo ticket's member rating is its candidate's `(key, dev)`, so only parties are
+/// read from the ticket storage. `scratch` is reused across calls to avoid allocating the
+/// model's input for every match.
+pub(crate) fn score(
+    cands: &[Cand],
+    teams: &[Vec<usize>],
+    slots: &Slots,
+    model: &dyn WinModel,
+    scratch: &mut Vec<Vec<(f64, f64)>>,
+) -> (Vec<f64>, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    scratch.resize_with(teams.len(), Vec::new);
+    scratch.truncate(teams.len());
+    for (team, r) in teams.iter().zip(scratch.iter_mut()) {
+        r.clear();
+        for &c in team {
+            let c = &cands[c];
+            if c.size == 1 {
+                r.push((c.key, c.dev));
+            } else if let Some(t) = slots[c.slot].as_deref() {
+                match t.party_skill {
+                    Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
+                    None => r.extend_from_slice(&t.skills),
+                }
+            }
+        }
+        for x in r.iter() {
+            (lo, hi) = (lo.min(x.0), hi.max(x.0));
+        }
+    }
+    (model.win_probabilities(scratch), (hi - lo).max(0.0))
 }
 
 /// One queue's waiting tickets.
@@ -129,7 +167,7 @@ pub(crate) struct Proposal {
 pub struct Pool {
     shape: Shape,
     config: MatchingConfig,
-    slots: Vec<Option<Ticket>>,
+    slots: Vec<Option<Box<Ticket>>>,
     free: Vec<usize>,
     /// Ticket id → (slot, generation of the slot when the ticket was stored).
     pub(crate) index: IdMap,
@@ -194,7 +232,7 @@ impl Pool {
         if ticket.skills.len() != size || !(ticket.roles.is_empty() || ticket.roles.len() == size) {
             return Err(InsertError::LengthMismatch(id));
         }
-        let finite = |s: &(f64, f64)| s.0.is_finite() && s.1.is_finite();
+        let finite = |s: &(f64, f64)| s.0.is_finite() && s.1.is_finite() && s.1 >= 0.0;
         if !ticket.entered_at.is_finite()
             || !ticket.skills.iter().all(finite)
             || !ticket.party_skill.iter().all(finite)
@@ -230,7 +268,7 @@ impl Pool {
             }
         }
         self.meta[slot] = meta;
-        self.slots[slot] = Some(ticket);
+        self.slots[slot] = Some(Box::new(ticket));
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.index.insert(id, (slot as u32, self.gens[slot]));
         self.live += 1;
@@ -249,16 +287,17 @@ impl Pool {
     pub fn remove(&mut self, id: &TicketId) -> Option<Ticket> {
         let slot = self.lookup(id);
         self.index.remove(id);
-        self.take_slot(slot?)
+        self.take_slot(slot?).map(|t| *t)
     }
 
     /// Empties a slot; its index entry becomes stale (see the module docs).
-    fn take_slot(&mut self, slot: usize) -> Option<Ticket> {
+    /// Moves only the box, never the ticket, so it touches no ticket memory.
+    fn take_slot(&mut self, slot: usize) -> Option<Box<Ticket>> {
         let t = self.slots.get_mut(slot)?.take()?;
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.free.push(slot);
         self.live -= 1;
-        self.players -= t.players.len();
+        self.players -= self.meta[slot].size as usize;
         Some(t)
     }
 
@@ -286,12 +325,12 @@ impl Pool {
     /// A waiting ticket, for inspection.
     #[must_use]
     pub fn get(&self, id: &TicketId) -> Option<&Ticket> {
-        self.slots[self.lookup(id)?].as_ref()
+        self.slots[self.lookup(id)?].as_deref()
     }
 
     /// Iterates over the waiting tickets in no particular order.
     pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
-        self.slots.iter().flatten()
+        self.slots.iter().flatten().map(|t| &**t)
     }
 
     /// Gauges for the shell's metrics.
@@ -320,7 +359,7 @@ impl Pool {
     /// One optimizer pass at time `now`: removes expired tickets, then chooses a set of
     /// disjoint matches that is good as a whole and removes their tickets.
     pub fn tick(&mut self, now: f64, model: &dyn WinModel) -> TickOutcome {
-        self.tick_with(now, model, |cands, config, shape, slots| {
+        self.tick_with(now, |cands, config, shape, slots| {
             choose(cands, config, shape, model, slots)
         })
     }
@@ -331,13 +370,12 @@ impl Pool {
     pub(crate) fn tick_with(
         &mut self,
         now: f64,
-        model: &dyn WinModel,
-        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &[Option<Ticket>]) -> Vec<Proposal>,
+        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &Slots) -> Vec<Proposal>,
     ) -> TickOutcome {
         let expired = self.expire(now);
         let cands = self.candidates(now);
         let proposals = select(&cands, &self.config, self.shape, &self.slots);
-        self.finish(now, model, &cands, proposals, expired)
+        self.finish(&cands, proposals, expired)
     }
 
     /// Removes and returns the tickets past their TTL.
@@ -349,7 +387,7 @@ impl Pool {
         let mut expired = Vec::with_capacity(expired_slots.len());
         for slot in expired_slots {
             if let Some(t) = self.take_slot(slot) {
-                expired.push(t);
+                expired.push(*t);
             }
         }
         self.compact_index();
@@ -358,8 +396,6 @@ impl Pool {
 
     fn finish(
         &mut self,
-        now: f64,
-        model: &dyn WinModel,
         cands: &[Cand],
         proposals: Vec<Proposal>,
         expired: Vec<Ticket>,
@@ -385,7 +421,7 @@ impl Pool {
         out.matches.reserve(proposals.len());
         let mut taken = taken.into_iter().flatten();
         for p in proposals {
-            let m = self.form(cands, p, model, now, &mut taken, &mut out.matched_waits);
+            let m = self.form(cands, p, &mut taken, &mut out.matched_waits);
             out.matches.push(m);
         }
         out.waiting = self.len();
@@ -429,12 +465,10 @@ impl Pool {
     }
 
     fn form(
-        &mut self,
+        &self,
         cands: &[Cand],
         p: Proposal,
-        model: &dyn WinModel,
-        now: f64,
-        taken: &mut impl Iterator<Item = Ticket>,
+        taken: &mut impl Iterator<Item = Box<Ticket>>,
         waits: &mut Vec<f64>,
     ) -> FormedMatch {
         let mut teams = Vec::with_capacity(p.teams.len());
@@ -444,50 +478,39 @@ impl Pool {
             for &c in team {
                 mask &= cands[c].regions;
                 if let Some(t) = taken.next() {
-                    waits.push(t.wait(now));
+                    waits.push(cands[c].wait);
                     tickets.push(t);
                 }
             }
             teams.push(tickets);
         }
-        let win_probability = match p.win_probability {
-            Some(w) => w,
-            None => {
-                let ratings: Vec<Vec<(f64, f64)>> = teams
-                    .iter()
-                    .map(|team| {
-                        let mut r = Vec::with_capacity(team.iter().map(Ticket::size).sum());
-                        for t in team {
-                            match t.party_skill {
-                                Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
-                                None => r.extend_from_slice(&t.skills),
-                            }
-                        }
-                        r
-                    })
-                    .collect();
-                model.win_probabilities(&ratings)
-            }
-        };
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for t in teams.iter().flatten() {
-            match t.party_skill {
-                Some(p) => (lo, hi) = (lo.min(p.0), hi.max(p.0)),
-                None => {
-                    for s in &t.skills {
-                        (lo, hi) = (lo.min(s.0), hi.max(s.0));
-                    }
-                }
-            }
-        }
-        let region = choose_region(&self.config.regions, mask, &teams);
+        let region = self.choose_region(cands, &p.teams, mask);
         FormedMatch {
-            quality: quality_of(&win_probability),
-            win_probability,
-            rating_spread: (hi - lo).max(0.0),
+            quality: quality_of(&p.win_probability),
+            win_probability: p.win_probability,
+            rating_spread: p.rating_spread,
             region,
             teams,
         }
+    }
+
+    /// The region in `mask` with the lowest worst-case latency over the match's tickets
+    /// (from the stored latencies, which stay valid until a slot is reused at insert).
+    fn choose_region(&self, cands: &[Cand], teams: &[Vec<usize>], mask: u64) -> Option<String> {
+        let r = self.config.regions.len();
+        let mut best: Option<(u32, usize)> = None;
+        for i in (0..r).filter(|&i| mask >> i & 1 == 1) {
+            let worst = teams
+                .iter()
+                .flatten()
+                .map(|&c| self.latency[cands[c].slot * r + i])
+                .max()
+                .unwrap_or(0);
+            if best.is_none_or(|(b, _)| worst < b) {
+                best = Some((worst, i));
+            }
+        }
+        best.map(|(_, i)| self.config.regions[i].clone())
     }
 }
 
@@ -497,10 +520,10 @@ pub(crate) fn choose(
     config: &MatchingConfig,
     shape: Shape,
     model: &dyn WinModel,
-    slots: &[Option<Ticket>],
+    slots: &Slots,
 ) -> Vec<Proposal> {
     if shape.is_one_v_one() {
-        one_v_one::select(cands, config, model)
+        one_v_one::select(cands, config, model, slots)
     } else {
         teams::select(cands, shape, config, model, slots)
     }
@@ -539,32 +562,4 @@ fn latency_mask(latency: &[u32], lim: &Limits) -> u64 {
 #[cfg(test)]
 fn all_regions(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
-}
-
-/// The region in `mask` with the lowest worst-case latency over the match's tickets.
-fn choose_region(regions: &[String], mask: u64, teams: &[Vec<Ticket>]) -> Option<String> {
-    if regions.is_empty() {
-        return None;
-    }
-    let mut best: Option<(u32, usize)> = None;
-    for (i, name) in regions.iter().enumerate() {
-        if mask & (1 << i) == 0 {
-            continue;
-        }
-        let worst = teams
-            .iter()
-            .flatten()
-            .map(|t| {
-                t.region_latency_ms
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or(0, |(_, l)| *l)
-            })
-            .max()
-            .unwrap_or(0);
-        if best.is_none_or(|(b, _)| worst < b) {
-            best = Some((worst, i));
-        }
-    }
-    best.map(|(_, i)| regions[i].clone())
 }

@@ -22,13 +22,23 @@
 
 use super::balance::{self, Unit};
 use super::config::MatchingConfig;
-use super::pool::{Cand, Proposal};
+use super::pool::{Cand, Proposal, Slots, score};
 use super::{Shape, Ticket, WinModel, quality_of};
 
 /// Candidate windows tried per anchor before it waits for the next tick.
 pub const TRIES: usize = 3;
 
 const NONE: usize = usize::MAX;
+
+/// What every window evaluation needs, bundled.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    cands: &'a [Cand],
+    shape: Shape,
+    config: &'a MatchingConfig,
+    model: &'a dyn WinModel,
+    slots: &'a Slots,
+}
 
 /// A candidate window: its members are `buf[start..start + len]`, in rating order.
 struct Group {
@@ -44,7 +54,7 @@ pub(crate) fn select(
     shape: Shape,
     config: &MatchingConfig,
     model: &dyn WinModel,
-    slots: &[Option<Ticket>],
+    slots: &Slots,
 ) -> Vec<Proposal> {
     let n = cands.len();
     let need = shape.players_per_match();
@@ -67,6 +77,14 @@ pub(crate) fn select(
     let mut nb = Vec::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut buf: Vec<usize> = Vec::new();
+    let mut scratch = Vec::new();
+    let ctx = Ctx {
+        cands,
+        shape,
+        config,
+        model,
+        slots,
+    };
     for &anchor in &age {
         if matched[anchor] {
             continue;
@@ -137,9 +155,7 @@ pub(crate) fn select(
 
         for g in groups.iter().take(TRIES) {
             let members = &buf[g.start..g.start + g.len];
-            let Some((teams, probs)) =
-                build(cands, members, g.starving, shape, config, model, slots)
-            else {
+            let Some(proposal) = build(&ctx, members, g.starving, &mut scratch) else {
                 continue;
             };
             for &c in members {
@@ -152,10 +168,7 @@ pub(crate) fn select(
                     prev[next[p]] = prev[p];
                 }
             }
-            out.push(Proposal {
-                teams,
-                win_probability: Some(probs),
-            });
+            out.push(proposal);
             break;
         }
     }
@@ -167,17 +180,20 @@ fn accepts(c: &Cand, lo: f64, hi: f64) -> bool {
     c.key - lo <= c.lim.window && hi - c.key <= c.lim.window
 }
 
-/// Splits a group into teams and checks the quality floor; candidate indices per team and the
-/// model's win probabilities (so the pool need not ask the model twice).
+/// Splits a group into teams, asks the model, and checks the quality floor.
 fn build(
-    cands: &[Cand],
+    ctx: &Ctx<'_>,
     members: &[usize],
     starving: bool,
-    shape: Shape,
-    config: &MatchingConfig,
-    model: &dyn WinModel,
-    slots: &[Option<Ticket>],
-) -> Option<(Vec<Vec<usize>>, Vec<f64>)> {
+    scratch: &mut Vec<Vec<(f64, f64)>>,
+) -> Option<Proposal> {
+    let Ctx {
+        cands,
+        shape,
+        config,
+        model,
+        slots,
+    } = *ctx;
     let units: Vec<Unit> = members
         .iter()
         .map(|&c| {
@@ -197,40 +213,25 @@ fn build(
         })
         .collect();
     let split = balance::split(&units, shape.teams, shape.team_size, &config.roles)?;
-    let ratings: Vec<Vec<(f64, f64)>> = split
-        .iter()
-        .map(|team| {
-            let mut r = Vec::with_capacity(shape.team_size as usize);
-            for &u in team {
-                let c = &cands[members[u]];
-                match slots[c.slot].as_ref() {
-                    Some(Ticket {
-                        party_skill: Some(p),
-                        players,
-                        ..
-                    }) => r.extend(std::iter::repeat_n(*p, players.len())),
-                    Some(t) => r.extend_from_slice(&t.skills),
-                    None => {}
-                }
-            }
-            r
-        })
+    let teams: Vec<Vec<usize>> = split
+        .into_iter()
+        .map(|team| team.into_iter().map(|u| members[u]).collect())
         .collect();
-    let probs = model.win_probabilities(&ratings);
+    let (win_probability, rating_spread) = score(cands, &teams, slots, model, scratch);
     if !starving {
         let floor = members
             .iter()
             .map(|&c| cands[c].lim.min_quality)
             .fold(0.0, f64::max);
-        if quality_of(&probs) < floor {
+        if quality_of(&win_probability) < floor {
             return None;
         }
     }
-    let teams = split
-        .into_iter()
-        .map(|team| team.into_iter().map(|u| members[u]).collect())
-        .collect();
-    Some((teams, probs))
+    Some(Proposal {
+        teams,
+        win_probability,
+        rating_spread,
+    })
 }
 
 /// Per player, the bit set of the queue's roles it can fill (all of them if it named none).
@@ -303,7 +304,7 @@ mod tests {
         assert_eq!(out.matches.len(), 1);
         let m = &out.matches[0];
         for team in &m.teams {
-            assert_eq!(team.iter().map(Ticket::size).sum::<usize>(), 5);
+            assert_eq!(team.iter().map(|t| t.size()).sum::<usize>(), 5);
         }
         assert!(m.quality > 0.45);
     }
