@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 
-use super::pool::{Cand, Proposal, Slots, choose, score};
+use super::pool::{Cand, Chosen, Slots, choose, score};
 use super::{LogisticModel, MatchingConfig, Pool, Shape, TickOutcome, Ticket, WinModel};
 use crate::ids::{PlayerId, TicketId};
 
@@ -216,12 +216,14 @@ pub(crate) fn fifo_select(
     shape: Shape,
     slots: &Slots,
     model: &dyn WinModel,
-) -> Vec<Proposal> {
+) -> Chosen {
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_unstable_by(|&a, &b| cands[b].wait.total_cmp(&cands[a].wait));
     let t = shape.teams as usize;
-    let mut out = Vec::new();
+    let mut out = Chosen::new(t);
     let mut teams: Vec<Vec<usize>> = vec![Vec::new(); t];
+    let mut members = Vec::new();
+    let mut ends = Vec::with_capacity(t);
     let mut fill = vec![0u32; t];
     let mut carry: Vec<usize> = Vec::new();
     let mut queue = order.into_iter();
@@ -244,13 +246,14 @@ pub(crate) fn fifo_select(
             None => carry.push(c),
         }
         if fill.iter().all(|&f| f == shape.team_size) {
-            let teams = std::mem::replace(&mut teams, vec![Vec::new(); t]);
-            let (win_probability, rating_spread) = score(cands, &teams, slots, model, &mut scratch);
-            out.push(Proposal {
-                teams,
-                win_probability,
-                rating_spread,
-            });
+            members.clear();
+            ends.clear();
+            for team in &mut teams {
+                members.append(team);
+                ends.push(members.len());
+            }
+            let scored = score(cands, &members, &ends, slots, model, &mut scratch);
+            out.push(&members, &ends, scored);
             fill.iter_mut().for_each(|f| *f = 0);
             // Carried tickets are older than the queue's rest: they go first, once each.
             retry.extend(carry.drain(..).rev());

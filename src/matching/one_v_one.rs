@@ -22,7 +22,7 @@
 //! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
 
 use super::config::MatchingConfig;
-use super::pool::{Cand, Proposal, Slots, score};
+use super::pool::{Cand, Chosen, Slots, score};
 use super::{WinModel, quality_of};
 
 /// Whether `a` and `b` may be paired (both accept the match).
@@ -61,7 +61,7 @@ pub(crate) fn select(
     config: &MatchingConfig,
     model: &dyn WinModel,
     slots: &Slots,
-) -> Vec<Proposal> {
+) -> Chosen {
     let order: Vec<usize> = (0..cands.len()).collect();
     let mut matched = vec![false; cands.len()];
     let mut pairs = Vec::with_capacity(cands.len() / 2);
@@ -91,18 +91,13 @@ pub(crate) fn select(
     starvation_pass(cands, &order, &mut matched, &mut pairs);
 
     let mut scratch = Vec::new();
-    pairs
-        .into_iter()
-        .map(|(a, b)| {
-            let teams = vec![vec![a], vec![b]];
-            let (win_probability, rating_spread) = score(cands, &teams, slots, model, &mut scratch);
-            Proposal {
-                teams,
-                win_probability,
-                rating_spread,
-            }
-        })
-        .collect()
+    let mut chosen = Chosen::new(2);
+    for (a, b) in pairs {
+        let members = [a, b];
+        let scored = score(cands, &members, &[1, 2], slots, model, &mut scratch);
+        chosen.push(&members, &[1, 2], scored);
+    }
+    chosen
 }
 
 /// The dynamic programme over `order` (candidate indices sorted by rating).

@@ -117,34 +117,83 @@ pub(crate) struct Cand {
     pub regions: u64,
 }
 
-/// A match as the optimizer chose it: candidate indices per team, with the model's answer and
-/// the rating spread (computed while choosing, see [`score`]).
-pub(crate) struct Proposal {
-    pub teams: Vec<Vec<usize>>,
-    pub win_probability: Vec<f64>,
-    pub rating_spread: f64,
+/// The matches the optimizer chose, in one flat arena so choosing allocates nothing per match
+/// but the model's answer. Every match has exactly `teams` teams: match `m` owns teams
+/// `m·teams .. (m+1)·teams`, and team `k`'s candidate indices are
+/// `members[team_ends[k-1] .. team_ends[k]]`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chosen {
+    teams: usize,
+    members: Vec<usize>,
+    team_ends: Vec<usize>,
+    win_probability: Vec<Vec<f64>>,
+    rating_spread: Vec<f64>,
+}
+
+impl Chosen {
+    pub fn new(teams: usize) -> Self {
+        Chosen {
+            teams,
+            ..Chosen::default()
+        }
+    }
+
+    /// Matches chosen so far.
+    pub fn len(&self) -> usize {
+        self.rating_spread.len()
+    }
+
+    /// Appends a match given as flat `members` with per-team `ends` (relative to `members`),
+    /// scored by [`score`].
+    pub fn push(&mut self, members: &[usize], ends: &[usize], scored: (Vec<f64>, f64)) {
+        let base = self.members.len();
+        self.members.extend_from_slice(members);
+        self.team_ends.extend(ends.iter().map(|e| base + e));
+        self.win_probability.push(scored.0);
+        self.rating_spread.push(scored.1);
+    }
+
+    /// Candidate indices of team `k` of match `m`.
+    pub fn team(&self, m: usize, k: usize) -> &[usize] {
+        let t = m * self.teams + k;
+        let start = if t == 0 { 0 } else { self.team_ends[t - 1] };
+        &self.members[start..self.team_ends[t]]
+    }
+
+    /// Candidate indices of every ticket of match `m`, team by team.
+    pub fn members(&self, m: usize) -> &[usize] {
+        let first = m * self.teams;
+        let start = if first == 0 {
+            0
+        } else {
+            self.team_ends[first - 1]
+        };
+        &self.members[start..self.team_ends[first + self.teams - 1]]
+    }
 }
 
 /// The pool's ticket storage as the optimizers see it.
 pub(crate) type Slots = [Option<Box<Ticket>>];
 
-/// The model's win probabilities for `teams` (candidate indices) and the spread of member
-/// ratings. A solo ticket's member rating is its candidate's `(key, dev)`, so only parties are
-/// read from the ticket storage. `scratch` is reused across calls to avoid allocating the
-/// model's input for every match.
+/// The model's win probabilities for one match (flat `members`, per-team `ends`) and the
+/// spread of member ratings. A solo ticket's member rating is its candidate's `(key, dev)`, so
+/// only parties are read from the ticket storage. `scratch` is reused across calls so the
+/// model's input is not allocated for every match.
 pub(crate) fn score(
     cands: &[Cand],
-    teams: &[Vec<usize>],
+    members: &[usize],
+    ends: &[usize],
     slots: &Slots,
     model: &dyn WinModel,
     scratch: &mut Vec<Vec<(f64, f64)>>,
 ) -> (Vec<f64>, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    scratch.resize_with(teams.len(), Vec::new);
-    scratch.truncate(teams.len());
-    for (team, r) in teams.iter().zip(scratch.iter_mut()) {
+    scratch.resize_with(ends.len(), Vec::new);
+    scratch.truncate(ends.len());
+    let mut start = 0;
+    for (&end, r) in ends.iter().zip(scratch.iter_mut()) {
         r.clear();
-        for &c in team {
+        for &c in &members[start..end] {
             let c = &cands[c];
             if c.size == 1 {
                 r.push((c.key, c.dev));
@@ -158,6 +207,7 @@ pub(crate) fn score(
         for x in r.iter() {
             (lo, hi) = (lo.min(x.0), hi.max(x.0));
         }
+        start = end;
     }
     (model.win_probabilities(scratch), (hi - lo).max(0.0))
 }
@@ -370,12 +420,12 @@ impl Pool {
     pub(crate) fn tick_with(
         &mut self,
         now: f64,
-        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &Slots) -> Vec<Proposal>,
+        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &Slots) -> Chosen,
     ) -> TickOutcome {
         let expired = self.expire(now);
         let cands = self.candidates(now);
-        let proposals = select(&cands, &self.config, self.shape, &self.slots);
-        self.finish(&cands, proposals, expired)
+        let chosen = select(&cands, &self.config, self.shape, &self.slots);
+        self.finish(&cands, chosen, expired)
     }
 
     /// Removes and returns the tickets past their TTL.
@@ -394,35 +444,44 @@ impl Pool {
         expired
     }
 
-    fn finish(
-        &mut self,
-        cands: &[Cand],
-        proposals: Vec<Proposal>,
-        expired: Vec<Ticket>,
-    ) -> TickOutcome {
+    fn finish(&mut self, cands: &[Cand], chosen: Chosen, expired: Vec<Ticket>) -> TickOutcome {
         let mut out = TickOutcome {
             expired,
             ..TickOutcome::default()
         };
-        // First move every matched ticket out of its slot in one tight loop: the slots are
-        // read in random order, and a short independent loop body lets the CPU keep many of
-        // those cache misses in flight. The matches are then built from this sequential list.
-        let total: usize = proposals
-            .iter()
-            .map(|p| p.teams.iter().map(Vec::len).sum::<usize>())
-            .sum();
-        let mut taken = Vec::with_capacity(total);
-        for p in &proposals {
-            for &c in p.teams.iter().flatten() {
-                taken.push(self.take_slot(cands[c].slot));
-            }
+        // First move every matched ticket (a box) out of its slot in one tight loop whose
+        // iterations are independent, so the CPU keeps many slot misses in flight; the matches
+        // are then built from this sequential list.
+        let mut taken = Vec::with_capacity(chosen.members.len());
+        for &c in &chosen.members {
+            taken.push(self.take_slot(cands[c].slot));
+            out.matched_waits.push(cands[c].wait);
         }
-        out.matched_waits.reserve(total);
-        out.matches.reserve(proposals.len());
-        let mut taken = taken.into_iter().flatten();
-        for p in proposals {
-            let m = self.form(cands, p, &mut taken, &mut out.matched_waits);
-            out.matches.push(m);
+        out.matches.reserve(chosen.len());
+        let mut taken = taken.into_iter();
+        let mut probabilities = chosen.win_probability.iter().cloned();
+        for m in 0..chosen.len() {
+            let mut teams = Vec::with_capacity(chosen.teams);
+            let mut mask = u64::MAX;
+            for k in 0..chosen.teams {
+                let members = chosen.team(m, k);
+                let mut tickets = Vec::with_capacity(members.len());
+                for &c in members {
+                    mask &= cands[c].regions;
+                    if let Some(Some(t)) = taken.next() {
+                        tickets.push(t);
+                    }
+                }
+                teams.push(tickets);
+            }
+            let win_probability = probabilities.next().unwrap_or_default();
+            out.matches.push(FormedMatch {
+                quality: quality_of(&win_probability),
+                win_probability,
+                rating_spread: chosen.rating_spread[m],
+                region: self.choose_region(cands, chosen.members(m), mask),
+                teams,
+            });
         }
         out.waiting = self.len();
         out
@@ -432,77 +491,46 @@ impl Pool {
     /// sorted order; sorting compact `(key, index)` pairs and gathering once keeps the rest of
     /// the tick sequential in memory).
     fn candidates(&self, now: f64) -> Vec<Cand> {
-        let mut cands = Vec::with_capacity(self.len());
-        let r = self.config.regions.len();
+        let mut keys: Vec<(f64, u32)> = Vec::with_capacity(self.len());
         for (slot, m) in self.meta.iter().enumerate() {
-            if self.gens[slot] & 1 == 0 {
-                continue;
+            if self.gens[slot] & 1 == 1 {
+                keys.push((m.key, slot as u32));
             }
-            let wait = (now - m.entered_at).max(0.0);
-            let lim = self.config.limits(wait);
-            let regions = if r == 0 {
-                1
-            } else {
-                latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
-            };
-            cands.push(Cand {
-                slot,
-                key: m.key,
-                dev: m.dev,
-                size: m.size,
-                wait,
-                lim,
-                regions,
-            });
         }
-        let mut keys: Vec<(f64, u32)> = cands
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.key, i as u32))
-            .collect();
         keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        keys.iter().map(|&(_, i)| cands[i as usize]).collect()
-    }
-
-    fn form(
-        &self,
-        cands: &[Cand],
-        p: Proposal,
-        taken: &mut impl Iterator<Item = Box<Ticket>>,
-        waits: &mut Vec<f64>,
-    ) -> FormedMatch {
-        let mut teams = Vec::with_capacity(p.teams.len());
-        let mut mask = u64::MAX;
-        for team in &p.teams {
-            let mut tickets = Vec::with_capacity(team.len());
-            for &c in team {
-                mask &= cands[c].regions;
-                if let Some(t) = taken.next() {
-                    waits.push(cands[c].wait);
-                    tickets.push(t);
+        let r = self.config.regions.len();
+        keys.iter()
+            .map(|&(key, slot)| {
+                let slot = slot as usize;
+                let m = &self.meta[slot];
+                let wait = (now - m.entered_at).max(0.0);
+                let lim = self.config.limits(wait);
+                let regions = if r == 0 {
+                    1
+                } else {
+                    latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
+                };
+                Cand {
+                    slot,
+                    key,
+                    dev: m.dev,
+                    size: m.size,
+                    wait,
+                    lim,
+                    regions,
                 }
-            }
-            teams.push(tickets);
-        }
-        let region = self.choose_region(cands, &p.teams, mask);
-        FormedMatch {
-            quality: quality_of(&p.win_probability),
-            win_probability: p.win_probability,
-            rating_spread: p.rating_spread,
-            region,
-            teams,
-        }
+            })
+            .collect()
     }
 
     /// The region in `mask` with the lowest worst-case latency over the match's tickets
     /// (from the stored latencies, which stay valid until a slot is reused at insert).
-    fn choose_region(&self, cands: &[Cand], teams: &[Vec<usize>], mask: u64) -> Option<String> {
+    fn choose_region(&self, cands: &[Cand], members: &[usize], mask: u64) -> Option<String> {
         let r = self.config.regions.len();
         let mut best: Option<(u32, usize)> = None;
         for i in (0..r).filter(|&i| mask >> i & 1 == 1) {
-            let worst = teams
+            let worst = members
                 .iter()
-                .flatten()
                 .map(|&c| self.latency[cands[c].slot * r + i])
                 .max()
                 .unwrap_or(0);
@@ -521,7 +549,7 @@ pub(crate) fn choose(
     shape: Shape,
     model: &dyn WinModel,
     slots: &Slots,
-) -> Vec<Proposal> {
+) -> Chosen {
     if shape.is_one_v_one() {
         one_v_one::select(cands, config, model, slots)
     } else {
