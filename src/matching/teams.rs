@@ -430,19 +430,20 @@ mod tests {
     #[test]
     fn the_oldest_ticket_gets_its_match_first() {
         let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
-        // Five tickets fit one 2v2; the youngest (1500, neighbour of the old one) must wait
-        // only if the old one is served by a window without it.
-        pool.insert(solo("old", 1520.0, 0.0)).unwrap();
-        for (i, r) in [1500.0, 1510.0, 1530.0, 1540.0].into_iter().enumerate() {
-            pool.insert(solo(&format!("y{i}"), r, 5.0)).unwrap();
+        // Four fresh tickets would make a tight 2v2 on their own; the old one (past the first
+        // expansion step) anchors first, so the window is built around it.
+        for (i, r) in [1500.0, 1510.0, 1520.0, 1530.0].into_iter().enumerate() {
+            pool.insert(solo(&format!("y{i}"), r, 14.0)).unwrap();
         }
-        let out = pool.tick(6.0, &MODEL);
+        pool.insert(solo("old", 1540.0, 0.0)).unwrap();
+        let out = pool.tick(15.0, &MODEL);
         assert_eq!(out.matches.len(), 1);
         assert!(
             team_ids(&out.matches[0])
                 .concat()
                 .contains(&"old".to_string())
         );
+        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "y0");
     }
 
     #[test]
