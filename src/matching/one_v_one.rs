@@ -416,4 +416,21 @@ mod tests {
         }
         assert!(pool.index.len() <= 2 * pool.live + STALE_SLACK + 3);
     }
+
+    #[test]
+    fn stats_and_starving_windows_for_searching_updates() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1900.0, 50.0)).unwrap();
+        let stats = pool.stats(130.0);
+        assert_eq!(stats.waiting_tickets, 2);
+        assert_eq!(stats.waiting_players, 2);
+        assert_eq!(stats.longest_wait_seconds, 130.0);
+        assert_eq!(
+            pool.window(&"a".into(), 130.0),
+            Some((f64::NEG_INFINITY, f64::INFINITY))
+        );
+        assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
+        assert_eq!(pool.window(&"zz".into(), 130.0), None);
+    }
 }

@@ -389,7 +389,10 @@ impl Pool {
         PoolStats {
             waiting_tickets: self.len(),
             waiting_players: self.players,
-            longest_wait_seconds: self.tickets().map(|t| t.wait(now)).fold(0.0, f64::max),
+            longest_wait_seconds: (0..self.meta.len())
+                .filter(|&i| self.gens[i] & 1 == 1)
+                .map(|i| (now - self.meta[i].entered_at).max(0.0))
+                .fold(0.0, f64::max),
         }
     }
 
