@@ -49,7 +49,7 @@ impl Shape {
     /// Players in one full match, the unit the optimizer fills.
     #[must_use]
     pub fn players_per_match(&self) -> u32 {
-        self.teams * self.team_size
+        self.teams.saturating_mul(self.team_size)
     }
 
     /// True for the shape that gets the exact sorted-order dynamic programme.
