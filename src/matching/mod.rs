@@ -6,16 +6,27 @@
 //! of disjoint matches each [`Pool::tick`], team balancing, and the matcher benchmark
 //! ([`bench::run_bench`]).
 //!
-//! What it must not do: read a clock (time is the `now` argument), use unseeded randomness,
-//! do I/O, record metrics, or import tonic, tokio or sled. It never panics on a ticket the shell
-//! handed it: bad tickets are refused by [`Pool::insert`] with an [`InsertError`].
+//! What it must not do: read a clock (time is the `now` argument; only the benchmark times
+//! itself), use unseeded randomness, do I/O, record metrics, or import tonic, tokio or sled. It
+//! never panics on a ticket the shell handed it: bad tickets are refused by [`Pool::insert`]
+//! with an [`InsertError`].
 //!
 //! Architecture invariant: every match returned by `tick` is disjoint from every other match
 //! returned in the same tick, has exactly `shape.teams` teams of exactly `shape.team_size`
 //! players, keeps each ticket (party) on one team, and satisfies the regions, roles, skill
 //! windows and quality floor of its tickets at `now`, except that a ticket past
-//! `max_wait_seconds` lifts the skill window and quality floor of the match it joins
-//! (starvation guard). Regions, roles and party integrity are never relaxed.
+//! `max_wait_seconds` lifts the skill window and quality floor of the match it joins and accepts
+//! any region it listed (starvation guard). Roles and party integrity are never relaxed.
+//! `properties.rs` checks all of this on random pools of every shape.
+//!
+//! For the shell: validate each queue's config with [`MatchingConfig::validate`] at start-up,
+//! keep one [`Pool`] per queue in the matchmaker task, `insert`/`remove` on EnterQueue/Cancel,
+//! call `tick(now, &model)` every tick interval, and report `window(id, now)` in SEARCHING
+//! updates. The outcome carries everything the metrics need (matches with quality and spread,
+//! waits of matched tickets, waiting count; [`Pool::stats`] for gauges); the shell times the
+//! tick itself. Two refinements of the first sketch, both deliberate: `insert` returns a
+//! `Result` (a duplicate or malformed ticket must not be silently dropped), and
+//! `FormedMatch::teams` holds `Box<Ticket>` (see there; field access is unchanged).
 
 pub mod balance;
 pub mod bench;
