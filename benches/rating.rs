@@ -8,10 +8,13 @@
 //! Elo (no rounding, no inflation). Plackett-Luce has no skillratings counterpart and is measured
 //! next to skillratings' Bradley-Terry on the same inputs, for scale only.
 //!
-//! Run: `cargo bench --bench rating`.
+//! The last target, `ratio_report`, prints the SPEC §10 table from paired, interleaved A/B
+//! rounds (see [`paired_ratio`]): that ratio is the number to quote on a shared, noisy machine.
+//!
+//! Run: `cargo bench --bench rating` (only the table: `cargo bench --bench rating -- ratio`).
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use matchmaker::rating::{
@@ -43,7 +46,11 @@ fn pairs(seed: u64, mean: (f64, f64), dev: (f64, f64), vol: (f64, f64)) -> Vec<P
     let mut rng = StdRng::seed_from_u64(seed);
     let skill = |rng: &mut StdRng| Skill {
         mean: rng.random_range(mean.0..mean.1),
-        deviation: rng.random_range(dev.0..dev.1),
+        deviation: if dev.1 > dev.0 {
+            rng.random_range(dev.0..dev.1)
+        } else {
+            0.0
+        },
         volatility: if vol.1 > vol.0 {
             rng.random_range(vol.0..vol.1)
         } else {
@@ -360,6 +367,263 @@ fn bench_elo(c: &mut Criterion) {
     g.finish();
 }
 
+/// Consumes a result (already passed through `black_box`).
+fn sink<T>(_: T) {}
+
+/// Paired, interleaved A/B timing: each round times ours and skillratings back to back on the
+/// same 1,024 matches (alternating which goes first), and the reported ratio is the median of the
+/// per-round ratios. Background load on a shared machine hits both sides of a round alike, so
+/// this ratio is far steadier than comparing two criterion groups measured seconds apart.
+fn paired_ratio(
+    name: &str,
+    mut ours: impl FnMut(),
+    mut theirs: impl FnMut(),
+    per_round: usize,
+) -> String {
+    const ROUNDS: usize = 1001;
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        f();
+        start.elapsed().as_secs_f64()
+    };
+    for _ in 0..50 {
+        ours();
+        theirs();
+    }
+    let (mut o, mut t, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let (a, b) = if round % 2 == 0 {
+            let a = time(&mut ours);
+            (a, time(&mut theirs))
+        } else {
+            let b = time(&mut theirs);
+            (time(&mut ours), b)
+        };
+        o.push(a);
+        t.push(b);
+        r.push(a / b);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mo, mt, mr) = (median(&mut o), median(&mut t), median(&mut r));
+    let n = per_round as f64;
+    format!(
+        "| {name} | {:.1} | {:.1} | {mr:.2} | {:.2}x |",
+        mo / n * 1e9,
+        mt / n * 1e9,
+        1.0 / mr
+    )
+}
+
+/// Prints the SPEC §10 table: ours vs skillratings, ns per match and the paired time ratio.
+fn ratio_report(_c: &mut Criterion) {
+    use skillratings::elo::{EloConfig, EloRating};
+    use skillratings::glicko::{GlickoConfig, GlickoRating};
+    use skillratings::glicko2::{Glicko2Config, Glicko2Rating};
+    use skillratings::weng_lin::{WengLinConfig, WengLinRating, weng_lin_two_teams};
+
+    let mut rows = Vec::new();
+    let g2 = pairs(1, (800.0, 2200.0), (40.0, 350.0), (0.04, 0.08));
+    let g2c = glicko2::Config::unbounded();
+    let g2b = glicko2::Config::default();
+    let g2t: Vec<_> = g2
+        .iter()
+        .map(|p| {
+            let c = |s: &Skill| Glicko2Rating {
+                rating: s.mean,
+                deviation: s.deviation,
+                volatility: s.volatility,
+            };
+            (c(&p.a), c(&p.b), outcome(p.score))
+        })
+        .collect();
+    let g2tc = Glicko2Config::new();
+    rows.push(paired_ratio(
+        "Glicko-2 1v1 (textbook, unbounded)",
+        || {
+            g2.iter()
+                .for_each(|p| sink(black_box(glicko2::rate_1v1(&p.a, &p.b, p.score, &g2c))))
+        },
+        || {
+            g2t.iter().for_each(|(a, b, o)| {
+                sink(black_box(skillratings::glicko2::glicko2(a, b, o, &g2tc)))
+            })
+        },
+        N,
+    ));
+    rows.push(paired_ratio(
+        "Glicko-2 1v1 (INVERSUS bounds on)",
+        || {
+            g2.iter()
+                .for_each(|p| sink(black_box(glicko2::rate_1v1(&p.a, &p.b, p.score, &g2b))))
+        },
+        || {
+            g2t.iter().for_each(|(a, b, o)| {
+                sink(black_box(skillratings::glicko2::glicko2(a, b, o, &g2tc)))
+            })
+        },
+        N,
+    ));
+
+    let g1 = pairs(2, (800.0, 2200.0), (40.0, 350.0), (0.0, 0.0));
+    let g1c = glicko::Config::unbounded();
+    let g1t: Vec<_> = g1
+        .iter()
+        .map(|p| {
+            let c = |s: &Skill| GlickoRating {
+                rating: s.mean,
+                deviation: s.deviation,
+            };
+            (c(&p.a), c(&p.b), outcome(p.score))
+        })
+        .collect();
+    let g1tc = GlickoConfig { c: 0.0 };
+    rows.push(paired_ratio(
+        "Glicko-1 1v1",
+        || {
+            g1.iter()
+                .for_each(|p| sink(black_box(glicko::rate_1v1(&p.a, &p.b, p.score, &g1c))))
+        },
+        || {
+            g1t.iter()
+                .for_each(|(a, b, o)| sink(black_box(skillratings::glicko::glicko(a, b, o, &g1tc))))
+        },
+        N,
+    ));
+
+    let wl = pairs(3, (10.0, 40.0), (1.0, 8.3), (0.0, 0.0));
+    let wlc = weng_lin::Config {
+        kappa: 0.000_001,
+        ..weng_lin::Config::default()
+    };
+    let conv = |s: &Skill| WengLinRating {
+        rating: s.mean,
+        uncertainty: s.deviation,
+    };
+    let wlt: Vec<_> = wl
+        .iter()
+        .map(|p| (conv(&p.a), conv(&p.b), outcome(p.score)))
+        .collect();
+    let wltc = WengLinConfig::new();
+    rows.push(paired_ratio(
+        "Weng-Lin BT 1v1",
+        || {
+            wl.iter()
+                .for_each(|p| sink(black_box(weng_lin::rate_1v1_bt(&p.a, &p.b, p.score, &wlc))))
+        },
+        || {
+            wlt.iter().for_each(|(a, b, o)| {
+                sink(black_box(skillratings::weng_lin::weng_lin(a, b, o, &wltc)))
+            })
+        },
+        N,
+    ));
+    rows.push(paired_ratio(
+        "Weng-Lin PL 1v1 (vs skillratings BT: it has no PL)",
+        || {
+            wl.iter()
+                .for_each(|p| sink(black_box(weng_lin::rate_1v1_pl(&p.a, &p.b, p.score, &wlc))))
+        },
+        || {
+            wlt.iter().for_each(|(a, b, o)| {
+                sink(black_box(skillratings::weng_lin::weng_lin(a, b, o, &wltc)))
+            })
+        },
+        N,
+    ));
+    let teams: Vec<([Skill; 2], [Skill; 2], f64)> = wl
+        .chunks_exact(2)
+        .map(|w| ([w[0].a, w[1].a], [w[0].b, w[1].b], w[0].score))
+        .collect();
+    let their_teams: Vec<_> = teams
+        .iter()
+        .map(|(x, y, s)| {
+            (
+                [conv(&x[0]), conv(&x[1])],
+                [conv(&y[0]), conv(&y[1])],
+                outcome(*s),
+            )
+        })
+        .collect();
+    rows.push(paired_ratio(
+        "Weng-Lin BT 2v2",
+        || {
+            teams.iter().for_each(|(x, y, s)| {
+                sink(black_box(weng_lin::rate_two_teams(
+                    weng_lin::Model::BradleyTerry,
+                    x,
+                    y,
+                    *s,
+                    &wlc,
+                )))
+            })
+        },
+        || {
+            their_teams
+                .iter()
+                .for_each(|(x, y, o)| sink(black_box(weng_lin_two_teams(x, y, o, &wltc))))
+        },
+        teams.len(),
+    ));
+    rows.push(paired_ratio(
+        "Weng-Lin PL 2v2 (vs skillratings BT)",
+        || {
+            teams.iter().for_each(|(x, y, s)| {
+                sink(black_box(weng_lin::rate_two_teams(
+                    weng_lin::Model::PlackettLuce,
+                    x,
+                    y,
+                    *s,
+                    &wlc,
+                )))
+            })
+        },
+        || {
+            their_teams
+                .iter()
+                .for_each(|(x, y, o)| sink(black_box(weng_lin_two_teams(x, y, o, &wltc))))
+        },
+        teams.len(),
+    ));
+
+    let el = pairs(4, (0.0, 3000.0), (0.0, 0.0), (0.0, 0.0));
+    let elc = elo::Config::plain();
+    let elt: Vec<_> = el
+        .iter()
+        .map(|p| {
+            (
+                EloRating { rating: p.a.mean },
+                EloRating { rating: p.b.mean },
+                outcome(p.score),
+            )
+        })
+        .collect();
+    let eltc = EloConfig { k: elc.k };
+    rows.push(paired_ratio(
+        "Elo 1v1 (plain)",
+        || {
+            el.iter()
+                .for_each(|p| sink(black_box(elo::rate_1v1(&p.a, &p.b, p.score, &elc))))
+        },
+        || {
+            elt.iter()
+                .for_each(|(a, b, o)| sink(black_box(skillratings::elo::elo(a, b, o, &eltc))))
+        },
+        N,
+    ));
+
+    println!("\nPaired ratio report (median of 1,001 interleaved rounds):");
+    println!(
+        "| system | ours ns/match | skillratings ns/match | ours/skillratings time | speed-up |"
+    );
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -370,6 +634,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_glicko2, bench_glicko, bench_weng_lin, bench_elo
+    targets = bench_glicko2, bench_glicko, bench_weng_lin, bench_elo, ratio_report
 }
 criterion_main!(benches);

@@ -3,7 +3,8 @@
 //!
 //! Balance means the smallest spread (strongest minus weakest team strength, strength = sum of
 //! member means); the caller then asks the injected model for the real win probabilities.
-//! Small groups (≤ [`EXACT_MAX_UNITS`] tickets, ≤ 4 teams) get an exact search; larger ones a
+//! Small groups (≤ [`EXACT_MAX_UNITS`] tickets, ≤ 4 teams) get an exact search (a Gray-code walk
+//! over subsets for two teams without roles, a pruned depth-first search otherwise); larger ones a
 //! Karmarkar-Karp-style heuristic: strongest-first greedy into the weakest team with room (the
 //! differencing idea of always offsetting the largest remaining number), then pairwise swap
 //! descent between teams. Plain KK differencing ignores team capacities and party sizes, which
@@ -49,7 +50,9 @@ pub fn split(
             .all(|team| roles_ok(units, team, roles))
             .then_some(out);
     }
-    if units.len() <= EXACT_MAX_UNITS && t <= 4 {
+    if units.len() <= EXACT_MAX_UNITS && t == 2 && roles.is_empty() {
+        exact_two(units, team_size)
+    } else if units.len() <= EXACT_MAX_UNITS && t <= 4 {
         exact(units, t, team_size, roles)
     } else {
         heuristic(units, t, team_size, roles)
@@ -66,6 +69,49 @@ pub fn spread(units: &[Unit], split: &[Vec<usize>]) -> f64 {
         (lo.min(s), hi.max(s))
     });
     hi - lo
+}
+
+/// Exact split into two teams without roles: walks every subset holding unit 0 in Gray-code
+/// order, so each step updates the side's size and strength in O(1) (at most 2^11 steps).
+fn exact_two(units: &[Unit], team_size: u32) -> Option<Vec<Vec<usize>>> {
+    let n = units.len();
+    let total: f64 = units.iter().map(|u| u.strength).sum();
+    let (mut size, mut sum) = (units[0].size, units[0].strength);
+    let mut mask: u32 = 0;
+    let mut best: Option<(f64, u32)> = None;
+    let mut consider = |size: u32, sum: f64, mask: u32| {
+        if size == team_size {
+            let d = (2.0 * sum - total).abs();
+            if best.is_none_or(|(b, _)| d < b) {
+                best = Some((d, mask));
+            }
+        }
+    };
+    consider(size, sum, mask);
+    for step in 1u32..(1 << (n - 1)) {
+        let bit = step.trailing_zeros();
+        let u = &units[bit as usize + 1];
+        mask ^= 1 << bit;
+        if mask >> bit & 1 == 1 {
+            size += u.size;
+            sum += u.strength;
+        } else {
+            size -= u.size;
+            sum -= u.strength;
+        }
+        consider(size, sum, mask);
+    }
+    let (_, mask) = best?;
+    let mut a = vec![0];
+    let mut b = Vec::with_capacity(n / 2);
+    for i in 1..n {
+        if mask >> (i - 1) & 1 == 1 {
+            a.push(i);
+        } else {
+            b.push(i);
+        }
+    }
+    Some(vec![a, b])
 }
 
 struct Search<'a> {
@@ -377,6 +423,27 @@ mod tests {
             let units: Vec<Unit> = strengths.into_iter().map(solo).collect();
             let s = split(&units, 2, 5, &[]).unwrap();
             prop_assert!((spread(&units, &s) - brute_spread(&units, 5)).abs() < 1e-9);
+        }
+
+        #[test]
+        fn both_exact_searches_agree_with_parties(
+            parties in prop::collection::vec((1u32..=3, 0.0..100.0f64), 1..10)
+        ) {
+            let units: Vec<Unit> = parties
+                .iter()
+                .map(|&(size, s)| Unit { size, strength: s * f64::from(size), role_masks: Vec::new() })
+                .collect();
+            let total: u32 = units.iter().map(|u| u.size).sum();
+            prop_assume!(total.is_multiple_of(2));
+            let fast = exact_two(&units, total / 2);
+            let full = exact(&units, 2, total / 2, &[]);
+            prop_assert_eq!(fast.is_some(), full.is_some());
+            if let (Some(f), Some(g)) = (fast, full) {
+                for team in &f {
+                    prop_assert_eq!(team.iter().map(|&u| units[u].size).sum::<u32>(), total / 2);
+                }
+                prop_assert!((spread(&units, &f) - spread(&units, &g)).abs() < 1e-9);
+            }
         }
 
         #[test]

@@ -17,8 +17,8 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 
-use super::pool::{Cand, Proposal, choose};
-use super::{LogisticModel, MatchingConfig, Pool, Shape, TickOutcome, Ticket};
+use super::pool::{Cand, Chosen, Slots, choose, score};
+use super::{LogisticModel, MatchingConfig, Pool, Shape, TickOutcome, Ticket, WinModel};
 use crate::ids::{PlayerId, TicketId};
 
 /// The benchmark's clock reading when the tick runs; tickets entered during the 90 s before.
@@ -151,7 +151,7 @@ pub fn run_bench(
 
         let mut p = pool.clone();
         let spent = Cell::new(0.0);
-        let _ = p.tick_with(NOW, &model, |cands, config, shape, slots| {
+        let _ = p.tick_with(NOW, |cands, config, shape, slots| {
             let start = Instant::now();
             let chosen = choose(cands, config, shape, &model, slots);
             spent.set(ms(start));
@@ -161,7 +161,9 @@ pub fn run_bench(
 
         let mut p = pool.clone();
         let start = Instant::now();
-        let out = p.tick_with(NOW, &model, |cands, _, shape, _| fifo_select(cands, shape));
+        let out = p.tick_with(NOW, |cands, _, shape, slots| {
+            fifo_select(cands, shape, slots, &model)
+        });
         fifo_ms = fifo_ms.min(ms(start));
         fifo = out;
     }
@@ -201,7 +203,7 @@ fn summary(out: &TickOutcome, floor: f64) -> (f64, f64, usize) {
         .matches
         .iter()
         .flat_map(|m| m.teams.iter().flatten())
-        .map(Ticket::size)
+        .map(|t| t.size())
         .sum();
     (mean, good, players)
 }
@@ -209,16 +211,24 @@ fn summary(out: &TickOutcome, floor: f64) -> (f64, f64, usize) {
 /// The first-come greedy baseline: tickets in arrival order go to the first team of the open
 /// match with room; a ticket that fits nowhere waits for the next match. No windows, no
 /// balancing, no floors.
-pub(crate) fn fifo_select(cands: &[Cand], shape: Shape) -> Vec<Proposal> {
+pub(crate) fn fifo_select(
+    cands: &[Cand],
+    shape: Shape,
+    slots: &Slots,
+    model: &dyn WinModel,
+) -> Chosen {
     let mut order: Vec<usize> = (0..cands.len()).collect();
     order.sort_unstable_by(|&a, &b| cands[b].wait.total_cmp(&cands[a].wait));
     let t = shape.teams as usize;
-    let mut out = Vec::new();
+    let mut out = Chosen::new(t);
     let mut teams: Vec<Vec<usize>> = vec![Vec::new(); t];
+    let mut members = Vec::new();
+    let mut ends = Vec::with_capacity(t);
     let mut fill = vec![0u32; t];
     let mut carry: Vec<usize> = Vec::new();
     let mut queue = order.into_iter();
     let mut retry: Vec<usize> = Vec::new();
+    let mut scratch = Vec::new();
     loop {
         let c = match retry.pop() {
             Some(c) => c,
@@ -236,10 +246,14 @@ pub(crate) fn fifo_select(cands: &[Cand], shape: Shape) -> Vec<Proposal> {
             None => carry.push(c),
         }
         if fill.iter().all(|&f| f == shape.team_size) {
-            out.push(Proposal {
-                teams: std::mem::replace(&mut teams, vec![Vec::new(); t]),
-                win_probability: None,
-            });
+            members.clear();
+            ends.clear();
+            for team in &mut teams {
+                members.append(team);
+                ends.push(members.len());
+            }
+            let scored = score(cands, &members, &ends, slots, model, &mut scratch);
+            out.push(&members, &ends, scored);
             fill.iter_mut().for_each(|f| *f = 0);
             // Carried tickets are older than the queue's rest: they go first, once each.
             retry.extend(carry.drain(..).rev());

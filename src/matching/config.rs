@@ -4,6 +4,13 @@
 //! This module owns the expansion schedule semantics: a ticket's skill window, quality floor and
 //! latency limit are functions of its wait only, so the optimizer, `Pool::window` (the SEARCHING
 //! update) and the tests all agree. It does no I/O; loading the file is the shell's job.
+//!
+//! Suggested sections for the four default queues (the same values as
+//! [`MatchingConfig::default_for_scale`]; a test parses and validates exactly this text):
+//!
+//! ```toml
+#![doc = include_str!("default_queues.toml")]
+//! ```
 
 use serde::{Deserialize, Serialize};
 
@@ -429,6 +436,59 @@ mod tests {
         assert_eq!(c.limits(45.0).max_latency_ms, 180);
         assert!(!c.limits(119.0).starving);
         assert!(c.limits(120.0).starving);
+    }
+
+    #[test]
+    fn the_documented_default_queue_sections_parse_validate_and_match_the_defaults() {
+        #[derive(Deserialize)]
+        struct Queue {
+            matching: MatchingConfig,
+        }
+        #[derive(Deserialize)]
+        struct File {
+            queues: std::collections::BTreeMap<String, Queue>,
+        }
+        let file: File = toml::from_str(include_str!("default_queues.toml")).unwrap();
+        let shapes = [
+            (
+                "1v1",
+                Shape {
+                    teams: 2,
+                    team_size: 1,
+                },
+                400.0,
+                None,
+            ),
+            (
+                "2v2",
+                Shape {
+                    teams: 2,
+                    team_size: 2,
+                },
+                400.0,
+                Some(2),
+            ),
+            ("5v5", FIVE, 15.0, Some(5)),
+            (
+                "ffa8",
+                Shape {
+                    teams: 8,
+                    team_size: 1,
+                },
+                15.0,
+                Some(1),
+            ),
+        ];
+        assert_eq!(file.queues.len(), shapes.len());
+        for (name, shape, scale, party) in shapes {
+            let c = &file.queues[name].matching;
+            assert_eq!(c.validate(shape), Ok(()), "{name}");
+            let want = MatchingConfig {
+                max_party_size: party,
+                ..MatchingConfig::default_for_scale(scale)
+            };
+            assert_eq!(c, &want, "{name}");
+        }
     }
 
     #[test]

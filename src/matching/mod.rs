@@ -6,16 +6,27 @@
 //! of disjoint matches each [`Pool::tick`], team balancing, and the matcher benchmark
 //! ([`bench::run_bench`]).
 //!
-//! What it must not do: read a clock (time is the `now` argument), use unseeded randomness,
-//! do I/O, record metrics, or import tonic, tokio or sled. It never panics on a ticket the shell
-//! handed it: bad tickets are refused by [`Pool::insert`] with an [`InsertError`].
+//! What it must not do: read a clock (time is the `now` argument; only the benchmark times
+//! itself), use unseeded randomness, do I/O, record metrics, or import tonic, tokio or sled. It
+//! never panics on a ticket the shell handed it: bad tickets are refused by [`Pool::insert`]
+//! with an [`InsertError`].
 //!
 //! Architecture invariant: every match returned by `tick` is disjoint from every other match
 //! returned in the same tick, has exactly `shape.teams` teams of exactly `shape.team_size`
 //! players, keeps each ticket (party) on one team, and satisfies the regions, roles, skill
 //! windows and quality floor of its tickets at `now`, except that a ticket past
-//! `max_wait_seconds` lifts the skill window and quality floor of the match it joins
-//! (starvation guard). Regions, roles and party integrity are never relaxed.
+//! `max_wait_seconds` lifts the skill window and quality floor of the match it joins and accepts
+//! any region it listed (starvation guard). Roles and party integrity are never relaxed.
+//! `properties.rs` checks all of this on random pools of every shape.
+//!
+//! For the shell: validate each queue's config with [`MatchingConfig::validate`] at start-up,
+//! keep one [`Pool`] per queue in the matchmaker task, `insert`/`remove` on EnterQueue/Cancel,
+//! call `tick(now, &model)` every tick interval, and report `window(id, now)` in SEARCHING
+//! updates. The outcome carries everything the metrics need (matches with quality and spread,
+//! waits of matched tickets, waiting count; [`Pool::stats`] for gauges); the shell times the
+//! tick itself. Two refinements of the first sketch, both deliberate: `insert` returns a
+//! `Result` (a duplicate or malformed ticket must not be silently dropped), and
+//! `FormedMatch::teams` holds `Box<Ticket>` (see there; field access is unchanged).
 
 pub mod balance;
 pub mod bench;
@@ -49,7 +60,7 @@ impl Shape {
     /// Players in one full match, the unit the optimizer fills.
     #[must_use]
     pub fn players_per_match(&self) -> u32 {
-        self.teams * self.team_size
+        self.teams.saturating_mul(self.team_size)
     }
 
     /// True for the shape that gets the exact sorted-order dynamic programme.
@@ -91,14 +102,21 @@ pub struct LogisticModel {
 
 impl WinModel for LogisticModel {
     fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
-        let strengths: Vec<f64> = teams
+        // One allocation: strengths, then weights, then shares, in place.
+        let mut p: Vec<f64> = teams
             .iter()
-            .map(|t| t.iter().map(|p| p.0).sum::<f64>() / self.scale)
+            .map(|t| t.iter().map(|r| r.0).sum::<f64>() / self.scale)
             .collect();
-        let top = strengths.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let weights: Vec<f64> = strengths.iter().map(|s| 10f64.powf(s - top)).collect();
-        let total: f64 = weights.iter().sum();
-        weights.iter().map(|w| w / total).collect()
+        let top = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mut total = 0.0;
+        for x in &mut p {
+            *x = 10f64.powf(*x - top);
+            total += *x;
+        }
+        for x in &mut p {
+            *x /= total;
+        }
+        p
     }
 
     fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
@@ -180,7 +198,10 @@ impl Ticket {
 #[derive(Clone, Debug, PartialEq)]
 pub struct FormedMatch {
     /// The tickets on each team (whole values, so the shell has ids, players and `entered_at`).
-    pub teams: Vec<Vec<Ticket>>,
+    /// Boxed: the pool stores tickets boxed, and handing over the box instead of moving each
+    /// ~150-byte ticket out of a cold slot cut the 100k-ticket tick severalfold; field access
+    /// (`t.id`, `t.players`) reads the same through the box.
+    pub teams: Vec<Vec<Box<Ticket>>>,
     /// Per team, from the injected model.
     pub win_probability: Vec<f64>,
     /// How fair the match is, in `[0, 0.5]`: `(teams / 2) · min_i win_probability[i]`.

@@ -22,7 +22,7 @@
 //! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
 
 use super::config::MatchingConfig;
-use super::pool::{Cand, Proposal};
+use super::pool::{Cand, Chosen, Slots, score};
 use super::{WinModel, quality_of};
 
 /// Whether `a` and `b` may be paired (both accept the match).
@@ -60,7 +60,8 @@ pub(crate) fn select(
     cands: &[Cand],
     config: &MatchingConfig,
     model: &dyn WinModel,
-) -> Vec<Proposal> {
+    slots: &Slots,
+) -> Chosen {
     let order: Vec<usize> = (0..cands.len()).collect();
     let mut matched = vec![false; cands.len()];
     let mut pairs = Vec::with_capacity(cands.len() / 2);
@@ -89,13 +90,14 @@ pub(crate) fn select(
     }
     starvation_pass(cands, &order, &mut matched, &mut pairs);
 
-    pairs
-        .into_iter()
-        .map(|(a, b)| Proposal {
-            teams: vec![vec![a], vec![b]],
-            win_probability: None,
-        })
-        .collect()
+    let mut scratch = Vec::new();
+    let mut chosen = Chosen::new(2);
+    for (a, b) in pairs {
+        let members = [a, b];
+        let scored = score(cands, &members, &[1, 2], slots, model, &mut scratch);
+        chosen.push(&members, &[1, 2], scored);
+    }
+    chosen
 }
 
 /// The dynamic programme over `order` (candidate indices sorted by rating).
@@ -413,5 +415,22 @@ mod tests {
             assert!(pool.is_empty());
         }
         assert!(pool.index.len() <= 2 * pool.live + STALE_SLACK + 3);
+    }
+
+    #[test]
+    fn stats_and_starving_windows_for_searching_updates() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1900.0, 50.0)).unwrap();
+        let stats = pool.stats(130.0);
+        assert_eq!(stats.waiting_tickets, 2);
+        assert_eq!(stats.waiting_players, 2);
+        assert_eq!(stats.longest_wait_seconds, 130.0);
+        assert_eq!(
+            pool.window(&"a".into(), 130.0),
+            Some((f64::NEG_INFINITY, f64::INFINITY))
+        );
+        assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
+        assert_eq!(pool.window(&"zz".into(), 130.0), None);
     }
 }

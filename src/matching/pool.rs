@@ -42,8 +42,8 @@ pub enum InsertError {
     /// `skills` (or non-empty `roles`) must have one entry per player.
     #[error("ticket {0}: skills and roles must have one entry per player")]
     LengthMismatch(TicketId),
-    /// A rating, deviation or `entered_at` is NaN or infinite.
-    #[error("ticket {0}: ratings and entered_at must be finite")]
+    /// A rating, deviation or `entered_at` is NaN or infinite, or a deviation is negative.
+    #[error("ticket {0}: ratings and entered_at must be finite, deviations non-negative")]
     NotFinite(TicketId),
 }
 
@@ -117,11 +117,99 @@ pub(crate) struct Cand {
     pub regions: u64,
 }
 
-/// A match as the optimizer chose it: candidate indices per team.
-pub(crate) struct Proposal {
-    pub teams: Vec<Vec<usize>>,
-    /// The model's answer if the optimizer already asked it for exactly these teams.
-    pub win_probability: Option<Vec<f64>>,
+/// The matches the optimizer chose, in one flat arena so choosing allocates nothing per match
+/// but the model's answer. Every match has exactly `teams` teams: match `m` owns teams
+/// `m·teams .. (m+1)·teams`, and team `k`'s candidate indices are
+/// `members[team_ends[k-1] .. team_ends[k]]`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Chosen {
+    teams: usize,
+    members: Vec<usize>,
+    team_ends: Vec<usize>,
+    win_probability: Vec<Vec<f64>>,
+    rating_spread: Vec<f64>,
+}
+
+impl Chosen {
+    pub fn new(teams: usize) -> Self {
+        Chosen {
+            teams,
+            ..Chosen::default()
+        }
+    }
+
+    /// Matches chosen so far.
+    pub fn len(&self) -> usize {
+        self.rating_spread.len()
+    }
+
+    /// Appends a match given as flat `members` with per-team `ends` (relative to `members`),
+    /// scored by [`score`].
+    pub fn push(&mut self, members: &[usize], ends: &[usize], scored: (Vec<f64>, f64)) {
+        let base = self.members.len();
+        self.members.extend_from_slice(members);
+        self.team_ends.extend(ends.iter().map(|e| base + e));
+        self.win_probability.push(scored.0);
+        self.rating_spread.push(scored.1);
+    }
+
+    /// Candidate indices of team `k` of match `m`.
+    pub fn team(&self, m: usize, k: usize) -> &[usize] {
+        let t = m * self.teams + k;
+        let start = if t == 0 { 0 } else { self.team_ends[t - 1] };
+        &self.members[start..self.team_ends[t]]
+    }
+
+    /// Candidate indices of every ticket of match `m`, team by team.
+    pub fn members(&self, m: usize) -> &[usize] {
+        let first = m * self.teams;
+        let start = if first == 0 {
+            0
+        } else {
+            self.team_ends[first - 1]
+        };
+        &self.members[start..self.team_ends[first + self.teams - 1]]
+    }
+}
+
+/// The pool's ticket storage as the optimizers see it.
+pub(crate) type Slots = [Option<Box<Ticket>>];
+
+/// The model's win probabilities for one match (flat `members`, per-team `ends`) and the
+/// spread of member ratings. A solo ticket's member rating is its candidate's `(key, dev)`, so
+/// only parties are read from the ticket storage. `scratch` is reused across calls so the
+/// model's input is not allocated for every match.
+pub(crate) fn score(
+    cands: &[Cand],
+    members: &[usize],
+    ends: &[usize],
+    slots: &Slots,
+    model: &dyn WinModel,
+    scratch: &mut Vec<Vec<(f64, f64)>>,
+) -> (Vec<f64>, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    scratch.resize_with(ends.len(), Vec::new);
+    scratch.truncate(ends.len());
+    let mut start = 0;
+    for (&end, r) in ends.iter().zip(scratch.iter_mut()) {
+        r.clear();
+        for &c in &members[start..end] {
+            let c = &cands[c];
+            if c.size == 1 {
+                r.push((c.key, c.dev));
+            } else if let Some(t) = slots[c.slot].as_deref() {
+                match t.party_skill {
+                    Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
+                    None => r.extend_from_slice(&t.skills),
+                }
+            }
+        }
+        for x in r.iter() {
+            (lo, hi) = (lo.min(x.0), hi.max(x.0));
+        }
+        start = end;
+    }
+    (model.win_probabilities(scratch), (hi - lo).max(0.0))
 }
 
 /// One queue's waiting tickets.
@@ -129,7 +217,7 @@ pub(crate) struct Proposal {
 pub struct Pool {
     shape: Shape,
     config: MatchingConfig,
-    slots: Vec<Option<Ticket>>,
+    slots: Vec<Option<Box<Ticket>>>,
     free: Vec<usize>,
     /// Ticket id → (slot, generation of the slot when the ticket was stored).
     pub(crate) index: IdMap,
@@ -194,7 +282,7 @@ impl Pool {
         if ticket.skills.len() != size || !(ticket.roles.is_empty() || ticket.roles.len() == size) {
             return Err(InsertError::LengthMismatch(id));
         }
-        let finite = |s: &(f64, f64)| s.0.is_finite() && s.1.is_finite();
+        let finite = |s: &(f64, f64)| s.0.is_finite() && s.1.is_finite() && s.1 >= 0.0;
         if !ticket.entered_at.is_finite()
             || !ticket.skills.iter().all(finite)
             || !ticket.party_skill.iter().all(finite)
@@ -230,7 +318,7 @@ impl Pool {
             }
         }
         self.meta[slot] = meta;
-        self.slots[slot] = Some(ticket);
+        self.slots[slot] = Some(Box::new(ticket));
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.index.insert(id, (slot as u32, self.gens[slot]));
         self.live += 1;
@@ -249,16 +337,17 @@ impl Pool {
     pub fn remove(&mut self, id: &TicketId) -> Option<Ticket> {
         let slot = self.lookup(id);
         self.index.remove(id);
-        self.take_slot(slot?)
+        self.take_slot(slot?).map(|t| *t)
     }
 
     /// Empties a slot; its index entry becomes stale (see the module docs).
-    fn take_slot(&mut self, slot: usize) -> Option<Ticket> {
+    /// Moves only the box, never the ticket, so it touches no ticket memory.
+    fn take_slot(&mut self, slot: usize) -> Option<Box<Ticket>> {
         let t = self.slots.get_mut(slot)?.take()?;
         self.gens[slot] = self.gens[slot].wrapping_add(1);
         self.free.push(slot);
         self.live -= 1;
-        self.players -= t.players.len();
+        self.players -= self.meta[slot].size as usize;
         Some(t)
     }
 
@@ -286,12 +375,12 @@ impl Pool {
     /// A waiting ticket, for inspection.
     #[must_use]
     pub fn get(&self, id: &TicketId) -> Option<&Ticket> {
-        self.slots[self.lookup(id)?].as_ref()
+        self.slots[self.lookup(id)?].as_deref()
     }
 
     /// Iterates over the waiting tickets in no particular order.
     pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
-        self.slots.iter().flatten()
+        self.slots.iter().flatten().map(|t| &**t)
     }
 
     /// Gauges for the shell's metrics.
@@ -300,7 +389,10 @@ impl Pool {
         PoolStats {
             waiting_tickets: self.len(),
             waiting_players: self.players,
-            longest_wait_seconds: self.tickets().map(|t| t.wait(now)).fold(0.0, f64::max),
+            longest_wait_seconds: (0..self.meta.len())
+                .filter(|&i| self.gens[i] & 1 == 1)
+                .map(|i| (now - self.meta[i].entered_at).max(0.0))
+                .fold(0.0, f64::max),
         }
     }
 
@@ -320,7 +412,7 @@ impl Pool {
     /// One optimizer pass at time `now`: removes expired tickets, then chooses a set of
     /// disjoint matches that is good as a whole and removes their tickets.
     pub fn tick(&mut self, now: f64, model: &dyn WinModel) -> TickOutcome {
-        self.tick_with(now, model, |cands, config, shape, slots| {
+        self.tick_with(now, |cands, config, shape, slots| {
             choose(cands, config, shape, model, slots)
         })
     }
@@ -331,13 +423,12 @@ impl Pool {
     pub(crate) fn tick_with(
         &mut self,
         now: f64,
-        model: &dyn WinModel,
-        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &[Option<Ticket>]) -> Vec<Proposal>,
+        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &Slots) -> Chosen,
     ) -> TickOutcome {
         let expired = self.expire(now);
         let cands = self.candidates(now);
-        let proposals = select(&cands, &self.config, self.shape, &self.slots);
-        self.finish(now, model, &cands, proposals, expired)
+        let chosen = select(&cands, &self.config, self.shape, &self.slots);
+        self.finish(&cands, chosen, expired)
     }
 
     /// Removes and returns the tickets past their TTL.
@@ -349,44 +440,51 @@ impl Pool {
         let mut expired = Vec::with_capacity(expired_slots.len());
         for slot in expired_slots {
             if let Some(t) = self.take_slot(slot) {
-                expired.push(t);
+                expired.push(*t);
             }
         }
         self.compact_index();
         expired
     }
 
-    fn finish(
-        &mut self,
-        now: f64,
-        model: &dyn WinModel,
-        cands: &[Cand],
-        proposals: Vec<Proposal>,
-        expired: Vec<Ticket>,
-    ) -> TickOutcome {
+    fn finish(&mut self, cands: &[Cand], chosen: Chosen, expired: Vec<Ticket>) -> TickOutcome {
         let mut out = TickOutcome {
             expired,
             ..TickOutcome::default()
         };
-        // First move every matched ticket out of its slot in one tight loop: the slots are
-        // read in random order, and a short independent loop body lets the CPU keep many of
-        // those cache misses in flight. The matches are then built from this sequential list.
-        let total: usize = proposals
-            .iter()
-            .map(|p| p.teams.iter().map(Vec::len).sum::<usize>())
-            .sum();
-        let mut taken = Vec::with_capacity(total);
-        for p in &proposals {
-            for &c in p.teams.iter().flatten() {
-                taken.push(self.take_slot(cands[c].slot));
-            }
+        // First move every matched ticket (a box) out of its slot in one tight loop whose
+        // iterations are independent, so the CPU keeps many slot misses in flight; the matches
+        // are then built from this sequential list.
+        let mut taken = Vec::with_capacity(chosen.members.len());
+        for &c in &chosen.members {
+            taken.push(self.take_slot(cands[c].slot));
+            out.matched_waits.push(cands[c].wait);
         }
-        out.matched_waits.reserve(total);
-        out.matches.reserve(proposals.len());
-        let mut taken = taken.into_iter().flatten();
-        for p in proposals {
-            let m = self.form(cands, p, model, now, &mut taken, &mut out.matched_waits);
-            out.matches.push(m);
+        out.matches.reserve(chosen.len());
+        let mut taken = taken.into_iter();
+        let mut probabilities = chosen.win_probability.iter().cloned();
+        for m in 0..chosen.len() {
+            let mut teams = Vec::with_capacity(chosen.teams);
+            let mut mask = u64::MAX;
+            for k in 0..chosen.teams {
+                let members = chosen.team(m, k);
+                let mut tickets = Vec::with_capacity(members.len());
+                for &c in members {
+                    mask &= cands[c].regions;
+                    if let Some(Some(t)) = taken.next() {
+                        tickets.push(t);
+                    }
+                }
+                teams.push(tickets);
+            }
+            let win_probability = probabilities.next().unwrap_or_default();
+            out.matches.push(FormedMatch {
+                quality: quality_of(&win_probability),
+                win_probability,
+                rating_spread: chosen.rating_spread[m],
+                region: self.choose_region(cands, chosen.members(m), mask),
+                teams,
+            });
         }
         out.waiting = self.len();
         out
@@ -396,98 +494,54 @@ impl Pool {
     /// sorted order; sorting compact `(key, index)` pairs and gathering once keeps the rest of
     /// the tick sequential in memory).
     fn candidates(&self, now: f64) -> Vec<Cand> {
-        let mut cands = Vec::with_capacity(self.len());
-        let r = self.config.regions.len();
+        let mut keys: Vec<(f64, u32)> = Vec::with_capacity(self.len());
         for (slot, m) in self.meta.iter().enumerate() {
-            if self.gens[slot] & 1 == 0 {
-                continue;
+            if self.gens[slot] & 1 == 1 {
+                keys.push((m.key, slot as u32));
             }
-            let wait = (now - m.entered_at).max(0.0);
-            let lim = self.config.limits(wait);
-            let regions = if r == 0 {
-                1
-            } else {
-                latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
-            };
-            cands.push(Cand {
-                slot,
-                key: m.key,
-                dev: m.dev,
-                size: m.size,
-                wait,
-                lim,
-                regions,
-            });
         }
-        let mut keys: Vec<(f64, u32)> = cands
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.key, i as u32))
-            .collect();
         keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        keys.iter().map(|&(_, i)| cands[i as usize]).collect()
+        let r = self.config.regions.len();
+        keys.iter()
+            .map(|&(key, slot)| {
+                let slot = slot as usize;
+                let m = &self.meta[slot];
+                let wait = (now - m.entered_at).max(0.0);
+                let lim = self.config.limits(wait);
+                let regions = if r == 0 {
+                    1
+                } else {
+                    latency_mask(&self.latency[slot * r..(slot + 1) * r], &lim)
+                };
+                Cand {
+                    slot,
+                    key,
+                    dev: m.dev,
+                    size: m.size,
+                    wait,
+                    lim,
+                    regions,
+                }
+            })
+            .collect()
     }
 
-    fn form(
-        &mut self,
-        cands: &[Cand],
-        p: Proposal,
-        model: &dyn WinModel,
-        now: f64,
-        taken: &mut impl Iterator<Item = Ticket>,
-        waits: &mut Vec<f64>,
-    ) -> FormedMatch {
-        let mut teams = Vec::with_capacity(p.teams.len());
-        let mut mask = u64::MAX;
-        for team in &p.teams {
-            let mut tickets = Vec::with_capacity(team.len());
-            for &c in team {
-                mask &= cands[c].regions;
-                if let Some(t) = taken.next() {
-                    waits.push(t.wait(now));
-                    tickets.push(t);
-                }
-            }
-            teams.push(tickets);
-        }
-        let win_probability = match p.win_probability {
-            Some(w) => w,
-            None => {
-                let ratings: Vec<Vec<(f64, f64)>> = teams
-                    .iter()
-                    .map(|team| {
-                        let mut r = Vec::with_capacity(team.iter().map(Ticket::size).sum());
-                        for t in team {
-                            match t.party_skill {
-                                Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
-                                None => r.extend_from_slice(&t.skills),
-                            }
-                        }
-                        r
-                    })
-                    .collect();
-                model.win_probabilities(&ratings)
-            }
-        };
-        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-        for t in teams.iter().flatten() {
-            match t.party_skill {
-                Some(p) => (lo, hi) = (lo.min(p.0), hi.max(p.0)),
-                None => {
-                    for s in &t.skills {
-                        (lo, hi) = (lo.min(s.0), hi.max(s.0));
-                    }
-                }
+    /// The region in `mask` with the lowest worst-case latency over the match's tickets
+    /// (from the stored latencies, which stay valid until a slot is reused at insert).
+    fn choose_region(&self, cands: &[Cand], members: &[usize], mask: u64) -> Option<String> {
+        let r = self.config.regions.len();
+        let mut best: Option<(u32, usize)> = None;
+        for i in (0..r).filter(|&i| mask >> i & 1 == 1) {
+            let worst = members
+                .iter()
+                .map(|&c| self.latency[cands[c].slot * r + i])
+                .max()
+                .unwrap_or(0);
+            if best.is_none_or(|(b, _)| worst < b) {
+                best = Some((worst, i));
             }
         }
-        let region = choose_region(&self.config.regions, mask, &teams);
-        FormedMatch {
-            quality: quality_of(&win_probability),
-            win_probability,
-            rating_spread: (hi - lo).max(0.0),
-            region,
-            teams,
-        }
+        best.map(|(_, i)| self.config.regions[i].clone())
     }
 }
 
@@ -497,10 +551,10 @@ pub(crate) fn choose(
     config: &MatchingConfig,
     shape: Shape,
     model: &dyn WinModel,
-    slots: &[Option<Ticket>],
-) -> Vec<Proposal> {
+    slots: &Slots,
+) -> Chosen {
     if shape.is_one_v_one() {
-        one_v_one::select(cands, config, model)
+        one_v_one::select(cands, config, model, slots)
     } else {
         teams::select(cands, shape, config, model, slots)
     }
@@ -539,32 +593,4 @@ fn latency_mask(latency: &[u32], lim: &Limits) -> u64 {
 #[cfg(test)]
 fn all_regions(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
-}
-
-/// The region in `mask` with the lowest worst-case latency over the match's tickets.
-fn choose_region(regions: &[String], mask: u64, teams: &[Vec<Ticket>]) -> Option<String> {
-    if regions.is_empty() {
-        return None;
-    }
-    let mut best: Option<(u32, usize)> = None;
-    for (i, name) in regions.iter().enumerate() {
-        if mask & (1 << i) == 0 {
-            continue;
-        }
-        let worst = teams
-            .iter()
-            .flatten()
-            .map(|t| {
-                t.region_latency_ms
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map_or(0, |(_, l)| *l)
-            })
-            .max()
-            .unwrap_or(0);
-        if best.is_none_or(|(b, _)| worst < b) {
-            best = Some((worst, i));
-        }
-    }
-    best.map(|(_, i)| regions[i].clone())
 }

@@ -132,7 +132,7 @@ fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool
             .flatten()
             .any(|t| config.limits(t.wait(NOW)).starving);
         for team in &m.teams {
-            let players: usize = team.iter().map(Ticket::size).sum();
+            let players: usize = team.iter().map(|t| t.size()).sum();
             assert_eq!(players, shape.team_size as usize);
             let units: Vec<Unit> = team
                 .iter()
@@ -145,7 +145,7 @@ fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool
             let all: Vec<usize> = (0..units.len()).collect();
             assert!(roles_ok(&units, &all, &config.roles), "roles");
         }
-        let tickets: Vec<&Ticket> = m.teams.iter().flatten().collect();
+        let tickets: Vec<&Ticket> = m.teams.iter().flatten().map(|t| &**t).collect();
         for t in &tickets {
             // Disjoint across matches and expiry; parties are whole Ticket values.
             assert!(seen.insert(t.id.clone()), "ticket {} twice", t.id);

@@ -15,7 +15,8 @@
 //! performed at this match, as the game's stats pipeline estimates it. The expected productivity
 //! of a player is their own rating, so the shortfall is `rating − performance`. Without
 //! productivity in the report, m = 1 and losses are shared equally. Draws: each underdog gains
-//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair by placement with K/(n − 1).
+//! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair
+//! by placement with K/(n − 1).
 
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +105,7 @@ fn maybe_round(x: f64, config: &Config) -> f64 {
 /// Plain two-player Elo, allocation-free: `score_a` 1 win, ½ draw, 0 loss. No productivity and
 /// no inflation (they need per-player reports; use [`RatingSystem::rate`]).
 #[must_use]
+#[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     // a's change is K·(s − E_a); E_a = loss_rate(b, a).
     let delta = maybe_round(config.k * (score_a - loss_rate(b.mean, a.mean)), config);

@@ -88,7 +88,7 @@ impl Config {
 
 #[inline]
 fn clamp_rd(rd: f64, config: &Config) -> f64 {
-    rd.clamp(config.min_deviation, config.max_deviation)
+    super::bound(rd, config.min_deviation, config.max_deviation)
 }
 
 /// g(RD).
@@ -141,6 +141,7 @@ fn update(s: &Skill, inv_d2: f64, g_score_sum: f64, config: &Config) -> Skill {
 /// One match between two players with no inactivity: `score_a` is 1 if `a` won, ½ draw, 0 loss.
 /// Allocation-free: the 1v1 hot path.
 #[must_use]
+#[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     let ga = g(b.deviation);
     let gb = g(a.deviation);

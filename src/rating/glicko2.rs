@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
-    RatingSystem, Skill, check_non_negative, check_positive, ensure_finite, pair_score,
+    RatingSystem, Skill, bound, check_non_negative, check_positive, ensure_finite, pair_score,
     validate_elapsed, validate_match, validate_skill, validate_teams, win_shares,
 };
 
@@ -127,7 +127,8 @@ pub fn to_internal(s: &Skill) -> Internal {
 #[inline]
 pub fn to_skill(i: Internal) -> Skill {
     Skill {
-        mean: i.mu.mul_add(SCALE, CENTER),
+        // Plain multiply-add: without the `fma` target feature `mul_add` is a libm call.
+        mean: i.mu * SCALE + CENTER,
         deviation: i.phi * SCALE,
         volatility: i.sigma,
     }
@@ -141,9 +142,9 @@ pub fn apply_bounds(i: Internal, config: &Config) -> Internal {
         return i;
     }
     Internal {
-        mu: i.mu.clamp(-config.max_abs_mean, config.max_abs_mean),
-        phi: i.phi.clamp(config.min_deviation, config.max_deviation),
-        sigma: i.sigma.clamp(config.min_volatility, config.max_volatility),
+        mu: bound(i.mu, -config.max_abs_mean, config.max_abs_mean),
+        phi: bound(i.phi, config.min_deviation, config.max_deviation),
+        sigma: bound(i.sigma, config.min_volatility, config.max_volatility),
     }
 }
 
@@ -202,25 +203,31 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
 /// Both loops are capped so no input can spin forever; the result is finite or the old σ.
 #[must_use]
 fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64) -> f64 {
-    let a0 = (sigma * sigma).ln();
-    let tau2 = tau * tau;
-    let f = |x: f64| {
-        let ex = x.exp();
+    let s2 = sigma * sigma;
+    let a0 = s2.ln();
+    let inv_tau2 = 1.0 / (tau * tau);
+    let gap = delta2 - phi2 - v;
+    // f with e^x supplied, so the two end points whose e^x is known skip the `exp` call.
+    let f_with = |x: f64, ex: f64| {
         let d = phi2 + v + ex;
-        ex * (delta2 - phi2 - v - ex) / (2.0 * d * d) - (x - a0) / tau2
+        ex * (gap - ex) / (2.0 * d * d) - (x - a0) * inv_tau2
     };
+    let f = |x: f64| f_with(x, x.exp());
     let mut a = a0;
-    let mut b = if delta2 > phi2 + v {
-        (delta2 - phi2 - v).ln()
+    let mut fa = f_with(a0, s2);
+    let (mut b, mut fb) = if gap > 0.0 {
+        // e^B = Δ² − φ² − v, so the first term of f(B) is 0.
+        let b = gap.ln();
+        (b, -(b - a0) * inv_tau2)
     } else {
         let mut k = 1.0;
-        while f(a - k * tau) < 0.0 && k < 1000.0 {
+        let mut fk = f(a - tau);
+        while fk < 0.0 && k < 1000.0 {
             k += 1.0;
+            fk = f(a - k * tau);
         }
-        a - k * tau
+        (a - k * tau, fk)
     };
-    let mut fa = f(a);
-    let mut fb = f(b);
     let mut iterations = 0;
     while (b - a).abs() > eps && iterations < 200 {
         let c = a + (a - b) * fa / (fb - fa);
@@ -265,15 +272,17 @@ fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Interna
         config.tau,
         config.convergence_tolerance,
     );
-    let phi_star = p.phi.hypot(sigma);
-    let phi = 1.0 / (1.0 / (phi_star * phi_star) + v_inv).sqrt();
-    let mu = (phi * phi).mul_add(g_score_sum, p.mu);
+    // φ*² = φ² + σ'² directly: no `hypot` libm call (values are O(1), no overflow risk).
+    let phi_star2 = p.phi * p.phi + sigma * sigma;
+    let phi = 1.0 / (1.0 / phi_star2 + v_inv).sqrt();
+    let mu = p.mu + phi * phi * g_score_sum;
     apply_bounds(Internal { mu, phi, sigma }, config)
 }
 
 /// One match between two players, each as its own rating period (streaming), with no
 /// inactivity: `score_a` is 1 if `a` won, ½ draw, 0 loss. Allocation-free: the 1v1 hot path.
 #[must_use]
+#[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     let (ia, ib) = (to_internal(a), to_internal(b));
     let (na, nb) = rate_1v1_internal(ia, ib, score_a, config);
@@ -639,6 +648,24 @@ mod tests {
             assert!(i.mu.abs() <= 6.045 + 1e-12 && (0.175..=2.015).contains(&i.phi));
             assert!((0.04..=0.08).contains(&i.sigma));
         }
+    }
+
+    #[test]
+    fn an_unvalidated_config_cannot_make_the_pure_functions_panic() {
+        let bad = Config {
+            min_deviation: 3.0,
+            max_deviation: 1.0,
+            tau: f64::NAN,
+            ..Config::default()
+        };
+        assert!(RatingSystem::validate(&bad).is_err());
+        let s = to_skill(Internal {
+            mu: 0.0,
+            phi: 1.0,
+            sigma: 0.06,
+        });
+        let (a, b) = rate_1v1(&s, &s, 1.0, &bad);
+        assert!(a.deviation.is_finite() && b.deviation.is_finite());
     }
 
     #[test]

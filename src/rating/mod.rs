@@ -14,6 +14,23 @@
 //! Every system implements [`RatingSystem`]; [`SystemConfig`] is the per-queue choice read from
 //! TOML and dispatches statically to the system it names.
 //!
+//! # Example
+//!
+//! ```
+//! use matchmaker::rating::{MatchInput, PlayerInput, SystemConfig};
+//!
+//! let config: SystemConfig = toml::from_str("system = \"glicko2\"\ntau = 0.5").unwrap();
+//! config.validate().unwrap();
+//! let fresh = PlayerInput::new(config.initial());
+//! let teams = vec![vec![fresh, fresh], vec![fresh, fresh]];
+//! let team = [fresh.skill, fresh.skill];
+//! let before = config.predict(&[&team, &team]).unwrap();
+//! assert!((before.win_probability[0] - 0.5).abs() < 1e-12);
+//! // Team 0 won; placements are 1 = first, equal = tie.
+//! let after = config.rate(&MatchInput { teams: &teams, placements: &[1, 2] }).unwrap();
+//! assert!(after[0][0].mean > 1500.0 && after[1][1].mean < 1500.0);
+//! ```
+//!
 //! Invariants: for finite, in-domain input every returned number is finite and inside the
 //! configured bounds; non-finite or out-of-domain input is a [`RatingError`], never a panic or NaN.
 //! `rate` is all-or-nothing: it is pure, so an `Err` leaves nothing changed.
@@ -464,6 +481,12 @@ pub(crate) fn validate_match(m: &MatchInput<'_>, rules: &InputRules) -> Result<(
             ),
         });
     }
+    if let Some(i) = m.placements.iter().position(|&p| p == 0) {
+        return Err(RatingError::InvalidShape {
+            field: format!("placements[{i}]"),
+            rule: "must be >= 1 (1 = first)".into(),
+        });
+    }
     for (t, team) in m.teams.iter().enumerate() {
         if team.is_empty() {
             return Err(RatingError::InvalidShape {
@@ -583,6 +606,16 @@ pub(crate) fn pair_score(placement_a: u32, placement_b: u32) -> f64 {
         std::cmp::Ordering::Equal => 0.5,
         std::cmp::Ordering::Greater => 0.0,
     }
+}
+
+/// x limited to [lo, hi] without `f64::clamp`'s panic on lo > hi or NaN bounds (a pure
+/// function may be handed an unvalidated config) and without its NaN branches on the hot path:
+/// plain compare-and-select, two `maxsd`/`minsd`.
+#[must_use]
+#[inline]
+pub(crate) fn bound(x: f64, lo: f64, hi: f64) -> f64 {
+    let x = if x > lo { x } else { lo };
+    if x < hi { x } else { hi }
 }
 
 /// Message for a config number that must be finite and > 0.

@@ -20,8 +20,9 @@ pub const PARTY_WIDENING: f64 = 0.5;
 ///
 /// mean = mean of the members' means; deviation d = sqrt(mean member deviation² + variance of
 /// member means) widened halfway toward the unrated deviation, d + ½·(d₀ − d) when d < d₀;
-/// volatility = mean member volatility (Glicko-2) . The result is clamped into the system's
-/// bounds. Non-finite members are skipped; with no usable member it is the unrated skill.
+/// volatility = mean member volatility (Glicko-2). Elo has no deviation: 0. The result is
+/// clamped into the system's bounds. Non-finite members are skipped; with no usable member it
+/// is the unrated skill.
 #[must_use]
 pub fn party_initial(config: &SystemConfig, members: &[Skill]) -> Skill {
     let initial = config.initial();
@@ -48,7 +49,10 @@ pub fn party_initial(config: &SystemConfig, members: &[Skill]) -> Skill {
         .sum::<f64>()
         / n;
     let members_dev = (dev2 + spread2).sqrt();
-    let deviation = if members_dev < initial.deviation {
+    let deviation = if initial.deviation <= 0.0 {
+        // Elo carries no deviation.
+        0.0
+    } else if members_dev < initial.deviation {
         members_dev + PARTY_WIDENING * (initial.deviation - members_dev)
     } else {
         members_dev
@@ -158,6 +162,27 @@ mod tests {
             assert!(party.deviation <= i.deviation + 1e-9, "{}", sys.name());
             assert_close(party.mean, i.mean, 1e-9);
         }
+        let elo = SystemConfig::Elo(elo::Config::default());
+        let mixed = [
+            Skill {
+                mean: 1400.0,
+                deviation: 0.0,
+                volatility: 0.0,
+            },
+            Skill {
+                mean: 1600.0,
+                deviation: 0.0,
+                volatility: 0.0,
+            },
+        ];
+        assert_eq!(
+            party_initial(&elo, &mixed),
+            Skill {
+                mean: 1500.0,
+                deviation: 0.0,
+                volatility: 0.0
+            }
+        );
     }
 
     #[test]

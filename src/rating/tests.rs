@@ -126,6 +126,13 @@ fn errors_name_the_field() {
         err.to_string(),
         "placements: need one placement per team (2 teams, 1 placements)"
     );
+    let err = SystemConfig::default()
+        .rate(&MatchInput {
+            teams: &teams,
+            placements: &[0, 1],
+        })
+        .unwrap_err();
+    assert_eq!(err.to_string(), "placements[0]: must be >= 1 (1 = first)");
 }
 
 #[test]
@@ -379,4 +386,43 @@ fn predict_favours_the_stronger_team_in_every_system() {
         );
         assert_close(p.win_probability[0], p.win_probability[2], 1e-12);
     }
+}
+
+#[test]
+fn every_config_round_trips_through_toml() {
+    for sys in all_systems() {
+        let text = toml::to_string(&sys).unwrap();
+        assert!(
+            text.contains(&format!("system = \"{}\"", sys.name())),
+            "{text}"
+        );
+        let back: SystemConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back, sys);
+    }
+}
+
+#[test]
+fn weng_lin_kappa_floors_the_variance_shrink() {
+    // Two very uncertain players with little noise: Bradley-Terry shrinks σ² by
+    // (σ/c)³·p(1 − p) ≈ 0.707³/4 ≈ 8.8%; κ = 0.95 stops the shrink at 5%.
+    let config = weng_lin::Config {
+        kappa: 0.95,
+        beta: 0.1,
+        ..Default::default()
+    };
+    let a = Skill {
+        mean: 0.0,
+        deviation: 8.0,
+        volatility: 0.0,
+    };
+    let b = Skill {
+        mean: 0.0,
+        deviation: 8.0,
+        volatility: 0.0,
+    };
+    let (na, _) = weng_lin::rate_1v1_bt(&a, &b, 1.0, &config);
+    assert_close(na.deviation, 8.0 * 0.95f64.sqrt(), 1e-12);
+    let refs: [&[Skill]; 2] = [&[a], &[b]];
+    let out = weng_lin::rate(weng_lin::Model::ThurstoneMosteller, &refs, &[1, 2], &config);
+    assert!(out[0][0].deviation >= 8.0 * 0.95f64.sqrt() - 1e-12);
 }

@@ -269,8 +269,10 @@ fn wt(x: f64, t: f64) -> f64 {
 fn member_update(s: &Skill, team_s2: f64, omega: f64, delta: f64, config: &Config) -> Skill {
     let share = s.deviation * s.deviation / team_s2;
     let mean = s.mean + share * omega;
-    let deviation =
-        (s.deviation * (1.0 - share * delta).max(config.kappa).sqrt()).max(config.min_sigma);
+    let deviation = at_least(
+        s.deviation * at_least(1.0 - share * delta, config.kappa).sqrt(),
+        config.min_sigma,
+    );
     Skill {
         mean,
         deviation,
@@ -278,16 +280,23 @@ fn member_update(s: &Skill, team_s2: f64, omega: f64, delta: f64, config: &Confi
     }
 }
 
+/// max(x, floor) as one `maxsd` (f64::max also handles NaN, which validated input never has;
+/// a NaN here yields `floor`).
+#[inline]
+fn at_least(x: f64, floor: f64) -> f64 {
+    if x > floor { x } else { floor }
+}
+
 #[inline]
 fn with_tau(s: &Skill, config: &Config) -> Skill {
     let sigma = if config.tau > 0.0 {
-        s.deviation.hypot(config.tau)
+        (s.deviation * s.deviation + config.tau * config.tau).sqrt()
     } else {
         s.deviation
     };
     Skill {
         mean: s.mean,
-        deviation: sigma.max(config.min_sigma),
+        deviation: at_least(sigma, config.min_sigma),
         volatility: 0.0,
     }
 }
@@ -296,7 +305,9 @@ fn with_tau(s: &Skill, config: &Config) -> Skill {
 fn finish(new: Skill, original: &Skill, config: &Config) -> Skill {
     if config.limit_sigma {
         Skill {
-            deviation: new.deviation.min(original.deviation.max(config.min_sigma)),
+            deviation: new
+                .deviation
+                .min(at_least(original.deviation, config.min_sigma)),
             ..new
         }
     } else {
@@ -348,22 +359,48 @@ pub fn rate(
 }
 
 /// Bradley-Terry 1v1, allocation-free: `score_a` is 1 if `a` won, ½ draw, 0 loss.
+///
+/// The one-player-per-team special case of the team update: each player's variance share is 1,
+/// and Δ = γ·σ²/c²·p(1 − p) = (σ/c)³·p(1 − p).
 #[must_use]
+#[inline]
 pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
-    let (pa, pb) = (with_tau(a, config), with_tau(b, config));
-    let beta2 = config.beta * config.beta;
-    let (s2a, s2b) = (pa.deviation * pa.deviation, pb.deviation * pb.deviation);
-    let c = (s2a + s2b + 2.0 * beta2).sqrt();
-    let p_a = 1.0 / (1.0 + ((pb.mean - pa.mean) / c).exp());
+    let (sa, sb) = if config.tau > 0.0 {
+        let t2 = config.tau * config.tau;
+        (
+            (a.deviation * a.deviation + t2).sqrt(),
+            (b.deviation * b.deviation + t2).sqrt(),
+        )
+    } else {
+        (a.deviation, b.deviation)
+    };
+    // No floor needed on the way in: c > 0 through β even if σ = 0.
+    let (s2a, s2b) = (sa * sa, sb * sb);
+    let c = (s2a + s2b + 2.0 * config.beta * config.beta).sqrt();
+    let inv_c = 1.0 / c;
+    let p_a = 1.0 / (1.0 + ((b.mean - a.mean) * inv_c).exp());
     let p_b = 1.0 - p_a;
-    let (ga, gb) = (pa.deviation / c, pb.deviation / c);
-    let oa = s2a / c * (score_a - p_a);
-    let ob = s2b / c * ((1.0 - score_a) - p_b);
-    let da = ga * s2a / (c * c) * p_a * p_b;
-    let db = gb * s2b / (c * c) * p_a * p_b;
+    let pp = p_a * p_b;
+    let one = |orig: &Skill, sd: f64, s2: f64, score: f64, p: f64| {
+        let mean = orig.mean + s2 * inv_c * (score - p);
+        let r = sd * inv_c;
+        let delta = r * r * r * pp;
+        let mut deviation = at_least(
+            sd * at_least(1.0 - delta, config.kappa).sqrt(),
+            config.min_sigma,
+        );
+        if config.limit_sigma {
+            deviation = deviation.min(at_least(orig.deviation, config.min_sigma));
+        }
+        Skill {
+            mean,
+            deviation,
+            volatility: 0.0,
+        }
+    };
     (
-        finish(member_update(&pa, s2a, oa, da, config), a, config),
-        finish(member_update(&pb, s2b, ob, db, config), b, config),
+        one(a, sa, s2a, score_a, p_a),
+        one(b, sb, s2b, 1.0 - score_a, p_b),
     )
 }
 
@@ -371,6 +408,7 @@ pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skil
 /// pairing coincide (same c = sqrt(σ_a² + σ_b² + 2β²), same Ω and Δ, ties included), which the
 /// openskill known answers confirm, so this is [`rate_1v1_bt`].
 #[must_use]
+#[inline]
 pub fn rate_1v1_pl(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
     rate_1v1_bt(a, b, score_a, config)
 }
