@@ -358,7 +358,7 @@ impl Loop {
                     .teams
                     .iter()
                     .flatten()
-                    .map(|t| (qi, t.clone()))
+                    .map(|t| (qi, (**t).clone()))
                     .collect();
                 let mut slots = Vec::new();
                 let mut teams = Vec::with_capacity(formed.teams.len());
@@ -382,6 +382,13 @@ impl Loop {
                     win_probability: formed.win_probability.clone(),
                     region: formed.region.clone(),
                     server_address: String::new(),
+                    parties: formed
+                        .teams
+                        .iter()
+                        .flatten()
+                        .filter(|t| t.players.len() > 1)
+                        .map(|t| t.players.clone())
+                        .collect(),
                 };
                 debug!(match_id = %assignment.match_id, quality = formed.quality, "match formed");
                 let slot = self

@@ -365,6 +365,51 @@ pub fn compute(
     ))
 }
 
+/// A party's new skill (SPEC §3.6): the match rated as if the party's members (`members`, indices
+/// into `team`) played at the party skill, everyone else at their own; the party's new skill is
+/// the mean of its members' new skills. Works for a party that fills a team and for one that
+/// shares a team with solo players.
+pub fn rate_party(
+    system: &SystemConfig,
+    before: &[Vec<PoolRecord>],
+    placements: &[u32],
+    team: usize,
+    members: &[usize],
+    party: &Skill,
+) -> Result<Skill, Rejection> {
+    let inputs: Vec<Vec<PlayerInput>> = before
+        .iter()
+        .enumerate()
+        .map(|(t, records)| {
+            records
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let skill = if t == team && members.contains(&i) {
+                        *party
+                    } else {
+                        r.skill
+                    };
+                    PlayerInput::new(skill)
+                })
+                .collect()
+        })
+        .collect();
+    let rated = system
+        .rate(&MatchInput {
+            teams: &inputs,
+            placements,
+        })
+        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+    let n = members.len().max(1) as f64;
+    let mean = |f: fn(&Skill) -> f64| members.iter().map(|&i| f(&rated[team][i])).sum::<f64>() / n;
+    Ok(Skill {
+        mean: mean(|s| s.mean),
+        deviation: mean(|s| s.deviation),
+        volatility: mean(|s| s.volatility),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -521,6 +566,34 @@ mod tests {
         assert!(e.starts_with("abandoned_player_ids[1]"), "{e}");
         let ok = validate(&teams, &[1, 1], &none, &[]).unwrap();
         assert_eq!(ok.placements, vec![1, 1]);
+    }
+
+    #[test]
+    fn a_party_that_wins_rises_as_a_unit_and_its_mates_are_untouched() {
+        let system = SystemConfig::WengLinBt(crate::rating::weng_lin::Config::default());
+        let wl = |mean| PoolRecord {
+            skill: Skill {
+                mean,
+                deviation: 25.0 / 3.0,
+                volatility: 0.0,
+            },
+            ..record(0.0, 1.0)
+        };
+        let before = vec![
+            vec![wl(25.0), wl(25.0), wl(25.0)],
+            vec![wl(25.0), wl(25.0), wl(25.0)],
+        ];
+        let party = Skill {
+            mean: 20.0,
+            deviation: 6.0,
+            volatility: 0.0,
+        };
+        let won = rate_party(&system, &before, &[1, 2], 0, &[0, 1], &party).unwrap();
+        let lost = rate_party(&system, &before, &[2, 1], 0, &[0, 1], &party).unwrap();
+        assert!(won.mean > party.mean && lost.mean < party.mean);
+        assert!(won.deviation < party.deviation);
+        let e = rate_party(&system, &before, &[1], 0, &[0], &party).unwrap_err();
+        assert!(e.to_string().contains("placements"), "{e}");
     }
 
     #[test]

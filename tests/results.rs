@@ -435,3 +435,37 @@ async fn an_unallocated_match_times_out_and_its_tickets_return_to_the_queue() {
         "the dissolved match takes no result"
     );
 }
+
+#[tokio::test]
+async fn a_party_gets_its_own_rating_updated_by_its_results_and_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut client = server.client().await;
+        let a = form_match(&mut client, "2v2", &[&["pa", "pb"], &["s1"], &["s2"]]).await;
+        assert!(
+            a.teams
+                .iter()
+                .any(|t| t.player_ids.contains(&"pa".to_string())
+                    && t.player_ids.contains(&"pb".to_string())),
+            "the party plays on one team: {:?}",
+            a.teams
+        );
+        server
+            .game_server()
+            .await
+            .report_match_result(report(&a.match_id, placements_with_winner(&a, "pa")))
+            .await
+            .unwrap();
+        server.stop().await.unwrap();
+    }
+    let store = matchmaker::store::Store::open(dir.path(), 1 << 20).unwrap();
+    let parties = store.load_parties().unwrap();
+    assert_eq!(parties.len(), 1);
+    let record = &parties[0].1["2v2"];
+    assert_eq!(record.games, 1);
+    assert!(
+        record.skill.mean > 1500.0,
+        "a winning party rises: {record:?}"
+    );
+}

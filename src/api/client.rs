@@ -75,6 +75,13 @@ impl ClientService for Client {
             .iter()
             .map(|p| self.state.skill_for_matching(p, &queue))
             .collect();
+        // A party is matched on its own skill (SPEC §3.6), created on its first queue.
+        let party_skill = if players.len() > 1 {
+            let s = self.state.party_skill(&queue, &players)?;
+            Some((s.mean, s.deviation))
+        } else {
+            None
+        };
         let now = self.clock.now();
         let ticket_id = TicketId::new(new_id("t"));
         let slot = self
@@ -86,7 +93,7 @@ impl ClientService for Client {
                 id: ticket_id.clone(),
                 players,
                 skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
-                party_skill: None,
+                party_skill,
                 entered_at: now,
                 region_latency_ms,
                 roles,

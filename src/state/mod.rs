@@ -101,6 +101,22 @@ pub struct Assignment {
     pub region: Option<String>,
     /// Empty until a game server took the match.
     pub server_address: String,
+    /// Pre-made parties (2+ players who queued together), for party skill (SPEC §3.6).
+    pub parties: Vec<Vec<PlayerId>>,
+}
+
+/// A pre-made party's own skill in one pool (SPEC §3.6). Persisted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartyRecord {
+    pub skill: Skill,
+    pub games: u32,
+}
+
+/// The key of a party: its member ids sorted, joined by a control character that ids can't hold.
+pub fn party_key(members: &[PlayerId]) -> String {
+    let mut ids: Vec<&str> = members.iter().map(PlayerId::as_str).collect();
+    ids.sort_unstable();
+    ids.join("\u{1f}")
 }
 
 /// The latest state of a ticket, published to its watchers.
@@ -262,6 +278,8 @@ struct Inner {
     matches: DashMap<MatchId, Arc<MatchSlot>>,
     servers: Mutex<ServerRegistry>,
     store: Store,
+    /// Party skills: party key → pool → record.
+    parties: DashMap<String, BTreeMap<String, PartyRecord>>,
     /// Leaderboard order per rating pool (players with at least one record there).
     ranks: BTreeMap<String, Mutex<RankIndex>>,
     /// The rating system of each pool (validated equal across the pool's queues).
@@ -320,6 +338,7 @@ impl State {
                 tickets: DashMap::new(),
                 matches: DashMap::new(),
                 servers: Mutex::new(ServerRegistry::default()),
+                parties: store.load_parties()?.into_iter().collect(),
                 store,
                 ranks,
                 pool_systems,
@@ -660,6 +679,7 @@ impl State {
             region: a.region.clone(),
             server_address: a.server_address.clone(),
             formed_unix: m.formed_unix,
+            parties: a.parties.clone(),
         };
         // Durable with sled's next flush (at most 500 ms, or the next result's flush): a match
         // lost to a crash in that window only means its players re-queue.
@@ -767,6 +787,47 @@ impl State {
             };
             t.publish(view);
         }
+    }
+
+    /// The party's skill in the queue's pool, created from its members' skills on first use
+    /// (and persisted then).
+    pub fn party_skill(
+        &self,
+        queue: &QueueInfo,
+        members: &[PlayerId],
+    ) -> Result<Skill, StoreError> {
+        let key = party_key(members);
+        if let Some(r) = self
+            .inner
+            .parties
+            .get(&key)
+            .and_then(|p| p.get(&queue.pool).cloned())
+        {
+            return Ok(r.skill);
+        }
+        let skills: Vec<Skill> = members
+            .iter()
+            .map(|p| self.skill_for_matching(p, queue))
+            .collect();
+        let record = PartyRecord {
+            skill: crate::rating::party_initial(&queue.config.rating, &skills),
+            games: 0,
+        };
+        let pools = {
+            let mut entry = self.inner.parties.entry(key.clone()).or_default();
+            entry.entry(queue.pool.clone()).or_insert(record.clone());
+            entry.clone()
+        };
+        self.inner.store.put_parties([(&key, &pools)])?;
+        Ok(pools[&queue.pool].skill)
+    }
+
+    /// A party's record in a pool, if it has one.
+    pub fn party(&self, pool: &str, members: &[PlayerId]) -> Option<PartyRecord> {
+        self.inner
+            .parties
+            .get(&party_key(members))
+            .and_then(|p| p.get(pool).cloned())
     }
 
     /// A pool record for a player never rated in the pool.
@@ -911,6 +972,50 @@ impl State {
             &input,
             now,
         )?;
+        let mut parties = Vec::new();
+        for members in &assignment.parties {
+            let Some(team) = assignment
+                .teams
+                .iter()
+                .position(|t| members.iter().all(|p| t.contains(p)))
+            else {
+                continue;
+            };
+            if members.iter().any(|p| input.abandoned.contains(p)) {
+                continue; // a party that broke up mid-match says nothing about the party
+            }
+            let party = self
+                .party(&queue.pool, members)
+                .unwrap_or_else(|| PartyRecord {
+                    skill: crate::rating::party_initial(
+                        &queue.config.rating,
+                        &members
+                            .iter()
+                            .map(|p| self.skill_for_matching(p, &queue))
+                            .collect::<Vec<_>>(),
+                    ),
+                    games: 0,
+                });
+            let indices: Vec<usize> = members
+                .iter()
+                .filter_map(|p| assignment.teams[team].iter().position(|q| q == p))
+                .collect();
+            let skill = results::rate_party(
+                &queue.config.rating,
+                &before,
+                &input.placements,
+                team,
+                &indices,
+                &party.skill,
+            )?;
+            parties.push((
+                party_key(members),
+                PartyRecord {
+                    skill,
+                    games: party.games.saturating_add(1),
+                },
+            ));
+        }
         let records = assignment
             .teams
             .iter()
@@ -923,6 +1028,7 @@ impl State {
             applied_unix: now,
             pool: queue.pool.clone(),
             records,
+            parties,
             ack,
         })
     }
@@ -968,6 +1074,13 @@ impl State {
             }
         }
         drop(guards);
+        for (key, record) in &entry.parties {
+            self.inner
+                .parties
+                .entry(key.clone())
+                .or_default()
+                .insert(entry.pool.clone(), record.clone());
+        }
         let rows: Vec<LeaderboardEntry> = entry
             .records
             .iter()
@@ -1017,6 +1130,7 @@ impl State {
                 win_probability: m.win_probability.clone(),
                 region: m.region.clone(),
                 server_address: m.server_address.clone(),
+                parties: m.parties.clone(),
             });
             let slot = Arc::new(MatchSlot {
                 id: m.match_id.clone(),
@@ -1054,6 +1168,15 @@ impl State {
         self.inner
             .store
             .put_players(records.iter().map(|(id, pools)| (id, pools)))?;
+        let parties: Vec<(String, BTreeMap<String, PartyRecord>)> = self
+            .inner
+            .parties
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        self.inner
+            .store
+            .put_parties(parties.iter().map(|(k, v)| (k, v)))?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(records.len())
     }

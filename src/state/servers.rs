@@ -122,6 +122,7 @@ mod tests {
             win_probability: vec![],
             region: region.map(str::to_owned),
             server_address: String::new(),
+            parties: vec![],
         })
     }
 

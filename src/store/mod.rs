@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{MatchId, PlayerId};
 use crate::results::ResultAck;
-use crate::state::PoolRecord;
+use crate::state::{PartyRecord, PoolRecord};
 
 mod committer;
 
@@ -26,6 +26,8 @@ const PLAYERS_TREE: &str = "players";
 const JOURNAL_TREE: &str = "journal";
 /// Live matches, so a game server can report a match formed before a restart.
 const MATCHES_TREE: &str = "matches";
+/// Party skills: party key → pool → record.
+const PARTIES_TREE: &str = "parties";
 /// `meta` key: the journal sequence number the players tree is known to include.
 const SNAPSHOT_SEQ: &str = "snapshot_seq";
 
@@ -58,6 +60,9 @@ impl From<sled::Error> for StoreError {
 /// One decoded player record: its id and its per-pool standing.
 pub type StoredPlayer = Result<(PlayerId, BTreeMap<String, PoolRecord>), StoreError>;
 
+/// One party's records: its key and its per-pool record.
+pub type StoredParty = (String, BTreeMap<String, PartyRecord>);
+
 /// The open store. Cheap to clone (sled handles are reference counted).
 #[derive(Clone)]
 pub struct Store {
@@ -67,6 +72,7 @@ pub struct Store {
     players: sled::Tree,
     journal: sled::Tree,
     matches: sled::Tree,
+    parties: sled::Tree,
 }
 
 /// One applied match result, as journaled: the absolute after-state of every player it touched
@@ -80,6 +86,9 @@ pub struct JournalEntry {
     pub pool: String,
     /// Each player's full pool record after the result.
     pub records: Vec<(PlayerId, PoolRecord)>,
+    /// Each party's record after the result (party key, record).
+    #[serde(default)]
+    pub parties: Vec<(String, PartyRecord)>,
     /// What the reporter was told, returned again to duplicate reports.
     pub ack: ResultAck,
 }
@@ -94,6 +103,8 @@ pub struct StoredMatch {
     pub region: Option<String>,
     pub server_address: String,
     pub formed_unix: f64,
+    #[serde(default)]
+    pub parties: Vec<Vec<PlayerId>>,
 }
 
 impl Store {
@@ -160,6 +171,7 @@ impl Store {
         let players = db.open_tree(PLAYERS_TREE)?;
         let journal = db.open_tree(JOURNAL_TREE)?;
         let matches = db.open_tree(MATCHES_TREE)?;
+        let parties = db.open_tree(PARTIES_TREE)?;
         Ok(Self {
             path,
             db,
@@ -167,6 +179,7 @@ impl Store {
             players,
             journal,
             matches,
+            parties,
         })
     }
 
@@ -211,6 +224,36 @@ impl Store {
         }
         self.players.apply_batch(batch)?;
         Ok(())
+    }
+
+    /// Writes party records in one atomic batch.
+    pub fn put_parties<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a String, &'a BTreeMap<String, PartyRecord>)>,
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (key, pools) in records {
+            let bytes = serde_json::to_vec(pools).map_err(|e| StoreError::Sled(e.to_string()))?;
+            batch.insert(key.as_bytes(), bytes);
+        }
+        self.parties.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Every stored party.
+    pub fn load_parties(&self) -> Result<Vec<StoredParty>, StoreError> {
+        self.parties
+            .iter()
+            .map(|item| {
+                let (k, v) = item?;
+                let key = String::from_utf8_lossy(&k).into_owned();
+                let pools = serde_json::from_slice(&v).map_err(|e| StoreError::Decode {
+                    key: format!("parties/{key}"),
+                    detail: e.to_string(),
+                })?;
+                Ok((key, pools))
+            })
+            .collect()
     }
 
     /// The journal sequence number the players tree includes (0 = none).
