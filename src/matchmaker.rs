@@ -122,6 +122,25 @@ pub struct QueueStats {
 struct SystemModel<'a>(&'a SystemConfig);
 
 impl WinModel for SystemModel<'_> {
+    /// Called for every candidate pair of a 1v1 tick: the Glicko family answers without
+    /// allocating; other systems go through the general prediction.
+    fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
+        let skill = |(mean, deviation): (f64, f64)| Skill {
+            mean,
+            deviation,
+            volatility: 0.06,
+        };
+        match self.0 {
+            SystemConfig::Glicko2(_) => crate::rating::glicko2::expected_score(&skill(a), &skill(b)),
+            SystemConfig::Glicko(_) => crate::rating::glicko::expected_score(&skill(a), &skill(b)),
+            _ => self
+                .win_probabilities(&[vec![a], vec![b]])
+                .first()
+                .copied()
+                .unwrap_or(0.5),
+        }
+    }
+
     fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
         let initial = self.0.initial();
         let skills: Vec<Vec<Skill>> = teams

@@ -21,8 +21,10 @@ use super::pool::{Cand, Chosen, Slots, choose, score};
 use super::{LogisticModel, MatchingConfig, Pool, Shape, TickOutcome, Ticket, WinModel};
 use crate::ids::{PlayerId, TicketId};
 
-/// The benchmark's clock reading when the tick runs; tickets entered during the 90 s before.
-const NOW: f64 = 10_000.0;
+/// The benchmark's clock reading when the tick runs; [`bench_pool`]'s tickets entered during
+/// the 90 s before.
+pub const BENCH_NOW: f64 = 10_000.0;
+const NOW: f64 = BENCH_NOW;
 /// Spread of `entered_at`: under the default 120 s starvation guard, so windows are spread
 /// over the expansion schedule but nobody starves.
 const ENTRY_SPREAD: f64 = 90.0;

@@ -59,8 +59,7 @@ pub(crate) fn select(
 ) -> Chosen {
     let n = cands.len();
     let need = shape.players_per_match();
-    let order: Vec<usize> = (0..n).collect();
-    let pos = &order;
+    // Doubly linked list of unmatched candidates in rating order (candidate index = position).
     let mut next: Vec<usize> = (1..=n).collect();
     let mut prev: Vec<usize> = (0..n).map(|p| p.wrapping_sub(1)).collect();
     let age = anchor_order(cands, config);
@@ -90,17 +89,17 @@ pub(crate) fn select(
         left.clear();
         right.clear();
         let mut players = 0;
-        let mut p = prev[pos[anchor]];
+        let mut p = prev[anchor];
         while p != NONE && players + 1 < need {
-            left.push(order[p]);
-            players += cands[order[p]].size;
+            left.push(p);
+            players += cands[p].size;
             p = prev[p];
         }
         players = 0;
-        let mut p = next[pos[anchor]];
+        let mut p = next[anchor];
         while p < n && players + 1 < need {
-            right.push(order[p]);
-            players += cands[order[p]].size;
+            right.push(p);
+            players += cands[p].size;
             p = next[p];
         }
         nb.clear();
@@ -164,12 +163,11 @@ pub(crate) fn select(
             };
             for &c in members {
                 matched[c] = true;
-                let p = pos[c];
-                if prev[p] != NONE {
-                    next[prev[p]] = next[p];
+                if prev[c] != NONE {
+                    next[prev[c]] = next[c];
                 }
-                if next[p] < n {
-                    prev[next[p]] = prev[p];
+                if next[c] < n {
+                    prev[next[c]] = prev[c];
                 }
             }
             out.push(&flat, &ends, scored);
