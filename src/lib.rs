@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bench_results;
 pub mod config;
 pub mod ids;
 pub mod ledger;

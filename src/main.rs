@@ -54,6 +54,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Durable ReportMatchResult throughput over gRPC on loopback, against sled's raw flush
+    /// rate in the same run (SPEC §10). Uses a scratch directory it removes afterwards.
+    BenchResults {
+        /// Results to report (bounded run).
+        #[arg(long, default_value_t = 20_000)]
+        results: usize,
+        /// Concurrent reporters.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Where the scratch store goes.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        scratch: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -131,6 +147,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(tickets > 0, "--tickets: must be at least 1");
             let report =
                 matchmaker::matching::run_bench(&queue, q.shape(), &q.matching, tickets, seed);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
+        }
+        Command::BenchResults {
+            results,
+            concurrency,
+            scratch,
+            json,
+        } => {
+            anyhow::ensure!(results > 0, "--results: must be at least 1");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let report = runtime.block_on(matchmaker::bench_results::run(
+                results,
+                concurrency,
+                scratch,
+            ))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -131,7 +131,9 @@ impl WinModel for SystemModel<'_> {
             volatility: 0.06,
         };
         match self.0 {
-            SystemConfig::Glicko2(_) => crate::rating::glicko2::expected_score(&skill(a), &skill(b)),
+            SystemConfig::Glicko2(_) => {
+                crate::rating::glicko2::expected_score(&skill(a), &skill(b))
+            }
             SystemConfig::Glicko(_) => crate::rating::glicko::expected_score(&skill(a), &skill(b)),
             _ => self
                 .win_probabilities(&[vec![a], vec![b]])

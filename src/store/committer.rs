@@ -108,6 +108,11 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
         };
         metrics::histogram!(crate::telemetry::JOURNAL_FLUSH_SECONDS)
             .record(started.elapsed().as_secs_f64());
+        tracing::debug!(
+            batch = batch.len(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "journal batch written and flushed"
+        );
         metrics::histogram!(crate::telemetry::JOURNAL_BATCH_SIZE).record(batch.len() as f64);
         match written {
             Ok(()) => {

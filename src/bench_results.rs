@@ -1,0 +1,146 @@
+//! `matchmaker bench-results`: durable `ReportMatchResult` throughput over real gRPC on loopback,
+//! against sled's raw flush rate measured in the same run (SPEC §10: ≥ 5,000 results/s with
+//! group commit). Bounded: a fixed number of results, then it stops.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+use crate::config::Config;
+use crate::proto;
+use crate::proto::client_service_client::ClientServiceClient;
+use crate::proto::game_server_service_client::GameServerServiceClient;
+
+/// What `bench-results --json` prints.
+#[derive(Debug, Serialize)]
+pub struct ResultsBench {
+    pub results: usize,
+    pub concurrency: usize,
+    /// Durable results acknowledged per second (gRPC, validation, rating, journal, flush).
+    pub results_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Raw sled: one small insert + `flush_async` at a time, per second (no batching).
+    pub sled_flushes_per_s: f64,
+    /// `results_per_s / sled_flushes_per_s`: what group commit buys over one flush per result.
+    pub ratio_vs_raw_flush: f64,
+}
+
+/// Runs the benchmark in a fresh directory under `scratch` (removed afterwards).
+pub async fn run(
+    results: usize,
+    concurrency: usize,
+    scratch: PathBuf,
+) -> anyhow::Result<ResultsBench> {
+    let dir = scratch.join(format!(
+        "matchmaker-bench-{}",
+        crate::matchmaker::new_id("r")
+    ));
+    let raw = sled_flush_rate(&dir.join("raw"), results.min(2000)).await?;
+    let served = serve_and_report(&dir.join("server"), results, concurrency).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (results_per_s, p50_ms, p99_ms) = served?;
+    Ok(ResultsBench {
+        results,
+        concurrency,
+        results_per_s,
+        p50_ms,
+        p99_ms,
+        sled_flushes_per_s: raw,
+        ratio_vs_raw_flush: results_per_s / raw,
+    })
+}
+
+async fn sled_flush_rate(dir: &std::path::Path, n: usize) -> anyhow::Result<f64> {
+    let db = sled::open(dir)?;
+    let started = Instant::now();
+    for i in 0..n {
+        db.insert(i.to_be_bytes(), &[0u8; 256][..])?;
+        db.flush_async().await?;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+async fn serve_and_report(
+    dir: &std::path::Path,
+    results: usize,
+    concurrency: usize,
+) -> anyhow::Result<(f64, f64, f64)> {
+    let mut config =
+        Config::from_toml_str("[server]\ntick_interval_ms = 10\nmetrics_addr = \"\"\n")?;
+    config.server.data_dir = dir.to_path_buf();
+    config.server.allocation_timeout_seconds = 3600.0;
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(crate::server::run(config, listener, shutdown.clone()));
+    let channel = Channel::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+
+    // Form `results` 1v1 matches and collect them from a game server stream.
+    let mut assignments = GameServerServiceClient::new(channel.clone())
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "bench:1".into(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let mut client = ClientServiceClient::new(channel.clone());
+    for i in 0..results * 2 {
+        client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec![format!("bench-{i}")],
+                ..Default::default()
+            })
+            .await?;
+    }
+    let mut matches = Vec::with_capacity(results);
+    while matches.len() < results {
+        match assignments.next().await {
+            Some(Ok(a)) => matches.push(a.match_id),
+            other => anyhow::bail!("match stream ended early: {other:?}"),
+        }
+    }
+
+    // Report them all, `concurrency` at a time, each on its own clone of the channel.
+    let queue = Arc::new(tokio::sync::Mutex::new(matches));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (queue, mut gs) = (queue.clone(), GameServerServiceClient::new(channel.clone()));
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let Some(id) = queue.lock().await.pop() else {
+                    return Ok::<_, tonic::Status>(latencies);
+                };
+                let t = Instant::now();
+                gs.report_match_result(proto::MatchResult {
+                    match_id: id,
+                    placements: vec![1, 2],
+                    ..Default::default()
+                })
+                .await?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }));
+    }
+    let mut latencies = Vec::with_capacity(results);
+    for w in workers {
+        latencies.extend(w.await??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    server.await??;
+    latencies.sort_by(f64::total_cmp);
+    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    Ok((results as f64 / elapsed, at(0.5), at(0.99)))
+}
