@@ -28,17 +28,45 @@
 //! of 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
 //! ratings share the Glicko scale: 1.
 //!
-//! **Why these defaults (f_min 0.5, b_min 4, b_max 16, a 0).** The seed gives no values; they
-//! come from the deterministic simulation in this module's tests (`simulate_season`): players of
-//! known true skill on the continuous Glicko-1 queue defaults, paired by current MMR, 300 games
-//! each. See [`LadderConfig`] and the test `defaults_are_justified_by_simulation` for the
-//! numbers.
+//! **Why these defaults (f_min 0.75, b_min 7, b_max 8, a 0).** The seed gives no values, so they
+//! come from a deterministic simulation (`ladder/simulation.rs`, test
+//! `defaults_are_justified_by_simulation`): 200 new players with true skills spread evenly over
+//! 1100–1900 on the SPEC continuous Glicko-1 queue, paired by current MMR, 200 games each (a
+//! dedicated player's four-week season at 50 a week, one decay period per week), mean of three
+//! seeds. What it shows: once matchmaking has calibrated everyone to ~50% wins, the only lasting
+//! skill signal in RP is F·(r − 1500) (the Δr terms telescope), about ±200 RP across this
+//! population, while B adds ≈ B/2 per game for *everyone*. So a steep B (big at the bottom) is a
+//! catch-up mechanic that squeezes skill out of the order, and a low f_min hides the MMR signal
+//! where most players are. The rule: most of the top fifth reach Master in a season, the 50%
+//! players (middle fifth) do not, and among such settings the best Spearman ρ(RP, true skill),
+//! keeping f_min < 1 and b_max > b_min so the seed's rank-dependence survives:
+//!
+//! | f_min | b_min..b_max | ρ | RP bottom/middle/top fifth | top / middle at Master | middle drift |
+//! |---|---|---|---|---|---|
+//! | **0.75** | **7..8** | **0.736** | 914 / 1053 / 1230 | 62% / 6% | 3.7 RP/game |
+//! | 0.75 | 6..10 | 0.710 | 981 / 1091 / 1239 | 67% / 9% | 3.5 |
+//! | 0.75 | 2..8 | 0.713 | 771 / 859 / 967 | 0% / 0% | 2.2 |
+//! | 0.75 | 7..16 | 0.672 | 1211 / 1308 / 1441 | 100% / 94% | 3.7 |
+//! | 0.5 | 4..16 | 0.612 | 1092 / 1158 / 1232 | 68% / 24% | 2.7 |
+//! | 0.25 | 2..24 | 0.495 | 1146 / 1179 / 1217 | 67% / 27% | 1.8 |
+//! | 1.0 | 7..8 | 0.757 | 949 / 1093 / 1304 | 82% / 15% | 3.7 |
+//!
+//! A 50% player therefore *drifts* about +3.5 RP a game (B/2: the seed's deliberate inflation,
+//! which the weekly soft-reset caps 100 RP apart absorb in roughly 30 games) rather than climbing
+//! with skill; a strong player's extra F·Δr is what carries them into Master. The top fifth leaves
+//! Wanderer in about 3 games. f_min = 1 orders slightly better still but drops rank-dependence
+//! entirely (a new player's first ±170 MMR swing would show in full); 0.75 keeps a quarter of it
+//! at the bottom for ρ within 0.02. `streak_bonus` stays 0 as in the seed: any a > 0 rewards
+//! streaks, which skill-based matchmaking makes mostly luck.
 
 use serde::{Deserialize, Serialize};
 
 use super::leaderboard::RankIndex;
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
 use crate::ids::PlayerId;
+
+#[cfg(test)]
+mod simulation;
 
 /// One rank on the ladder. The table lives in config because a game names its own tiers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,17 +141,17 @@ pub struct LadderConfig {
     /// RP of a new player (200: Wanderer).
     pub start_rp: RankPoints,
     /// Share of the MMR change that counts at `ramp_start_rp`, rising linearly to 1 at
-    /// `ramp_start_rp + ramp_width_rp`. Default 0.5, from the simulation: lower values leave
-    /// the bottom of the ladder ordered by games played rather than skill after a week; higher
-    /// values make a new player's first losses (Δr ≈ −150 at RD 350) erase whole tiers.
+    /// `ramp_start_rp + ramp_width_rp`. Default 0.75, from the simulation (module docs): lower
+    /// values hide the only lasting skill signal where most players are (ρ 0.50 at 0.25), while
+    /// 1 would show a new player's first ±170-point MMR swings in full.
     pub f_min: f64,
-    /// Winner's bias at and above the top of the ramp (Master). Default 4: a 50%-win Master
-    /// drifts about +2 RP per game — roughly the weekly soft-reset gap (1300 → 1400) over a
-    /// week of play — while the skill term F·Δr still orders the top.
+    /// Winner's bias at and above the top of the ramp (Master). Default 7: with it most of the
+    /// strongest fifth reach Master in a 200-game season while 50% players drift about +3.5 RP a
+    /// game and mostly do not (simulation in the module docs).
     pub b_min: f64,
-    /// Winner's bias at the bottom of the ramp (200). Default 16: every early win shows at least
-    /// +16 and Wanderer → Trainee I takes about 10 wins, while a 50% player still needs a
-    /// season-scale number of games to bias-walk to Master (see the simulation).
+    /// Winner's bias at the bottom of the ramp (200). Default 8: a gentle slope, because a steep
+    /// one is a catch-up mechanic that costs ordering (ρ 0.67 at 7..16, 0.50 at 2..24) and lets
+    /// the 50% players reach Master with everyone else.
     pub b_max: f64,
     /// a: bonus for a win that extends a streak of two or more wins. Default 0, as in the seed,
     /// so the other three parameters can be tuned first.
@@ -147,9 +175,9 @@ impl Default for LadderConfig {
     fn default() -> Self {
         Self {
             start_rp: 200,
-            f_min: 0.5,
-            b_min: 4.0,
-            b_max: 16.0,
+            f_min: 0.75,
+            b_min: 7.0,
+            b_max: 8.0,
             streak_bonus: 0.0,
             ramp_start_rp: 200.0,
             ramp_width_rp: 1000.0,
