@@ -463,3 +463,366 @@ pub fn update(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranking::leaderboard::LeaderboardEntry;
+    use proptest::prelude::*;
+
+    /// Round numbers for hand computation: F = (1000/1750)·min{1, 0.5 + 0.5·(RP − 200)/1000},
+    /// B = max{5, 20 − 15·(RP − 200)/1000}.
+    fn hand() -> LadderConfig {
+        LadderConfig {
+            f_min: 0.5,
+            b_min: 5.0,
+            b_max: 20.0,
+            ..LadderConfig::default()
+        }
+    }
+
+    fn state(rp: RankPoints, floor_rp: RankPoints, win_streak: u32) -> LadderState {
+        LadderState {
+            rp,
+            floor_rp,
+            win_streak,
+        }
+    }
+
+    #[test]
+    fn a_new_player_starts_at_200_on_the_wanderer_floor() {
+        let s = LadderState::new(&LadderConfig::default());
+        assert_eq!(s, state(200, 200, 0));
+    }
+
+    #[test]
+    fn a_win_at_200_with_plus_20_by_hand() {
+        // Defaults: F = (1000/1750)·0.75 = 0.428571…, Δr·F = 8.571…, B = 8: 216.571… → 217.
+        let u = update(
+            &LadderConfig::default(),
+            &state(200, 200, 0),
+            20.0,
+            Outcome::Win,
+        );
+        assert_eq!(
+            u.change,
+            RankChange {
+                before: 200,
+                after: 217
+            }
+        );
+        assert_eq!(u.state, state(217, 200, 1));
+        // Hand config: F = 0.285714…, Δr·F = 5.714…, B = 20: 225.714… → 226.
+        let u = update(&hand(), &state(200, 200, 0), 20.0, Outcome::Win);
+        assert_eq!(u.change.after, 226);
+    }
+
+    #[test]
+    fn mid_ladder_and_master_by_hand() {
+        let cfg = hand();
+        // RP 700: F = 0.571428…·0.75 = 0.428571…; B = 20 − 7.5 = 12.5.
+        assert!((cfg.factor(700) - 0.75 / 1.75).abs() < 1e-12);
+        assert_eq!(cfg.bias(700), 12.5);
+        // Loss, Δr = −14: −6 → 694 (no bias for the loser).
+        assert_eq!(
+            update(&cfg, &state(700, 600, 3), -14.0, Outcome::Loss)
+                .change
+                .after,
+            694
+        );
+        // Win, Δr = 0: 712.5 rounds half away from zero → 713.
+        assert_eq!(
+            update(&cfg, &state(700, 600, 0), 0.0, Outcome::Win)
+                .change
+                .after,
+            713
+        );
+        // RP 1300: F capped at 1000/1750, B held at b_min 5: 1300 + 5.714… + 5 → 1311.
+        assert_eq!(cfg.bias(1300), 5.0);
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), 10.0, Outcome::Win)
+                .change
+                .after,
+            1311
+        );
+        // A draw applies Δr·F only: 1300 + 7·(1000/1750) = 1304.
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), 7.0, Outcome::Draw)
+                .change
+                .after,
+            1304
+        );
+    }
+
+    #[test]
+    fn weng_lin_deltas_are_scaled_to_the_glicko_range() {
+        let cfg = LadderConfig {
+            delta_scale: 42.0,
+            ..hand()
+        };
+        // A Weng-Lin μ change of −1 behaves like a Glicko −42 at RP 1300: −24 → 1276.
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), -1.0, Outcome::Loss)
+                .change
+                .after,
+            1276
+        );
+    }
+
+    #[test]
+    fn a_hard_floor_once_reached_holds_for_the_season() {
+        let cfg = hand();
+        // 598 + B(598) = 598 + 14.03 → 612: Apprentice I (600, hard floor) reached.
+        let up = update(&cfg, &state(598, 300, 0), 0.0, Outcome::Win);
+        assert_eq!(up.state, state(612, 600, 1));
+        // A heavy loss would give 612 − 20.2 = 591.8, but the floor holds at 600.
+        let down = update(&cfg, &up.state, -50.0, Outcome::Loss);
+        assert_eq!(down.state, state(600, 600, 0));
+        let again = update(&cfg, &down.state, -200.0, Outcome::Loss);
+        assert_eq!(again.state.rp, 600);
+        // Trainee II (400) is not a floor: from 420 a loss drops below it, not below 300.
+        let soft = update(&cfg, &state(420, 300, 0), -100.0, Outcome::Loss);
+        assert!(soft.state.rp < 400 && soft.state.rp >= 300, "{soft:?}");
+        let deep = update(&cfg, &state(320, 300, 0), -400.0, Outcome::Loss);
+        assert_eq!(deep.state.rp, 300);
+    }
+
+    #[test]
+    fn the_streak_bonus_pays_from_the_third_win_in_a_row() {
+        let cfg = LadderConfig {
+            streak_bonus: 10.0,
+            ..hand()
+        };
+        let at = |streak, outcome| update(&cfg, &state(700, 600, streak), 0.0, outcome);
+        assert_eq!(at(1, Outcome::Win).change.after, 713);
+        assert_eq!(at(2, Outcome::Win).change.after, 723);
+        assert_eq!(at(2, Outcome::Win).state.win_streak, 3);
+        // Not on the loss or draw that ends a streak, and those reset it.
+        assert_eq!(at(5, Outcome::Loss).change.after, 700);
+        assert_eq!(at(5, Outcome::Loss).state.win_streak, 0);
+        assert_eq!(at(5, Outcome::Draw).state.win_streak, 0);
+        // The default a = 0 pays nothing.
+        let plain = update(&hand(), &state(700, 600, 9), 0.0, Outcome::Win);
+        assert_eq!(plain.change.after, 713);
+    }
+
+    #[test]
+    fn non_finite_deltas_count_as_zero() {
+        let u = update(&hand(), &state(700, 600, 0), f64::NAN, Outcome::Win);
+        assert_eq!(u.change.after, 713);
+    }
+
+    #[test]
+    fn tiers_by_rp_and_grandweaver_by_rank_among_masters() {
+        let cfg = LadderConfig::default();
+        let name = |rp, rank| cfg.tier_of(rp, rank).name.as_str();
+        assert_eq!(name(0, None), "Wanderer");
+        assert_eq!(name(299, None), "Wanderer");
+        assert_eq!(name(300, None), "Trainee I");
+        assert_eq!(name(650, None), "Apprentice I");
+        assert_eq!(name(1199, Some(1)), "Expert III");
+        assert_eq!(name(1200, None), "Master");
+        assert_eq!(name(1250, Some(1)), "Grandweaver");
+        assert_eq!(name(1250, Some(100)), "Grandweaver");
+        assert_eq!(name(1250, Some(101)), "Master");
+        assert_eq!(name(5000, None), "Master");
+        let master = cfg.tier_of(1200, None);
+        assert!(master.hard_floor);
+        assert_eq!(master.soft_reset_cap, Some(1300));
+        assert_eq!(master.hard_reset_rp, Some(900));
+        let gw = cfg.tier_of(1300, Some(1));
+        assert_eq!(
+            (gw.soft_reset_cap, gw.hard_reset_rp, gw.top_n),
+            (Some(1400), Some(1000), Some(100))
+        );
+    }
+
+    #[test]
+    fn grandweaver_needs_the_top_100_among_masters_on_the_index() {
+        let cfg = LadderConfig::default();
+        let mut index = RankIndex::new();
+        let entry = |i: u32, rp| LeaderboardEntry {
+            player: PlayerId::new(format!("p{i:03}")),
+            rank_points: rp,
+            conservative_rating: 1500.0,
+            wins: 0,
+        };
+        // 101 Masters at 1300, 1299, …, 1200 and one Expert.
+        for i in 0..=100 {
+            index.upsert(entry(i, 1300 - i));
+        }
+        index.upsert(entry(500, 1150));
+        let tier = |i: u32| {
+            cfg.tier_in(&index, &PlayerId::new(format!("p{i:03}")))
+                .map(|t| t.name.as_str())
+        };
+        assert_eq!(tier(0), Some("Grandweaver"));
+        assert_eq!(tier(99), Some("Grandweaver"));
+        assert_eq!(tier(100), Some("Master"));
+        assert_eq!(tier(500), Some("Expert III"));
+        assert_eq!(cfg.tier_in(&index, &PlayerId::new("nobody")), None);
+        // With only two Masters, both are Grandweaver: "top 100 Masters" is literal.
+        let mut small = RankIndex::new();
+        small.upsert(entry(1, 1210));
+        small.upsert(entry(2, 1205));
+        small.upsert(entry(3, 900));
+        assert_eq!(
+            cfg.tier_in(&small, &PlayerId::new("p002")).unwrap().name,
+            "Grandweaver"
+        );
+        assert_eq!(
+            cfg.tier_in(&small, &PlayerId::new("p003")).unwrap().name,
+            "Expert I"
+        );
+    }
+
+    #[test]
+    fn floors_come_from_the_hard_floor_tiers() {
+        let cfg = LadderConfig::default();
+        assert_eq!(cfg.floor_for(199), 0);
+        assert_eq!(cfg.floor_for(200), 200);
+        assert_eq!(cfg.floor_for(599), 300);
+        assert_eq!(cfg.floor_for(899), 600);
+        assert_eq!(cfg.floor_for(1199), 900);
+        assert_eq!(cfg.floor_for(4000), 1200);
+    }
+
+    fn invalid(f: impl FnOnce(&mut LadderConfig)) -> String {
+        let mut c = LadderConfig::default();
+        f(&mut c);
+        c.validate().unwrap_err()
+    }
+
+    #[test]
+    fn tier_table_validation_names_the_key_and_the_rule() {
+        assert_eq!(
+            invalid(|c| c.tiers[3].min_rp = 350),
+            "ranking.ladder.tiers[3].min_rp: tiers must be in increasing order (got 350 after 400)"
+        );
+        assert_eq!(
+            invalid(|c| c.tiers[2].name = "Trainee I".to_owned()),
+            "ranking.ladder.tiers[2].name: tier names must be unique (\"Trainee I\" repeats)"
+        );
+        assert_eq!(
+            invalid(|c| c.tiers.clear()),
+            "ranking.ladder.tiers: must list at least one tier"
+        );
+        assert!(
+            invalid(|c| c.tiers[10].top_n = Some(5)).starts_with("ranking.ladder.tiers[10].top_n:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].top_n = Some(0)).starts_with("ranking.ladder.tiers[11].top_n:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].hard_floor = true)
+                .starts_with("ranking.ladder.tiers[11].hard_floor:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].min_rp = 1100).starts_with("ranking.ladder.tiers[11].min_rp:")
+        );
+        assert!(
+            invalid(|c| c.tiers[10].soft_reset_cap = Some(1000))
+                .starts_with("ranking.ladder.tiers[10].soft_reset_cap:")
+        );
+        assert!(
+            invalid(|c| c.tiers[4].hard_reset_rp = Some(100))
+                .starts_with("ranking.ladder.tiers[4].hard_reset_rp:")
+        );
+        assert!(
+            invalid(|c| c.tiers[0].name = " ".to_owned())
+                .starts_with("ranking.ladder.tiers[0].name:")
+        );
+        assert!(invalid(|c| c.start_rp = 100).starts_with("ranking.ladder.start_rp:"));
+    }
+
+    #[test]
+    fn parameter_validation_names_the_key_and_the_rule() {
+        assert_eq!(
+            invalid(|c| c.f_min = 1.5),
+            "ranking.ladder.f_min: must be in [0, 1] (got 1.5)"
+        );
+        assert!(invalid(|c| c.b_max = 1.0).starts_with("ranking.ladder.b_max:"));
+        assert!(invalid(|c| c.b_min = -1.0).starts_with("ranking.ladder.b_min:"));
+        assert!(
+            invalid(|c| c.streak_bonus = f64::INFINITY).starts_with("ranking.ladder.streak_bonus:")
+        );
+        assert!(invalid(|c| c.delta_scale = 0.0).starts_with("ranking.ladder.delta_scale:"));
+        assert!(invalid(|c| c.rating_span = -1.0).starts_with("ranking.ladder.rating_span:"));
+    }
+
+    #[test]
+    fn a_game_names_its_own_tiers_in_toml() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            ranking: crate::ranking::RankingConfig,
+        }
+        let text = r#"
+            [ranking.inversus]
+            fraction = 0.25
+
+            [ranking.ladder]
+            b_max = 12.0
+
+            [[ranking.ladder.tiers]]
+            name = "Bronze"
+            min_rp = 0
+            hard_floor = true
+
+            [[ranking.ladder.tiers]]
+            name = "Silver"
+            min_rp = 500
+            hard_reset_rp = 250
+
+            [[ranking.ladder.tiers]]
+            name = "Champion"
+            min_rp = 500
+            top_n = 10
+            soft_reset_cap = 900
+        "#;
+        let file: File = toml::from_str(text).unwrap();
+        let r = file.ranking;
+        r.validate().unwrap();
+        assert_eq!(r.inversus.fraction, 0.25);
+        assert_eq!(r.inversus.max_change, 500);
+        assert_eq!(r.ladder.b_max, 12.0);
+        assert_eq!(r.ladder.b_min, 7.0);
+        assert_eq!(r.ladder.tiers.len(), 3);
+        assert_eq!(r.ladder.tier_of(600, Some(3)).name, "Champion");
+        assert_eq!(r.ladder.tier_of(600, Some(11)).name, "Silver");
+        let typo = "[ladder]\n[[ladder.tiers]]\nname = \"X\"\nmin_rpp = 3\n";
+        let err = toml::from_str::<crate::ranking::RankingConfig>(typo).unwrap_err();
+        assert!(err.to_string().contains("min_rpp"), "{err}");
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![Just(Outcome::Win), Just(Outcome::Draw), Just(Outcome::Loss)]
+    }
+
+    proptest! {
+        #[test]
+        fn the_ladder_never_drops_below_the_reached_floor(
+            games in proptest::collection::vec((-400.0f64..400.0, outcome()), 1..200),
+            f_min in 0.0f64..=1.0,
+            b_min in 0.0f64..20.0,
+            extra in 0.0f64..30.0,
+            streak_bonus in 0.0f64..10.0,
+        ) {
+            let cfg = LadderConfig { f_min, b_min, b_max: b_min + extra, streak_bonus, ..LadderConfig::default() };
+            let mut s = LadderState::new(&cfg);
+            let mut highest_floor = s.floor_rp;
+            for (delta, outcome) in games {
+                let u = update(&cfg, &s, delta, outcome);
+                prop_assert_eq!(u.change.before, s.rp);
+                prop_assert!(u.state.rp >= highest_floor, "{:?} dropped below {}", u, highest_floor);
+                prop_assert!(u.state.floor_rp >= s.floor_rp);
+                prop_assert!(u.state.rp >= u.state.floor_rp);
+                prop_assert_eq!(u.state.floor_rp, s.floor_rp.max(cfg.floor_for(u.state.rp)));
+                if outcome == Outcome::Win && delta >= 0.0 {
+                    prop_assert!(u.state.rp >= s.rp);
+                }
+                highest_floor = highest_floor.max(cfg.floor_for(u.state.rp));
+                s = u.state;
+            }
+        }
+    }
+}
