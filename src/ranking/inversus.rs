@@ -190,7 +190,9 @@ pub fn upper_rp(cfg: &InversusConfig, skill: &Skill) -> f64 {
 
 /// Upset bonus for a winner: `upset_bonus × clamp((μ_opp − μ_self)/upset_full_gap, 0, 1)` with both
 /// means before the match, on the internal scale. Beating a stronger side feels like it should
-/// pay more than the smoothed target alone would; 0 for an even or weaker opponent.
+/// pay more than the smoothed target alone would; 0 for an even or weaker opponent. Both means
+/// are snapshots from match start (the pending record), so the winner's own rating jump from
+/// this very win cannot shrink the bonus for it.
 #[must_use]
 pub fn upset_bonus(cfg: &InversusConfig, own_mean_before: f64, opponent_mean_before: f64) -> f64 {
     let gap = (opponent_mean_before - own_mean_before) / cfg.display_scale;

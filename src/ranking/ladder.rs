@@ -402,9 +402,16 @@ impl LadderState {
     /// A new player: `start_rp`, the floor that RP already earns, no streak.
     #[must_use]
     pub fn new(cfg: &LadderConfig) -> Self {
+        Self::with_rp(cfg, cfg.start_rp)
+    }
+
+    /// A record placed at `rp` with only the floor `rp` itself earns and no streak: what a hard
+    /// reset or a migration from Elo (SPEC §4.3) writes, since floors from the old season lapse.
+    #[must_use]
+    pub fn with_rp(cfg: &LadderConfig, rp: RankPoints) -> Self {
         Self {
-            rp: cfg.start_rp,
-            floor_rp: cfg.floor_for(cfg.start_rp),
+            rp,
+            floor_rp: cfg.floor_for(rp),
             win_streak: 0,
         }
     }
@@ -493,6 +500,9 @@ mod tests {
     fn a_new_player_starts_at_200_on_the_wanderer_floor() {
         let s = LadderState::new(&LadderConfig::default());
         assert_eq!(s, state(200, 200, 0));
+        // A hard reset to Expert II's 700 keeps only the floor 700 earns (Apprentice I).
+        let reset = LadderState::with_rp(&LadderConfig::default(), 700);
+        assert_eq!(reset, state(700, 600, 0));
     }
 
     #[test]
