@@ -292,17 +292,19 @@ pub enum PendingEnd {
     OpponentQuit,
 }
 
-impl PendingMatch {
+impl PendingEnd {
     /// The outcome to rate and rank, or `None` when the match is cancelled (nothing changes).
     #[must_use]
-    pub fn resolve(end: PendingEnd) -> Option<Outcome> {
-        match end {
-            PendingEnd::Finished(outcome) => Some(outcome),
-            PendingEnd::Abandoned => Some(Outcome::Loss),
-            PendingEnd::OpponentQuit => None,
+    pub fn outcome(self) -> Option<Outcome> {
+        match self {
+            Self::Finished(outcome) => Some(outcome),
+            Self::Abandoned => Some(Outcome::Loss),
+            Self::OpponentQuit => None,
         }
     }
+}
 
+impl PendingMatch {
     /// The ranking input once the rating update for `outcome` has produced `skill_after`.
     #[must_use]
     pub fn into_match(self, skill_after: Skill, outcome: Outcome) -> InversusMatch {
@@ -459,13 +461,10 @@ mod tests {
 
     #[test]
     fn pending_matches_resolve_as_the_spec_says() {
+        assert_eq!(PendingEnd::Abandoned.outcome(), Some(Outcome::Loss));
+        assert_eq!(PendingEnd::OpponentQuit.outcome(), None);
         assert_eq!(
-            PendingMatch::resolve(PendingEnd::Abandoned),
-            Some(Outcome::Loss)
-        );
-        assert_eq!(PendingMatch::resolve(PendingEnd::OpponentQuit), None);
-        assert_eq!(
-            PendingMatch::resolve(PendingEnd::Finished(Outcome::Win)),
+            PendingEnd::Finished(Outcome::Win).outcome(),
             Some(Outcome::Win)
         );
         let pending = PendingMatch {
