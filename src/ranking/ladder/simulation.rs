@@ -7,7 +7,8 @@
 //! logistic model on *true* skills, MMR updates with `glicko::rate_1v1`, and RP with
 //! [`super::update`] from Δr = r' − r. Every `games_per_week` rounds deviations decay by one
 //! period, as the weekly soft reset rolls the rating period. The RNG is a fixed splitmix64, so
-//! every run prints the same numbers.
+//! every run prints the same numbers. Each row of the table in the `ladder` module docs is
+//! `judged(&LadderConfig { f_min, b_min, b_max, ..Default::default() })`.
 
 use super::{LadderConfig, LadderState, update};
 use crate::ranking::Outcome;
