@@ -72,21 +72,28 @@ use crate::ids::PlayerId;
 mod simulation;
 
 /// One rank on the ladder. The table lives in config because a game names its own tiers.
+///
+/// `name` and `min_rp` are required in TOML (a tier without them is a typo, not a default); the
+/// rest default to "no floor, no cap, no reset value, not top-N".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Tier {
     /// Shown to the player ("Expert II").
     pub name: String,
     /// Lowest RP of the tier. For a `top_n` tier: the RP needed to compete for it.
     pub min_rp: RankPoints,
     /// Once reached, the player's RP never drops below `min_rp` within the season.
+    #[serde(default)]
     pub hard_floor: bool,
     /// Weekly soft reset: RP above this is cut to it (Master 1300, Grandweaver 1400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_reset_cap: Option<RankPoints>,
     /// Monthly hard reset: RP of a player whose season rank was this tier; `None` = unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_reset_rp: Option<RankPoints>,
     /// Set on the last tier only: it holds the best `top_n` players with at least `min_rp`, by
     /// leaderboard order (Grandweaver: top 100 Masters), instead of an RP threshold alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_n: Option<usize>,
 }
 
@@ -802,6 +809,9 @@ mod tests {
         assert_eq!(r.ladder.tiers.len(), 3);
         assert_eq!(r.ladder.tier_of(600, Some(3)).name, "Champion");
         assert_eq!(r.ladder.tier_of(600, Some(11)).name, "Silver");
+        let missing = "[ladder]\n[[ladder.tiers]]\nname = \"X\"\n";
+        let err = toml::from_str::<crate::ranking::RankingConfig>(missing).unwrap_err();
+        assert!(err.to_string().contains("min_rp"), "{err}");
         let typo = "[ladder]\n[[ladder.tiers]]\nname = \"X\"\nmin_rpp = 3\n";
         let err = toml::from_str::<crate::ranking::RankingConfig>(typo).unwrap_err();
         assert!(err.to_string().contains("min_rpp"), "{err}");
