@@ -190,7 +190,9 @@ pub fn upper_rp(cfg: &InversusConfig, skill: &Skill) -> f64 {
 
 /// Upset bonus for a winner: `upset_bonus × clamp((μ_opp − μ_self)/upset_full_gap, 0, 1)` with both
 /// means before the match, on the internal scale. Beating a stronger side feels like it should
-/// pay more than the smoothed target alone would; 0 for an even or weaker opponent.
+/// pay more than the smoothed target alone would; 0 for an even or weaker opponent. Both means
+/// are snapshots from match start (the pending record), so the winner's own rating jump from
+/// this very win cannot shrink the bonus for it.
 #[must_use]
 pub fn upset_bonus(cfg: &InversusConfig, own_mean_before: f64, opponent_mean_before: f64) -> f64 {
     let gap = (opponent_mean_before - own_mean_before) / cfg.display_scale;
@@ -290,17 +292,19 @@ pub enum PendingEnd {
     OpponentQuit,
 }
 
-impl PendingMatch {
+impl PendingEnd {
     /// The outcome to rate and rank, or `None` when the match is cancelled (nothing changes).
     #[must_use]
-    pub fn resolve(end: PendingEnd) -> Option<Outcome> {
-        match end {
-            PendingEnd::Finished(outcome) => Some(outcome),
-            PendingEnd::Abandoned => Some(Outcome::Loss),
-            PendingEnd::OpponentQuit => None,
+    pub fn outcome(self) -> Option<Outcome> {
+        match self {
+            Self::Finished(outcome) => Some(outcome),
+            Self::Abandoned => Some(Outcome::Loss),
+            Self::OpponentQuit => None,
         }
     }
+}
 
+impl PendingMatch {
     /// The ranking input once the rating update for `outcome` has produced `skill_after`.
     #[must_use]
     pub fn into_match(self, skill_after: Skill, outcome: Outcome) -> InversusMatch {
@@ -309,6 +313,218 @@ impl PendingMatch {
             own_mean_before: self.own_mean_before,
             opponent_mean_before: self.opponent_mean_before,
             outcome,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::glicko2::SCALE;
+    use proptest::prelude::*;
+
+    /// A skill given on the internal scale (μ, φ), the way SPEC §4.1 states the rules.
+    fn internal(mu: f64, phi: f64) -> Skill {
+        Skill {
+            mean: 1500.0 + SCALE * mu,
+            deviation: SCALE * phi,
+            volatility: 0.06,
+        }
+    }
+
+    fn game(skill_after: Skill, outcome: Outcome) -> InversusMatch {
+        InversusMatch {
+            skill_after,
+            own_mean_before: 1500.0,
+            opponent_mean_before: 1500.0,
+            outcome,
+        }
+    }
+
+    fn after(rp: RankPoints, m: &InversusMatch) -> RankPoints {
+        let change = update(&InversusConfig::default(), rp, m);
+        assert_eq!(change.before, rp.min(10_000));
+        change.after
+    }
+
+    /// μ = 3, φ = 1: functional rating 0 → target 5000; upper bound μ + 3φ = 6 → 9962.78.
+    fn settled() -> Skill {
+        internal(3.0, 1.0)
+    }
+
+    #[test]
+    fn targets_map_the_interval_onto_0_to_10000() {
+        let cfg = InversusConfig::default();
+        assert!((target_rp(&cfg, &settled()) - 5000.0).abs() < 1e-6);
+        // (6 + 6.045) / 12.09 · 10000 = 9962.779...
+        assert!((upper_rp(&cfg, &settled()) - 9_962.779_156_327_54).abs() < 1e-6);
+        // An unrated player (μ 0, φ 2.015) sits exactly on the lower bound: 0 RP.
+        assert!(target_rp(&cfg, &internal(0.0, 2.015)).abs() < 1e-6);
+        // Below the bound clamps to 0, above to 10000.
+        assert_eq!(target_rp(&cfg, &internal(-2.0, 2.015)), 0.0);
+        assert_eq!(target_rp(&cfg, &internal(7.0, 0.1)), 10_000.0);
+    }
+
+    #[test]
+    fn a_win_moves_halfway_up_and_a_loss_halfway_down() {
+        // 4200 → target 5000: +400 → 4600.
+        assert_eq!(after(4200, &game(settled(), Outcome::Win)), 4600);
+        // 5800 → target 5000: −400 → 5400.
+        assert_eq!(after(5800, &game(settled(), Outcome::Loss)), 5400);
+        // A custom fraction: a quarter of 800 = 200.
+        let cfg = InversusConfig {
+            fraction: 0.25,
+            ..InversusConfig::default()
+        };
+        assert_eq!(
+            update(&cfg, 4200, &game(settled(), Outcome::Win)).after,
+            4400
+        );
+    }
+
+    #[test]
+    fn every_decided_match_moves_at_least_one_point() {
+        // Half of 1 is 0.5: raised to the minimum 1.
+        assert_eq!(after(4999, &game(settled(), Outcome::Win)), 5000);
+        // At or above the target a win still earns 1 (never the halfway step down).
+        assert_eq!(after(5000, &game(settled(), Outcome::Win)), 5001);
+        assert_eq!(after(6000, &game(settled(), Outcome::Win)), 6001);
+        // Below the target a loss still costs 1 (never the halfway step up).
+        assert_eq!(after(4000, &game(settled(), Outcome::Loss)), 3999);
+        // A new player's first win: target 0, but the minimum applies (upper bound is 10000).
+        assert_eq!(after(0, &game(internal(0.0, 2.015), Outcome::Win)), 1);
+    }
+
+    #[test]
+    fn the_minimum_point_stops_at_the_upper_bound_10000_and_0() {
+        // Upper bound 9962.78: 9962 + 1 would pass it, so the win earns nothing.
+        assert_eq!(after(9962, &game(settled(), Outcome::Win)), 9962);
+        assert_eq!(after(9961, &game(settled(), Outcome::Win)), 9962);
+        // A certain top player: target 10000, already there.
+        let top = internal(6.045, 1e-9);
+        assert_eq!(after(10_000, &game(top, Outcome::Win)), 10_000);
+        assert_eq!(after(9999, &game(top, Outcome::Win)), 10_000);
+        // A loss at 0 stays at 0.
+        assert_eq!(after(0, &game(internal(0.0, 2.015), Outcome::Loss)), 0);
+    }
+
+    #[test]
+    fn changes_are_capped_at_500() {
+        // 0 → target 5000 would be +2500.
+        assert_eq!(after(0, &game(settled(), Outcome::Win)), 500);
+        // 10000 → 5000 would be −2500.
+        assert_eq!(after(10_000, &game(settled(), Outcome::Loss)), 9500);
+        // A corrupt record above the maximum is clamped first.
+        assert_eq!(after(12_000, &game(settled(), Outcome::Loss)), 9500);
+    }
+
+    #[test]
+    fn the_upset_bonus_scales_with_the_gap_and_counts_toward_the_cap() {
+        let cfg = InversusConfig::default();
+        // Half the full gap (6.045 internal = 1050.12 display): 125 RP.
+        let half_gap = 1500.0 + 6.045 * SCALE;
+        assert!((upset_bonus(&cfg, 1500.0, half_gap) - 125.0).abs() < 1e-9);
+        assert_eq!(upset_bonus(&cfg, 1500.0, 1500.0 + 20.0 * SCALE), 250.0);
+        assert_eq!(upset_bonus(&cfg, 1500.0, 1000.0), 0.0);
+        // 4800 → 5000 is +100, plus 125 bonus: 5025.
+        let mut m = game(settled(), Outcome::Win);
+        m.opponent_mean_before = half_gap;
+        assert_eq!(after(4800, &m), 5025);
+        // 4200: +400 + 125 = 525 → capped at 500.
+        assert_eq!(after(4200, &m), 4700);
+        // Past the upper bound the bonus still pays; the 10000 clamp still holds.
+        assert_eq!(after(9962, &m), 10_000);
+        // The loser gets no bonus.
+        let mut lost = m;
+        lost.outcome = Outcome::Loss;
+        assert_eq!(after(4000, &lost), 3999);
+        // Turned off.
+        let off = InversusConfig {
+            upset_bonus: 0,
+            ..InversusConfig::default()
+        };
+        assert_eq!(update(&off, 4800, &m).after, 4900);
+    }
+
+    #[test]
+    fn a_draw_changes_nothing() {
+        assert_eq!(after(4200, &game(settled(), Outcome::Draw)), 4200);
+    }
+
+    #[test]
+    fn team_opponent_is_the_composite_team_gap() {
+        // Own team averages 1550, opponents 1700: a player at 1500 is compared with 1650.
+        let opp = composite_opponent_mean(1500.0, &[1500.0, 1600.0], &[1650.0, 1750.0]);
+        assert!((opp - 1650.0).abs() < 1e-9);
+        assert_eq!(composite_opponent_mean(1500.0, &[], &[1700.0]), 1500.0);
+    }
+
+    #[test]
+    fn pending_matches_resolve_as_the_spec_says() {
+        assert_eq!(PendingEnd::Abandoned.outcome(), Some(Outcome::Loss));
+        assert_eq!(PendingEnd::OpponentQuit.outcome(), None);
+        assert_eq!(
+            PendingEnd::Finished(Outcome::Win).outcome(),
+            Some(Outcome::Win)
+        );
+        let pending = PendingMatch {
+            own_mean_before: 1500.0,
+            opponent_mean_before: 1600.0,
+        };
+        let m = pending.into_match(settled(), Outcome::Loss);
+        assert_eq!(m.opponent_mean_before, 1600.0);
+        assert_eq!(m.outcome, Outcome::Loss);
+    }
+
+    #[test]
+    fn validation_names_the_key_and_the_rule() {
+        let bad = |f: fn(&mut InversusConfig)| {
+            let mut c = InversusConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad(|c| c.fraction = 0.0),
+            "ranking.inversus.fraction: must be in (0, 1] (got 0)"
+        );
+        assert!(bad(|c| c.min_change = 600).starts_with("ranking.inversus.min_change:"));
+        assert!(bad(|c| c.rating_max = -7.0).starts_with("ranking.inversus.rating_max:"));
+        assert!(bad(|c| c.display_scale = 0.0).starts_with("ranking.inversus.display_scale:"));
+        assert!(
+            bad(|c| c.upset_full_gap = f64::NAN).starts_with("ranking.inversus.upset_full_gap:")
+        );
+        assert!(bad(|c| c.max_rp = 0).starts_with("ranking.inversus.max_rp:"));
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![Just(Outcome::Win), Just(Outcome::Draw), Just(Outcome::Loss)]
+    }
+
+    proptest! {
+        #[test]
+        fn rank_points_stay_in_bounds_and_move_the_right_way(
+            rp in 0u32..=12_000,
+            mean in -2000.0f64..5000.0,
+            deviation in 0.0f64..2000.0,
+            own in 0.0f64..3000.0,
+            opponent in 0.0f64..3000.0,
+            outcome in outcome(),
+        ) {
+            let cfg = InversusConfig::default();
+            let m = InversusMatch {
+                skill_after: Skill { mean, deviation, volatility: 0.06 },
+                own_mean_before: own,
+                opponent_mean_before: opponent,
+                outcome,
+            };
+            let c = update(&cfg, rp, &m);
+            prop_assert!(c.after <= cfg.max_rp);
+            prop_assert!(c.delta().abs() <= i64::from(cfg.max_change));
+            match outcome {
+                Outcome::Win => prop_assert!(c.after >= c.before),
+                Outcome::Loss => prop_assert!(c.after <= c.before),
+                Outcome::Draw => prop_assert_eq!(c.after, c.before),
+            }
         }
     }
 }

@@ -28,11 +28,39 @@
 //! of 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
 //! ratings share the Glicko scale: 1.
 //!
-//! **Why these defaults (f_min 0.5, b_min 4, b_max 16, a 0).** The seed gives no values; they
-//! come from the deterministic simulation in this module's tests (`simulate_season`): players of
-//! known true skill on the continuous Glicko-1 queue defaults, paired by current MMR, 300 games
-//! each. See [`LadderConfig`] and the test `defaults_are_justified_by_simulation` for the
-//! numbers.
+//! **Why these defaults (f_min 0.75, b_min 7, b_max 8, a 0).** The seed gives no values, so they
+//! come from a deterministic simulation (`ladder/simulation.rs`, test
+//! `defaults_are_justified_by_simulation`): 200 new players with true skills spread evenly over
+//! 1100–1900 on the SPEC continuous Glicko-1 queue, paired by current MMR, 200 games each (a
+//! dedicated player's four-week season at 50 a week, one decay period per week), mean of three
+//! seeds. What it shows: once matchmaking has calibrated everyone to ~50% wins, the only lasting
+//! skill signal in RP is F·(r − 1500) (the Δr terms telescope), about ±200 RP across this
+//! population, while B adds ≈ B/2 per game for *everyone*. So a steep B (big at the bottom) is a
+//! catch-up mechanic that squeezes skill out of the order, and a low f_min hides the MMR signal
+//! where most players are. The rule: at least half of the top fifth reach Master within the
+//! season and at most a tenth of the 50% players (middle fifth) do; among settings meeting it,
+//! the best Spearman ρ(RP, true skill), keeping f_min < 1 and b_max > b_min so the seed's
+//! rank-dependence survives. Grid: f_min ∈ {0.25, 0.5, …, 1}, b_min ∈ {1…7}, b_max ∈ {7…24}:
+//!
+//! | f_min | b_min..b_max | ρ | RP bottom/middle/top fifth | top / middle at Master | middle drift |
+//! |---|---|---|---|---|---|
+//! | **0.75** | **7..8** | **0.736** | 914 / 1053 / 1230 | 62% / 6% | 3.7 RP/game |
+//! | 0.75 | 6..10 | 0.710 | 981 / 1091 / 1239 | 67% / 9% | 3.5 |
+//! | 0.75 | 2..8 | 0.713 | 771 / 859 / 967 | 0% / 0% | 2.2 |
+//! | 0.75 | 7..16 | 0.672 | 1211 / 1308 / 1441 | 100% / 94% | 3.7 |
+//! | 0.5 | 4..16 | 0.612 | 1092 / 1158 / 1232 | 68% / 24% | 2.7 |
+//! | 0.25 | 2..24 | 0.495 | 1146 / 1179 / 1217 | 67% / 27% | 1.8 |
+//! | 1.0 | 7..8 | 0.757 | 949 / 1093 / 1304 | 82% / 15% | 3.7 |
+//!
+//! A 50% player therefore *drifts* about +3.5 RP a game (B/2: the seed's deliberate inflation,
+//! which the weekly soft-reset caps 100 RP apart absorb in roughly 30 games) rather than climbing
+//! with skill; a strong player's extra F·Δr is what carries them into Master. The top fifth leaves
+//! Wanderer in about 3 games. Within the rule, f_min 0.7–0.9 with b 7..8 are indistinguishable
+//! (over 8 seeds ρ 0.735 at 0.75 vs 0.743 at 0.9, seed-to-seed SD ≈ 0.01); f_min = 1 orders a
+//! little better again but drops rank-dependence entirely (a new player's first ±170-point MMR
+//! swing would show in full) and lets 15% of the 50% players into Master. 0.75 keeps a quarter
+//! of the rank-dependence at the bottom for ρ within one seed-to-seed SD. `streak_bonus` stays 0
+//! as in the seed: any a > 0 rewards streaks, which skill-based matchmaking makes mostly luck.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,22 +68,32 @@ use super::leaderboard::RankIndex;
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
 use crate::ids::PlayerId;
 
+#[cfg(test)]
+mod simulation;
+
 /// One rank on the ladder. The table lives in config because a game names its own tiers.
+///
+/// `name` and `min_rp` are required in TOML (a tier without them is a typo, not a default); the
+/// rest default to "no floor, no cap, no reset value, not top-N".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(deny_unknown_fields)]
 pub struct Tier {
     /// Shown to the player ("Expert II").
     pub name: String,
     /// Lowest RP of the tier. For a `top_n` tier: the RP needed to compete for it.
     pub min_rp: RankPoints,
     /// Once reached, the player's RP never drops below `min_rp` within the season.
+    #[serde(default)]
     pub hard_floor: bool,
     /// Weekly soft reset: RP above this is cut to it (Master 1300, Grandweaver 1400).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_reset_cap: Option<RankPoints>,
     /// Monthly hard reset: RP of a player whose season rank was this tier; `None` = unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_reset_rp: Option<RankPoints>,
     /// Set on the last tier only: it holds the best `top_n` players with at least `min_rp`, by
     /// leaderboard order (Grandweaver: top 100 Masters), instead of an RP threshold alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_n: Option<usize>,
 }
 
@@ -113,17 +151,17 @@ pub struct LadderConfig {
     /// RP of a new player (200: Wanderer).
     pub start_rp: RankPoints,
     /// Share of the MMR change that counts at `ramp_start_rp`, rising linearly to 1 at
-    /// `ramp_start_rp + ramp_width_rp`. Default 0.5, from the simulation: lower values leave
-    /// the bottom of the ladder ordered by games played rather than skill after a week; higher
-    /// values make a new player's first losses (Δr ≈ −150 at RD 350) erase whole tiers.
+    /// `ramp_start_rp + ramp_width_rp`. Default 0.75, from the simulation (module docs): lower
+    /// values hide the only lasting skill signal where most players are (ρ 0.50 at 0.25), while
+    /// 1 would show a new player's first ±170-point MMR swings in full.
     pub f_min: f64,
-    /// Winner's bias at and above the top of the ramp (Master). Default 4: a 50%-win Master
-    /// drifts about +2 RP per game — roughly the weekly soft-reset gap (1300 → 1400) over a
-    /// week of play — while the skill term F·Δr still orders the top.
+    /// Winner's bias at and above the top of the ramp (Master). Default 7: with it most of the
+    /// strongest fifth reach Master in a 200-game season while 50% players drift about +3.5 RP a
+    /// game and mostly do not (simulation in the module docs).
     pub b_min: f64,
-    /// Winner's bias at the bottom of the ramp (200). Default 16: every early win shows at least
-    /// +16 and Wanderer → Trainee I takes about 10 wins, while a 50% player still needs a
-    /// season-scale number of games to bias-walk to Master (see the simulation).
+    /// Winner's bias at the bottom of the ramp (200). Default 8: a gentle slope, because a steep
+    /// one is a catch-up mechanic that costs ordering (ρ 0.67 at 7..16, 0.50 at 2..24) and lets
+    /// the 50% players reach Master with everyone else.
     pub b_max: f64,
     /// a: bonus for a win that extends a streak of two or more wins. Default 0, as in the seed,
     /// so the other three parameters can be tuned first.
@@ -147,9 +185,9 @@ impl Default for LadderConfig {
     fn default() -> Self {
         Self {
             start_rp: 200,
-            f_min: 0.5,
-            b_min: 4.0,
-            b_max: 16.0,
+            f_min: 0.75,
+            b_min: 7.0,
+            b_max: 8.0,
             streak_bonus: 0.0,
             ramp_start_rp: 200.0,
             ramp_width_rp: 1000.0,
@@ -374,9 +412,16 @@ impl LadderState {
     /// A new player: `start_rp`, the floor that RP already earns, no streak.
     #[must_use]
     pub fn new(cfg: &LadderConfig) -> Self {
+        Self::with_rp(cfg, cfg.start_rp)
+    }
+
+    /// A record placed at `rp` with only the floor `rp` itself earns and no streak: what a hard
+    /// reset or a migration from Elo (SPEC §4.3) writes, since floors from the old season lapse.
+    #[must_use]
+    pub fn with_rp(cfg: &LadderConfig, rp: RankPoints) -> Self {
         Self {
-            rp: cfg.start_rp,
-            floor_rp: cfg.floor_for(cfg.start_rp),
+            rp,
+            floor_rp: cfg.floor_for(rp),
             win_streak: 0,
         }
     }
@@ -433,5 +478,374 @@ pub fn update(
             floor_rp: state.floor_rp.max(cfg.floor_for(after)),
             win_streak,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranking::leaderboard::LeaderboardEntry;
+    use proptest::prelude::*;
+
+    /// Round numbers for hand computation: F = (1000/1750)·min{1, 0.5 + 0.5·(RP − 200)/1000},
+    /// B = max{5, 20 − 15·(RP − 200)/1000}.
+    fn hand() -> LadderConfig {
+        LadderConfig {
+            f_min: 0.5,
+            b_min: 5.0,
+            b_max: 20.0,
+            ..LadderConfig::default()
+        }
+    }
+
+    fn state(rp: RankPoints, floor_rp: RankPoints, win_streak: u32) -> LadderState {
+        LadderState {
+            rp,
+            floor_rp,
+            win_streak,
+        }
+    }
+
+    #[test]
+    fn a_new_player_starts_at_200_on_the_wanderer_floor() {
+        let s = LadderState::new(&LadderConfig::default());
+        assert_eq!(s, state(200, 200, 0));
+        // A hard reset to Expert II's 700 keeps only the floor 700 earns (Apprentice I).
+        let reset = LadderState::with_rp(&LadderConfig::default(), 700);
+        assert_eq!(reset, state(700, 600, 0));
+    }
+
+    #[test]
+    fn a_win_at_200_with_plus_20_by_hand() {
+        // Defaults: F = (1000/1750)·0.75 = 0.428571…, Δr·F = 8.571…, B = 8: 216.571… → 217.
+        let u = update(
+            &LadderConfig::default(),
+            &state(200, 200, 0),
+            20.0,
+            Outcome::Win,
+        );
+        assert_eq!(
+            u.change,
+            RankChange {
+                before: 200,
+                after: 217
+            }
+        );
+        assert_eq!(u.state, state(217, 200, 1));
+        // Hand config: F = 0.285714…, Δr·F = 5.714…, B = 20: 225.714… → 226.
+        let u = update(&hand(), &state(200, 200, 0), 20.0, Outcome::Win);
+        assert_eq!(u.change.after, 226);
+    }
+
+    #[test]
+    fn mid_ladder_and_master_by_hand() {
+        let cfg = hand();
+        // RP 700: F = 0.571428…·0.75 = 0.428571…; B = 20 − 7.5 = 12.5.
+        assert!((cfg.factor(700) - 0.75 / 1.75).abs() < 1e-12);
+        assert_eq!(cfg.bias(700), 12.5);
+        // Loss, Δr = −14: −6 → 694 (no bias for the loser).
+        assert_eq!(
+            update(&cfg, &state(700, 600, 3), -14.0, Outcome::Loss)
+                .change
+                .after,
+            694
+        );
+        // Win, Δr = 0: 712.5 rounds half away from zero → 713.
+        assert_eq!(
+            update(&cfg, &state(700, 600, 0), 0.0, Outcome::Win)
+                .change
+                .after,
+            713
+        );
+        // RP 1300: F capped at 1000/1750, B held at b_min 5: 1300 + 5.714… + 5 → 1311.
+        assert_eq!(cfg.bias(1300), 5.0);
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), 10.0, Outcome::Win)
+                .change
+                .after,
+            1311
+        );
+        // A draw applies Δr·F only: 1300 + 7·(1000/1750) = 1304.
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), 7.0, Outcome::Draw)
+                .change
+                .after,
+            1304
+        );
+    }
+
+    #[test]
+    fn weng_lin_deltas_are_scaled_to_the_glicko_range() {
+        let cfg = LadderConfig {
+            delta_scale: 42.0,
+            ..hand()
+        };
+        // A Weng-Lin μ change of −1 behaves like a Glicko −42 at RP 1300: −24 → 1276.
+        assert_eq!(
+            update(&cfg, &state(1300, 1200, 0), -1.0, Outcome::Loss)
+                .change
+                .after,
+            1276
+        );
+    }
+
+    #[test]
+    fn a_hard_floor_once_reached_holds_for_the_season() {
+        let cfg = hand();
+        // 598 + B(598) = 598 + 14.03 → 612: Apprentice I (600, hard floor) reached.
+        let up = update(&cfg, &state(598, 300, 0), 0.0, Outcome::Win);
+        assert_eq!(up.state, state(612, 600, 1));
+        // A heavy loss would give 612 − 20.2 = 591.8, but the floor holds at 600.
+        let down = update(&cfg, &up.state, -50.0, Outcome::Loss);
+        assert_eq!(down.state, state(600, 600, 0));
+        let again = update(&cfg, &down.state, -200.0, Outcome::Loss);
+        assert_eq!(again.state.rp, 600);
+        // Trainee II (400) is not a floor: from 420 a loss drops below it, not below 300.
+        let soft = update(&cfg, &state(420, 300, 0), -100.0, Outcome::Loss);
+        assert!(soft.state.rp < 400 && soft.state.rp >= 300, "{soft:?}");
+        let deep = update(&cfg, &state(320, 300, 0), -400.0, Outcome::Loss);
+        assert_eq!(deep.state.rp, 300);
+    }
+
+    #[test]
+    fn the_streak_bonus_pays_from_the_third_win_in_a_row() {
+        let cfg = LadderConfig {
+            streak_bonus: 10.0,
+            ..hand()
+        };
+        let at = |streak, outcome| update(&cfg, &state(700, 600, streak), 0.0, outcome);
+        assert_eq!(at(1, Outcome::Win).change.after, 713);
+        assert_eq!(at(2, Outcome::Win).change.after, 723);
+        assert_eq!(at(2, Outcome::Win).state.win_streak, 3);
+        // Not on the loss or draw that ends a streak, and those reset it.
+        assert_eq!(at(5, Outcome::Loss).change.after, 700);
+        assert_eq!(at(5, Outcome::Loss).state.win_streak, 0);
+        assert_eq!(at(5, Outcome::Draw).state.win_streak, 0);
+        // The default a = 0 pays nothing.
+        let plain = update(&hand(), &state(700, 600, 9), 0.0, Outcome::Win);
+        assert_eq!(plain.change.after, 713);
+    }
+
+    #[test]
+    fn non_finite_deltas_count_as_zero() {
+        let u = update(&hand(), &state(700, 600, 0), f64::NAN, Outcome::Win);
+        assert_eq!(u.change.after, 713);
+    }
+
+    #[test]
+    fn tiers_by_rp_and_grandweaver_by_rank_among_masters() {
+        let cfg = LadderConfig::default();
+        let name = |rp, rank| cfg.tier_of(rp, rank).name.as_str();
+        assert_eq!(name(0, None), "Wanderer");
+        assert_eq!(name(299, None), "Wanderer");
+        assert_eq!(name(300, None), "Trainee I");
+        assert_eq!(name(650, None), "Apprentice I");
+        assert_eq!(name(1199, Some(1)), "Expert III");
+        assert_eq!(name(1200, None), "Master");
+        assert_eq!(name(1250, Some(1)), "Grandweaver");
+        assert_eq!(name(1250, Some(100)), "Grandweaver");
+        assert_eq!(name(1250, Some(101)), "Master");
+        assert_eq!(name(5000, None), "Master");
+        let master = cfg.tier_of(1200, None);
+        assert!(master.hard_floor);
+        assert_eq!(master.soft_reset_cap, Some(1300));
+        assert_eq!(master.hard_reset_rp, Some(900));
+        let gw = cfg.tier_of(1300, Some(1));
+        assert_eq!(
+            (gw.soft_reset_cap, gw.hard_reset_rp, gw.top_n),
+            (Some(1400), Some(1000), Some(100))
+        );
+    }
+
+    #[test]
+    fn grandweaver_needs_the_top_100_among_masters_on_the_index() {
+        let cfg = LadderConfig::default();
+        let mut index = RankIndex::new();
+        let entry = |i: u32, rp| LeaderboardEntry {
+            player: PlayerId::new(format!("p{i:03}")),
+            rank_points: rp,
+            conservative_rating: 1500.0,
+            wins: 0,
+        };
+        // 101 Masters at 1300, 1299, …, 1200 and one Expert.
+        for i in 0..=100 {
+            index.upsert(entry(i, 1300 - i));
+        }
+        index.upsert(entry(500, 1150));
+        let tier = |i: u32| {
+            cfg.tier_in(&index, &PlayerId::new(format!("p{i:03}")))
+                .map(|t| t.name.as_str())
+        };
+        assert_eq!(tier(0), Some("Grandweaver"));
+        assert_eq!(tier(99), Some("Grandweaver"));
+        assert_eq!(tier(100), Some("Master"));
+        assert_eq!(tier(500), Some("Expert III"));
+        assert_eq!(cfg.tier_in(&index, &PlayerId::new("nobody")), None);
+        // With only two Masters, both are Grandweaver: "top 100 Masters" is literal.
+        let mut small = RankIndex::new();
+        small.upsert(entry(1, 1210));
+        small.upsert(entry(2, 1205));
+        small.upsert(entry(3, 900));
+        assert_eq!(
+            cfg.tier_in(&small, &PlayerId::new("p002")).unwrap().name,
+            "Grandweaver"
+        );
+        assert_eq!(
+            cfg.tier_in(&small, &PlayerId::new("p003")).unwrap().name,
+            "Expert I"
+        );
+    }
+
+    #[test]
+    fn floors_come_from_the_hard_floor_tiers() {
+        let cfg = LadderConfig::default();
+        assert_eq!(cfg.floor_for(199), 0);
+        assert_eq!(cfg.floor_for(200), 200);
+        assert_eq!(cfg.floor_for(599), 300);
+        assert_eq!(cfg.floor_for(899), 600);
+        assert_eq!(cfg.floor_for(1199), 900);
+        assert_eq!(cfg.floor_for(4000), 1200);
+    }
+
+    fn invalid(f: impl FnOnce(&mut LadderConfig)) -> String {
+        let mut c = LadderConfig::default();
+        f(&mut c);
+        c.validate().unwrap_err()
+    }
+
+    #[test]
+    fn tier_table_validation_names_the_key_and_the_rule() {
+        assert_eq!(
+            invalid(|c| c.tiers[3].min_rp = 350),
+            "ranking.ladder.tiers[3].min_rp: tiers must be in increasing order (got 350 after 400)"
+        );
+        assert_eq!(
+            invalid(|c| c.tiers[2].name = "Trainee I".to_owned()),
+            "ranking.ladder.tiers[2].name: tier names must be unique (\"Trainee I\" repeats)"
+        );
+        assert_eq!(
+            invalid(|c| c.tiers.clear()),
+            "ranking.ladder.tiers: must list at least one tier"
+        );
+        assert!(
+            invalid(|c| c.tiers[10].top_n = Some(5)).starts_with("ranking.ladder.tiers[10].top_n:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].top_n = Some(0)).starts_with("ranking.ladder.tiers[11].top_n:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].hard_floor = true)
+                .starts_with("ranking.ladder.tiers[11].hard_floor:")
+        );
+        assert!(
+            invalid(|c| c.tiers[11].min_rp = 1100).starts_with("ranking.ladder.tiers[11].min_rp:")
+        );
+        assert!(
+            invalid(|c| c.tiers[10].soft_reset_cap = Some(1000))
+                .starts_with("ranking.ladder.tiers[10].soft_reset_cap:")
+        );
+        assert!(
+            invalid(|c| c.tiers[4].hard_reset_rp = Some(100))
+                .starts_with("ranking.ladder.tiers[4].hard_reset_rp:")
+        );
+        assert!(
+            invalid(|c| c.tiers[0].name = " ".to_owned())
+                .starts_with("ranking.ladder.tiers[0].name:")
+        );
+        assert!(invalid(|c| c.start_rp = 100).starts_with("ranking.ladder.start_rp:"));
+    }
+
+    #[test]
+    fn parameter_validation_names_the_key_and_the_rule() {
+        assert_eq!(
+            invalid(|c| c.f_min = 1.5),
+            "ranking.ladder.f_min: must be in [0, 1] (got 1.5)"
+        );
+        assert!(invalid(|c| c.b_max = 1.0).starts_with("ranking.ladder.b_max:"));
+        assert!(invalid(|c| c.b_min = -1.0).starts_with("ranking.ladder.b_min:"));
+        assert!(
+            invalid(|c| c.streak_bonus = f64::INFINITY).starts_with("ranking.ladder.streak_bonus:")
+        );
+        assert!(invalid(|c| c.delta_scale = 0.0).starts_with("ranking.ladder.delta_scale:"));
+        assert!(invalid(|c| c.rating_span = -1.0).starts_with("ranking.ladder.rating_span:"));
+    }
+
+    #[test]
+    fn a_game_names_its_own_tiers_in_toml() {
+        #[derive(serde::Deserialize)]
+        struct File {
+            ranking: crate::ranking::RankingConfig,
+        }
+        let text = r#"
+            [ranking.inversus]
+            fraction = 0.25
+
+            [ranking.ladder]
+            b_max = 12.0
+
+            [[ranking.ladder.tiers]]
+            name = "Bronze"
+            min_rp = 0
+            hard_floor = true
+
+            [[ranking.ladder.tiers]]
+            name = "Silver"
+            min_rp = 500
+            hard_reset_rp = 250
+
+            [[ranking.ladder.tiers]]
+            name = "Champion"
+            min_rp = 500
+            top_n = 10
+            soft_reset_cap = 900
+        "#;
+        let file: File = toml::from_str(text).unwrap();
+        let r = file.ranking;
+        r.validate().unwrap();
+        assert_eq!(r.inversus.fraction, 0.25);
+        assert_eq!(r.inversus.max_change, 500);
+        assert_eq!(r.ladder.b_max, 12.0);
+        assert_eq!(r.ladder.b_min, 7.0);
+        assert_eq!(r.ladder.tiers.len(), 3);
+        assert_eq!(r.ladder.tier_of(600, Some(3)).name, "Champion");
+        assert_eq!(r.ladder.tier_of(600, Some(11)).name, "Silver");
+        let missing = "[ladder]\n[[ladder.tiers]]\nname = \"X\"\n";
+        let err = toml::from_str::<crate::ranking::RankingConfig>(missing).unwrap_err();
+        assert!(err.to_string().contains("min_rp"), "{err}");
+        let typo = "[ladder]\n[[ladder.tiers]]\nname = \"X\"\nmin_rpp = 3\n";
+        let err = toml::from_str::<crate::ranking::RankingConfig>(typo).unwrap_err();
+        assert!(err.to_string().contains("min_rpp"), "{err}");
+    }
+
+    fn outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![Just(Outcome::Win), Just(Outcome::Draw), Just(Outcome::Loss)]
+    }
+
+    proptest! {
+        #[test]
+        fn the_ladder_never_drops_below_the_reached_floor(
+            games in proptest::collection::vec((-400.0f64..400.0, outcome()), 1..200),
+            f_min in 0.0f64..=1.0,
+            b_min in 0.0f64..20.0,
+            extra in 0.0f64..30.0,
+            streak_bonus in 0.0f64..10.0,
+        ) {
+            let cfg = LadderConfig { f_min, b_min, b_max: b_min + extra, streak_bonus, ..LadderConfig::default() };
+            let mut s = LadderState::new(&cfg);
+            let mut highest_floor = s.floor_rp;
+            for (delta, outcome) in games {
+                let u = update(&cfg, &s, delta, outcome);
+                prop_assert_eq!(u.change.before, s.rp);
+                prop_assert!(u.state.rp >= highest_floor, "{:?} dropped below {}", u, highest_floor);
+                prop_assert!(u.state.floor_rp >= s.floor_rp);
+                prop_assert!(u.state.rp >= u.state.floor_rp);
+                prop_assert_eq!(u.state.floor_rp, s.floor_rp.max(cfg.floor_for(u.state.rp)));
+                if outcome == Outcome::Win && delta >= 0.0 {
+                    prop_assert!(u.state.rp >= s.rp);
+                }
+                highest_floor = highest_floor.max(cfg.floor_for(u.state.rp));
+                s = u.state;
+            }
+        }
     }
 }

@@ -166,3 +166,139 @@ impl RankIndex {
         self.order.iter()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(
+        id: &str,
+        rank_points: RankPoints,
+        conservative_rating: f64,
+        wins: u32,
+    ) -> LeaderboardEntry {
+        LeaderboardEntry {
+            player: PlayerId::new(id),
+            rank_points,
+            conservative_rating,
+            wins,
+        }
+    }
+
+    fn ids(entries: &[&LeaderboardEntry]) -> Vec<String> {
+        entries
+            .iter()
+            .map(|e| e.player.as_str().to_owned())
+            .collect()
+    }
+
+    fn sample() -> Vec<LeaderboardEntry> {
+        vec![
+            entry("zed", 900, 1400.0, 10),
+            entry("amy", 1200, 1500.0, 5),
+            entry("bob", 1200, 1600.0, 5),
+            entry("cat", 1200, 1600.0, 9),
+            entry("dan", 1200, 1600.0, 9),
+            entry("eve", 300, 1700.0, 99),
+        ]
+    }
+
+    #[test]
+    fn order_is_points_then_conservative_rating_then_wins_then_id() {
+        let mut all = sample();
+        sort(&mut all);
+        let order: Vec<&str> = all.iter().map(|e| e.player.as_str()).collect();
+        assert_eq!(order, ["cat", "dan", "bob", "amy", "zed", "eve"]);
+    }
+
+    #[test]
+    fn pages_cut_at_the_end_and_at_the_maximum_size() {
+        let mut all = sample();
+        sort(&mut all);
+        assert_eq!(page(&all, 0, 2).len(), 2);
+        assert_eq!(page(&all, 4, 10).len(), 2);
+        assert!(page(&all, 6, 10).is_empty());
+        assert!(page(&all, usize::MAX, usize::MAX).is_empty());
+        let big: Vec<u32> = (0..5000).collect();
+        assert_eq!(page(&big, 10, 4000).len(), MAX_PAGE_SIZE);
+        assert_eq!(page(&big, 10, 4000)[0], 10);
+    }
+
+    #[test]
+    fn the_index_keeps_order_ranks_and_pages_under_updates() {
+        let mut index = RankIndex::new();
+        for e in sample() {
+            assert!(index.upsert(e).is_none());
+        }
+        assert_eq!(index.len(), 6);
+        assert_eq!(ids(&index.page(0, 3)), ["cat", "dan", "bob"]);
+        assert_eq!(ids(&index.page(3, 10)), ["amy", "zed", "eve"]);
+        assert_eq!(index.rank_of(&PlayerId::new("cat")), Some(1));
+        assert_eq!(index.rank_of(&PlayerId::new("eve")), Some(6));
+        assert_eq!(index.rank_of(&PlayerId::new("nobody")), None);
+        assert_eq!(index.rank_within(&PlayerId::new("bob"), 3), Some(3));
+        assert_eq!(index.rank_within(&PlayerId::new("amy"), 3), None);
+        assert_eq!(index.rank_within(&PlayerId::new("cat"), 0), None);
+
+        // Eve wins big: replaced, not duplicated.
+        let old = index.upsert(entry("eve", 1500, 1700.0, 100)).unwrap();
+        assert_eq!(old.rank_points, 300);
+        assert_eq!(index.len(), 6);
+        assert_eq!(index.rank_of(&PlayerId::new("eve")), Some(1));
+        assert_eq!(index.rank_of(&PlayerId::new("cat")), Some(2));
+
+        assert_eq!(index.remove(&PlayerId::new("cat")).unwrap().wins, 9);
+        assert!(index.remove(&PlayerId::new("cat")).is_none());
+        assert_eq!(ids(&index.page(0, 10)), ["eve", "dan", "bob", "amy", "zed"]);
+        assert_eq!(index.get(&PlayerId::new("dan")).unwrap().rank_points, 1200);
+        assert!(!index.is_empty());
+    }
+
+    fn entries() -> impl Strategy<Value = Vec<LeaderboardEntry>> {
+        proptest::collection::vec((0u32..60, 0u32..50, 0u32..4, 0u32..6), 0..120).prop_map(|raw| {
+            let mut seen = std::collections::BTreeMap::new();
+            for (id, rp, rating, wins) in raw {
+                seen.insert(
+                    id,
+                    entry(
+                        &format!("p{id}"),
+                        rp,
+                        1400.0 + f64::from(rating) * 10.0,
+                        wins,
+                    ),
+                );
+            }
+            seen.into_values().collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn page_concatenation_equals_the_full_order(all in entries(), size in 1usize..20) {
+            let mut sorted = all.clone();
+            sort(&mut sorted);
+            let mut index = RankIndex::new();
+            for e in all {
+                index.upsert(e);
+            }
+            let mut from_slices = Vec::new();
+            let mut from_index = Vec::new();
+            let mut offset = 0;
+            while offset < sorted.len() {
+                from_slices.extend(page(&sorted, offset, size).iter().cloned());
+                from_index.extend(index.page(offset, size).into_iter().cloned());
+                offset += size;
+            }
+            prop_assert_eq!(&from_slices, &sorted);
+            prop_assert_eq!(&from_index, &sorted);
+            for (i, e) in sorted.iter().enumerate() {
+                prop_assert_eq!(index.rank_of(&e.player), Some(i + 1));
+                prop_assert_eq!(index.rank_within(&e.player, size), (i < size).then_some(i + 1));
+            }
+            for pair in sorted.windows(2) {
+                prop_assert!(pair[0].rank_points >= pair[1].rank_points);
+            }
+        }
+    }
+}
