@@ -158,7 +158,7 @@ async fn run_with_store(
         ))
         .add_service(proto::game_server_service_server::GameServerServiceServer::new(game_server))
         .add_service(proto::admin_service_server::AdminServiceServer::new(admin))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), {
+        .serve_with_incoming_shutdown(incoming_nodelay(listener), {
             let shutdown = shutdown.clone();
             let state = state.clone();
             async move {
@@ -195,6 +195,21 @@ async fn run_with_store(
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");
     served.map_err(ServerError::from)
+}
+
+/// Accepted connections with Nagle off. tonic sets TCP_NODELAY only on listeners it binds
+/// itself; without it every small unary reply waits ~40 ms for the peer's delayed ACK.
+fn incoming_nodelay(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        if let Err(e) = conn.set_nodelay(true) {
+            warn!(error = %e, "could not set TCP_NODELAY");
+        }
+        Ok(conn)
+    })
 }
 
 /// Installs the global Prometheus recorder and its HTTP endpoint. A second server in the same
