@@ -223,7 +223,7 @@ async fn a_player_already_queued_is_refused_alone_or_in_a_party() {
 async fn bad_input_is_invalid_argument_naming_the_field() {
     let server = TestServer::start("").await;
     let mut client = server.client().await;
-    let cases: Vec<(proto::EnterQueueRequest, &str)> = vec![
+    let mut cases: Vec<(proto::EnterQueueRequest, &str)> = vec![
         (
             proto::EnterQueueRequest {
                 queue: "chess".into(),
@@ -281,6 +281,15 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
             "roles",
         ),
     ];
+    cases.push((
+        proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["a".into()],
+            roles: vec!["healer".into()],
+            ..Default::default()
+        },
+        "roles[0]",
+    ));
     for (request, field) in cases {
         let err = client.enter_queue(request.clone()).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{request:?}");
@@ -515,4 +524,37 @@ async fn a_foreign_data_dir_stops_the_server_with_a_clear_error() {
     let mut server = TestServer::start_in(dir.path(), "").await;
     let err = server.stop().await.unwrap_err().to_string();
     assert!(err.contains("not a matchmaker store"), "{err}");
+}
+
+#[tokio::test]
+async fn roles_must_be_the_queues_roles() {
+    let server = TestServer::start(
+        "[queues.5v5.matching]\nroles = [{ name = \"healer\", min_per_team = 1 }]\n",
+    )
+    .await;
+    let mut client = server.client().await;
+    let ok = client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "5v5".into(),
+            player_ids: vec!["medic".into()],
+            roles: vec!["healer".into()],
+            ..Default::default()
+        })
+        .await;
+    assert!(ok.is_ok(), "{ok:?}");
+    let err = client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "5v5".into(),
+            player_ids: vec!["tanky".into()],
+            roles: vec!["healer".into(), "tank".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("roles[1]") && err.message().contains("healer"),
+        "{}",
+        err.message()
+    );
 }

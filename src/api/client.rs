@@ -65,6 +65,21 @@ impl ClientService for Client {
         }
         region_latency_ms.sort();
         let roles = roles_per_player(&req.roles, players.len())?;
+        let known_roles = &q.matching.roles;
+        for (i, role) in req.roles.iter().enumerate() {
+            if !known_roles.iter().any(|r| &r.name == role) {
+                let names: Vec<&str> = known_roles.iter().map(|r| r.name.as_str()).collect();
+                return Err(Rejection::invalid(
+                    format!("roles[{i}]"),
+                    if names.is_empty() {
+                        format!("queue {:?} has no roles", req.queue)
+                    } else {
+                        format!("unknown role {role:?} (queue roles: {})", names.join(", "))
+                    },
+                )
+                .into());
+            }
+        }
 
         // Room in the loop's queue first, so a full queue rejects before any state changes.
         let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
