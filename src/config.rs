@@ -66,6 +66,7 @@ pub struct ServerConfig {
     pub command_buffer: usize,
     pub stream_buffer: usize,
     pub allocation_timeout_seconds: f64,
+    pub match_timeout_seconds: f64,
 }
 
 /// sled settings.
@@ -264,6 +265,17 @@ impl Config {
                 format!(
                     "must be finite and > 0 (got {})",
                     s.allocation_timeout_seconds
+                ),
+            ));
+        }
+        if !(s.match_timeout_seconds.is_finite()
+            && s.match_timeout_seconds > s.allocation_timeout_seconds)
+        {
+            return Err(ConfigError::invalid(
+                "server.match_timeout_seconds",
+                format!(
+                    "must be finite and greater than server.allocation_timeout_seconds ({}) (got {})",
+                    s.allocation_timeout_seconds, s.match_timeout_seconds
                 ),
             ));
         }

@@ -23,6 +23,8 @@ use crate::telemetry as m;
 
 /// How long a finished ticket stays readable (WatchTicket/CancelTicket after the fact).
 const FINISHED_TICKET_RETENTION: f64 = 600.0;
+/// How often live matches are checked against the match timeout.
+const STALE_SWEEP_SECONDS: f64 = 10.0;
 /// Minimum spacing of SEARCHING updates to one watcher.
 const SEARCHING_UPDATE_SECONDS: f64 = 1.0;
 
@@ -214,6 +216,7 @@ struct Loop {
     waiting: HashMap<TicketId, Waiting>,
     unallocated: VecDeque<Unallocated>,
     finished: VecDeque<(f64, TicketId)>,
+    last_stale_sweep: f64,
 }
 
 /// Creates the loop's channel; the returned future runs until `shutdown` is cancelled.
@@ -259,6 +262,7 @@ pub fn spawn(
             })
             .collect(),
         finished: VecDeque::new(),
+        last_stale_sweep: f64::NEG_INFINITY,
     };
     let task = tokio::spawn(async move { lp.run(rx, tick, shutdown).await });
     (Handle { tx }, task)
@@ -443,6 +447,19 @@ impl Loop {
             metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
         }
         self.allocate(now);
+        if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
+            self.last_stale_sweep = now;
+            let timeout = self.state.config().server.match_timeout_seconds;
+            let n = self
+                .state
+                .cancel_stale_matches(crate::state::unix_now(), timeout);
+            if n > 0 {
+                tracing::warn!(
+                    matches = n,
+                    "cancelled matches with no result after the match timeout"
+                );
+            }
+        }
         self.publish_searching(now);
         self.forget_finished(now);
         let mut players_waiting = vec![0u64; self.queues.len()];

@@ -469,3 +469,36 @@ async fn a_party_gets_its_own_rating_updated_by_its_results_and_persisted() {
         "a winning party rises: {record:?}"
     );
 }
+
+#[tokio::test]
+async fn a_match_without_a_result_past_the_match_timeout_frees_its_players() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[server]\nallocation_timeout_seconds = 0.01\nmatch_timeout_seconds = 0.02\n";
+    let a = {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut client = server.client().await;
+        let a = form_match(&mut client, "1v1", &[&["stuck1"], &["stuck2"]]).await;
+        server.stop().await.unwrap();
+        a
+    };
+    // After the restart the restored match is long past the (tiny) timeout; the first sweep
+    // (at the loop's start) voids it.
+    let server = TestServer::start_in(dir.path(), config).await;
+    let deadline = tokio::time::Instant::now() + common::EVENT_TIMEOUT;
+    while rating_of(&server, "stuck1", "1v1").await.status != "idle" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stale match was never cancelled"
+        );
+        tokio::task::yield_now().await;
+    }
+    let err = server
+        .game_server()
+        .await
+        .report_match_result(report(&a.match_id, vec![1, 2]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let v = rating_of(&server, "stuck2", "1v1").await;
+    assert_eq!((v.status.as_str(), v.games), ("idle", 0));
+}

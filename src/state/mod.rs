@@ -688,6 +688,22 @@ impl State {
         }
     }
 
+    /// Cancels every live match formed more than `timeout` seconds ago that has no result.
+    /// Returns how many.
+    pub fn cancel_stale_matches(&self, now_unix: f64, timeout: f64) -> usize {
+        let stale: Vec<Arc<MatchSlot>> = self
+            .inner
+            .matches
+            .iter()
+            .filter(|e| now_unix - e.value().formed_unix > timeout)
+            .map(|e| e.value().clone())
+            .collect();
+        stale
+            .iter()
+            .filter(|m| self.cancel_match(m, "match timeout: no result").is_ok())
+            .count()
+    }
+
     /// Cancels a live match (a game server's `CancelMatch`): no result, players free again.
     pub fn cancel_match(&self, m: &MatchSlot, reason: &str) -> Result<(), Rejection> {
         let assignment = {
