@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{TestServer, form_match, placements_with_winner};
+use common::{TestServer, form_match, placements_with_winner, player as view};
 use matchmaker::config::Config;
 use matchmaker::ids::PlayerId;
 use matchmaker::proto;
@@ -14,19 +14,6 @@ use matchmaker::rating::Skill;
 use matchmaker::state::PoolRecord;
 use matchmaker::store::Store;
 use tonic::Code;
-
-async fn view(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
-    server
-        .client()
-        .await
-        .get_player(proto::GetPlayerRequest {
-            player_id: player.into(),
-            queue: queue.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
 
 async fn play(
     server: &TestServer,

@@ -5,24 +5,11 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{TestServer, form_match, placements_with_winner};
+use common::{TestServer, form_match, placements_with_winner, player as rating_of};
 use matchmaker::config::Config;
 use matchmaker::proto;
 use matchmaker::rating::{MatchInput, PlayerInput, Skill};
 use tonic::Code;
-
-async fn rating_of(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
-    server
-        .client()
-        .await
-        .get_player(proto::GetPlayerRequest {
-            player_id: player.into(),
-            queue: queue.into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
 
 fn skill(r: &proto::Rating) -> Skill {
     Skill {

@@ -189,3 +189,17 @@ pub fn placements_with_winner(assignment: &proto::MatchAssignment, winner: &str)
         })
         .collect()
 }
+
+/// A player's view in one queue.
+pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
+    server
+        .client()
+        .await
+        .get_player(proto::GetPlayerRequest {
+            player_id: player.into(),
+            queue: queue.into(),
+        })
+        .await
+        .expect("get_player")
+        .into_inner()
+}
