@@ -12,6 +12,7 @@ pub mod matchmaker;
 pub mod proto;
 pub mod rating;
 pub mod server;
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod telemetry;

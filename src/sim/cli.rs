@@ -1,0 +1,277 @@
+//! The command-line faces of the workbench: `matchmaker replay` and `matchmaker simulate`.
+//!
+//! `main.rs` owns the command enum and calls [`replay_main`] / [`simulate_main`] with the parsed
+//! [`ReplayArgs`] / [`SimulateArgs`]. This module reads files, times runs with the wall clock,
+//! prints reports (one JSON object per system or run under `--json`, a table otherwise), drives
+//! the progress bar on stderr (hidden under `--json`) and writes plots. The work itself is in the
+//! pure [`super::replay`] and [`super::simulate`].
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use super::history::{History, parse_date};
+use super::measures::CalibrationBin;
+use super::plot::{self, Format};
+use super::replay::{self, TuneResult};
+//SIMTMP use super::simulate::{self, SimParams};
+//SIMTMP use crate::config::{Config, Overrides};
+use crate::rating::SystemConfig;
+
+/// System names `--system` accepts (SPEC §9), in the order `--system all` runs them.
+pub const SYSTEM_NAMES: [&str; 6] = [
+    "glicko2",
+    "glicko",
+    "weng-lin-bt",
+    "weng-lin-pl",
+    "weng-lin-tm",
+    "elo",
+];
+
+/// `matchmaker replay FILE --system NAME [--system NAME ...] [--score-from DATE] [--tune]
+/// [--json] [--plot DIR]`: how well each rating system would have predicted a real history.
+#[derive(Args, Clone, Debug)]
+pub struct ReplayArgs {
+    /// A match history, one JSON object per line (see shared/data/README.md).
+    pub file: PathBuf,
+    /// Rating system with its default parameters: glicko2, glicko, weng-lin-bt, weng-lin-pl,
+    /// weng-lin-tm, elo, or `all`. Repeat to compare several side by side.
+    #[arg(long = "system", required = true)]
+    pub systems: Vec<String>,
+    /// Score only matches on or after this date (YYYY-MM-DD); earlier ones warm the ratings up.
+    #[arg(long)]
+    pub score_from: Option<String>,
+    /// Search each system's parameters on the matches before --score-from only, then score
+    /// the tuned system; the chosen values are printed.
+    #[arg(long)]
+    pub tune: bool,
+    /// Print one JSON object per system on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Write plots (calibration curve) into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also write PNG files next to the SVGs.
+    #[arg(long)]
+    pub png: bool,
+}
+
+/// One system's replay report: what `--json` prints per system.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    /// System name.
+    pub system: String,
+    /// Matches scored.
+    pub n: u64,
+    /// Mean log loss.
+    pub log_loss: f64,
+    /// Mean Brier score.
+    pub brier: f64,
+    /// How often the favourite won.
+    pub accuracy: f64,
+    /// Expected calibration error (10 bins).
+    pub ece: f64,
+    /// Wall-clock seconds of the scored replay (predict + update of every match; parsing is
+    /// `parse_seconds`, shared by all systems).
+    pub seconds: f64,
+    /// Wall-clock seconds to read and parse the file.
+    pub parse_seconds: f64,
+    /// Matches the system refused.
+    pub skipped: u64,
+    /// Matches in the file.
+    pub matches: usize,
+    /// Distinct players in the file.
+    pub players: usize,
+    /// The scoring start, as given.
+    pub score_from: Option<String>,
+    /// What `--tune` chose (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tuned: Option<TuneResult>,
+    /// Wall-clock seconds spent tuning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tune_seconds: Option<f64>,
+    /// Predicted vs actual per bucket of the favourite's probability.
+    pub calibration: Vec<CalibrationBin>,
+}
+
+/// A system by name with its SPEC defaults.
+pub fn system_by_name(name: &str) -> anyhow::Result<SystemConfig> {
+    if !SYSTEM_NAMES.contains(&name) {
+        bail!(
+            "--system: unknown system {name:?} (known: {}, all)",
+            SYSTEM_NAMES.join(", ")
+        );
+    }
+    serde_json::from_value(serde_json::json!({ "system": name }))
+        .with_context(|| format!("--system {name}"))
+}
+
+fn progress(len: u64, hidden: bool, what: &str) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{msg:>12} [{bar:30}] {pos}/{len} {elapsed}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// Runs `matchmaker replay`.
+pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
+    let mut names: Vec<String> = Vec::new();
+    for s in &args.systems {
+        if s == "all" {
+            names.extend(SYSTEM_NAMES.iter().map(|s| s.to_string()));
+        } else {
+            names.push(s.clone());
+        }
+    }
+    let systems: Vec<SystemConfig> = names
+        .iter()
+        .map(|n| system_by_name(n))
+        .collect::<anyhow::Result<_>>()?;
+    let score_from_day = args
+        .score_from
+        .as_deref()
+        .map(parse_date)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--score-from: {e}"))?;
+
+    let t = Instant::now();
+    let history = History::read_file(&args.file)?;
+    let parse_seconds = t.elapsed().as_secs_f64();
+    let score_from = score_from_day.map_or(0, |d| history.first_on_or_after(d));
+    if args.tune && score_from < 2 {
+        bail!(
+            "--tune needs --score-from with matches before it (tuning never sees scored matches)"
+        );
+    }
+
+    let mut reports = Vec::new();
+    let mut curves = Vec::new();
+    for system in systems {
+        let (system, tuned, tune_seconds) = if args.tune {
+            let bar = progress(
+                replay::tune_budget(&system) as u64,
+                args.json,
+                system.name(),
+            );
+            let t = Instant::now();
+            let result = replay::tune(&history, &system, score_from, &|| bar.inc(1));
+            bar.finish_and_clear();
+            (
+                result.system.clone(),
+                Some(result),
+                Some(t.elapsed().as_secs_f64()),
+            )
+        } else {
+            (system, None, None)
+        };
+        let t = Instant::now();
+        let out = replay::replay(&history, &system, score_from, false);
+        let seconds = t.elapsed().as_secs_f64();
+        let s = out.measures.summary();
+        if let Some((i, e)) = &out.first_error {
+            eprintln!(
+                "warning: {}: {} matches refused; first at line {}: {e}",
+                system.name(),
+                out.skipped,
+                i + 1
+            );
+        }
+        let calibration = out.measures.calibration();
+        curves.push((system.name().to_string(), calibration.clone()));
+        let report = ReplayReport {
+            system: system.name().to_string(),
+            n: s.n,
+            log_loss: s.log_loss,
+            brier: s.brier,
+            accuracy: s.accuracy,
+            ece: s.ece,
+            seconds,
+            parse_seconds,
+            skipped: out.skipped,
+            matches: history.matches.len(),
+            players: history.player_count(),
+            score_from: args.score_from.clone(),
+            tuned,
+            tune_seconds,
+            calibration,
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        reports.push(report);
+    }
+    if !args.json {
+        print_replay_table(&args, &history, &reports)?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("--plot {}", dir.display()))?;
+        let title = format!(
+            "Calibration: {}",
+            args.file
+                .file_name()
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+        );
+        let path = dir.join("calibration.svg");
+        plot::calibration(&path, &title, &curves, Format::Svg)?;
+        if args.png {
+            plot::calibration(&path.with_extension("png"), &title, &curves, Format::Png)?;
+        }
+        if !args.json {
+            println!("plots written to {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_replay_table(
+    args: &ReplayArgs,
+    history: &History,
+    reports: &[ReplayReport],
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}: {} matches, {} players; scored from {}",
+        args.file.display(),
+        history.matches.len(),
+        history.player_count(),
+        args.score_from.as_deref().unwrap_or("the start")
+    )?;
+    writeln!(
+        out,
+        "{:<12} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8}",
+        "system", "n", "logloss", "brier", "accuracy", "ece", "seconds"
+    )?;
+    for r in reports {
+        writeln!(
+            out,
+            "{:<12} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>8.3}",
+            r.system, r.n, r.log_loss, r.brier, r.accuracy, r.ece, r.seconds
+        )?;
+    }
+    for r in reports {
+        if let Some(t) = &r.tuned {
+            let chosen: Vec<String> = t.chosen.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            writeln!(
+                out,
+                "tuned {}: {} (tuning log loss {:.4} -> {:.4}, {} replays)",
+                r.system,
+                chosen.join(" "),
+                t.log_loss_start,
+                t.log_loss_tuned,
+                t.evaluations
+            )?;
+        }
+    }
+    Ok(())
+}
