@@ -2,7 +2,7 @@
 //! `cargo run --release --example sim_cli -- replay FILE --system all --score-from 2010-01-01`.
 
 use clap::{Parser, Subcommand};
-use matchmaker::sim::cli::{ReplayArgs, replay_main};
+use matchmaker::sim::cli::{ReplayArgs, SimulateArgs, replay_main, simulate_main};
 
 #[derive(Parser)]
 #[command(name = "sim_cli")]
@@ -15,11 +15,14 @@ struct Cli {
 enum Command {
     /// See `matchmaker replay`.
     Replay(ReplayArgs),
+    /// See `matchmaker simulate`.
+    Simulate(SimulateArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().command {
         Command::Replay(a) => replay_main(a),
+        Command::Simulate(a) => simulate_main(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

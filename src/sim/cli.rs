@@ -19,8 +19,8 @@ use super::history::{History, parse_date};
 use super::measures::CalibrationBin;
 use super::plot::{self, Format};
 use super::replay::{self, TuneResult};
-//SIMTMP use super::simulate::{self, SimParams};
-//SIMTMP use crate::config::{Config, Overrides};
+use super::simulate::{self, SimParams};
+use crate::config::{Config, Overrides};
 use crate::rating::SystemConfig;
 
 /// System names `--system` accepts (SPEC §9), in the order `--system all` runs them.
@@ -272,6 +272,197 @@ fn print_replay_table(
                 t.evaluations
             )?;
         }
+    }
+    Ok(())
+}
+
+/// `matchmaker simulate [--config FILE] [--players N] [--queue Q] [--days D] [--seed S] [--json]
+/// [--plot DIR]`: a simulated population through the real matcher and rating system.
+#[derive(Args, Clone, Debug)]
+pub struct SimulateArgs {
+    /// A matchmaker TOML file merged over the defaults (queues, their systems and matching).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Queue to simulate (its shape, rating system and optimizer config).
+    #[arg(long, default_value = "1v1")]
+    pub queue: String,
+    /// Players at the start.
+    #[arg(long)]
+    pub players: Option<usize>,
+    /// Simulated days.
+    #[arg(long)]
+    pub days: Option<f64>,
+    /// RNG seed; the same seed gives the same report.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Rating system instead of the queue's (glicko2, glicko, weng-lin-bt, weng-lin-pl,
+    /// weng-lin-tm, elo), with its defaults.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Population parameters as TOML (keys of `SimParams`: skill_sd, performance_sd,
+    /// drift_sd_per_day, arrivals_per_day, retire_per_day, party_fraction, ...); flags win.
+    #[arg(long)]
+    pub population: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write plots into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Also write PNG files next to the SVGs.
+    #[arg(long)]
+    pub png: bool,
+}
+
+/// Runs `matchmaker simulate`.
+pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref(), &Overrides::default())?;
+    let Some(q) = config.queues.get(&args.queue) else {
+        let known: Vec<&str> = config.queues.keys().map(String::as_str).collect();
+        bail!(
+            "--queue: unknown queue {:?} (configured: {})",
+            args.queue,
+            known.join(", ")
+        );
+    };
+    let mut params: SimParams = match &args.population {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--population {}", path.display()))?;
+            toml::from_str(&text).with_context(|| format!("--population {}", path.display()))?
+        }
+        None => SimParams::default(),
+    };
+    if let Some(n) = args.players {
+        params.players = n;
+    }
+    if let Some(d) = args.days {
+        params.days = d;
+    }
+    if let Some(s) = args.seed {
+        params.seed = s;
+    }
+    let system = match &args.system {
+        Some(name) => system_by_name(name)?,
+        None => q.rating.clone(),
+    };
+    let queue = simulate::SimQueue {
+        name: args.queue.clone(),
+        shape: q.shape(),
+        max_party_size: q.max_party_size,
+        system,
+        matching: q.matching.clone(),
+    };
+    let bar = progress(params.days.ceil() as u64, args.json, "days");
+    let t = Instant::now();
+    let mut report = simulate::simulate(&params, &queue, &|_| bar.inc(1))
+        .map_err(|e| anyhow::anyhow!("simulate: {e}"))?;
+    bar.finish_and_clear();
+    report.seconds = t.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_sim_report(&params, &report)?;
+    }
+    if let Some(dir) = &args.plot {
+        write_sim_plots(dir, &report, args.png)?;
+        if !args.json {
+            println!("plots written to {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "simulate queue {} with {} (seed {}): {} players at start, {} in all, {} retired, {} days",
+        r.queue, r.system, r.seed, params.players, r.players_total, r.players_retired, params.days
+    )?;
+    writeln!(
+        out,
+        "matches {}  expired tickets {}  wait p50 {:.0}s p95 {:.0}s  quality p50 {:.3} mean {:.3}",
+        r.matches, r.expired_tickets, r.wait_p50_s, r.wait_p95_s, r.quality_p50, r.quality_mean
+    )?;
+    writeln!(
+        out,
+        "prediction: n {}  log loss {:.4} (oracle {:.4})  brier {:.4}  accuracy {:.4}  ece {:.4} (oracle {:.4})",
+        r.n, r.log_loss, r.log_loss_truth, r.brier, r.accuracy, r.ece, r.ece_truth
+    )?;
+    writeln!(
+        out,
+        "convergence: median {} games to within {} of the truth; {:.1}% of players with 10+ games converged",
+        r.games_to_converge,
+        params.convergence_band,
+        100.0 * r.converged_fraction
+    )?;
+    writeln!(
+        out,
+        "seed 004: RandomBeatSkill {:.1}%  GoodSkillMatch {:.1}%  GoodRatedMatch {:.1}%  RatingsPredictedSkillWell {:.1}% ({} n/a)",
+        100.0 * r.random_beat_skill,
+        100.0 * r.good_skill_match,
+        100.0 * r.good_rated_match,
+        100.0 * r.ratings_predicted_skill_well,
+        r.ratings_predicted_skill_well_na
+    )?;
+    writeln!(out, "calibration (favourite's predicted vs actual):")?;
+    for b in &r.calibration {
+        writeln!(
+            out,
+            "  [{:.2}, {:.2})  n {:>6}  predicted {:.3}  actual {:.3}",
+            b.low, b.high, b.n, b.predicted, b.actual
+        )?;
+    }
+    writeln!(out, "seconds {:.2}", r.seconds)?;
+    Ok(())
+}
+
+fn write_sim_plots(
+    dir: &std::path::Path,
+    r: &simulate::SimReport,
+    png: bool,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--plot {}", dir.display()))?;
+    let formats: &[(Format, &str)] = if png {
+        &[(Format::Svg, "svg"), (Format::Png, "png")]
+    } else {
+        &[(Format::Svg, "svg")]
+    };
+    let label = format!("{} / {}", r.queue, r.system);
+    let deciles: Vec<(String, Vec<(f64, f64)>)> = r
+        .display_by_decile
+        .iter()
+        .enumerate()
+        .map(|(d, s)| (format!("skill decile {}", d + 1), s.clone()))
+        .collect();
+    for &(format, ext) in formats {
+        plot::calibration(
+            &dir.join(format!("calibration.{ext}")),
+            &format!("Calibration: {label}"),
+            &[(r.system.clone(), r.calibration.clone())],
+            format,
+        )?;
+        plot::rating_histogram(
+            &dir.join(format!("rating_histogram.{ext}")),
+            &format!("Ratings vs true skill: {label}"),
+            &r.final_ratings,
+            &r.final_truths,
+            format,
+        )?;
+        plot::lines_over_time(
+            &dir.join(format!("rank_over_time.{ext}")),
+            &format!("Display rating over time per true-skill decile: {label}"),
+            "mean display rating",
+            &deciles,
+            format,
+        )?;
+        plot::wait_vs_quality(
+            &dir.join(format!("wait_vs_quality.{ext}")),
+            &format!("Wait vs match quality: {label}"),
+            &r.wait_quality,
+            format,
+        )?;
     }
     Ok(())
 }

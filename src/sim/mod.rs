@@ -16,4 +16,4 @@ pub mod history;
 pub mod measures;
 pub mod plot;
 pub mod replay;
-// pub mod simulate;
+pub mod simulate;
