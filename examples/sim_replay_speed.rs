@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use matchmaker::rating::{SystemConfig, glicko2};
@@ -27,7 +27,7 @@ struct Line<'a> {
     placements: Vec<u32>,
 }
 
-fn baseline(path: &PathBuf) -> (f64, usize) {
+fn baseline(path: &Path) -> (f64, usize) {
     let text = std::fs::read_to_string(path).expect("read");
     let config = Glicko2Config::new();
     let mut ratings: HashMap<&str, Glicko2Rating> = HashMap::new();
@@ -63,7 +63,7 @@ fn baseline(path: &PathBuf) -> (f64, usize) {
     (loss / n as f64, n)
 }
 
-fn ours(path: &PathBuf) -> (f64, usize) {
+fn ours(path: &Path) -> (f64, usize) {
     let h = History::read_file(path).expect("read");
     let out = replay(
         &h,

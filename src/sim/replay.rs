@@ -258,8 +258,16 @@ macro_rules! param {
 macro_rules! weng_lin_params {
     ($variant:ident) => {
         vec![
-            param!($variant, beta, &[2.0, 3.0, 25.0 / 6.0, 5.0, 6.0, 8.0]),
-            param!($variant, sigma, &[3.0, 4.0, 5.0, 6.5, 25.0 / 3.0, 10.0]),
+            param!(
+                $variant,
+                beta,
+                &[2.0, 3.0, 25.0 / 6.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0]
+            ),
+            param!(
+                $variant,
+                sigma,
+                &[2.0, 3.0, 4.0, 5.0, 6.5, 25.0 / 3.0, 10.0]
+            ),
             param!(
                 $variant,
                 tau,
@@ -281,27 +289,39 @@ macro_rules! weng_lin_params {
 pub fn tunable(system: &SystemConfig) -> Vec<Param> {
     match system {
         SystemConfig::Glicko2(_) => vec![
-            param!(Glicko2, tau, &[0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2]),
-            param!(Glicko2, initial_deviation, &[1.0, 1.25, 1.5, 1.75, 2.015]),
+            param!(
+                Glicko2,
+                tau,
+                &[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5]
+            ),
+            param!(
+                Glicko2,
+                initial_deviation,
+                &[0.5, 0.7, 0.85, 1.0, 1.25, 1.5, 1.75, 2.015]
+            ),
             param!(
                 Glicko2,
                 rating_period_days,
                 &[3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 240.0, 365.0]
             ),
-            param!(Glicko2, min_deviation, &[0.1, 0.175, 0.25, 0.35, 0.5]),
+            param!(Glicko2, min_deviation, &[0.05, 0.1, 0.175, 0.25, 0.35, 0.5]),
         ],
         SystemConfig::Glicko(_) => vec![
             param!(
                 Glicko,
                 initial_deviation,
-                &[150.0, 200.0, 250.0, 300.0, 350.0]
+                &[80.0, 100.0, 125.0, 150.0, 200.0, 250.0, 300.0, 350.0]
             ),
             param!(
                 Glicko,
                 periods_to_unrated,
-                &[5.0, 10.0, 26.0, 52.0, 100.0, 200.0, 400.0]
+                &[5.0, 10.0, 26.0, 52.0, 100.0, 200.0, 400.0, 800.0, 1600.0]
             ),
-            param!(Glicko, min_deviation, &[20.0, 30.0, 45.0, 60.0, 80.0]),
+            param!(
+                Glicko,
+                min_deviation,
+                &[10.0, 20.0, 30.0, 45.0, 60.0, 80.0, 100.0]
+            ),
         ],
         SystemConfig::WengLinBt(_) => weng_lin_params!(WengLinBt),
         SystemConfig::WengLinPl(_) => weng_lin_params!(WengLinPl),
