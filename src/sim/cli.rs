@@ -13,10 +13,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::history::{History, parse_date};
-use super::measures::CalibrationBin;
+use super::measures::{self, CalibrationBin};
 use super::plot::{self, Format};
 use super::replay::{self, TuneResult};
 use super::simulate::{self, SimParams};
@@ -76,6 +78,9 @@ pub struct ReplayReport {
     pub accuracy: f64,
     /// Expected calibration error (10 bins).
     pub ece: f64,
+    /// The ECE a perfectly calibrated system would show on the same predictions (sampling
+    /// noise, 100 redraws): compare `ece` with it.
+    pub ece_noise: f64,
     /// Wall-clock seconds of the scored replay (predict + update of every match; parsing is
     /// `parse_seconds`, shared by all systems).
     pub seconds: f64,
@@ -175,8 +180,11 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
             (system, None, None)
         };
         let t = Instant::now();
-        let out = replay::replay(&history, &system, score_from, false);
+        let out = replay::replay(&history, &system, score_from, true);
         let seconds = t.elapsed().as_secs_f64();
+        let mut rng = StdRng::seed_from_u64(7);
+        let ece_noise =
+            measures::ece_noise_floor(&out.predictions, 100, &mut || rng.random::<f64>());
         let s = out.measures.summary();
         if let Some((i, e)) = &out.first_error {
             eprintln!(
@@ -195,6 +203,7 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
             brier: s.brier,
             accuracy: s.accuracy,
             ece: s.ece,
+            ece_noise,
             seconds,
             parse_seconds,
             skipped: out.skipped,
@@ -249,14 +258,14 @@ fn print_replay_table(
     )?;
     writeln!(
         out,
-        "{:<12} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8}",
-        "system", "n", "logloss", "brier", "accuracy", "ece", "seconds"
+        "{:<12} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8}",
+        "system", "n", "logloss", "brier", "accuracy", "ece", "ece-noise", "seconds"
     )?;
     for r in reports {
         writeln!(
             out,
-            "{:<12} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>8.3}",
-            r.system, r.n, r.log_loss, r.brier, r.accuracy, r.ece, r.seconds
+            "{:<12} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>9.4} {:>8.3}",
+            r.system, r.n, r.log_loss, r.brier, r.accuracy, r.ece, r.ece_noise, r.seconds
         )?;
     }
     for r in reports {

@@ -19,7 +19,9 @@ use serde::Serialize;
 
 use super::history::{DAY, History};
 use super::measures::{Accumulator, Scored, score, score_two};
-use crate::rating::{MatchInput, Mode, PlayerInput, RatingError, Skill, SystemConfig, glicko2};
+use crate::rating::{
+    MatchInput, Mode, PlayerInput, RatingError, Skill, SystemConfig, TeamStrategy, glicko2,
+};
 
 /// What one replay produced.
 #[derive(Clone, Debug)]
@@ -255,13 +257,55 @@ macro_rules! param {
     };
 }
 
+/// The Glicko family's team strategy as a number (0 individual, 1 composite opponent,
+/// 2 composite team), so the coordinate search can treat it like any other parameter.
+macro_rules! strategy_param {
+    ($variant:ident) => {
+        Param {
+            name: "team_strategy",
+            grid: &[0.0, 1.0, 2.0],
+            get: |s| match s {
+                SystemConfig::$variant(c) => match c.team_strategy {
+                    TeamStrategy::Individual => 0.0,
+                    TeamStrategy::CompositeOpponent => 1.0,
+                    TeamStrategy::CompositeTeam => 2.0,
+                },
+                _ => f64::NAN,
+            },
+            set: |s, v| {
+                if let SystemConfig::$variant(c) = s {
+                    c.team_strategy = if v < 0.5 {
+                        TeamStrategy::Individual
+                    } else if v < 1.5 {
+                        TeamStrategy::CompositeOpponent
+                    } else {
+                        TeamStrategy::CompositeTeam
+                    };
+                }
+            },
+        }
+    };
+}
+
 macro_rules! weng_lin_params {
     ($variant:ident) => {
         vec![
             param!(
                 $variant,
                 beta,
-                &[2.0, 3.0, 25.0 / 6.0, 5.0, 6.0, 8.0, 10.0, 12.0, 15.0]
+                &[
+                    2.0,
+                    3.0,
+                    25.0 / 6.0,
+                    5.0,
+                    6.0,
+                    8.0,
+                    10.0,
+                    12.0,
+                    15.0,
+                    20.0,
+                    25.0
+                ]
             ),
             param!(
                 $variant,
@@ -305,6 +349,7 @@ pub fn tunable(system: &SystemConfig) -> Vec<Param> {
                 &[3.0, 7.0, 14.0, 30.0, 60.0, 120.0, 240.0, 365.0]
             ),
             param!(Glicko2, min_deviation, &[0.05, 0.1, 0.175, 0.25, 0.35, 0.5]),
+            strategy_param!(Glicko2),
         ],
         SystemConfig::Glicko(_) => vec![
             param!(
@@ -322,6 +367,7 @@ pub fn tunable(system: &SystemConfig) -> Vec<Param> {
                 min_deviation,
                 &[10.0, 20.0, 30.0, 45.0, 60.0, 80.0, 100.0]
             ),
+            strategy_param!(Glicko),
         ],
         SystemConfig::WengLinBt(_) => weng_lin_params!(WengLinBt),
         SystemConfig::WengLinPl(_) => weng_lin_params!(WengLinPl),
