@@ -18,7 +18,10 @@ exactly 1/2 in a two-team match counts y = 1/2. Log loss -[y ln p + (1-y) ln(1-p
 
 Usage: pip install -r scripts/peers-requirements.txt
        python3 scripts/peers_replay.py ../shared/data/atp_singles_2000_2014.jsonl \
-           --score-from 2010-01-01 [--json]
+           --score-from 2010-01-01 [--json] [--ours "target/release/matchmaker" [--tune]]
+
+With --ours, the same run also calls `OURS replay FILE --system all --score-from DATE --json`
+(plus --tune if given) and prints our systems and the peers in one table.
 """
 
 import argparse
@@ -204,20 +207,37 @@ def main():
     ap.add_argument("--score-from", default="0000-00-00")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", help="comma-separated subset: openskill-pl,openskill-bt,trueskill,elo-k32")
+    ap.add_argument("--ours", help="command that runs matchmaker (e.g. target/release/matchmaker)")
+    ap.add_argument("--tune", action="store_true", help="pass --tune to our replay")
     args = ap.parse_args()
+    rows_ours = []
+    if args.ours:
+        import shlex
+        import subprocess
+        cmd = shlex.split(args.ours) + ["replay", args.file, "--system", "all", "--json"]
+        if args.score_from != "0000-00-00":
+            cmd += ["--score-from", args.score_from]
+        if args.tune:
+            cmd.append("--tune")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            r = json.loads(line)
+            if args.tune:
+                r["system"] += " (tuned)"
+            rows_ours.append(r)
     matches = read(args.file)
     systems = [OpenSkill("PlackettLuce"), OpenSkill("BradleyTerryFull"), TrueSkill(), Elo(32.0)]
     if args.only:
         keep = set(args.only.split(","))
         systems = [s for s in systems if s.name in keep]
-    rows = [run(s, matches, args.score_from) for s in systems]
+    rows = rows_ours + [run(s, matches, args.score_from) for s in systems]
     if args.json:
         for r in rows:
             print(json.dumps(r))
     else:
-        print("%-14s %7s %8s %7s %8s %7s %8s" % ("system", "n", "logloss", "brier", "accuracy", "ece", "seconds"))
+        print("%-22s %7s %8s %7s %8s %7s %8s" % ("system", "n", "logloss", "brier", "accuracy", "ece", "seconds"))
         for r in rows:
-            print("%-14s %7d %8.4f %7.4f %8.4f %7.4f %8.3f" % (
+            print("%-22s %7d %8.4f %7.4f %8.4f %7.4f %8.3f" % (
                 r["system"], r["n"], r["log_loss"], r["brier"], r["accuracy"], r["ece"], r["seconds"]))
     return 0
 

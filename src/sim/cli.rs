@@ -195,7 +195,12 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
             );
         }
         let calibration = out.measures.calibration();
-        curves.push((system.name().to_string(), calibration.clone()));
+        let label = if args.tune {
+            format!("{} (tuned)", system.name())
+        } else {
+            system.name().to_string()
+        };
+        curves.push((label, calibration.clone()));
         let report = ReplayReport {
             system: system.name().to_string(),
             n: s.n,
@@ -225,10 +230,13 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir).with_context(|| format!("--plot {}", dir.display()))?;
         let title = format!(
-            "Calibration: {}",
+            "Calibration: {}{}",
             args.file
                 .file_name()
-                .map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+            args.score_from
+                .as_deref()
+                .map_or_else(String::new, |d| format!(", from {d}"))
         );
         let path = dir.join("calibration.svg");
         plot::calibration(&path, &title, &curves, Format::Svg)?;

@@ -336,7 +336,9 @@ pub fn tunable(system: &SystemConfig) -> Vec<Param> {
             param!(
                 Glicko2,
                 tau,
-                &[0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5]
+                &[
+                    0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.2, 1.5, 2.0, 3.0
+                ]
             ),
             param!(
                 Glicko2,

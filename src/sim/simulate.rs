@@ -17,7 +17,8 @@
 //!   Weng-Lin μ maps as 1500 + (μ − μ₀) · performance_sd / β (its β is its performance noise).
 //! - Units (a solo player or a fixed party) start sessions at random (Poisson, `sessions_per_day`),
 //!   play a geometric number of games (mean `games_per_session`), re-queueing after each match
-//!   (`match_seconds` long); an expired ticket ends the session.
+//!   (`match_seconds` long) after a short pause (`requeue_seconds`); an expired ticket ends the
+//!   session.
 //! - Each day new solo players arrive (Poisson, `arrivals_per_day`) and each unit retires with
 //!   probability `retire_per_day`.
 //!
@@ -84,6 +85,9 @@ pub struct SimParams {
     pub games_per_session: f64,
     /// Length of a match in seconds.
     pub match_seconds: f64,
+    /// Mean pause between a match's end and the next queue entry in a session (exponential), so
+    /// a finished match's players do not all re-enter at the same instant.
+    pub requeue_seconds: f64,
     /// Simulated seconds between optimizer ticks.
     pub tick_seconds: f64,
     /// A rating within this distance of the truth (true scale) counts as converged.
@@ -109,6 +113,7 @@ impl Default for SimParams {
             sessions_per_day: 2.0,
             games_per_session: 5.0,
             match_seconds: 900.0,
+            requeue_seconds: 60.0,
             tick_seconds: 2.0,
             convergence_band: 100.0,
             snapshot_days: 0.25,
@@ -164,6 +169,7 @@ impl SimParams {
             ));
         }
         pos("match_seconds", self.match_seconds)?;
+        pos("requeue_seconds", self.requeue_seconds)?;
         pos("tick_seconds", self.tick_seconds)?;
         pos("convergence_band", self.convergence_band)?;
         pos("snapshot_days", self.snapshot_days)?;
@@ -292,6 +298,7 @@ struct Unit {
 enum Event {
     SessionStart(usize),
     MatchEnd(usize),
+    Requeue(usize),
 }
 
 /// The rating system as the optimizer's win model.
@@ -595,6 +602,11 @@ impl Sim<'_> {
                     self.units[u].games_left = games;
                     self.enqueue(u, now);
                 }
+                Event::Requeue(u) => {
+                    if !self.units[u].retired && self.units[u].state == UnitState::Offline {
+                        self.enqueue(u, now);
+                    }
+                }
                 Event::MatchEnd(slot) => {
                     let Some(units) = self.playing[slot].take() else {
                         continue;
@@ -605,7 +617,10 @@ impl Sim<'_> {
                             continue;
                         }
                         if self.units[u].games_left > 0 {
-                            self.enqueue(u, now);
+                            let pause = Exp::new(1.0 / self.p.requeue_seconds)
+                                .map(|e| e.sample(&mut self.rng))
+                                .unwrap_or(0.0);
+                            self.push(now + pause, Event::Requeue(u));
                         } else {
                             self.schedule_session(u, now);
                         }
