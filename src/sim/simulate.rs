@@ -19,6 +19,8 @@
 //!   play a geometric number of games (mean `games_per_session`), re-queueing after each match
 //!   (`match_seconds` long) after a short pause (`requeue_seconds`); an expired ticket ends the
 //!   session.
+//! - A party (fixed members, team queues only) gets its own rating on its first queue and is
+//!   matched by it (`party_ratings`, SPEC §3.6); its members' ratings still update as usual.
 //! - Each day new solo players arrive (Poisson, `arrivals_per_day`) and each unit retires with
 //!   probability `retire_per_day`.
 //!
@@ -79,6 +81,9 @@ pub struct SimParams {
     pub retire_per_day: f64,
     /// Fraction of players in pre-made parties (team queues only).
     pub party_fraction: f64,
+    /// Give each party its own rating (SPEC §3.6, `rating::party_initial` / `party_rate`) and
+    /// let the optimizer match the party by it, as the server does.
+    pub party_ratings: bool,
     /// Sessions a unit starts per day (Poisson rate).
     pub sessions_per_day: f64,
     /// Mean games per session (geometric).
@@ -110,6 +115,7 @@ impl Default for SimParams {
             arrivals_per_day: 40.0,
             retire_per_day: 0.01,
             party_fraction: 0.2,
+            party_ratings: true,
             sessions_per_day: 2.0,
             games_per_session: 5.0,
             match_seconds: 900.0,
@@ -288,6 +294,10 @@ enum UnitState {
 
 struct Unit {
     members: Vec<usize>,
+    /// The party's own skill once it has queued (parties of 2+ with `party_ratings`).
+    party_skill: Option<Skill>,
+    /// Simulated time of the party's last match (for its deviation growth).
+    party_last: f64,
     state: UnitState,
     games_left: u32,
     retired: bool,
@@ -504,6 +514,8 @@ impl Sim<'_> {
     fn new_unit(&mut self, members: Vec<usize>, now: f64) {
         self.units.push(Unit {
             members,
+            party_skill: None,
+            party_last: f64::NEG_INFINITY,
             state: UnitState::Offline,
             games_left: 0,
             retired: false,
@@ -571,6 +583,8 @@ impl Sim<'_> {
             let offset = self.rng.random_range(0.0..DAY);
             self.units.push(Unit {
                 members: vec![p],
+                party_skill: None,
+                party_last: f64::NEG_INFINITY,
                 state: UnitState::Offline,
                 games_left: 0,
                 retired: false,
@@ -650,6 +664,29 @@ impl Sim<'_> {
     fn enqueue(&mut self, u: usize, now: f64) {
         self.units[u].ticket += 1;
         let members = self.units[u].members.clone();
+        let party_skill = if self.p.party_ratings && members.len() >= 2 {
+            let skill = match self.units[u].party_skill {
+                Some(ps) => {
+                    let elapsed = now - self.units[u].party_last;
+                    if elapsed.is_finite() && elapsed > 0.0 {
+                        self.q.system.decay(&ps, elapsed).unwrap_or(ps)
+                    } else {
+                        ps
+                    }
+                }
+                None => {
+                    let current: Vec<Skill> =
+                        members.iter().map(|&m| self.current(m, now)).collect();
+                    let ps = crate::rating::party_initial(&self.q.system, &current);
+                    self.units[u].party_skill = Some(ps);
+                    self.units[u].party_last = now;
+                    ps
+                }
+            };
+            Some((skill.mean, skill.deviation))
+        } else {
+            None
+        };
         let ticket = Ticket {
             id: ticket_id(u, self.units[u].ticket),
             players: members
@@ -663,7 +700,7 @@ impl Sim<'_> {
                     (s.mean, s.deviation)
                 })
                 .collect(),
-            party_skill: None,
+            party_skill,
             entered_at: now,
             region_latency_ms: Vec::new(),
             roles: Vec::new(),
@@ -678,8 +715,9 @@ impl Sim<'_> {
     fn play(&mut self, now: f64, m: crate::matching::FormedMatch) {
         self.matches += 1;
         let mut units = Vec::new();
+        let mut unit_team = Vec::new();
         let mut teams: Vec<Vec<usize>> = Vec::with_capacity(m.teams.len());
-        for team in &m.teams {
+        for (ti, team) in m.teams.iter().enumerate() {
             let mut players = Vec::new();
             for t in team {
                 let wait = t.wait(now);
@@ -687,6 +725,7 @@ impl Sim<'_> {
                 self.wait_quality.push((wait, m.quality));
                 if let Some(u) = unit_of(&t.id) {
                     units.push(u);
+                    unit_team.push(ti);
                     players.extend(self.units[u].members.iter().copied());
                 }
             }
@@ -747,10 +786,25 @@ impl Sim<'_> {
                     .collect()
             })
             .collect();
-        if let Ok(new) = self.q.system.rate(&MatchInput {
+        let rated = MatchInput {
             teams: &inputs,
             placements: &placements,
-        }) {
+        };
+        for (&u, &ti) in units.iter().zip(&unit_team) {
+            if let Some(ps) = self.units[u].party_skill {
+                let elapsed = now - self.units[u].party_last;
+                let ps = if elapsed.is_finite() && elapsed > 0.0 {
+                    self.q.system.decay(&ps, elapsed).unwrap_or(ps)
+                } else {
+                    ps
+                };
+                if let Ok(new) = crate::rating::party_rate(&self.q.system, &ps, &rated, ti) {
+                    self.units[u].party_skill = Some(new);
+                    self.units[u].party_last = now;
+                }
+            }
+        }
+        if let Ok(new) = self.q.system.rate(&rated) {
             for (ti, (t, s)) in teams.iter().zip(&new).enumerate() {
                 for (&i, &skill) in t.iter().zip(s) {
                     let band = self.p.convergence_band;
