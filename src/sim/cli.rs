@@ -402,10 +402,19 @@ fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> anyhow::Resu
         "matches {}  expired tickets {}  wait p50 {:.0}s p95 {:.0}s  quality p50 {:.3} mean {:.3}",
         r.matches, r.expired_tickets, r.wait_p50_s, r.wait_p95_s, r.quality_p50, r.quality_mean
     )?;
+    let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.4}"));
+    let pct =
+        |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |x| format!("{:.1}%", 100.0 * x));
     writeln!(
         out,
-        "prediction: n {}  log loss {:.4} (oracle {:.4})  brier {:.4}  accuracy {:.4}  ece {:.4} (oracle {:.4})",
-        r.n, r.log_loss, r.log_loss_truth, r.brier, r.accuracy, r.ece, r.ece_truth
+        "prediction: n {}  log loss {:.4} (oracle {})  brier {:.4}  accuracy {:.4}  ece {:.4} (oracle {})",
+        r.n,
+        r.log_loss,
+        opt(r.log_loss_truth),
+        r.brier,
+        r.accuracy,
+        r.ece,
+        opt(r.ece_truth)
     )?;
     writeln!(
         out,
@@ -416,11 +425,11 @@ fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> anyhow::Resu
     )?;
     writeln!(
         out,
-        "seed 004: RandomBeatSkill {:.1}%  GoodSkillMatch {:.1}%  GoodRatedMatch {:.1}%  RatingsPredictedSkillWell {:.1}% ({} n/a)",
+        "seed 004: RandomBeatSkill {:.1}%  GoodSkillMatch {}  GoodRatedMatch {:.1}%  RatingsPredictedSkillWell {} ({} n/a)",
         100.0 * r.random_beat_skill,
-        100.0 * r.good_skill_match,
+        pct(r.good_skill_match),
         100.0 * r.good_rated_match,
-        100.0 * r.ratings_predicted_skill_well,
+        pct(r.ratings_predicted_skill_well),
         r.ratings_predicted_skill_well_na
     )?;
     writeln!(out, "calibration (favourite's predicted vs actual):")?;

@@ -18,7 +18,9 @@
 //! - Log loss `−[y ln p + (1 − y) ln(1 − p)]` with `p` clamped to `[1e-15, 1 − 1e-15]`;
 //!   Brier `(p − y)²`; accuracy the mean of `y` (the favourite won); expected calibration error
 //!   over 10 equal bins of the favourite's probability on `[½, 1]`:
-//!   `ECE = Σ_b (n_b / n) · |mean p_b − mean y_b|`.
+//!   `ECE = Σ_b (n_b / n) · |mean p_b − mean y_b|`. In a free-for-all the favourite's
+//!   probability can be below ½; such predictions fall in the first bin, so there ECE is
+//!   coarser (calibration in the large for long-shot favourites).
 
 use serde::Serialize;
 

@@ -341,6 +341,7 @@ fn draw_scatter<DB: DrawingBackend>(
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .label_font((FONT, 14))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK.mix(0.3))

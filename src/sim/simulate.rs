@@ -221,10 +221,11 @@ pub struct SimReport {
     /// Expected calibration error (10 bins).
     pub ece: f64,
     /// ECE an oracle that knows the true skills gets on the same matches: the sampling-noise
-    /// floor the system's ECE should be compared with.
-    pub ece_truth: f64,
+    /// floor the system's ECE should be compared with (two-team queues; absent for
+    /// free-for-all).
+    pub ece_truth: Option<f64>,
     /// Log loss of that oracle (the best any system could do).
-    pub log_loss_truth: f64,
+    pub log_loss_truth: Option<f64>,
     /// Wall-clock seconds (filled in by the caller; 0 from the pure run).
     pub seconds: f64,
     /// Median games until a player's rating came within `convergence_band` of the truth and
@@ -251,17 +252,18 @@ pub struct SimReport {
     /// Seed 004: lower true-skill team won (luck beat skill).
     pub random_beat_skill: f64,
     /// Seed 004: the true underdog had at least a 25% chance.
-    pub good_skill_match: f64,
+    pub good_skill_match: Option<f64>,
     /// Seed 004: the predicted underdog had at least a 25% chance.
     pub good_rated_match: f64,
     /// Seed 004: ratings predicted the skill difference well (of applicable matches).
-    pub ratings_predicted_skill_well: f64,
+    pub ratings_predicted_skill_well: Option<f64>,
     /// Matches for which RatingsPredictedSkillWell was not applicable (predicted blowouts).
     pub ratings_predicted_skill_well_na: u64,
     /// Predicted vs actual per bucket.
     pub calibration: Vec<CalibrationBin>,
-    /// Per true-skill decile (of the starting population), mean display rating over time.
-    #[serde(skip)]
+    /// Per true-skill decile (of the starting population, lowest first), mean display rating
+    /// over time as (day, rating) points: seed 003's rank-experience curves. Rank points join
+    /// when the ranking module does; the display rating is what a skill-ranked game shows.
     pub display_by_decile: Vec<Vec<(f64, f64)>>,
     /// Final ratings of active players on the true scale.
     #[serde(skip)]
@@ -928,6 +930,8 @@ impl Sim<'_> {
             .filter(|p| p.games > 0)
             .collect();
         let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        // The oracle and two of seed 004's measures are defined for two-team matches only.
+        let two_team = self.two_team > 0;
         SimReport {
             system: self.q.system.name().to_string(),
             queue: self.q.name.clone(),
@@ -937,8 +941,8 @@ impl Sim<'_> {
             brier: s.brier,
             accuracy: s.accuracy,
             ece: s.ece,
-            ece_truth: truth.ece,
-            log_loss_truth: truth.log_loss,
+            ece_truth: two_team.then_some(truth.ece),
+            log_loss_truth: two_team.then_some(truth.log_loss),
             seconds: 0.0,
             games_to_converge: quantile(&conv, 0.5),
             converged_fraction: frac(converged_eligible as u64, eligible as u64),
@@ -955,9 +959,10 @@ impl Sim<'_> {
             players_total: self.players.len(),
             players_retired: self.retired_players,
             random_beat_skill: frac(self.rbs, self.matches),
-            good_skill_match: frac(self.gsm, self.two_team),
+            good_skill_match: two_team.then(|| frac(self.gsm, self.two_team)),
             good_rated_match: frac(self.grm, self.matches),
-            ratings_predicted_skill_well: frac(self.rpsw_pass, self.rpsw_applicable),
+            ratings_predicted_skill_well: (self.rpsw_applicable > 0)
+                .then(|| frac(self.rpsw_pass, self.rpsw_applicable)),
             ratings_predicted_skill_well_na: self.rpsw_na,
             calibration: self.acc.calibration(),
             display_by_decile,
@@ -1033,8 +1038,8 @@ mod tests {
         };
         let r = simulate(&small(3), &q, &|_| {}).unwrap();
         assert!(r.matches > 20, "only {} matches", r.matches);
-        assert!((0.0..=1.0).contains(&r.good_skill_match));
-        assert!((0.0..=1.0).contains(&r.ratings_predicted_skill_well));
+        assert!((0.0..=1.0).contains(&r.good_skill_match.unwrap()));
+        assert!((0.0..=1.0).contains(&r.ratings_predicted_skill_well.unwrap()));
         assert!(r.log_loss.is_finite() && r.ece.is_finite());
         assert_eq!(r.display_by_decile.len(), 10);
     }
@@ -1062,11 +1067,8 @@ mod tests {
         // Sampling noise of ECE over 10 bins with binomial outcomes: about
         // sqrt(10 · 0.25 / n) · sqrt(2/π) in expectation; allow three times that.
         let noise = 3.0 * (10.0 * 0.25 / n).sqrt() * (2.0 / std::f64::consts::PI).sqrt();
-        assert!(
-            r.ece_truth < noise,
-            "oracle ece {} vs noise {noise}",
-            r.ece_truth
-        );
+        let oracle = r.ece_truth.unwrap();
+        assert!(oracle < noise, "oracle ece {oracle} vs noise {noise}");
         assert!(
             r.ece < noise + 0.02,
             "glicko2 ece {} vs noise {noise}",
