@@ -67,10 +67,17 @@ fn doubles_history_replays_every_system_through_the_cli() {
         assert_eq!(out.skipped, 0, "{name}");
     }
     let dir = tempfile::tempdir().unwrap();
+    let rating = dir.path().join("glicko.toml");
+    std::fs::write(
+        &rating,
+        "system = \"glicko\"\nteam_strategy = \"composite-opponent\"\ninitial_deviation = 100\n",
+    )
+    .unwrap();
     replay_main(ReplayArgs {
         file: path,
         systems: vec!["glicko".into(), "elo".into()],
         score_from: Some("2014-01-01".into()),
+        rating_files: vec![rating.clone()],
         tune: false,
         json: true,
         plot: Some(dir.path().to_path_buf()),
@@ -87,6 +94,7 @@ fn unknown_systems_and_bad_dates_are_named() {
     let err = replay_main(ReplayArgs {
         file: PathBuf::from("/nonexistent.jsonl"),
         systems: vec!["elo".into()],
+        rating_files: Vec::new(),
         score_from: Some("2010/01/01".into()),
         tune: false,
         json: true,

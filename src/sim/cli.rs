@@ -43,8 +43,13 @@ pub struct ReplayArgs {
     pub file: PathBuf,
     /// Rating system with its default parameters: glicko2, glicko, weng-lin-bt, weng-lin-pl,
     /// weng-lin-tm, elo, or `all`. Repeat to compare several side by side.
-    #[arg(long = "system", required = true)]
+    #[arg(long = "system", required_unless_present = "rating_files")]
     pub systems: Vec<String>,
+    /// A rating system with parameters, as TOML in the form of a queue's `[rating]` table
+    /// (`system = "glicko2"`, `tau = 0.3`, ...), e.g. the values `--tune` printed. Repeatable;
+    /// these run after the `--system` ones.
+    #[arg(long = "rating")]
+    pub rating_files: Vec<PathBuf>,
     /// Score only matches on or after this date (YYYY-MM-DD); earlier ones warm the ratings up.
     #[arg(long)]
     pub score_from: Option<String>,
@@ -138,10 +143,20 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
             names.push(s.clone());
         }
     }
-    let systems: Vec<SystemConfig> = names
+    let mut systems: Vec<SystemConfig> = names
         .iter()
         .map(|n| system_by_name(n))
         .collect::<anyhow::Result<_>>()?;
+    for path in &args.rating_files {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--rating {}", path.display()))?;
+        let system: SystemConfig =
+            toml::from_str(&text).with_context(|| format!("--rating {}", path.display()))?;
+        system
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--rating {}: {e}", path.display()))?;
+        systems.push(system);
+    }
     let score_from_day = args
         .score_from
         .as_deref()
