@@ -16,6 +16,7 @@ pub mod ranking;
 pub mod rating;
 pub mod results;
 pub mod server;
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod telemetry;
