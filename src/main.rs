@@ -70,6 +70,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a real match history: predict each match before applying it, report accuracy
+    /// and calibration per system (SPEC §9).
+    Replay(matchmaker::sim::cli::ReplayArgs),
+    /// Simulate a population through the real matcher and rating system (SPEC §9).
+    Simulate(matchmaker::sim::cli::SimulateArgs),
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -175,6 +180,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", toml::to_string_pretty(&report)?);
             }
         }
+        Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
+        Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
             print!("{}", toml::to_string_pretty(&config)?);
