@@ -237,3 +237,76 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
         .status();
     assert!(server.child.wait().unwrap().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("before.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let mut server = start(&data, &config);
+    let ch = channel(&server.addr).await;
+    let mut assignments = GameServerServiceClient::new(ch.clone())
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = ClientServiceClient::new(ch.clone());
+    for p in ["old1", "old2"] {
+        client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec![p.into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let m = common::next(&mut assignments).await;
+    GameServerServiceClient::new(ch)
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id,
+            placements: vec![1, 2],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Crash: the result is only in the journal (no final snapshot).
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+
+    // The operator moves 1v1 to a fresh rating pool; the old pool's journal must still replay.
+    let moved = dir.path().join("after.toml");
+    std::fs::write(
+        &moved,
+        "[server]\ntick_interval_ms = 10\n[queues.1v1]\nrating_pool = \"season2\"\n",
+    )
+    .unwrap();
+    let mut server = start(&data, &moved);
+    let ch = channel(&server.addr).await;
+    let view = ClientServiceClient::new(ch.clone())
+        .get_player(proto::GetPlayerRequest {
+            player_id: "old1".into(),
+            queue: "1v1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(view.games, 0, "the new pool starts fresh");
+    let board = ClientServiceClient::new(ch)
+        .get_leaderboard(proto::GetLeaderboardRequest {
+            queue: "1v1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(board.total, 0);
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    assert!(server.child.wait().unwrap().success());
+}

@@ -352,8 +352,8 @@ impl State {
         for entry in self.inner.players.iter() {
             let state = entry.value().lock();
             for (pool, r) in &state.pools {
-                if self.inner.ranks.contains_key(pool) {
-                    rows.push((pool.clone(), self.leaderboard_entry(entry.key(), pool, r)));
+                if let Some(row) = self.leaderboard_entry(entry.key(), pool, r) {
+                    rows.push((pool.clone(), row));
                 }
             }
         }
@@ -864,19 +864,21 @@ impl State {
         }
     }
 
-    /// The leaderboard row of a record.
-    fn leaderboard_entry(&self, player: &PlayerId, pool: &str, r: &PoolRecord) -> LeaderboardEntry {
-        let system = self
-            .inner
-            .pool_systems
-            .get(pool)
-            .expect("every pool has a system");
-        LeaderboardEntry {
+    /// The leaderboard row of a record; `None` for a pool no queue uses any more (records of a
+    /// removed queue are kept, not ranked).
+    fn leaderboard_entry(
+        &self,
+        player: &PlayerId,
+        pool: &str,
+        r: &PoolRecord,
+    ) -> Option<LeaderboardEntry> {
+        let system = self.inner.pool_systems.get(pool)?;
+        Some(LeaderboardEntry {
             player: player.clone(),
             rank_points: r.rank_points,
             conservative_rating: system.display(&r.skill).low,
             wins: r.wins,
-        }
+        })
     }
 
     /// Players of a queue's pool in leaderboard order: (total ranked, the requested page).
@@ -1100,8 +1102,11 @@ impl State {
         let rows: Vec<LeaderboardEntry> = entry
             .records
             .iter()
-            .map(|(p, r)| self.leaderboard_entry(p, &entry.pool, r))
+            .filter_map(|(p, r)| self.leaderboard_entry(p, &entry.pool, r))
             .collect();
+        if rows.is_empty() {
+            return;
+        }
         let mut index = self.rank_index(&entry.pool);
         for row in rows {
             index.upsert(row);
