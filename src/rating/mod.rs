@@ -561,24 +561,41 @@ pub(crate) fn validate_teams(teams: &[&[Skill]], rules: &InputRules) -> Result<(
     Ok(())
 }
 
-/// Turns pairwise win probabilities into per-team win probabilities for any number of teams:
-/// team i's share is the mean over opponents of P(i beats j), normalised so the shares sum to
-/// `1 − draw` (for two teams this is exactly P(a beats b)). This is openskill's `predict_win`
-/// generalisation.
+/// Turns pairwise win probabilities into the probability that each team finishes first, for any
+/// number of teams. Each team's strength is the geometric mean of its pairwise odds against every
+/// other team, s_i = Π_j (p_ij / p_ji)^(1/n), and P(first) = s_i / Σ s_k (Luce's choice axiom).
+/// For Bradley-Terry-type pairwise models (p_ij = s_i / (s_i + s_j): Elo, Glicko, Weng-Lin BT/PL)
+/// this recovers the strengths exactly; for two teams it is exactly P(a beats b).
+///
+/// An earlier version averaged P(i beats j) over opponents (openskill's `predict_win`): that is
+/// each team's expected share of pairwise wins, not its chance of finishing first, and it gave a
+/// player who beats every one of seven opponents for certain only 7/28 = 0.25 to win an
+/// eight-player free-for-all, which the `simulate` calibration exposed (ECE 0.15 on ffa8).
 pub(crate) fn win_shares(n: usize, pairwise: impl Fn(usize, usize) -> f64) -> Vec<f64> {
-    let mut out = vec![0.0; n];
+    if n == 0 {
+        return Vec::new();
+    }
+    // Work in log-odds; clamp so a certain pairwise outcome stays finite.
+    const EPS: f64 = 1e-12;
+    let mut log_strength = vec![0.0; n];
     for i in 0..n {
         for j in (i + 1)..n {
-            let p = pairwise(i, j).clamp(0.0, 1.0);
-            out[i] += p;
-            out[j] += 1.0 - p;
+            let p = pairwise(i, j).clamp(EPS, 1.0 - EPS);
+            let log_odds = (p / (1.0 - p)).ln();
+            log_strength[i] += log_odds;
+            log_strength[j] -= log_odds;
         }
     }
-    let pairs = (n * (n - 1) / 2) as f64;
-    for v in &mut out {
-        *v /= pairs;
-    }
-    out
+    let max = log_strength
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = log_strength
+        .iter()
+        .map(|l| ((l - max) / n as f64).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
 }
 
 /// Returns `Err(NonFinite)` unless every field of every skill is finite: the last guard before a

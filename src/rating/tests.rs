@@ -426,3 +426,28 @@ fn weng_lin_kappa_floors_the_variance_shrink() {
     let out = weng_lin::rate(weng_lin::Model::ThurstoneMosteller, &refs, &[1, 2], &config);
     assert!(out[0][0].deviation >= 8.0 * 0.95f64.sqrt() - 1e-12);
 }
+
+#[test]
+fn free_for_all_win_probability_is_the_chance_of_finishing_first() {
+    use crate::rating::win_shares;
+    // Equal entrants: 1/n each.
+    let even = win_shares(8, |_, _| 0.5);
+    assert!(even.iter().all(|p| (p - 0.125).abs() < 1e-12), "{even:?}");
+    // Two teams: exactly the pairwise probability.
+    let two = win_shares(2, |_, _| 0.8);
+    assert!(
+        (two[0] - 0.8).abs() < 1e-12 && (two[1] - 0.2).abs() < 1e-12,
+        "{two:?}"
+    );
+    // Bradley-Terry strengths 4:2:1:1 are recovered exactly.
+    let s = [4.0, 2.0, 1.0, 1.0];
+    let bt = win_shares(4, |i, j| s[i] / (s[i] + s[j]));
+    for (p, si) in bt.iter().zip(s) {
+        assert!((p - si / 8.0).abs() < 1e-12, "{bt:?}");
+    }
+    // One entrant who beats each of seven others for certain wins nearly surely (the old
+    // average of pairwise chances said 0.25).
+    let dominant = win_shares(8, |i, _| if i == 0 { 1.0 } else { 0.5 });
+    assert!(dominant[0] > 0.99, "{dominant:?}");
+    assert!((dominant.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+}
