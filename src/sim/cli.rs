@@ -384,6 +384,8 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
         max_party_size: q.max_party_size,
         system,
         matching: q.matching.clone(),
+        ranking: q.ranking,
+        ranking_config: config.ranking.clone(),
     };
     let bar = progress(params.days.ceil() as u64, args.json, "days");
     let t = Instant::now();
@@ -471,8 +473,17 @@ fn write_sim_plots(
         &[(Format::Svg, "svg")]
     };
     let label = format!("{} / {}", r.queue, r.system);
-    let deciles: Vec<(String, Vec<(f64, f64)>)> = r
-        .display_by_decile
+    // Rank points are what players see; queues without a ranking show the display rating.
+    let (by_decile, what, axis) = if r.rank_points_by_decile.is_empty() {
+        (
+            &r.display_by_decile,
+            "Display rating",
+            "mean display rating",
+        )
+    } else {
+        (&r.rank_points_by_decile, "Rank points", "mean rank points")
+    };
+    let deciles: Vec<(String, Vec<(f64, f64)>)> = by_decile
         .iter()
         .enumerate()
         .map(|(d, s)| (format!("skill decile {}", d + 1), s.clone()))
@@ -493,8 +504,8 @@ fn write_sim_plots(
         )?;
         plot::lines_over_time(
             &dir.join(format!("rank_over_time.{ext}")),
-            &format!("Display rating over time per true-skill decile: {label}"),
-            "mean display rating",
+            &format!("{what} over time per true-skill decile: {label}"),
+            axis,
             &deciles,
             format,
         )?;

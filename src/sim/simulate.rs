@@ -37,9 +37,13 @@ use rand_distr::{Distribution, Exp, Normal, Poisson};
 use serde::{Deserialize, Serialize};
 
 use super::measures::{Accumulator, CalibrationBin, Scored, quantile, score};
+use crate::config::RankingKind;
 use crate::ids::{PlayerId, TicketId};
 use crate::matching::{MatchingConfig, Pool, Shape, Ticket, WinModel};
+use crate::ranking::RankingConfig;
 use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
+use crate::results::{Outcome, QueueRanker, Ranker};
+use crate::state::PoolRecord;
 
 /// Seconds in a simulated day.
 pub const DAY: f64 = 86_400.0;
@@ -199,6 +203,9 @@ pub struct SimQueue {
     pub system: SystemConfig,
     /// The queue's optimizer config.
     pub matching: MatchingConfig,
+    /// What players are shown (rank points), and the server's ranking settings.
+    pub ranking: RankingKind,
+    pub ranking_config: RankingConfig,
 }
 
 /// Everything a simulation reports (the `--json` object, plus series for plots).
@@ -262,9 +269,11 @@ pub struct SimReport {
     /// Predicted vs actual per bucket.
     pub calibration: Vec<CalibrationBin>,
     /// Per true-skill decile (of the starting population, lowest first), mean display rating
-    /// over time as (day, rating) points: seed 003's rank-experience curves. Rank points join
-    /// when the ranking module does; the display rating is what a skill-ranked game shows.
+    /// over time as (day, rating) points.
     pub display_by_decile: Vec<Vec<(f64, f64)>>,
+    /// Per true-skill decile, mean rank points over time (day, RP): seed 003's rank-experience
+    /// curves, computed by the server's own ranking code. Empty for `ranking = "none"` queues.
+    pub rank_points_by_decile: Vec<Vec<(f64, f64)>>,
     /// Final ratings of active players on the true scale.
     #[serde(skip)]
     pub final_ratings: Vec<f64>,
@@ -276,9 +285,29 @@ pub struct SimReport {
     pub wait_quality: Vec<(f64, f64)>,
 }
 
+/// A new player's rank-point state, as the server creates it.
+fn initial_rank(q: &SimQueue) -> PoolRecord {
+    let ladder = crate::ranking::LadderState::new(&q.ranking_config.ladder);
+    let (rank_points, ladder_floor) = match q.ranking {
+        RankingKind::Ladder => (ladder.rp, ladder.floor_rp),
+        RankingKind::None | RankingKind::Inversus => (0, 0),
+    };
+    PoolRecord {
+        skill: q.system.initial(),
+        rank_points,
+        games: 0,
+        wins: 0,
+        last_played_unix: None,
+        ladder_floor,
+        win_streak: 0,
+    }
+}
+
 struct Player {
     truth: f64,
     skill: Skill,
+    /// Rank points and ladder state, as the server keeps them.
+    rank: PoolRecord,
     last_played: f64,
     wins: u32,
     games: u32,
@@ -434,6 +463,7 @@ pub fn simulate(
         pl.decile = deciles.iter().filter(|&&e| pl.truth >= e).count().min(9);
     }
     let mut display_by_decile = vec![Vec::new(); 10];
+    let mut rank_points_by_decile = vec![Vec::new(); 10];
     let end = params.days * DAY;
     let ticks = (end / params.tick_seconds).ceil() as u64;
     let mut next_day = DAY;
@@ -445,7 +475,7 @@ pub fn simulate(
     for k in 0..=ticks {
         let now = k as f64 * params.tick_seconds;
         if now >= next_snapshot {
-            sim.snapshot(now, &mut display_by_decile);
+            sim.snapshot(now, &mut display_by_decile, &mut rank_points_by_decile);
             next_snapshot += params.snapshot_days * DAY;
         }
         if now >= next_day {
@@ -467,7 +497,10 @@ pub fn simulate(
             }
         }
     }
-    Ok(sim.report(display_by_decile))
+    if queue.ranking == RankingKind::None {
+        rank_points_by_decile.clear();
+    }
+    Ok(sim.report(display_by_decile, rank_points_by_decile))
 }
 
 fn unit_of(id: &TicketId) -> Option<usize> {
@@ -498,6 +531,7 @@ impl Sim<'_> {
         self.players.push(Player {
             truth,
             skill: self.q.system.initial(),
+            rank: initial_rank(self.q),
             last_played: f64::NEG_INFINITY,
             wins: 0,
             games: 0,
@@ -807,11 +841,32 @@ impl Sim<'_> {
             }
         }
         if let Ok(new) = self.q.system.rate(&rated) {
+            let ranker = QueueRanker::new(self.q.ranking, &self.q.ranking_config, &self.q.system);
+            let team_means: Vec<Vec<f64>> = skills
+                .iter()
+                .map(|t| t.iter().map(|s| s.mean).collect())
+                .collect();
             for (ti, (t, s)) in teams.iter().zip(&new).enumerate() {
+                let opponents: Vec<f64> = team_means
+                    .iter()
+                    .enumerate()
+                    .filter(|&(o, _)| o != ti)
+                    .flat_map(|(_, m)| m.iter().copied())
+                    .collect();
+                let outcome = match crate::ranking::Outcome::from_placements(&placements, ti) {
+                    Some(crate::ranking::Outcome::Win) => Outcome::Win,
+                    Some(crate::ranking::Outcome::Draw) => Outcome::Draw,
+                    _ => Outcome::Loss,
+                };
                 for (&i, &skill) in t.iter().zip(s) {
                     let band = self.p.convergence_band;
                     let truth_scale = to_true_scale(&self.q.system, skill.mean, self.p);
                     let pl = &mut self.players[i];
+                    let before = PoolRecord {
+                        skill: pl.skill,
+                        ..pl.rank.clone()
+                    };
+                    pl.rank = ranker.update(&before, &skill, outcome, &team_means[ti], &opponents);
                     pl.skill = skill;
                     pl.last_played = now;
                     pl.games += 1;
@@ -891,23 +946,31 @@ impl Sim<'_> {
         }
     }
 
-    fn snapshot(&self, now: f64, out: &mut [Vec<(f64, f64)>]) {
-        let mut sums = [(0.0, 0u32); 10];
+    fn snapshot(&self, now: f64, out: &mut [Vec<(f64, f64)>], rp_out: &mut [Vec<(f64, f64)>]) {
+        let mut sums = [(0.0, 0.0, 0u32); 10];
         for pl in &self.players {
             if pl.decile < 10 {
                 let d = self.q.system.display(&pl.skill).display;
                 sums[pl.decile].0 += d;
-                sums[pl.decile].1 += 1;
+                sums[pl.decile].1 += f64::from(pl.rank.rank_points);
+                sums[pl.decile].2 += 1;
             }
         }
-        for (d, (s, c)) in sums.iter().enumerate() {
+        for (d, (s, rp, c)) in sums.iter().enumerate() {
             if *c > 0 {
                 out[d].push((now / DAY, s / f64::from(*c)));
+                if self.q.ranking != RankingKind::None {
+                    rp_out[d].push((now / DAY, rp / f64::from(*c)));
+                }
             }
         }
     }
 
-    fn report(self, display_by_decile: Vec<Vec<(f64, f64)>>) -> SimReport {
+    fn report(
+        self,
+        display_by_decile: Vec<Vec<(f64, f64)>>,
+        rank_points_by_decile: Vec<Vec<(f64, f64)>>,
+    ) -> SimReport {
         let s = self.acc.summary();
         let truth = self.truth_acc.summary();
         // Converged = inside the band after the last game and ever since entering it for good:
@@ -966,6 +1029,7 @@ impl Sim<'_> {
             ratings_predicted_skill_well_na: self.rpsw_na,
             calibration: self.acc.calibration(),
             display_by_decile,
+            rank_points_by_decile,
             final_ratings: active
                 .iter()
                 .map(|p| to_true_scale(&self.q.system, p.skill.mean, self.p))
@@ -995,6 +1059,8 @@ mod tests {
             max_party_size: 1,
             system: SystemConfig::Glicko2(glicko2::Config::default()),
             matching: MatchingConfig::default_for_scale(400.0),
+            ranking: RankingKind::Inversus,
+            ranking_config: RankingConfig::default(),
         }
     }
 
@@ -1035,6 +1101,8 @@ mod tests {
             max_party_size: 5,
             system: SystemConfig::WengLinBt(crate::rating::weng_lin::Config::default()),
             matching: MatchingConfig::default_for_scale(15.0),
+            ranking: RankingKind::Ladder,
+            ranking_config: RankingConfig::default(),
         };
         let r = simulate(&small(3), &q, &|_| {}).unwrap();
         assert!(r.matches > 20, "only {} matches", r.matches);
