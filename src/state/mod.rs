@@ -607,7 +607,10 @@ impl State {
         };
         let server = {
             let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
-            registry.offer(&assignment)
+            let chosen = registry.offer(&assignment);
+            // `offer` drops disconnected servers first, so this is the live count.
+            metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+            chosen
         };
         let Some(server_address) = server else {
             return false;
@@ -642,6 +645,7 @@ impl State {
         let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.stream_buffer);
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         registry.register(ServerHandle::new(address, region, capacity, tx));
+        metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
         rx
     }
 
