@@ -110,7 +110,7 @@ impl WinModel for LogisticModel {
         let top = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mut total = 0.0;
         for x in &mut p {
-            *x = 10f64.powf(*x - top);
+            *x = (std::f64::consts::LN_10 * (*x - top)).exp();
             total += *x;
         }
         for x in &mut p {
@@ -120,7 +120,9 @@ impl WinModel for LogisticModel {
     }
 
     fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
-        1.0 / (1.0 + 10f64.powf((b.0 - a.0) / self.scale))
+        // 10^x as e^(x·ln 10): the same number, and `exp` is several times cheaper than `powf`
+        // in this per-candidate-pair call.
+        1.0 / (1.0 + (std::f64::consts::LN_10 * (b.0 - a.0) / self.scale).exp())
     }
 }
 
