@@ -70,6 +70,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
+    Admin(matchmaker::admin_cli::AdminArgs),
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -175,6 +177,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 print!("{}", toml::to_string_pretty(&report)?);
             }
         }
+        Command::Admin(args) => matchmaker::admin_cli::run(args)?,
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
             print!("{}", toml::to_string_pretty(&config)?);
