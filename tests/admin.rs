@@ -704,3 +704,137 @@ async fn the_admin_cli_runs_every_command() {
         "{err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// kill -9: an acknowledged reset is in the journal, and replay restores it.
+
+/// A server process, killed (SIGKILL) when dropped so a failing test leaves nothing running.
+#[cfg(unix)]
+struct Killed(std::process::Child);
+
+#[cfg(unix)]
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the binary on `dir`; returns the child and the address it logged.
+#[cfg(unix)]
+fn start_binary(dir: &std::path::Path, config: &std::path::Path) -> (Killed, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(dir)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+            addr = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    (Killed(child), addr.expect("server logged its address"))
+}
+
+#[cfg(unix)]
+async fn cli_at(addr: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .arg("admin")
+        .args(args)
+        .args(["--addr", addr, "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_hard_reset_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("seasons.toml");
+    // No periodic snapshot before the kill: recovery must come from the journal.
+    std::fs::write(
+        &config,
+        format!("[store]\nsnapshot_interval_seconds = 3600\n{LADDER}"),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let (child, addr) = start_binary(&data, &config);
+    for (p, r, rp) in [("k-lo", "1300", "450"), ("k-hi", "1900", "1150")] {
+        cli_at(
+            &addr,
+            &[
+                "set-rating",
+                "--player",
+                p,
+                "--queue",
+                "lad",
+                "--mean",
+                r,
+                "--deviation",
+                "70",
+                "--rank-points",
+                rp,
+            ],
+        )
+        .await;
+    }
+    let out = json(&cli_at(&addr, &["season-reset", "--kind", "hard", "--queue", "lad"]).await);
+    assert_eq!(out["season"], 2);
+    drop(child); // SIGKILL
+
+    let (_child, addr) = start_binary(&data, &config);
+    let export = cli_at(&addr, &["export", "--queue", "lad"]).await;
+    let views: BTreeMap<String, serde_json::Value> = export
+        .lines()
+        .map(|l| {
+            let v = json(l);
+            (v["player_id"].as_str().unwrap().to_owned(), v)
+        })
+        .collect();
+    // k-lo: Trainee II (450 RP) -> 350 RP, r -> 1500; k-hi: Expert III -> 800 RP, r -> 2250.
+    assert_eq!(views["k-lo"]["rank_points"], 350);
+    assert_eq!(views["k-hi"]["rank_points"], 800);
+    assert!(close(
+        views["k-lo"]["rating"]["mean"].as_f64().unwrap(),
+        1500.0
+    ));
+    assert!(close(
+        views["k-hi"]["rating"]["mean"].as_f64().unwrap(),
+        2250.0
+    ));
+    assert!(close(
+        views["k-hi"]["rating"]["deviation"].as_f64().unwrap(),
+        350.0
+    ));
+    // The season clock came back with it.
+    let out = json(&cli_at(&addr, &["season-reset", "--kind", "soft", "--queue", "lad"]).await);
+    assert_eq!(
+        (out["season"].as_u64(), out["week"].as_u64()),
+        (Some(2), Some(1))
+    );
+}
