@@ -536,3 +536,30 @@ async fn migrate(
               "migrated": migrated, "unchanged": unchanged,
               "rejected_count": rejected.len(), "rejected": rejected}))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_is_sent_as_a_bearer_authorization_header() {
+        let mut bearer = Bearer(Some("Bearer abc.def.ghi".parse().unwrap()));
+        let req = bearer.call(tonic::Request::new(())).unwrap();
+        assert_eq!(
+            req.metadata().get("authorization").unwrap(),
+            "Bearer abc.def.ghi"
+        );
+        let req = Bearer(None).call(tonic::Request::new(())).unwrap();
+        assert!(req.metadata().get("authorization").is_none());
+    }
+
+    #[test]
+    fn csv_lines_parse_or_say_why_not() {
+        assert_eq!(
+            parse_line(" p1 , 1650.5 ,\"Gold\""),
+            Ok(("p1".to_owned(), 1650.5, "Gold".to_owned()))
+        );
+        assert!(parse_line("p1,abc,Gold").unwrap_err().starts_with("elo"));
+        assert!(parse_line("p1,1500").unwrap_err().contains("3 fields"));
+    }
+}

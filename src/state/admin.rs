@@ -5,6 +5,23 @@
 //! after-records; it changes nothing. The ledger calls it under the write side of its reset gate
 //! (so no result is between its prepare and its apply), journals the entries in one atomic batch,
 //! and then applies them with [`State::apply_admin`], the same code path start-up replay uses.
+//!
+//! Definitions (SPEC §4.3 leaves these open):
+//! - Seasons are kept per rating pool (`season`, `week`), so a reset named to one queue moves
+//!   only that pool's clock. With no queue, a reset covers every pool of a queue with a ranking.
+//! - Soft reset: ladder RP above the tier's `soft_reset_cap` is cut (Grandweaver from the
+//!   leaderboard, so the top-N rule applies); INVERSUS RP is untouched (it has no caps); every
+//!   player's skill gets `SystemConfig::decay` for one `rating_period_seconds`. The RP recorded
+//!   as end-of-week RP is the RP *before* the cut (what the player reached that week). Note that
+//!   results also widen the deviation for inactivity since the last game, so a player idle over
+//!   a soft reset gets both.
+//! - Hard reset: ladder RP becomes the `hard_reset_rp` of the season rank recorded by
+//!   `EndSeason` if there is one, else of the tier held now (a tier without a value keeps its
+//!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
+//!   The MMR rescale and deviation reset apply to Glicko-2 and Glicko-1 pools only; Weng-Lin and
+//!   Elo pools keep their skills (μ/σ has no 1500-scale span to map onto).
+//! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
+//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
 
 use std::collections::{BTreeMap, BTreeSet};
 

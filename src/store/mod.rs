@@ -568,6 +568,53 @@ mod tests {
     }
 
     #[test]
+    fn a_journal_entry_written_before_admin_tools_still_decodes_as_a_result() {
+        let old = r#"{"match_id":"m1","applied_unix":1.0,"pool":"1v1","records":[],
+                      "ack":{"queue":"1v1","changes":[]}}"#;
+        let entry: JournalEntry = serde_json::from_str(old).unwrap();
+        assert_eq!((entry.kind, entry.season), (EntryKind::Result, None));
+    }
+
+    #[test]
+    fn an_admin_entry_writes_season_state_but_no_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let p1 = PlayerId::from("p1");
+        let entry = JournalEntry {
+            match_id: MatchId::new("admin:season-reset:soft:lad:1:1"),
+            applied_unix: 1.0,
+            pool: "lad".into(),
+            records: vec![(p1.clone(), record()["1v1"].clone())],
+            parties: Vec::new(),
+            ack: ResultAck {
+                queue: String::new(),
+                changes: Vec::new(),
+            },
+            kind: EntryKind::Admin,
+            season: Some(SeasonWrite {
+                state: SeasonState { season: 1, week: 1 },
+                week_rp: Some((1, 1, vec![(p1.clone(), 1350)])),
+                ranks: None,
+            }),
+        };
+        store
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        assert_eq!(store.result_of(&entry.match_id).unwrap(), None);
+        assert_eq!(
+            store.season_state("lad").unwrap(),
+            SeasonState { season: 1, week: 1 }
+        );
+        assert_eq!(store.season_state("other").unwrap(), SeasonState::default());
+        assert_eq!(store.week_rp("lad", 1).unwrap(), vec![vec![(p1, 1350)]]);
+        assert!(store.week_rp("lad", 2).unwrap().is_empty());
+        // A snapshot trims the entry but keeps the season keys.
+        store.finish_snapshot(1).unwrap();
+        assert_eq!(store.journal_after(0).count(), 0);
+        assert_eq!(store.season_state("lad").unwrap().week, 1);
+    }
+
+    #[test]
     fn players_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         {
