@@ -48,6 +48,9 @@ pub struct Config {
     /// Rank-point settings shared by the queues that pick `inversus` or `ladder`.
     #[serde(default)]
     pub ranking: RankingConfig,
+    /// Seasons: hard-reset rescale and the Elo migration's legacy-rank table (SPEC §4.3).
+    #[serde(default)]
+    pub season: crate::ranking::season::SeasonConfig,
     pub queues: BTreeMap<String, QueueConfig>,
 }
 
@@ -303,6 +306,7 @@ impl Config {
             ));
         }
         self.ranking.validate().map_err(ConfigError::Rule)?;
+        self.season.validate().map_err(ConfigError::Rule)?;
         if self.queues.is_empty() {
             return Err(ConfigError::invalid(
                 "queues",

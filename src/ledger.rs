@@ -13,6 +13,13 @@
 //! 4. Start-up loads the players snapshot, then replays every journal entry after the snapshot's
 //!    sequence number. Entries are absolute after-states, so replaying one twice is harmless.
 //! 5. A snapshot writes every player, then its horizon, flushes, and only then trims the journal.
+//!
+//! Admin changes (season resets, `EndSeason`, `SetRating`, migration) go through the same
+//! journal as absolute after-records, so recovery replays them with no other code path. They are
+//! atomic with respect to results through the reset gate: a result holds its read side from
+//! prepare to apply, an admin change holds its write side from prepare through journal and apply.
+//! So no result is computed from records before a reset and applied after it (which would undo
+//! the reset for its players), and a reset sees no result half-applied.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::MatchId;
 use crate::results::ResultAck;
 use crate::state::{MatchSlot, Rejection, State};
-use crate::store::{CommitError, Committer, StoreError};
+use crate::store::{CommitError, Committer, JournalEntry, StoreError};
 use crate::telemetry as m;
 
 /// Why a report was not applied.
@@ -42,6 +49,8 @@ pub enum ReportError {
 pub struct Ledger {
     state: State,
     committer: Committer,
+    /// Results read, admin changes write (see the module docs).
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 /// A result's acknowledgement and whether an earlier report already applied it.
@@ -53,7 +62,11 @@ pub struct Reported {
 impl Ledger {
     /// Wraps the state and a running committer.
     pub fn new(state: State, committer: Committer) -> Self {
-        Self { state, committer }
+        Self {
+            state,
+            committer,
+            gate: Arc::new(tokio::sync::RwLock::new(())),
+        }
     }
 
     /// Applies a report for `match_id` (or returns the first outcome if it was already applied).
@@ -82,6 +95,7 @@ impl Ledger {
             .result
             .get_or_try_init(|| async {
                 ran.store(true, Ordering::Relaxed);
+                let _gate = self.gate.read().await;
                 let entry =
                     self.state
                         .prepare_result(&slot, &placements, &performance, &abandoned)?;
@@ -97,6 +111,39 @@ impl Ledger {
             ack: ack.clone(),
             duplicate: !ran.load(Ordering::Relaxed),
         })
+    }
+
+    /// Runs one admin change atomically with respect to results: `prepare` computes journal
+    /// entries (and what to answer) from the current records under the gate's write side; they
+    /// are journaled in one atomic batch, then applied in memory. Runs in its own task, so a
+    /// caller going away cannot stop it between the flush and the apply.
+    pub async fn admin<T, F>(&self, prepare: F) -> Result<T, ReportError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&State) -> Result<(Vec<JournalEntry>, T), ReportError> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _gate = this.gate.write().await;
+            let (entries, out) = prepare(&this.state)?;
+            if entries.is_empty() {
+                return Ok(out);
+            }
+            let first = this.committer.commit_all(entries.clone()).await?;
+            for (seq, entry) in (first..).zip(&entries) {
+                this.state.apply_admin(entry);
+                this.committer.applied(seq);
+            }
+            tracing::info!(
+                entries = entries.len(),
+                records = entries.iter().map(|e| e.records.len()).sum::<usize>(),
+                label = %entries[0].match_id,
+                "admin change journaled and applied"
+            );
+            Ok(out)
+        })
+        .await
+        .map_err(|e| ReportError::Store(StoreError::Sled(format!("admin task failed: {e}"))))?
     }
 
     /// Takes a snapshot now (blocking I/O runs off the async threads). Returns players written.

@@ -4,6 +4,7 @@
 //! `matchmaker`, `server`) is async and thin. See ARCHITECTURE.md.
 #![forbid(unsafe_code)]
 
+pub mod admin_cli;
 pub mod api;
 pub mod bench_results;
 pub mod config;

@@ -75,6 +75,8 @@ enum Command {
     Replay(matchmaker::sim::cli::ReplayArgs),
     /// Simulate a population through the real matcher and rating system (SPEC §9).
     Simulate(matchmaker::sim::cli::SimulateArgs),
+    /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
+    Admin(matchmaker::admin_cli::AdminArgs),
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -182,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
         Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
+        Command::Admin(args) => matchmaker::admin_cli::run(args)?,
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
             print!("{}", toml::to_string_pretty(&config)?);

@@ -1,15 +1,26 @@
-//! `AdminService`: queue statistics now; seasons, migration and exports with issue #6.
+//! `AdminService`: rating edits, season resets and ranks, migration from Elo, queue statistics,
+//! snapshots and the player export. Handlers validate, call the ledger or state, and map back;
+//! what a reset does lives in `ranking::season` and `state::admin`.
 
 use std::pin::Pin;
 
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use super::error::unimplemented;
+use super::convert;
+use crate::ids::PlayerId;
 use crate::matchmaker::{Command, Handle};
 use crate::proto;
 use crate::proto::admin_service_server::AdminService;
-use crate::state::State;
+use crate::ranking::RankPoints;
+use crate::rating::{Skill, SystemConfig};
+use crate::state::{MigrationOutcome, MigrationRow, Rejection, ResetKind, State};
+
+/// Most rows one `MigrateFromElo` request may carry (the CLI sends batches).
+pub const MAX_MIGRATION_ROWS: usize = 10_000;
+
+/// Accepted legacy Elo ratings.
+const ELO_RANGE: std::ops::RangeInclusive<f64> = 0.0..=4000.0;
 
 /// The admin service.
 pub struct Admin {
@@ -20,34 +31,197 @@ pub struct Admin {
 
 type PlayerStream = Pin<Box<dyn Stream<Item = Result<proto::PlayerView, Status>> + Send>>;
 
+impl Admin {
+    fn view(&self, queue: &crate::state::QueueInfo, id: &PlayerId) -> Option<proto::PlayerView> {
+        let (status, record) = self.state.player(id, &queue.pool);
+        let record = record?;
+        let tier = self.state.tier(queue, id, &record);
+        Some(convert::player_view(
+            id.as_str(),
+            queue,
+            &status,
+            &record,
+            tier.as_ref(),
+        ))
+    }
+}
+
+/// A `Rating` as a skill in the queue system's units, or the field and rule it breaks.
+fn skill(system: &SystemConfig, rating: Option<&proto::Rating>) -> Result<Skill, Rejection> {
+    let r = rating.ok_or_else(|| Rejection::invalid("rating", "is required"))?;
+    if !r.mean.is_finite() {
+        return Err(Rejection::invalid("rating.mean", "must be finite"));
+    }
+    let elo = matches!(system, SystemConfig::Elo(_));
+    if !r.deviation.is_finite() || r.deviation < 0.0 || (!elo && r.deviation == 0.0) {
+        return Err(Rejection::invalid(
+            "rating.deviation",
+            if elo {
+                "must be finite and >= 0"
+            } else {
+                "must be finite and > 0"
+            },
+        ));
+    }
+    if !r.volatility.is_finite() || r.volatility < 0.0 {
+        return Err(Rejection::invalid(
+            "rating.volatility",
+            "must be finite and >= 0 (0 keeps the current one)",
+        ));
+    }
+    Ok(Skill {
+        mean: r.mean,
+        deviation: if elo { 0.0 } else { r.deviation },
+        volatility: r.volatility,
+    })
+}
+
+fn optional_queue(queue: &str) -> Option<&str> {
+    (!queue.is_empty()).then_some(queue)
+}
+
 #[tonic::async_trait]
 impl AdminService for Admin {
     async fn set_rating(
         &self,
-        _request: Request<proto::SetRatingRequest>,
+        request: Request<proto::SetRatingRequest>,
     ) -> Result<Response<proto::PlayerView>, Status> {
-        Err(unimplemented("SetRating", "admin rating edits (issue #6)"))
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        let queue = self.state.queue("queue", &req.queue)?;
+        let skill = skill(&queue.config.rating, req.rating.as_ref())?;
+        let rank_points = req
+            .rank_points
+            .map(|rp| {
+                RankPoints::try_from(rp).map_err(|_| {
+                    Rejection::invalid(
+                        "rank_points",
+                        format!("must be in 0..={} (got {rp})", RankPoints::MAX),
+                    )
+                })
+            })
+            .transpose()?;
+        let player = PlayerId::new(req.player_id.as_str());
+        let (q, p) = (queue.clone(), player.clone());
+        self.ledger
+            .admin(move |state| {
+                let entry = state.prepare_set_rating(&q, &p, skill, rank_points)?;
+                Ok((vec![entry], ()))
+            })
+            .await?;
+        let view = self
+            .view(&queue, &player)
+            .ok_or_else(|| Status::internal("the rating was written but cannot be read back"))?;
+        Ok(Response::new(view))
     }
 
     async fn season_reset(
         &self,
-        _request: Request<proto::SeasonResetRequest>,
+        request: Request<proto::SeasonResetRequest>,
     ) -> Result<Response<proto::SeasonResetResponse>, Status> {
-        Err(unimplemented("SeasonReset", "seasons (issue #6)"))
+        let req = request.into_inner();
+        let kind = match proto::SeasonResetKind::try_from(req.kind) {
+            Ok(proto::SeasonResetKind::Soft) => ResetKind::Soft,
+            Ok(proto::SeasonResetKind::Hard) => ResetKind::Hard,
+            _ => return Err(Rejection::invalid("kind", "must be SOFT or HARD").into()),
+        };
+        let queues = self.state.season_queues(optional_queue(&req.queue))?;
+        let outcome = self
+            .ledger
+            .admin(move |state| Ok(state.prepare_season_reset(kind, &queues)??))
+            .await?;
+        Ok(Response::new(proto::SeasonResetResponse {
+            season: outcome.state.season,
+            week: outcome.state.week,
+            players_changed: outcome.players,
+        }))
     }
 
     async fn end_season(
         &self,
-        _request: Request<proto::EndSeasonRequest>,
+        request: Request<proto::EndSeasonRequest>,
     ) -> Result<Response<proto::EndSeasonResponse>, Status> {
-        Err(unimplemented("EndSeason", "seasons (issue #6)"))
+        let req = request.into_inner();
+        let queues: Vec<_> = self
+            .state
+            .season_queues(optional_queue(&req.queue))?
+            .into_iter()
+            .filter(|q| {
+                !req.queue.is_empty() || q.config.ranking == crate::config::RankingKind::Ladder
+            })
+            .collect();
+        let outcome = self
+            .ledger
+            .admin(move |state| Ok(state.prepare_end_season(&queues)??))
+            .await?;
+        Ok(Response::new(proto::EndSeasonResponse {
+            season: outcome.state.season,
+            players_ranked: outcome.players,
+        }))
     }
 
     async fn migrate_from_elo(
         &self,
-        _request: Request<proto::MigrateFromEloRequest>,
+        request: Request<proto::MigrateFromEloRequest>,
     ) -> Result<Response<proto::MigrateFromEloResponse>, Status> {
-        Err(unimplemented("MigrateFromElo", "Elo migration (issue #6)"))
+        let req = request.into_inner();
+        let queue = self.state.queue("queue", &req.queue)?;
+        if req.rows.len() > MAX_MIGRATION_ROWS {
+            return Err(Rejection::invalid(
+                "rows",
+                format!(
+                    "at most {MAX_MIGRATION_ROWS} rows per request (got {}); send batches",
+                    req.rows.len()
+                ),
+            )
+            .into());
+        }
+        let mut outcome = MigrationOutcome::default();
+        let mut rows = Vec::with_capacity(req.rows.len());
+        for (i, row) in req.rows.into_iter().enumerate() {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            let bad = |reason: String| (index, row.player_id.clone(), reason);
+            if let Err(r) = convert::id("player_id", &row.player_id) {
+                outcome.rejected.push(bad(r.to_string()));
+            } else if !row.elo.is_finite() || !ELO_RANGE.contains(&row.elo) {
+                outcome.rejected.push(bad(format!(
+                    "elo: must be a finite number in {}..={} (got {})",
+                    ELO_RANGE.start(),
+                    ELO_RANGE.end(),
+                    row.elo
+                )));
+            } else if row.legacy_rank.trim().is_empty() {
+                outcome
+                    .rejected
+                    .push(bad("legacy_rank: must not be empty".into()));
+            } else {
+                rows.push(MigrationRow {
+                    index,
+                    player: PlayerId::new(row.player_id.as_str()),
+                    elo: row.elo,
+                    legacy_rank: row.legacy_rank.trim().to_owned(),
+                });
+            }
+        }
+        let outcome = self
+            .ledger
+            .admin(move |state| Ok(state.prepare_migration(&queue, rows, outcome)?))
+            .await?;
+        let mut rejected: Vec<proto::RejectedRow> = outcome
+            .rejected
+            .into_iter()
+            .map(|(index, player_id, reason)| proto::RejectedRow {
+                index,
+                player_id,
+                reason,
+            })
+            .collect();
+        rejected.sort_by_key(|r| r.index);
+        Ok(Response::new(proto::MigrateFromEloResponse {
+            migrated: outcome.migrated,
+            unchanged: outcome.unchanged,
+            rejected,
+        }))
     }
 
     async fn get_queue_stats(
@@ -97,8 +271,31 @@ impl AdminService for Admin {
 
     async fn export_players(
         &self,
-        _request: Request<proto::ExportPlayersRequest>,
+        request: Request<proto::ExportPlayersRequest>,
     ) -> Result<Response<Self::ExportPlayersStream>, Status> {
-        Err(unimplemented("ExportPlayers", "player export (issue #6)"))
+        let req = request.into_inner();
+        let queue = self.state.queue("queue", &req.queue)?;
+        let after = if req.after_player_id.is_empty() {
+            None
+        } else {
+            convert::id("after_player_id", &req.after_player_id)?;
+            Some(PlayerId::new(req.after_player_id.as_str()))
+        };
+        let limit = match req.limit {
+            0 => usize::MAX,
+            n => n as usize,
+        };
+        let ids = self.state.export_ids(&queue, after.as_ref(), limit);
+        let admin = Self {
+            state: self.state.clone(),
+            matchmaker: self.matchmaker.clone(),
+            ledger: self.ledger.clone(),
+        };
+        // Views are built as the client reads (tonic pulls the stream), so a large export holds
+        // only the id list, and each view is the player's record at the time it is sent.
+        let stream = tokio_stream::iter(ids)
+            .filter_map(move |id| admin.view(&queue, &id))
+            .map(Ok);
+        Ok(Response::new(Box::pin(stream)))
     }
 }

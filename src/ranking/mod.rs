@@ -17,6 +17,7 @@
 pub mod inversus;
 pub mod ladder;
 pub mod leaderboard;
+pub mod season;
 
 pub use inversus::InversusConfig;
 pub use ladder::{LadderConfig, LadderState, Tier};

@@ -6,6 +6,7 @@
 //! ascending id order, checks, then writes all of them, so a transition is all-or-nothing and two
 //! transitions can never deadlock. No lock here is ever held across an `.await`.
 
+mod admin;
 mod servers;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use crate::rating::Skill;
 use crate::results::{self, QueueRanker, ResultAck, ResultInput};
 use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
+pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
 pub use servers::{ServerHandle, ServerRegistry};
 
 /// Where a player is right now. Owned by the player's slot and nowhere else.
@@ -1052,6 +1054,8 @@ impl State {
             records,
             parties,
             ack,
+            kind: crate::store::EntryKind::Result,
+            season: None,
         })
     }
 

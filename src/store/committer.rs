@@ -25,8 +25,10 @@ pub enum CommitError {
     Closed,
 }
 
+/// Entries that must be durable together (one result, or every pool of one admin change);
+/// the reply is the sequence number of the first.
 struct Request {
-    entry: JournalEntry,
+    entries: Vec<JournalEntry>,
     reply: oneshot::Sender<Result<u64, CommitError>>,
 }
 
@@ -64,9 +66,16 @@ impl Committer {
     /// Journals `entry` durably; returns its sequence number once flushed. The caller must call
     /// [`Committer::applied`] with it after applying the entry in memory.
     pub async fn commit(&self, entry: JournalEntry) -> Result<u64, CommitError> {
+        self.commit_all(vec![entry]).await
+    }
+
+    /// Journals several entries in one atomic batch (all durable or none); returns the first
+    /// one's sequence number, the rest follow consecutively. The caller must call
+    /// [`Committer::applied`] for each after applying it.
+    pub async fn commit_all(&self, entries: Vec<JournalEntry>) -> Result<u64, CommitError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request { entry, reply })
+            .send(Request { entries, reply })
             .await
             .map_err(|_| CommitError::Closed)?;
         rx.await.map_err(|_| CommitError::Closed)?
@@ -93,14 +102,17 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
     let mut batch: Vec<Request> = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
-        while batch.len() < MAX_BATCH {
+        while batch.iter().map(|r| r.entries.len()).sum::<usize>() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(r) => batch.push(r),
                 Err(_) => break,
             }
         }
         let first_seq = progress.lock().unwrap_or_else(|p| p.into_inner()).last + 1;
-        let entries: Vec<JournalEntry> = batch.iter().map(|r| r.entry.clone()).collect();
+        let entries: Vec<JournalEntry> = batch
+            .iter()
+            .flat_map(|r| r.entries.iter().cloned())
+            .collect();
         let started = Instant::now();
         let written = match store.append_journal(first_seq, &entries) {
             Ok(()) => store.flush_async().await.map(|_| ()),
@@ -113,18 +125,21 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
             ms = started.elapsed().as_secs_f64() * 1e3,
             "journal batch written and flushed"
         );
-        metrics::histogram!(crate::telemetry::JOURNAL_BATCH_SIZE).record(batch.len() as f64);
+        metrics::histogram!(crate::telemetry::JOURNAL_BATCH_SIZE).record(entries.len() as f64);
         match written {
             Ok(()) => {
                 {
                     let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
-                    for i in 0..batch.len() as u64 {
+                    for i in 0..entries.len() as u64 {
                         p.unapplied.insert(first_seq + i);
                     }
-                    p.last = first_seq + batch.len() as u64 - 1;
+                    p.last = first_seq + entries.len() as u64 - 1;
                 }
-                for (i, r) in batch.drain(..).enumerate() {
-                    let _ = r.reply.send(Ok(first_seq + i as u64));
+                let mut seq = first_seq;
+                for r in batch.drain(..) {
+                    let n = r.entries.len() as u64;
+                    let _ = r.reply.send(Ok(seq));
+                    seq += n;
                 }
             }
             Err(e) => {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{MatchId, PlayerId};
+use crate::ranking::RankPoints;
+use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::results::ResultAck;
 use crate::state::{PartyRecord, PoolRecord};
 
@@ -91,6 +93,43 @@ pub struct JournalEntry {
     pub parties: Vec<(String, PartyRecord)>,
     /// What the reporter was told, returned again to duplicate reports.
     pub ack: ResultAck,
+    /// A match result (the default, so entries written before admin tools still decode) or an
+    /// admin change (reset, rating edit, migration) which has no match and no acknowledgement.
+    #[serde(default)]
+    pub kind: EntryKind,
+    /// Season bookkeeping written in the same atomic batch as the entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub season: Option<SeasonWrite>,
+}
+
+/// What a journal entry is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    #[default]
+    Result,
+    /// `SetRating`, `SeasonReset`, `EndSeason`, `MigrateFromElo`: `match_id` is a label only,
+    /// nothing is written to the idempotency index and no live match is removed.
+    Admin,
+}
+
+/// End-of-week rank points: (season, week, player → RP).
+pub type WeekRp = (u32, u32, Vec<(PlayerId, RankPoints)>);
+
+/// Season state an admin entry changes for the entry's pool, kept in the journal tree under `s/`
+/// (never trimmed by snapshots) and written in the entry's own atomic batch: a reset and its season counter are
+/// durable together or not at all.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeasonWrite {
+    /// The season clock after this entry.
+    pub state: SeasonState,
+    /// End-of-week rank points recorded by a soft reset: (season, week, player → RP) of the
+    /// entry's pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub week_rp: Option<WeekRp>,
+    /// Season ranks recorded by `EndSeason`: (season, ranks) of the entry's pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<(u32, Vec<SeasonRank>)>,
 }
 
 /// A live match as persisted (formed or allocated, not yet completed or cancelled).
@@ -327,15 +366,23 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (i, entry) in entries.iter().enumerate() {
-            let bytes = serde_json::to_vec(entry).map_err(|e| StoreError::Sled(e.to_string()))?;
-            let ack =
-                serde_json::to_vec(&entry.ack).map_err(|e| StoreError::Sled(e.to_string()))?;
-            batch.insert(journal_key(first_seq + i as u64), bytes);
-            batch.insert(result_key(&entry.match_id), ack);
+            batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
+            if entry.kind == EntryKind::Result {
+                batch.insert(result_key(&entry.match_id), encode(&entry.ack)?);
+            }
+            if let Some(season) = &entry.season {
+                batch.insert(state_key(&entry.pool), encode(&season.state)?);
+                if let Some((n, week, rp)) = &season.week_rp {
+                    batch.insert(week_key(&entry.pool, *n, *week), encode(rp)?);
+                }
+                if let Some((n, ranks)) = &season.ranks {
+                    batch.insert(ranks_key(&entry.pool, *n), encode(ranks)?);
+                }
+            }
         }
         self.journal.apply_batch(batch)?;
         let mut done = sled::Batch::default();
-        for entry in entries {
+        for entry in entries.iter().filter(|e| e.kind == EntryKind::Result) {
             done.remove(entry.match_id.as_str());
         }
         self.matches.apply_batch(done)?;
@@ -385,6 +432,69 @@ impl Store {
     pub async fn flush_async(&self) -> Result<usize, StoreError> {
         Ok(self.db.flush_async().await?)
     }
+}
+
+impl Store {
+    /// The season clock of a rating pool (season 1, week 0 before its first reset).
+    pub fn season_state(&self, pool: &str) -> Result<SeasonState, StoreError> {
+        self.journal
+            .get(state_key(pool))?
+            .map_or(Ok(SeasonState::default()), |v| {
+                decode(&v, &format!("season state {pool}"))
+            })
+    }
+
+    /// End-of-week rank points of `pool` recorded in `season`, week by week (player → RP).
+    pub fn week_rp(
+        &self,
+        pool: &str,
+        season: u32,
+    ) -> Result<Vec<Vec<(PlayerId, RankPoints)>>, StoreError> {
+        let prefix = format!("s/w/{pool}\u{1f}{season:010}/");
+        self.journal
+            .scan_prefix(prefix.as_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                decode(&v, &String::from_utf8_lossy(&k))
+            })
+            .collect()
+    }
+
+    /// Season ranks of `pool` recorded by `EndSeason` for `season`, if any.
+    pub fn season_ranks(
+        &self,
+        pool: &str,
+        season: u32,
+    ) -> Result<Option<Vec<SeasonRank>>, StoreError> {
+        self.journal
+            .get(ranks_key(pool, season))?
+            .map(|v| decode(&v, &format!("season ranks {pool}/{season}")))
+            .transpose()
+    }
+}
+
+fn state_key(pool: &str) -> Vec<u8> {
+    format!("s/s/{pool}").into_bytes()
+}
+
+fn week_key(pool: &str, season: u32, week: u32) -> Vec<u8> {
+    format!("s/w/{pool}\u{1f}{season:010}/{week:010}").into_bytes()
+}
+
+fn ranks_key(pool: &str, season: u32) -> Vec<u8> {
+    format!("s/r/{pool}\u{1f}{season:010}").into_bytes()
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], key: &str) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Decode {
+        key: key.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// JSON encoding of a value a journal batch holds.
+fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Sled(e.to_string()))
 }
 
 /// Opens sled, waiting up to 2 s for the directory lock: a previous handle in this process (or a
@@ -455,6 +565,53 @@ mod tests {
                 win_streak: 0,
             },
         )])
+    }
+
+    #[test]
+    fn a_journal_entry_written_before_admin_tools_still_decodes_as_a_result() {
+        let old = r#"{"match_id":"m1","applied_unix":1.0,"pool":"1v1","records":[],
+                      "ack":{"queue":"1v1","changes":[]}}"#;
+        let entry: JournalEntry = serde_json::from_str(old).unwrap();
+        assert_eq!((entry.kind, entry.season), (EntryKind::Result, None));
+    }
+
+    #[test]
+    fn an_admin_entry_writes_season_state_but_no_acknowledgement() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let p1 = PlayerId::from("p1");
+        let entry = JournalEntry {
+            match_id: MatchId::new("admin:season-reset:soft:lad:1:1"),
+            applied_unix: 1.0,
+            pool: "lad".into(),
+            records: vec![(p1.clone(), record()["1v1"].clone())],
+            parties: Vec::new(),
+            ack: ResultAck {
+                queue: String::new(),
+                changes: Vec::new(),
+            },
+            kind: EntryKind::Admin,
+            season: Some(SeasonWrite {
+                state: SeasonState { season: 1, week: 1 },
+                week_rp: Some((1, 1, vec![(p1.clone(), 1350)])),
+                ranks: None,
+            }),
+        };
+        store
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        assert_eq!(store.result_of(&entry.match_id).unwrap(), None);
+        assert_eq!(
+            store.season_state("lad").unwrap(),
+            SeasonState { season: 1, week: 1 }
+        );
+        assert_eq!(store.season_state("other").unwrap(), SeasonState::default());
+        assert_eq!(store.week_rp("lad", 1).unwrap(), vec![vec![(p1, 1350)]]);
+        assert!(store.week_rp("lad", 2).unwrap().is_empty());
+        // A snapshot trims the entry but keeps the season keys.
+        store.finish_snapshot(1).unwrap();
+        assert_eq!(store.journal_after(0).count(), 0);
+        assert_eq!(store.season_state("lad").unwrap().week, 1);
     }
 
     #[test]

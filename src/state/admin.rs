@@ -1,0 +1,519 @@
+//! Admin changes to player records: rating edits, season resets, the end of a season, migration
+//! from Elo, and the export order.
+//!
+//! Each `prepare_*` reads the current records and returns journal entries of absolute
+//! after-records; it changes nothing. The ledger calls it under the write side of its reset gate
+//! (so no result is between its prepare and its apply), journals the entries in one atomic batch,
+//! and then applies them with [`State::apply_admin`], the same code path start-up replay uses.
+//!
+//! Definitions (SPEC §4.3 leaves these open):
+//! - Seasons are kept per rating pool (`season`, `week`), so a reset named to one queue moves
+//!   only that pool's clock. With no queue, a reset covers every pool of a queue with a ranking.
+//! - Soft reset: ladder RP above the tier's `soft_reset_cap` is cut (Grandweaver from the
+//!   leaderboard, so the top-N rule applies); INVERSUS RP is untouched (it has no caps); every
+//!   player's skill gets `SystemConfig::decay` for one `rating_period_seconds`. The RP recorded
+//!   as end-of-week RP is the RP *before* the cut (what the player reached that week). Note that
+//!   results also widen the deviation for inactivity since the last game, so a player idle over
+//!   a soft reset gets both.
+//! - Hard reset: ladder RP becomes the `hard_reset_rp` of the season rank recorded by
+//!   `EndSeason` if there is one, else of the tier held now (a tier without a value keeps its
+//!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
+//!   The MMR rescale and deviation reset apply to Glicko-2 and Glicko-1 pools only; Weng-Lin and
+//!   Elo pools keep their skills (μ/σ has no 1500-scale span to map onto).
+//! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
+//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::config::RankingKind;
+use crate::ids::{MatchId, PlayerId};
+use crate::ranking::season::{self, SeasonRank, SeasonState};
+use crate::ranking::{LadderState, RankPoints};
+use crate::rating::{Skill, SystemConfig};
+use crate::results::ResultAck;
+use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
+
+use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
+
+/// Which reset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetKind {
+    /// Weekly: RP cut to tier caps, one rating period of deviation growth, week + 1.
+    Soft,
+    /// Monthly: RP to the hard-reset value of the tier reached, Glicko MMR rescaled with
+    /// deviation reset, next season.
+    Hard,
+}
+
+/// What a reset or the end of a season did, per pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeasonOutcome {
+    /// The season clock after the change (of the first pool; pools reset together agree).
+    pub state: SeasonState,
+    /// Players whose record changed (reset) or who were ranked (end of season).
+    pub players: u64,
+}
+
+/// One validated migration row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MigrationRow {
+    pub index: u32,
+    pub player: PlayerId,
+    pub elo: f64,
+    pub legacy_rank: String,
+}
+
+/// What a migration did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigrationOutcome {
+    pub migrated: u64,
+    pub unchanged: u64,
+    /// (row index, player id, reason).
+    pub rejected: Vec<(u32, String, String)>,
+}
+
+type Prepared<T> = Result<Result<(Vec<JournalEntry>, T), Rejection>, StoreError>;
+
+impl State {
+    /// Applies a durable admin entry in memory (records, leaderboard order).
+    pub fn apply_admin(&self, entry: &JournalEntry) {
+        self.apply_records(entry);
+    }
+
+    /// The distinct pools of `queues`, each with the first queue that names it (queues sharing
+    /// a pool are validated to share rating system and ranking).
+    fn pools_of<'a>(
+        queues: impl IntoIterator<Item = &'a std::sync::Arc<QueueInfo>>,
+    ) -> Vec<std::sync::Arc<QueueInfo>> {
+        let mut seen = BTreeSet::new();
+        queues
+            .into_iter()
+            .filter(|q| seen.insert(q.pool.clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// The queues a season command covers: the named one, or every queue with a ranking.
+    pub fn season_queues(
+        &self,
+        queue: Option<&str>,
+    ) -> Result<Vec<std::sync::Arc<QueueInfo>>, Rejection> {
+        match queue {
+            Some(name) => Ok(vec![self.queue("queue", name)?]),
+            None => Ok(Self::pools_of(
+                self.queues()
+                    .filter(|q| q.config.ranking != RankingKind::None),
+            )),
+        }
+    }
+
+    /// Every player with a record in `pool`, in id order.
+    fn pool_records(&self, pool: &str) -> Vec<(PlayerId, PoolRecord)> {
+        let mut rows: Vec<(PlayerId, PoolRecord)> = self
+            .inner
+            .players
+            .iter()
+            .filter_map(|e| {
+                let r = e.value().lock().pools.get(pool).cloned()?;
+                Some((e.key().clone(), r))
+            })
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    /// The ladder tier of each player of a pool, by the leaderboard (Grandweaver needs rank).
+    fn tiers_now(&self, pool: &str, rows: &[(PlayerId, PoolRecord)]) -> Vec<crate::ranking::Tier> {
+        let ladder = &self.inner.config.ranking.ladder;
+        let index = self.rank_index(pool);
+        rows.iter()
+            .map(|(p, r)| {
+                ladder
+                    .tier_in(&index, p)
+                    .unwrap_or_else(|| ladder.tier_of(r.rank_points, None))
+                    .clone()
+            })
+            .collect()
+    }
+
+    fn admin_entry(
+        label: String,
+        pool: &str,
+        records: Vec<(PlayerId, PoolRecord)>,
+    ) -> JournalEntry {
+        JournalEntry {
+            match_id: MatchId::new(label),
+            applied_unix: unix_now(),
+            pool: pool.to_owned(),
+            records,
+            parties: Vec::new(),
+            ack: ResultAck {
+                queue: String::new(),
+                changes: Vec::new(),
+            },
+            kind: EntryKind::Admin,
+            season: None,
+        }
+    }
+
+    /// `SetRating`: the player's record in the queue's pool with `skill` (and `rank_points`, for
+    /// a ranked queue) replaced. A ladder record gets the floor its RP earns and no streak.
+    pub fn prepare_set_rating(
+        &self,
+        queue: &QueueInfo,
+        player: &PlayerId,
+        skill: Skill,
+        rank_points: Option<RankPoints>,
+    ) -> Result<JournalEntry, Rejection> {
+        let mut record = self
+            .player(player, &queue.pool)
+            .1
+            .unwrap_or_else(|| self.initial_record(queue));
+        // A zero volatility (Weng-Lin and Elo have none; a Glicko-2 caller may omit it) keeps
+        // the current one.
+        let volatility = record.skill.volatility;
+        record.skill = skill;
+        if skill.volatility == 0.0 {
+            record.skill.volatility = volatility;
+        }
+        if let Some(rp) = rank_points {
+            match queue.config.ranking {
+                RankingKind::None => {
+                    return Err(Rejection::invalid(
+                        "rank_points",
+                        format!("queue {} has no ranking; leave rank_points unset", queue.id),
+                    ));
+                }
+                RankingKind::Inversus => record.rank_points = rp,
+                RankingKind::Ladder => {
+                    let s = LadderState::with_rp(&self.inner.config.ranking.ladder, rp);
+                    record.rank_points = s.rp;
+                    record.ladder_floor = s.floor_rp;
+                    record.win_streak = s.win_streak;
+                }
+            }
+        }
+        Ok(Self::admin_entry(
+            format!("admin:set-rating:{player}"),
+            &queue.pool,
+            vec![(player.clone(), record)],
+        ))
+    }
+
+    /// `SeasonReset`: one entry per pool of `queues` with every changed record.
+    pub fn prepare_season_reset(
+        &self,
+        kind: ResetKind,
+        queues: &[std::sync::Arc<QueueInfo>],
+    ) -> Prepared<SeasonOutcome> {
+        let mut entries = Vec::new();
+        let mut changed = 0u64;
+        let mut first_state = None;
+        for queue in Self::pools_of(queues) {
+            let pool = queue.pool.as_str();
+            let state = self.inner.store.season_state(pool)?;
+            let rows = self.pool_records(pool);
+            let system = &queue.config.rating;
+            let ranking = queue.config.ranking;
+            let tiers = if ranking == RankingKind::Ladder {
+                Some(self.tiers_now(pool, &rows))
+            } else {
+                None
+            };
+            let (records, next, week_rp) = match kind {
+                ResetKind::Soft => {
+                    let period = system.rating_period_seconds();
+                    let mut out = Vec::with_capacity(rows.len());
+                    for (i, (p, r)) in rows.iter().enumerate() {
+                        let mut next = r.clone();
+                        next.skill = match system.decay(&r.skill, period) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                return Ok(Err(Rejection::FailedPrecondition(format!(
+                                    "player {p} in pool {pool}: {e}"
+                                ))));
+                            }
+                        };
+                        if let Some(tiers) = &tiers {
+                            next.rank_points = season::soft_reset_rp(r.rank_points, &tiers[i]);
+                        }
+                        out.push((p.clone(), next));
+                    }
+                    let week_rp: Vec<(PlayerId, RankPoints)> = rows
+                        .iter()
+                        .map(|(p, r)| (p.clone(), r.rank_points))
+                        .collect();
+                    let next_state = SeasonState {
+                        season: state.season,
+                        week: state.week.saturating_add(1),
+                    };
+                    (
+                        out,
+                        next_state,
+                        Some((state.season, next_state.week, week_rp)),
+                    )
+                }
+                ResetKind::Hard => {
+                    let ended: Option<BTreeMap<String, String>> = self
+                        .inner
+                        .store
+                        .season_ranks(pool, state.season)?
+                        .map(|ranks| ranks.into_iter().map(|r| (r.player, r.tier)).collect());
+                    let ladder = &self.inner.config.ranking.ladder;
+                    let cfg = &self.inner.config.season;
+                    let glicko =
+                        matches!(system, SystemConfig::Glicko2(_) | SystemConfig::Glicko(_));
+                    let (lowest, highest) = rows
+                        .iter()
+                        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, r)| {
+                            (lo.min(r.skill.mean), hi.max(r.skill.mean))
+                        });
+                    let initial = system.initial();
+                    let mut out = Vec::with_capacity(rows.len());
+                    for (i, (p, r)) in rows.iter().enumerate() {
+                        let mut next = r.clone();
+                        if glicko {
+                            next.skill = Skill {
+                                mean: season::rescale(r.skill.mean, lowest, highest, cfg),
+                                deviation: cfg.reset_deviation,
+                                volatility: initial.volatility,
+                            };
+                        }
+                        match (ranking, &tiers) {
+                            (RankingKind::Ladder, Some(tiers)) => {
+                                // The season rank recorded by EndSeason if there is one, else
+                                // the tier held now.
+                                let tier = ended
+                                    .as_ref()
+                                    .and_then(|m| m.get(p.as_str()))
+                                    .and_then(|name| ladder.tiers.iter().find(|t| &t.name == name))
+                                    .unwrap_or(&tiers[i]);
+                                let s = LadderState::with_rp(
+                                    ladder,
+                                    season::hard_reset_rp(r.rank_points, tier),
+                                );
+                                next.rank_points = s.rp;
+                                next.ladder_floor = s.floor_rp;
+                                next.win_streak = 0;
+                            }
+                            (RankingKind::Inversus, _) => next.rank_points = 0,
+                            _ => {}
+                        }
+                        out.push((p.clone(), next));
+                    }
+                    let next_state = SeasonState {
+                        season: state.season.saturating_add(1),
+                        week: 0,
+                    };
+                    (out, next_state, None)
+                }
+            };
+            let records: Vec<(PlayerId, PoolRecord)> = records
+                .into_iter()
+                .zip(&rows)
+                .filter(|((_, after), (_, before))| after != before)
+                .map(|(after, _)| after)
+                .collect();
+            changed += records.len() as u64;
+            first_state.get_or_insert(next);
+            let mut entry = Self::admin_entry(
+                format!(
+                    "admin:season-reset:{}:{pool}:{}:{}",
+                    if kind == ResetKind::Soft {
+                        "soft"
+                    } else {
+                        "hard"
+                    },
+                    next.season,
+                    next.week
+                ),
+                pool,
+                records,
+            );
+            entry.season = Some(SeasonWrite {
+                state: next,
+                week_rp,
+                ranks: None,
+            });
+            entries.push(entry);
+        }
+        Ok(Ok((
+            entries,
+            SeasonOutcome {
+                state: first_state.unwrap_or_default(),
+                players: changed,
+            },
+        )))
+    }
+
+    /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
+    pub fn prepare_end_season(
+        &self,
+        queues: &[std::sync::Arc<QueueInfo>],
+    ) -> Prepared<SeasonOutcome> {
+        let mut entries = Vec::new();
+        let mut ranked = 0u64;
+        let mut first_state = None;
+        for queue in Self::pools_of(queues) {
+            let pool = queue.pool.as_str();
+            if queue.config.ranking != RankingKind::Ladder {
+                return Ok(Err(Rejection::invalid(
+                    "queue",
+                    format!(
+                        "queue {} has no ladder; season ranks are ladder tiers",
+                        queue.id
+                    ),
+                )));
+            }
+            let state = self.inner.store.season_state(pool)?;
+            let rows = self.pool_records(pool);
+            let tiers = self.tiers_now(pool, &rows);
+            let mut weeks: BTreeMap<PlayerId, Vec<RankPoints>> = BTreeMap::new();
+            for week in self.inner.store.week_rp(pool, state.season)? {
+                for (p, rp) in week {
+                    weeks.entry(p).or_default().push(rp);
+                }
+            }
+            let ranks: Vec<SeasonRank> = season::season_ranks(
+                rows.iter()
+                    .zip(&tiers)
+                    .map(|((p, r), t)| {
+                        (
+                            p.to_string(),
+                            r.rank_points,
+                            t,
+                            weeks.remove(p).unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+            );
+            ranked += ranks.len() as u64;
+            first_state.get_or_insert(state);
+            let mut entry = Self::admin_entry(
+                format!("admin:end-season:{pool}:{}", state.season),
+                pool,
+                Vec::new(),
+            );
+            entry.season = Some(SeasonWrite {
+                state,
+                week_rp: None,
+                ranks: Some((state.season, ranks)),
+            });
+            entries.push(entry);
+        }
+        Ok(Ok((
+            entries,
+            SeasonOutcome {
+                state: first_state.unwrap_or_default(),
+                players: ranked,
+            },
+        )))
+    }
+
+    /// `MigrateFromElo`: r = Elo, deviation = `season.reset_deviation`, RP from the legacy-rank
+    /// table. A player who already has a record in the pool is never overwritten: the same
+    /// values count as `unchanged` (so re-running a migration is harmless), other values are
+    /// rejected with the reason.
+    pub fn prepare_migration(
+        &self,
+        queue: &QueueInfo,
+        rows: Vec<MigrationRow>,
+        mut outcome: MigrationOutcome,
+    ) -> Result<(Vec<JournalEntry>, MigrationOutcome), Rejection> {
+        let system = &queue.config.rating;
+        let deviation = match system {
+            SystemConfig::Glicko2(_) | SystemConfig::Glicko(_) => {
+                self.inner.config.season.reset_deviation
+            }
+            SystemConfig::Elo(_) => 0.0,
+            _ => {
+                return Err(Rejection::invalid(
+                    "queue",
+                    format!(
+                        "queue {} rates with Weng-Lin; Elo migrates only into Glicko or Elo queues",
+                        queue.id
+                    ),
+                ));
+            }
+        };
+        let initial = system.initial();
+        let cfg = &self.inner.config.season;
+        let mut records = Vec::new();
+        let mut seen = BTreeSet::new();
+        for row in rows {
+            let reject = |reason: String| (row.index, row.player.to_string(), reason);
+            if !seen.insert(row.player.clone()) {
+                outcome
+                    .rejected
+                    .push(reject("the player appears earlier in this request".into()));
+                continue;
+            }
+            let Some(rp) = season::legacy_rp(cfg, &row.legacy_rank) else {
+                let known: Vec<&str> = cfg.legacy_ranks.keys().map(String::as_str).collect();
+                outcome.rejected.push(reject(format!(
+                    "unknown legacy rank {:?} (configured: {})",
+                    row.legacy_rank,
+                    known.join(", ")
+                )));
+                continue;
+            };
+            let mut record = self.initial_record(queue);
+            record.skill = Skill {
+                mean: row.elo,
+                deviation,
+                volatility: initial.volatility,
+            };
+            match queue.config.ranking {
+                RankingKind::None => {}
+                RankingKind::Inversus => record.rank_points = rp,
+                RankingKind::Ladder => {
+                    let s = LadderState::with_rp(&self.inner.config.ranking.ladder, rp);
+                    record.rank_points = s.rp;
+                    record.ladder_floor = s.floor_rp;
+                }
+            }
+            match self.player(&row.player, &queue.pool).1 {
+                Some(existing) if existing == record => outcome.unchanged += 1,
+                Some(existing) => outcome.rejected.push(reject(format!(
+                    "already has a different record in pool {} ({} games); migration never overwrites, use SetRating",
+                    queue.pool, existing.games
+                ))),
+                None => {
+                    records.push((row.player.clone(), record));
+                    outcome.migrated += 1;
+                }
+            }
+        }
+        let entries = if records.is_empty() {
+            Vec::new()
+        } else {
+            vec![Self::admin_entry(
+                format!("admin:migrate:{}", queue.pool),
+                &queue.pool,
+                records,
+            )]
+        };
+        Ok((entries, outcome))
+    }
+
+    /// Player ids with a record in the queue's pool, in id order, after `after` (exclusive),
+    /// at most `limit`: the export order, resumable from the last id seen.
+    pub fn export_ids(
+        &self,
+        queue: &QueueInfo,
+        after: Option<&PlayerId>,
+        limit: usize,
+    ) -> Vec<PlayerId> {
+        let mut ids: Vec<PlayerId> = self
+            .inner
+            .players
+            .iter()
+            .filter(|e| after.is_none_or(|a| e.key() > a))
+            .filter(|e| e.value().lock().pools.contains_key(&queue.pool))
+            .map(|e| e.key().clone())
+            .collect();
+        ids.sort_unstable();
+        ids.truncate(limit);
+        ids
+    }
+}

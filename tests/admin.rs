@@ -1,0 +1,840 @@
+//! AdminService over real gRPC and through `matchmaker admin`: rating edits, soft and hard season
+//! resets checked number by number, the end of a season, migration from Elo with bad rows, the
+//! resumable export, and a reset racing with result reports.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{TestServer, form_match, placements_with_winner, player as view_of};
+use matchmaker::config::Config;
+use matchmaker::proto;
+use matchmaker::rating::Skill;
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+/// A 1v1 ladder queue rated with Glicko-2, so both the RP table and the MMR rescale apply.
+const LADDER: &str = r#"
+[queues.lad]
+teams = 2
+team_size = 1
+max_party_size = 1
+ranking = "ladder"
+
+[queues.lad.rating]
+system = "glicko2"
+"#;
+
+fn skill(r: &proto::Rating) -> Skill {
+    Skill {
+        mean: r.mean,
+        deviation: r.deviation,
+        volatility: r.volatility,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+async fn set(
+    server: &TestServer,
+    player: &str,
+    queue: &str,
+    mean: f64,
+    deviation: f64,
+    rp: Option<i64>,
+) -> proto::PlayerView {
+    server
+        .admin()
+        .await
+        .set_rating(proto::SetRatingRequest {
+            player_id: player.into(),
+            queue: queue.into(),
+            rating: Some(proto::Rating {
+                mean,
+                deviation,
+                ..Default::default()
+            }),
+            rank_points: rp,
+        })
+        .await
+        .expect("set_rating")
+        .into_inner()
+}
+
+async fn reset(
+    server: &TestServer,
+    kind: proto::SeasonResetKind,
+    queue: &str,
+) -> proto::SeasonResetResponse {
+    server
+        .admin()
+        .await
+        .season_reset(proto::SeasonResetRequest {
+            kind: kind as i32,
+            queue: queue.into(),
+        })
+        .await
+        .expect("season_reset")
+        .into_inner()
+}
+
+#[tokio::test]
+async fn set_rating_is_read_back_and_bad_input_names_the_field() {
+    let server = TestServer::start("").await;
+    let v = set(&server, "ann", "1v1", 1712.5, 80.0, Some(4321)).await;
+    assert_eq!((v.rank_points, v.player_id.as_str()), (4321, "ann"));
+    let read = view_of(&server, "ann", "1v1").await;
+    let r = read.rating.unwrap();
+    assert_eq!((r.mean, r.deviation), (1712.5, 80.0));
+    assert!(r.volatility > 0.0, "zero volatility keeps the system's");
+    assert_eq!(read.rank_points, 4321);
+
+    let mut admin = server.admin().await;
+    for (req, field) in [
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean: f64::NAN,
+                    deviation: 80.0,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            },
+            "rating.mean",
+        ),
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: None,
+                rank_points: None,
+            },
+            "rating",
+        ),
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean: 1500.0,
+                    deviation: 80.0,
+                    ..Default::default()
+                }),
+                rank_points: Some(-1),
+            },
+            "rank_points",
+        ),
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "nope".into(),
+                rating: None,
+                rank_points: None,
+            },
+            "queue",
+        ),
+    ] {
+        let e = admin.set_rating(req).await.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().starts_with(field), "{field}: {}", e.message());
+    }
+    let e = admin
+        .season_reset(proto::SeasonResetRequest {
+            kind: 0,
+            queue: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("kind"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn hard_reset_rescales_mmr_and_sets_rp_from_the_tier_table_number_by_number() {
+    let mut server = TestServer::start(LADDER).await;
+    // (player, r, RD, RP): tiers Wanderer, Expert I, Expert III, Grandweaver (top 100 of RP >= 1200).
+    let players = [
+        ("w", 1200.0, 60.0, 250),
+        ("e1", 1600.0, 70.0, 950),
+        ("e3", 1800.0, 80.0, 1150),
+        ("gw", 2000.0, 90.0, 1350),
+    ];
+    for (p, r, rd, rp) in players {
+        set(&server, p, "lad", r, rd, Some(rp)).await;
+    }
+    assert_eq!(view_of(&server, "gw", "lad").await.tier, "Grandweaver");
+    let out = reset(&server, proto::SeasonResetKind::Hard, "lad").await;
+    assert_eq!((out.season, out.week, out.players_changed), (2, 0, 4));
+
+    // r' = 1500 + (r - 1200) / (2000 - 1200) * 750; RD' = 350; RP' = the tier's hard-reset value.
+    let expected = [
+        ("w", 1500.0, 250, "Wanderer"),
+        ("e1", 1875.0, 600, "Apprentice I"),
+        ("e3", 2062.5, 800, "Apprentice III"),
+        ("gw", 2250.0, 1000, "Expert II"),
+    ];
+    let initial_volatility = Config::from_toml_str(LADDER).unwrap().queues["lad"]
+        .rating
+        .initial()
+        .volatility;
+    for (p, r, rp, tier) in expected {
+        let v = view_of(&server, p, "lad").await;
+        let rating = v.rating.unwrap();
+        assert!(close(rating.mean, r), "{p}: {} vs {r}", rating.mean);
+        assert!(close(rating.deviation, 350.0), "{p}: {}", rating.deviation);
+        assert!(close(rating.volatility, initial_volatility), "{p}");
+        assert_eq!(v.rank_points, rp, "{p}");
+        assert_eq!(v.tier, tier, "{p}");
+    }
+    // Other pools were not touched (the reset named one queue).
+    let untouched = view_of(&server, "w", "1v1").await;
+    assert_eq!(untouched.games, 0);
+
+    // The new season and the reset survive a restart.
+    server.stop().await.unwrap();
+    let dir = server.data_dir.clone();
+    let server2 = TestServer::start_in(&dir, LADDER).await;
+    let v = view_of(&server2, "e3", "lad").await;
+    assert!(close(v.rating.unwrap().mean, 2062.5));
+    assert_eq!(v.rank_points, 800);
+    let out = reset(&server2, proto::SeasonResetKind::Soft, "lad").await;
+    assert_eq!((out.season, out.week), (2, 1));
+    drop(server);
+}
+
+#[tokio::test]
+async fn soft_reset_cuts_rp_at_the_tier_caps_and_grows_deviation_one_period() {
+    let server = TestServer::start(LADDER).await;
+    // 100 Grandweavers at 1500, then a Master (rank 101) above its cap, one below, an Expert.
+    for i in 0..100 {
+        set(
+            &server,
+            &format!("gw{i:03}"),
+            "lad",
+            1900.0,
+            60.0,
+            Some(1500),
+        )
+        .await;
+    }
+    set(&server, "m-high", "lad", 1800.0, 60.0, Some(1350)).await;
+    set(&server, "m-low", "lad", 1750.0, 60.0, Some(1250)).await;
+    set(&server, "expert", "lad", 1700.0, 60.0, Some(1150)).await;
+    assert_eq!(view_of(&server, "m-high", "lad").await.tier, "Master");
+    assert_eq!(view_of(&server, "gw000", "lad").await.tier, "Grandweaver");
+    let before = skill(
+        view_of(&server, "m-high", "lad")
+            .await
+            .rating
+            .as_ref()
+            .unwrap(),
+    );
+
+    let out = reset(&server, proto::SeasonResetKind::Soft, "lad").await;
+    assert_eq!((out.season, out.week, out.players_changed), (1, 1, 103));
+
+    let system = Config::from_toml_str(LADDER).unwrap().queues["lad"]
+        .rating
+        .clone();
+    let decayed = system
+        .decay(&before, system.rating_period_seconds())
+        .unwrap();
+    assert!(decayed.deviation > before.deviation);
+    for (p, rp) in [
+        ("gw000", 1400),
+        ("gw099", 1400),
+        ("m-high", 1300),
+        ("m-low", 1250),
+        ("expert", 1150),
+    ] {
+        let v = view_of(&server, p, "lad").await;
+        assert_eq!(v.rank_points, rp, "{p}");
+        let r = v.rating.unwrap();
+        assert!(
+            close(r.deviation, decayed.deviation),
+            "{p}: {}",
+            r.deviation
+        );
+    }
+    assert_eq!(
+        skill(
+            view_of(&server, "m-high", "lad")
+                .await
+                .rating
+                .as_ref()
+                .unwrap()
+        ),
+        decayed
+    );
+
+    // End of season: end-of-week RP (before the cut) is the Master+ ranking key.
+    let mut admin = server.admin().await;
+    let ended = admin
+        .end_season(proto::EndSeasonRequest {
+            queue: "lad".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((ended.season, ended.players_ranked), (1, 103));
+    let e = admin
+        .end_season(proto::EndSeasonRequest {
+            queue: "1v1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("queue"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn migration_reports_bad_rows_with_reasons_and_is_idempotent_per_player() {
+    let server = TestServer::start("").await;
+    let row = |p: &str, elo: f64, rank: &str| proto::EloRow {
+        player_id: p.into(),
+        elo,
+        legacy_rank: rank.into(),
+    };
+    let rows = vec![
+        row("m-a", 1700.0, "Gold"),
+        row("m-bad-elo", f64::NAN, "Gold"),
+        row("m-bad-rank", 1500.0, "Tin"),
+        row("", 1500.0, "Gold"),
+        row("m-a", 1800.0, "Gold"),
+        row("m-b", 1400.0, "Silver"),
+    ];
+    let mut admin = server.admin().await;
+    let out = admin
+        .migrate_from_elo(proto::MigrateFromEloRequest {
+            queue: "1v1".into(),
+            rows: rows.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((out.migrated, out.unchanged), (2, 0));
+    let rejected: Vec<(u32, &str)> = out
+        .rejected
+        .iter()
+        .map(|r| (r.index, r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4]
+    );
+    assert!(rejected[0].1.starts_with("elo"), "{}", rejected[0].1);
+    assert!(
+        rejected[1].1.contains("unknown legacy rank \"Tin\""),
+        "{}",
+        rejected[1].1
+    );
+    assert!(rejected[2].1.starts_with("player_id"), "{}", rejected[2].1);
+    assert!(rejected[3].1.contains("earlier"), "{}", rejected[3].1);
+
+    let a = view_of(&server, "m-a", "1v1").await;
+    let r = a.rating.unwrap();
+    assert_eq!((r.mean, r.deviation, a.rank_points), (1700.0, 350.0, 600));
+    let b = view_of(&server, "m-b", "1v1").await;
+    assert_eq!((b.rating.unwrap().mean, b.rank_points), (1400.0, 400));
+
+    // Again: nothing changes, the migrated players count as unchanged.
+    let again = admin
+        .migrate_from_elo(proto::MigrateFromEloRequest {
+            queue: "1v1".into(),
+            rows: vec![rows[0].clone(), rows[5].clone()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (again.migrated, again.unchanged, again.rejected.len()),
+        (0, 2, 0)
+    );
+    // Different values for a player who has a record are refused, not applied.
+    let other = admin
+        .migrate_from_elo(proto::MigrateFromEloRequest {
+            queue: "1v1".into(),
+            rows: vec![row("m-b", 1450.0, "Silver")],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((other.migrated, other.unchanged), (0, 0));
+    assert!(
+        other.rejected[0].reason.contains("never overwrites"),
+        "{}",
+        other.rejected[0].reason
+    );
+    assert_eq!(
+        view_of(&server, "m-b", "1v1").await.rating.unwrap().mean,
+        1400.0
+    );
+
+    // Weng-Lin queues do not take Elo.
+    let e = admin
+        .migrate_from_elo(proto::MigrateFromEloRequest {
+            queue: "5v5".into(),
+            rows: vec![row("x", 1500.0, "Gold")],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("queue"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn export_streams_in_id_order_and_resumes_after_a_cursor() {
+    let server = TestServer::start("").await;
+    for p in ["p3", "p1", "p2", "p5", "p4"] {
+        set(&server, p, "1v1", 1500.0, 100.0, None).await;
+    }
+    let mut admin = server.admin().await;
+    let page = |after: &str, limit: u32| proto::ExportPlayersRequest {
+        queue: "1v1".into(),
+        after_player_id: after.into(),
+        limit,
+    };
+    let ids = |s: Vec<proto::PlayerView>| s.into_iter().map(|v| v.player_id).collect::<Vec<_>>();
+    let first: Vec<_> = admin
+        .export_players(page("", 2))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(ids(first), ["p1", "p2"]);
+    let rest: Vec<_> = admin
+        .export_players(page("p2", 0))
+        .await
+        .unwrap()
+        .into_inner()
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(ids(rest), ["p3", "p4", "p5"]);
+}
+
+/// Results and a soft reset race. Every player plays one match from RD 100. A result applied
+/// before the reset is decayed by it (final RD = decay(after)); one applied after it started from
+/// the decayed record (before RD = decay(100)) and is final as reported. A result computed before
+/// the reset and applied after it would show before RD = 100 and final = after: the reset lost.
+#[tokio::test]
+async fn a_soft_reset_racing_with_results_is_never_half_applied() {
+    let server = TestServer::start("").await;
+    let system = Config::from_toml_str("").unwrap().queues["1v1"]
+        .rating
+        .clone();
+    let mut client = server.client().await;
+    let mut matches = Vec::new();
+    for i in 0..24 {
+        let (a, b) = (format!("r{i:02}a"), format!("r{i:02}b"));
+        set(&server, &a, "1v1", 1500.0, 100.0, None).await;
+        set(&server, &b, "1v1", 1500.0, 100.0, None).await;
+        matches.push(form_match(&mut client, "1v1", &[&[&a], &[&b]]).await);
+    }
+    let start = skill(
+        view_of(&server, "r00a", "1v1")
+            .await
+            .rating
+            .as_ref()
+            .unwrap(),
+    );
+    let decayed_start = system
+        .decay(&start, system.rating_period_seconds())
+        .unwrap();
+
+    let mut tasks = Vec::new();
+    for (i, m) in matches.iter().enumerate() {
+        let mut gs = server.game_server().await;
+        let m = m.clone();
+        tasks.push(tokio::spawn(async move {
+            let winner = m.teams[i % 2].player_ids[0].clone();
+            gs.report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: placements_with_winner(&m, &winner),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }));
+        if i == matches.len() / 2 {
+            let mut admin = server.admin().await;
+            tasks.push(tokio::spawn(async move {
+                admin
+                    .season_reset(proto::SeasonResetRequest {
+                        kind: proto::SeasonResetKind::Soft as i32,
+                        queue: "1v1".into(),
+                    })
+                    .await
+                    .unwrap();
+                proto::MatchResultAck::default()
+            }));
+        }
+    }
+    let mut changes = BTreeMap::new();
+    for t in tasks {
+        for c in t.await.unwrap().changes {
+            changes.insert(c.player_id.clone(), c);
+        }
+    }
+    assert_eq!(changes.len(), 48);
+    let (mut before_reset, mut after_reset) = (0, 0);
+    for (p, c) in &changes {
+        let before = skill(c.before.as_ref().unwrap());
+        let after = skill(c.after.as_ref().unwrap());
+        let now = skill(view_of(&server, p, "1v1").await.rating.as_ref().unwrap());
+        if before == start {
+            let expected = system
+                .decay(&after, system.rating_period_seconds())
+                .unwrap();
+            assert_eq!(
+                now, expected,
+                "{p}: applied before the reset, so the reset decays it"
+            );
+            before_reset += 1;
+        } else {
+            assert_eq!(before, decayed_start, "{p}: started from the reset record");
+            assert_eq!(now, after, "{p}");
+            after_reset += 1;
+        }
+    }
+    assert_eq!(before_reset + after_reset, 48);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line against a running server.
+
+async fn cli(server: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .arg("admin")
+        .args(args)
+        .args(["--addr", &format!("http://{}", server.addr)])
+        .args(["--token", "test.jwt.token"])
+        .output()
+        .await
+        .expect("run matchmaker admin");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[tokio::test]
+async fn the_admin_cli_runs_every_command() {
+    let server = TestServer::start(LADDER).await;
+
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "set-rating",
+            "--player",
+            "cli-a",
+            "--queue",
+            "lad",
+            "--mean",
+            "1800",
+            "--deviation",
+            "90",
+            "--rank-points",
+            "1350",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v = json(&out);
+    assert_eq!(
+        (v["rank_points"].as_i64(), v["rating"]["mean"].as_f64()),
+        (Some(1350), Some(1800.0))
+    );
+    let (ok, out, _) = cli(
+        &server,
+        &[
+            "set-rating",
+            "--player",
+            "cli-b",
+            "--queue",
+            "lad",
+            "--mean",
+            "1600",
+            "--deviation",
+            "90",
+            "--rank-points",
+            "950",
+        ],
+    )
+    .await;
+    assert!(ok);
+    assert!(out.starts_with("set cli-b\tlad"), "{out}");
+
+    let (ok, out, err) = cli(
+        &server,
+        &["season-reset", "--kind", "soft", "--queue", "lad", "--json"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v = json(&out);
+    assert_eq!(
+        (
+            v["season"].as_u64(),
+            v["week"].as_u64(),
+            v["players_changed"].as_u64()
+        ),
+        (Some(1), Some(1), Some(2))
+    );
+    assert_eq!(
+        view_of(&server, "cli-a", "lad").await.rank_points,
+        1350,
+        "Grandweaver cap is 1400"
+    );
+
+    let (ok, out, err) = cli(&server, &["end-season", "--queue", "lad"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "season 1 ended: 2 players ranked");
+
+    let (ok, out, err) = cli(
+        &server,
+        &["season-reset", "--kind", "hard", "--queue", "lad"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "hard reset done: season 2 week 0, 2 players changed"
+    );
+    assert_eq!(view_of(&server, "cli-a", "lad").await.rank_points, 1000);
+    assert_eq!(view_of(&server, "cli-b", "lad").await.rank_points, 600);
+
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("legacy.csv");
+    std::fs::write(
+        &csv,
+        "player_id,elo,legacy_rank\nold-1,1650,Gold\nold-2,abc,Gold\nold-3,1500,Tin\nold-4,1550,\"Silver\"\ntoo,many,fields,here\n",
+    )
+    .unwrap();
+    let csv_arg = csv.to_str().unwrap();
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "migrate", "--queue", "lad", "--file", csv_arg, "--batch", "2", "--json",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let v = json(&out);
+    assert_eq!(
+        (
+            v["migrated"].as_u64(),
+            v["unchanged"].as_u64(),
+            v["rows"].as_u64()
+        ),
+        (Some(2), Some(0), Some(5))
+    );
+    let lines: Vec<u64> = v["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [3, 4, 6]);
+    assert_eq!(view_of(&server, "old-4", "lad").await.rank_points, 400);
+    let (ok, out, _) = cli(&server, &["migrate", "--queue", "lad", "--file", csv_arg]).await;
+    assert!(ok);
+    assert!(
+        out.starts_with("migrated 0, unchanged 2, rejected 3"),
+        "{out}"
+    );
+    assert!(out.contains("line 4: old-3: unknown legacy rank"), "{out}");
+
+    let (ok, out, err) = cli(
+        &server,
+        &["export", "--queue", "lad", "--limit", "2", "--json"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let ids: Vec<String> = out
+        .lines()
+        .map(|l| json(l)["player_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids, ["cli-a", "cli-b"]);
+    let (ok, out, _) = cli(&server, &["export", "--queue", "lad", "--after", "cli-b"]).await;
+    assert!(ok);
+    assert!(
+        out.contains("old-1\tlad") && out.contains("old-4\tlad"),
+        "{out}"
+    );
+    assert!(
+        out.trim_end()
+            .ends_with("2 players exported; next page: --after old-4"),
+        "{out}"
+    );
+
+    let (ok, out, err) = cli(&server, &["queue-stats", "--json"]).await;
+    assert!(ok, "{err}");
+    assert!(
+        json(&out)["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q["queue"] == "lad")
+    );
+    let (ok, out, err) = cli(&server, &["snapshot"]).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with("snapshot: "), "{out}");
+
+    let (ok, _, err) = cli(
+        &server,
+        &["season-reset", "--kind", "soft", "--queue", "nope"],
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        err.contains("InvalidArgument") || err.contains("queue: unknown queue"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// kill -9: an acknowledged reset is in the journal, and replay restores it.
+
+/// A server process, killed (SIGKILL) when dropped so a failing test leaves nothing running.
+#[cfg(unix)]
+struct Killed(std::process::Child);
+
+#[cfg(unix)]
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the binary on `dir`; returns the child and the address it logged.
+#[cfg(unix)]
+fn start_binary(dir: &std::path::Path, config: &std::path::Path) -> (Killed, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(dir)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+            addr = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    (Killed(child), addr.expect("server logged its address"))
+}
+
+#[cfg(unix)]
+async fn cli_at(addr: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .arg("admin")
+        .args(args)
+        .args(["--addr", addr, "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_hard_reset_survives_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("seasons.toml");
+    // No periodic snapshot before the kill: recovery must come from the journal.
+    std::fs::write(
+        &config,
+        format!("[store]\nsnapshot_interval_seconds = 3600\n{LADDER}"),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let (child, addr) = start_binary(&data, &config);
+    for (p, r, rp) in [("k-lo", "1300", "450"), ("k-hi", "1900", "1150")] {
+        cli_at(
+            &addr,
+            &[
+                "set-rating",
+                "--player",
+                p,
+                "--queue",
+                "lad",
+                "--mean",
+                r,
+                "--deviation",
+                "70",
+                "--rank-points",
+                rp,
+            ],
+        )
+        .await;
+    }
+    let out = json(&cli_at(&addr, &["season-reset", "--kind", "hard", "--queue", "lad"]).await);
+    assert_eq!(out["season"], 2);
+    drop(child); // SIGKILL
+
+    let (_child, addr) = start_binary(&data, &config);
+    let export = cli_at(&addr, &["export", "--queue", "lad"]).await;
+    let views: BTreeMap<String, serde_json::Value> = export
+        .lines()
+        .map(|l| {
+            let v = json(l);
+            (v["player_id"].as_str().unwrap().to_owned(), v)
+        })
+        .collect();
+    // k-lo: Trainee II (450 RP) -> 350 RP, r -> 1500; k-hi: Expert III -> 800 RP, r -> 2250.
+    assert_eq!(views["k-lo"]["rank_points"], 350);
+    assert_eq!(views["k-hi"]["rank_points"], 800);
+    assert!(close(
+        views["k-lo"]["rating"]["mean"].as_f64().unwrap(),
+        1500.0
+    ));
+    assert!(close(
+        views["k-hi"]["rating"]["mean"].as_f64().unwrap(),
+        2250.0
+    ));
+    assert!(close(
+        views["k-hi"]["rating"]["deviation"].as_f64().unwrap(),
+        350.0
+    ));
+    // The season clock came back with it.
+    let out = json(&cli_at(&addr, &["season-reset", "--kind", "soft", "--queue", "lad"]).await);
+    assert_eq!(
+        (out["season"].as_u64(), out["week"].as_u64()),
+        (Some(2), Some(1))
+    );
+}
