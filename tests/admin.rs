@@ -234,8 +234,16 @@ async fn soft_reset_cuts_rp_at_the_tier_caps_and_grows_deviation_one_period() {
             .unwrap(),
     );
 
+    let fresh = view_of(&server, "expert", "lad").await;
+    assert_eq!((fresh.season, fresh.week), (1, 0));
     let out = reset(&server, proto::SeasonResetKind::Soft, "lad").await;
     assert_eq!((out.season, out.week, out.players_changed), (1, 1, 103));
+    let after = view_of(&server, "expert", "lad").await;
+    assert_eq!(
+        (after.season, after.week),
+        (1, 1),
+        "GetPlayer shows the season clock"
+    );
 
     let system = Config::from_toml_str(LADDER).unwrap().queues["lad"]
         .rating

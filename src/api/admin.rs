@@ -36,12 +36,18 @@ impl Admin {
         let (status, record) = self.state.player(id, &queue.pool);
         let record = record?;
         let tier = self.state.tier(queue, id, &record);
+        let season = self
+            .state
+            .store()
+            .season_state(&queue.pool)
+            .unwrap_or_default();
         Some(convert::player_view(
             id.as_str(),
             queue,
             &status,
             &record,
             tier.as_ref(),
+            season,
         ))
     }
 }

@@ -190,12 +190,14 @@ impl ClientService for Client {
         let (status, record) = self.state.player(&id, &queue.pool);
         let record = record.unwrap_or_else(|| self.state.initial_record(&queue));
         let tier = self.state.tier(&queue, &id, &record);
+        let season = self.state.store().season_state(&queue.pool)?;
         Ok(Response::new(convert::player_view(
             &req.player_id,
             &queue,
             &status,
             &record,
             tier.as_ref(),
+            season,
         )))
     }
 
@@ -210,6 +212,7 @@ impl ClientService for Client {
             n => (n as usize).min(MAX_PAGE_SIZE),
         };
         let (total, page) = self.state.leaderboard(&queue, req.offset as usize, limit);
+        let season = self.state.store().season_state(&queue.pool)?;
         let entries = page
             .iter()
             .map(|(id, record)| {
@@ -220,6 +223,7 @@ impl ClientService for Client {
                     &self.state.player(id, &queue.pool).0,
                     record,
                     tier.as_ref(),
+                    season,
                 )
             })
             .collect();

@@ -3,6 +3,7 @@
 use crate::ids::PlayerId;
 use crate::proto;
 use crate::ranking::Tier;
+use crate::ranking::season::SeasonState;
 use crate::rating::{Skill, SystemConfig};
 use crate::state::{
     Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, TicketState, TicketView,
@@ -110,6 +111,7 @@ pub fn player_view(
     status: &PlayerStatus,
     record: &PoolRecord,
     tier: Option<&Tier>,
+    season: SeasonState,
 ) -> proto::PlayerView {
     proto::PlayerView {
         player_id: player_id.to_owned(),
@@ -120,5 +122,7 @@ pub fn player_view(
         games: record.games,
         wins: record.wins,
         status: status.name().to_owned(),
+        season: season.season,
+        week: season.week,
     }
 }
