@@ -10,6 +10,7 @@ pub mod bench_results;
 pub mod config;
 pub mod ids;
 pub mod ledger;
+pub mod loadgen;
 pub mod matching;
 pub mod matchmaker;
 pub mod proto;

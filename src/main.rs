@@ -70,6 +70,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A bounded load against a running server, with a health-check baseline measured in the
+    /// same run at the same concurrency (SPEC §10).
+    Loadgen {
+        /// Server address (HOST:PORT, or a full http:// URI).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        addr: String,
+        /// The RPC under load.
+        #[arg(long, value_enum, default_value = "enter-queue")]
+        rpc: matchmaker::loadgen::Rpc,
+        /// Seconds per phase (baseline, then target).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Bearer token sent on every call (with auth on, an admin token may act for anyone).
+        #[arg(long)]
+        token: Option<String>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -169,6 +191,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 concurrency,
                 scratch,
             ))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
+        }
+        Command::Loadgen {
+            addr,
+            rpc,
+            seconds,
+            concurrency,
+            token,
+            json,
+        } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let report =
+                runtime.block_on(matchmaker::loadgen::run(matchmaker::loadgen::Options {
+                    addr,
+                    rpc,
+                    seconds,
+                    concurrency,
+                    token,
+                }))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

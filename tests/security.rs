@@ -378,3 +378,46 @@ async fn tls_serves_with_a_generated_certificate() {
         );
     }
 }
+
+#[tokio::test]
+async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
+    let server = TestServer::start("").await;
+    let opts = |rpc, concurrency| matchmaker::loadgen::Options {
+        addr: server.addr.to_string(),
+        rpc,
+        seconds: 0.3,
+        concurrency,
+        token: None,
+    };
+    for rpc in [
+        matchmaker::loadgen::Rpc::EnterQueue,
+        matchmaker::loadgen::Rpc::Watch,
+    ] {
+        let report = matchmaker::loadgen::run(opts(rpc, 4)).await.unwrap();
+        assert_eq!(report.errors, 0, "{report:?}");
+        assert!(report.rps > 0.0 && report.baseline.rps > 0.0, "{report:?}");
+        assert!(report.p99_ms >= report.p50_ms, "{report:?}");
+    }
+
+    // Two in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
+    // rather than queued, and the server keeps answering.
+    let small = TestServer::start("[server]\nmax_concurrent_requests = 2\n").await;
+    let mut o = opts(matchmaker::loadgen::Rpc::EnterQueue, 64);
+    o.addr = small.addr.to_string();
+    let report = matchmaker::loadgen::run(o).await.unwrap();
+    assert!(report.rps > 0.0, "{report:?}");
+    let shed = report
+        .target
+        .error_codes
+        .get("ResourceExhausted")
+        .copied()
+        .unwrap_or(0)
+        + report
+            .baseline
+            .error_codes
+            .get("ResourceExhausted")
+            .copied()
+            .unwrap_or(0);
+    assert!(shed > 0, "{report:?}");
+    assert!(report.p99_ms < 5_000.0, "{report:?}");
+}
