@@ -421,3 +421,45 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     assert!(shed > 0, "{report:?}");
     assert!(report.p99_ms < 5_000.0, "{report:?}");
 }
+
+#[tokio::test]
+async fn an_eddsa_public_key_verifies_tokens_signed_by_its_private_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let public = dir.path().join("jwt-public.pem");
+    std::fs::write(&public, key.public_key_pem()).unwrap();
+    let server = TestServer::start(&format!(
+        "[auth]\nenabled = true\njwt_secret = \"\"\npublic_key_file = {:?}\npublic_key_algorithm = \"EdDSA\"\n",
+        public.display().to_string()
+    ))
+    .await;
+    let sign = |secret_key: &EncodingKey| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = serde_json::json!({ "sub": "alice", "role": "player", "exp": now + 600 });
+        jsonwebtoken::encode(
+            &Header::new(jsonwebtoken::Algorithm::EdDSA),
+            &claims,
+            secret_key,
+        )
+        .unwrap()
+    };
+    let good = sign(&EncodingKey::from_ed_pem(key.serialize_pem().as_bytes()).unwrap());
+    let mut client = server.client().await;
+    enter_as(&mut client, &good, "1v1", &["alice"])
+        .await
+        .expect("EdDSA token accepted");
+    let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let forged = sign(&EncodingKey::from_ed_pem(other.serialize_pem().as_bytes()).unwrap());
+    let e = enter_as(&mut client, &forged, "1v1", &["alice"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    // HS256 tokens are not accepted when no secret is configured.
+    let e = enter_as(&mut client, &token("alice", "player"), "1v1", &["alice"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+}
