@@ -150,13 +150,14 @@ async fn run_with_store(
 
     let verifier = crate::auth::Verifier::from_config(&config.auth).map_err(ServerError::Auth)?;
     let max_message = config.server.max_message_bytes;
-    // Auth first: a request without the right token costs no concurrency slot.
+    // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
+    // request holds its slot only while it is answered.
     let limits = ServiceBuilder::new()
-        .layer(crate::auth::AuthLayer::new(verifier))
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
         ))
+        .layer(crate::auth::AuthLayer::new(verifier))
         .into_inner();
     let mut builder = Server::builder();
     if config.tls.enabled {

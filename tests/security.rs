@@ -463,3 +463,24 @@ async fn an_eddsa_public_key_verifies_tokens_signed_by_its_private_key() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
 }
+
+#[tokio::test]
+async fn refused_requests_do_not_keep_a_concurrency_slot() {
+    let server =
+        TestServer::start(&format!("{AUTH_ON}[server]\nmax_concurrent_requests = 1\n")).await;
+    // Several connections each get one refusal and stay open.
+    let mut open = Vec::new();
+    for _ in 0..5 {
+        let mut c = server.client().await;
+        let e = c
+            .enter_queue(enter_req("1v1", &["alice"]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+        open.push(c);
+    }
+    let mut c = server.client().await;
+    enter_as(&mut c, &token("alice", "player"), "1v1", &["alice"])
+        .await
+        .expect("the one slot is free again");
+}
