@@ -45,6 +45,9 @@ pub struct Config {
     pub server: ServerConfig,
     pub store: StoreConfig,
     pub auth: AuthConfig,
+    /// TLS for the gRPC listener (rustls). Off by default.
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// Rank-point settings shared by the queues that pick `inversus` or `ladder`.
     #[serde(default)]
     pub ranking: RankingConfig,
@@ -70,6 +73,12 @@ pub struct ServerConfig {
     pub stream_buffer: usize,
     pub allocation_timeout_seconds: f64,
     pub match_timeout_seconds: f64,
+    /// Largest decoded request message in bytes; a bigger one is refused before decoding.
+    pub max_message_bytes: usize,
+    /// Waiting tickets per queue before EnterQueue answers RESOURCE_EXHAUSTED.
+    pub max_tickets_per_queue: usize,
+    /// In-flight RPCs on one connection (HTTP/2 streams) before the connection waits.
+    pub max_concurrent_requests_per_connection: usize,
 }
 
 /// sled settings.
@@ -88,6 +97,25 @@ pub struct AuthConfig {
     pub enabled: bool,
     pub jwt_secret: String,
     pub allow_insecure: bool,
+    /// Optional PEM public key (RS256 or EdDSA) accepted besides the HS256 secret.
+    #[serde(default)]
+    pub public_key_file: PathBuf,
+    /// `RS256` or `EdDSA`: the algorithm of `public_key_file`.
+    #[serde(default = "default_public_key_algorithm")]
+    pub public_key_algorithm: String,
+}
+
+fn default_public_key_algorithm() -> String {
+    "RS256".into()
+}
+
+/// TLS for the gRPC listener: a PEM certificate chain and its PEM private key.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub enabled: bool,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// What players are shown for a queue (SPEC §4).
@@ -250,6 +278,12 @@ impl Config {
             ("server.max_concurrent_requests", s.max_concurrent_requests),
             ("server.command_buffer", s.command_buffer),
             ("server.stream_buffer", s.stream_buffer),
+            ("server.max_message_bytes", s.max_message_bytes),
+            ("server.max_tickets_per_queue", s.max_tickets_per_queue),
+            (
+                "server.max_concurrent_requests_per_connection",
+                s.max_concurrent_requests_per_connection,
+            ),
             ("store.journal_buffer", self.store.journal_buffer),
         ] {
             if value == 0 {
@@ -291,11 +325,29 @@ impl Config {
         if s.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid("server.data_dir", "must not be empty"));
         }
-        if self.auth.enabled && self.auth.jwt_secret.len() < 16 {
+        let has_public_key = !self.auth.public_key_file.as_os_str().is_empty();
+        if self.auth.enabled
+            && (self.auth.jwt_secret.len() < 16)
+            && !(self.auth.jwt_secret.is_empty() && has_public_key)
+        {
             return Err(ConfigError::invalid(
                 "auth.jwt_secret",
-                "must be at least 16 bytes when auth.enabled = true",
+                "must be at least 16 bytes when auth.enabled = true (or empty with auth.public_key_file set)",
             ));
+        }
+        crate::auth::Verifier::from_config(&self.auth).map_err(ConfigError::Rule)?;
+        if self.tls.enabled {
+            for (key, path) in [
+                ("tls.cert_file", &self.tls.cert_file),
+                ("tls.key_file", &self.tls.key_file),
+            ] {
+                if !path.is_file() {
+                    return Err(ConfigError::invalid(
+                        key,
+                        format!("file {} does not exist", path.display()),
+                    ));
+                }
+            }
         }
         if !self.auth.enabled && !self.auth.allow_insecure && !addr.ip().is_loopback() {
             return Err(ConfigError::invalid(

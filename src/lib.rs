@@ -6,10 +6,12 @@
 
 pub mod admin_cli;
 pub mod api;
+pub mod auth;
 pub mod bench_results;
 pub mod config;
 pub mod ids;
 pub mod ledger;
+pub mod loadgen;
 pub mod matching;
 pub mod matchmaker;
 pub mod proto;

@@ -77,6 +77,28 @@ enum Command {
     Simulate(matchmaker::sim::cli::SimulateArgs),
     /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
     Admin(matchmaker::admin_cli::AdminArgs),
+    /// A bounded load against a running server, with a health-check baseline measured in the
+    /// same run at the same concurrency (SPEC §10).
+    Loadgen {
+        /// Server address (HOST:PORT, or a full http:// URI).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        addr: String,
+        /// The RPC under load.
+        #[arg(long, value_enum, default_value = "enter-queue")]
+        rpc: matchmaker::loadgen::Rpc,
+        /// Seconds per phase (baseline, then target).
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Bearer token sent on every call (with auth on, an admin token may act for anyone).
+        #[arg(long)]
+        token: Option<String>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
     Config {
         #[arg(long)]
@@ -185,6 +207,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
         Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
         Command::Admin(args) => matchmaker::admin_cli::run(args)?,
+        Command::Loadgen {
+            addr,
+            rpc,
+            seconds,
+            concurrency,
+            token,
+            json,
+        } => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let report =
+                runtime.block_on(matchmaker::loadgen::run(matchmaker::loadgen::Options {
+                    addr,
+                    rpc,
+                    seconds,
+                    concurrency,
+                    token,
+                }))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
+        }
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
             print!("{}", toml::to_string_pretty(&config)?);

@@ -39,6 +39,13 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("metrics endpoint: {0}")]
     Metrics(String),
+    #[error("{0}")]
+    Auth(String),
+    #[error("tls: cannot read {path}: {source}")]
+    Tls {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Binds the configured address and serves until `shutdown` is cancelled.
@@ -123,6 +130,7 @@ async fn run_with_store(
         matchmaker: handle.clone(),
         clock,
         shutdown: shutdown.clone(),
+        load: api::QueueLoad::default(),
     };
     let game_server = api::GameServer {
         state: state.clone(),
@@ -140,24 +148,42 @@ async fn run_with_store(
     })?;
     info!(addr = %local, "serving gRPC");
 
+    let verifier = crate::auth::Verifier::from_config(&config.auth).map_err(ServerError::Auth)?;
+    let max_message = config.server.max_message_bytes;
+    // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
+    // request holds its slot only while it is answered.
     let limits = ServiceBuilder::new()
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
         ))
+        .layer(crate::auth::AuthLayer::new(verifier))
         .into_inner();
-    let serve = Server::builder()
+    let mut builder = Server::builder();
+    if config.tls.enabled {
+        builder = builder.tls_config(tls_config(&config.tls)?)?;
+        info!("TLS on");
+    }
+    let serve = builder
         .timeout(Duration::from_millis(config.server.request_timeout_ms))
+        .concurrency_limit_per_connection(config.server.max_concurrent_requests_per_connection)
         .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
         .layer(limits)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(proto::client_service_server::ClientServiceServer::new(
-            client,
-        ))
-        .add_service(proto::game_server_service_server::GameServerServiceServer::new(game_server))
-        .add_service(proto::admin_service_server::AdminServiceServer::new(admin))
+        .add_service(
+            proto::client_service_server::ClientServiceServer::new(client)
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            proto::game_server_service_server::GameServerServiceServer::new(game_server)
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            proto::admin_service_server::AdminServiceServer::new(admin)
+                .max_decoding_message_size(max_message),
+        )
         .serve_with_incoming_shutdown(incoming_nodelay(listener), {
             let shutdown = shutdown.clone();
             let state = state.clone();
@@ -195,6 +221,21 @@ async fn run_with_store(
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");
     served.map_err(ServerError::from)
+}
+
+/// The rustls identity from the configured PEM files (validated to exist at load).
+fn tls_config(
+    tls: &crate::config::TlsConfig,
+) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|source| ServerError::Tls {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let identity =
+        tonic::transport::Identity::from_pem(read(&tls.cert_file)?, read(&tls.key_file)?);
+    Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
 }
 
 /// Accepted connections with Nagle off. tonic sets TCP_NODELAY only on listeners it binds

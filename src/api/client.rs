@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::error::unimplemented;
+use crate::auth::{Identity, MayAct};
 use crate::ids::{PlayerId, TicketId};
 use crate::matching;
 use crate::matchmaker::{Clock, Command, Handle, new_id};
@@ -29,6 +30,79 @@ pub struct Client {
     pub matchmaker: Handle,
     pub clock: Clock,
     pub shutdown: CancellationToken,
+    pub load: QueueLoad,
+}
+
+/// Waiting tickets per queue for the capacity check (`server.max_tickets_per_queue`), without a
+/// round trip to the matchmaker loop on every EnterQueue: the loop's count from its last tick,
+/// fetched at most once per tick interval, plus the tickets admitted here over the last two
+/// fetch windows. It errs on the full side by at most that many entries and never lets a queue
+/// grow past the cap by more than the entries of one fetch window racing each other.
+#[derive(Default)]
+pub struct QueueLoad {
+    inner: std::sync::Mutex<LoadInner>,
+    refreshing: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Default)]
+struct LoadInner {
+    fetched_at: Option<std::time::Instant>,
+    /// Estimated waiting tickets per queue.
+    waiting: std::collections::HashMap<String, u64>,
+    /// Admitted since the last fetch, and in the window before it.
+    admitted_now: std::collections::HashMap<String, u64>,
+    admitted_before: std::collections::HashMap<String, u64>,
+}
+
+impl QueueLoad {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LoadInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn stale(&self, every: Duration) -> bool {
+        self.lock()
+            .fetched_at
+            .is_none_or(|at| at.elapsed() >= every)
+    }
+
+    fn refresh(&self, stats: &[crate::matchmaker::QueueStats]) {
+        let mut inner = self.lock();
+        let before = std::mem::take(&mut inner.admitted_before);
+        let now = std::mem::take(&mut inner.admitted_now);
+        inner.waiting = stats
+            .iter()
+            .map(|q| {
+                let recent = before.get(&q.queue).copied().unwrap_or(0)
+                    + now.get(&q.queue).copied().unwrap_or(0);
+                (q.queue.clone(), q.tickets_waiting + recent)
+            })
+            .collect();
+        inner.admitted_before = now;
+        inner.fetched_at = Some(std::time::Instant::now());
+    }
+
+    /// Counts one more ticket for `queue` unless it holds `max` already.
+    fn try_admit(&self, queue: &str, max: u64) -> bool {
+        let mut inner = self.lock();
+        let waiting = inner.waiting.entry(queue.to_string()).or_insert(0);
+        if *waiting >= max {
+            return false;
+        }
+        *waiting += 1;
+        *inner.admitted_now.entry(queue.to_string()).or_insert(0) += 1;
+        true
+    }
+
+    /// Gives back a slot admitted by `try_admit` whose ticket was not created.
+    fn release(&self, queue: &str) {
+        let mut inner = self.lock();
+        if let Some(w) = inner.waiting.get_mut(queue) {
+            *w = w.saturating_sub(1);
+        }
+        if let Some(a) = inner.admitted_now.get_mut(queue) {
+            *a = a.saturating_sub(1);
+        }
+    }
 }
 
 type UpdateStream = Pin<Box<dyn Stream<Item = Result<proto::TicketUpdate, Status>> + Send>>;
@@ -39,6 +113,7 @@ impl ClientService for Client {
         &self,
         request: Request<proto::EnterQueueRequest>,
     ) -> Result<Response<proto::EnterQueueResponse>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
         let q = &queue.config;
@@ -58,6 +133,7 @@ impl ClientService for Client {
             .into());
         }
         let players = convert::player_ids("player_ids", &req.player_ids)?;
+        identity.may_act_for(&players, "enter a ticket for these players")?;
         let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
         for (region, ms) in &req.region_latency_ms {
             convert::id(&format!("region_latency_ms[{region:?}]"), region)?;
@@ -83,6 +159,32 @@ impl ClientService for Client {
 
         // Room in the loop's queue first, so a full queue rejects before any state changes.
         let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
+        let tick = Duration::from_millis(self.state.config().server.tick_interval_ms);
+        if self.load.stale(tick)
+            && !self
+                .load
+                .refreshing
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            let stats = self.matchmaker.ask(|reply| Command::Stats { reply }).await;
+            self.load
+                .refreshing
+                .store(false, std::sync::atomic::Ordering::Release);
+            self.load.refresh(&stats?);
+        }
+        let max = self.state.config().server.max_tickets_per_queue as u64;
+        if !self.load.try_admit(queue.id.as_str(), max) {
+            return Err(Rejection::ResourceExhausted(format!(
+                "queue {:?} is full ({max} waiting tickets, server.max_tickets_per_queue)",
+                req.queue
+            ))
+            .into());
+        }
+        let admitted = Admitted {
+            load: &self.load,
+            queue: queue.id.as_str(),
+            kept: false,
+        };
         for p in &players {
             self.state.ensure_player_persisted(p)?;
         }
@@ -102,6 +204,7 @@ impl ClientService for Client {
         let slot = self
             .state
             .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
+        admitted.keep();
         permit.send(Command::Enter {
             ticket: slot,
             entry: matching::Ticket {
@@ -124,10 +227,12 @@ impl ClientService for Client {
         &self,
         request: Request<proto::CancelTicketRequest>,
     ) -> Result<Response<proto::CancelTicketResponse>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("ticket_id", &req.ticket_id)?;
         let id = TicketId::new(req.ticket_id.as_str());
-        self.state.ticket(&id)?;
+        let ticket = self.state.ticket(&id)?;
+        identity.may_act_for(&ticket.players, "cancel this ticket")?;
         let state = self
             .matchmaker
             .ask(|reply| Command::Cancel { ticket: id, reply })
@@ -150,9 +255,11 @@ impl ClientService for Client {
         &self,
         request: Request<proto::WatchTicketRequest>,
     ) -> Result<Response<Self::WatchTicketStream>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("ticket_id", &req.ticket_id)?;
         let ticket = self.state.ticket(&TicketId::new(req.ticket_id.as_str()))?;
+        identity.may_act_for(&ticket.players, "watch this ticket")?;
         let mut rx = ticket.subscribe();
         let (tx, out) = mpsc::channel(self.state.config().server.stream_buffer);
         let shutdown = self.shutdown.clone();
@@ -286,6 +393,27 @@ impl ClientService for Client {
         _request: Request<proto::AcceptMatchRequest>,
     ) -> Result<Response<proto::AcceptMatchResponse>, Status> {
         Err(unimplemented("AcceptMatch", "ready-check (issue #9)"))
+    }
+}
+
+/// A capacity slot that is given back unless the ticket was created.
+struct Admitted<'a> {
+    load: &'a QueueLoad,
+    queue: &'a str,
+    kept: bool,
+}
+
+impl Admitted<'_> {
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.load.release(self.queue);
+        }
     }
 }
 

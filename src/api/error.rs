@@ -2,6 +2,7 @@
 
 use tonic::Status;
 
+use crate::auth::AuthError;
 use crate::ledger::ReportError;
 use crate::matchmaker::HandleError;
 use crate::state::Rejection;
@@ -15,6 +16,15 @@ impl From<Rejection> for Status {
             Rejection::NotFound { .. } => Status::not_found(r.to_string()),
             Rejection::FailedPrecondition(msg) => Status::failed_precondition(msg),
             Rejection::ResourceExhausted(msg) => Status::resource_exhausted(msg),
+        }
+    }
+}
+
+impl From<AuthError> for Status {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthenticated(msg) => Status::unauthenticated(msg),
+            AuthError::Denied(msg) => Status::permission_denied(msg),
         }
     }
 }

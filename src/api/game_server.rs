@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::error::unimplemented;
+use crate::auth::{Identity, MayAct};
 use crate::ids::MatchId;
 use crate::ledger::Ledger;
 use crate::proto;
@@ -31,8 +32,10 @@ impl GameServerService for GameServer {
         &self,
         request: Request<proto::ServeMatchesRequest>,
     ) -> Result<Response<Self::ServeMatchesStream>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("server_address", &req.server_address)?;
+        identity.may_serve_as(&req.server_address, "serve matches under this address")?;
         if req.region.len() > convert::MAX_ID_LEN {
             return Err(Rejection::invalid("region", "must be at most 128 bytes").into());
         }
@@ -48,9 +51,15 @@ impl GameServerService for GameServer {
         &self,
         request: Request<proto::MatchResult>,
     ) -> Result<Response<proto::MatchResultAck>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("match_id", &req.match_id)?;
         let match_id = MatchId::new(req.match_id.as_str());
+        // A match no longer live (already reported) answers its stored acknowledgement, which
+        // changes nothing; a live one may be reported only by the server it is assigned to.
+        if let Ok(slot) = self.state.match_slot(&match_id) {
+            identity.may_serve_as(&slot.assignment().server_address, "report this match")?;
+        }
         let performance: BTreeMap<String, f64> = req.performance.into_iter().collect();
         let ledger = self.ledger.clone();
         // Spawned so a client that hangs up cannot stop a result between journal and memory.
@@ -89,6 +98,7 @@ impl GameServerService for GameServer {
         &self,
         request: Request<proto::CancelMatchRequest>,
     ) -> Result<Response<proto::CancelMatchResponse>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("match_id", &req.match_id)?;
         if req.reason.len() > 1024 {
@@ -97,6 +107,7 @@ impl GameServerService for GameServer {
         let slot = self
             .state
             .match_slot(&MatchId::new(req.match_id.as_str()))?;
+        identity.may_serve_as(&slot.assignment().server_address, "cancel this match")?;
         self.state.cancel_match(&slot, &req.reason)?;
         Ok(Response::new(proto::CancelMatchResponse {
             requeued_ticket_ids: Vec::new(),

@@ -10,6 +10,6 @@ mod error;
 mod game_server;
 
 pub use admin::Admin;
-pub use client::Client;
+pub use client::{Client, QueueLoad};
 pub use error::unimplemented;
 pub use game_server::GameServer;

@@ -1,0 +1,334 @@
+//! Authentication and the role check (SPEC §2 Auth, §7), in one tower layer in front of every
+//! service.
+//!
+//! The layer reads `authorization: Bearer <JWT>`, verifies it (HS256 with `auth.jwt_secret`, or
+//! an RS256/EdDSA public key), checks the token's role against the method, and puts the caller's
+//! [`Identity`] into the request's extensions. Handlers read it only for the checks that need the
+//! request's data (whose ticket, whose match) through the `may_*` methods here.
+//!
+//! Health and reflection stay open. With auth off (the local default) the layer passes every
+//! request through with no identity, and every ownership check allows.
+//!
+//! This module owns no business rule beyond "who may call what"; it must not touch state.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use tonic::codegen::http;
+use tower::{Layer, Service};
+
+use crate::config::AuthConfig;
+use crate::ids::PlayerId;
+
+/// Why a call may not proceed. Mapped to gRPC codes in `api::error` (UNAUTHENTICATED and
+/// PERMISSION_DENIED).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Missing, malformed, badly signed or expired credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A valid token whose role or subject may not do this.
+    #[error("{0}")]
+    Denied(String),
+}
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Player,
+    Server,
+    Admin,
+}
+
+/// The authenticated caller, put into request extensions by [`AuthLayer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The player id (role `player`) or the server's id (role `server`).
+    pub sub: String,
+    pub role: Role,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+    role: Role,
+}
+
+/// Ownership checks for handlers. `None` (auth off) allows everything; an admin may do
+/// everything.
+pub trait MayAct {
+    /// A player may enter, cancel or watch only a ticket that contains itself.
+    fn may_act_for(&self, players: &[PlayerId], what: &str) -> Result<(), AuthError>;
+    /// A server may report or cancel only a match assigned to it (`server_address` = its `sub`),
+    /// and may register for matches only under its own `sub`.
+    fn may_serve_as(&self, server_address: &str, what: &str) -> Result<(), AuthError>;
+}
+
+impl MayAct for Option<Identity> {
+    fn may_act_for(&self, players: &[PlayerId], what: &str) -> Result<(), AuthError> {
+        match self {
+            None => Ok(()),
+            Some(Identity {
+                role: Role::Admin, ..
+            }) => Ok(()),
+            Some(Identity {
+                role: Role::Player,
+                sub,
+            }) if players.iter().any(|p| p.as_str() == sub) => Ok(()),
+            Some(id) => Err(AuthError::Denied(format!(
+                "{:?} {:?} may not {what}: it does not contain that player",
+                id.role, id.sub
+            ))),
+        }
+    }
+
+    fn may_serve_as(&self, server_address: &str, what: &str) -> Result<(), AuthError> {
+        match self {
+            None => Ok(()),
+            Some(Identity {
+                role: Role::Admin, ..
+            }) => Ok(()),
+            Some(Identity {
+                role: Role::Server,
+                sub,
+            }) if sub == server_address => Ok(()),
+            Some(id) => Err(AuthError::Denied(format!(
+                "{:?} {:?} may not {what}: it is assigned to server {server_address:?}",
+                id.role, id.sub
+            ))),
+        }
+    }
+}
+
+/// Verifies tokens. Built once from config.
+pub struct Verifier {
+    keys: Vec<(DecodingKey, Validation)>,
+}
+
+impl Verifier {
+    /// The verifier for `config`, or `None` when auth is off. Fails on an unreadable or invalid
+    /// public key (config validation names the key).
+    pub fn from_config(config: &AuthConfig) -> Result<Option<Self>, String> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let mut keys = Vec::new();
+        if !config.jwt_secret.is_empty() {
+            keys.push((
+                DecodingKey::from_secret(config.jwt_secret.as_bytes()),
+                Validation::new(Algorithm::HS256),
+            ));
+        }
+        if !config.public_key_file.as_os_str().is_empty() {
+            let pem = std::fs::read(&config.public_key_file).map_err(|e| {
+                format!(
+                    "auth.public_key_file: cannot read {}: {e}",
+                    config.public_key_file.display()
+                )
+            })?;
+            let (key, alg) = match config.public_key_algorithm.as_str() {
+                "RS256" => (DecodingKey::from_rsa_pem(&pem), Algorithm::RS256),
+                "EdDSA" => (DecodingKey::from_ed_pem(&pem), Algorithm::EdDSA),
+                other => {
+                    return Err(format!(
+                        "auth.public_key_algorithm: must be RS256 or EdDSA (got {other:?})"
+                    ));
+                }
+            };
+            let key = key.map_err(|e| format!("auth.public_key_file: {e}"))?;
+            keys.push((key, Validation::new(alg)));
+        }
+        Ok(Some(Self { keys }))
+    }
+
+    /// The identity in a bearer token, or why it is not acceptable.
+    pub fn verify(&self, token: &str) -> Result<Identity, AuthError> {
+        let mut last = String::from("no verification key is configured");
+        for (key, validation) in &self.keys {
+            match jsonwebtoken::decode::<Claims>(token, key, validation) {
+                Ok(data) => {
+                    if data.claims.sub.is_empty() || data.claims.sub.len() > 128 {
+                        return Err(AuthError::Unauthenticated(
+                            "token sub must be 1-128 bytes".into(),
+                        ));
+                    }
+                    return Ok(Identity {
+                        sub: data.claims.sub,
+                        role: data.claims.role,
+                    });
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(AuthError::Unauthenticated(format!("invalid token: {last}")))
+    }
+}
+
+/// Which roles a method needs; `None` = open (health, reflection).
+fn required_roles(path: &str) -> Option<&'static [Role]> {
+    const ANY: &[Role] = &[Role::Player, Role::Server, Role::Admin];
+    const PLAYER: &[Role] = &[Role::Player, Role::Admin];
+    const SERVER: &[Role] = &[Role::Server, Role::Admin];
+    const ADMIN: &[Role] = &[Role::Admin];
+    if path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.") {
+        return None;
+    }
+    if let Some(method) = path.strip_prefix("/matchmaker.v1.ClientService/") {
+        return Some(match method {
+            "EnterQueue" | "CancelTicket" | "WatchTicket" | "AcceptMatch" => PLAYER,
+            _ => ANY,
+        });
+    }
+    if path.starts_with("/matchmaker.v1.GameServerService/") {
+        return Some(SERVER);
+    }
+    if path.starts_with("/matchmaker.v1.AdminService/") {
+        return Some(ADMIN);
+    }
+    Some(ANY)
+}
+
+/// Authenticates and role-checks one request by its path and headers. `Ok(None)`: open method or
+/// auth off.
+pub fn authorize(
+    verifier: Option<&Verifier>,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> Result<Option<Identity>, AuthError> {
+    let Some(verifier) = verifier else {
+        return Ok(None);
+    };
+    let Some(roles) = required_roles(path) else {
+        return Ok(None);
+    };
+    let value = headers
+        .get(http::header::AUTHORIZATION)
+        .ok_or_else(|| AuthError::Unauthenticated("missing authorization metadata".into()))?;
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            AuthError::Unauthenticated("authorization must be \"Bearer <JWT>\"".into())
+        })?;
+    let identity = verifier.verify(token.trim())?;
+    if !roles.contains(&identity.role) {
+        return Err(AuthError::Denied(format!(
+            "role {:?} may not call {path}",
+            identity.role
+        )));
+    }
+    Ok(Some(identity))
+}
+
+/// The tower layer: authenticate, role-check, attach the [`Identity`].
+#[derive(Clone)]
+pub struct AuthLayer {
+    verifier: Option<Arc<Verifier>>,
+}
+
+impl AuthLayer {
+    /// `None` passes everything through (auth off).
+    pub fn new(verifier: Option<Verifier>) -> Self {
+        Self {
+            verifier: verifier.map(Arc::new),
+        }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            verifier: self.verifier.clone(),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] makes.
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    verifier: Option<Arc<Verifier>>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        match authorize(self.verifier.as_deref(), req.uri().path(), req.headers()) {
+            Ok(Some(identity)) => {
+                req.extensions_mut().insert(identity);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(path = req.uri().path(), error = %e, "request refused");
+                let response = tonic::Status::from(e).into_http();
+                return Box::pin(async move { Ok(response) });
+            }
+        }
+        // The clone is not ready; the one that was polled ready serves this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(inner.call(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_paths_need_no_token() {
+        assert_eq!(required_roles("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(
+            required_roles("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            None
+        );
+        assert_eq!(
+            required_roles("/matchmaker.v1.AdminService/Snapshot"),
+            Some(&[Role::Admin][..])
+        );
+    }
+
+    #[test]
+    fn ownership_rules() {
+        let p = |s: &str| {
+            Some(Identity {
+                sub: s.into(),
+                role: Role::Player,
+            })
+        };
+        let ids = [PlayerId::new("a"), PlayerId::new("b")];
+        assert!(p("a").may_act_for(&ids, "x").is_ok());
+        assert!(p("c").may_act_for(&ids, "x").is_err());
+        assert!(None::<Identity>.may_act_for(&ids, "x").is_ok());
+        let s = Some(Identity {
+            sub: "gs-1".into(),
+            role: Role::Server,
+        });
+        assert!(s.may_serve_as("gs-1", "x").is_ok());
+        assert!(s.may_serve_as("gs-2", "x").is_err());
+        assert!(s.may_act_for(&ids, "x").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! `matchmaker loadgen` (SPEC §10): a bounded load against a running server, with a no-op
+//! baseline (the gRPC health check) measured in the same run at the same concurrency, so the
+//! ratio means something on a noisy machine.
+//!
+//! Bounded in time (`--seconds` per phase, each call under a timeout) and in concurrency. It
+//! owns no server: point it at one (loopback is the intended use).
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+use crate::proto;
+use crate::proto::client_service_client::ClientServiceClient;
+use crate::proto::game_server_service_client::GameServerServiceClient;
+
+/// Longest one call may take before it counts as an error.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Workers that share one HTTP/2 connection.
+const WORKERS_PER_CONNECTION: usize = 16;
+
+/// The RPC under load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rpc {
+    /// `EnterQueue` with a fresh player per call (1v1).
+    EnterQueue,
+    /// `WatchTicket` until its first update, on tickets entered beforehand.
+    Watch,
+    /// `ReportMatchResult` on matches formed and served beforehand.
+    ReportResult,
+    /// The baseline: `grpc.health.v1.Health/Check`.
+    HealthCheck,
+}
+
+/// One phase's numbers.
+#[derive(Debug, Serialize)]
+pub struct Phase {
+    pub rpc: Rpc,
+    pub requests: u64,
+    pub errors: u64,
+    /// Non-OK answers by gRPC code name.
+    pub error_codes: std::collections::BTreeMap<String, u64>,
+    /// Successful calls per second.
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// What `loadgen --json` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub addr: String,
+    pub seconds: f64,
+    pub concurrency: usize,
+    pub rpc: Rpc,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub errors: u64,
+    pub target: Phase,
+    pub baseline: Phase,
+    /// `target.rps / baseline.rps` (SPEC §10 target for EnterQueue: ≥ 0.7).
+    pub ratio_vs_baseline: f64,
+}
+
+/// Options for one run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub addr: String,
+    pub rpc: Rpc,
+    pub seconds: f64,
+    pub concurrency: usize,
+    pub token: Option<String>,
+}
+
+/// Runs the baseline, then the target RPC, each for `seconds`.
+pub async fn run(opts: Options) -> anyhow::Result<Report> {
+    anyhow::ensure!(opts.concurrency >= 1, "--concurrency: must be at least 1");
+    anyhow::ensure!(
+        opts.seconds > 0.0 && opts.seconds <= 3600.0,
+        "--seconds: must be in (0, 3600]"
+    );
+    let uri = if opts.addr.contains("://") {
+        opts.addr.clone()
+    } else {
+        format!("http://{}", opts.addr)
+    };
+    let endpoint = Endpoint::from_shared(uri)?
+        .connect_timeout(CALL_TIMEOUT)
+        .tcp_nodelay(true);
+    let connections = opts.concurrency.div_ceil(WORKERS_PER_CONNECTION);
+    let mut channels = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        channels.push(endpoint.connect().await?);
+    }
+    let run_id = crate::matchmaker::new_id("lg");
+    let baseline = phase(&opts, Rpc::HealthCheck, &channels, &run_id, Vec::new()).await?;
+    let work = prepare(&opts, &channels, &run_id).await?;
+    // EnterQueue forms matches; a game server takes them, as in production (a server with no
+    // game servers keeps retrying to allocate every formed match, which is not what we measure).
+    let drain = if opts.rpc == Rpc::EnterQueue {
+        let mut assignments = GameServerServiceClient::new(channels[0].clone())
+            .serve_matches(stream_request(
+                proto::ServeMatchesRequest {
+                    server_address: format!("{run_id}:drain"),
+                    region: String::new(),
+                    capacity: 0,
+                },
+                opts.token.as_deref(),
+            ))
+            .await?
+            .into_inner();
+        Some(tokio::spawn(async move {
+            while let Ok(Some(_)) = assignments.message().await {}
+        }))
+    } else {
+        None
+    };
+    let target = phase(&opts, opts.rpc, &channels, &run_id, work).await;
+    if let Some(drain) = drain {
+        drain.abort();
+    }
+    let target = target?;
+    Ok(Report {
+        addr: opts.addr.clone(),
+        seconds: opts.seconds,
+        concurrency: opts.concurrency,
+        rpc: opts.rpc,
+        rps: target.rps,
+        p50_ms: target.p50_ms,
+        p99_ms: target.p99_ms,
+        errors: target.errors,
+        ratio_vs_baseline: if baseline.rps > 0.0 {
+            target.rps / baseline.rps
+        } else {
+            0.0
+        },
+        target,
+        baseline,
+    })
+}
+
+fn request<T>(msg: T, token: Option<&str>) -> Request<T> {
+    let mut r = stream_request(msg, token);
+    r.set_timeout(CALL_TIMEOUT);
+    r
+}
+
+/// A request with no deadline, for the `ServeMatches` streams that last the whole phase.
+fn stream_request<T>(msg: T, token: Option<&str>) -> Request<T> {
+    let mut r = Request::new(msg);
+    if let Some(t) = token
+        && let Ok(v) = format!("Bearer {t}").parse()
+    {
+        r.metadata_mut().insert("authorization", v);
+    }
+    r
+}
+
+/// Ids the target phase works on: tickets to watch or matches to report. Prepared before the
+/// clock starts.
+async fn prepare(
+    opts: &Options,
+    channels: &[Channel],
+    run_id: &str,
+) -> anyhow::Result<Vec<String>> {
+    let token = opts.token.as_deref();
+    match opts.rpc {
+        Rpc::EnterQueue | Rpc::HealthCheck => Ok(Vec::new()),
+        Rpc::Watch => {
+            // One ticket per worker in 5v5, so they stay SEARCHING unless ten gather.
+            let mut client = ClientServiceClient::new(channels[0].clone());
+            let mut tickets = Vec::with_capacity(opts.concurrency);
+            for w in 0..opts.concurrency {
+                let t = client
+                    .enter_queue(request(
+                        proto::EnterQueueRequest {
+                            queue: "5v5".into(),
+                            player_ids: vec![format!("{run_id}-watch-{w}")],
+                            ..Default::default()
+                        },
+                        token,
+                    ))
+                    .await?
+                    .into_inner()
+                    .ticket_id;
+                tickets.push(t);
+            }
+            Ok(tickets)
+        }
+        Rpc::ReportResult => {
+            // As many 1v1 matches as the server can form in a while, served to this generator.
+            let want = (opts.concurrency * 200).clamp(1000, 20_000);
+            let server_address = format!("{run_id}:1");
+            let mut assignments = GameServerServiceClient::new(channels[0].clone())
+                .serve_matches(stream_request(
+                    proto::ServeMatchesRequest {
+                        server_address,
+                        region: String::new(),
+                        capacity: 0,
+                    },
+                    token,
+                ))
+                .await?
+                .into_inner();
+            let mut client = ClientServiceClient::new(channels[0].clone());
+            for i in 0..want * 2 {
+                client
+                    .enter_queue(request(
+                        proto::EnterQueueRequest {
+                            queue: "1v1".into(),
+                            player_ids: vec![format!("{run_id}-r-{i}")],
+                            ..Default::default()
+                        },
+                        token,
+                    ))
+                    .await?;
+            }
+            let mut matches = Vec::with_capacity(want);
+            while matches.len() < want {
+                match tokio::time::timeout(CALL_TIMEOUT, assignments.message()).await {
+                    Ok(Ok(Some(a))) => matches.push(a.match_id),
+                    Ok(other) => anyhow::bail!("match stream ended early: {other:?}"),
+                    Err(_) => break,
+                }
+            }
+            Ok(matches)
+        }
+    }
+}
+
+async fn phase(
+    opts: &Options,
+    rpc: Rpc,
+    channels: &[Channel],
+    run_id: &str,
+    work: Vec<String>,
+) -> anyhow::Result<Phase> {
+    let work = std::sync::Arc::new(std::sync::Mutex::new(work));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(opts.seconds);
+    let mut workers = Vec::with_capacity(opts.concurrency);
+    for w in 0..opts.concurrency {
+        let channel = channels[w / WORKERS_PER_CONNECTION].clone();
+        let token = opts.token.clone();
+        let run_id = run_id.to_string();
+        let work = work.clone();
+        let own_ticket = if rpc == Rpc::Watch {
+            work.lock().ok().and_then(|v| v.get(w).cloned())
+        } else {
+            None
+        };
+        workers.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
+                .expect("valid histogram bounds");
+            let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+            let mut client = ClientServiceClient::new(channel.clone());
+            let mut gs = GameServerServiceClient::new(channel);
+            let token = token.as_deref();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                let outcome: Result<(), Status> = match rpc {
+                    Rpc::HealthCheck => health
+                        .check(request(
+                            tonic_health::pb::HealthCheckRequest {
+                                service: String::new(),
+                            },
+                            token,
+                        ))
+                        .await
+                        .map(drop),
+                    Rpc::EnterQueue => client
+                        .enter_queue(request(
+                            proto::EnterQueueRequest {
+                                queue: "1v1".into(),
+                                player_ids: vec![format!("{run_id}-{w}-{i}")],
+                                ..Default::default()
+                            },
+                            token,
+                        ))
+                        .await
+                        .map(drop),
+                    Rpc::Watch => {
+                        let ticket_id = own_ticket.clone().unwrap_or_default();
+                        match client
+                            .watch_ticket(request(proto::WatchTicketRequest { ticket_id }, token))
+                            .await
+                        {
+                            Ok(stream) => stream.into_inner().message().await.map(drop),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Rpc::ReportResult => {
+                        let next = work.lock().ok().and_then(|mut v| v.pop());
+                        let Some(match_id) = next else { break };
+                        gs.report_match_result(request(
+                            proto::MatchResult {
+                                match_id,
+                                placements: vec![1, 2],
+                                ..Default::default()
+                            },
+                            token,
+                        ))
+                        .await
+                        .map(drop)
+                    }
+                };
+                i += 1;
+                match outcome {
+                    Ok(()) => {
+                        let us = t.elapsed().as_micros().max(1) as u64;
+                        hist.saturating_record(us);
+                    }
+                    Err(status) => {
+                        *errors.entry(code_name(status.code())).or_default() += 1;
+                    }
+                }
+            }
+            (hist, errors, i)
+        }));
+    }
+    let mut hist =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+    let mut error_codes: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut requests = 0;
+    for w in workers {
+        let (h, e, n) = w.await?;
+        hist.add(&h)
+            .map_err(|e| anyhow::anyhow!("histogram: {e}"))?;
+        for (k, v) in e {
+            *error_codes.entry(k).or_default() += v;
+        }
+        requests += n;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(Phase {
+        rpc,
+        requests,
+        errors: error_codes.values().sum(),
+        error_codes,
+        rps: hist.len() as f64 / elapsed,
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+    })
+}
+
+fn code_name(code: Code) -> String {
+    format!("{code:?}")
+}

@@ -1,0 +1,364 @@
+//! Malformed and random requests through the real service (SPEC §2 Errors, §7): huge repeated
+//! fields, NaN/inf, unknown ids, duplicate players across teams, empty teams, placements out of
+//! range. Each gets the status its malformation calls for; the server never panics, stays
+//! healthy, and its state is consistent afterwards (every rejected report changed nothing, the
+//! real matches still take exactly one valid result).
+
+mod common;
+
+use common::{TestServer, next};
+use matchmaker::proto;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tonic::Code;
+
+/// Malformed requests sent per worker; four workers.
+const PER_WORKER: usize = 600;
+const WORKERS: usize = 4;
+
+fn junk_id(rng: &mut StdRng) -> String {
+    match rng.random_range(0..4) {
+        0 => String::new(),
+        1 => "x".repeat(rng.random_range(129..2000)),
+        2 => format!("bad\u{0}id-{}", rng.random::<u32>()),
+        _ => "é".repeat(rng.random_range(65..200)),
+    }
+}
+
+fn bad_number(rng: &mut StdRng) -> f64 {
+    [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][rng.random_range(0..3)]
+}
+
+fn drop_ok<T>(r: Result<T, tonic::Status>) -> Result<(), tonic::Status> {
+    r.map(drop)
+}
+
+struct Case {
+    what: &'static str,
+    expect: &'static [Code],
+    got: Result<(), tonic::Status>,
+}
+
+/// Sends one random malformed request; `matches` are real, allocated 1v1 matches.
+async fn one(
+    rng: &mut StdRng,
+    channel: &tonic::transport::Channel,
+    matches: &[proto::MatchAssignment],
+) -> Case {
+    use matchmaker::proto::client_service_client::ClientServiceClient;
+    use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let invalid: &'static [Code] = &[Code::InvalidArgument];
+    let not_found: &'static [Code] = &[Code::NotFound];
+    let enter =
+        |queue: String, player_ids: Vec<String>, roles: Vec<String>| proto::EnterQueueRequest {
+            queue,
+            player_ids,
+            roles,
+            ..Default::default()
+        };
+    let m = &matches[rng.random_range(0..matches.len())];
+    let players: Vec<String> = m.teams.iter().flat_map(|t| t.player_ids.clone()).collect();
+    let report = |placements: Vec<u32>, performance: Vec<(String, f64)>, abandoned: Vec<String>| {
+        proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements,
+            performance: performance.into_iter().collect(),
+            abandoned_player_ids: abandoned,
+        }
+    };
+    match rng.random_range(0..16) {
+        0 => Case {
+            what: "enter: no players",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .enter_queue(enter("1v1".into(), vec![], vec![]))
+                    .await,
+            ),
+        },
+        1 => {
+            let n = rng.random_range(100..20_000);
+            let ids = (0..n).map(|i| format!("huge-{i}")).collect();
+            Case {
+                what: "enter: huge party",
+                expect: invalid,
+                got: drop_ok(client.enter_queue(enter("5v5".into(), ids, vec![])).await),
+            }
+        }
+        2 => Case {
+            what: "enter: unknown or bad queue",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .enter_queue(enter(
+                        format!("q-{}", junk_id(rng)),
+                        vec!["fz-u".into()],
+                        vec![],
+                    ))
+                    .await,
+            ),
+        },
+        3 => Case {
+            what: "enter: duplicate player in a party",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .enter_queue(enter(
+                        "2v2".into(),
+                        vec!["fz-dup".into(), "fz-dup".into()],
+                        vec![],
+                    ))
+                    .await,
+            ),
+        },
+        4 => Case {
+            what: "enter: malformed player id",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .enter_queue(enter("1v1".into(), vec![junk_id(rng)], vec![]))
+                    .await,
+            ),
+        },
+        5 => {
+            let roles = (0..rng.random_range(1..5000))
+                .map(|i| format!("role-{i}"))
+                .collect();
+            Case {
+                what: "enter: unknown roles (many)",
+                expect: invalid,
+                got: drop_ok(
+                    client
+                        .enter_queue(enter("1v1".into(), vec!["fz-r".into()], roles))
+                        .await,
+                ),
+            }
+        }
+        6 => Case {
+            what: "cancel: unknown ticket",
+            expect: not_found,
+            got: drop_ok(
+                client
+                    .cancel_ticket(proto::CancelTicketRequest {
+                        ticket_id: format!("t-nope-{}", rng.random::<u64>()),
+                    })
+                    .await,
+            ),
+        },
+        7 => Case {
+            what: "watch: malformed ticket id",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .watch_ticket(proto::WatchTicketRequest {
+                        ticket_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        8 => Case {
+            what: "report: unknown match",
+            expect: not_found,
+            got: drop_ok(
+                gs.report_match_result(proto::MatchResult {
+                    match_id: format!("m-nope-{}", rng.random::<u64>()),
+                    placements: vec![1, 2],
+                    ..Default::default()
+                })
+                .await,
+            ),
+        },
+        9 => {
+            let n = [0usize, 1, 3, 50_000][rng.random_range(0..4)];
+            Case {
+                what: "report: placement count mismatch",
+                expect: invalid,
+                got: drop_ok(
+                    gs.report_match_result(report(vec![1; n], vec![], vec![]))
+                        .await,
+                ),
+            }
+        }
+        10 => {
+            let bad = [0u32, 3, 99, u32::MAX][rng.random_range(0..4)];
+            let placements = if rng.random() {
+                vec![bad, 1]
+            } else {
+                vec![1, bad]
+            };
+            Case {
+                what: "report: placement out of range",
+                expect: invalid,
+                got: drop_ok(
+                    gs.report_match_result(report(placements, vec![], vec![]))
+                        .await,
+                ),
+            }
+        }
+        11 => {
+            let p = players[rng.random_range(0..players.len())].clone();
+            Case {
+                what: "report: NaN/inf performance",
+                expect: invalid,
+                got: drop_ok(
+                    gs.report_match_result(report(vec![1, 2], vec![(p, bad_number(rng))], vec![]))
+                        .await,
+                ),
+            }
+        }
+        12 => Case {
+            what: "report: abandoned player not in the match",
+            expect: invalid,
+            got: drop_ok(
+                gs.report_match_result(report(
+                    vec![2, 1],
+                    vec![],
+                    vec![format!("stranger-{}", rng.random::<u32>())],
+                ))
+                .await,
+            ),
+        },
+        13 => {
+            let n = rng.random_range(1..5000);
+            let perf = (0..n).map(|i| (format!("ghost-{i}"), 1.0)).collect();
+            Case {
+                what: "report: performance for players not in the match",
+                expect: invalid,
+                got: drop_ok(
+                    gs.report_match_result(report(vec![1, 2], perf, vec![]))
+                        .await,
+                ),
+            }
+        }
+        14 => {
+            let team = |ids: &[&str]| proto::Team {
+                player_ids: ids.iter().map(|s| s.to_string()).collect(),
+            };
+            let teams = match rng.random_range(0..4) {
+                0 => vec![team(&["a"])],
+                1 => vec![team(&["a"]), team(&[])],
+                2 => vec![team(&["a", "b"]), team(&["c", "a"])],
+                _ => vec![],
+            };
+            Case {
+                what: "predict: one team, empty team or a player on two teams",
+                expect: invalid,
+                got: drop_ok(
+                    client
+                        .predict_match(proto::PredictMatchRequest {
+                            queue: "2v2".into(),
+                            teams,
+                        })
+                        .await,
+                ),
+            }
+        }
+        _ => Case {
+            what: "cancel match: unknown",
+            expect: not_found,
+            got: drop_ok(
+                gs.cancel_match(proto::CancelMatchRequest {
+                    match_id: format!("m-nope-{}", rng.random::<u64>()),
+                    reason: String::new(),
+                })
+                .await,
+            ),
+        },
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_get_the_right_status_and_change_nothing() {
+    let server = TestServer::start("").await;
+    let mut gs = server.game_server().await;
+    let mut assignments = gs
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "fz:1".into(),
+            region: String::new(),
+            capacity: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = server.client().await;
+    let mut matches = Vec::new();
+    for i in 0..4 {
+        common::enter(&mut client, "1v1", &[&format!("fz-a{i}")]).await;
+        common::enter(&mut client, "1v1", &[&format!("fz-b{i}")]).await;
+        matches.push(next(&mut assignments).await);
+    }
+    let matches = std::sync::Arc::new(matches);
+
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let channel = server.channel().await;
+        let matches = matches.clone();
+        workers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(0xF022 + w as u64);
+            let mut sent = 0usize;
+            let mut wrong = Vec::new();
+            for _ in 0..PER_WORKER {
+                let case = one(&mut rng, &channel, &matches).await;
+                sent += 1;
+                let code = match &case.got {
+                    Ok(()) => Code::Ok,
+                    Err(s) => s.code(),
+                };
+                if !case.expect.contains(&code) {
+                    wrong.push(format!(
+                        "{}: expected {:?}, got {:?}",
+                        case.what, case.expect, case.got
+                    ));
+                }
+            }
+            (sent, wrong)
+        }));
+    }
+    let mut sent = 0;
+    let mut wrong = Vec::new();
+    for w in workers {
+        let (n, e) = w.await.expect("worker did not panic");
+        sent += n;
+        wrong.extend(e);
+    }
+    eprintln!("fuzz: {sent} malformed requests sent");
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(
+        !server.task.as_ref().unwrap().is_finished(),
+        "the server is still running"
+    );
+
+    // Nothing was half-applied: every player is still unrated, and each real match takes exactly
+    // one valid result.
+    for m in matches.iter() {
+        for p in m.teams.iter().flat_map(|t| &t.player_ids) {
+            assert_eq!(common::player(&server, p, "1v1").await.games, 0, "{p}");
+        }
+        let winner = &m.teams[0].player_ids[0];
+        let ack = gs
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: common::placements_with_winner(m, winner),
+                ..Default::default()
+            })
+            .await
+            .expect("a valid report after the fuzz run")
+            .into_inner();
+        assert!(!ack.duplicate);
+        assert_eq!(ack.changes.len(), 2);
+        for p in m.teams.iter().flat_map(|t| &t.player_ids) {
+            assert_eq!(common::player(&server, p, "1v1").await.games, 1, "{p}");
+        }
+    }
+    // Players never queued by a rejected request: the fuzz ids are all idle.
+    for p in ["fz-u", "fz-dup", "fz-r"] {
+        common::enter(&mut client, "5v5", &[p]).await;
+    }
+}

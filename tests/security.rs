@@ -1,0 +1,486 @@
+//! Auth (SPEC §2 Auth, §7) and limits through the real server: tokens, roles, ownership of
+//! tickets and matches, message size, queue capacity, and TLS with a certificate generated here.
+
+mod common;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use common::{EVENT_TIMEOUT, TestServer, next};
+use jsonwebtoken::{EncodingKey, Header};
+use matchmaker::proto;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use tonic::transport::Channel;
+use tonic::{Code, Request};
+
+const SECRET: &str = "test-secret-0123456789abcdef";
+const AUTH_ON: &str = "[auth]\nenabled = true\njwt_secret = \"test-secret-0123456789abcdef\"\n";
+
+fn token_with(secret: &str, sub: &str, role: &str, exp_offset: i64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = serde_json::json!({ "sub": sub, "role": role, "exp": now + exp_offset });
+    jsonwebtoken::encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn token(sub: &str, role: &str) -> String {
+    token_with(SECRET, sub, role, 3600)
+}
+
+fn with<T>(msg: T, token: &str) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+fn enter_req(queue: &str, players: &[&str]) -> proto::EnterQueueRequest {
+    proto::EnterQueueRequest {
+        queue: queue.into(),
+        player_ids: players.iter().map(|p| p.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+async fn enter_as(
+    client: &mut ClientServiceClient<Channel>,
+    tok: &str,
+    queue: &str,
+    players: &[&str],
+) -> Result<String, tonic::Status> {
+    client
+        .enter_queue(with(enter_req(queue, players), tok))
+        .await
+        .map(|r| r.into_inner().ticket_id)
+}
+
+#[tokio::test]
+async fn missing_malformed_expired_or_forged_tokens_are_unauthenticated() {
+    let server = TestServer::start(AUTH_ON).await;
+    let mut client = server.client().await;
+    let no_token = client
+        .enter_queue(enter_req("1v1", &["alice"]))
+        .await
+        .unwrap_err();
+    assert_eq!(no_token.code(), Code::Unauthenticated, "{no_token:?}");
+    for bad in [
+        "not-a-jwt".to_string(),
+        token_with(SECRET, "alice", "player", -3600),
+        token_with("another-secret-0123456789", "alice", "player", 3600),
+        token_with(SECRET, "alice", "emperor", 3600),
+    ] {
+        let e = enter_as(&mut client, &bad, "1v1", &["alice"])
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated, "{bad}: {e:?}");
+    }
+    let mut r = Request::new(enter_req("1v1", &["alice"]));
+    r.metadata_mut()
+        .insert("authorization", "Basic abc".parse().unwrap());
+    let e = client.enter_queue(r).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+
+    // Health stays open.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health needs no token")
+        .into_inner();
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+}
+
+#[tokio::test]
+async fn roles_reach_only_their_services() {
+    let server = TestServer::start(AUTH_ON).await;
+    let mut admin = server.admin().await;
+    let stats = || proto::GetQueueStatsRequest {
+        queue: String::new(),
+    };
+    for role in ["player", "server"] {
+        let e = admin
+            .get_queue_stats(with(stats(), &token("x", role)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{role}: {e:?}");
+    }
+    admin
+        .get_queue_stats(with(stats(), &token("root", "admin")))
+        .await
+        .expect("admin reaches AdminService");
+
+    let mut game_server = server.game_server().await;
+    let e = game_server
+        .cancel_match(with(
+            proto::CancelMatchRequest {
+                match_id: "m-1".into(),
+                reason: String::new(),
+            },
+            &token("alice", "player"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+
+    let mut client = server.client().await;
+    let e = enter_as(&mut client, &token("gs-1", "server"), "1v1", &["gs-1"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "a server cannot queue");
+    // Read-only client methods take any valid role.
+    client
+        .get_player(with(
+            proto::GetPlayerRequest {
+                player_id: "alice".into(),
+                queue: "1v1".into(),
+            },
+            &token("gs-1", "server"),
+        ))
+        .await
+        .expect("GetPlayer with a server token");
+}
+
+#[tokio::test]
+async fn a_player_acts_only_on_tickets_that_contain_it() {
+    let server = TestServer::start(AUTH_ON).await;
+    let mut client = server.client().await;
+    let alice = token("alice", "player");
+    let bob = token("bob", "player");
+
+    let e = enter_as(&mut client, &alice, "1v1", &["bob"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // A party ticket is entered by one of its members.
+    let party = enter_as(&mut client, &alice, "2v2", &["alice", "carol"])
+        .await
+        .expect("alice enters her party");
+
+    for tok in [&bob, &token("carolyn", "player")] {
+        let e = client
+            .watch_ticket(with(
+                proto::WatchTicketRequest {
+                    ticket_id: party.clone(),
+                },
+                tok,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied);
+        let e = client
+            .cancel_ticket(with(
+                proto::CancelTicketRequest {
+                    ticket_id: party.clone(),
+                },
+                tok,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied);
+    }
+    // Carol is in the party, so she may watch and cancel it.
+    let carol = token("carol", "player");
+    let mut stream = client
+        .watch_ticket(with(
+            proto::WatchTicketRequest {
+                ticket_id: party.clone(),
+            },
+            &carol,
+        ))
+        .await
+        .expect("a member watches")
+        .into_inner();
+    assert_eq!(
+        next(&mut stream).await.state,
+        proto::TicketState::Searching as i32
+    );
+    let cancelled = client
+        .cancel_ticket(with(
+            proto::CancelTicketRequest {
+                ticket_id: party.clone(),
+            },
+            &carol,
+        ))
+        .await
+        .expect("a member cancels")
+        .into_inner();
+    assert_eq!(cancelled.state, proto::TicketState::Cancelled as i32);
+}
+
+#[tokio::test]
+async fn a_server_reports_and_cancels_only_its_own_matches() {
+    let server = TestServer::start(AUTH_ON).await;
+    let gs1 = token("gs-1", "server");
+    let gs2 = token("gs-2", "server");
+    let mut game_server = server.game_server().await;
+    let serve = |addr: &str| proto::ServeMatchesRequest {
+        server_address: addr.into(),
+        region: String::new(),
+        capacity: 0,
+    };
+    let e = game_server
+        .serve_matches(with(serve("gs-1"), &gs2))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Code::PermissionDenied,
+        "a server registers only as itself"
+    );
+    let mut assignments = game_server
+        .serve_matches(with(serve("gs-1"), &gs1))
+        .await
+        .unwrap()
+        .into_inner();
+
+    let mut client = server.client().await;
+    enter_as(&mut client, &token("alice", "player"), "1v1", &["alice"])
+        .await
+        .unwrap();
+    enter_as(&mut client, &token("bob", "player"), "1v1", &["bob"])
+        .await
+        .unwrap();
+    let a = next(&mut assignments).await;
+    assert_eq!(a.server_address, "gs-1");
+
+    let placements = common::placements_with_winner(&a, "alice");
+    let report = |tok: &str| {
+        with(
+            proto::MatchResult {
+                match_id: a.match_id.clone(),
+                placements: placements.clone(),
+                ..Default::default()
+            },
+            tok,
+        )
+    };
+    let e = game_server
+        .report_match_result(report(&gs2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let e = game_server
+        .cancel_match(with(
+            proto::CancelMatchRequest {
+                match_id: a.match_id.clone(),
+                reason: "not mine".into(),
+            },
+            &gs2,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied);
+    let ack = game_server
+        .report_match_result(report(&gs1))
+        .await
+        .expect("the assigned server reports")
+        .into_inner();
+    assert!(!ack.duplicate);
+    assert_eq!(ack.changes.len(), 2);
+}
+
+#[tokio::test]
+async fn oversized_messages_are_refused_before_decoding() {
+    let server = TestServer::start("[server]\nmax_message_bytes = 4096\n").await;
+    let mut client = server.client().await;
+    let players: Vec<String> = (0..2000).map(|i| format!("p{i}")).collect();
+    let e = client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: players,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    // The server is still fine.
+    common::enter(&mut client, "1v1", &["alice"]).await;
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_resource_exhausted() {
+    let server = TestServer::start("[server]\nmax_tickets_per_queue = 3\n").await;
+    let mut client = server.client().await;
+    for p in ["a", "b", "c"] {
+        common::enter(&mut client, "5v5", &[p]).await;
+    }
+    let e = client
+        .enter_queue(enter_req("5v5", &["d"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("max_tickets_per_queue"), "{e:?}");
+    // Other queues are not affected.
+    common::enter(&mut client, "ffa8", &["d"]).await;
+}
+
+#[tokio::test]
+async fn tls_serves_with_a_generated_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert_pem = cert.cert.pem();
+    let cert_file = dir.path().join("cert.pem");
+    let key_file = dir.path().join("key.pem");
+    std::fs::write(&cert_file, &cert_pem).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let server = TestServer::start(&format!(
+        "[tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
+        cert_file.display().to_string(),
+        key_file.display().to_string()
+    ))
+    .await;
+
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&cert_pem))
+        .domain_name("localhost");
+    let channel = Channel::from_shared(format!("https://{}", server.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect_timeout(EVENT_TIMEOUT)
+        .connect()
+        .await
+        .expect("TLS connect");
+    let mut client = ClientServiceClient::new(channel);
+    let ticket = common::enter(&mut client, "1v1", &["alice"]).await;
+    assert!(!ticket.is_empty());
+
+    // Plain text against the TLS port fails.
+    let plain = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect_timeout(EVENT_TIMEOUT)
+        .connect()
+        .await;
+    if let Ok(plain) = plain {
+        let e = GameServerServiceClient::new(plain)
+            .cancel_match(proto::CancelMatchRequest {
+                match_id: "m".into(),
+                reason: String::new(),
+            })
+            .await
+            .unwrap_err();
+        assert_ne!(
+            e.code(),
+            Code::NotFound,
+            "plain text must not reach the service"
+        );
+    }
+}
+
+#[tokio::test]
+async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
+    let server = TestServer::start("").await;
+    let opts = |rpc, concurrency| matchmaker::loadgen::Options {
+        addr: server.addr.to_string(),
+        rpc,
+        seconds: 0.3,
+        concurrency,
+        token: None,
+    };
+    for rpc in [
+        matchmaker::loadgen::Rpc::EnterQueue,
+        matchmaker::loadgen::Rpc::Watch,
+    ] {
+        let report = matchmaker::loadgen::run(opts(rpc, 4)).await.unwrap();
+        assert_eq!(report.errors, 0, "{report:?}");
+        assert!(report.rps > 0.0 && report.baseline.rps > 0.0, "{report:?}");
+        assert!(report.p99_ms >= report.p50_ms, "{report:?}");
+    }
+
+    // Two in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
+    // rather than queued, and the server keeps answering.
+    let small = TestServer::start("[server]\nmax_concurrent_requests = 2\n").await;
+    let mut o = opts(matchmaker::loadgen::Rpc::EnterQueue, 64);
+    o.addr = small.addr.to_string();
+    let report = matchmaker::loadgen::run(o).await.unwrap();
+    assert!(report.rps > 0.0, "{report:?}");
+    let shed = report
+        .target
+        .error_codes
+        .get("ResourceExhausted")
+        .copied()
+        .unwrap_or(0)
+        + report
+            .baseline
+            .error_codes
+            .get("ResourceExhausted")
+            .copied()
+            .unwrap_or(0);
+    assert!(shed > 0, "{report:?}");
+    assert!(report.p99_ms < 5_000.0, "{report:?}");
+}
+
+#[tokio::test]
+async fn an_eddsa_public_key_verifies_tokens_signed_by_its_private_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let public = dir.path().join("jwt-public.pem");
+    std::fs::write(&public, key.public_key_pem()).unwrap();
+    let server = TestServer::start(&format!(
+        "[auth]\nenabled = true\njwt_secret = \"\"\npublic_key_file = {:?}\npublic_key_algorithm = \"EdDSA\"\n",
+        public.display().to_string()
+    ))
+    .await;
+    let sign = |secret_key: &EncodingKey| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = serde_json::json!({ "sub": "alice", "role": "player", "exp": now + 600 });
+        jsonwebtoken::encode(
+            &Header::new(jsonwebtoken::Algorithm::EdDSA),
+            &claims,
+            secret_key,
+        )
+        .unwrap()
+    };
+    let good = sign(&EncodingKey::from_ed_pem(key.serialize_pem().as_bytes()).unwrap());
+    let mut client = server.client().await;
+    enter_as(&mut client, &good, "1v1", &["alice"])
+        .await
+        .expect("EdDSA token accepted");
+    let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let forged = sign(&EncodingKey::from_ed_pem(other.serialize_pem().as_bytes()).unwrap());
+    let e = enter_as(&mut client, &forged, "1v1", &["alice"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    // HS256 tokens are not accepted when no secret is configured.
+    let e = enter_as(&mut client, &token("alice", "player"), "1v1", &["alice"])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+}
+
+#[tokio::test]
+async fn refused_requests_do_not_keep_a_concurrency_slot() {
+    let server =
+        TestServer::start(&format!("{AUTH_ON}[server]\nmax_concurrent_requests = 1\n")).await;
+    // Several connections each get one refusal and stay open.
+    let mut open = Vec::new();
+    for _ in 0..5 {
+        let mut c = server.client().await;
+        let e = c
+            .enter_queue(enter_req("1v1", &["alice"]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+        open.push(c);
+    }
+    let mut c = server.client().await;
+    enter_as(&mut c, &token("alice", "player"), "1v1", &["alice"])
+        .await
+        .expect("the one slot is free again");
+}
