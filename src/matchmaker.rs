@@ -357,6 +357,7 @@ impl Loop {
 
     fn tick(&mut self) {
         let now = self.clock.now();
+        let first_new = self.unallocated.len();
         for qi in 0..self.queues.len() {
             let started = Instant::now();
             let q = &mut self.queues[qi];
@@ -446,6 +447,13 @@ impl Loop {
                 .record(elapsed.as_secs_f64());
             metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
         }
+        let formed: Vec<Arc<MatchSlot>> = self
+            .unallocated
+            .iter()
+            .skip(first_new)
+            .map(|u| u.slot.clone())
+            .collect();
+        self.state.persist_formed(&formed);
         self.allocate(now);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
@@ -475,12 +483,25 @@ impl Loop {
         let timeout = self.state.config().server.allocation_timeout_seconds;
         let unix = crate::state::unix_now();
         let pending = self.unallocated.len();
+        // Once a match finds no server with room, later matches of the same region (or any
+        // match, if a region-less one failed: it could have gone anywhere) would fail too; don't
+        // retry them all every tick while no server is serving.
+        let mut nowhere = false;
+        let mut full_regions: Vec<Option<String>> = Vec::new();
         for _ in 0..pending {
             let Some(u) = self.unallocated.pop_front() else {
                 break;
             };
-            if self.state.try_allocate(&u.slot) {
+            let region = u.slot.assignment().region.clone();
+            let hopeless = nowhere || full_regions.contains(&region);
+            if !hopeless && self.state.try_allocate(&u.slot) {
                 continue;
+            }
+            if !hopeless {
+                match region {
+                    None => nowhere = true,
+                    r => full_regions.push(r),
+                }
             }
             if unix - u.slot.formed_unix < timeout {
                 self.unallocated.push_back(u);

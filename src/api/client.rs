@@ -185,9 +185,6 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
-        for p in &players {
-            self.state.ensure_player_persisted(p)?;
-        }
         let skills: Vec<Skill> = players
             .iter()
             .map(|p| self.state.skill_for_matching(p, &queue))

@@ -561,7 +561,6 @@ impl State {
             }),
             result: tokio::sync::OnceCell::new(),
         });
-        self.persist_match(&slot, &assignment);
         let ids: Vec<PlayerId> = tickets
             .iter()
             .flat_map(|t| t.players.iter().cloned())
@@ -665,19 +664,22 @@ impl State {
         self.inner.tickets.remove(id);
     }
 
-    /// Records that a player exists, so its profile survives restarts. Returns whether it was new.
-    pub fn ensure_player_persisted(&self, id: &PlayerId) -> Result<bool, StoreError> {
-        if self.inner.players.contains_key(id) {
-            return Ok(false);
+    /// Records newly formed matches in one sled batch (the loop calls this once per tick).
+    pub fn persist_formed(&self, matches: &[Arc<MatchSlot>]) {
+        if matches.is_empty() {
+            return;
         }
-        let slot = self.slot(id);
-        let pools = slot.lock().pools.clone();
-        self.inner.store.put_player(id, &pools)?;
-        Ok(true)
+        let stored: Vec<StoredMatch> = matches
+            .iter()
+            .map(|m| Self::stored_match(m, &m.assignment()))
+            .collect();
+        if let Err(e) = self.inner.store.put_matches(&stored) {
+            tracing::error!(matches = stored.len(), error = %e, "could not persist formed matches");
+        }
     }
 
-    fn persist_match(&self, m: &MatchSlot, a: &Assignment) {
-        let stored = StoredMatch {
+    fn stored_match(m: &MatchSlot, a: &Assignment) -> StoredMatch {
+        StoredMatch {
             match_id: m.id.clone(),
             queue: m.queue.to_string(),
             teams: a.teams.clone(),
@@ -686,7 +688,11 @@ impl State {
             server_address: a.server_address.clone(),
             formed_unix: m.formed_unix,
             parties: a.parties.clone(),
-        };
+        }
+    }
+
+    fn persist_match(&self, m: &MatchSlot, a: &Assignment) {
+        let stored = Self::stored_match(m, a);
         // Durable with sled's next flush (at most 500 ms, or the next result's flush): a match
         // lost to a crash in that window only means its players re-queue.
         if let Err(e) = self.inner.store.put_match(&stored) {

@@ -92,7 +92,8 @@ impl ServerRegistry {
         for step in 0..candidates.len() {
             let i = candidates[(*cursor + step) % candidates.len()];
             let server = &mut self.servers[i];
-            if !server.has_room() {
+            // Check room and buffer before building the server's copy of the assignment.
+            if !server.has_room() || server.tx.capacity() == 0 {
                 continue;
             }
             let allocated = Arc::new(Assignment {

@@ -396,6 +396,17 @@ impl Store {
         Ok(())
     }
 
+    /// Records several live matches in one atomic batch.
+    pub fn put_matches(&self, matches: &[StoredMatch]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for m in matches {
+            let bytes = serde_json::to_vec(m).map_err(|e| StoreError::Sled(e.to_string()))?;
+            batch.insert(m.match_id.as_str(), bytes);
+        }
+        self.matches.apply_batch(batch)?;
+        Ok(())
+    }
+
     /// Forgets a live match (cancelled).
     pub fn remove_match(&self, id: &MatchId) -> Result<(), StoreError> {
         self.matches.remove(id.as_str())?;
