@@ -289,6 +289,26 @@ async fn soft_reset_cuts_rp_at_the_tier_caps_and_grows_deviation_one_period() {
         .unwrap()
         .into_inner();
     assert_eq!((ended.season, ended.players_ranked), (1, 103));
+
+    // GetPlayer shows the player's own history: the week's RP before the cut, the season rank.
+    let m = view_of(&server, "m-high", "lad").await;
+    assert_eq!(m.week_history.len(), 1, "{:?}", m.week_history);
+    assert_eq!(
+        (m.week_history[0].season, m.week_history[0].rank_points),
+        (1, 1350)
+    );
+    assert_eq!(m.season_history.len(), 1, "{:?}", m.season_history);
+    assert_eq!(m.season_history[0].season, 1);
+    assert_eq!(m.season_history[0].tier, "Master");
+    assert!(m.season_history[0].place > 0, "Masters get a place");
+    let expert = view_of(&server, "expert", "lad").await;
+    assert_eq!(expert.season_history[0].place, 0, "below Master: no place");
+    assert!(
+        view_of(&server, "nobody", "lad")
+            .await
+            .week_history
+            .is_empty()
+    );
     let e = admin
         .end_season(proto::EndSeasonRequest {
             queue: "1v1".into(),

@@ -294,15 +294,37 @@ impl ClientService for Client {
         let (status, record) = self.state.player(&id, &queue.pool);
         let record = record.unwrap_or_else(|| self.state.initial_record(&queue));
         let tier = self.state.tier(&queue, &id, &record);
-        let season = self.state.store().season_state(&queue.pool)?;
-        Ok(Response::new(convert::player_view(
+        let store = self.state.store();
+        let season = store.season_state(&queue.pool)?;
+        let mut view = convert::player_view(
             &req.player_id,
             &queue,
             &status,
             &record,
             tier.as_ref(),
             season,
-        )))
+        );
+        view.week_history = store
+            .player_weeks(&queue.pool, &id)?
+            .into_iter()
+            .map(|(season, week, rp)| proto::WeekRankPoints {
+                season,
+                week,
+                rank_points: i64::from(rp),
+            })
+            .collect();
+        view.season_history = store
+            .player_season_ranks(&queue.pool, &id)?
+            .into_iter()
+            .map(|(season, r)| proto::SeasonResult {
+                season,
+                tier: r.tier,
+                rank_points: i64::from(r.rank_points),
+                mean_week_rank_points: r.mean_week_rp.unwrap_or(0.0),
+                place: r.place.unwrap_or(0),
+            })
+            .collect();
+        Ok(Response::new(view))
     }
 
     async fn get_leaderboard(

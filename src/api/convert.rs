@@ -124,5 +124,7 @@ pub fn player_view(
         status: status.name().to_owned(),
         season: season.season,
         week: season.week,
+        week_history: Vec::new(),
+        season_history: Vec::new(),
     }
 }

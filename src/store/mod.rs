@@ -374,9 +374,22 @@ impl Store {
                 batch.insert(state_key(&entry.pool), encode(&season.state)?);
                 if let Some((n, week, rp)) = &season.week_rp {
                     batch.insert(week_key(&entry.pool, *n, *week), encode(rp)?);
+                    // Per-player index, same batch: GetPlayer reads one player's weeks by prefix.
+                    for (player, points) in rp {
+                        batch.insert(
+                            player_week_key(&entry.pool, player, *n, *week),
+                            &points.to_be_bytes(),
+                        );
+                    }
                 }
                 if let Some((n, ranks)) = &season.ranks {
                     batch.insert(ranks_key(&entry.pool, *n), encode(ranks)?);
+                    for rank in ranks {
+                        batch.insert(
+                            player_rank_key(&entry.pool, &rank.player, *n),
+                            encode(rank)?,
+                        );
+                    }
                 }
             }
         }
@@ -471,6 +484,49 @@ impl Store {
             .collect()
     }
 
+    /// One player's end-of-week rank points in a pool, oldest first: (season, week, RP).
+    pub fn player_weeks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, u32, RankPoints)>, StoreError> {
+        let prefix = format!("s/pw/{pool}\u{1f}{player}\u{1f}");
+        self.journal
+            .scan_prefix(prefix.as_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                let at = parse_suffix_u32s(&k, prefix.len());
+                let mut rp = [0u8; 4];
+                rp.copy_from_slice(&v[..4.min(v.len())]);
+                Ok((
+                    at.first().copied().unwrap_or(0),
+                    at.get(1).copied().unwrap_or(0),
+                    RankPoints::from_be_bytes(rp),
+                ))
+            })
+            .collect()
+    }
+
+    /// One player's season ranks in a pool, oldest season first.
+    pub fn player_season_ranks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, SeasonRank)>, StoreError> {
+        let prefix = format!("s/pr/{pool}\u{1f}{player}\u{1f}");
+        self.journal
+            .scan_prefix(prefix.as_bytes())
+            .map(|item| {
+                let (k, v) = item?;
+                let season = parse_suffix_u32s(&k, prefix.len())
+                    .first()
+                    .copied()
+                    .unwrap_or(0);
+                Ok((season, decode(&v, &String::from_utf8_lossy(&k))?))
+            })
+            .collect()
+    }
+
     /// Season ranks of `pool` recorded by `EndSeason` for `season`, if any.
     pub fn season_ranks(
         &self,
@@ -482,6 +538,23 @@ impl Store {
             .map(|v| decode(&v, &format!("season ranks {pool}/{season}")))
             .transpose()
     }
+}
+
+/// `s/pw/<pool>␟<player>␟<season>/<week>` → that player's end-of-week RP (big-endian u32).
+fn player_week_key(pool: &str, player: &PlayerId, season: u32, week: u32) -> Vec<u8> {
+    format!("s/pw/{pool}\u{1f}{player}\u{1f}{season:010}/{week:010}").into_bytes()
+}
+
+/// `s/pr/<pool>␟<player>␟<season>` → that player's season rank.
+fn player_rank_key(pool: &str, player: &str, season: u32) -> Vec<u8> {
+    format!("s/pr/{pool}\u{1f}{player}\u{1f}{season:010}").into_bytes()
+}
+
+fn parse_suffix_u32s(key: &[u8], prefix_len: usize) -> Vec<u32> {
+    String::from_utf8_lossy(&key[prefix_len..])
+        .split('/')
+        .filter_map(|n| n.parse().ok())
+        .collect()
 }
 
 fn state_key(pool: &str) -> Vec<u8> {
