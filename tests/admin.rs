@@ -736,52 +736,6 @@ async fn the_admin_cli_runs_every_command() {
 // ---------------------------------------------------------------------------------------------
 // kill -9: an acknowledged reset is in the journal, and replay restores it.
 
-/// A server process, killed (SIGKILL) when dropped so a failing test leaves nothing running.
-#[cfg(unix)]
-struct Killed(std::process::Child);
-
-#[cfg(unix)]
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the binary on `dir`; returns the child and the address it logged.
-#[cfg(unix)]
-fn start_binary(dir: &std::path::Path, config: &std::path::Path) -> (Killed, String) {
-    use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(dir)
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-            addr = Some(rest.split_whitespace().next().unwrap().to_string());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    (Killed(child), addr.expect("server logged its address"))
-}
-
 #[cfg(unix)]
 async fn cli_at(addr: &str, args: &[&str]) -> String {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
@@ -811,7 +765,8 @@ async fn an_acknowledged_hard_reset_survives_kill_9() {
     )
     .unwrap();
     let data = dir.path().join("data");
-    let (child, addr) = start_binary(&data, &config);
+    let child = common::ServerProcess::start(&data, &config);
+    let addr = child.addr.clone();
     for (p, r, rp) in [("k-lo", "1300", "450"), ("k-hi", "1900", "1150")] {
         cli_at(
             &addr,
@@ -835,7 +790,8 @@ async fn an_acknowledged_hard_reset_survives_kill_9() {
     assert_eq!(out["season"], 2);
     drop(child); // SIGKILL
 
-    let (_child, addr) = start_binary(&data, &config);
+    let child = common::ServerProcess::start(&data, &config);
+    let addr = child.addr.clone();
     let export = cli_at(&addr, &["export", "--queue", "lad"]).await;
     let views: BTreeMap<String, serde_json::Value> = export
         .lines()

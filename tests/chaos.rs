@@ -7,9 +7,10 @@
 
 mod common;
 
+use common::ServerProcess;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -22,7 +23,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{Mutex, Notify};
 use tonic::Code;
-use tonic::transport::Channel;
 
 const PLAYERS: usize = 12;
 const ROUNDS: usize = 4;
@@ -30,19 +30,6 @@ const ROUNDS: usize = 4;
 const KILL_AFTER_ACKS: usize = 3;
 /// Background EnterQueue calls per round, at most (they stop when the server dies).
 const NOISE_CALLS: usize = 5_000;
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    /// A failing test must not leave a server behind holding the test's output pipes.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Ratings equal bit for bit: records are read back from disk exactly (serde_json with
 /// `float_roundtrip`), so a replay must reproduce the same numbers.
@@ -68,49 +55,6 @@ fn same_changes(a: &[proto::PlayerChange], b: &[proto::PlayerChange]) -> bool {
                         _ => false,
                     })
         })
-}
-
-/// Starts the binary; returns once it logged its address. Its stderr keeps being drained.
-fn start(dir: &std::path::Path, config: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(dir)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-            addr = Some(rest.split_whitespace().next().unwrap().to_string());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    Server {
-        child,
-        addr: addr.expect("server logged its address"),
-    }
-}
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect_timeout(common::EVENT_TIMEOUT)
-        .connect()
-        .await
-        .unwrap()
 }
 
 fn skill(r: &proto::Rating) -> Skill {
@@ -147,8 +91,8 @@ async fn acknowledged_results_survive_repeated_kill_9_under_load() {
     let mut in_flight_at_kill = 0;
 
     for round in 0..ROUNDS {
-        let mut server = start(&data, &config);
-        let ch = channel(&server.addr).await;
+        let mut server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
         let mut client = ClientServiceClient::new(ch.clone());
         let mut gs = GameServerServiceClient::new(ch.clone());
         let mut assignments = gs
@@ -248,8 +192,8 @@ async fn acknowledged_results_survive_repeated_kill_9_under_load() {
         // Restart and settle the round: every acknowledged result is there exactly once; an
         // unacknowledged one was journaled (duplicate), is still live (applied now), or was lost
         // with an unflushed match record (NOT_FOUND, its players free).
-        let server = start(&data, &config);
-        let ch = channel(&server.addr).await;
+        let server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
         let mut gs = GameServerServiceClient::new(ch);
         for m in &matches {
             let placements = placements_of[&m.match_id].clone();
@@ -318,8 +262,8 @@ async fn acknowledged_results_survive_repeated_kill_9_under_load() {
         }
     }
 
-    let mut server = start(&data, &config);
-    let mut client = ClientServiceClient::new(channel(&server.addr).await);
+    let mut server = ServerProcess::start(&data, &config);
+    let mut client = ClientServiceClient::new(server.channel().await);
     for p in &players {
         let view = client
             .get_player(proto::GetPlayerRequest {

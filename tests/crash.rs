@@ -5,9 +5,10 @@
 
 mod common;
 
+use common::ServerProcess;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -18,57 +19,9 @@ use matchmaker::proto::game_server_service_client::GameServerServiceClient;
 use matchmaker::rating::{MatchInput, PlayerInput, Skill};
 use tokio::sync::Mutex;
 use tonic::Code;
-use tonic::transport::Channel;
 
 const PAIRS: usize = 80;
 const KILL_AFTER_ACKS: usize = 24;
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-/// Starts the binary; returns once it logged its address. Its stderr keeps being drained.
-fn start(dir: &std::path::Path, config: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(config)
-        .arg("--data-dir")
-        .arg(dir)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut addr = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-            addr = Some(rest.split_whitespace().next().unwrap().to_string());
-            break;
-        }
-    }
-    std::thread::spawn(move || lines.for_each(drop));
-    Server {
-        child,
-        addr: addr.expect("server logged its address"),
-    }
-}
-
-async fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap()
-}
 
 fn skill(r: &proto::Rating) -> Skill {
     Skill {
@@ -89,8 +42,8 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
     )
     .unwrap();
     let data = dir.path().join("data");
-    let mut server = start(&data, &config);
-    let ch = channel(&server.addr).await;
+    let mut server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
     let mut client = ClientServiceClient::new(ch.clone());
     let mut game_server = GameServerServiceClient::new(ch.clone());
     let mut assignments = game_server
@@ -171,8 +124,8 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
     // run still checks that every acknowledged result survived the kill.
 
     // Restart on the same data dir.
-    server = start(&data, &config);
-    let ch = channel(&server.addr).await;
+    server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
     let mut client = ClientServiceClient::new(ch.clone());
     let mut gs = GameServerServiceClient::new(ch);
     let system = Config::from_toml_str("").unwrap().queues["1v1"]
@@ -244,8 +197,8 @@ async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
     let config = dir.path().join("before.toml");
     std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
     let data = dir.path().join("data");
-    let mut server = start(&data, &config);
-    let ch = channel(&server.addr).await;
+    let mut server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
     let mut assignments = GameServerServiceClient::new(ch.clone())
         .serve_matches(proto::ServeMatchesRequest {
             server_address: "gs:1".into(),
@@ -285,8 +238,8 @@ async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
         "[server]\ntick_interval_ms = 10\n[queues.1v1]\nrating_pool = \"season2\"\n",
     )
     .unwrap();
-    let mut server = start(&data, &moved);
-    let ch = channel(&server.addr).await;
+    let mut server = ServerProcess::start(&data, &moved);
+    let ch = server.channel().await;
     let view = ClientServiceClient::new(ch.clone())
         .get_player(proto::GetPlayerRequest {
             player_id: "old1".into(),

@@ -203,3 +203,67 @@ pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::Pl
         .expect("get_player")
         .into_inner()
 }
+
+/// The real `matchmaker` binary running as a child process (crash, chaos and kill -9 tests).
+/// Dropping it SIGKILLs the child, so a failing test never leaves a server behind.
+pub struct ServerProcess {
+    pub child: std::process::Child,
+    /// The address the server logged (it was started on 127.0.0.1:0).
+    pub addr: String,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServerProcess {
+    /// Starts `matchmaker serve` on `data_dir` with `config`; returns once it logged its address.
+    /// Its stderr keeps being drained so the server never blocks on a full pipe.
+    pub fn start(data_dir: &std::path::Path, config: &std::path::Path) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "",
+                "--config",
+            ])
+            .arg(config)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the matchmaker binary");
+        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+        let mut addr = None;
+        for line in lines.by_ref() {
+            let line = line.expect("server stderr");
+            if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+                addr = rest.split_whitespace().next().map(str::to_owned);
+                break;
+            }
+        }
+        std::thread::spawn(move || lines.for_each(drop));
+        Self {
+            child,
+            addr: addr.expect("server logged its address"),
+        }
+    }
+
+    /// A connected channel to it.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.addr))
+            .unwrap()
+            .connect_timeout(EVENT_TIMEOUT)
+            .connect()
+            .await
+            .expect("connect")
+    }
+}
