@@ -447,14 +447,22 @@ impl Loop {
                 .record(elapsed.as_secs_f64());
             metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
         }
-        let formed: Vec<Arc<MatchSlot>> = self
+        // New matches and new allocations go to sled in one batch, written after allocation so
+        // a match formed and allocated in the same tick is written once, with its server.
+        let mut changed: Vec<Arc<MatchSlot>> = self
             .unallocated
             .iter()
             .skip(first_new)
             .map(|u| u.slot.clone())
             .collect();
-        self.state.persist_formed(&formed);
-        self.allocate(now);
+        let new_ids: std::collections::HashSet<MatchId> =
+            changed.iter().map(|m| m.id.clone()).collect();
+        changed.extend(
+            self.allocate(now)
+                .into_iter()
+                .filter(|m| !new_ids.contains(&m.id)),
+        );
+        self.state.persist_matches(&changed);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
             let timeout = self.state.config().server.match_timeout_seconds;
@@ -479,7 +487,9 @@ impl Loop {
         }
     }
 
-    fn allocate(&mut self, now: f64) {
+    /// Offers waiting matches to servers; returns the ones allocated now (to be persisted).
+    fn allocate(&mut self, now: f64) -> Vec<Arc<MatchSlot>> {
+        let mut allocated = Vec::new();
         let timeout = self.state.config().server.allocation_timeout_seconds;
         let unix = crate::state::unix_now();
         let pending = self.unallocated.len();
@@ -495,6 +505,7 @@ impl Loop {
             let region = u.slot.assignment().region.clone();
             let hopeless = nowhere || full_regions.contains(&region);
             if !hopeless && self.state.try_allocate(&u.slot) {
+                allocated.push(u.slot);
                 continue;
             }
             if !hopeless {
@@ -533,6 +544,7 @@ impl Loop {
             }
         }
         metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);
+        allocated
     }
 
     fn publish_searching(&mut self, now: f64) {

@@ -597,7 +597,8 @@ impl State {
     }
 
     /// Hands a FORMED match to a registered server of its region (round-robin). Returns false
-    /// when no server can take it now; the loop retries next tick.
+    /// when no server can take it now; the loop retries next tick. The caller persists the
+    /// allocation ([`State::persist_matches`]).
     pub fn try_allocate(&self, m: &MatchSlot) -> bool {
         let assignment = {
             let inner = m.lock();
@@ -625,7 +626,6 @@ impl State {
             inner.phase = MatchPhase::Allocated;
             inner.assignment = allocated.clone();
         }
-        self.persist_match(m, &allocated);
         for id in &m.tickets {
             if let Ok(ticket) = self.ticket(id) {
                 let mut view = ticket.view();
@@ -664,8 +664,11 @@ impl State {
         self.inner.tickets.remove(id);
     }
 
-    /// Records newly formed matches in one sled batch (the loop calls this once per tick).
-    pub fn persist_formed(&self, matches: &[Arc<MatchSlot>]) {
+    /// Records live matches (newly formed, or newly allocated to a server) in one sled batch;
+    /// the loop calls this once per tick. Durable with sled's next flush (at most 500 ms, or the
+    /// next result's flush): a match lost to a crash in that window only means its players
+    /// re-queue.
+    pub fn persist_matches(&self, matches: &[Arc<MatchSlot>]) {
         if matches.is_empty() {
             return;
         }
@@ -688,15 +691,6 @@ impl State {
             server_address: a.server_address.clone(),
             formed_unix: m.formed_unix,
             parties: a.parties.clone(),
-        }
-    }
-
-    fn persist_match(&self, m: &MatchSlot, a: &Assignment) {
-        let stored = Self::stored_match(m, a);
-        // Durable with sled's next flush (at most 500 ms, or the next result's flush): a match
-        // lost to a crash in that window only means its players re-queue.
-        if let Err(e) = self.inner.store.put_match(&stored) {
-            tracing::error!(match_id = %m.id, error = %e, "could not persist a formed match");
         }
     }
 
