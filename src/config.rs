@@ -79,6 +79,14 @@ pub struct ServerConfig {
     pub max_tickets_per_queue: usize,
     /// In-flight RPCs on one connection (HTTP/2 streams) before the connection waits.
     pub max_concurrent_requests_per_connection: usize,
+    /// A SEARCHING ticket with no `WatchTicket` stream and no call naming it for this long
+    /// expires (SPEC §5.4); 0 turns the heartbeat off.
+    #[serde(default = "default_ticket_heartbeat_seconds")]
+    pub ticket_heartbeat_seconds: f64,
+}
+
+fn default_ticket_heartbeat_seconds() -> f64 {
+    30.0
 }
 
 /// sled settings.
@@ -142,6 +150,44 @@ pub struct QueueConfig {
     pub rating: SystemConfig,
     #[serde(default)]
     pub matching: MatchingConfig,
+    /// Ready-check (SPEC §5.4): seconds every MATCHED ticket has to `AcceptMatch` before the
+    /// match goes to a game server; 0 (the default) turns it off.
+    #[serde(default)]
+    pub ready_check_seconds: f64,
+    #[serde(default)]
+    pub backfill: BackfillConfig,
+}
+
+/// Backfill of running matches (SPEC §5.4).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillConfig {
+    /// When a waiting ticket could both fill an open slot and start a new match: `true` fills
+    /// the running match first (players already in a game wait on it), `false` forms new
+    /// matches first and backfills from the tickets left.
+    #[serde(default = "default_true")]
+    pub prefer_backfill: bool,
+    /// A request with slots still open after this many seconds is dropped (the server may ask
+    /// again).
+    #[serde(default = "default_backfill_timeout")]
+    pub timeout_seconds: f64,
+}
+
+impl Default for BackfillConfig {
+    fn default() -> Self {
+        Self {
+            prefer_backfill: true,
+            timeout_seconds: default_backfill_timeout(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_backfill_timeout() -> f64 {
+    120.0
 }
 
 impl QueueConfig {
@@ -316,6 +362,15 @@ impl Config {
                 ),
             ));
         }
+        if !(s.ticket_heartbeat_seconds.is_finite() && s.ticket_heartbeat_seconds >= 0.0) {
+            return Err(ConfigError::invalid(
+                "server.ticket_heartbeat_seconds",
+                format!(
+                    "must be finite and >= 0 (0 = off) (got {})",
+                    s.ticket_heartbeat_seconds
+                ),
+            ));
+        }
         if self.store.snapshot_interval_seconds == 0 {
             return Err(ConfigError::invalid(
                 "store.snapshot_interval_seconds",
@@ -414,6 +469,21 @@ impl Config {
             q.matching
                 .validate(q.shape())
                 .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
+            if !(q.ready_check_seconds.is_finite() && q.ready_check_seconds >= 0.0) {
+                return Err(ConfigError::invalid(
+                    key("ready_check_seconds"),
+                    format!(
+                        "must be finite and >= 0 (0 = off) (got {})",
+                        q.ready_check_seconds
+                    ),
+                ));
+            }
+            if !(q.backfill.timeout_seconds.is_finite() && q.backfill.timeout_seconds > 0.0) {
+                return Err(ConfigError::invalid(
+                    key("backfill.timeout_seconds"),
+                    format!("must be finite and > 0 (got {})", q.backfill.timeout_seconds),
+                ));
+            }
         }
         // Queues sharing a pool share one record per player, so they must agree on what its
         // rating and its rank points mean.

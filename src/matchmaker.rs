@@ -15,10 +15,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, info_span};
 
-use crate::ids::{MatchId, QueueId, TicketId};
+use crate::config::BackfillConfig;
+use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
 use crate::matching::{self, Pool, WinModel};
 use crate::rating::{Skill, SystemConfig};
-use crate::state::{Assignment, MatchSlot, State, TicketSlot, TicketState, TicketView};
+use crate::state::{
+    Assignment, BackfillError, MatchSlot, Rejection, Release, State, TicketSlot, TicketState,
+    TicketView,
+};
 use crate::telemetry as m;
 
 /// How long a finished ticket stays readable (WatchTicket/CancelTicket after the fact).
@@ -28,10 +32,14 @@ const STALE_SWEEP_SECONDS: f64 = 10.0;
 /// Minimum spacing of SEARCHING updates to one watcher.
 const SEARCHING_UPDATE_SECONDS: f64 = 1.0;
 
-/// Monotonic seconds since the server started; follows tokio's clock, so tests can pause it.
-#[derive(Clone, Copy, Debug)]
+/// Monotonic seconds since the server started, plus whatever a test skipped ahead with
+/// [`Clock::advance`]: tests inject time this way (ready-check and heartbeat deadlines) instead of
+/// sleeping. Clones share the offset.
+#[derive(Clone, Debug)]
 pub struct Clock {
     start: tokio::time::Instant,
+    /// Seconds skipped, as `f64` bits.
+    skipped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Clock {
@@ -39,12 +47,23 @@ impl Clock {
     pub fn start() -> Self {
         Self {
             start: tokio::time::Instant::now(),
+            skipped: Arc::new(std::sync::atomic::AtomicU64::new(0f64.to_bits())),
         }
     }
 
     /// Seconds since start.
     pub fn now(&self) -> f64 {
-        self.start.elapsed().as_secs_f64()
+        let skipped = f64::from_bits(self.skipped.load(std::sync::atomic::Ordering::Acquire));
+        self.start.elapsed().as_secs_f64() + skipped
+    }
+
+    /// Moves the clock forward by `seconds` (tests only need this; the server never calls it).
+    pub fn advance(&self, seconds: f64) {
+        let _ = self.skipped.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |bits| Some((f64::from_bits(bits) + seconds.max(0.0)).to_bits()),
+        );
     }
 }
 
@@ -64,6 +83,20 @@ pub enum Command {
     /// Per-queue statistics for `GetQueueStats`.
     Stats {
         reply: oneshot::Sender<Vec<QueueStats>>,
+    },
+    /// A ready-check answer; the reply is the ticket's state after it.
+    Accept {
+        ticket: TicketId,
+        match_id: MatchId,
+        accept: bool,
+        reply: oneshot::Sender<Result<TicketState, Rejection>>,
+    },
+    /// Players left a running match (`leavers[k]` from team `k`): open their slots for
+    /// backfill; the reply is the backfill request's id.
+    Backfill {
+        match_id: MatchId,
+        leavers: Vec<Vec<PlayerId>>,
+        reply: oneshot::Sender<Result<String, Rejection>>,
     },
 }
 
@@ -118,6 +151,32 @@ pub struct QueueStats {
     pub wait_p95_seconds: f64,
     pub quality_mean: f64,
     pub last_tick_ms: f64,
+    pub tickets_expired_heartbeat: u64,
+    pub ready_checks: u64,
+    pub ready_checks_passed: u64,
+    pub ready_checks_declined: u64,
+    pub ready_checks_timed_out: u64,
+    /// Tickets of ended ready-checks that accepted, and that declined or let time run out.
+    pub ready_tickets_accepted: u64,
+    pub ready_tickets_refused: u64,
+    pub backfill_requests: u64,
+    pub backfill_slots_opened: u64,
+    pub backfill_slots_filled: u64,
+    pub backfill_requests_expired: u64,
+    pub backfill_fill_p50_seconds: f64,
+    pub backfill_fill_p95_seconds: f64,
+}
+
+impl QueueStats {
+    /// Share of ready-check tickets that accepted (0 before any ready-check ended).
+    pub fn accept_rate(&self) -> f64 {
+        let answered = self.ready_tickets_accepted + self.ready_tickets_refused;
+        if answered == 0 {
+            0.0
+        } else {
+            self.ready_tickets_accepted as f64 / answered as f64
+        }
+    }
 }
 
 /// Adapts a queue's rating system to the optimizer's win model.
@@ -175,6 +234,11 @@ struct QueueRuntime {
     stats: QueueStats,
     recent_waits: VecDeque<f64>,
     recent_quality: VecDeque<f64>,
+    recent_fill_seconds: VecDeque<f64>,
+    /// 0 = no ready-check.
+    ready_check_seconds: f64,
+    backfill: BackfillConfig,
+    team_size: u32,
 }
 
 const RECENT: usize = 1024;
@@ -207,6 +271,33 @@ struct Waiting {
     last_published: f64,
 }
 
+/// A formed match waiting for every ticket to accept.
+struct ReadyCheck {
+    slot: Arc<MatchSlot>,
+    queue: usize,
+    /// Each ticket, its optimizer entry (to return it to the pool) and whether it accepted.
+    tickets: Vec<(Arc<TicketSlot>, matching::Ticket, bool)>,
+    deadline: f64,
+}
+
+impl ReadyCheck {
+    fn progress(&self) -> Vec<(Arc<TicketSlot>, bool)> {
+        self.tickets
+            .iter()
+            .map(|(t, _, accepted)| (t.clone(), *accepted))
+            .collect()
+    }
+}
+
+/// Open slots of a running match, filled from its queue's pool each tick.
+struct BackfillJob {
+    id: String,
+    slot: Arc<MatchSlot>,
+    queue: usize,
+    open: Vec<u32>,
+    requested_at: f64,
+}
+
 /// The task's own data.
 struct Loop {
     state: State,
@@ -217,6 +308,9 @@ struct Loop {
     unallocated: VecDeque<Unallocated>,
     finished: VecDeque<(f64, TicketId)>,
     last_stale_sweep: f64,
+    ready: HashMap<MatchId, ReadyCheck>,
+    ready_by_ticket: HashMap<TicketId, MatchId>,
+    backfills: Vec<BackfillJob>,
 }
 
 /// Creates the loop's channel; the returned future runs until `shutdown` is cancelled.
@@ -239,6 +333,10 @@ pub fn spawn(
             },
             recent_waits: VecDeque::new(),
             recent_quality: VecDeque::new(),
+            recent_fill_seconds: VecDeque::new(),
+            ready_check_seconds: q.config.ready_check_seconds,
+            backfill: q.config.backfill.clone(),
+            team_size: q.config.team_size,
         })
         .collect();
     let queue_index = queues
@@ -263,6 +361,9 @@ pub fn spawn(
             .collect(),
         finished: VecDeque::new(),
         last_stale_sweep: f64::NEG_INFINITY,
+        ready: HashMap::new(),
+        ready_by_ticket: HashMap::new(),
+        backfills: Vec::new(),
     };
     let task = tokio::spawn(async move { lp.run(rx, tick, shutdown).await });
     (Handle { tx }, task)
@@ -329,6 +430,370 @@ impl Loop {
             Command::Stats { reply } => {
                 let _ = reply.send(self.queues.iter().map(|q| q.stats.clone()).collect());
             }
+            Command::Accept {
+                ticket,
+                match_id,
+                accept,
+                reply,
+            } => {
+                let _ = reply.send(self.answer_ready_check(&ticket, &match_id, accept));
+            }
+            Command::Backfill {
+                match_id,
+                leavers,
+                reply,
+            } => {
+                let _ = reply.send(self.open_backfill(&match_id, &leavers));
+            }
+        }
+    }
+
+    /// A ticket's AcceptMatch. Accepting is idempotent; declining (or cancelling the ticket)
+    /// dissolves the match.
+    fn answer_ready_check(
+        &mut self,
+        ticket: &TicketId,
+        match_id: &MatchId,
+        accept: bool,
+    ) -> Result<TicketState, Rejection> {
+        let slot = self.state.ticket(ticket)?;
+        let Some(rc) = self.ready.get_mut(match_id) else {
+            // No ready-check running for this match: tell the ticket where it stands.
+            let view = slot.view();
+            let in_it = view
+                .assignment
+                .as_ref()
+                .is_some_and(|a| a.match_id == *match_id);
+            return match (in_it, view.state, accept) {
+                (true, TicketState::Matched, true) => Ok(TicketState::Matched),
+                (true, TicketState::Matched, false) => Err(Rejection::FailedPrecondition(format!(
+                    "match {match_id} passed its ready-check; only its game server can cancel it now"
+                ))),
+                _ => Err(Rejection::FailedPrecondition(format!(
+                    "ticket {ticket} has no ready-check for match {match_id} (the ticket is {:?})",
+                    view.state
+                ))),
+            };
+        };
+        let Some(i) = rc.tickets.iter().position(|(t, _, _)| t.id == *ticket) else {
+            return Err(Rejection::invalid(
+                "ticket_id",
+                format!("ticket {ticket} is not in match {match_id}"),
+            ));
+        };
+        if !accept {
+            self.decline(match_id, ticket);
+            return Ok(TicketState::Cancelled);
+        }
+        rc.tickets[i].2 = true;
+        if !rc.tickets.iter().all(|(_, _, a)| *a) {
+            let left = rc.deadline - self.clock.now();
+            self.state.publish_ready(&rc.progress(), left);
+            return Ok(TicketState::Matched);
+        }
+        let rc = self.remove_ready(match_id).expect("present above");
+        let q = &mut self.queues[rc.queue];
+        q.stats.ready_checks_passed += 1;
+        q.stats.ready_tickets_accepted += rc.tickets.len() as u64;
+        metrics::counter!(m::READY_CHECKS, "queue" => q.id.to_string(), "outcome" => "passed")
+            .increment(1);
+        if self.state.pass_ready_check(&rc.slot) {
+            let now = self.clock.now();
+            self.state.publish_ready(&rc.progress(), rc.deadline - now);
+            for (t, _, _) in &rc.tickets {
+                self.finished.push_back((now, t.id.clone()));
+            }
+            let queue = rc.queue;
+            self.unallocated.push_back(Unallocated {
+                slot: rc.slot,
+                tickets: rc.tickets.into_iter().map(|(_, t, _)| (queue, t)).collect(),
+            });
+        }
+        Ok(TicketState::Matched)
+    }
+
+    fn remove_ready(&mut self, match_id: &MatchId) -> Option<ReadyCheck> {
+        let rc = self.ready.remove(match_id)?;
+        for (t, _, _) in &rc.tickets {
+            self.ready_by_ticket.remove(&t.id);
+        }
+        Some(rc)
+    }
+
+    /// `decliner` declined (or cancelled its ticket): the match dissolves, the decliner's
+    /// ticket is CANCELLED, every other ticket goes back to the front of its queue.
+    fn decline(&mut self, match_id: &MatchId, decliner: &TicketId) {
+        let Some(rc) = self.remove_ready(match_id) else {
+            return;
+        };
+        let now = self.clock.now();
+        let q = &mut self.queues[rc.queue];
+        q.stats.ready_checks_declined += 1;
+        q.stats.ready_tickets_accepted += rc.tickets.iter().filter(|t| t.2).count() as u64;
+        q.stats.ready_tickets_refused += rc.tickets.iter().filter(|t| !t.2).count() as u64;
+        metrics::counter!(m::READY_CHECKS, "queue" => q.id.to_string(), "outcome" => "declined")
+            .increment(1);
+        let dissolved = self.state.dissolve_ready_check(&rc.slot, |t| {
+            if t.id == *decliner {
+                Release::End {
+                    state: TicketState::Cancelled,
+                    reason: "declined the match".into(),
+                    wait_seconds: now - t.entered_at,
+                }
+            } else {
+                Release::Requeue {
+                    reason: "another player declined the match; back at the front of the queue"
+                        .into(),
+                    wait_seconds: now - t.entered_at,
+                }
+            }
+        });
+        if dissolved {
+            for (slot, entry, _) in rc.tickets {
+                if slot.id == *decliner {
+                    self.finished.push_back((now, slot.id.clone()));
+                } else {
+                    self.requeue(rc.queue, slot, entry);
+                }
+            }
+        }
+    }
+
+    /// Ready-checks past their deadline: tickets that accepted go back to the front of the
+    /// queue, the others EXPIRE.
+    fn expire_ready_checks(&mut self, now: f64) {
+        let due: Vec<MatchId> = self
+            .ready
+            .iter()
+            .filter(|(_, rc)| now >= rc.deadline)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let Some(rc) = self.remove_ready(&id) else {
+                continue;
+            };
+            let q = &mut self.queues[rc.queue];
+            let label = q.id.to_string();
+            let refused = rc.tickets.iter().filter(|t| !t.2).count() as u64;
+            q.stats.ready_checks_timed_out += 1;
+            q.stats.ready_tickets_accepted += rc.tickets.len() as u64 - refused;
+            q.stats.ready_tickets_refused += refused;
+            q.stats.tickets_expired += refused;
+            metrics::counter!(m::READY_CHECKS, "queue" => label.clone(), "outcome" => "timed_out")
+                .increment(1);
+            metrics::counter!(m::TICKETS_EXPIRED, "queue" => label, "reason" => "ready_check")
+                .increment(refused);
+            let seconds = q.ready_check_seconds;
+            let accepted: Vec<TicketId> = rc
+                .tickets
+                .iter()
+                .filter(|t| t.2)
+                .map(|t| t.0.id.clone())
+                .collect();
+            let dissolved = self.state.dissolve_ready_check(&rc.slot, |t| {
+                if accepted.contains(&t.id) {
+                    Release::Requeue {
+                        reason: "another player did not accept the match in time; back at the front of the queue".into(),
+                        wait_seconds: now - t.entered_at,
+                    }
+                } else {
+                    Release::End {
+                        state: TicketState::Expired,
+                        reason: format!("did not accept the match within {seconds} s"),
+                        wait_seconds: now - t.entered_at,
+                    }
+                }
+            });
+            if dissolved {
+                for (slot, entry, ok) in rc.tickets {
+                    if ok {
+                        self.requeue(rc.queue, slot, entry);
+                    } else {
+                        self.finished.push_back((now, slot.id.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves
+    /// the oldest first, so this is the front of the queue.
+    fn requeue(&mut self, qi: usize, slot: Arc<TicketSlot>, entry: matching::Ticket) {
+        if slot.view().state != TicketState::Searching {
+            return;
+        }
+        let id = entry.id.clone();
+        if self.queues[qi].pool.insert(entry).is_ok() {
+            self.waiting.insert(
+                id,
+                Waiting {
+                    slot,
+                    queue: qi,
+                    last_published: f64::NEG_INFINITY,
+                },
+            );
+        }
+    }
+
+    /// RequestBackfill: marks the leavers and opens their slots (merged into the match's open
+    /// request, if any).
+    fn open_backfill(
+        &mut self,
+        match_id: &MatchId,
+        leavers: &[Vec<PlayerId>],
+    ) -> Result<String, Rejection> {
+        let slot = self.state.match_slot(match_id)?;
+        let Some(&qi) = self.queue_index.get(&slot.queue) else {
+            return Err(Rejection::FailedPrecondition(format!(
+                "match {match_id}'s queue is no longer configured"
+            )));
+        };
+        if self.queues[qi].team_size < 2 {
+            return Err(Rejection::FailedPrecondition(format!(
+                "queue {} has teams of one player; backfill needs teams of two or more",
+                slot.queue
+            )));
+        }
+        let (_, open) = self.state.mark_left(&slot, leavers)?;
+        self.state.persist_matches(std::slice::from_ref(&slot));
+        let q = &mut self.queues[qi];
+        let opened: u32 = open.iter().sum();
+        q.stats.backfill_requests += 1;
+        q.stats.backfill_slots_opened += u64::from(opened);
+        metrics::counter!(m::BACKFILL_REQUESTS, "queue" => q.id.to_string()).increment(1);
+        if let Some(job) = self.backfills.iter_mut().find(|j| j.slot.id == *match_id) {
+            for (o, n) in job.open.iter_mut().zip(&open) {
+                *o += n;
+            }
+            return Ok(job.id.clone());
+        }
+        let id = new_id("b");
+        self.backfills.push(BackfillJob {
+            id: id.clone(),
+            slot,
+            queue: qi,
+            open,
+            requested_at: self.clock.now(),
+        });
+        Ok(id)
+    }
+
+    /// Fills open slots of queue `qi`'s running matches from its pool, oldest request first,
+    /// and sends each match's additions to its game server.
+    fn run_backfills(&mut self, qi: usize, now: f64) {
+        let Ok(queue) = self.state.queue("queue", self.queues[qi].id.as_str()) else {
+            return;
+        };
+        let timeout = self.queues[qi].backfill.timeout_seconds;
+        let mut jobs = std::mem::take(&mut self.backfills);
+        jobs.retain_mut(|job| {
+            if job.queue != qi {
+                return true;
+            }
+            let Some((assignment, roster)) = self.state.running_roster(&job.slot) else {
+                return false; // the match ended
+            };
+            if now - job.requested_at > timeout {
+                self.queues[qi].stats.backfill_requests_expired += 1;
+                return false;
+            }
+            if self.queues[qi].pool.is_empty() {
+                return true;
+            }
+            let open = matching::OpenMatch {
+                teams: roster
+                    .iter()
+                    .map(|team| {
+                        team.iter()
+                            .map(|p| {
+                                let s = self.state.skill_for_matching(p, &queue);
+                                (s.mean, s.deviation)
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                open: job.open.clone(),
+                roles: roster
+                    .iter()
+                    .map(|team| self.state.roles_in(&job.slot, team))
+                    .collect(),
+                region: assignment.region.clone(),
+            };
+            let q = &mut self.queues[qi];
+            let fills = q.pool.fill(now, &open, &SystemModel(&q.system));
+            let mut additions: Vec<Vec<PlayerId>> = vec![Vec::new(); job.open.len()];
+            let mut latest = None;
+            let mut ended = false;
+            for fill in fills {
+                let Some(w) = self.waiting.remove(&fill.ticket.id) else {
+                    continue;
+                };
+                if ended {
+                    self.requeue(qi, w.slot, fill.ticket);
+                    continue;
+                }
+                match self
+                    .state
+                    .add_backfill(&job.slot, fill.team, &w.slot, &fill.ticket.roles, now)
+                {
+                    Ok(a) => {
+                        let n = fill.ticket.players.len() as u32;
+                        job.open[fill.team] = job.open[fill.team].saturating_sub(n);
+                        additions[fill.team].extend(fill.ticket.players.iter().cloned());
+                        let q = &mut self.queues[qi];
+                        q.stats.backfill_slots_filled += u64::from(n);
+                        push_recent(&mut q.recent_waits, now - w.slot.entered_at);
+                        metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
+                            .increment(u64::from(n));
+                        self.finished.push_back((now, w.slot.id.clone()));
+                        latest = Some(a);
+                    }
+                    Err(BackfillError::NotRunning) => {
+                        ended = true;
+                        self.requeue(qi, w.slot, fill.ticket);
+                    }
+                    Err(BackfillError::TicketGone) => {}
+                }
+            }
+            if let Some(a) = latest {
+                self.deliver_backfill(&job.slot, &a, additions);
+            }
+            if ended {
+                return false;
+            }
+            if job.open.iter().all(|&o| o == 0) {
+                let seconds = now - job.requested_at;
+                let q = &mut self.queues[qi];
+                push_recent(&mut q.recent_fill_seconds, seconds);
+                metrics::histogram!(m::BACKFILL_FILL_SECONDS, "queue" => q.id.to_string())
+                    .record(seconds);
+                return false;
+            }
+            true
+        });
+        jobs.append(&mut self.backfills);
+        self.backfills = jobs;
+    }
+
+    /// Sends a running match's new players to its game server (the stream's buffer is bounded;
+    /// the send waits for room in its own task) and records the match.
+    fn deliver_backfill(&self, slot: &Arc<MatchSlot>, a: &Assignment, added: Vec<Vec<PlayerId>>) {
+        self.state.persist_matches(std::slice::from_ref(slot));
+        let update = Arc::new(Assignment {
+            backfill: added,
+            ..a.clone()
+        });
+        match self.state.server_stream(&a.server_address) {
+            Some(tx) => {
+                tokio::spawn(async move {
+                    let _ = tx.send(update).await;
+                });
+            }
+            None => tracing::warn!(
+                match_id = %a.match_id,
+                server = %a.server_address,
+                "backfill players added to a match whose game server is not connected"
+            ),
         }
     }
 
@@ -348,18 +813,28 @@ impl Loop {
                 self.finished.push_back((now, id.clone()));
                 TicketState::Cancelled
             }
-            None => self
-                .state
-                .ticket(id)
-                .map_or(TicketState::Cancelled, |t| t.view().state),
+            None => {
+                if let Some(match_id) = self.ready_by_ticket.get(id).cloned() {
+                    self.decline(&match_id, id);
+                    return TicketState::Cancelled;
+                }
+                self.state
+                    .ticket(id)
+                    .map_or(TicketState::Cancelled, |t| t.view().state)
+            }
         }
     }
 
     fn tick(&mut self) {
         let now = self.clock.now();
+        self.expire_ready_checks(now);
         let first_new = self.unallocated.len();
         for qi in 0..self.queues.len() {
             let started = Instant::now();
+            let backfill_first = self.queues[qi].backfill.prefer_backfill;
+            if backfill_first {
+                self.run_backfills(qi, now);
+            }
             let q = &mut self.queues[qi];
             let span = info_span!("tick", queue = %q.id, waiting = q.pool.len());
             let _enter = span.enter();
@@ -375,7 +850,7 @@ impl Loop {
                     );
                     self.finished.push_back((now, expired.id.clone()));
                     q.stats.tickets_expired += 1;
-                    metrics::counter!(m::TICKETS_EXPIRED, "queue" => queue_label.clone())
+                    metrics::counter!(m::TICKETS_EXPIRED, "queue" => queue_label.clone(), "reason" => "ttl")
                         .increment(1);
                 }
             }
@@ -415,19 +890,54 @@ impl Loop {
                         .filter(|t| t.players.len() > 1)
                         .map(|t| t.players.clone())
                         .collect(),
+                    backfill: Vec::new(),
+                    left: Vec::new(),
                 };
                 debug!(match_id = %assignment.match_id, quality = formed.quality, "match formed");
-                let slot = self
-                    .state
-                    .form_match(&slots, assignment, formed.quality, now);
-                for t in &slots {
-                    self.finished.push_back((now, t.id.clone()));
-                }
+                let roles = if q.pool.config().roles.is_empty() {
+                    std::collections::BTreeMap::new()
+                } else {
+                    formed
+                        .teams
+                        .iter()
+                        .flatten()
+                        .flat_map(|t| crate::state::roles_map(&t.players, &t.roles))
+                        .collect()
+                };
+                let ready_check = (q.ready_check_seconds > 0.0).then_some(q.ready_check_seconds);
+                let slot =
+                    self.state
+                        .form_match(&slots, assignment, formed.quality, now, ready_check, roles);
                 q.stats.matches_formed += 1;
                 push_recent(&mut q.recent_quality, formed.quality);
                 metrics::counter!(m::MATCHES_FORMED, "queue" => queue_label.clone()).increment(1);
                 metrics::histogram!(m::MATCH_QUALITY, "queue" => queue_label.clone())
                     .record(formed.quality);
+                if let Some(seconds) = ready_check {
+                    // Not offered to servers (nor persisted) until every ticket accepted.
+                    q.stats.ready_checks += 1;
+                    for t in &slots {
+                        self.ready_by_ticket.insert(t.id.clone(), slot.id.clone());
+                    }
+                    let tickets = slots
+                        .into_iter()
+                        .zip(returnable)
+                        .map(|(s, (_, t))| (s, t, false))
+                        .collect();
+                    self.ready.insert(
+                        slot.id.clone(),
+                        ReadyCheck {
+                            slot,
+                            queue: qi,
+                            tickets,
+                            deadline: now + seconds,
+                        },
+                    );
+                    continue;
+                }
+                for t in &slots {
+                    self.finished.push_back((now, t.id.clone()));
+                }
                 self.unallocated.push_back(Unallocated {
                     slot,
                     tickets: returnable,
@@ -441,6 +951,12 @@ impl Loop {
             } else {
                 q.recent_quality.iter().sum::<f64>() / q.recent_quality.len() as f64
             };
+            q.stats.backfill_fill_p50_seconds = percentile(&q.recent_fill_seconds, 0.5);
+            q.stats.backfill_fill_p95_seconds = percentile(&q.recent_fill_seconds, 0.95);
+            if !backfill_first {
+                self.run_backfills(qi, now);
+            }
+            let q = &mut self.queues[qi];
             let elapsed = started.elapsed();
             q.stats.last_tick_ms = elapsed.as_secs_f64() * 1e3;
             metrics::histogram!(m::TICK_SECONDS, "queue" => queue_label.clone())
@@ -523,23 +1039,8 @@ impl Loop {
             }
             tracing::info!(match_id = %u.slot.id, "no game server took the match in time; tickets requeued");
             for (qi, ticket) in u.tickets {
-                let Ok(slot) = self.state.ticket(&ticket.id) else {
-                    continue;
-                };
-                if slot.view().state != TicketState::Searching {
-                    continue;
-                }
-                let id = ticket.id.clone();
-                // Same entered_at: the optimizer serves the oldest first, so this is the front.
-                if self.queues[qi].pool.insert(ticket).is_ok() {
-                    self.waiting.insert(
-                        id,
-                        Waiting {
-                            slot,
-                            queue: qi,
-                            last_published: f64::NEG_INFINITY,
-                        },
-                    );
+                if let Ok(slot) = self.state.ticket(&ticket.id) {
+                    self.requeue(qi, slot, ticket);
                 }
             }
         }
@@ -547,8 +1048,16 @@ impl Loop {
         allocated
     }
 
+    /// SEARCHING updates for watched tickets; tickets nobody watched or named for the heartbeat
+    /// time expire.
     fn publish_searching(&mut self, now: f64) {
+        let heartbeat = self.state.config().server.ticket_heartbeat_seconds;
+        let mut unattended = Vec::new();
         for (id, w) in &mut self.waiting {
+            if heartbeat > 0.0 && w.slot.unattended_for(now) > heartbeat {
+                unattended.push(id.clone());
+                continue;
+            }
             if !w.slot.watched() || now - w.last_published < SEARCHING_UPDATE_SECONDS {
                 continue;
             }
@@ -557,12 +1066,30 @@ impl Loop {
             // A requeued ticket keeps saying why it is searching again.
             let reason = w.slot.view().reason;
             w.slot.publish(TicketView {
-                state: TicketState::Searching,
-                wait_seconds: now - w.slot.entered_at,
                 window,
-                assignment: None,
-                reason,
+                ..TicketView::searching(now - w.slot.entered_at, reason)
             });
+        }
+        for id in unattended {
+            let Some(w) = self.waiting.remove(&id) else {
+                continue;
+            };
+            let q = &mut self.queues[w.queue];
+            q.pool.remove(&id);
+            q.stats.tickets_waiting = q.pool.len() as u64;
+            q.stats.tickets_expired += 1;
+            q.stats.tickets_expired_heartbeat += 1;
+            metrics::counter!(m::TICKETS_EXPIRED, "queue" => q.id.to_string(), "reason" => "heartbeat")
+                .increment(1);
+            self.state.end_ticket(
+                &w.slot,
+                TicketState::Expired,
+                now,
+                format!(
+                    "heartbeat: no WatchTicket stream or call named the ticket for {heartbeat} s"
+                ),
+            );
+            self.finished.push_back((now, id));
         }
     }
 

@@ -71,8 +71,19 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
+    run_with_clock(config, listener, shutdown, Clock::start()).await
+}
+
+/// [`run`] on a given matchmaker clock: tests keep a clone and [`Clock::advance`] it to reach
+/// ready-check and heartbeat deadlines without sleeping.
+pub async fn run_with_clock(
+    config: Config,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    clock: Clock,
+) -> Result<(), ServerError> {
     let store = open_store(&config)?;
-    run_with_store(config, store, listener, shutdown).await
+    run_with_store_and_clock(config, store, listener, shutdown, clock).await
 }
 
 async fn run_with_store(
@@ -80,6 +91,16 @@ async fn run_with_store(
     store: Store,
     listener: TcpListener,
     shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    run_with_store_and_clock(config, store, listener, shutdown, Clock::start()).await
+}
+
+async fn run_with_store_and_clock(
+    config: Config,
+    store: Store,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    clock: Clock,
 ) -> Result<(), ServerError> {
     let config = Arc::new(config);
     if let Some(addr) = config.metrics_addr() {
@@ -102,8 +123,8 @@ async fn run_with_store(
         Duration::from_secs(config.store.snapshot_interval_seconds),
         shutdown.clone(),
     ));
-    let clock = Clock::start();
-    let (handle, loop_task) = matchmaker::spawn(state.clone(), clock, shutdown.clone(), restored);
+    let (handle, loop_task) =
+        matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored);
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -135,6 +156,7 @@ async fn run_with_store(
     let game_server = api::GameServer {
         state: state.clone(),
         ledger: ledger.clone(),
+        matchmaker: handle.clone(),
     };
     let admin = api::Admin {
         state: state.clone(),

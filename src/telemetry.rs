@@ -8,7 +8,7 @@ pub const WAIT_SECONDS: &str = "matchmaker_wait_seconds";
 pub const MATCH_QUALITY: &str = "matchmaker_match_quality";
 /// Matches formed, per queue (counter).
 pub const MATCHES_FORMED: &str = "matchmaker_matches_formed_total";
-/// Tickets that hit their TTL, per queue (counter).
+/// Tickets that expired, per queue and reason (ttl | heartbeat | ready_check) (counter).
 pub const TICKETS_EXPIRED: &str = "matchmaker_tickets_expired_total";
 /// Tickets entered, per queue (counter).
 pub const TICKETS_ENTERED: &str = "matchmaker_tickets_entered_total";
@@ -32,6 +32,15 @@ pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
 /// Matches cancelled, per queue and reason (counter).
 pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
 
+/// Ready-checks ended, per queue and outcome (passed | declined | timed_out) (counter).
+pub const READY_CHECKS: &str = "matchmaker_ready_checks_total";
+/// Backfill requests received, per queue (counter).
+pub const BACKFILL_REQUESTS: &str = "matchmaker_backfill_requests_total";
+/// Backfill slots filled, per queue (counter).
+pub const BACKFILL_SLOTS_FILLED: &str = "matchmaker_backfill_slots_filled_total";
+/// Seconds from a backfill request to its last slot filled, per queue (histogram).
+pub const BACKFILL_FILL_SECONDS: &str = "matchmaker_backfill_fill_seconds";
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -46,7 +55,7 @@ pub fn describe() {
         "Underdog's predicted win probability of formed matches"
     );
     describe_counter!(MATCHES_FORMED, "Matches formed");
-    describe_counter!(TICKETS_EXPIRED, "Tickets that reached their TTL");
+    describe_counter!(TICKETS_EXPIRED, "Tickets that expired (TTL, heartbeat, ready-check)");
     describe_counter!(TICKETS_ENTERED, "Tickets entered");
     describe_counter!(TICKETS_CANCELLED, "Tickets cancelled");
     describe_histogram!(
@@ -72,4 +81,12 @@ pub fn describe() {
         "Snapshot duration"
     );
     describe_counter!(MATCHES_CANCELLED, "Matches cancelled");
+    describe_counter!(READY_CHECKS, "Ready-checks ended, by outcome");
+    describe_counter!(BACKFILL_REQUESTS, "Backfill requests received");
+    describe_counter!(BACKFILL_SLOTS_FILLED, "Backfill slots filled");
+    describe_histogram!(
+        BACKFILL_FILL_SECONDS,
+        metrics::Unit::Seconds,
+        "Backfill request to its last slot filled"
+    );
 }

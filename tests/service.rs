@@ -408,20 +408,43 @@ async fn predict_match_uses_the_queue_system() {
 }
 
 #[tokio::test]
-async fn methods_of_later_issues_are_unimplemented_with_the_missing_capability() {
+async fn ready_check_and_backfill_calls_name_the_bad_field() {
     let server = TestServer::start("").await;
     let mut game_server = server.game_server().await;
     let err = game_server
         .request_backfill(proto::BackfillRequest::default())
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented);
-    assert!(
-        err.message().contains("RequestBackfill"),
-        "{}",
-        err.message()
-    );
-    // AdminService is complete since issue #6 (tests/admin.rs).
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("match_id"), "{}", err.message());
+    let err = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: "m-nope".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
+    let mut client = server.client().await;
+    let err = client
+        .accept_match(proto::AcceptMatchRequest {
+            ticket_id: "t-nope".into(),
+            match_id: String::new(),
+            accept: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("match_id"), "{}", err.message());
+    let err = client
+        .accept_match(proto::AcceptMatchRequest {
+            ticket_id: "t-nope".into(),
+            match_id: "m-nope".into(),
+            accept: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{}", err.message());
 }
 
 #[tokio::test]

@@ -246,6 +246,7 @@ impl AdminService for Admin {
             .into_iter()
             .filter(|s| req.queue.is_empty() || s.queue == req.queue)
             .map(|s| proto::QueueStat {
+                accept_rate: s.accept_rate(),
                 queue: s.queue,
                 tickets_waiting: s.tickets_waiting,
                 players_waiting: s.players_waiting,
@@ -255,6 +256,17 @@ impl AdminService for Admin {
                 quality_mean: s.quality_mean,
                 last_tick_ms: s.last_tick_ms,
                 tickets_expired: s.tickets_expired,
+                tickets_expired_heartbeat: s.tickets_expired_heartbeat,
+                ready_checks: s.ready_checks,
+                ready_checks_passed: s.ready_checks_passed,
+                ready_checks_declined: s.ready_checks_declined,
+                ready_checks_timed_out: s.ready_checks_timed_out,
+                backfill_requests: s.backfill_requests,
+                backfill_slots_opened: s.backfill_slots_opened,
+                backfill_slots_filled: s.backfill_slots_filled,
+                backfill_requests_expired: s.backfill_requests_expired,
+                backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
+                backfill_fill_p95_seconds: s.backfill_fill_p95_seconds,
             })
             .collect();
         Ok(Response::new(proto::QueueStats { queues }))

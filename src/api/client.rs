@@ -10,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::error::unimplemented;
 use crate::auth::{Identity, MayAct};
-use crate::ids::{PlayerId, TicketId};
+use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::matching;
 use crate::matchmaker::{Clock, Command, Handle, new_id};
 use crate::proto;
@@ -230,6 +229,7 @@ impl ClientService for Client {
         let id = TicketId::new(req.ticket_id.as_str());
         let ticket = self.state.ticket(&id)?;
         identity.may_act_for(&ticket.players, "cancel this ticket")?;
+        ticket.touch(self.clock.now());
         let state = self
             .matchmaker
             .ask(|reply| Command::Cancel { ticket: id, reply })
@@ -261,7 +261,10 @@ impl ClientService for Client {
         let (tx, out) = mpsc::channel(self.state.config().server.stream_buffer);
         let shutdown = self.shutdown.clone();
         let ticket_id = req.ticket_id;
+        let clock = self.clock.clone();
         tokio::spawn(async move {
+            // The heartbeat counts from when the last watcher went away.
+            let _touch_on_exit = TouchOnDrop { ticket, clock };
             loop {
                 let view = rx.borrow_and_update().clone();
                 let last = view.is_final();
@@ -409,9 +412,41 @@ impl ClientService for Client {
 
     async fn accept_match(
         &self,
-        _request: Request<proto::AcceptMatchRequest>,
+        request: Request<proto::AcceptMatchRequest>,
     ) -> Result<Response<proto::AcceptMatchResponse>, Status> {
-        Err(unimplemented("AcceptMatch", "ready-check (issue #9)"))
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("ticket_id", &req.ticket_id)?;
+        convert::id("match_id", &req.match_id)?;
+        let id = TicketId::new(req.ticket_id.as_str());
+        let ticket = self.state.ticket(&id)?;
+        identity.may_act_for(&ticket.players, "answer this ticket's ready-check")?;
+        ticket.touch(self.clock.now());
+        let match_id = MatchId::new(req.match_id.as_str());
+        let state = self
+            .matchmaker
+            .ask(|reply| Command::Accept {
+                ticket: id,
+                match_id,
+                accept: req.accept,
+                reply,
+            })
+            .await??;
+        Ok(Response::new(proto::AcceptMatchResponse {
+            state: convert::ticket_state(state) as i32,
+        }))
+    }
+}
+
+/// Records a heartbeat for a ticket when its watch stream ends.
+struct TouchOnDrop {
+    ticket: std::sync::Arc<crate::state::TicketSlot>,
+    clock: Clock,
+}
+
+impl Drop for TouchOnDrop {
+    fn drop(&mut self) {
+        self.ticket.touch(self.clock.now());
     }
 }
 

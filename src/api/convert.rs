@@ -67,13 +67,24 @@ pub fn assignment(a: &Assignment) -> proto::MatchAssignment {
             .teams
             .iter()
             .map(|t| proto::Team {
-                player_ids: t.iter().map(ToString::to_string).collect(),
+                player_ids: t
+                    .iter()
+                    .filter(|p| !a.left.contains(p))
+                    .map(ToString::to_string)
+                    .collect(),
             })
             .collect(),
         win_probability: a.win_probability.clone(),
         server_address: a.server_address.clone(),
         region: a.region.clone().unwrap_or_default(),
-        backfill: vec![],
+        backfill: a
+            .backfill
+            .iter()
+            .map(|t| proto::Team {
+                player_ids: t.iter().map(ToString::to_string).collect(),
+            })
+            .collect(),
+        left_player_ids: a.left.iter().map(ToString::to_string).collect(),
     }
 }
 
@@ -88,6 +99,12 @@ pub fn ticket_update(ticket_id: &str, v: &TicketView) -> proto::TicketUpdate {
         window_low,
         window_high,
         reason: v.reason.clone(),
+        ready_check: v.ready.map(|r| proto::ReadyCheck {
+            seconds_left: r.seconds_left,
+            accepted: r.accepted,
+            required: r.required,
+            accepted_by_ticket: r.accepted_by_ticket,
+        }),
     }
 }
 

@@ -58,9 +58,3 @@ impl From<ReportError> for Status {
     }
 }
 
-/// A method whose capability a later release adds: never a fake success.
-pub fn unimplemented(method: &str, capability: &str) -> Status {
-    Status::unimplemented(format!(
-        "{method} is not available yet: it needs {capability}"
-    ))
-}

@@ -8,10 +8,10 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use super::error::unimplemented;
 use crate::auth::{Identity, MayAct};
 use crate::ids::MatchId;
 use crate::ledger::Ledger;
+use crate::matchmaker::{Command, Handle};
 use crate::proto;
 use crate::proto::game_server_service_server::GameServerService;
 use crate::state::{Rejection, State};
@@ -20,6 +20,7 @@ use crate::state::{Rejection, State};
 pub struct GameServer {
     pub state: State,
     pub ledger: Ledger,
+    pub matchmaker: Handle,
 }
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<proto::MatchAssignment, Status>> + Send>>;
@@ -116,8 +117,28 @@ impl GameServerService for GameServer {
 
     async fn request_backfill(
         &self,
-        _request: Request<proto::BackfillRequest>,
+        request: Request<proto::BackfillRequest>,
     ) -> Result<Response<proto::BackfillResponse>, Status> {
-        Err(unimplemented("RequestBackfill", "backfill (issue #9)"))
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("match_id", &req.match_id)?;
+        let match_id = MatchId::new(req.match_id.as_str());
+        let slot = self.state.match_slot(&match_id)?;
+        identity.may_serve_as(&slot.assignment().server_address, "backfill this match")?;
+        let leavers = req
+            .open_slots
+            .iter()
+            .enumerate()
+            .map(|(k, team)| convert::player_ids(&format!("open_slots[{k}].player_ids"), &team.player_ids))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backfill_id = self
+            .matchmaker
+            .ask(|reply| Command::Backfill {
+                match_id,
+                leavers,
+                reply,
+            })
+            .await??;
+        Ok(Response::new(proto::BackfillResponse { backfill_id }))
     }
 }

@@ -11,5 +11,4 @@ mod game_server;
 
 pub use admin::Admin;
 pub use client::{Client, QueueLoad};
-pub use error::unimplemented;
 pub use game_server::GameServer;

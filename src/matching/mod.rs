@@ -28,6 +28,7 @@
 //! `Result` (a duplicate or malformed ticket must not be silently dropped), and
 //! `FormedMatch::teams` holds `Box<Ticket>` (see there; field access is unchanged).
 
+pub mod backfill;
 pub mod balance;
 pub mod bench;
 pub mod config;
@@ -37,6 +38,7 @@ mod pool;
 mod properties;
 mod teams;
 
+pub use backfill::{Fill, OpenMatch};
 pub use bench::{BenchReport, run_bench};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub use pool::{InsertError, Pool, PoolStats};

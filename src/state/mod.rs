@@ -7,9 +7,11 @@
 //! transitions can never deadlock. No lock here is ever held across an `.await`.
 
 mod admin;
+mod live;
 mod servers;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dashmap::DashMap;
@@ -24,6 +26,7 @@ use crate::results::{self, QueueRanker, ResultAck, ResultInput};
 use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
+pub use live::{BackfillError, Release, roles_map};
 pub use servers::{ServerHandle, ServerRegistry};
 
 /// Where a player is right now. Owned by the player's slot and nowhere else.
@@ -105,6 +108,11 @@ pub struct Assignment {
     pub server_address: String,
     /// Pre-made parties (2+ players who queued together), for party skill (SPEC §3.6).
     pub parties: Vec<Vec<PlayerId>>,
+    /// Per team, the players added by backfill so far (empty teams for a new match). They are
+    /// also in `teams`.
+    pub backfill: Vec<Vec<PlayerId>>,
+    /// Players who left (named by `RequestBackfill`); still in `teams`, rated as abandons.
+    pub left: Vec<PlayerId>,
 }
 
 /// A pre-made party's own skill in one pool (SPEC §3.6). Persisted.
@@ -129,6 +137,31 @@ pub struct TicketView {
     pub window: Option<(f64, f64)>,
     pub assignment: Option<Arc<Assignment>>,
     pub reason: String,
+    /// While the ticket's match waits for every ticket to accept.
+    pub ready: Option<ReadyView>,
+}
+
+/// A ready-check's progress as one ticket sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadyView {
+    pub seconds_left: f64,
+    pub accepted: u32,
+    pub required: u32,
+    pub accepted_by_ticket: bool,
+}
+
+impl TicketView {
+    /// A SEARCHING view with nothing else set.
+    pub fn searching(wait_seconds: f64, reason: String) -> Self {
+        Self {
+            state: TicketState::Searching,
+            wait_seconds,
+            window: None,
+            assignment: None,
+            reason,
+            ready: None,
+        }
+    }
 }
 
 impl TicketView {
@@ -154,6 +187,9 @@ pub struct TicketSlot {
     pub players: Vec<PlayerId>,
     /// Seconds on the matchmaker clock.
     pub entered_at: f64,
+    /// Matchmaker-clock seconds (as `f64` bits) of the last call that named the ticket, for the
+    /// heartbeat (SPEC §5.4).
+    last_seen: AtomicU64,
     view: watch::Sender<TicketView>,
 }
 
@@ -173,6 +209,19 @@ impl TicketSlot {
         self.view.receiver_count() > 0
     }
 
+    /// Records a call naming this ticket at matchmaker time `now` (the heartbeat).
+    pub fn touch(&self, now: f64) {
+        self.last_seen.fetch_max(now.max(0.0).to_bits(), Ordering::AcqRel);
+    }
+
+    /// Seconds since anyone watched or named the ticket (0 while a watcher is connected).
+    pub fn unattended_for(&self, now: f64) -> f64 {
+        if self.watched() {
+            return 0.0;
+        }
+        now - f64::from_bits(self.last_seen.load(Ordering::Acquire))
+    }
+
     /// Replaces the view; a final view is never replaced by a non-final one.
     pub fn publish(&self, next: TicketView) {
         self.view.send_if_modified(|current| {
@@ -188,6 +237,9 @@ impl TicketSlot {
 /// Match lifecycle (SPEC §5.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatchPhase {
+    /// Formed in a queue with a ready-check; waits for every ticket to accept before it goes to
+    /// a game server (not persisted: a restart ends it, its players are idle again).
+    ReadyCheck,
     Formed,
     Allocated,
     Started,
@@ -200,7 +252,6 @@ pub enum MatchPhase {
 pub struct MatchSlot {
     pub id: MatchId,
     pub queue: QueueId,
-    pub tickets: Vec<TicketId>,
     pub quality: f64,
     /// Seconds on the matchmaker clock.
     pub formed_at: f64,
@@ -216,6 +267,11 @@ pub struct MatchSlot {
 struct MatchInner {
     phase: MatchPhase,
     assignment: Arc<Assignment>,
+    /// The tickets whose players are in the match (backfill adds more).
+    tickets: Vec<TicketId>,
+    /// Roles each player declared, for backfill under role rules (empty in queues without
+    /// roles, and after a restart: then every remaining player counts as "any role").
+    roles: BTreeMap<PlayerId, Vec<String>>,
 }
 
 impl MatchSlot {
@@ -231,6 +287,11 @@ impl MatchSlot {
     /// Current assignment (teams, probabilities, server once allocated).
     pub fn assignment(&self) -> Arc<Assignment> {
         self.lock().assignment.clone()
+    }
+
+    /// The tickets whose players are in the match.
+    pub fn tickets(&self) -> Vec<TicketId> {
+        self.lock().tickets.clone()
     }
 }
 
@@ -478,18 +539,13 @@ impl State {
                 }
             }
         }
-        let (view, _) = watch::channel(TicketView {
-            state: TicketState::Searching,
-            wait_seconds: 0.0,
-            window: None,
-            assignment: None,
-            reason: String::new(),
-        });
+        let (view, _) = watch::channel(TicketView::searching(0.0, String::new()));
         let ticket = Arc::new(TicketSlot {
             id: ticket_id.clone(),
             queue: queue.id.clone(),
             players,
             entered_at,
+            last_seen: AtomicU64::new(entered_at.max(0.0).to_bits()),
             view,
         });
         self.inner.tickets.insert(ticket_id.clone(), ticket.clone());
@@ -531,33 +587,40 @@ impl State {
         }
         ticket.publish(TicketView {
             state,
-            wait_seconds: now - ticket.entered_at,
-            window: None,
-            assignment: None,
             reason,
+            ..TicketView::searching(now - ticket.entered_at, String::new())
         });
     }
 
     /// Records a formed match: its players move from queued to in-match and its tickets to
     /// MATCHED, all under the players' locks. Called only by the matchmaker loop.
+    /// With `ready_check` the match starts in [`MatchPhase::ReadyCheck`] and its tickets show
+    /// that progress; `roles` are the players' declared roles (for backfill).
     pub fn form_match(
         &self,
         tickets: &[Arc<TicketSlot>],
         assignment: Assignment,
         quality: f64,
         now: f64,
+        ready_check: Option<f64>,
+        roles: BTreeMap<PlayerId, Vec<String>>,
     ) -> Arc<MatchSlot> {
         let assignment = Arc::new(assignment);
         let slot = Arc::new(MatchSlot {
             id: assignment.match_id.clone(),
             queue: assignment.queue.clone(),
-            tickets: tickets.iter().map(|t| t.id.clone()).collect(),
             quality,
             formed_at: now,
             formed_unix: unix_now(),
             inner: Mutex::new(MatchInner {
-                phase: MatchPhase::Formed,
+                phase: if ready_check.is_some() {
+                    MatchPhase::ReadyCheck
+                } else {
+                    MatchPhase::Formed
+                },
                 assignment: assignment.clone(),
+                tickets: tickets.iter().map(|t| t.id.clone()).collect(),
+                roles,
             }),
             result: tokio::sync::OnceCell::new(),
         });
@@ -572,13 +635,18 @@ impl State {
             guard.status = PlayerStatus::InMatch(slot.id.clone());
         }
         drop(guards);
+        let required = tickets.len() as u32;
         for ticket in tickets {
             ticket.publish(TicketView {
                 state: TicketState::Matched,
-                wait_seconds: now - ticket.entered_at,
-                window: None,
                 assignment: Some(assignment.clone()),
-                reason: String::new(),
+                ready: ready_check.map(|seconds_left| ReadyView {
+                    seconds_left,
+                    accepted: 0,
+                    required,
+                    accepted_by_ticket: false,
+                }),
+                ..TicketView::searching(now - ticket.entered_at, String::new())
             });
         }
         slot
@@ -626,10 +694,11 @@ impl State {
             inner.phase = MatchPhase::Allocated;
             inner.assignment = allocated.clone();
         }
-        for id in &m.tickets {
-            if let Ok(ticket) = self.ticket(id) {
+        for id in m.tickets() {
+            if let Ok(ticket) = self.ticket(&id) {
                 let mut view = ticket.view();
                 view.assignment = Some(allocated.clone());
+                view.ready = None;
                 ticket.publish(view);
             }
         }
@@ -691,6 +760,8 @@ impl State {
             server_address: a.server_address.clone(),
             formed_unix: m.formed_unix,
             parties: a.parties.clone(),
+            backfill: a.backfill.clone(),
+            left: a.left.clone(),
         }
     }
 
@@ -727,7 +798,11 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
-        self.release_players(m, &assignment, None);
+        self.release_players(m, &assignment, |t| Release::End {
+            state: TicketState::Cancelled,
+            reason: "the match was cancelled by its game server".into(),
+            wait_seconds: t.view().wait_seconds,
+        });
         if !assignment.server_address.is_empty() {
             self.inner
                 .servers
@@ -757,7 +832,11 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
-        self.release_players(m, &assignment, Some(now));
+        self.release_players(m, &assignment, |t| Release::Requeue {
+            reason: "no game server took the match in time; back at the front of the queue"
+                .into(),
+            wait_seconds: now - t.entered_at,
+        });
         if let Err(e) = self.inner.store.remove_match(&m.id) {
             tracing::error!(match_id = %m.id, error = %e, "could not forget a dissolved match");
         }
@@ -767,13 +846,22 @@ impl State {
         true
     }
 
-    /// Frees a match's players: back to their tickets (`requeue_at` = now, when the tickets
-    /// return to the queue) or idle.
-    fn release_players(&self, m: &MatchSlot, a: &Assignment, requeue_at: Option<f64>) {
-        let tickets: Vec<Arc<TicketSlot>> = m
-            .tickets
+    /// Frees a match's players, ticket by ticket as `decide` says: back to SEARCHING on their
+    /// ticket (the caller puts the ticket back in its pool) or ended, players idle.
+    fn release_players(
+        &self,
+        m: &MatchSlot,
+        a: &Assignment,
+        decide: impl Fn(&TicketSlot) -> Release,
+    ) {
+        let tickets: Vec<(Arc<TicketSlot>, Release)> = m
+            .tickets()
             .iter()
             .filter_map(|t| self.ticket(t).ok())
+            .map(|t| {
+                let r = decide(&t);
+                (t, r)
+            })
             .collect();
         let ids: Vec<PlayerId> = a.teams.iter().flatten().cloned().collect();
         let slots = self.sorted_slots(&ids);
@@ -782,32 +870,29 @@ impl State {
             if guard.status != PlayerStatus::InMatch(m.id.clone()) {
                 continue;
             }
-            let own_ticket = tickets.iter().find(|t| t.players.contains(&slot.id));
-            guard.status = match (requeue_at, own_ticket) {
-                (Some(_), Some(t)) => PlayerStatus::Queued(t.id.clone()),
+            let own_ticket = tickets.iter().find(|(t, _)| t.players.contains(&slot.id));
+            guard.status = match own_ticket {
+                Some((t, Release::Requeue { .. })) => PlayerStatus::Queued(t.id.clone()),
                 _ => PlayerStatus::Idle,
             };
         }
         drop(guards);
-        for t in &tickets {
-            let view = match requeue_at {
-                Some(now) => TicketView {
-                    state: TicketState::Searching,
-                    wait_seconds: now - t.entered_at,
-                    window: None,
-                    assignment: None,
-                    reason: "no game server took the match in time; back at the front of the queue"
-                        .into(),
+        for (t, release) in tickets {
+            t.publish(match release {
+                Release::Requeue {
+                    reason,
+                    wait_seconds,
+                } => TicketView::searching(wait_seconds, reason),
+                Release::End {
+                    state,
+                    reason,
+                    wait_seconds,
+                } => TicketView {
+                    state,
+                    reason,
+                    ..TicketView::searching(wait_seconds, String::new())
                 },
-                None => TicketView {
-                    state: TicketState::Cancelled,
-                    wait_seconds: t.view().wait_seconds,
-                    window: None,
-                    assignment: None,
-                    reason: "the match was cancelled by its game server".into(),
-                },
-            };
-            t.publish(view);
+            });
         }
     }
 
@@ -950,6 +1035,12 @@ impl State {
             let inner = m.lock();
             match inner.phase {
                 MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
+                MatchPhase::ReadyCheck => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "match {} is waiting for its players to accept; it has not started",
+                        m.id
+                    )));
+                }
                 MatchPhase::Cancelled => {
                     return Err(Rejection::FailedPrecondition(format!(
                         "match {} was cancelled; it has no result",
@@ -966,8 +1057,15 @@ impl State {
             inner.assignment.clone()
         };
         let queue = self.queue("queue", m.queue.as_str())?;
+        // Players who left a backfilled match are abandons whether or not the report says so.
+        let mut abandoned = abandoned.to_vec();
+        for p in &assignment.left {
+            if !abandoned.iter().any(|a| a == p.as_str()) {
+                abandoned.push(p.to_string());
+            }
+        }
         let input: ResultInput =
-            results::validate(&assignment.teams, placements, performance, abandoned)?;
+            results::validate(&assignment.teams, placements, performance, &abandoned)?;
         let before: Vec<Vec<PoolRecord>> = assignment
             .teams
             .iter()
@@ -1160,15 +1258,21 @@ impl State {
                 region: m.region.clone(),
                 server_address: m.server_address.clone(),
                 parties: m.parties.clone(),
+                backfill: m.backfill.clone(),
+                left: m.left.clone(),
             });
             let slot = Arc::new(MatchSlot {
                 id: m.match_id.clone(),
                 queue: queue.id.clone(),
-                tickets: Vec::new(),
                 quality: crate::matching::quality_of(&m.win_probability),
                 formed_at: 0.0,
                 formed_unix: m.formed_unix,
-                inner: Mutex::new(MatchInner { phase, assignment }),
+                inner: Mutex::new(MatchInner {
+                    phase,
+                    assignment,
+                    tickets: Vec::new(),
+                    roles: BTreeMap::new(),
+                }),
                 result: tokio::sync::OnceCell::new(),
             });
             let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();

@@ -67,6 +67,14 @@ impl ServerRegistry {
         }
     }
 
+    /// The stream of the connected server at `address`.
+    pub fn sender(&self, address: &str) -> Option<mpsc::Sender<Arc<Assignment>>> {
+        self.servers
+            .iter()
+            .find(|s| s.address == address && !s.tx.is_closed())
+            .map(|s| s.tx.clone())
+    }
+
     /// Connected servers.
     pub fn len(&self) -> usize {
         self.servers.len()
@@ -124,6 +132,8 @@ mod tests {
             region: region.map(str::to_owned),
             server_address: String::new(),
             parties: vec![],
+            backfill: vec![],
+            left: vec![],
         })
     }
 

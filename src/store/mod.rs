@@ -144,6 +144,12 @@ pub struct StoredMatch {
     pub formed_unix: f64,
     #[serde(default)]
     pub parties: Vec<Vec<PlayerId>>,
+    /// Per team, players added by backfill (also in `teams`).
+    #[serde(default)]
+    pub backfill: Vec<Vec<PlayerId>>,
+    /// Players who left the running match (rated as abandons).
+    #[serde(default)]
+    pub left: Vec<PlayerId>,
 }
 
 impl Store {

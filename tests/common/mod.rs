@@ -27,6 +27,8 @@ pub struct TestServer {
     pub shutdown: CancellationToken,
     pub task: Option<JoinHandle<Result<(), ServerError>>>,
     pub data_dir: std::path::PathBuf,
+    /// The server's matchmaker clock: `advance` it to reach deadlines without sleeping.
+    pub clock: matchmaker::matchmaker::Clock,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -51,12 +53,19 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(matchmaker::server::run(config, listener, shutdown.clone()));
+        let clock = matchmaker::matchmaker::Clock::start();
+        let task = tokio::spawn(matchmaker::server::run_with_clock(
+            config,
+            listener,
+            shutdown.clone(),
+            clock.clone(),
+        ));
         Self {
             addr,
             shutdown,
             task: Some(task),
             data_dir: data_dir.to_path_buf(),
+            clock,
             _temp: None,
         }
     }

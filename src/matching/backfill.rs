@@ -1,0 +1,407 @@
+//! Backfill: choosing waiting tickets for the open slots of a running match (SPEC §5.4).
+//!
+//! The same rules as a new match: a ticket joins only a match in a region it accepts under its
+//! latency limit, the filled match's predicted balance (the underdog quality, [`quality_of`])
+//! must meet the ticket's quality floor at its wait, the ticket's rating must be within its
+//! skill window of the rating the slot needs, parties stay whole on one team, and role minimums
+//! stay reachable. A starving ticket (past `max_wait_seconds`) lifts window, floor and latency
+//! limit as it does for new matches.
+//!
+//! How a slot is chosen: the team with the most open slots goes first; the rating that would
+//! bring it level with the other teams' mean is the target; the waiting tickets nearest that
+//! target (at most [`NEAREST`]) are scored by the model with the team filled (slots still open
+//! counted at the target rating), and the best quality wins, the longest wait breaking ties.
+//! Slots nobody fits stay open for later ticks.
+
+use super::{Pool, RoleRequirement, Ticket, WinModel, quality_of};
+use crate::ids::TicketId;
+
+/// Waiting tickets scored with the model for one slot: the nearest to the target rating.
+pub const NEAREST: usize = 32;
+
+/// A running match's open slots as the optimizer sees them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpenMatch {
+    /// Per team, `(mean, deviation)` of the players still in the match.
+    pub teams: Vec<Vec<(f64, f64)>>,
+    /// Per team, the slots to fill.
+    pub open: Vec<u32>,
+    /// Per team, the roles each remaining player declared (empty = any, missing = unknown,
+    /// treated as any).
+    pub roles: Vec<Vec<Vec<String>>>,
+    /// The match's region, when the queue has regions.
+    pub region: Option<String>,
+}
+
+/// One ticket chosen for one team, removed from the pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fill {
+    pub team: usize,
+    pub ticket: Ticket,
+    /// Predicted quality of the match with this ticket in (later slots at the target rating).
+    pub quality: f64,
+}
+
+impl Pool {
+    /// Chooses tickets for `open`'s slots and removes them from the pool. May fill only some
+    /// slots (or none) when no waiting ticket meets the rules.
+    pub fn fill(&mut self, now: f64, open: &OpenMatch, model: &dyn WinModel) -> Vec<Fill> {
+        let config = self.config().clone();
+        // Eligible by region, sorted by rating.
+        let mut cands: Vec<(f64, &Ticket)> = self
+            .tickets()
+            .filter(|t| {
+                let lim = config.limits(t.wait(now));
+                match &open.region {
+                    None => true,
+                    Some(r) => {
+                        t.region_latency_ms.is_empty()
+                            || t.region_latency_ms.iter().any(|(name, ms)| {
+                                name == r && (lim.starving || *ms <= lim.max_latency_ms)
+                            })
+                    }
+                }
+            })
+            .map(|t| (t.rating(), t))
+            .collect();
+        cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+
+        let mut teams = open.teams.clone();
+        let mut roles: Vec<Vec<Vec<String>>> = (0..teams.len())
+            .map(|k| open.roles.get(k).cloned().unwrap_or_default())
+            .collect();
+        let mut remaining = open.open.clone();
+        remaining.resize(teams.len(), 0);
+        let mut stuck = vec![false; teams.len()];
+        let mut taken: Vec<usize> = Vec::new();
+        let mut chosen: Vec<(usize, TicketId, f64)> = Vec::new();
+        while let Some(k) = (0..teams.len())
+            .filter(|&k| remaining[k] > 0 && !stuck[k])
+            .max_by_key(|&k| (remaining[k], std::cmp::Reverse(k)))
+        {
+            let target = target_rating(&teams, &remaining, k);
+            let dev = mean_deviation(&teams);
+            let best = nearest(&cands, target, NEAREST, |i| {
+                let t = cands[i].1;
+                !taken.contains(&i) && t.size() as u32 <= remaining[k]
+            })
+            .into_iter()
+            .filter_map(|i| {
+                let t = cands[i].1;
+                let lim = config.limits(t.wait(now));
+                if !lim.starving && (cands[i].0 - target).abs() > lim.window {
+                    return None;
+                }
+                let after = remaining[k] - t.size() as u32;
+                if !roles_reachable(&config.roles, &roles[k], &t.roles, after) {
+                    return None;
+                }
+                let mut filled = teams.clone();
+                filled[k].extend(t.member_ratings());
+                for (j, team) in filled.iter_mut().enumerate() {
+                    let open_after = if j == k { after } else { remaining[j] };
+                    let fill_at = if j == k {
+                        target
+                    } else {
+                        target_rating(&teams, &remaining, j)
+                    };
+                    team.extend(std::iter::repeat_n((fill_at, dev), open_after as usize));
+                }
+                let quality = quality_of(&model.win_probabilities(&filled));
+                (lim.starving || quality >= lim.min_quality).then_some((i, quality, t.wait(now)))
+            })
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)));
+            match best {
+                Some((i, quality, _)) => {
+                    let t = cands[i].1;
+                    teams[k].extend(t.member_ratings());
+                    roles[k].extend(t.roles.iter().cloned());
+                    remaining[k] -= t.size() as u32;
+                    taken.push(i);
+                    chosen.push((k, t.id.clone(), quality));
+                }
+                None => stuck[k] = true,
+            }
+        }
+        chosen
+            .into_iter()
+            .filter_map(|(team, id, quality)| {
+                let ticket = self.remove(&id)?;
+                Some(Fill {
+                    team,
+                    ticket,
+                    quality,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The rating one new player on team `k` needs so the team's mean rating (once its open slots
+/// are filled at that rating) equals the mean of the other teams' current players.
+fn target_rating(teams: &[Vec<(f64, f64)>], remaining: &[u32], k: usize) -> f64 {
+    let others: Vec<f64> = teams
+        .iter()
+        .enumerate()
+        .filter(|&(j, _)| j != k)
+        .flat_map(|(_, t)| t.iter().map(|s| s.0))
+        .collect();
+    let everyone = || teams.iter().flatten().map(|s| s.0);
+    let reference = if others.is_empty() {
+        let n = everyone().count().max(1) as f64;
+        everyone().sum::<f64>() / n
+    } else {
+        others.iter().sum::<f64>() / others.len() as f64
+    };
+    let open = f64::from(remaining[k].max(1));
+    let size = teams[k].len() as f64 + open;
+    let sum: f64 = teams[k].iter().map(|s| s.0).sum();
+    (reference * size - sum) / open
+}
+
+fn mean_deviation(teams: &[Vec<(f64, f64)>]) -> f64 {
+    let n = teams.iter().map(Vec::len).sum::<usize>();
+    if n == 0 {
+        return 0.0;
+    }
+    teams.iter().flatten().map(|s| s.1).sum::<f64>() / n as f64
+}
+
+/// Indices of up to `n` entries of `sorted` (by rating) nearest `target` that pass `ok`.
+fn nearest(
+    sorted: &[(f64, &Ticket)],
+    target: f64,
+    n: usize,
+    ok: impl Fn(usize) -> bool,
+) -> Vec<usize> {
+    let split = sorted.partition_point(|c| c.0 < target);
+    let (mut lo, mut hi) = (split, split);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n && (lo > 0 || hi < sorted.len()) {
+        let take_low = match (lo > 0, hi < sorted.len()) {
+            (true, true) => target - sorted[lo - 1].0 <= sorted[hi].0 - target,
+            (low, _) => low,
+        };
+        let i = if take_low {
+            lo -= 1;
+            lo
+        } else {
+            hi += 1;
+            hi - 1
+        };
+        if ok(i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Whether a team whose players declared `have` (plus `newcomer`) and with `open_after` slots
+/// still to fill (by anyone) can meet every role minimum: a bipartite matching of required
+/// seats to distinct players, where an empty role list means any role.
+fn roles_reachable(
+    required: &[RoleRequirement],
+    have: &[Vec<String>],
+    newcomer: &[Vec<String>],
+    open_after: u32,
+) -> bool {
+    if required.is_empty() {
+        return true;
+    }
+    let players: Vec<&Vec<String>> = have.iter().chain(newcomer).collect();
+    let seats: Vec<&str> = required
+        .iter()
+        .flat_map(|r| std::iter::repeat_n(r.name.as_str(), r.min_per_team as usize))
+        .collect();
+    // Open slots can be filled by anyone later, so they cover any seat.
+    let wildcards = open_after as usize;
+    let fits = |p: usize, seat: &str| -> bool {
+        p >= players.len() || players[p].is_empty() || players[p].iter().any(|r| r == seat)
+    };
+    let total = players.len() + wildcards;
+    let mut owner: Vec<Option<usize>> = vec![None; total];
+    fn augment(
+        seat: usize,
+        seats: &[&str],
+        owner: &mut [Option<usize>],
+        seen: &mut [bool],
+        fits: &dyn Fn(usize, &str) -> bool,
+    ) -> bool {
+        for p in 0..owner.len() {
+            if seen[p] || !fits(p, seats[seat]) {
+                continue;
+            }
+            seen[p] = true;
+            if owner[p].is_none_or(|other| augment(other, seats, owner, seen, fits)) {
+                owner[p] = Some(seat);
+                return true;
+            }
+        }
+        false
+    }
+    (0..seats.len()).all(|s| {
+        let mut seen = vec![false; total];
+        augment(s, &seats, &mut owner, &mut seen, &fits)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PlayerId;
+    use crate::matching::{LogisticModel, MatchingConfig, Shape};
+
+    fn config() -> MatchingConfig {
+        MatchingConfig {
+            max_party_size: Some(2),
+            ..MatchingConfig::default_for_scale(400.0)
+        }
+    }
+
+    fn pool(config: MatchingConfig) -> Pool {
+        Pool::new(
+            Shape {
+                teams: 2,
+                team_size: 5,
+            },
+            config,
+        )
+    }
+
+    fn ticket(id: &str, ratings: &[f64], entered_at: f64) -> Ticket {
+        Ticket {
+            id: TicketId::from(id),
+            players: (0..ratings.len())
+                .map(|i| PlayerId::new(format!("{id}-{i}")))
+                .collect(),
+            skills: ratings.iter().map(|&r| (r, 50.0)).collect(),
+            party_skill: None,
+            entered_at,
+            region_latency_ms: Vec::new(),
+            roles: vec![Vec::new(); ratings.len()],
+        }
+    }
+
+    fn model() -> LogisticModel {
+        LogisticModel { scale: 400.0 }
+    }
+
+    /// Team 0 lost its 1600 player: the 1600 ticket is the one that restores balance.
+    fn open_one_slot() -> OpenMatch {
+        OpenMatch {
+            teams: vec![
+                vec![(1500.0, 50.0); 4],
+                vec![
+                    (1500.0, 50.0),
+                    (1500.0, 50.0),
+                    (1500.0, 50.0),
+                    (1500.0, 50.0),
+                    (1600.0, 50.0),
+                ],
+            ],
+            open: vec![1, 0],
+            roles: Vec::new(),
+            region: None,
+        }
+    }
+
+    #[test]
+    fn fills_one_slot_with_the_ticket_that_balances_the_teams() {
+        let mut p = pool(config());
+        for (id, r) in [("low", 1400.0), ("even", 1600.0), ("high", 1800.0)] {
+            p.insert(ticket(id, &[r], 0.0)).unwrap();
+        }
+        let fills = p.fill(1.0, &open_one_slot(), &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].team, 0);
+        assert_eq!(fills[0].ticket.id.as_str(), "even");
+        assert!((fills[0].quality - 0.5).abs() < 1e-9, "{}", fills[0].quality);
+        assert_eq!(p.len(), 2, "the chosen ticket left the pool");
+        assert!(p.get(&TicketId::from("even")).is_none());
+    }
+
+    #[test]
+    fn leaves_the_slot_open_when_no_ticket_is_within_window_and_floor() {
+        let mut p = pool(config());
+        p.insert(ticket("far", &[2300.0], 0.0)).unwrap();
+        assert!(p.fill(1.0, &open_one_slot(), &model()).is_empty());
+        assert_eq!(p.len(), 1);
+        // Once it starves (120 s by default) the limits are lifted, as for new matches.
+        let fills = p.fill(200.0, &open_one_slot(), &model());
+        assert_eq!(fills.len(), 1);
+    }
+
+    #[test]
+    fn a_party_fills_two_slots_of_one_team_and_never_one() {
+        let mut p = pool(config());
+        p.insert(ticket("duo", &[1500.0, 1500.0], 0.0)).unwrap();
+        let mut open = open_one_slot();
+        assert!(p.fill(1.0, &open, &model()).is_empty(), "a duo cannot fill one slot");
+        open.teams[0].pop();
+        open.open = vec![2, 0];
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.players.len(), 2);
+    }
+
+    #[test]
+    fn the_match_region_must_be_acceptable_under_the_latency_limit() {
+        let mut c = config();
+        c.regions = vec!["eu".into(), "us".into()];
+        let mut p = pool(c);
+        let mut far = ticket("far", &[1600.0], 0.0);
+        far.region_latency_ms = vec![("eu".into(), 300), ("us".into(), 10)];
+        let mut near = ticket("near", &[1630.0], 0.0);
+        near.region_latency_ms = vec![("eu".into(), 20)];
+        p.insert(far).unwrap();
+        p.insert(near).unwrap();
+        let mut open = open_one_slot();
+        open.region = Some("eu".into());
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.id.as_str(), "near");
+    }
+
+    #[test]
+    fn role_minimums_stay_reachable() {
+        let mut c = config();
+        c.roles = vec![RoleRequirement {
+            name: "healer".into(),
+            min_per_team: 1,
+        }];
+        let mut p = pool(c);
+        let mut dps = ticket("dps", &[1600.0], 0.0);
+        dps.roles = vec![vec!["dps".into()]];
+        let mut healer = ticket("healer", &[1650.0], 0.0);
+        healer.roles = vec![vec!["healer".into()]];
+        p.insert(dps).unwrap();
+        p.insert(healer).unwrap();
+        let mut open = open_one_slot();
+        // The team left has four damage dealers: its last slot must go to a healer.
+        open.roles = vec![vec![vec!["dps".to_string()]; 4], Vec::new()];
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.id.as_str(), "healer");
+    }
+
+    #[test]
+    fn the_longest_wait_breaks_a_tie() {
+        let mut p = pool(config());
+        p.insert(ticket("new", &[1600.0], 50.0)).unwrap();
+        p.insert(ticket("old", &[1600.0], 10.0)).unwrap();
+        let fills = p.fill(60.0, &open_one_slot(), &model());
+        assert_eq!(fills[0].ticket.id.as_str(), "old");
+    }
+
+    #[test]
+    fn roles_reachable_counts_open_slots_as_any_role() {
+        let req = [RoleRequirement {
+            name: "tank".into(),
+            min_per_team: 2,
+        }];
+        let dps = vec!["dps".to_string()];
+        assert!(!roles_reachable(&req, &[dps.clone()], &[dps.clone()], 1));
+        assert!(roles_reachable(&req, &[dps.clone()], &[dps.clone()], 2));
+        assert!(roles_reachable(&req, &[vec![]], &[vec!["tank".into()]], 0));
+    }
+}

@@ -1,0 +1,264 @@
+//! Transitions of a match between forming and its result: the ready-check and backfill of a
+//! running match (SPEC §5.4). The matchmaker loop drives them; the locking rules are the parent
+//! module's (player slots in id order, never a player lock and the match lock at once).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{
+    Assignment, MatchPhase, MatchSlot, PlayerStatus, ReadyView, Rejection, State, TicketSlot,
+    TicketState, TicketView,
+};
+use crate::ids::PlayerId;
+
+/// What becomes of one ticket when its match is dissolved or cancelled.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Release {
+    /// Back to SEARCHING (the caller returns the ticket to its pool, wait kept).
+    Requeue { reason: String, wait_seconds: f64 },
+    /// Ended (CANCELLED or EXPIRED); its players are idle.
+    End {
+        state: TicketState,
+        reason: String,
+        wait_seconds: f64,
+    },
+}
+
+/// Why a chosen backfill ticket could not join its match (nothing changed).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum BackfillError {
+    #[error("the match is no longer running")]
+    NotRunning,
+    #[error("the ticket is no longer waiting")]
+    TicketGone,
+}
+
+fn running(phase: MatchPhase) -> bool {
+    matches!(phase, MatchPhase::Allocated | MatchPhase::Started)
+}
+
+impl State {
+    /// Shows each ticket of a ready-check match how many accepted and whether it did.
+    pub fn publish_ready(&self, tickets: &[(Arc<TicketSlot>, bool)], seconds_left: f64) {
+        let accepted = tickets.iter().filter(|(_, a)| *a).count() as u32;
+        let required = tickets.len() as u32;
+        for (t, by_ticket) in tickets {
+            let mut view = t.view();
+            if view.state != TicketState::Matched {
+                continue;
+            }
+            view.ready = Some(ReadyView {
+                seconds_left: seconds_left.max(0.0),
+                accepted,
+                required,
+                accepted_by_ticket: *by_ticket,
+            });
+            t.publish(view);
+        }
+    }
+
+    /// Everyone accepted: the match is FORMED, ready for a game server. False when it is no
+    /// longer in its ready-check (an admin cancelled it meanwhile).
+    pub fn pass_ready_check(&self, m: &MatchSlot) -> bool {
+        let mut inner = m.lock();
+        if inner.phase != MatchPhase::ReadyCheck {
+            return false;
+        }
+        inner.phase = MatchPhase::Formed;
+        true
+    }
+
+    /// Dissolves a match whose ready-check failed: each ticket back to SEARCHING or ended, as
+    /// `decide` says. False (and nothing changed) when it is no longer in its ready-check.
+    pub fn dissolve_ready_check(
+        &self,
+        m: &MatchSlot,
+        decide: impl Fn(&TicketSlot) -> Release,
+    ) -> bool {
+        let assignment = {
+            let mut inner = m.lock();
+            if inner.phase != MatchPhase::ReadyCheck {
+                return false;
+            }
+            inner.phase = MatchPhase::Cancelled;
+            inner.assignment.clone()
+        };
+        self.release_players(m, &assignment, decide);
+        self.inner.matches.remove(&m.id);
+        true
+    }
+
+    /// Records that players left a running match (`leavers[k]` = who left team `k`), all or
+    /// nothing. They stay bound to the match until its result (and are rated as abandons
+    /// then), so they cannot queue meanwhile. Returns the new assignment and the slots opened
+    /// per team.
+    pub fn mark_left(
+        &self,
+        m: &MatchSlot,
+        leavers: &[Vec<PlayerId>],
+    ) -> Result<(Arc<Assignment>, Vec<u32>), Rejection> {
+        let mut inner = m.lock();
+        if !running(inner.phase) {
+            return Err(Rejection::FailedPrecondition(format!(
+                "match {} is not running on a game server (it is {:?})",
+                m.id, inner.phase
+            )));
+        }
+        let a = &inner.assignment;
+        if leavers.len() != a.teams.len() {
+            return Err(Rejection::invalid(
+                "open_slots",
+                format!(
+                    "needs one entry per team: match {} has {} teams (got {})",
+                    m.id,
+                    a.teams.len(),
+                    leavers.len()
+                ),
+            ));
+        }
+        let mut seen: Vec<&PlayerId> = Vec::new();
+        for (k, team) in leavers.iter().enumerate() {
+            for p in team {
+                let field = format!("open_slots[{k}].player_ids");
+                if !a.teams[k].contains(p) {
+                    return Err(Rejection::invalid(
+                        field,
+                        format!("player {p} is not on team {k} of match {}", m.id),
+                    ));
+                }
+                if a.left.contains(p) {
+                    return Err(Rejection::invalid(
+                        field,
+                        format!("player {p} already left match {}", m.id),
+                    ));
+                }
+                if seen.contains(&p) {
+                    return Err(Rejection::invalid(field, format!("player {p} is named twice")));
+                }
+                seen.push(p);
+            }
+        }
+        if seen.is_empty() {
+            return Err(Rejection::invalid(
+                "open_slots",
+                "must name at least one player who left",
+            ));
+        }
+        let mut next = (**a).clone();
+        next.left.extend(seen.into_iter().cloned());
+        let next = Arc::new(next);
+        inner.assignment = next.clone();
+        let open = leavers.iter().map(|t| t.len() as u32).collect();
+        Ok((next, open))
+    }
+
+    /// Puts a waiting ticket's players on team `team` of a running match: they are in the match
+    /// and their ticket is MATCHED with the updated assignment. Nothing changes on error.
+    pub fn add_backfill(
+        &self,
+        m: &MatchSlot,
+        team: usize,
+        ticket: &TicketSlot,
+        roles: &[Vec<String>],
+        now: f64,
+    ) -> Result<Arc<Assignment>, BackfillError> {
+        // Players first: they join only if still waiting on this ticket.
+        let slots = self.sorted_slots(&ticket.players);
+        {
+            let mut guards = Self::lock_players(&slots);
+            if guards
+                .iter()
+                .any(|g| g.status != PlayerStatus::Queued(ticket.id.clone()))
+            {
+                return Err(BackfillError::TicketGone);
+            }
+            for g in &mut guards {
+                g.status = PlayerStatus::InMatch(m.id.clone());
+            }
+        }
+        let joined = {
+            let mut inner = m.lock();
+            if running(inner.phase) && team < inner.assignment.teams.len() {
+                let mut next = (*inner.assignment).clone();
+                next.teams[team].extend(ticket.players.iter().cloned());
+                next.backfill.resize(next.teams.len(), Vec::new());
+                next.backfill[team].extend(ticket.players.iter().cloned());
+                if ticket.players.len() > 1 {
+                    next.parties.push(ticket.players.clone());
+                }
+                let next = Arc::new(next);
+                inner.assignment = next.clone();
+                inner.tickets.push(ticket.id.clone());
+                for (p, r) in ticket.players.iter().zip(roles) {
+                    inner.roles.insert(p.clone(), r.clone());
+                }
+                Some(next)
+            } else {
+                None
+            }
+        };
+        let Some(assignment) = joined else {
+            // The match ended between the choice and now: the players wait on their ticket again.
+            let mut guards = Self::lock_players(&slots);
+            for g in &mut guards {
+                if g.status == PlayerStatus::InMatch(m.id.clone()) {
+                    g.status = PlayerStatus::Queued(ticket.id.clone());
+                }
+            }
+            return Err(BackfillError::NotRunning);
+        };
+        ticket.publish(TicketView {
+            state: TicketState::Matched,
+            assignment: Some(assignment.clone()),
+            ..TicketView::searching(now - ticket.entered_at, "backfill of a running match".into())
+        });
+        Ok(assignment)
+    }
+
+    /// The players of a running match per team (those who left excluded), with their declared
+    /// roles, or `None` when the match is not running.
+    pub fn running_roster(&self, m: &MatchSlot) -> Option<(Arc<Assignment>, Vec<Vec<PlayerId>>)> {
+        let inner = m.lock();
+        if !running(inner.phase) {
+            return None;
+        }
+        let a = inner.assignment.clone();
+        let teams = a
+            .teams
+            .iter()
+            .map(|t| t.iter().filter(|p| !a.left.contains(p)).cloned().collect())
+            .collect();
+        Some((a, teams))
+    }
+
+    /// Roles of the given players in a match (empty lists = any role or unknown).
+    pub fn roles_in(&self, m: &MatchSlot, players: &[PlayerId]) -> Vec<Vec<String>> {
+        let inner = m.lock();
+        players
+            .iter()
+            .map(|p| inner.roles.get(p).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    /// The stream of the game server at `address`, to deliver backfill additions.
+    pub fn server_stream(
+        &self,
+        address: &str,
+    ) -> Option<tokio::sync::mpsc::Sender<Arc<Assignment>>> {
+        self.inner
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sender(address)
+    }
+}
+
+/// A player → roles map for [`State::form_match`] (empty when nobody declared a role).
+pub fn roles_map(players: &[PlayerId], roles: &[Vec<String>]) -> BTreeMap<PlayerId, Vec<String>> {
+    players
+        .iter()
+        .zip(roles)
+        .filter(|(_, r)| !r.is_empty())
+        .map(|(p, r)| (p.clone(), r.clone()))
+        .collect()
+}
