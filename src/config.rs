@@ -481,7 +481,10 @@ impl Config {
             if !(q.backfill.timeout_seconds.is_finite() && q.backfill.timeout_seconds > 0.0) {
                 return Err(ConfigError::invalid(
                     key("backfill.timeout_seconds"),
-                    format!("must be finite and > 0 (got {})", q.backfill.timeout_seconds),
+                    format!(
+                        "must be finite and > 0 (got {})",
+                        q.backfill.timeout_seconds
+                    ),
                 ));
             }
         }

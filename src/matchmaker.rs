@@ -732,10 +732,13 @@ impl Loop {
                     self.requeue(qi, w.slot, fill.ticket);
                     continue;
                 }
-                match self
-                    .state
-                    .add_backfill(&job.slot, fill.team, &w.slot, &fill.ticket.roles, now)
-                {
+                match self.state.add_backfill(
+                    &job.slot,
+                    fill.team,
+                    &w.slot,
+                    &fill.ticket.roles,
+                    now,
+                ) {
                     Ok(a) => {
                         let n = fill.ticket.players.len() as u32;
                         job.open[fill.team] = job.open[fill.team].saturating_sub(n);
@@ -905,9 +908,14 @@ impl Loop {
                         .collect()
                 };
                 let ready_check = (q.ready_check_seconds > 0.0).then_some(q.ready_check_seconds);
-                let slot =
-                    self.state
-                        .form_match(&slots, assignment, formed.quality, now, ready_check, roles);
+                let slot = self.state.form_match(
+                    &slots,
+                    assignment,
+                    formed.quality,
+                    now,
+                    ready_check,
+                    roles,
+                );
                 q.stats.matches_formed += 1;
                 push_recent(&mut q.recent_quality, formed.quality);
                 metrics::counter!(m::MATCHES_FORMED, "queue" => queue_label.clone()).increment(1);

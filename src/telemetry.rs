@@ -55,7 +55,10 @@ pub fn describe() {
         "Underdog's predicted win probability of formed matches"
     );
     describe_counter!(MATCHES_FORMED, "Matches formed");
-    describe_counter!(TICKETS_EXPIRED, "Tickets that expired (TTL, heartbeat, ready-check)");
+    describe_counter!(
+        TICKETS_EXPIRED,
+        "Tickets that expired (TTL, heartbeat, ready-check)"
+    );
     describe_counter!(TICKETS_ENTERED, "Tickets entered");
     describe_counter!(TICKETS_CANCELLED, "Tickets cancelled");
     describe_histogram!(

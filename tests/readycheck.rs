@@ -120,7 +120,9 @@ async fn ready_pair(
     assert_eq!((rc.accepted, rc.required), (0, 2));
     assert!(!rc.accepted_by_ticket);
     assert!(rc.seconds_left > 0.0 && rc.seconds_left <= 30.0, "{rc:?}");
-    let assignment = ua.assignment.expect("teams are shown during the ready-check");
+    let assignment = ua
+        .assignment
+        .expect("teams are shown during the ready-check");
     assert!(
         assignment.server_address.is_empty(),
         "no server before everyone accepted"
@@ -282,7 +284,9 @@ async fn a_timeout_expires_who_did_not_answer_and_requeues_who_accepted() {
     server.clock.advance(31.0);
     let expired = until(&mut sb, is(TicketState::Expired)).await;
     assert!(
-        expired.reason.contains("did not accept the match within 30"),
+        expired
+            .reason
+            .contains("did not accept the match within 30"),
         "{expired:?}"
     );
     let back = until(&mut sa, is(TicketState::Searching)).await;

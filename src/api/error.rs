@@ -57,4 +57,3 @@ impl From<ReportError> for Status {
         }
     }
 }
-

@@ -129,7 +129,9 @@ impl GameServerService for GameServer {
             .open_slots
             .iter()
             .enumerate()
-            .map(|(k, team)| convert::player_ids(&format!("open_slots[{k}].player_ids"), &team.player_ids))
+            .map(|(k, team)| {
+                convert::player_ids(&format!("open_slots[{k}].player_ids"), &team.player_ids)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let backfill_id = self
             .matchmaker

@@ -315,7 +315,11 @@ mod tests {
         assert_eq!(fills.len(), 1);
         assert_eq!(fills[0].team, 0);
         assert_eq!(fills[0].ticket.id.as_str(), "even");
-        assert!((fills[0].quality - 0.5).abs() < 1e-9, "{}", fills[0].quality);
+        assert!(
+            (fills[0].quality - 0.5).abs() < 1e-9,
+            "{}",
+            fills[0].quality
+        );
         assert_eq!(p.len(), 2, "the chosen ticket left the pool");
         assert!(p.get(&TicketId::from("even")).is_none());
     }
@@ -336,7 +340,10 @@ mod tests {
         let mut p = pool(config());
         p.insert(ticket("duo", &[1500.0, 1500.0], 0.0)).unwrap();
         let mut open = open_one_slot();
-        assert!(p.fill(1.0, &open, &model()).is_empty(), "a duo cannot fill one slot");
+        assert!(
+            p.fill(1.0, &open, &model()).is_empty(),
+            "a duo cannot fill one slot"
+        );
         open.teams[0].pop();
         open.open = vec![2, 0];
         let fills = p.fill(1.0, &open, &model());
@@ -399,9 +406,9 @@ mod tests {
             name: "tank".into(),
             min_per_team: 2,
         }];
-        let dps = vec!["dps".to_string()];
-        assert!(!roles_reachable(&req, &[dps.clone()], &[dps.clone()], 1));
-        assert!(roles_reachable(&req, &[dps.clone()], &[dps.clone()], 2));
+        let dps = [vec!["dps".to_string()]];
+        assert!(!roles_reachable(&req, &dps, &dps, 1));
+        assert!(roles_reachable(&req, &dps, &dps, 2));
         assert!(roles_reachable(&req, &[vec![]], &[vec!["tank".into()]], 0));
     }
 }

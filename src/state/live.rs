@@ -133,7 +133,10 @@ impl State {
                     ));
                 }
                 if seen.contains(&p) {
-                    return Err(Rejection::invalid(field, format!("player {p} is named twice")));
+                    return Err(Rejection::invalid(
+                        field,
+                        format!("player {p} is named twice"),
+                    ));
                 }
                 seen.push(p);
             }
@@ -210,7 +213,10 @@ impl State {
         ticket.publish(TicketView {
             state: TicketState::Matched,
             assignment: Some(assignment.clone()),
-            ..TicketView::searching(now - ticket.entered_at, "backfill of a running match".into())
+            ..TicketView::searching(
+                now - ticket.entered_at,
+                "backfill of a running match".into(),
+            )
         });
         Ok(assignment)
     }

@@ -211,7 +211,8 @@ impl TicketSlot {
 
     /// Records a call naming this ticket at matchmaker time `now` (the heartbeat).
     pub fn touch(&self, now: f64) {
-        self.last_seen.fetch_max(now.max(0.0).to_bits(), Ordering::AcqRel);
+        self.last_seen
+            .fetch_max(now.max(0.0).to_bits(), Ordering::AcqRel);
     }
 
     /// Seconds since anyone watched or named the ticket (0 while a watcher is connected).
@@ -833,8 +834,7 @@ impl State {
             inner.assignment.clone()
         };
         self.release_players(m, &assignment, |t| Release::Requeue {
-            reason: "no game server took the match in time; back at the front of the queue"
-                .into(),
+            reason: "no game server took the match in time; back at the front of the queue".into(),
             wait_seconds: now - t.entered_at,
         });
         if let Err(e) = self.inner.store.remove_match(&m.id) {

@@ -1,0 +1,206 @@
+//! Backfill of a running 5v5 over real gRPC (SPEC §5.4, issue #9): a player leaves, the game
+//! server asks for a replacement, a waiting ticket fills the slot, the server's stream receives
+//! the addition, and the result rates the newcomer like the rest and the leaver as an abandon.
+
+mod common;
+
+use common::{TestServer, enter, next};
+use matchmaker::proto::{self, TicketState};
+use tonic::Code;
+
+fn team_of(a: &proto::MatchAssignment, player: &str) -> usize {
+    a.teams
+        .iter()
+        .position(|t| t.player_ids.iter().any(|p| p == player))
+        .expect("player is on a team")
+}
+
+#[tokio::test]
+async fn a_leaver_is_replaced_from_the_queue_and_the_result_rates_both() {
+    let server = TestServer::start("").await;
+    let mut game_server = server.game_server().await;
+    let mut matches = game_server
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs-5v5:7777".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = server.client().await;
+    let players: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    for p in &players {
+        enter(&mut client, "5v5", &[p]).await;
+    }
+    let first = next(&mut matches).await;
+    assert_eq!(first.teams.len(), 2);
+    assert!(first.backfill.is_empty(), "a new match has no backfill");
+    let leaver = first.teams[0].player_ids[0].clone();
+    let stayer = first.teams[0].player_ids[1].clone();
+
+    // Bad requests first: nothing changes.
+    let err = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: first.match_id.clone(),
+            open_slots: vec![
+                proto::Team { player_ids: vec![] },
+                proto::Team {
+                    player_ids: vec![leaver.clone()],
+                },
+            ],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("open_slots[1].player_ids"),
+        "{}",
+        err.message()
+    );
+    let err = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: first.match_id.clone(),
+            open_slots: vec![proto::Team {
+                player_ids: vec![leaver.clone()],
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("open_slots"), "{}", err.message());
+
+    let backfill_id = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: first.match_id.clone(),
+            open_slots: vec![
+                proto::Team {
+                    player_ids: vec![leaver.clone()],
+                },
+                proto::Team::default(),
+            ],
+        })
+        .await
+        .expect("backfill accepted")
+        .into_inner()
+        .backfill_id;
+    assert!(!backfill_id.is_empty());
+    // The leaver is still bound to the match (rated as an abandon with it), so cannot queue.
+    let err = client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "5v5".into(),
+            player_ids: vec![leaver.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+
+    let late = enter(&mut client, "5v5", &["late"]).await;
+    let update = next(&mut matches).await;
+    assert_eq!(update.match_id, first.match_id);
+    assert_eq!(update.backfill[0].player_ids, ["late"]);
+    assert!(update.backfill[1].player_ids.is_empty());
+    assert_eq!(update.left_player_ids, std::slice::from_ref(&leaver));
+    assert_eq!(team_of(&update, "late"), 0);
+    assert!(!update.teams[0].player_ids.contains(&leaver));
+    assert_eq!(update.teams[0].player_ids.len(), 5);
+    assert_eq!(update.teams[1].player_ids.len(), 5);
+    let seen = common::watch_to_end(&mut client, &late).await;
+    let last = seen.last().unwrap();
+    assert_eq!(last.state, TicketState::Matched as i32);
+    let a = last.assignment.as_ref().unwrap();
+    assert_eq!(a.match_id, first.match_id);
+    assert_eq!(a.server_address, "gs-5v5:7777");
+
+    let mut admin = server.admin().await;
+    let stats = admin
+        .get_queue_stats(proto::GetQueueStatsRequest {
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queues
+        .remove(0);
+    assert_eq!(stats.backfill_requests, 1);
+    assert_eq!(stats.backfill_slots_opened, 1);
+    assert_eq!(stats.backfill_slots_filled, 1);
+    assert!(stats.backfill_fill_p50_seconds >= 0.0);
+
+    // Team 0 wins: the newcomer and the stayer gain, the leaver is rated as an abandon (loses).
+    let ack = game_server
+        .report_match_result(proto::MatchResult {
+            match_id: first.match_id.clone(),
+            placements: vec![1, 2],
+            ..Default::default()
+        })
+        .await
+        .expect("result")
+        .into_inner();
+    let change = |p: &str| {
+        let c = ack
+            .changes
+            .iter()
+            .find(|c| c.player_id == p)
+            .unwrap_or_else(|| panic!("{p} is rated"));
+        c.after.as_ref().unwrap().mean - c.before.as_ref().unwrap().mean
+    };
+    assert_eq!(
+        ack.changes.len(),
+        11,
+        "ten who played to the end plus the leaver"
+    );
+    assert!(change("late") > 0.0);
+    assert!(change(&stayer) > 0.0);
+    assert!(change(&leaver) < 0.0, "the leaver is an abandon");
+    // Everyone is free again, the leaver included.
+    for p in ["late", leaver.as_str()] {
+        let view = common::player(&server, p, "5v5").await;
+        assert_eq!(view.status, "idle", "{p}");
+    }
+}
+
+#[tokio::test]
+async fn backfill_needs_a_running_team_match() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let mut game_server = server.game_server().await;
+    // Formed but no server took it: not running.
+    let a = common::form_match(&mut client, "1v1", &[&["b-a"], &["b-b"]]).await;
+    let err = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: a.match_id.clone(),
+            open_slots: vec![
+                proto::Team {
+                    player_ids: vec!["b-a".into()],
+                },
+                proto::Team::default(),
+            ],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(err.message().contains("teams of one"), "{}", err.message());
+
+    let tickets: Vec<Vec<String>> = (0..10).map(|i| vec![format!("n{i}")]).collect();
+    let refs: Vec<Vec<&str>> = tickets
+        .iter()
+        .map(|t| t.iter().map(String::as_str).collect())
+        .collect();
+    let slices: Vec<&[&str]> = refs.iter().map(Vec::as_slice).collect();
+    let m = common::form_match(&mut client, "5v5", &slices).await;
+    let err = game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: m.match_id.clone(),
+            open_slots: vec![
+                proto::Team {
+                    player_ids: vec![m.teams[0].player_ids[0].clone()],
+                },
+                proto::Team::default(),
+            ],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
+    assert!(err.message().contains("not running"), "{}", err.message());
+}
