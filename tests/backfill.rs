@@ -204,3 +204,62 @@ async fn backfill_needs_a_running_team_match() {
     assert_eq!(err.code(), Code::FailedPrecondition, "{}", err.message());
     assert!(err.message().contains("not running"), "{}", err.message());
 }
+
+/// The leavers and newcomers of a running match are stored with it: after a restart the
+/// result still rates the newcomer and counts the leaver as an abandon.
+#[tokio::test]
+async fn a_backfilled_match_keeps_its_roster_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_in(dir.path(), "").await;
+    let mut game_server = server.game_server().await;
+    let mut matches = game_server
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs-r:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = server.client().await;
+    for i in 0..10 {
+        enter(&mut client, "5v5", &[&format!("r{i}")]).await;
+    }
+    let first = next(&mut matches).await;
+    let leaver = first.teams[1].player_ids[2].clone();
+    game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: first.match_id.clone(),
+            open_slots: vec![
+                proto::Team::default(),
+                proto::Team {
+                    player_ids: vec![leaver.clone()],
+                },
+            ],
+        })
+        .await
+        .expect("backfill accepted");
+    enter(&mut client, "5v5", &["r-late"]).await;
+    let update = next(&mut matches).await;
+    assert_eq!(update.backfill[1].player_ids, ["r-late"]);
+    drop((client, game_server, matches));
+    server.stop().await.expect("clean stop");
+
+    let server = TestServer::start_in(dir.path(), "").await;
+    let mut game_server = server.game_server().await;
+    let ack = game_server
+        .report_match_result(proto::MatchResult {
+            match_id: first.match_id.clone(),
+            placements: vec![2, 1],
+            ..Default::default()
+        })
+        .await
+        .expect("the restored match takes its result")
+        .into_inner();
+    assert_eq!(ack.changes.len(), 11);
+    let delta = |p: &str| {
+        let c = ack.changes.iter().find(|c| c.player_id == p).unwrap();
+        c.after.as_ref().unwrap().mean - c.before.as_ref().unwrap().mean
+    };
+    assert!(delta("r-late") > 0.0, "the newcomer won with team 1");
+    assert!(delta(&leaver) < 0.0, "the leaver is still an abandon");
+}

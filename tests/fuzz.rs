@@ -68,7 +68,7 @@ async fn one(
             abandoned_player_ids: abandoned,
         }
     };
-    match rng.random_range(0..16) {
+    match rng.random_range(0..19) {
         0 => Case {
             what: "enter: no players",
             expect: invalid,
@@ -255,6 +255,64 @@ async fn one(
                 ),
             }
         }
+        15 => Case {
+            what: "accept: malformed ticket or match id",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .accept_match(proto::AcceptMatchRequest {
+                        ticket_id: junk_id(rng),
+                        match_id: m.match_id.clone(),
+                        accept: rng.random(),
+                    })
+                    .await,
+            ),
+        },
+        16 => Case {
+            what: "accept: unknown ticket",
+            expect: not_found,
+            got: drop_ok(
+                client
+                    .accept_match(proto::AcceptMatchRequest {
+                        ticket_id: format!("t-nope-{}", rng.random::<u64>()),
+                        match_id: m.match_id.clone(),
+                        accept: rng.random(),
+                    })
+                    .await,
+            ),
+        },
+        17 => Case {
+            what: "backfill: malformed player ids in open_slots",
+            expect: invalid,
+            got: drop_ok(
+                gs.request_backfill(proto::BackfillRequest {
+                    match_id: m.match_id.clone(),
+                    open_slots: vec![
+                        proto::Team {
+                            player_ids: vec![junk_id(rng)],
+                        },
+                        proto::Team::default(),
+                    ],
+                })
+                .await,
+            ),
+        },
+        18 => Case {
+            what: "backfill: a match with teams of one",
+            expect: &[Code::FailedPrecondition],
+            got: drop_ok(
+                gs.request_backfill(proto::BackfillRequest {
+                    match_id: m.match_id.clone(),
+                    open_slots: vec![
+                        proto::Team {
+                            player_ids: vec![players[0].clone()],
+                        },
+                        proto::Team::default(),
+                    ],
+                })
+                .await,
+            ),
+        },
         _ => Case {
             what: "cancel match: unknown",
             expect: not_found,

@@ -189,6 +189,18 @@ async fn a_player_acts_only_on_tickets_that_contain_it() {
             .await
             .unwrap_err();
         assert_eq!(e.code(), Code::PermissionDenied);
+        let e = client
+            .accept_match(with(
+                proto::AcceptMatchRequest {
+                    ticket_id: party.clone(),
+                    match_id: "m-any".into(),
+                    accept: false,
+                },
+                tok,
+            ))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "ready-check answers too");
     }
     // Carol is in the party, so she may watch and cancel it.
     let carol = token("carol", "player");
@@ -282,6 +294,26 @@ async fn a_server_reports_and_cancels_only_its_own_matches() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
+    let e = game_server
+        .request_backfill(with(
+            proto::BackfillRequest {
+                match_id: a.match_id.clone(),
+                open_slots: vec![
+                    proto::Team {
+                        player_ids: vec!["alice".into()],
+                    },
+                    proto::Team::default(),
+                ],
+            },
+            &gs2,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        Code::PermissionDenied,
+        "backfill only for its own matches"
+    );
     let ack = game_server
         .report_match_result(report(&gs1))
         .await
