@@ -263,6 +263,9 @@ fn percentile(values: &VecDeque<f64>, p: f64) -> f64 {
 struct Unallocated {
     slot: Arc<MatchSlot>,
     tickets: Vec<(usize, matching::Ticket)>,
+    /// Unix seconds since when a server may take it (formed, or passed its ready-check): the
+    /// allocation timeout counts from here.
+    since_unix: f64,
 }
 
 struct Waiting {
@@ -355,6 +358,7 @@ pub fn spawn(
             .into_iter()
             .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
             .map(|m| Unallocated {
+                since_unix: m.formed_unix,
                 slot: m,
                 tickets: Vec::new(),
             })
@@ -507,6 +511,7 @@ impl Loop {
             self.unallocated.push_back(Unallocated {
                 slot: rc.slot,
                 tickets: rc.tickets.into_iter().map(|(_, t, _)| (queue, t)).collect(),
+                since_unix: crate::state::unix_now(),
             });
         }
         Ok(TicketState::Matched)
@@ -947,6 +952,7 @@ impl Loop {
                     self.finished.push_back((now, t.id.clone()));
                 }
                 self.unallocated.push_back(Unallocated {
+                    since_unix: slot.formed_unix,
                     slot,
                     tickets: returnable,
                 });
@@ -1038,7 +1044,7 @@ impl Loop {
                     r => full_regions.push(r),
                 }
             }
-            if unix - u.slot.formed_unix < timeout {
+            if unix - u.since_unix < timeout {
                 self.unallocated.push_back(u);
                 continue;
             }
