@@ -7,6 +7,7 @@
 pub mod admin_cli;
 pub mod api;
 pub mod auth;
+pub mod bench_memory;
 pub mod bench_results;
 pub mod config;
 pub mod ids;

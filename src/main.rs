@@ -70,6 +70,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Resident memory of a server holding N rated players in one pool, loaded as `serve` does
+    /// it, measured in a fresh process against that process's own baseline (SPEC §10).
+    BenchMemory {
+        /// Players to write and load.
+        #[arg(long, default_value_t = 1_000_000)]
+        players: usize,
+        /// Queue whose rating pool holds them.
+        #[arg(long, default_value = "1v1")]
+        queue: String,
+        /// A TOML file merged over the defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where the scratch store goes (removed afterwards).
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        scratch: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// bench-memory's measuring process (not for direct use).
+    #[command(hide = true)]
+    BenchMemoryLoad {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        queue: String,
+        #[arg(long)]
+        players: usize,
+    },
     /// Replay a real match history: predict each match before applying it, report accuracy
     /// and calibration per system (SPEC §9).
     Replay(matchmaker::sim::cli::ReplayArgs),
@@ -203,6 +234,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 print!("{}", toml::to_string_pretty(&report)?);
             }
+        }
+        Command::BenchMemory {
+            players,
+            queue,
+            config: file,
+            scratch,
+            json,
+        } => {
+            anyhow::ensure!(players > 0, "--players: must be at least 1");
+            let config = Config::load(file.as_deref(), &Overrides::default())?;
+            let report =
+                matchmaker::bench_memory::run(&config, file.as_deref(), &queue, players, &scratch)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
+        }
+        Command::BenchMemoryLoad {
+            dir,
+            config: file,
+            queue,
+            players,
+        } => {
+            let config = Config::load(file.as_deref(), &Overrides::default())?;
+            let report = matchmaker::bench_memory::load_and_measure(config, dir, &queue, players)?;
+            println!("{}", serde_json::to_string(&report)?);
         }
         Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
         Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
