@@ -64,9 +64,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::leaderboard::RankIndex;
+use super::leaderboard::{LeaderboardEntry, RankIndex};
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
-use crate::ids::PlayerId;
 
 #[cfg(test)]
 mod simulation;
@@ -386,13 +385,15 @@ impl LadderConfig {
             .expect("validated ladder config has at least one tier")
     }
 
-    /// The tier of `player` as the queue's leaderboard index has them, or `None` if they are not
-    /// in it. Costs O(log n + top_n) for the top-N check.
+    /// The tier of the player whose leaderboard entry is `entry`, or `None` if that entry is
+    /// not in the queue's index. Costs O(log n + top_n) for the top-N check.
     #[must_use]
-    pub fn tier_in(&self, index: &RankIndex, player: &PlayerId) -> Option<&Tier> {
-        let entry = index.get(player)?;
+    pub fn tier_in(&self, index: &RankIndex, entry: &LeaderboardEntry) -> Option<&Tier> {
+        if !index.contains(entry) {
+            return None;
+        }
         let top_n = self.tiers.last().and_then(|t| t.top_n).unwrap_or(0);
-        let rank = index.rank_within(player, top_n);
+        let rank = index.rank_within(entry, top_n);
         Some(self.tier_of(entry.rank_points, rank))
     }
 }
@@ -484,7 +485,7 @@ pub fn update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranking::leaderboard::LeaderboardEntry;
+    use crate::ids::PlayerId;
     use proptest::prelude::*;
 
     /// Round numbers for hand computation: F = (1000/1750)·min{1, 0.5 + 0.5·(RP − 200)/1000},
@@ -669,29 +670,26 @@ mod tests {
         };
         // 101 Masters at 1300, 1299, …, 1200 and one Expert.
         for i in 0..=100 {
-            index.upsert(entry(i, 1300 - i));
+            index.replace(None, entry(i, 1300 - i));
         }
-        index.upsert(entry(500, 1150));
-        let tier = |i: u32| {
-            cfg.tier_in(&index, &PlayerId::new(format!("p{i:03}")))
-                .map(|t| t.name.as_str())
-        };
-        assert_eq!(tier(0), Some("Grandweaver"));
-        assert_eq!(tier(99), Some("Grandweaver"));
-        assert_eq!(tier(100), Some("Master"));
-        assert_eq!(tier(500), Some("Expert III"));
-        assert_eq!(cfg.tier_in(&index, &PlayerId::new("nobody")), None);
+        index.replace(None, entry(500, 1150));
+        let tier = |i: u32, rp| cfg.tier_in(&index, &entry(i, rp)).map(|t| t.name.as_str());
+        assert_eq!(tier(0, 1300), Some("Grandweaver"));
+        assert_eq!(tier(99, 1201), Some("Grandweaver"));
+        assert_eq!(tier(100, 1200), Some("Master"));
+        assert_eq!(tier(500, 1150), Some("Expert III"));
+        assert_eq!(tier(600, 1300), None, "not on the board");
         // With only two Masters, both are Grandweaver: "top 100 Masters" is literal.
         let mut small = RankIndex::new();
-        small.upsert(entry(1, 1210));
-        small.upsert(entry(2, 1205));
-        small.upsert(entry(3, 900));
+        small.replace(None, entry(1, 1210));
+        small.replace(None, entry(2, 1205));
+        small.replace(None, entry(3, 900));
         assert_eq!(
-            cfg.tier_in(&small, &PlayerId::new("p002")).unwrap().name,
+            cfg.tier_in(&small, &entry(2, 1205)).unwrap().name,
             "Grandweaver"
         );
         assert_eq!(
-            cfg.tier_in(&small, &PlayerId::new("p003")).unwrap().name,
+            cfg.tier_in(&small, &entry(3, 900)).unwrap().name,
             "Expert I"
         );
     }

@@ -5,14 +5,16 @@
 //! same points, the one the system is surer is strong), then wins descending (more play earned
 //! it), then player id ascending (a deterministic last resort).
 //!
-//! [`RankIndex`] keeps one queue's entries in that order — a `BTreeSet` plus a map from player to
-//! entry — so the server can hold one per queue: O(log n) insert, update and remove, pages in
-//! O(log n + offset + limit), and a player's place in O(log n + rank). The Grandweaver check only
-//! needs "is this player in the top 100", which [`RankIndex::rank_within`] answers in
+//! [`RankIndex`] keeps one queue's entries in that order in a `BTreeSet`, so the server can hold
+//! one per queue: O(log n) insert, update and remove, pages in O(log n + offset + limit), and a
+//! player's place in O(log n + rank). It holds no map from player to entry: the caller knows a
+//! player's entry (it is a pure function of the player's record), and a second map cost ~100
+//! bytes per player, a fifth of SPEC §10's memory budget at a million players. The Grandweaver
+//! check only needs "is this player in the top 100", which [`RankIndex::rank_within`] answers in
 //! O(log n + 100) however large the queue. This module is pure data structure: no I/O, no clock.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -85,11 +87,11 @@ pub fn page<T>(sorted: &[T], offset: usize, limit: usize) -> &[T] {
 
 /// One queue's leaderboard, kept in order under updates.
 ///
-/// Invariant: `order` and `by_player` hold exactly the same entries.
+/// Callers keep at most one entry per player in it: an update passes the player's previous
+/// entry to [`RankIndex::replace`].
 #[derive(Clone, Debug, Default)]
 pub struct RankIndex {
     order: BTreeSet<LeaderboardEntry>,
-    by_player: HashMap<PlayerId, LeaderboardEntry>,
 }
 
 impl RankIndex {
@@ -102,50 +104,49 @@ impl RankIndex {
     /// Number of players on the board.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.by_player.len()
+        self.order.len()
     }
 
     /// Whether the board is empty.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.by_player.is_empty()
+        self.order.is_empty()
     }
 
-    /// Inserts or replaces the player's entry (after every rated match); returns the old one.
-    pub fn upsert(&mut self, entry: LeaderboardEntry) -> Option<LeaderboardEntry> {
-        let previous = self.by_player.insert(entry.player.clone(), entry.clone());
-        if let Some(old) = &previous {
+    /// Puts `new` on the board in place of the player's previous entry `old` (`None` for a
+    /// player not ranked yet).
+    pub fn replace(&mut self, old: Option<&LeaderboardEntry>, new: LeaderboardEntry) {
+        if let Some(old) = old {
             self.order.remove(old);
         }
-        self.order.insert(entry);
-        previous
+        self.order.insert(new);
     }
 
-    /// Removes a player (account deleted, season wipe); returns their entry.
-    pub fn remove(&mut self, player: &PlayerId) -> Option<LeaderboardEntry> {
-        let old = self.by_player.remove(player)?;
-        self.order.remove(&old);
-        Some(old)
+    /// Takes an entry off the board (account deleted, season wipe); false if it was not there.
+    pub fn remove(&mut self, entry: &LeaderboardEntry) -> bool {
+        self.order.remove(entry)
     }
 
-    /// The player's entry.
+    /// Whether exactly this entry is on the board.
     #[must_use]
-    pub fn get(&self, player: &PlayerId) -> Option<&LeaderboardEntry> {
-        self.by_player.get(player)
+    pub fn contains(&self, entry: &LeaderboardEntry) -> bool {
+        self.order.contains(entry)
     }
 
-    /// The player's 1-based place, or `None` if absent. O(log n + rank).
+    /// The entry's 1-based place, or `None` if it is not on the board. O(log n + rank).
     #[must_use]
-    pub fn rank_of(&self, player: &PlayerId) -> Option<usize> {
-        let entry = self.by_player.get(player)?;
-        Some(self.order.range(..entry).count() + 1)
+    pub fn rank_of(&self, entry: &LeaderboardEntry) -> Option<usize> {
+        self.contains(entry)
+            .then(|| self.order.range(..entry).count() + 1)
     }
 
-    /// The player's 1-based place if it is at most `limit`, else `None` (also when absent).
+    /// The entry's 1-based place if it is at most `limit`, else `None` (also when absent).
     /// O(log n + limit): the cheap form of "is this player Grandweaver (top 100)?".
     #[must_use]
-    pub fn rank_within(&self, player: &PlayerId, limit: usize) -> Option<usize> {
-        let entry = self.by_player.get(player)?;
+    pub fn rank_within(&self, entry: &LeaderboardEntry, limit: usize) -> Option<usize> {
+        if !self.contains(entry) {
+            return None;
+        }
         let ahead = self.order.range(..entry).take(limit).count();
         (ahead < limit).then_some(ahead + 1)
     }
@@ -228,30 +229,33 @@ mod tests {
     #[test]
     fn the_index_keeps_order_ranks_and_pages_under_updates() {
         let mut index = RankIndex::new();
-        for e in sample() {
-            assert!(index.upsert(e).is_none());
+        let all = sample();
+        for e in &all {
+            index.replace(None, e.clone());
         }
+        let [zed, amy, bob, cat, _dan, eve] = all.clone().try_into().unwrap();
         assert_eq!(index.len(), 6);
         assert_eq!(ids(&index.page(0, 3)), ["cat", "dan", "bob"]);
         assert_eq!(ids(&index.page(3, 10)), ["amy", "zed", "eve"]);
-        assert_eq!(index.rank_of(&PlayerId::new("cat")), Some(1));
-        assert_eq!(index.rank_of(&PlayerId::new("eve")), Some(6));
-        assert_eq!(index.rank_of(&PlayerId::new("nobody")), None);
-        assert_eq!(index.rank_within(&PlayerId::new("bob"), 3), Some(3));
-        assert_eq!(index.rank_within(&PlayerId::new("amy"), 3), None);
-        assert_eq!(index.rank_within(&PlayerId::new("cat"), 0), None);
+        assert_eq!(index.rank_of(&cat), Some(1));
+        assert_eq!(index.rank_of(&eve), Some(6));
+        assert_eq!(index.rank_of(&entry("nobody", 1, 1.0, 1)), None);
+        assert_eq!(index.rank_within(&bob, 3), Some(3));
+        assert_eq!(index.rank_within(&amy, 3), None);
+        assert_eq!(index.rank_within(&cat, 0), None);
 
-        // Eve wins big: replaced, not duplicated.
-        let old = index.upsert(entry("eve", 1500, 1700.0, 100)).unwrap();
-        assert_eq!(old.rank_points, 300);
+        // Eve wins big: replaced, not duplicated; her old entry is gone.
+        let new_eve = entry("eve", 1500, 1700.0, 100);
+        index.replace(Some(&eve), new_eve.clone());
         assert_eq!(index.len(), 6);
-        assert_eq!(index.rank_of(&PlayerId::new("eve")), Some(1));
-        assert_eq!(index.rank_of(&PlayerId::new("cat")), Some(2));
+        assert_eq!(index.rank_of(&new_eve), Some(1));
+        assert_eq!(index.rank_of(&eve), None);
+        assert_eq!(index.rank_of(&cat), Some(2));
 
-        assert_eq!(index.remove(&PlayerId::new("cat")).unwrap().wins, 9);
-        assert!(index.remove(&PlayerId::new("cat")).is_none());
+        assert!(index.remove(&cat));
+        assert!(!index.remove(&cat));
         assert_eq!(ids(&index.page(0, 10)), ["eve", "dan", "bob", "amy", "zed"]);
-        assert_eq!(index.get(&PlayerId::new("dan")).unwrap().rank_points, 1200);
+        assert!(index.contains(&zed));
         assert!(!index.is_empty());
     }
 
@@ -280,7 +284,7 @@ mod tests {
             sort(&mut sorted);
             let mut index = RankIndex::new();
             for e in all {
-                index.upsert(e);
+                index.replace(None, e);
             }
             let mut from_slices = Vec::new();
             let mut from_index = Vec::new();
@@ -293,8 +297,8 @@ mod tests {
             prop_assert_eq!(&from_slices, &sorted);
             prop_assert_eq!(&from_index, &sorted);
             for (i, e) in sorted.iter().enumerate() {
-                prop_assert_eq!(index.rank_of(&e.player), Some(i + 1));
-                prop_assert_eq!(index.rank_within(&e.player, size), (i < size).then_some(i + 1));
+                prop_assert_eq!(index.rank_of(e), Some(i + 1));
+                prop_assert_eq!(index.rank_within(e, size), (i < size).then_some(i + 1));
             }
             for pair in sorted.windows(2) {
                 prop_assert!(pair[0].rank_points >= pair[1].rank_points);

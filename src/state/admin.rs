@@ -125,11 +125,17 @@ impl State {
     /// The ladder tier of each player of a pool, by the leaderboard (Grandweaver needs rank).
     fn tiers_now(&self, pool: &str, rows: &[(PlayerId, PoolRecord)]) -> Vec<crate::ranking::Tier> {
         let ladder = &self.inner.config.ranking.ladder;
+        let entries: Vec<Option<crate::ranking::LeaderboardEntry>> = rows
+            .iter()
+            .map(|(p, r)| self.leaderboard_entry(p, pool, r))
+            .collect();
         let index = self.rank_index(pool);
         rows.iter()
-            .map(|(p, r)| {
-                ladder
-                    .tier_in(&index, p)
+            .zip(&entries)
+            .map(|((_, r), entry)| {
+                entry
+                    .as_ref()
+                    .and_then(|e| ladder.tier_in(&index, e))
                     .unwrap_or_else(|| ladder.tier_of(r.rank_points, None))
                     .clone()
             })

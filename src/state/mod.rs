@@ -65,11 +65,96 @@ pub struct PoolRecord {
     pub win_streak: u32,
 }
 
+/// A player's records per rating pool, in pool-name order. Not a map: most players are in one
+/// or two pools, and a `BTreeMap` node for one entry is ~1 KB, which alone put a million players
+/// over SPEC §10's 512 MiB (`matchmaker bench-memory`). The common single record is stored inline
+/// in the player's slot (no allocation of its own); pool names are shared `Arc<str>`s.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PoolRecords(Records);
+
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Records {
+    #[default]
+    None,
+    One((Arc<str>, PoolRecord)),
+    /// Two or more, sorted by pool name.
+    Many(Vec<(Arc<str>, PoolRecord)>),
+}
+
+impl PoolRecords {
+    /// The record in `pool`.
+    pub fn get(&self, pool: &str) -> Option<&PoolRecord> {
+        self.iter().find(|(p, _)| *p == pool).map(|(_, r)| r)
+    }
+
+    /// Whether the player has a record in `pool`.
+    pub fn contains_key(&self, pool: &str) -> bool {
+        self.get(pool).is_some()
+    }
+
+    /// Sets the record in `pool`.
+    pub fn insert(&mut self, pool: Arc<str>, record: PoolRecord) {
+        match &mut self.0 {
+            Records::None => self.0 = Records::One((pool, record)),
+            Records::One((p, r)) if *p == pool => *r = record,
+            Records::One(_) => {
+                let Records::One(first) = std::mem::take(&mut self.0) else {
+                    unreachable!("matched One above");
+                };
+                let mut v = vec![first, (pool, record)];
+                v.sort_by(|a, b| a.0.cmp(&b.0));
+                self.0 = Records::Many(v);
+            }
+            Records::Many(v) => match v.binary_search_by(|(p, _)| p.cmp(&pool)) {
+                Ok(i) => v[i].1 = record,
+                Err(i) => v.insert(i, (pool, record)),
+            },
+        }
+    }
+
+    /// (pool, record) in pool-name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &PoolRecord)> {
+        let slice: &[(Arc<str>, PoolRecord)] = match &self.0 {
+            Records::None => &[],
+            Records::One(pair) => std::slice::from_ref(pair),
+            Records::Many(v) => v,
+        };
+        slice.iter().map(|(p, r)| (&**p, r))
+    }
+
+    /// The persisted form.
+    pub fn to_map(&self) -> BTreeMap<String, PoolRecord> {
+        self.iter()
+            .map(|(p, r)| (p.to_string(), r.clone()))
+            .collect()
+    }
+
+    /// From the persisted form, with pool names taken from `names` when known.
+    fn from_map(map: BTreeMap<String, PoolRecord>, names: &PoolNames) -> Self {
+        let mut records = Self::default();
+        for (p, r) in map {
+            records.insert(names.get(&p), r);
+        }
+        records
+    }
+}
+
+/// The shared name of every configured rating pool.
+#[derive(Debug, Default)]
+struct PoolNames(BTreeMap<String, Arc<str>>);
+
+impl PoolNames {
+    /// The shared name (a fresh one for a pool no queue uses any more).
+    fn get(&self, pool: &str) -> Arc<str> {
+        self.0.get(pool).cloned().unwrap_or_else(|| Arc::from(pool))
+    }
+}
+
 /// Everything the server knows about a player. The persisted part is `pools`.
 #[derive(Debug)]
 pub struct PlayerState {
     pub status: PlayerStatus,
-    pub pools: BTreeMap<String, PoolRecord>,
+    pub pools: PoolRecords,
 }
 
 /// One player's lock. See the module invariant.
@@ -348,6 +433,7 @@ struct Inner {
     ranks: BTreeMap<String, Mutex<RankIndex>>,
     /// The rating system of each pool (validated equal across the pool's queues).
     pool_systems: BTreeMap<String, crate::rating::SystemConfig>,
+    pool_names: PoolNames,
 }
 
 impl State {
@@ -380,9 +466,16 @@ impl State {
             .keys()
             .map(|p| (p.clone(), Mutex::new(RankIndex::new())))
             .collect();
+        let pool_names = PoolNames(
+            pool_systems
+                .keys()
+                .map(|p| (p.clone(), Arc::from(p.as_str())))
+                .collect(),
+        );
         let players = DashMap::new();
         for record in store.load_players()? {
             let (id, pools) = record?;
+            let pools = PoolRecords::from_map(pools, &pool_names);
             players.insert(
                 id.clone(),
                 Arc::new(PlayerSlot {
@@ -406,6 +499,7 @@ impl State {
                 store,
                 ranks,
                 pool_systems,
+                pool_names,
             }),
         })
     }
@@ -415,14 +509,14 @@ impl State {
         let mut rows: Vec<(String, LeaderboardEntry)> = Vec::new();
         for entry in self.inner.players.iter() {
             let state = entry.value().lock();
-            for (pool, r) in &state.pools {
+            for (pool, r) in state.pools.iter() {
                 if let Some(row) = self.leaderboard_entry(entry.key(), pool, r) {
-                    rows.push((pool.clone(), row));
+                    rows.push((pool.to_string(), row));
                 }
             }
         }
         for (pool, row) in rows {
-            self.rank_index(&pool).upsert(row);
+            self.rank_index(&pool).replace(None, row);
         }
     }
 
@@ -493,7 +587,7 @@ impl State {
                     id: id.clone(),
                     state: Mutex::new(PlayerState {
                         status: PlayerStatus::Idle,
-                        pools: BTreeMap::new(),
+                        pools: PoolRecords::default(),
                     }),
                 })
             })
@@ -1004,10 +1098,11 @@ impl State {
             return None;
         }
         let ladder = &self.inner.config.ranking.ladder;
+        let entry = self.leaderboard_entry(player, &queue.pool, record)?;
         let index = self.rank_index(&queue.pool);
         Some(
             ladder
-                .tier_in(&index, player)
+                .tier_in(&index, &entry)
                 .unwrap_or_else(|| ladder.tier_of(record.rank_points, None))
                 .clone(),
         )
@@ -1191,12 +1286,31 @@ impl State {
         let slots = self.sorted_slots(&ids);
         let by_id: BTreeMap<&PlayerId, &PoolRecord> =
             entry.records.iter().map(|(p, r)| (p, r)).collect();
+        let pool = self.inner.pool_names.get(&entry.pool);
         let mut guards = Self::lock_players(&slots);
+        // The leaderboard changes under the same player locks (lock order: players, then the
+        // pool's index), so a player's board entry always matches its record.
+        let mut index = self
+            .inner
+            .pool_systems
+            .contains_key(&entry.pool)
+            .then(|| self.rank_index(&entry.pool));
         for (slot, guard) in slots.iter().zip(&mut guards) {
-            if let Some(r) = by_id.get(&slot.id) {
-                guard.pools.insert(entry.pool.clone(), (*r).clone());
+            let Some(r) = by_id.get(&slot.id) else {
+                continue;
+            };
+            if let Some(index) = index.as_mut() {
+                let old = guard
+                    .pools
+                    .get(&entry.pool)
+                    .and_then(|old| self.leaderboard_entry(&slot.id, &entry.pool, old));
+                if let Some(new) = self.leaderboard_entry(&slot.id, &entry.pool, r) {
+                    index.replace(old.as_ref(), new);
+                }
             }
+            guard.pools.insert(pool.clone(), (*r).clone());
         }
+        drop(index);
         drop(guards);
         for (key, record) in &entry.parties {
             self.inner
@@ -1204,18 +1318,6 @@ impl State {
                 .entry(key.clone())
                 .or_default()
                 .insert(entry.pool.clone(), record.clone());
-        }
-        let rows: Vec<LeaderboardEntry> = entry
-            .records
-            .iter()
-            .filter_map(|(p, r)| self.leaderboard_entry(p, &entry.pool, r))
-            .collect();
-        if rows.is_empty() {
-            return;
-        }
-        let mut index = self.rank_index(&entry.pool);
-        for row in rows {
-            index.upsert(row);
         }
     }
 
@@ -1291,16 +1393,27 @@ impl State {
     /// Writes every player's records and marks the journal up to `horizon` as included, then
     /// trims it. `horizon` must come from `Committer::horizon` taken *before* this call, so every
     /// entry up to it is already in memory and so in what is written here.
+    ///
+    /// Players are written in batches of [`SNAPSHOT_BATCH`] so a million players never sit in
+    /// memory twice. A crash between batches is harmless: the snapshot mark is not moved, so
+    /// start-up replays the journal from the previous mark, and its entries are absolute records,
+    /// so every player ends on its latest record whichever batches landed.
     pub fn snapshot(&self, horizon: u64) -> Result<usize, StoreError> {
-        let records: Vec<(PlayerId, BTreeMap<String, PoolRecord>)> = self
+        let slots: Vec<Arc<PlayerSlot>> = self
             .inner
             .players
             .iter()
-            .map(|e| (e.key().clone(), e.value().lock().pools.clone()))
+            .map(|e| e.value().clone())
             .collect();
-        self.inner
-            .store
-            .put_players(records.iter().map(|(id, pools)| (id, pools)))?;
+        for batch in slots.chunks(SNAPSHOT_BATCH) {
+            let records: Vec<(&PlayerId, BTreeMap<String, PoolRecord>)> = batch
+                .iter()
+                .map(|slot| (&slot.id, slot.lock().pools.to_map()))
+                .collect();
+            self.inner
+                .store
+                .put_players(records.iter().map(|(id, pools)| (*id, pools)))?;
+        }
         let parties: Vec<(String, BTreeMap<String, PartyRecord>)> = self
             .inner
             .parties
@@ -1311,13 +1424,63 @@ impl State {
             .store
             .put_parties(parties.iter().map(|(k, v)| (k, v)))?;
         self.inner.store.finish_snapshot(horizon)?;
-        Ok(records.len())
+        Ok(slots.len())
     }
 }
+
+/// Players per sled batch when snapshotting.
+const SNAPSHOT_BATCH: usize = 10_000;
 
 /// Unix seconds now (wall clock; used for persisted times and inactivity).
 pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(mean: f64) -> PoolRecord {
+        PoolRecord {
+            skill: Skill {
+                mean,
+                deviation: 50.0,
+                volatility: 0.06,
+            },
+            rank_points: 0,
+            games: 1,
+            wins: 0,
+            last_played_unix: None,
+            ladder_floor: 0,
+            win_streak: 0,
+        }
+    }
+
+    #[test]
+    fn pool_records_keep_one_record_per_pool_in_name_order() {
+        let mut r = PoolRecords::default();
+        assert!(r.get("5v5").is_none());
+        r.insert("5v5".into(), record(1.0));
+        r.insert("5v5".into(), record(2.0));
+        assert_eq!(r.iter().count(), 1, "replaced, not added");
+        r.insert("1v1".into(), record(3.0));
+        r.insert("ffa".into(), record(4.0));
+        r.insert("1v1".into(), record(5.0));
+        let pools: Vec<(&str, f64)> = r.iter().map(|(p, x)| (p, x.skill.mean)).collect();
+        assert_eq!(pools, [("1v1", 5.0), ("5v5", 2.0), ("ffa", 4.0)]);
+        assert!(r.contains_key("ffa") && !r.contains_key("2v2"));
+        let names = PoolNames::default();
+        assert_eq!(PoolRecords::from_map(r.to_map(), &names), r);
+    }
+
+    #[test]
+    fn a_single_record_needs_no_allocation_of_its_own() {
+        // The inline variant is what keeps a million players within SPEC §10's budget.
+        assert!(std::mem::size_of::<PoolRecords>() <= 96);
+        let mut r = PoolRecords::default();
+        r.insert("1v1".into(), record(1.0));
+        assert!(matches!(r.0, Records::One(_)));
+    }
 }
