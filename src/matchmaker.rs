@@ -686,6 +686,9 @@ impl Loop {
     /// Fills open slots of queue `qi`'s running matches from its pool, oldest request first,
     /// and sends each match's additions to its game server.
     fn run_backfills(&mut self, qi: usize, now: f64) {
+        if self.backfills.is_empty() {
+            return;
+        }
         let Ok(queue) = self.state.queue("queue", self.queues[qi].id.as_str()) else {
             return;
         };

@@ -203,16 +203,22 @@ async fn a_player_already_queued_is_refused_alone_or_in_a_party() {
     let server = TestServer::start("").await;
     let mut client = server.client().await;
     enter(&mut client, "5v5", &["dup"]).await;
-    for players in [vec!["dup"], vec!["friend", "dup"]] {
+    // One live ticket per player across all queues (SPEC §5.4).
+    for (queue, players) in [
+        ("5v5", vec!["dup"]),
+        ("5v5", vec!["friend", "dup"]),
+        ("1v1", vec!["dup"]),
+        ("2v2", vec!["friend", "dup"]),
+    ] {
         let err = client
             .enter_queue(proto::EnterQueueRequest {
-                queue: "5v5".into(),
+                queue: queue.into(),
                 player_ids: players.iter().map(|p| p.to_string()).collect(),
                 ..Default::default()
             })
             .await
             .unwrap_err();
-        assert_eq!(err.code(), Code::FailedPrecondition, "{players:?}");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{queue} {players:?}");
         assert!(err.message().contains("dup") && err.message().contains("queued"));
     }
     // The refused party changed nothing: its other member is still free.
