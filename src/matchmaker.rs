@@ -175,6 +175,9 @@ struct QueueRuntime {
     stats: QueueStats,
     recent_waits: VecDeque<f64>,
     recent_quality: VecDeque<f64>,
+    /// `TICKETS_ENTERED` for this queue, registered once: every EnterQueue passes the loop,
+    /// and `counter!` with a label allocates the label and looks the key up on each call.
+    entered: metrics::Counter,
 }
 
 const RECENT: usize = 1024;
@@ -239,6 +242,7 @@ pub fn spawn(
             },
             recent_waits: VecDeque::new(),
             recent_quality: VecDeque::new(),
+            entered: metrics::counter!(m::TICKETS_ENTERED, "queue" => q.id.to_string()),
         })
         .collect();
     let queue_index = queues
@@ -297,8 +301,7 @@ impl Loop {
                 let Some(&qi) = self.queue_index.get(&ticket.queue) else {
                     return;
                 };
-                metrics::counter!(m::TICKETS_ENTERED, "queue" => ticket.queue.to_string())
-                    .increment(1);
+                self.queues[qi].entered.increment(1);
                 if let Err(e) = self.queues[qi].pool.insert(entry) {
                     // The API validated the ticket, so this is a shell bug; end the ticket
                     // rather than leave it SEARCHING outside any pool.
