@@ -6,8 +6,8 @@
 //! [`Identity`] into the request's extensions. Handlers read it only for the checks that need the
 //! request's data (whose ticket, whose match) through the `may_*` methods here.
 //!
-//! Health and reflection stay open. With auth off (the local default) the layer passes every
-//! request through with no identity, and every ownership check allows.
+//! Health and reflection stay open. With auth off (the local default) the server installs no auth
+//! layer at all, requests carry no identity, and every ownership check allows.
 //!
 //! This module owns no business rule beyond "who may call what"; it must not touch state.
 
@@ -232,7 +232,8 @@ pub struct AuthLayer {
 }
 
 impl AuthLayer {
-    /// `None` passes everything through (auth off).
+    /// `None` passes everything through (the server leaves the layer out instead when auth is
+    /// off).
     pub fn new(verifier: Option<Verifier>) -> Self {
         Self {
             verifier: verifier.map(Arc::new),

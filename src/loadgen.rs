@@ -45,8 +45,12 @@ pub struct Phase {
     pub error_codes: std::collections::BTreeMap<String, u64>,
     /// Successful calls per second.
     pub rps: f64,
+    /// Latency of the successful calls.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Latency of the non-OK answers (0 without any): how fast overload is refused.
+    pub errors_p50_ms: f64,
+    pub errors_p99_ms: f64,
 }
 
 /// What `loadgen --json` prints.
@@ -254,8 +258,8 @@ async fn phase(
             None
         };
         workers.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
-                .expect("valid histogram bounds");
+            let mut hist = latency_histogram();
+            let mut error_hist = latency_histogram();
             let mut errors: std::collections::BTreeMap<String, u64> = Default::default();
             let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
             let mut client = ClientServiceClient::new(channel.clone());
@@ -311,26 +315,28 @@ async fn phase(
                     }
                 };
                 i += 1;
+                let us = t.elapsed().as_micros().max(1) as u64;
                 match outcome {
-                    Ok(()) => {
-                        let us = t.elapsed().as_micros().max(1) as u64;
-                        hist.saturating_record(us);
-                    }
+                    Ok(()) => hist.saturating_record(us),
                     Err(status) => {
+                        error_hist.saturating_record(us);
                         *errors.entry(code_name(status.code())).or_default() += 1;
                     }
                 }
             }
-            (hist, errors, i)
+            (hist, error_hist, errors, i)
         }));
     }
-    let mut hist =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+    let mut hist = latency_histogram();
+    let mut error_hist = latency_histogram();
     let mut error_codes: std::collections::BTreeMap<String, u64> = Default::default();
     let mut requests = 0;
     for w in workers {
-        let (h, e, n) = w.await?;
+        let (h, eh, e, n) = w.await?;
         hist.add(&h)
+            .map_err(|e| anyhow::anyhow!("histogram: {e}"))?;
+        error_hist
+            .add(&eh)
             .map_err(|e| anyhow::anyhow!("histogram: {e}"))?;
         for (k, v) in e {
             *error_codes.entry(k).or_default() += v;
@@ -338,16 +344,23 @@ async fn phase(
         requests += n;
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     Ok(Phase {
         rpc,
         requests,
         errors: error_codes.values().sum(),
         error_codes,
         rps: hist.len() as f64 / elapsed,
-        p50_ms: ms(0.5),
-        p99_ms: ms(0.99),
+        p50_ms: ms(&hist, 0.5),
+        p99_ms: ms(&hist, 0.99),
+        errors_p50_ms: ms(&error_hist, 0.5),
+        errors_p99_ms: ms(&error_hist, 0.99),
     })
+}
+
+/// Microseconds from 1 µs to 60 s, 3 significant digits.
+fn latency_histogram() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }
 
 fn code_name(code: Code) -> String {

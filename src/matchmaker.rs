@@ -239,6 +239,9 @@ struct QueueRuntime {
     ready_check_seconds: f64,
     backfill: BackfillConfig,
     team_size: u32,
+    /// `TICKETS_ENTERED` for this queue, registered once: every EnterQueue passes the loop,
+    /// and `counter!` with a label allocates the label and looks the key up on each call.
+    entered: metrics::Counter,
 }
 
 const RECENT: usize = 1024;
@@ -340,6 +343,7 @@ pub fn spawn(
             ready_check_seconds: q.config.ready_check_seconds,
             backfill: q.config.backfill.clone(),
             team_size: q.config.team_size,
+            entered: metrics::counter!(m::TICKETS_ENTERED, "queue" => q.id.to_string()),
         })
         .collect();
     let queue_index = queues
@@ -402,8 +406,7 @@ impl Loop {
                 let Some(&qi) = self.queue_index.get(&ticket.queue) else {
                     return;
                 };
-                metrics::counter!(m::TICKETS_ENTERED, "queue" => ticket.queue.to_string())
-                    .increment(1);
+                self.queues[qi].entered.increment(1);
                 if let Err(e) = self.queues[qi].pool.insert(entry) {
                     // The API validated the ticket, so this is a shell bug; end the ticket
                     // rather than leave it SEARCHING outside any pool.

@@ -452,6 +452,14 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
             .unwrap_or(0);
     assert!(shed > 0, "{report:?}");
     assert!(report.p99_ms < 5_000.0, "{report:?}");
+    // The refusals' own latency is reported apart from the successes'.
+    let refused = if report.target.errors > 0 {
+        &report.target
+    } else {
+        &report.baseline
+    };
+    assert!(refused.errors_p50_ms > 0.0, "{report:?}");
+    assert!(refused.errors_p99_ms >= refused.errors_p50_ms, "{report:?}");
 }
 
 #[tokio::test]

@@ -80,15 +80,23 @@ impl QueueLoad {
         inner.fetched_at = Some(std::time::Instant::now());
     }
 
-    /// Counts one more ticket for `queue` unless it holds `max` already.
+    /// Counts one more ticket for `queue` unless it holds `max` already. Allocates a key only
+    /// the first time a map sees a queue (this runs on every EnterQueue).
     fn try_admit(&self, queue: &str, max: u64) -> bool {
+        fn bump(map: &mut std::collections::HashMap<String, u64>, queue: &str) {
+            match map.get_mut(queue) {
+                Some(n) => *n += 1,
+                None => {
+                    map.insert(queue.to_string(), 1);
+                }
+            }
+        }
         let mut inner = self.lock();
-        let waiting = inner.waiting.entry(queue.to_string()).or_insert(0);
-        if *waiting >= max {
+        if inner.waiting.get(queue).copied().unwrap_or(0) >= max {
             return false;
         }
-        *waiting += 1;
-        *inner.admitted_now.entry(queue.to_string()).or_insert(0) += 1;
+        bump(&mut inner.waiting, queue);
+        bump(&mut inner.admitted_now, queue);
         true
     }
 
@@ -135,7 +143,7 @@ impl ClientService for Client {
         identity.may_act_for(&players, "enter a ticket for these players")?;
         let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
         for (region, ms) in &req.region_latency_ms {
-            convert::id(&format!("region_latency_ms[{region:?}]"), region)?;
+            convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;
             region_latency_ms.push((region.clone(), *ms));
         }
         region_latency_ms.sort();
@@ -184,9 +192,12 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
-        let skills: Vec<Skill> = players
+        let skills: Vec<(f64, f64)> = players
             .iter()
-            .map(|p| self.state.skill_for_matching(p, &queue))
+            .map(|p| {
+                let s = self.state.skill_for_matching(p, &queue);
+                (s.mean, s.deviation)
+            })
             .collect();
         // A party is matched on its own skill (SPEC §3.6), created on its first queue.
         let party_skill = if players.len() > 1 {
@@ -206,7 +217,7 @@ impl ClientService for Client {
             entry: matching::Ticket {
                 id: ticket_id.clone(),
                 players,
-                skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
+                skills,
                 party_skill,
                 entered_at: now,
                 region_latency_ms,
@@ -475,7 +486,7 @@ impl Drop for Admitted<'_> {
 /// can fill (empty = any); a party lists either nothing or exactly one role per member, in order.
 fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>, Rejection> {
     for (i, r) in roles.iter().enumerate() {
-        convert::id(&format!("roles[{i}]"), r)?;
+        convert::id_at("roles", i, r)?;
     }
     match (players, roles.len()) {
         (_, 0) => Ok(vec![Vec::new(); players]),

@@ -14,20 +14,28 @@ pub const MAX_ID_LEN: usize = 128;
 
 /// Validates one id field: non-empty, bounded, printable.
 pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
+    id_rule(value).map_err(|rule| Rejection::invalid(field, rule))
+}
+
+/// Validates the `index`th id of a list field. The field name (`field[index]`) is formatted only
+/// when the id is invalid: EnterQueue checks every player id, and a valid one allocates nothing.
+pub fn id_at(field: &str, index: impl std::fmt::Display, value: &str) -> Result<(), Rejection> {
+    id_rule(value).map_err(|rule| Rejection::invalid(format!("{field}[{index}]"), rule))
+}
+
+/// The rule an id breaks, if any.
+fn id_rule(value: &str) -> Result<(), String> {
     if value.is_empty() {
-        return Err(Rejection::invalid(field, "must not be empty"));
+        return Err("must not be empty".into());
     }
     if value.len() > MAX_ID_LEN {
-        return Err(Rejection::invalid(
-            field,
-            format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len()),
+        return Err(format!(
+            "must be at most {MAX_ID_LEN} bytes (got {})",
+            value.len()
         ));
     }
     if value.chars().any(char::is_control) {
-        return Err(Rejection::invalid(
-            field,
-            "must not contain control characters",
-        ));
+        return Err("must not contain control characters".into());
     }
     Ok(())
 }
@@ -36,7 +44,7 @@ pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
 pub fn player_ids(field: &str, ids: &[String]) -> Result<Vec<PlayerId>, Rejection> {
     let mut out = Vec::with_capacity(ids.len());
     for (i, p) in ids.iter().enumerate() {
-        id(&format!("{field}[{i}]"), p)?;
+        id_at(field, i, p)?;
         if ids[..i].contains(p) {
             return Err(Rejection::invalid(
                 format!("{field}[{i}]"),
