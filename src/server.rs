@@ -190,6 +190,11 @@ async fn run_with_store_and_clock(
     let serve = builder
         .timeout(Duration::from_millis(config.server.request_timeout_ms))
         .concurrency_limit_per_connection(config.server.max_concurrent_requests_per_connection)
+        // Announced to clients as SETTINGS_MAX_CONCURRENT_STREAMS, so calls beyond the limit wait
+        // in the client, not in server memory (tonic's default, None, lifts even hyper's 200).
+        .max_concurrent_streams(
+            u32::try_from(config.server.max_concurrent_requests_per_connection).unwrap_or(u32::MAX),
+        )
         .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
         .layer(limits)
         .add_service(health_service)
