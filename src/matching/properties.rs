@@ -12,6 +12,7 @@ use super::pool::region_mask;
 use super::teams::role_masks;
 use super::test_util::party;
 use super::{LogisticModel, MatchingConfig, Pool, RoleRequirement, Shape, Ticket};
+use crate::ids::TicketId;
 
 const NOW: f64 = 200.0;
 const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
@@ -125,6 +126,9 @@ fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool
     }
     for m in &out.matches {
         assert_eq!(m.teams.len(), shape.teams as usize);
+        let flat: Vec<&TicketId> = m.teams.iter().flatten().map(|t| &t.id).collect();
+        let all: Vec<&TicketId> = m.teams.tickets().iter().map(|t| &t.id).collect();
+        assert_eq!(flat, all, "tickets() is the teams in order");
         assert_eq!(m.win_probability.len(), shape.teams as usize);
         let starving = m
             .teams
@@ -190,6 +194,12 @@ fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool
     }
     assert_eq!(seen.len(), tickets.len(), "tickets conserved");
     assert_eq!(out.waiting, pool.len());
+    let waiting_players: usize = pool.tickets().map(Ticket::size).sum();
+    assert_eq!(
+        pool.stats(NOW).waiting_players,
+        waiting_players,
+        "players counted"
+    );
     let matched: usize = out
         .matches
         .iter()

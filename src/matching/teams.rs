@@ -249,8 +249,8 @@ fn build(
             let role_masks = if config.roles.is_empty() {
                 Vec::new()
             } else {
-                slots[cands[c].slot]
-                    .as_ref()
+                slots[cands[c].slot()]
+                    .ticket()
                     .map(|t| role_masks(config, t))
                     .unwrap_or_default()
             };
