@@ -105,9 +105,17 @@ pub(crate) fn select(
     let mut scratch = Vec::new();
     let mut chosen = Chosen::with_capacity(2, pairs.len(), 2 * pairs.len());
     for (a, b) in pairs {
-        let members = [a, b];
-        let scored = score(cands, &members, &[1, 2], slots, model, &mut scratch);
-        chosen.push(&members, &[1, 2], scored);
+        let (ca, cb) = (&cands[a], &cands[b]);
+        if ca.size == 1 && cb.size == 1 {
+            // What `score` computes for two solos, without its vectors: the spread of two
+            // ratings is their distance.
+            let p = model.pair_win_probabilities((ca.key, ca.dev), (cb.key, cb.dev));
+            chosen.push_pair(a, b, p, (ca.key - cb.key).abs());
+        } else {
+            let members = [a, b];
+            let scored = score(cands, &members, &[1, 2], slots, model, &mut scratch);
+            chosen.push(&members, &[1, 2], scored);
+        }
     }
     chosen
 }

@@ -17,7 +17,8 @@ use thiserror::Error;
 
 use super::config::{Limits, MatchingConfig};
 use super::{
-    FormedMatch, Shape, Teams, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams,
+    FormedMatch, Shape, Teams, TickOutcome, Ticket, WinModel, WinProbabilities, one_v_one,
+    quality_of, teams,
 };
 use crate::ids::TicketId;
 
@@ -157,7 +158,7 @@ pub(crate) struct Chosen {
     teams: usize,
     members: Vec<usize>,
     team_ends: Vec<usize>,
-    win_probability: Vec<Vec<f64>>,
+    win_probability: Vec<WinProbabilities>,
     rating_spread: Vec<f64>,
 }
 
@@ -192,8 +193,19 @@ impl Chosen {
         let base = self.members.len();
         self.members.extend_from_slice(members);
         self.team_ends.extend(ends.iter().map(|e| base + e));
-        self.win_probability.push(scored.0);
+        self.win_probability.push(scored.0.into());
         self.rating_spread.push(scored.1);
+    }
+
+    /// Appends a 1v1 match of candidates `a` (team 0) and `b` (team 1) with the model's
+    /// [`WinModel::pair_win_probabilities`] and their rating spread: [`Chosen::push`] without
+    /// the model's vector.
+    pub fn push_pair(&mut self, a: usize, b: usize, probabilities: [f64; 2], spread: f64) {
+        let base = self.members.len();
+        self.members.extend_from_slice(&[a, b]);
+        self.team_ends.extend_from_slice(&[base + 1, base + 2]);
+        self.win_probability.push(probabilities.into());
+        self.rating_spread.push(spread);
     }
 
     /// Candidate indices of team `k` of match `m`.

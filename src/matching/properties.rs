@@ -11,7 +11,9 @@ use super::balance::{Unit, roles_ok};
 use super::pool::region_mask;
 use super::teams::role_masks;
 use super::test_util::party;
-use super::{LogisticModel, MatchingConfig, Pool, RoleRequirement, Shape, Ticket};
+use super::{
+    LogisticModel, MatchingConfig, Pool, RoleRequirement, Shape, Ticket, WinModel, quality_of,
+};
 use crate::ids::TicketId;
 
 const NOW: f64 = 200.0;
@@ -130,6 +132,14 @@ fn check_tick(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> Pool
         let all: Vec<&TicketId> = m.teams.tickets().iter().map(|t| &t.id).collect();
         assert_eq!(flat, all, "tickets() is the teams in order");
         assert_eq!(m.win_probability.len(), shape.teams as usize);
+        // Exactly the model's answer for the teams' member ratings, however it was asked.
+        let ratings: Vec<Vec<(f64, f64)>> = m
+            .teams
+            .iter()
+            .map(|team| team.iter().flat_map(|t| t.member_ratings()).collect())
+            .collect();
+        assert_eq!(&*m.win_probability, &MODEL.win_probabilities(&ratings)[..]);
+        assert_eq!(m.quality, quality_of(&m.win_probability));
         let starving = m
             .teams
             .iter()
