@@ -24,10 +24,12 @@
 //! call `tick(now, &model)` every tick interval, and report `window(id, now)` in SEARCHING
 //! updates. The outcome carries everything the metrics need (matches with quality and spread,
 //! waits of matched tickets, waiting count; [`Pool::stats`] for gauges); the shell times the
-//! tick itself. Two refinements of the first sketch, both deliberate: `insert` returns a
-//! `Result` (a duplicate or malformed ticket must not be silently dropped), and
+//! tick itself. Three refinements of the first sketch, all deliberate: `insert` returns a
+//! `Result` (a duplicate or malformed ticket must not be silently dropped),
 //! `FormedMatch::teams` is a [`Teams`] of `Box<Ticket>` (see there; `teams.iter()`,
-//! `teams.len()`, `teams[k]` and `for team in &teams` read as they did on nested vectors).
+//! `teams.len()`, `teams[k]` and `for team in &teams` read as they did on nested vectors), and
+//! `FormedMatch::win_probability` is a [`WinProbabilities`] that reads as `&[f64]` (`.to_vec()`
+//! for a vector): both keep a 1v1 match free of allocations (issue #5's 100k-ticket target).
 
 pub mod balance;
 pub mod bench;
