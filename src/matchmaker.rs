@@ -894,7 +894,7 @@ impl Loop {
                     match_id: MatchId::new(new_id("m")),
                     queue: q.id.clone(),
                     teams,
-                    win_probability: formed.win_probability.clone(),
+                    win_probability: formed.win_probability.to_vec(),
                     region: formed.region.clone(),
                     server_address: String::new(),
                     parties: formed

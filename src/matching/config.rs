@@ -105,6 +105,36 @@ pub struct Limits {
     pub starving: bool,
 }
 
+/// The expansion schedule resolved once per tick into the limits of each stage (stage `i` =
+/// after `i` steps), so a ticket's limits cost a few comparisons and a copy rather than
+/// applying every step's optional fields in turn; the 100k-ticket tick asks 100k times.
+/// Always equal to [`MatchingConfig::limits`] (a test checks it).
+#[derive(Clone, Debug)]
+pub(crate) struct Schedule {
+    after: Vec<f64>,
+    stages: Vec<Limits>,
+    max_wait: f64,
+}
+
+impl Schedule {
+    /// A ticket's limits after waiting `wait` seconds.
+    pub(crate) fn limits(&self, wait: f64) -> Limits {
+        // `limits` applies a step unless `wait < after_seconds`; the same test here, on every
+        // step (they increase, so it counts the same), because stopping at the first failing
+        // step is a branch on `wait`, a value the tick has just loaded from a random slot:
+        // mispredicting it stalled the gather of candidates on each cache miss in turn.
+        let stage = self
+            .after
+            .iter()
+            .filter(|&&a| wait.partial_cmp(&a) != Some(std::cmp::Ordering::Less))
+            .count();
+        Limits {
+            starving: wait >= self.max_wait,
+            ..self.stages[stage]
+        }
+    }
+}
+
 impl MatchingConfig {
     /// Defaults whose windows scale with the rating system: `scale` is display units per 10:1
     /// odds (400 for the 1500-scale Glicko queues, 15 for Weng-Lin μ ~ 25). The base window is
@@ -178,6 +208,24 @@ impl MatchingConfig {
             }
         }
         limits
+    }
+
+    /// The expansion schedule as a table of stages, for looking up many tickets' limits in one
+    /// tick (see [`Schedule`]).
+    pub(crate) fn schedule(&self) -> Schedule {
+        let mut stages = vec![self.limits(0.0)];
+        stages.extend(self.expansion.iter().map(|s| self.limits(s.after_seconds)));
+        Schedule {
+            after: self.expansion.iter().map(|s| s.after_seconds).collect(),
+            stages: stages
+                .into_iter()
+                .map(|l| Limits {
+                    starving: false,
+                    ..l
+                })
+                .collect(),
+            max_wait: self.max_wait_seconds,
+        }
     }
 
     /// Checks the config against the queue's shape, naming the field and the rule on failure,
@@ -332,6 +380,8 @@ fn quality(field: &str, v: f64) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     const FIVE: Shape = Shape {
@@ -502,5 +552,29 @@ mod tests {
         assert_eq!(c.expansion.len(), 1);
         assert_eq!(c.min_quality, 0.25);
         assert!(toml::from_str::<MatchingConfig>("windw = 3.0").is_err());
+    }
+
+    proptest! {
+        /// The per-tick stage table gives exactly the limits of applying the schedule, for
+        /// waits on and around every step boundary and for schedules that leave fields out.
+        #[test]
+        fn the_schedule_table_equals_applying_the_steps(
+            wait in prop_oneof![0.0..200.0f64, prop::sample::select(vec![0.0, 10.0, 30.0, 60.0, 120.0])],
+            skip_window in any::<bool>(),
+            skip_latency in any::<bool>(),
+        ) {
+            let mut c = MatchingConfig::default();
+            if skip_window {
+                c.expansion[1].window = None;
+            }
+            if skip_latency {
+                c.expansion[0].max_latency_ms = None;
+            }
+            for w in [wait, wait.next_down(), wait.next_up()] {
+                prop_assert_eq!(c.schedule().limits(w), c.limits(w));
+            }
+            let none = MatchingConfig { expansion: Vec::new(), ..c.clone() };
+            prop_assert_eq!(none.schedule().limits(wait), none.limits(wait));
+        }
     }
 }

@@ -24,9 +24,12 @@
 //! call `tick(now, &model)` every tick interval, and report `window(id, now)` in SEARCHING
 //! updates. The outcome carries everything the metrics need (matches with quality and spread,
 //! waits of matched tickets, waiting count; [`Pool::stats`] for gauges); the shell times the
-//! tick itself. Two refinements of the first sketch, both deliberate: `insert` returns a
-//! `Result` (a duplicate or malformed ticket must not be silently dropped), and
-//! `FormedMatch::teams` holds `Box<Ticket>` (see there; field access is unchanged).
+//! tick itself. Three refinements of the first sketch, all deliberate: `insert` returns a
+//! `Result` (a duplicate or malformed ticket must not be silently dropped),
+//! `FormedMatch::teams` is a [`Teams`] of `Box<Ticket>` (see there; `teams.iter()`,
+//! `teams.len()`, `teams[k]` and `for team in &teams` read as they did on nested vectors), and
+//! `FormedMatch::win_probability` is a [`WinProbabilities`] that reads as `&[f64]` (`.to_vec()`
+//! for a vector): both keep a 1v1 match free of allocations (issue #5's 100k-ticket target).
 
 pub mod backfill;
 pub mod balance;
@@ -90,6 +93,18 @@ pub trait WinModel {
         let p = self.win_probabilities(&[vec![a], vec![b]]);
         p.first().copied().unwrap_or(0.5)
     }
+
+    /// Exactly what [`WinModel::win_probabilities`] answers for the teams `[[a], [b]]`: the
+    /// 1v1 optimizer calls it once per formed match (50k times in a 100k-ticket tick) to fill
+    /// [`FormedMatch::win_probability`], so a model that can answer without allocating should
+    /// override it, keeping the same numbers.
+    fn pair_win_probabilities(&self, a: (f64, f64), b: (f64, f64)) -> [f64; 2] {
+        let p = self.win_probabilities(&[vec![a], vec![b]]);
+        [
+            p.first().copied().unwrap_or(0.5),
+            p.get(1).copied().unwrap_or(0.5),
+        ]
+    }
 }
 
 /// A logistic (Elo-like) model for tests and benchmarks: team strength is the sum of its
@@ -102,22 +117,38 @@ pub struct LogisticModel {
     pub scale: f64,
 }
 
-impl WinModel for LogisticModel {
-    fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
-        // One allocation: strengths, then weights, then shares, in place.
-        let mut p: Vec<f64> = teams
-            .iter()
-            .map(|t| t.iter().map(|r| r.0).sum::<f64>() / self.scale)
-            .collect();
+impl LogisticModel {
+    /// A team's strength in units of `scale`.
+    fn strength(&self, team: &[(f64, f64)]) -> f64 {
+        team.iter().map(|r| r.0).sum::<f64>() / self.scale
+    }
+
+    /// Turns strengths into win probabilities, in place (shared by both ways of asking, so
+    /// they give the same numbers).
+    fn shares(p: &mut [f64]) {
         let top = p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mut total = 0.0;
-        for x in &mut p {
+        for x in p.iter_mut() {
             *x = (std::f64::consts::LN_10 * (*x - top)).exp();
             total += *x;
         }
-        for x in &mut p {
+        for x in p.iter_mut() {
             *x /= total;
         }
+    }
+}
+
+impl WinModel for LogisticModel {
+    fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
+        // One allocation: strengths, then weights, then shares, in place.
+        let mut p: Vec<f64> = teams.iter().map(|t| self.strength(t)).collect();
+        Self::shares(&mut p);
+        p
+    }
+
+    fn pair_win_probabilities(&self, a: (f64, f64), b: (f64, f64)) -> [f64; 2] {
+        let mut p = [self.strength(&[a]), self.strength(&[b])];
+        Self::shares(&mut p);
         p
     }
 
@@ -205,9 +236,10 @@ pub struct FormedMatch {
     /// Boxed: the pool stores tickets boxed, and handing over the box instead of moving each
     /// ~150-byte ticket out of a cold slot cut the 100k-ticket tick severalfold; field access
     /// (`t.id`, `t.players`) reads the same through the box.
-    pub teams: Vec<Vec<Box<Ticket>>>,
-    /// Per team, from the injected model.
-    pub win_probability: Vec<f64>,
+    pub teams: Teams,
+    /// Per team, from the injected model. Reads as a `&[f64]` (`.len()`, `[k]`, `.iter()`);
+    /// `.to_vec()` for a vector.
+    pub win_probability: WinProbabilities,
     /// How fair the match is, in `[0, 0.5]`: `(teams / 2) · min_i win_probability[i]`.
     /// For two teams that is the underdog's win probability (seed 004's GoodRatedMatch);
     /// for a free-for-all of N it is the weakest entrant's share of the fair `1/N`, halved, so
@@ -219,6 +251,220 @@ pub struct FormedMatch {
     /// if the queue has regions.
     pub region: Option<String>,
 }
+
+/// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like
+/// the `Vec<f64>` it replaced; two teams are stored inline, because a vector per match was
+/// 50k allocations in a 100k-ticket 1v1 tick.
+#[derive(Clone, Debug)]
+pub struct WinProbabilities(Probabilities);
+
+/// Storage of [`WinProbabilities`].
+#[derive(Clone, Debug)]
+enum Probabilities {
+    Two([f64; 2]),
+    Many(Vec<f64>),
+}
+
+impl std::ops::Deref for WinProbabilities {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        match &self.0 {
+            Probabilities::Two(p) => p,
+            Probabilities::Many(p) => p,
+        }
+    }
+}
+
+impl PartialEq for WinProbabilities {
+    /// Equal when they hold the same numbers, however stored.
+    fn eq(&self, other: &WinProbabilities) -> bool {
+        **self == **other
+    }
+}
+
+impl Default for WinProbabilities {
+    fn default() -> Self {
+        WinProbabilities(Probabilities::Many(Vec::new()))
+    }
+}
+
+impl From<Vec<f64>> for WinProbabilities {
+    fn from(p: Vec<f64>) -> Self {
+        WinProbabilities(Probabilities::Many(p))
+    }
+}
+
+impl From<[f64; 2]> for WinProbabilities {
+    fn from(p: [f64; 2]) -> Self {
+        WinProbabilities(Probabilities::Two(p))
+    }
+}
+
+/// The tickets of a formed match, team by team.
+///
+/// Why not `Vec<Vec<Box<Ticket>>>`: that is one allocation per team plus one per match, and a
+/// 100k-ticket 1v1 tick forms 50k matches, so building those vectors was a fifth of the tick.
+/// `Teams` keeps the tickets in one flat list with the team boundaries beside it, and a
+/// two-ticket match (every 1v1) inline, so forming a 1v1 match allocates nothing. It reads like
+/// the nested vectors it replaced: `len()`, `iter()` (one `&[Box<Ticket>]` per team),
+/// `teams[k]`, `for team in &teams`, plus [`Teams::tickets`] for every ticket at once.
+#[derive(Clone, Debug)]
+pub struct Teams {
+    tickets: Seats,
+    split: Split,
+}
+
+/// Ticket storage of [`Teams`]. Boxes, not tickets: the pool stores tickets boxed and hands
+/// over the boxes (see [`FormedMatch::teams`]).
+#[derive(Clone, Debug)]
+#[allow(clippy::vec_box)]
+enum Seats {
+    /// Exactly two tickets, inline.
+    Pair([Box<Ticket>; 2]),
+    /// Any other number.
+    Flat(Vec<Box<Ticket>>),
+}
+
+/// Team boundaries of [`Teams`].
+#[derive(Clone, Debug)]
+enum Split {
+    /// Team `k` is ticket `k` (1v1, free-for-all of solos).
+    Singles,
+    /// Two teams; the first is the tickets before this index.
+    Two(usize),
+    /// Per team, the end of its tickets (exclusive).
+    Ends(Vec<usize>),
+}
+
+impl Teams {
+    /// Moves the tickets out of `buf` (a flat list, team by team; left empty with its capacity
+    /// kept, so one buffer serves a whole tick) and splits them at each team's end (exclusive).
+    /// `ends` must increase and end at the number of tickets (every team holds a ticket).
+    #[allow(clippy::vec_box)]
+    pub(crate) fn take_from(buf: &mut Vec<Box<Ticket>>, ends: &[usize]) -> Teams {
+        let split = if ends.iter().enumerate().all(|(k, &end)| end == k + 1) {
+            Split::Singles
+        } else if ends.len() == 2 {
+            Split::Two(ends[0])
+        } else {
+            Split::Ends(ends.to_vec())
+        };
+        let tickets = if buf.len() == 2
+            && let (Some(b), Some(a)) = (buf.pop(), buf.pop())
+        {
+            Seats::Pair([a, b])
+        } else {
+            // An exact-size vector; `buf` keeps its capacity for the next match.
+            let mut flat = Vec::with_capacity(buf.len());
+            flat.append(buf);
+            Seats::Flat(flat)
+        };
+        Teams { tickets, split }
+    }
+
+    /// Number of teams.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        match &self.split {
+            Split::Singles => self.tickets().len(),
+            Split::Two(_) => 2,
+            Split::Ends(ends) => ends.len(),
+        }
+    }
+
+    /// True for a match without teams (never formed by the optimizer).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every ticket of the match, team by team.
+    #[must_use]
+    pub fn tickets(&self) -> &[Box<Ticket>] {
+        match &self.tickets {
+            Seats::Pair(pair) => pair,
+            Seats::Flat(all) => all,
+        }
+    }
+
+    /// The tickets of team `k`, or `None` past the last team.
+    #[must_use]
+    pub fn get(&self, k: usize) -> Option<&[Box<Ticket>]> {
+        let all = self.tickets();
+        let range = match &self.split {
+            Split::Singles => k..k + 1,
+            Split::Two(first) => match k {
+                0 => 0..*first,
+                1 => *first..all.len(),
+                _ => return None,
+            },
+            Split::Ends(ends) => {
+                let end = *ends.get(k)?;
+                let start = if k == 0 { 0 } else { ends[k - 1] };
+                start..end
+            }
+        };
+        all.get(range)
+    }
+
+    /// The teams in order, each as a slice of its tickets.
+    pub fn iter(&self) -> TeamsIter<'_> {
+        TeamsIter { teams: self, k: 0 }
+    }
+}
+
+impl PartialEq for Teams {
+    /// Equal when they hold the same teams, however stored.
+    fn eq(&self, other: &Teams) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl std::ops::Index<usize> for Teams {
+    type Output = [Box<Ticket>];
+
+    /// Team `k`; panics past the last team, like indexing a vector.
+    fn index(&self, k: usize) -> &[Box<Ticket>] {
+        match self.get(k) {
+            Some(team) => team,
+            None => panic!("team {k} of a match with {} teams", self.len()),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Teams {
+    type Item = &'a [Box<Ticket>];
+    type IntoIter = TeamsIter<'a>;
+
+    fn into_iter(self) -> TeamsIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the teams of a [`Teams`].
+#[derive(Clone, Debug)]
+pub struct TeamsIter<'a> {
+    teams: &'a Teams,
+    k: usize,
+}
+
+impl<'a> Iterator for TeamsIter<'a> {
+    type Item = &'a [Box<Ticket>];
+
+    fn next(&mut self) -> Option<&'a [Box<Ticket>]> {
+        let team = self.teams.get(self.k)?;
+        self.k += 1;
+        Some(team)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.teams.len().saturating_sub(self.k);
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for TeamsIter<'_> {}
 
 /// Everything one tick produced; the shell turns it into assignments, EXPIRED updates and
 /// metrics (the core records none itself).
@@ -251,3 +497,106 @@ pub fn quality_of(win_probability: &[f64]) -> f64 {
 
 #[cfg(test)]
 pub(crate) mod test_util;
+
+#[cfg(test)]
+mod tests {
+    use super::test_util::solo;
+    use super::{LogisticModel, Teams, Ticket, WinModel, WinProbabilities};
+
+    #[allow(clippy::vec_box)]
+    fn tickets(ids: &[&str]) -> Vec<Box<Ticket>> {
+        ids.iter()
+            .map(|id| Box::new(solo(id, 1500.0, 0.0)))
+            .collect()
+    }
+
+    fn ids(teams: &Teams) -> Vec<Vec<String>> {
+        teams
+            .iter()
+            .map(|team| team.iter().map(|t| t.id.to_string()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn teams_read_like_nested_vectors_in_every_layout() {
+        // 1v1 (a pair inline), free-for-all of solos, two teams of parties, three teams.
+        for (names, ends, want) in [
+            (&["a", "b"][..], &[1, 2][..], vec![vec!["a"], vec!["b"]]),
+            (
+                &["a", "b", "c"],
+                &[1, 2, 3],
+                vec![vec!["a"], vec!["b"], vec!["c"]],
+            ),
+            (&["a", "b", "c"], &[1, 3], vec![vec!["a"], vec!["b", "c"]]),
+            (&["a", "b"], &[2], vec![vec!["a", "b"]]),
+            (
+                &["a", "b", "c", "d"],
+                &[1, 3, 4],
+                vec![vec!["a"], vec!["b", "c"], vec!["d"]],
+            ),
+        ] {
+            let mut buf = tickets(names);
+            let teams = Teams::take_from(&mut buf, ends);
+            assert!(buf.is_empty());
+            assert_eq!(ids(&teams), want);
+            assert_eq!(teams.len(), want.len());
+            assert_eq!(teams.iter().len(), want.len());
+            assert_eq!(teams.tickets().len(), names.len());
+            assert_eq!(teams[0][0].id.as_str(), "a");
+            assert!(teams.get(want.len()).is_none());
+            let mut n = 0;
+            for team in &teams {
+                n += team.len();
+            }
+            assert_eq!(n, names.len());
+        }
+    }
+
+    /// A model that only implements the required method, to exercise the defaults.
+    struct Plain(LogisticModel);
+
+    impl WinModel for Plain {
+        fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
+            self.0.win_probabilities(teams)
+        }
+    }
+
+    proptest::proptest! {
+        /// The allocation-free pair answer is the general answer for two solo teams, to the
+        /// bit, for the logistic model and for the trait's default.
+        #[test]
+        fn pair_win_probabilities_equal_the_general_answer(
+            a in -3000.0..3000.0f64,
+            b in -3000.0..3000.0f64,
+            scale in 1.0..500.0f64,
+        ) {
+            let model = LogisticModel { scale };
+            let general = model.win_probabilities(&[vec![(a, 10.0)], vec![(b, 20.0)]]);
+            proptest::prop_assert_eq!(&model.pair_win_probabilities((a, 10.0), (b, 20.0))[..], &general[..]);
+            proptest::prop_assert_eq!(&Plain(model).pair_win_probabilities((a, 10.0), (b, 20.0))[..], &general[..]);
+        }
+    }
+
+    #[test]
+    fn win_probabilities_read_like_a_slice_in_both_layouts() {
+        let two = WinProbabilities::from([0.25, 0.75]);
+        let many = WinProbabilities::from(vec![0.25, 0.75]);
+        assert_eq!(two, many);
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1], 0.75);
+        assert_eq!(many.to_vec(), vec![0.25, 0.75]);
+        assert_ne!(two, WinProbabilities::from(vec![0.25, 0.5, 0.25]));
+        assert!(WinProbabilities::default().is_empty());
+    }
+
+    #[test]
+    fn teams_compare_by_content_not_layout() {
+        let pair = Teams::take_from(&mut tickets(&["a", "b"]), &[1, 2]);
+        let same = pair.clone();
+        assert_eq!(pair, same);
+        let one_team = Teams::take_from(&mut tickets(&["a", "b"]), &[2]);
+        assert_ne!(pair, one_team);
+        let swapped = Teams::take_from(&mut tickets(&["b", "a"]), &[1, 2]);
+        assert_ne!(pair, swapped);
+    }
+}

@@ -85,93 +85,116 @@ pub(crate) fn select(
         if matched[anchor] {
             continue;
         }
-        // The anchor's unmatched neighbours in rating order.
-        left.clear();
-        right.clear();
-        let mut players = 0;
-        let mut p = prev[anchor];
-        while p != NONE && players + 1 < need {
-            left.push(p);
-            players += cands[p].size;
-            p = prev[p];
-        }
-        players = 0;
-        let mut p = next[anchor];
-        while p < n && players + 1 < need {
-            right.push(p);
-            players += cands[p].size;
-            p = next[p];
-        }
-        nb.clear();
-        nb.extend(left.iter().rev());
-        nb.push(anchor);
-        nb.extend(right.iter());
-        let a = left.len();
-
-        groups.clear();
-        buf.clear();
-        let mut sum_left = 0;
-        for l in (0..=a).rev() {
-            sum_left += cands[nb[l]].size;
-            if sum_left > need {
-                break;
+        // First the nearest neighbours whatever their regions. A starving anchor whose windows
+        // all fail then tries, region by region, the nearest neighbours accepting that region,
+        // however far in rating: otherwise a starving ticket surrounded by tickets of other
+        // regions would wait while enough tickets of its own region wait further away (the
+        // starvation guard; `properties.rs` checks it). Walking past the others costs O(n) for
+        // such an anchor only, and starving anchors are few.
+        let retry = cands[anchor].lim.starving && !config.regions.is_empty();
+        let passes = if retry {
+            config.regions.len().min(64) + 1
+        } else {
+            1
+        };
+        'passes: for pass in 0..passes {
+            let region = pass.checked_sub(1);
+            if region.is_some_and(|r| cands[anchor].regions >> r & 1 == 0) {
+                continue;
             }
-            let start = buf.len();
-            buf.extend_from_slice(&nb[l..=a]);
-            let mut sum = sum_left;
-            for &r in &nb[a + 1..] {
-                if sum == need {
+            let accept = |p: usize| region.is_none_or(|r| cands[p].regions >> r & 1 == 1);
+            // The anchor's unmatched neighbours in rating order (those accepting `region`).
+            left.clear();
+            right.clear();
+            let mut players = 0;
+            let mut p = prev[anchor];
+            while p != NONE && players + 1 < need {
+                if accept(p) {
+                    left.push(p);
+                    players += cands[p].size;
+                }
+                p = prev[p];
+            }
+            players = 0;
+            let mut p = next[anchor];
+            while p < n && players + 1 < need {
+                if accept(p) {
+                    right.push(p);
+                    players += cands[p].size;
+                }
+                p = next[p];
+            }
+            nb.clear();
+            nb.extend(left.iter().rev());
+            nb.push(anchor);
+            nb.extend(right.iter());
+            let a = left.len();
+
+            groups.clear();
+            buf.clear();
+            let mut sum_left = 0;
+            for l in (0..=a).rev() {
+                sum_left += cands[nb[l]].size;
+                if sum_left > need {
                     break;
                 }
-                if sum + cands[r].size <= need {
-                    buf.push(r);
-                    sum += cands[r].size;
+                let start = buf.len();
+                buf.extend_from_slice(&nb[l..=a]);
+                let mut sum = sum_left;
+                for &r in &nb[a + 1..] {
+                    if sum == need {
+                        break;
+                    }
+                    if sum + cands[r].size <= need {
+                        buf.push(r);
+                        sum += cands[r].size;
+                    }
                 }
+                let members = &buf[start..];
+                let lo = cands[members[0]].key;
+                let hi = cands[members[members.len() - 1]].key;
+                let regions = members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions);
+                let starving = members.iter().any(|&c| cands[c].lim.starving);
+                if sum != need
+                    || regions == 0
+                    || (!starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)))
+                {
+                    buf.truncate(start);
+                    continue;
+                }
+                groups.push(Group {
+                    spread: hi - lo,
+                    starving,
+                    start,
+                    len: buf.len() - start,
+                });
             }
-            let members = &buf[start..];
-            let lo = cands[members[0]].key;
-            let hi = cands[members[members.len() - 1]].key;
-            let regions = members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions);
-            let starving = members.iter().any(|&c| cands[c].lim.starving);
-            if sum != need
-                || regions == 0
-                || (!starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)))
-            {
-                buf.truncate(start);
-                continue;
-            }
-            groups.push(Group {
-                spread: hi - lo,
-                starving,
-                start,
-                len: buf.len() - start,
-            });
-        }
-        groups.sort_by(|x, y| x.spread.total_cmp(&y.spread));
+            groups.sort_by(|x, y| x.spread.total_cmp(&y.spread));
 
-        for g in groups.iter().take(TRIES) {
-            let members = &buf[g.start..g.start + g.len];
-            let Some(scored) = build(
-                &ctx,
-                members,
-                g.starving,
-                &mut scratch,
-                &mut flat,
-                &mut ends,
-            ) else {
-                continue;
-            };
-            for &c in members {
-                matched[c] = true;
-                if prev[c] != NONE {
-                    next[prev[c]] = next[c];
+            for g in groups.iter().take(TRIES) {
+                let members = &buf[g.start..g.start + g.len];
+                let Some(scored) = build(
+                    &ctx,
+                    members,
+                    g.starving,
+                    &mut scratch,
+                    &mut flat,
+                    &mut ends,
+                ) else {
+                    continue;
+                };
+                for &c in members {
+                    matched[c] = true;
+                    if prev[c] != NONE {
+                        next[prev[c]] = next[c];
+                    }
+                    if next[c] < n {
+                        prev[next[c]] = prev[c];
+                    }
                 }
-                if next[c] < n {
-                    prev[next[c]] = prev[c];
-                }
+                out.push(&flat, &ends, scored);
+                break 'passes;
             }
-            out.push(&flat, &ends, scored);
-            break;
         }
     }
     out
@@ -249,8 +272,8 @@ fn build(
             let role_masks = if config.roles.is_empty() {
                 Vec::new()
             } else {
-                slots[cands[c].slot]
-                    .as_ref()
+                slots[cands[c].slot()]
+                    .ticket()
                     .map(|t| role_masks(config, t))
                     .unwrap_or_default()
             };
