@@ -269,6 +269,8 @@ struct Unallocated {
     /// Unix seconds since when a server may take it (formed, or passed its ready-check): the
     /// allocation timeout counts from here.
     since_unix: f64,
+    /// The match's region (fixed when it formed).
+    region: Option<String>,
 }
 
 struct Waiting {
@@ -363,6 +365,7 @@ pub fn spawn(
             .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
             .map(|m| Unallocated {
                 since_unix: m.formed_unix,
+                region: m.assignment().region.clone(),
                 slot: m,
                 tickets: Vec::new(),
             })
@@ -512,6 +515,7 @@ impl Loop {
             }
             let queue = rc.queue;
             self.unallocated.push_back(Unallocated {
+                region: rc.slot.assignment().region.clone(),
                 slot: rc.slot,
                 tickets: rc.tickets.into_iter().map(|(_, t, _)| (queue, t)).collect(),
                 since_unix: crate::state::unix_now(),
@@ -959,6 +963,7 @@ impl Loop {
                 }
                 self.unallocated.push_back(Unallocated {
                     since_unix: slot.formed_unix,
+                    region: formed.region.clone(),
                     slot,
                     tickets: returnable,
                 });
@@ -1031,14 +1036,26 @@ impl Loop {
         let pending = self.unallocated.len();
         // Once a match finds no server with room, later matches of the same region (or any
         // match, if a region-less one failed: it could have gone anywhere) would fail too; don't
-        // retry them all every tick while no server is serving.
+        // retry them all every tick while no server is serving. The queue is in `since_unix`
+        // order, so once nothing can be placed, the first match still inside its timeout ends the
+        // pass: every match behind it is younger. (Walking the whole backlog each tick, locking
+        // each match, was the largest cost of a server taking tickets with no game server
+        // connected.)
         let mut nowhere = false;
         let mut full_regions: Vec<Option<String>> = Vec::new();
+        // Matches that stay, in their order; they go back in front of the ones not visited.
+        let mut kept: VecDeque<Unallocated> = VecDeque::new();
         for _ in 0..pending {
+            let Some(front) = self.unallocated.front() else {
+                break;
+            };
+            if nowhere && unix - front.since_unix < timeout {
+                break;
+            }
             let Some(u) = self.unallocated.pop_front() else {
                 break;
             };
-            let region = u.slot.assignment().region.clone();
+            let region = u.region.clone();
             let hopeless = nowhere || full_regions.contains(&region);
             if !hopeless && self.state.try_allocate(&u.slot) {
                 allocated.push(u.slot);
@@ -1051,7 +1068,7 @@ impl Loop {
                 }
             }
             if unix - u.since_unix < timeout {
-                self.unallocated.push_back(u);
+                kept.push_back(u);
                 continue;
             }
             if !self.state.dissolve_unallocated(&u.slot, now) {
@@ -1063,6 +1080,9 @@ impl Loop {
                     self.requeue(qi, slot, ticket);
                 }
             }
+        }
+        while let Some(u) = kept.pop_back() {
+            self.unallocated.push_front(u);
         }
         metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);
         allocated
