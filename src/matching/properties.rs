@@ -242,6 +242,50 @@ proptest! {
         check_tick(shape, &config, &tickets);
     }
 
+    /// The same with roles (one healer per team), for the shapes whose team split is exact
+    /// (2v2, 5v5 of solo players): a starving ticket may not wait while `P - 1` others share a
+    /// region with it and, with it, hold a healer for every team. Its nearest neighbours may
+    /// all be damage dealers; it must look further for healers.
+    #[test]
+    fn no_starving_ticket_waits_while_a_legal_match_with_roles_exists(
+        shape in prop::sample::select(vec![
+            Shape { teams: 2, team_size: 2 },
+            Shape { teams: 2, team_size: 5 },
+        ]),
+        regions in any::<bool>(),
+        specs in prop::collection::vec(spec(1), 0..60),
+    ) {
+        let config = config(shape, regions, true);
+        let tickets: Vec<Ticket> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ticket(i, s, regions, true))
+            .collect();
+        let pool = check_tick(shape, &config, &tickets);
+        let rest: Vec<&Ticket> = pool.tickets().collect();
+        let need = shape.players_per_match() as usize;
+        let mask = |t: &Ticket| region_mask(&config.regions, t, &config.limits(t.wait(NOW)));
+        let heals = |t: &Ticket| t.roles.iter().any(|r| r.iter().any(|x| x == "healer"));
+        for t in &rest {
+            if !config.limits(t.wait(NOW)).starving {
+                continue;
+            }
+            for bit in (0..64).filter(|b| mask(t) >> b & 1 == 1) {
+                let partners: Vec<&&Ticket> = rest
+                    .iter()
+                    .filter(|o| o.id != t.id && mask(o) >> bit & 1 == 1)
+                    .collect();
+                let healers = partners.iter().filter(|o| heals(o)).count() + usize::from(heals(t));
+                prop_assert!(
+                    partners.len() + 1 < need || healers < shape.teams as usize,
+                    "starving {} waits beside {} others ({healers} healers) in region {bit}",
+                    t.id,
+                    partners.len()
+                );
+            }
+        }
+    }
+
     /// Solo tickets, no roles: any `P` waiting tickets that share a region form a legal match
     /// for a starving one (its window and floor are lifted), so after a tick no starving ticket
     /// may still wait beside `P - 1` others accepting one of its regions. With regions this

@@ -19,7 +19,10 @@
 //! set packing is NP-hard for `P ≥ 3` and would not fit a 1 s tick at 100k tickets.
 //!
 //! Starvation: a window containing a ticket past `max_wait_seconds` ignores skill windows and
-//! quality floors (regions, roles and parties still hold).
+//! quality floors (regions, roles and parties still hold). A starving anchor whose nearest
+//! neighbours fail looks further: region by region for tickets sharing a region with it, and in
+//! queues with roles for the nearest tickets able to fill each role minimum (`role_group`), so
+//! it never waits while a legal match exists (`properties.rs` checks both).
 
 use super::balance::{self, Unit};
 use super::config::MatchingConfig;
@@ -195,9 +198,127 @@ pub(crate) fn select(
                 out.push(&flat, &ends, scored);
                 break 'passes;
             }
+            // Roles: the nearest neighbours may all lack a required role (five damage dealers
+            // around a starving one) while players who can fill it wait further away. A
+            // starving anchor then gathers them, nearest first (O(n), for such anchors only).
+            let role_retry = cands[anchor].lim.starving
+                && !config.roles.is_empty()
+                && (config.regions.is_empty() || region.is_some());
+            if !role_retry {
+                continue;
+            }
+            let Some(members) = role_group(&ctx, anchor, &next, &prev, accept) else {
+                continue;
+            };
+            if members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions) == 0 {
+                continue;
+            }
+            let Some(scored) = build(&ctx, &members, true, &mut scratch, &mut flat, &mut ends)
+            else {
+                continue;
+            };
+            for &c in &members {
+                matched[c] = true;
+                if prev[c] != NONE {
+                    next[prev[c]] = next[c];
+                }
+                if next[c] < n {
+                    prev[next[c]] = prev[c];
+                }
+            }
+            out.push(&flat, &ends, scored);
+            break 'passes;
         }
     }
     out
+}
+
+/// A group for a starving `anchor` in a queue with roles: the nearest unmatched tickets (that
+/// `accept` lets in) able to fill each role minimum of every team, then the nearest others, to
+/// exactly one match's players. `None` when the waiting tickets cannot cover a role or the
+/// sizes cannot add up. Whether the group splits into legal teams is `build`'s question.
+fn role_group(
+    ctx: &Ctx<'_>,
+    anchor: usize,
+    next: &[usize],
+    prev: &[usize],
+    accept: impl Fn(usize) -> bool,
+) -> Option<Vec<usize>> {
+    let Ctx {
+        cands,
+        shape,
+        config,
+        slots,
+        ..
+    } = *ctx;
+    let n = cands.len();
+    let need = shape.players_per_match() as usize;
+    let masks = |c: usize| -> Vec<u64> {
+        slots[cands[c].slot()]
+            .ticket()
+            .map(|t| role_masks(config, t))
+            .unwrap_or_default()
+    };
+    // Unmatched tickets outward from the anchor, nearest rating first.
+    let mut order = Vec::new();
+    let (mut l, mut r) = (prev[anchor], next[anchor]);
+    loop {
+        let take_left = match (l != NONE, r < n) {
+            (true, true) => cands[anchor].key - cands[l].key <= cands[r].key - cands[anchor].key,
+            (left, right) if left || right => left,
+            _ => break,
+        };
+        if take_left {
+            if accept(l) {
+                order.push(l);
+            }
+            l = prev[l];
+        } else {
+            if accept(r) {
+                order.push(r);
+            }
+            r = next[r];
+        }
+    }
+    let mut members = vec![anchor];
+    let mut players = cands[anchor].size as usize;
+    let mut taken = vec![false; order.len()];
+    for (bit, req) in config.roles.iter().enumerate() {
+        let want = req.min_per_team as usize * shape.teams as usize;
+        let able = |c: usize| masks(c).iter().filter(|m| *m >> bit & 1 == 1).count();
+        let mut have: usize = members.iter().map(|&c| able(c)).sum();
+        for (i, &c) in order.iter().enumerate() {
+            if have >= want {
+                break;
+            }
+            let size = cands[c].size as usize;
+            if taken[i] || players + size > need || able(c) == 0 {
+                continue;
+            }
+            taken[i] = true;
+            members.push(c);
+            players += size;
+            have += able(c);
+        }
+        if have < want {
+            return None;
+        }
+    }
+    for (i, &c) in order.iter().enumerate() {
+        if players == need {
+            break;
+        }
+        let size = cands[c].size as usize;
+        if !taken[i] && players + size <= need {
+            taken[i] = true;
+            members.push(c);
+            players += size;
+        }
+    }
+    (players == need).then(|| {
+        members.sort_unstable();
+        members
+    })
 }
 
 /// The order anchors are served in: starving tickets first, longest wait first; then the
