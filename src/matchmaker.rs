@@ -312,7 +312,7 @@ struct Loop {
     clock: Clock,
     queues: Vec<QueueRuntime>,
     queue_index: HashMap<QueueId, usize>,
-    waiting: HashMap<TicketId, Waiting>,
+    waiting: HashMap<TicketId, Waiting, matching::IdHash>,
     unallocated: VecDeque<Unallocated>,
     finished: VecDeque<(f64, TicketId)>,
     last_stale_sweep: f64,
@@ -359,7 +359,7 @@ pub fn spawn(
         clock,
         queues,
         queue_index,
-        waiting: HashMap::new(),
+        waiting: HashMap::default(),
         unallocated: restored
             .into_iter()
             .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
@@ -873,12 +873,6 @@ impl Loop {
                 }
             }
             for formed in outcome.matches {
-                let returnable: Vec<(usize, matching::Ticket)> = formed
-                    .teams
-                    .iter()
-                    .flatten()
-                    .map(|t| (qi, (**t).clone()))
-                    .collect();
                 let mut slots = Vec::new();
                 let mut teams = Vec::with_capacity(formed.teams.len());
                 for team in &formed.teams {
@@ -923,6 +917,14 @@ impl Loop {
                         .collect()
                 };
                 let ready_check = (q.ready_check_seconds > 0.0).then_some(q.ready_check_seconds);
+                let region = formed.region.clone();
+                // Kept (moved, not copied) to put back in the queue if the match dissolves.
+                let returnable: Vec<(usize, matching::Ticket)> = formed
+                    .teams
+                    .into_tickets()
+                    .into_iter()
+                    .map(|t| (qi, *t))
+                    .collect();
                 let slot = self.state.form_match(
                     &slots,
                     assignment,
@@ -963,7 +965,7 @@ impl Loop {
                 }
                 self.unallocated.push_back(Unallocated {
                     since_unix: slot.formed_unix,
-                    region: formed.region.clone(),
+                    region,
                     slot,
                     tickets: returnable,
                 });

@@ -45,6 +45,9 @@ pub use backfill::{Fill, OpenMatch};
 pub use bench::{BenchReport, run_bench};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub use pool::{InsertError, Pool, PoolStats};
+/// A fast hasher for maps keyed by server-minted ids (tickets, matches): no HashDoS concern,
+/// since clients cannot choose the keys that are stored.
+pub(crate) type IdHash = std::hash::BuildHasherDefault<pool::IdHasher>;
 
 use serde::{Deserialize, Serialize};
 
@@ -411,6 +414,16 @@ impl Teams {
     /// The teams in order, each as a slice of its tickets.
     pub fn iter(&self) -> TeamsIter<'_> {
         TeamsIter { teams: self, k: 0 }
+    }
+
+    /// Every ticket of the match, team by team, by value (the shell keeps them to put back in
+    /// the queue if the match dissolves, without copying them).
+    #[must_use]
+    pub fn into_tickets(self) -> Vec<Box<Ticket>> {
+        match self.tickets {
+            Seats::Pair(pair) => pair.into(),
+            Seats::Flat(all) => all,
+        }
     }
 }
 

@@ -423,8 +423,9 @@ struct Inner {
     config: Arc<Config>,
     queues: BTreeMap<QueueId, Arc<QueueInfo>>,
     players: DashMap<PlayerId, Arc<PlayerSlot>>,
-    tickets: DashMap<TicketId, Arc<TicketSlot>>,
-    matches: DashMap<MatchId, Arc<MatchSlot>>,
+    /// Server-minted keys, so the fast id hasher (players keep SipHash: clients choose those).
+    tickets: DashMap<TicketId, Arc<TicketSlot>, crate::matching::IdHash>,
+    matches: DashMap<MatchId, Arc<MatchSlot>, crate::matching::IdHash>,
     servers: Mutex<ServerRegistry>,
     store: Store,
     /// Party skills: party key → pool → record.
@@ -492,8 +493,8 @@ impl State {
                 config,
                 queues,
                 players,
-                tickets: DashMap::new(),
-                matches: DashMap::new(),
+                tickets: DashMap::default(),
+                matches: DashMap::default(),
                 servers: Mutex::new(ServerRegistry::default()),
                 parties: store.load_parties()?.into_iter().collect(),
                 store,
