@@ -19,14 +19,7 @@ fn team_of(a: &proto::MatchAssignment, player: &str) -> usize {
 async fn a_leaver_is_replaced_from_the_queue_and_the_result_rates_both() {
     let server = TestServer::start("").await;
     let mut game_server = server.game_server().await;
-    let mut matches = game_server
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs-5v5:7777".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut matches = common::serve(&mut game_server, "gs-5v5:7777").await;
     let mut client = server.client().await;
     let players: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
     for p in &players {
@@ -212,14 +205,7 @@ async fn a_backfilled_match_keeps_its_roster_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = TestServer::start_in(dir.path(), "").await;
     let mut game_server = server.game_server().await;
-    let mut matches = game_server
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs-r:1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut matches = common::serve(&mut game_server, "gs-r:1").await;
     let mut client = server.client().await;
     for i in 0..10 {
         enter(&mut client, "5v5", &[&format!("r{i}")]).await;

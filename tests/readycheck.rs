@@ -135,14 +135,7 @@ async fn ready_pair(
 async fn everyone_accepts_then_the_game_server_receives_the_match() {
     let server = TestServer::start(READY_1V1).await;
     let mut game_server = server.game_server().await;
-    let mut matches = game_server
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs-1:7777".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut matches = common::serve(&mut game_server, "gs-1:7777").await;
     let mut client = server.client().await;
     let (ta, tb, mut sa, mut sb, match_id) = ready_pair(&mut client, "ra", "rb").await;
 

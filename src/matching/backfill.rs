@@ -93,7 +93,7 @@ impl Pool {
                     return None;
                 }
                 let after = remaining[k] - t.size() as u32;
-                if !roles_reachable(&config.roles, &roles[k], &t.roles, after) {
+                if !roles_reachable(&config.roles, &roles[k], &declared(t), after) {
                     return None;
                 }
                 let mut filled = teams.clone();
@@ -115,7 +115,7 @@ impl Pool {
                 Some((i, quality, _)) => {
                     let t = cands[i].1;
                     teams[k].extend(t.member_ratings());
-                    roles[k].extend(t.roles.iter().cloned());
+                    roles[k].extend(declared(t));
                     remaining[k] -= t.size() as u32;
                     taken.push(i);
                     chosen.push((k, t.id.clone(), quality));
@@ -135,6 +135,13 @@ impl Pool {
             })
             .collect()
     }
+}
+
+/// Per player of `t`, the roles it declared (a missing entry means any role).
+fn declared(t: &Ticket) -> Vec<Vec<String>> {
+    (0..t.size())
+        .map(|i| t.roles.get(i).cloned().unwrap_or_default())
+        .collect()
 }
 
 /// The rating one new player on team `k` needs so the team's mean rating (once its open slots
@@ -248,7 +255,7 @@ fn roles_reachable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::PlayerId;
+    use crate::matching::test_util::party;
     use crate::matching::{LogisticModel, MatchingConfig, Shape};
 
     fn config() -> MatchingConfig {
@@ -269,17 +276,7 @@ mod tests {
     }
 
     fn ticket(id: &str, ratings: &[f64], entered_at: f64) -> Ticket {
-        Ticket {
-            id: TicketId::from(id),
-            players: (0..ratings.len())
-                .map(|i| PlayerId::new(format!("{id}-{i}")))
-                .collect(),
-            skills: ratings.iter().map(|&r| (r, 50.0)).collect(),
-            party_skill: None,
-            entered_at,
-            region_latency_ms: Vec::new(),
-            roles: vec![Vec::new(); ratings.len()],
-        }
+        party(id, ratings, entered_at)
     }
 
     fn model() -> LogisticModel {
@@ -389,6 +386,21 @@ mod tests {
         let fills = p.fill(1.0, &open, &model());
         assert_eq!(fills.len(), 1);
         assert_eq!(fills[0].ticket.id.as_str(), "healer");
+    }
+
+    #[test]
+    fn a_ticket_without_declared_roles_can_fill_any_role() {
+        let mut c = config();
+        c.roles = vec![RoleRequirement {
+            name: "healer".into(),
+            min_per_team: 1,
+        }];
+        let mut p = pool(c);
+        p.insert(ticket("flex", &[1600.0], 0.0)).unwrap();
+        let mut open = open_one_slot();
+        open.roles = vec![vec![vec!["dps".to_string()]; 4], Vec::new()];
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1, "no declared role means any role");
     }
 
     #[test]

@@ -186,15 +186,7 @@ pub(crate) fn select(
                 ) else {
                     continue;
                 };
-                for &c in members {
-                    matched[c] = true;
-                    if prev[c] != NONE {
-                        next[prev[c]] = next[c];
-                    }
-                    if next[c] < n {
-                        prev[next[c]] = prev[c];
-                    }
-                }
+                unlink(members, &mut matched, &mut next, &mut prev);
                 out.push(&flat, &ends, scored);
                 break 'passes;
             }
@@ -217,20 +209,27 @@ pub(crate) fn select(
             else {
                 continue;
             };
-            for &c in &members {
-                matched[c] = true;
-                if prev[c] != NONE {
-                    next[prev[c]] = next[c];
-                }
-                if next[c] < n {
-                    prev[next[c]] = prev[c];
-                }
-            }
+            unlink(&members, &mut matched, &mut next, &mut prev);
             out.push(&flat, &ends, scored);
             break 'passes;
         }
     }
     out
+}
+
+/// Marks a chosen match's members matched and takes them out of the linked list of unmatched
+/// candidates, O(1) each.
+fn unlink(members: &[usize], matched: &mut [bool], next: &mut [usize], prev: &mut [usize]) {
+    let n = matched.len();
+    for &c in members {
+        matched[c] = true;
+        if prev[c] != NONE {
+            next[prev[c]] = next[c];
+        }
+        if next[c] < n {
+            prev[next[c]] = prev[c];
+        }
+    }
 }
 
 /// A group for a starving `anchor` in a queue with roles: the nearest unmatched tickets (that

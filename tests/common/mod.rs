@@ -108,6 +108,21 @@ impl Drop for TestServer {
     }
 }
 
+/// Registers a game server (any region, unlimited capacity) and returns its match stream.
+pub async fn serve(
+    game_server: &mut GameServerServiceClient<Channel>,
+    address: &str,
+) -> tonic::Streaming<proto::MatchAssignment> {
+    game_server
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: address.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("serve_matches")
+        .into_inner()
+}
+
 /// Enters a queue and returns the ticket id.
 pub async fn enter(
     client: &mut ClientServiceClient<Channel>,
