@@ -83,6 +83,14 @@ pub struct ServerConfig {
     /// expires (SPEC §5.4); 0 turns the heartbeat off.
     #[serde(default = "default_ticket_heartbeat_seconds")]
     pub ticket_heartbeat_seconds: f64,
+    /// How long a finished ticket (matched, cancelled, expired) stays readable by `WatchTicket`
+    /// and `CancelTicket` after the fact.
+    #[serde(default = "default_finished_ticket_retention_seconds")]
+    pub finished_ticket_retention_seconds: f64,
+}
+
+fn default_finished_ticket_retention_seconds() -> f64 {
+    120.0
 }
 
 fn default_ticket_heartbeat_seconds() -> f64 {
@@ -368,6 +376,17 @@ impl Config {
                 format!(
                     "must be finite and >= 0 (0 = off) (got {})",
                     s.ticket_heartbeat_seconds
+                ),
+            ));
+        }
+        if !(s.finished_ticket_retention_seconds.is_finite()
+            && s.finished_ticket_retention_seconds >= 0.0)
+        {
+            return Err(ConfigError::invalid(
+                "server.finished_ticket_retention_seconds",
+                format!(
+                    "must be finite and >= 0 (got {})",
+                    s.finished_ticket_retention_seconds
                 ),
             ));
         }

@@ -25,8 +25,6 @@ use crate::state::{
 };
 use crate::telemetry as m;
 
-/// How long a finished ticket stays readable (WatchTicket/CancelTicket after the fact).
-const FINISHED_TICKET_RETENTION: f64 = 600.0;
 /// How often live matches are checked against the match timeout.
 const STALE_SWEEP_SECONDS: f64 = 10.0;
 /// Minimum spacing of SEARCHING updates to one watcher.
@@ -1137,7 +1135,7 @@ impl Loop {
 
     fn forget_finished(&mut self, now: f64) {
         while let Some((at, _)) = self.finished.front() {
-            if now - at < FINISHED_TICKET_RETENTION {
+            if now - at < self.state.config().server.finished_ticket_retention_seconds {
                 break;
             }
             let (_, id) = self.finished.pop_front().expect("front exists");
