@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::glicko2::predict_glicko;
+use super::glicko2::{display_glicko, predict_glicko, skills_unchanged};
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
@@ -257,11 +257,7 @@ impl RatingSystem for Config {
     }
 
     fn display(&self, s: &Skill) -> DisplayRating {
-        DisplayRating {
-            display: s.mean,
-            low: s.mean - 1.96 * s.deviation,
-            high: s.mean + 1.96 * s.deviation,
-        }
+        display_glicko(s)
     }
 
     fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError> {
@@ -271,11 +267,7 @@ impl RatingSystem for Config {
     fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
         if self.mode == Mode::Periodic {
-            return Ok(m
-                .teams
-                .iter()
-                .map(|t| t.iter().map(|p| p.skill).collect())
-                .collect());
+            return Ok(skills_unchanged(m));
         }
         let period = self.rating_period_seconds();
         let prepared = |p: &super::PlayerInput| {

@@ -430,11 +430,7 @@ impl RatingSystem for Config {
     }
 
     fn display(&self, s: &Skill) -> DisplayRating {
-        DisplayRating {
-            display: s.mean,
-            low: s.mean - 1.96 * s.deviation,
-            high: s.mean + 1.96 * s.deviation,
-        }
+        display_glicko(s)
     }
 
     fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError> {
@@ -444,11 +440,7 @@ impl RatingSystem for Config {
     fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
         if self.mode == Mode::Periodic {
-            return Ok(m
-                .teams
-                .iter()
-                .map(|t| t.iter().map(|p| p.skill).collect())
-                .collect());
+            return Ok(skills_unchanged(m));
         }
         let prepared = |p: &super::PlayerInput| {
             decay_internal(
@@ -497,6 +489,23 @@ impl RatingSystem for Config {
     fn rating_period_seconds(&self) -> f64 {
         self.rating_period_days * DAY_SECONDS
     }
+}
+
+/// The Glicko family's display: the rating ± its 95% interval (1.96 deviations).
+pub(crate) fn display_glicko(s: &Skill) -> DisplayRating {
+    DisplayRating {
+        display: s.mean,
+        low: s.mean - 1.96 * s.deviation,
+        high: s.mean + 1.96 * s.deviation,
+    }
+}
+
+/// A periodic Glicko queue rates at period end, not per match: the skills as they came in.
+pub(crate) fn skills_unchanged(m: &MatchInput<'_>) -> Vec<Vec<Skill>> {
+    m.teams
+        .iter()
+        .map(|t| t.iter().map(|p| p.skill).collect())
+        .collect()
 }
 
 /// Prediction shared by the Glicko family: composite teams (mean rating, mean deviation), then
