@@ -71,6 +71,10 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
     pub command_buffer: usize,
     pub stream_buffer: usize,
+    /// Matches buffered per `ServeMatches` stream: the most one game server (or director) can
+    /// take per tick, since allocation stops at a full buffer.
+    #[serde(default = "default_serve_matches_buffer")]
+    pub serve_matches_buffer: usize,
     pub allocation_timeout_seconds: f64,
     pub match_timeout_seconds: f64,
     /// Largest decoded request message in bytes; a bigger one is refused before decoding.
@@ -87,6 +91,10 @@ pub struct ServerConfig {
     /// and `CancelTicket` after the fact.
     #[serde(default = "default_finished_ticket_retention_seconds")]
     pub finished_ticket_retention_seconds: f64,
+}
+
+fn default_serve_matches_buffer() -> usize {
+    1024
 }
 
 fn default_finished_ticket_retention_seconds() -> f64 {
@@ -332,6 +340,7 @@ impl Config {
             ("server.max_concurrent_requests", s.max_concurrent_requests),
             ("server.command_buffer", s.command_buffer),
             ("server.stream_buffer", s.stream_buffer),
+            ("server.serve_matches_buffer", s.serve_matches_buffer),
             ("server.max_message_bytes", s.max_message_bytes),
             ("server.max_tickets_per_queue", s.max_tickets_per_queue),
             (

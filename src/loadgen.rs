@@ -20,6 +20,8 @@ use crate::proto::game_server_service_client::GameServerServiceClient;
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Workers that share one HTTP/2 connection.
 const WORKERS_PER_CONNECTION: usize = 16;
+/// Game-server streams taking the matches an EnterQueue run forms.
+const DRAIN_SERVERS: usize = 8;
 
 /// The RPC under load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -66,6 +68,8 @@ pub struct Report {
     pub errors: u64,
     pub target: Phase,
     pub baseline: Phase,
+    /// Matches the generator's game servers received during an EnterQueue run (0 otherwise).
+    pub matches_served: u64,
     /// `target.rps / baseline.rps` (SPEC §10 target for EnterQueue: ≥ 0.7).
     pub ratio_vs_baseline: f64,
 }
@@ -103,30 +107,38 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     let run_id = crate::matchmaker::new_id("lg");
     let baseline = phase(&opts, Rpc::HealthCheck, &channels, &run_id, Vec::new()).await?;
     let work = prepare(&opts, &channels, &run_id).await?;
-    // EnterQueue forms matches; a game server takes them, as in production (a server with no
-    // game servers keeps retrying to allocate every formed match, which is not what we measure).
-    let drain = if opts.rpc == Rpc::EnterQueue {
-        let mut assignments = GameServerServiceClient::new(channels[0].clone())
-            .serve_matches(stream_request(
-                proto::ServeMatchesRequest {
-                    server_address: format!("{run_id}:drain"),
-                    region: String::new(),
-                    capacity: 0,
-                },
-                opts.token.as_deref(),
-            ))
-            .await?
-            .into_inner();
-        Some(tokio::spawn(async move {
-            while let Ok(Some(_)) = assignments.message().await {}
-        }))
-    } else {
-        None
-    };
+    // EnterQueue forms matches; game servers take them, as in production, so every match is
+    // allocated and written to sled. (With none, formed matches would wait unallocated and
+    // unwritten, which is not what a studio runs.) Enough streams that their buffers never
+    // limit allocation: each takes `server.serve_matches_buffer` matches per tick.
+    let mut drains = Vec::new();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if opts.rpc == Rpc::EnterQueue {
+        for (i, channel) in channels.iter().cycle().take(DRAIN_SERVERS).enumerate() {
+            let mut assignments = GameServerServiceClient::new(channel.clone())
+                .serve_matches(stream_request(
+                    proto::ServeMatchesRequest {
+                        server_address: format!("{run_id}:drain-{i}"),
+                        region: String::new(),
+                        capacity: 0,
+                    },
+                    opts.token.as_deref(),
+                ))
+                .await?
+                .into_inner();
+            let served = served.clone();
+            drains.push(tokio::spawn(async move {
+                while let Ok(Some(_)) = assignments.message().await {
+                    served.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }));
+        }
+    }
     let target = phase(&opts, opts.rpc, &channels, &run_id, work).await;
-    if let Some(drain) = drain {
+    for drain in drains {
         drain.abort();
     }
+    let matches_served = served.load(std::sync::atomic::Ordering::Relaxed);
     let target = target?;
     Ok(Report {
         addr: opts.addr.clone(),
@@ -137,6 +149,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         p50_ms: target.p50_ms,
         p99_ms: target.p99_ms,
         errors: target.errors,
+        matches_served,
         ratio_vs_baseline: if baseline.rps > 0.0 {
             target.rps / baseline.rps
         } else {

@@ -398,7 +398,21 @@ impl Loop {
                 _ = interval.tick() => self.tick(),
             }
         }
+        self.persist_unallocated();
         info!(waiting = self.waiting.len(), "matchmaker loop stopped");
+    }
+
+    /// Writes the matches no server has taken yet, so a graceful restart keeps them (and a
+    /// result reported for one without auth still applies after it). Ready-checks in progress
+    /// are not matches yet and are not written.
+    fn persist_unallocated(&self) {
+        let formed: Vec<Arc<MatchSlot>> = self
+            .unallocated
+            .iter()
+            .filter(|u| u.slot.phase() == crate::state::MatchPhase::Formed)
+            .map(|u| u.slot.clone())
+            .collect();
+        self.state.persist_matches(&formed);
     }
 
     fn handle(&mut self, cmd: Command) {
@@ -844,7 +858,6 @@ impl Loop {
     fn tick(&mut self) {
         let now = self.clock.now();
         self.expire_ready_checks(now);
-        let first_new = self.unallocated.len();
         for qi in 0..self.queues.len() {
             let started = Instant::now();
             let backfill_first = self.queues[qi].backfill.prefer_backfill;
@@ -988,22 +1001,13 @@ impl Loop {
                 .record(elapsed.as_secs_f64());
             metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
         }
-        // New matches and new allocations go to sled in one batch, written after allocation so
-        // a match formed and allocated in the same tick is written once, with its server.
-        let mut changed: Vec<Arc<MatchSlot>> = self
-            .unallocated
-            .iter()
-            .skip(first_new)
-            .map(|u| u.slot.clone())
-            .collect();
-        let new_ids: std::collections::HashSet<MatchId> =
-            changed.iter().map(|m| m.id.clone()).collect();
-        changed.extend(
-            self.allocate(now)
-                .into_iter()
-                .filter(|m| !new_ids.contains(&m.id)),
-        );
-        self.state.persist_matches(&changed);
+        // A match goes to sled when a game server takes it, in one batch per tick. Until then
+        // it is like a waiting ticket: no server can report it (under auth), and a crash that
+        // loses it frees its players to queue again at once instead of binding them to a match
+        // nobody runs until the allocation timeout. Graceful shutdown still writes the
+        // unallocated ones ([`Loop::persist_unallocated`]).
+        let allocated = self.allocate(now);
+        self.state.persist_matches(&allocated);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
             let timeout = self.state.config().server.match_timeout_seconds;

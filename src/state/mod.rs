@@ -808,7 +808,7 @@ impl State {
         region: String,
         capacity: u32,
     ) -> tokio::sync::mpsc::Receiver<Arc<Assignment>> {
-        let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.stream_buffer);
+        let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.serve_matches_buffer);
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         registry.register(ServerHandle::new(address, region, capacity, tx));
         metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
