@@ -8,6 +8,7 @@
 
 mod admin;
 mod live;
+mod segments;
 mod servers;
 
 use std::collections::BTreeMap;
@@ -344,6 +345,9 @@ pub struct MatchSlot {
     /// Unix seconds when it formed (persisted).
     pub formed_unix: f64,
     inner: Mutex<MatchInner>,
+    /// The sled segment holding its newest copy ([`segments::NOT_STORED`] before a server took
+    /// it, [`segments::ENDED`] after). Changed only under `Inner::segments`.
+    segment: AtomicU64,
     /// Set once, by the one report that applies the result; duplicates wait on it and get the
     /// same acknowledgement.
     pub result: tokio::sync::OnceCell<Arc<ResultAck>>,
@@ -428,6 +432,8 @@ struct Inner {
     matches: DashMap<MatchId, Arc<MatchSlot>, crate::matching::IdHash>,
     servers: Mutex<ServerRegistry>,
     store: Store,
+    /// Live matches per sled segment; held while a segment write is decided and made.
+    segments: Mutex<segments::Segments>,
     /// Party skills: party key → pool → record.
     parties: DashMap<String, BTreeMap<String, PartyRecord>>,
     /// Leaderboard order per rating pool (players with at least one record there).
@@ -498,6 +504,7 @@ impl State {
                 servers: Mutex::new(ServerRegistry::default()),
                 parties: store.load_parties()?.into_iter().collect(),
                 store,
+                segments: Mutex::new(segments::Segments::after(0)),
                 ranks,
                 pool_systems,
                 pool_names,
@@ -718,6 +725,7 @@ impl State {
                 tickets: tickets.iter().map(|t| t.id.clone()).collect(),
                 roles,
             }),
+            segment: AtomicU64::new(segments::NOT_STORED),
             result: tokio::sync::OnceCell::new(),
         });
         let ids: Vec<PlayerId> = tickets
@@ -841,9 +849,56 @@ impl State {
             .iter()
             .map(|m| Self::stored_match(m, &m.assignment()))
             .collect();
-        if let Err(e) = self.inner.store.put_matches(&stored) {
-            tracing::error!(matches = stored.len(), error = %e, "could not persist formed matches");
+        let mut segments = self.lock_segments();
+        // A match whose result (or cancel) came in meanwhile is not written again.
+        let (stored, previous): (Vec<StoredMatch>, Vec<u64>) = matches
+            .iter()
+            .zip(stored)
+            .map(|(m, s)| (s, m.segment.load(Ordering::Relaxed)))
+            .filter(|(_, p)| *p != segments::ENDED)
+            .unzip();
+        if stored.is_empty() {
+            return;
         }
+        let (id, dropped) = segments.write(&previous);
+        for m in matches {
+            if m.segment.load(Ordering::Relaxed) != segments::ENDED {
+                m.segment.store(id, Ordering::Relaxed);
+            }
+        }
+        if let Err(e) = self.inner.store.put_segment(id, &stored, &dropped) {
+            tracing::error!(matches = stored.len(), error = %e, "could not persist matches");
+        }
+    }
+
+    /// A live match ended: it is never written again, and its segment goes once no match in it
+    /// is live. A match that ended without a result is marked, so no older copy of it comes back
+    /// at start (one with a result is recognised by its journaled result).
+    fn forget_stored_match(&self, m: &MatchSlot, with_result: bool) {
+        let mut segments = self.lock_segments();
+        let previous = m.segment.swap(segments::ENDED, Ordering::Relaxed);
+        if previous == segments::NOT_STORED || previous == segments::ENDED {
+            return;
+        }
+        let dropped: Vec<u64> = segments.release(previous).into_iter().collect();
+        let ended = if with_result {
+            Vec::new()
+        } else {
+            vec![m.id.clone()]
+        };
+        if ended.is_empty() && dropped.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
+            tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
+        }
+    }
+
+    fn lock_segments(&self) -> MutexGuard<'_, segments::Segments> {
+        self.inner
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn stored_match(m: &MatchSlot, a: &Assignment) -> StoredMatch {
@@ -906,9 +961,7 @@ impl State {
                 .unwrap_or_else(|p| p.into_inner())
                 .release(&assignment.server_address);
         }
-        if let Err(e) = self.inner.store.remove_match(&m.id) {
-            tracing::error!(match_id = %m.id, error = %e, "could not forget a cancelled match");
-        }
+        self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         tracing::info!(match_id = %m.id, reason, "match cancelled");
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
@@ -932,9 +985,7 @@ impl State {
             reason: "no game server took the match in time; back at the front of the queue".into(),
             wait_seconds: now - t.entered_at,
         });
-        if let Err(e) = self.inner.store.remove_match(&m.id) {
-            tracing::error!(match_id = %m.id, error = %e, "could not forget a dissolved match");
-        }
+        self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "allocation_timeout")
             .increment(1);
@@ -1278,6 +1329,7 @@ impl State {
                 .unwrap_or_else(|p| p.into_inner())
                 .release(&server);
         }
+        self.forget_stored_match(m, true);
         self.inner.matches.remove(&m.id);
     }
 
@@ -1337,15 +1389,14 @@ impl State {
             last = seq;
         }
         let mut restored = Vec::new();
-        let stored: Vec<StoredMatch> = store.load_matches().collect::<Result<_, _>>()?;
+        let mut live = Vec::new();
+        let (stored, last_segment) = store.load_matches()?;
         for m in stored {
             if store.result_of(&m.match_id)?.is_some() {
-                store.remove_match(&m.match_id)?;
                 continue;
             }
             let Some(queue) = self.inner.queues.get(&QueueId::new(m.queue.as_str())) else {
                 tracing::warn!(match_id = %m.match_id, queue = %m.queue, "dropping a live match of a queue no longer configured");
-                store.remove_match(&m.match_id)?;
                 continue;
             };
             let phase = if m.server_address.is_empty() {
@@ -1376,6 +1427,7 @@ impl State {
                     tickets: Vec::new(),
                     roles: BTreeMap::new(),
                 }),
+                segment: AtomicU64::new(segments::NOT_STORED),
                 result: tokio::sync::OnceCell::new(),
             });
             let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();
@@ -1387,7 +1439,20 @@ impl State {
             drop(guards);
             self.inner.matches.insert(slot.id.clone(), slot.clone());
             restored.push(slot);
+            live.push(m);
         }
+        // The survivors become one segment; stale copies, ended marks and empty segments go.
+        let mut segments = segments::Segments::after(last_segment);
+        let id = if live.is_empty() {
+            last_segment
+        } else {
+            segments.write(&vec![segments::NOT_STORED; live.len()]).0
+        };
+        store.compact_matches(id, &live)?;
+        for slot in &restored {
+            slot.segment.store(id, Ordering::Relaxed);
+        }
+        *self.lock_segments() = segments;
         Ok((replayed, restored, store.last_seq()?.max(last)))
     }
 

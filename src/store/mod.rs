@@ -4,7 +4,7 @@
 //!
 //! Architecture invariant: nothing outside this module names sled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -26,8 +26,20 @@ const PLAYERS_TREE: &str = "players";
 /// Result journal: `j/<seq be64>` → entry, and `r/<match id>` → seq (idempotency index), written
 /// together in one atomic batch of one tree.
 const JOURNAL_TREE: &str = "journal";
-/// Live matches, so a game server can report a match formed before a restart.
+/// Live matches, so a game server can report a match formed before a restart. Written in
+/// segments, one sled value per write (a tick's allocations are one segment), so a tick that
+/// hands thousands of matches to servers is one insert, not thousands:
+/// - `0x00 ++ <segment id be64>` → JSON array of [`StoredMatch`]; a later segment's copy of a
+///   match supersedes an earlier one (a backfill rewrites its match);
+/// - `0x01 ++ <match id>` → empty: the match ended without a result (cancelled). One that ended
+///   with a result needs no mark: its result stays in the journal tree ([`Store::result_of`]).
+///
+/// The server drops a segment once none of its matches is live, and rewrites the survivors into
+/// one segment at start ([`Store::compact_matches`]), which also clears the marks. Keys that are
+/// bare match ids (one match per key, before segments) still load.
 const MATCHES_TREE: &str = "matches";
+const SEGMENT_PREFIX: u8 = 0x00;
+const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
 /// `meta` key: the journal sequence number the players tree is known to include.
@@ -364,7 +376,8 @@ impl Store {
     }
 
     /// Writes journal entries with consecutive sequence numbers from `first_seq` in one atomic
-    /// batch, and removes their matches from the live-match tree. Not durable until a flush.
+    /// batch. Not durable until a flush. (Their matches leave the live-match tree when the
+    /// state drops their segments; a stale copy is ignored at start because its result is here.)
     pub(crate) fn append_journal(
         &self,
         first_seq: u64,
@@ -400,47 +413,96 @@ impl Store {
             }
         }
         self.journal.apply_batch(batch)?;
-        let mut done = sled::Batch::default();
-        for entry in entries.iter().filter(|e| e.kind == EntryKind::Result) {
-            done.remove(entry.match_id.as_str());
-        }
-        self.matches.apply_batch(done)?;
         Ok(())
     }
 
-    /// Records a live match (durable with the next flush; sled flushes every 500 ms anyway).
-    pub fn put_match(&self, m: &StoredMatch) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(m).map_err(|e| StoreError::Sled(e.to_string()))?;
-        self.matches.insert(m.match_id.as_str(), bytes)?;
-        Ok(())
-    }
-
-    /// Records several live matches in one atomic batch.
-    pub fn put_matches(&self, matches: &[StoredMatch]) -> Result<(), StoreError> {
+    /// Writes `matches` as segment `id` and drops the segments in `dropped` (no live match left
+    /// in them), in one atomic batch. Durable with the next flush (sled flushes every 500 ms).
+    pub fn put_segment(
+        &self,
+        id: u64,
+        matches: &[StoredMatch],
+        dropped: &[u64],
+    ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for m in matches {
-            let bytes = serde_json::to_vec(m).map_err(|e| StoreError::Sled(e.to_string()))?;
-            batch.insert(m.match_id.as_str(), bytes);
+        batch.insert(&segment_key(id), encode(matches)?);
+        for d in dropped {
+            batch.remove(&segment_key(*d));
         }
         self.matches.apply_batch(batch)?;
         Ok(())
     }
 
-    /// Forgets a live match (cancelled).
-    pub fn remove_match(&self, id: &MatchId) -> Result<(), StoreError> {
-        self.matches.remove(id.as_str())?;
+    /// Records matches that ended without a result (so no older copy of them is restored) and
+    /// drops the segments in `dropped`, in one atomic batch.
+    pub fn end_matches(&self, ended: &[MatchId], dropped: &[u64]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for id in ended {
+            batch.insert(ended_key(id), &[]);
+        }
+        for d in dropped {
+            batch.remove(&segment_key(*d));
+        }
+        self.matches.apply_batch(batch)?;
         Ok(())
     }
 
-    /// Every live match.
-    pub fn load_matches(&self) -> impl Iterator<Item = Result<StoredMatch, StoreError>> + '_ {
-        self.matches.iter().map(|item| {
+    /// Every stored live match, newest copy of each, oldest formed first; without the
+    /// ones marked as ended. The caller filters those whose result is journaled. Also returns
+    /// the highest segment id seen (0 for none).
+    pub fn load_matches(&self) -> Result<(Vec<StoredMatch>, u64), StoreError> {
+        let mut ended = std::collections::HashSet::new();
+        let mut newest: Vec<StoredMatch> = Vec::new();
+        let mut index: HashMap<MatchId, usize> = HashMap::new();
+        let mut last_segment = 0;
+        let mut keep = |m: StoredMatch| match index.get(&m.match_id) {
+            Some(&i) => newest[i] = m,
+            None => {
+                index.insert(m.match_id.clone(), newest.len());
+                newest.push(m);
+            }
+        };
+        for item in self.matches.iter() {
             let (k, v) = item?;
-            serde_json::from_slice(&v).map_err(|e| StoreError::Decode {
-                key: format!("matches/{}", String::from_utf8_lossy(&k)),
-                detail: e.to_string(),
-            })
-        })
+            let key = || format!("matches/{}", String::from_utf8_lossy(&k));
+            match k.first() {
+                Some(&SEGMENT_PREFIX) => {
+                    let id = k
+                        .get(1..9)
+                        .and_then(|b| b.try_into().ok())
+                        .map(u64::from_be_bytes)
+                        .ok_or_else(|| StoreError::Decode {
+                            key: key(),
+                            detail: "segment key is not 0x00 + 8 bytes".into(),
+                        })?;
+                    last_segment = last_segment.max(id);
+                    let matches: Vec<StoredMatch> = decode(&v, &key())?;
+                    matches.into_iter().for_each(&mut keep);
+                }
+                Some(&ENDED_PREFIX) => {
+                    ended.insert(MatchId::from(String::from_utf8_lossy(&k[1..]).as_ref()));
+                }
+                // A match written one per key, before segments.
+                _ => keep(decode(&v, &key())?),
+            }
+        }
+        newest.retain(|m| !ended.contains(&m.match_id));
+        newest.sort_by(|a, b| a.formed_unix.total_cmp(&b.formed_unix));
+        Ok((newest, last_segment))
+    }
+
+    /// Replaces everything in the live-match tree with one segment `id` holding `live` (at
+    /// start, after recovery decided which matches are still live), in one atomic batch.
+    pub fn compact_matches(&self, id: u64, live: &[StoredMatch]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for key in self.matches.iter().keys() {
+            batch.remove(key?);
+        }
+        if !live.is_empty() {
+            batch.insert(&segment_key(id), encode(live)?);
+        }
+        self.matches.apply_batch(batch)?;
+        Ok(())
     }
 
     /// Bytes sled uses on disk.
@@ -613,6 +675,19 @@ fn open_sled(dir: &Path, cache_capacity_bytes: u64) -> sled::Result<sled::Db> {
     }
 }
 
+fn segment_key(id: u64) -> [u8; 9] {
+    let mut key = [SEGMENT_PREFIX; 9];
+    key[1..].copy_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn ended_key(id: &MatchId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(1 + id.as_str().len());
+    key.push(ENDED_PREFIX);
+    key.extend_from_slice(id.as_str().as_bytes());
+    key
+}
+
 fn journal_key(seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(10);
     k.extend_from_slice(b"j/");
@@ -702,6 +777,68 @@ mod tests {
         store.finish_snapshot(1).unwrap();
         assert_eq!(store.journal_after(0).count(), 0);
         assert_eq!(store.season_state("lad").unwrap().week, 1);
+    }
+
+    fn stored(id: &str, server: &str) -> StoredMatch {
+        StoredMatch {
+            match_id: MatchId::from(id),
+            queue: "1v1".into(),
+            teams: vec![vec![PlayerId::from("a")], vec![PlayerId::from("b")]],
+            win_probability: vec![0.5, 0.5],
+            region: None,
+            server_address: server.into(),
+            formed_unix: 1.0,
+            parties: Vec::new(),
+            backfill: Vec::new(),
+            left: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn live_matches_load_newest_copy_without_ended_ones_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), 1 << 20).unwrap();
+            // Written one per key before segments: still loads.
+            store
+                .matches
+                .insert(
+                    "m0",
+                    serde_json::to_vec(&StoredMatch {
+                        formed_unix: 0.5,
+                        ..stored("m0", "old")
+                    })
+                    .unwrap(),
+                )
+                .unwrap();
+            store
+                .put_segment(1, &[stored("m1", "s1"), stored("m2", "s1")], &[])
+                .unwrap();
+            store.put_segment(2, &[stored("m3", "s2")], &[]).unwrap();
+            // m1 rewritten (a backfill) into segment 3; m3 cancelled, segment 2 dropped with it.
+            store
+                .put_segment(3, &[stored("m1", "s1-again")], &[])
+                .unwrap();
+            store.end_matches(&[MatchId::from("m3")], &[2]).unwrap();
+            // m2's stale copy in segment 1 must not outlive a cancel either.
+            store.end_matches(&[MatchId::from("m2")], &[]).unwrap();
+            store.flush().unwrap();
+        }
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let (live, last) = store.load_matches().unwrap();
+        let ids: Vec<(&str, &str)> = live
+            .iter()
+            .map(|m| (m.match_id.as_str(), m.server_address.as_str()))
+            .collect();
+        assert_eq!(ids, vec![("m0", "old"), ("m1", "s1-again")]);
+        assert_eq!(last, 3);
+        // Compaction leaves exactly the survivors, in one segment, with no marks.
+        store.compact_matches(4, &live).unwrap();
+        assert_eq!(store.matches.len(), 1);
+        let (again, last) = store.load_matches().unwrap();
+        assert_eq!((again, last), (live, 4));
+        store.compact_matches(5, &[]).unwrap();
+        assert!(store.matches.is_empty());
     }
 
     #[test]

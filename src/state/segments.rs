@@ -1,0 +1,107 @@
+//! Bookkeeping for the live-match segments in sled (layout in `store`'s `MATCHES_TREE`): which
+//! segment holds each stored match's newest copy, and how many live matches each segment still
+//! holds, so a segment is dropped as soon as none of its matches is live.
+//!
+//! Pure: the caller keeps each match's segment id (in its `MatchSlot`) and writes to sled what
+//! these methods decide, under one lock, so the bookkeeping and the writes happen in one order.
+
+use std::collections::HashMap;
+
+/// A match that was never written (formed, in its ready-check).
+pub const NOT_STORED: u64 = 0;
+/// A match that ended: a write that comes later (a race with its result) must skip it.
+pub const ENDED: u64 = u64::MAX;
+
+/// Live matches per segment, and the next segment id.
+#[derive(Debug)]
+pub struct Segments {
+    next: u64,
+    live: HashMap<u64, usize>,
+}
+
+impl Segments {
+    /// Segment ids continue after `last` (the highest in the store).
+    pub fn after(last: u64) -> Self {
+        Self {
+            next: last + 1,
+            live: HashMap::new(),
+        }
+    }
+
+    /// A new segment for `count` matches whose current segments are `previous` (one entry per
+    /// match; [`NOT_STORED`] for a first write). Returns the new id and the segments that no
+    /// longer hold any live match. Callers skip [`ENDED`] matches before calling.
+    pub fn write(&mut self, previous: &[u64]) -> (u64, Vec<u64>) {
+        debug_assert!(!previous.contains(&ENDED));
+        let id = self.next;
+        self.next += 1;
+        let dropped = previous.iter().filter_map(|&p| self.release(p)).collect();
+        self.live.insert(id, previous.len());
+        (id, dropped)
+    }
+
+    /// A match held by `segment` ended (or moved to a newer segment). Returns the segment if it
+    /// holds no live match any more.
+    pub fn release(&mut self, segment: u64) -> Option<u64> {
+        if segment == NOT_STORED || segment == ENDED {
+            return None;
+        }
+        let live = self.live.get_mut(&segment)?;
+        *live = live.saturating_sub(1);
+        if *live > 0 {
+            return None;
+        }
+        self.live.remove(&segment);
+        Some(segment)
+    }
+
+    /// Segments still holding live matches.
+    #[cfg(test)]
+    fn segments(&self) -> usize {
+        self.live.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_is_dropped_when_its_last_match_ends() {
+        let mut s = Segments::after(7);
+        let (a, dropped) = s.write(&[NOT_STORED, NOT_STORED, NOT_STORED]);
+        assert_eq!(
+            (a, dropped),
+            (8, vec![]),
+            "ids continue after the store's last"
+        );
+        assert_eq!(s.release(a), None);
+        assert_eq!(s.release(a), None);
+        assert_eq!(s.release(a), Some(a), "third of three ended");
+        assert_eq!(s.segments(), 0);
+    }
+
+    #[test]
+    fn a_rewrite_moves_a_match_and_may_empty_its_old_segment() {
+        let mut s = Segments::after(0);
+        let (a, _) = s.write(&[NOT_STORED, NOT_STORED]);
+        let (b, dropped) = s.write(&[a]);
+        assert!(b > a);
+        assert!(dropped.is_empty(), "the other match still lives in {a}");
+        let (c, dropped) = s.write(&[a, b]);
+        assert_eq!(dropped, vec![a, b], "both old homes are empty now");
+        assert_eq!(s.segments(), 1);
+        assert_eq!(s.release(c), None);
+        assert_eq!(s.release(c), Some(c));
+    }
+
+    #[test]
+    fn unstored_and_ended_matches_release_nothing() {
+        let mut s = Segments::after(0);
+        let (a, _) = s.write(&[NOT_STORED]);
+        assert_eq!(s.release(NOT_STORED), None);
+        assert_eq!(s.release(ENDED), None);
+        assert_eq!(s.release(a + 100), None, "unknown segment");
+        assert_eq!(s.segments(), 1);
+    }
+}
