@@ -61,6 +61,7 @@ pub struct Report {
     pub addr: String,
     pub seconds: f64,
     pub concurrency: usize,
+    pub rounds: usize,
     pub rpc: Rpc,
     pub rps: f64,
     pub p50_ms: f64,
@@ -82,11 +83,20 @@ pub struct Options {
     pub seconds: f64,
     pub concurrency: usize,
     pub token: Option<String>,
+    /// Baseline and target alternate this many times, each slice `seconds / rounds` long, and
+    /// each side's figures are the totals over its slices. A machine that slows down or speeds
+    /// up during the run (other processes, frequency, placement of connections on threads)
+    /// then weighs on both sides alike instead of on whichever phase it hit.
+    pub rounds: usize,
 }
 
-/// Runs the baseline, then the target RPC, each for `seconds`.
+/// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
 pub async fn run(opts: Options) -> anyhow::Result<Report> {
     anyhow::ensure!(opts.concurrency >= 1, "--concurrency: must be at least 1");
+    anyhow::ensure!(
+        (1..=100).contains(&opts.rounds),
+        "--rounds: must be in 1..=100"
+    );
     anyhow::ensure!(
         opts.seconds > 0.0 && opts.seconds <= 3600.0,
         "--seconds: must be in (0, 3600]"
@@ -105,8 +115,9 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         channels.push(endpoint.connect().await?);
     }
     let run_id = crate::matchmaker::new_id("lg");
-    let baseline = phase(&opts, Rpc::HealthCheck, &channels, &run_id, Vec::new()).await?;
-    let work = prepare(&opts, &channels, &run_id).await?;
+    let work = std::sync::Arc::new(std::sync::Mutex::new(
+        prepare(&opts, &channels, &run_id).await?,
+    ));
     // EnterQueue forms matches; game servers take them, as in production, so every match is
     // allocated and written to sled. (With none, formed matches would wait unallocated and
     // unwritten, which is not what a studio runs.) Enough streams that their buffers never
@@ -134,16 +145,38 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
             }));
         }
     }
-    let target = phase(&opts, opts.rpc, &channels, &run_id, work).await;
+    let slice = Duration::from_secs_f64(opts.seconds / opts.rounds as f64);
+    let mut baseline = Tally::default();
+    let mut target = Ok(Tally::default());
+    for round in 0..opts.rounds {
+        let base = slice_run(
+            &opts,
+            Rpc::HealthCheck,
+            slice,
+            &channels,
+            &run_id,
+            &work,
+            round,
+        );
+        baseline.add(base.await?)?;
+        let t = slice_run(&opts, opts.rpc, slice, &channels, &run_id, &work, round).await;
+        target = match (target, t) {
+            (Ok(mut sum), Ok(t)) => sum.add(t).map(|()| sum),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+    }
     for drain in drains {
         drain.abort();
     }
+    let baseline = baseline.phase(Rpc::HealthCheck);
+    let target = target.map(|t| t.phase(opts.rpc));
     let matches_served = served.load(std::sync::atomic::Ordering::Relaxed);
     let target = target?;
     Ok(Report {
         addr: opts.addr.clone(),
         seconds: opts.seconds,
         concurrency: opts.concurrency,
+        rounds: opts.rounds,
         rpc: opts.rpc,
         rps: target.rps,
         p50_ms: target.p50_ms,
@@ -249,16 +282,72 @@ async fn prepare(
     }
 }
 
-async fn phase(
+/// One side's figures, summed over its slices.
+#[derive(Default)]
+struct Tally {
+    hist: Option<Histogram<u64>>,
+    error_hist: Option<Histogram<u64>>,
+    error_codes: std::collections::BTreeMap<String, u64>,
+    requests: u64,
+    seconds: f64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) -> anyhow::Result<()> {
+        for (mine, theirs) in [
+            (&mut self.hist, other.hist),
+            (&mut self.error_hist, other.error_hist),
+        ] {
+            let Some(theirs) = theirs else { continue };
+            match mine {
+                Some(h) => h
+                    .add(&theirs)
+                    .map_err(|e| anyhow::anyhow!("histogram: {e}"))?,
+                None => *mine = Some(theirs),
+            }
+        }
+        for (k, v) in other.error_codes {
+            *self.error_codes.entry(k).or_default() += v;
+        }
+        self.requests += other.requests;
+        self.seconds += other.seconds;
+        Ok(())
+    }
+
+    fn phase(self, rpc: Rpc) -> Phase {
+        let hist = self.hist.unwrap_or_else(latency_histogram);
+        let error_hist = self.error_hist.unwrap_or_else(latency_histogram);
+        let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Phase {
+            rpc,
+            requests: self.requests,
+            errors: self.error_codes.values().sum(),
+            error_codes: self.error_codes,
+            rps: if self.seconds > 0.0 {
+                hist.len() as f64 / self.seconds
+            } else {
+                0.0
+            },
+            p50_ms: ms(&hist, 0.5),
+            p99_ms: ms(&hist, 0.99),
+            errors_p50_ms: ms(&error_hist, 0.5),
+            errors_p99_ms: ms(&error_hist, 0.99),
+        }
+    }
+}
+
+/// One slice of one side: every caller calls `rpc` back to back for `length`.
+async fn slice_run(
     opts: &Options,
     rpc: Rpc,
+    length: Duration,
     channels: &[Channel],
     run_id: &str,
-    work: Vec<String>,
-) -> anyhow::Result<Phase> {
-    let work = std::sync::Arc::new(std::sync::Mutex::new(work));
+    work: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    round: usize,
+) -> anyhow::Result<Tally> {
     let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(opts.seconds);
+    let deadline = started + length;
     let mut workers = Vec::with_capacity(opts.concurrency);
     for w in 0..opts.concurrency {
         let channel = channels[w / WORKERS_PER_CONNECTION].clone();
@@ -295,7 +384,7 @@ async fn phase(
                         .enter_queue(request(
                             proto::EnterQueueRequest {
                                 queue: "1v1".into(),
-                                player_ids: vec![format!("{run_id}-{w}-{i}")],
+                                player_ids: vec![format!("{run_id}-{round}-{w}-{i}")],
                                 ..Default::default()
                             },
                             token,
@@ -340,38 +429,21 @@ async fn phase(
             (hist, error_hist, errors, i)
         }));
     }
-    let mut hist = latency_histogram();
-    let mut error_hist = latency_histogram();
-    let mut error_codes: std::collections::BTreeMap<String, u64> = Default::default();
-    let mut requests = 0;
+    let mut tally = Tally::default();
     for w in workers {
-        let (h, eh, e, n) = w.await?;
-        hist.add(&h)
-            .map_err(|e| anyhow::anyhow!("histogram: {e}"))?;
-        error_hist
-            .add(&eh)
-            .map_err(|e| anyhow::anyhow!("histogram: {e}"))?;
-        for (k, v) in e {
-            *error_codes.entry(k).or_default() += v;
-        }
-        requests += n;
+        let (hist, error_hist, error_codes, requests) = w.await?;
+        tally.add(Tally {
+            hist: Some(hist),
+            error_hist: Some(error_hist),
+            error_codes,
+            requests,
+            seconds: 0.0,
+        })?;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    Ok(Phase {
-        rpc,
-        requests,
-        errors: error_codes.values().sum(),
-        error_codes,
-        rps: hist.len() as f64 / elapsed,
-        p50_ms: ms(&hist, 0.5),
-        p99_ms: ms(&hist, 0.99),
-        errors_p50_ms: ms(&error_hist, 0.5),
-        errors_p99_ms: ms(&error_hist, 0.99),
-    })
+    tally.seconds = started.elapsed().as_secs_f64();
+    Ok(tally)
 }
 
-/// Microseconds from 1 µs to 60 s, 3 significant digits.
 fn latency_histogram() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }

@@ -117,9 +117,13 @@ enum Command {
         /// The RPC under load.
         #[arg(long, value_enum, default_value = "enter-queue")]
         rpc: matchmaker::loadgen::Rpc,
-        /// Seconds per phase (baseline, then target).
+        /// Seconds of load per side (baseline and target), in total over the rounds.
         #[arg(long, default_value_t = 10.0)]
         seconds: f64,
+        /// Baseline and target alternate this many times (slices of seconds/rounds each), so a
+        /// machine whose speed drifts during the run weighs on both sides alike.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
         /// Concurrent callers.
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
@@ -269,6 +273,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             addr,
             rpc,
             seconds,
+            rounds,
             concurrency,
             token,
             json,
@@ -284,6 +289,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     seconds,
                     concurrency,
                     token,
+                    rounds,
                 }))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -420,6 +420,7 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         seconds: 0.3,
         concurrency,
         token: None,
+        rounds: 2,
     };
     for rpc in [
         matchmaker::loadgen::Rpc::EnterQueue,
