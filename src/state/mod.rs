@@ -851,22 +851,32 @@ impl State {
             .collect();
         let mut segments = self.lock_segments();
         // A match whose result (or cancel) came in meanwhile is not written again.
-        let (stored, previous): (Vec<StoredMatch>, Vec<u64>) = matches
+        let (live, stored): (Vec<&Arc<MatchSlot>>, Vec<StoredMatch>) = matches
             .iter()
             .zip(stored)
-            .map(|(m, s)| (s, m.segment.load(Ordering::Relaxed)))
-            .filter(|(_, p)| *p != segments::ENDED)
+            .filter(|(m, _)| m.segment.load(Ordering::Relaxed) != segments::ENDED)
             .unzip();
-        if stored.is_empty() {
-            return;
-        }
-        let (id, dropped) = segments.write(&previous);
-        for m in matches {
-            if m.segment.load(Ordering::Relaxed) != segments::ENDED {
+        let mut written = Vec::new();
+        let mut dropped = Vec::new();
+        for (slots, chunk) in live
+            .chunks(crate::store::SEGMENT_MATCHES)
+            .zip(stored.chunks(crate::store::SEGMENT_MATCHES))
+        {
+            let previous: Vec<u64> = slots
+                .iter()
+                .map(|m| m.segment.load(Ordering::Relaxed))
+                .collect();
+            let (id, emptied) = segments.write(&previous);
+            for m in slots {
                 m.segment.store(id, Ordering::Relaxed);
             }
+            written.push((id, chunk));
+            dropped.extend(emptied);
         }
-        if let Err(e) = self.inner.store.put_segment(id, &stored, &dropped) {
+        if written.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
             tracing::error!(matches = stored.len(), error = %e, "could not persist matches");
         }
     }

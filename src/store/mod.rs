@@ -39,6 +39,9 @@ const JOURNAL_TREE: &str = "journal";
 /// bare match ids (one match per key, before segments) still load.
 const MATCHES_TREE: &str = "matches";
 const SEGMENT_PREFIX: u8 = 0x00;
+/// Matches per segment: a 5v5 match is ~1 KB of JSON, and sled writes a value over 128 KB (a
+/// quarter of its 512 KB log segment) as a separate blob file.
+pub const SEGMENT_MATCHES: usize = 64;
 const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
@@ -416,16 +419,19 @@ impl Store {
         Ok(())
     }
 
-    /// Writes `matches` as segment `id` and drops the segments in `dropped` (no live match left
-    /// in them), in one atomic batch. Durable with the next flush (sled flushes every 500 ms).
-    pub fn put_segment(
+    /// Writes each `(id, matches)` as a segment and drops the segments in `dropped` (no live
+    /// match left in them), in one atomic batch. Durable with the next flush (sled flushes every
+    /// 500 ms). Keep segments under ~100 KB ([`SEGMENT_MATCHES`]): a bigger value becomes a sled
+    /// blob, a file of its own.
+    pub fn put_segments(
         &self,
-        id: u64,
-        matches: &[StoredMatch],
+        segments: &[(u64, &[StoredMatch])],
         dropped: &[u64],
     ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        batch.insert(&segment_key(id), encode(matches)?);
+        for (id, matches) in segments {
+            batch.insert(&segment_key(*id), encode(matches)?);
+        }
         for d in dropped {
             batch.remove(&segment_key(*d));
         }
@@ -812,12 +818,17 @@ mod tests {
                 )
                 .unwrap();
             store
-                .put_segment(1, &[stored("m1", "s1"), stored("m2", "s1")], &[])
+                .put_segments(
+                    &[
+                        (1, &[stored("m1", "s1"), stored("m2", "s1")]),
+                        (2, &[stored("m3", "s2")]),
+                    ],
+                    &[],
+                )
                 .unwrap();
-            store.put_segment(2, &[stored("m3", "s2")], &[]).unwrap();
             // m1 rewritten (a backfill) into segment 3; m3 cancelled, segment 2 dropped with it.
             store
-                .put_segment(3, &[stored("m1", "s1-again")], &[])
+                .put_segments(&[(3, &[stored("m1", "s1-again")])], &[])
                 .unwrap();
             store.end_matches(&[MatchId::from("m3")], &[2]).unwrap();
             // m2's stale copy in segment 1 must not outlive a cancel either.
