@@ -786,13 +786,9 @@ impl State {
             metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
             chosen
         };
-        let Some(server_address) = server else {
+        let Some(allocated) = server else {
             return false;
         };
-        let allocated = Arc::new(Assignment {
-            server_address,
-            ..(*assignment).clone()
-        });
         {
             let mut inner = m.lock();
             inner.phase = MatchPhase::Allocated;

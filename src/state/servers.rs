@@ -86,8 +86,9 @@ impl ServerRegistry {
     }
 
     /// Sends `assignment` to the next server of its region (any region when the match has none)
-    /// that is connected, has room and has buffer space; returns that server's address.
-    pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<String> {
+    /// that is connected, has room and has buffer space; returns the server's copy (with its
+    /// address), which is the match's assignment from now on.
+    pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<Arc<Assignment>> {
         self.servers.retain(|s| !s.tx.is_closed());
         let region = assignment.region.clone().unwrap_or_default();
         let candidates: Vec<usize> = (0..self.servers.len())
@@ -108,10 +109,10 @@ impl ServerRegistry {
                 server_address: server.address.clone(),
                 ..(**assignment).clone()
             });
-            if server.tx.try_send(allocated).is_ok() {
+            if server.tx.try_send(allocated.clone()).is_ok() {
                 server.assigned += 1;
                 *cursor = (*cursor + step + 1) % candidates.len();
-                return Some(server.address.clone());
+                return Some(allocated);
             }
         }
         None
@@ -160,7 +161,12 @@ mod tests {
         let mut b = server(&mut r, "b:1", "eu", 0);
         let _us = server(&mut r, "c:1", "us", 0);
         let picks: Vec<_> = (0..4)
-            .map(|_| r.offer(&assignment(Some("eu"))).unwrap())
+            .map(|_| {
+                r.offer(&assignment(Some("eu")))
+                    .unwrap()
+                    .server_address
+                    .clone()
+            })
             .collect();
         assert_eq!(picks, ["a:1", "b:1", "a:1", "b:1"]);
         assert_eq!(a.try_recv().unwrap().server_address, "a:1");
@@ -174,7 +180,10 @@ mod tests {
         let _a = server(&mut r, "a:1", "eu", 1);
         let b = server(&mut r, "b:1", "eu", 0);
         drop(b);
-        assert_eq!(r.offer(&assignment(None)).as_deref(), Some("a:1"));
+        assert_eq!(
+            r.offer(&assignment(None)).map(|a| a.server_address.clone()),
+            Some("a:1".to_string())
+        );
         // a is at capacity and b's stream is gone.
         assert_eq!(r.offer(&assignment(None)), None);
     }
