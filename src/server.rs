@@ -175,12 +175,19 @@ async fn run_with_store_and_clock(
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
     // request holds its slot only while it is answered. With auth off there is no auth layer at
     // all (not one that passes everything through at the cost of a boxed future per call).
+    // The rate limit comes after auth: its key is the verified identity, so a caller cannot pick
+    // its bucket with a forged header, and a refusal holds its slot only for one map lookup. With
+    // every rate 0 there is no rate layer either.
     let limits = ServiceBuilder::new()
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
         ))
         .option_layer(verifier.map(|v| crate::auth::AuthLayer::new(Some(v))))
+        .option_layer(
+            crate::limits::RateLimiter::from_config(&config.rate_limit)
+                .map(crate::limits::RateLimitLayer::new),
+        )
         .into_inner();
     let mut builder = Server::builder();
     if config.tls.enabled {

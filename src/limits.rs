@@ -1,0 +1,621 @@
+//! The per-caller rate limit (SPEC §7 Limits), as a tower layer in the server's stack
+//! (`server.rs`).
+//!
+//! - [`RateLimitLayer`]: a token bucket per caller (`rate_limit.*`). The caller is the verified
+//!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64). Over
+//!   the rate the call is answered RESOURCE_EXHAUSTED without reaching the inner service.
+//!
+//! The arithmetic ([`Bucket`], [`RateLimiter::check`], [`RateLimiter::sweep`]) is
+//! synchronous and takes the time as an argument, so it is unit-tested without a clock.
+//!
+//! This module owns no business rule beyond the limits: it must not touch state, and a refused
+//! request never reaches the inner service.
+
+use std::fmt;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use tonic::codegen::http;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tower::{Layer, Service};
+
+use crate::auth::{Identity, Role, is_open_path};
+use crate::config::RateLimitConfig;
+
+/// Which `rate_limit.*` key applies to a caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    Player,
+    Server,
+    Admin,
+    /// No token (auth off): counted per IP address.
+    Anonymous,
+}
+
+impl Class {
+    /// The config key's last part, also the metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Player => "player",
+            Class::Server => "server",
+            Class::Admin => "admin",
+            Class::Anonymous => "anonymous",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Class::Player => 0,
+            Class::Server => 1,
+            Class::Admin => 2,
+            Class::Anonymous => 3,
+        }
+    }
+}
+
+impl From<Role> for Class {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Player => Class::Player,
+            Role::Server => Class::Server,
+            Role::Admin => Class::Admin,
+        }
+    }
+}
+
+/// Who is calling, as the limiter counts: a verified token's subject, or a network address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Caller {
+    Subject {
+        role: Role,
+        sub: Box<str>,
+    },
+    /// An IPv4 address, or an IPv6 /64 (one host usually holds a whole /64, so per address
+    /// would let it pick a fresh bucket for every call).
+    Network(IpAddr),
+}
+
+impl Caller {
+    /// The caller counted for a peer address: IPv4-mapped IPv6 as IPv4, other IPv6 as its /64.
+    pub fn network(ip: IpAddr) -> Self {
+        Caller::Network(match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        })
+    }
+
+    fn class(&self) -> Class {
+        match self {
+            Caller::Subject { role, .. } => Class::from(*role),
+            Caller::Network(_) => Class::Anonymous,
+        }
+    }
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Caller::Subject { role, sub } => write!(f, "{} {sub}", Class::from(*role).as_str()),
+            Caller::Network(ip @ IpAddr::V6(_)) => write!(f, "{ip}/64"),
+            Caller::Network(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// One class's rate and bucket size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limit {
+    /// Requests per second the bucket refills (> 0).
+    pub per_second: f64,
+    /// Requests the bucket holds: `per_second × burst_seconds` (>= 1, checked by config).
+    pub capacity: f64,
+}
+
+/// A token bucket: `tokens` requests may come now; it refills at the limit's rate up to its
+/// capacity.
+#[derive(Clone, Copy, Debug)]
+pub struct Bucket {
+    tokens: f64,
+    updated: Instant,
+}
+
+impl Bucket {
+    /// A new caller's bucket: full.
+    #[must_use]
+    pub fn full(limit: Limit, now: Instant) -> Self {
+        Self {
+            tokens: limit.capacity,
+            updated: now,
+        }
+    }
+
+    fn refill(&mut self, limit: Limit, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * limit.per_second).min(limit.capacity);
+        self.updated = self.updated.max(now);
+    }
+
+    /// Takes one request's token, or says how long until one is back.
+    pub fn take(&mut self, limit: Limit, now: Instant) -> Result<(), Duration> {
+        self.refill(limit, now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - self.tokens) / limit.per_second;
+            Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::MAX))
+        }
+    }
+
+    /// Whether the bucket has refilled by `now`. Forgetting a full bucket changes nothing (a
+    /// caller seen for the first time starts full), so the sweep drops exactly these.
+    #[must_use]
+    pub fn is_full(&self, limit: Limit, now: Instant) -> bool {
+        let mut b = *self;
+        b.refill(limit, now);
+        b.tokens >= limit.capacity
+    }
+}
+
+/// A call refused by the rate limit. Its text is the RESOURCE_EXHAUSTED message.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "rate limit: {caller} exceeded rate_limit.{} ({} requests/s, burst {}); retry in {} ms",
+    class.as_str(), limit.per_second, limit.capacity, retry_after.as_millis().max(1)
+)]
+pub struct RateLimited {
+    pub caller: String,
+    pub class: Class,
+    pub limit: Limit,
+    pub retry_after: Duration,
+}
+
+/// Fewest limited calls between two sweeps of idle buckets.
+const MIN_CALLS_BETWEEN_SWEEPS: usize = 1024;
+
+/// The buckets of every limited caller.
+///
+/// Memory bound: a sweep drops every full bucket (a caller idle for `burst_seconds` has a full
+/// one), leaving `L` buckets, the callers seen in the last `burst_seconds`. The next sweep comes
+/// after `max(1024, L)` limited calls, each adding at most one bucket, so the map never holds
+/// more than `2L + 1024` buckets, and the sweep's work is O(1) per call amortized. No timer task:
+/// with no calls nothing grows.
+pub struct RateLimiter {
+    limits: [Option<Limit>; 4],
+    buckets: DashMap<Caller, Bucket>,
+    calls_since_sweep: AtomicUsize,
+    calls_between_sweeps: AtomicUsize,
+}
+
+impl RateLimiter {
+    /// The limiter for `config`, or `None` when every rate is 0 (the server then installs no
+    /// layer, so the hot path pays nothing).
+    pub fn from_config(config: &RateLimitConfig) -> Option<Self> {
+        let limit = |per_second: f64| {
+            (per_second > 0.0).then_some(Limit {
+                per_second,
+                capacity: per_second * config.burst_seconds,
+            })
+        };
+        let limits = [
+            limit(config.player),
+            limit(config.server),
+            limit(config.admin),
+            limit(config.anonymous),
+        ];
+        limits.iter().any(Option::is_some).then(|| Self {
+            limits,
+            buckets: DashMap::new(),
+            calls_since_sweep: AtomicUsize::new(0),
+            calls_between_sweeps: AtomicUsize::new(MIN_CALLS_BETWEEN_SWEEPS),
+        })
+    }
+
+    /// The limit of a class; `None` = unlimited.
+    pub fn limit(&self, class: Class) -> Option<Limit> {
+        self.limits[class.index()]
+    }
+
+    /// Buckets held now.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Whether no caller holds a bucket.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Counts one call of `caller` at `now`; sweeps idle buckets every so many calls.
+    pub fn check(&self, caller: Caller, now: Instant) -> Result<(), RateLimited> {
+        let class = caller.class();
+        let Some(limit) = self.limit(class) else {
+            return Ok(());
+        };
+        let taken = {
+            let mut entry = self
+                .buckets
+                .entry(caller)
+                .or_insert_with(|| Bucket::full(limit, now));
+            entry.take(limit, now).map_err(|retry_after| RateLimited {
+                caller: entry.key().to_string(),
+                class,
+                limit,
+                retry_after,
+            })
+        };
+        // The entry's shard lock is released: the sweep locks every shard in turn.
+        self.maybe_sweep(now);
+        taken
+    }
+
+    /// Counts one call of the request's caller: its verified [`Identity`] (the auth layer runs
+    /// first), else its peer address. Health and reflection are exempt, and so is a request with
+    /// neither (no TCP peer: nothing to key on).
+    pub fn check_request<B>(
+        &self,
+        request: &http::Request<B>,
+        now: Instant,
+    ) -> Result<(), RateLimited> {
+        if is_open_path(request.uri().path()) {
+            return Ok(());
+        }
+        let extensions = request.extensions();
+        // The class first: an unlimited caller costs no allocation and no map access.
+        let caller = match extensions.get::<Identity>() {
+            Some(identity) => {
+                if self.limit(Class::from(identity.role)).is_none() {
+                    return Ok(());
+                }
+                Caller::Subject {
+                    role: identity.role,
+                    sub: identity.sub.as_str().into(),
+                }
+            }
+            None => {
+                if self.limit(Class::Anonymous).is_none() {
+                    return Ok(());
+                }
+                // tonic 0.14 puts `TcpConnectInfo` in the extensions, under TLS too (besides
+                // `TlsConnectInfo`); the second lookup only guards against that changing.
+                let peer = extensions
+                    .get::<TcpConnectInfo>()
+                    .and_then(TcpConnectInfo::remote_addr)
+                    .or_else(|| {
+                        extensions
+                            .get::<TlsConnectInfo<TcpConnectInfo>>()
+                            .and_then(|tls| tls.get_ref().remote_addr())
+                    });
+                let Some(peer) = peer else {
+                    return Ok(());
+                };
+                Caller::network(peer.ip())
+            }
+        };
+        self.check(caller, now)
+    }
+
+    fn maybe_sweep(&self, now: Instant) {
+        let calls = self.calls_since_sweep.fetch_add(1, Ordering::Relaxed) + 1;
+        if calls < self.calls_between_sweeps.load(Ordering::Relaxed) {
+            return;
+        }
+        // Whoever resets the count sweeps; a racing caller sees a small count and goes on.
+        if self.calls_since_sweep.swap(0, Ordering::AcqRel)
+            < self.calls_between_sweeps.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let left = self.sweep(now);
+        self.calls_between_sweeps
+            .store(left.max(MIN_CALLS_BETWEEN_SWEEPS), Ordering::Relaxed);
+        metrics::gauge!(crate::telemetry::RATE_LIMIT_BUCKETS).set(left as f64);
+    }
+
+    /// Drops every bucket that is full at `now` (its caller was idle for `burst_seconds`);
+    /// returns how many are left.
+    pub fn sweep(&self, now: Instant) -> usize {
+        self.buckets
+            .retain(|caller, bucket| match self.limit(caller.class()) {
+                Some(limit) => !bucket.is_full(limit, now),
+                None => false,
+            });
+        self.buckets.len()
+    }
+}
+
+/// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
+/// [`Identity`] is the key: a caller cannot choose its bucket through an unverified header.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<RateLimiter>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limiter: RateLimiter) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] makes.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<RateLimiter>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = RefusedOr<S::Future, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        match self.limiter.check_request(&request, Instant::now()) {
+            Ok(()) => RefusedOr::Inner {
+                future: self.inner.call(request),
+            },
+            Err(refused) => {
+                metrics::counter!(crate::telemetry::RATE_LIMITED, "class" => refused.class.as_str())
+                    .increment(1);
+                tracing::debug!(path = request.uri().path(), error = %refused, "request refused");
+                let response = tonic::Status::resource_exhausted(refused.to_string()).into_http();
+                RefusedOr::Refused {
+                    ready: std::future::ready(Ok(response)),
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a limit layer: a refusal made without the inner service, or the inner
+    /// service's own future (no box on the path that passes).
+    #[project = RefusedOrProjection]
+    pub enum RefusedOr<F, T> {
+        Refused { ready: std::future::Ready<T> },
+        Inner { #[pin] future: F },
+    }
+}
+
+impl<F, T> Future for RefusedOr<F, T>
+where
+    F: Future<Output = T>,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.project() {
+            RefusedOrProjection::Refused { ready } => Pin::new(ready).poll(cx),
+            RefusedOrProjection::Inner { future } => future.poll(cx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(player: f64, burst_seconds: f64) -> RateLimiter {
+        RateLimiter::from_config(&RateLimitConfig {
+            player,
+            server: 0.0,
+            admin: 0.0,
+            anonymous: 0.0,
+            burst_seconds,
+        })
+        .expect("a limited class")
+    }
+
+    fn player(sub: &str) -> Caller {
+        Caller::Subject {
+            role: Role::Player,
+            sub: sub.into(),
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_full_bucket_allows_its_burst_then_refuses_until_it_refills() {
+        let limit = Limit {
+            per_second: 10.0,
+            capacity: 20.0,
+        };
+        let t0 = Instant::now();
+        let mut b = Bucket::full(limit, t0);
+        for _ in 0..20 {
+            assert_eq!(b.take(limit, t0), Ok(()));
+        }
+        let wait = b.take(limit, t0).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+        // Half a token back is not enough; a whole one is.
+        assert!(b.take(limit, t0 + ms(50)).is_err());
+        assert_eq!(b.take(limit, t0 + ms(100)), Ok(()));
+        assert!(b.take(limit, t0 + ms(100)).is_err());
+        // A long pause refills to the capacity, not beyond.
+        let later = t0 + Duration::from_secs(3600);
+        assert!(b.is_full(limit, later));
+        for _ in 0..20 {
+            assert_eq!(b.take(limit, later), Ok(()));
+        }
+        assert!(b.take(limit, later).is_err());
+    }
+
+    #[test]
+    fn a_clock_going_backwards_takes_nothing_back() {
+        let limit = Limit {
+            per_second: 1.0,
+            capacity: 1.0,
+        };
+        let t0 = Instant::now() + Duration::from_secs(10);
+        let mut b = Bucket::full(limit, t0);
+        assert_eq!(b.take(limit, t0), Ok(()));
+        assert!(b.take(limit, t0 - Duration::from_secs(5)).is_err());
+        assert_eq!(b.take(limit, t0 + Duration::from_secs(1)), Ok(()));
+    }
+
+    #[test]
+    fn callers_have_their_own_buckets_and_the_refusal_names_the_limit() {
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            l.check(player("p1"), t0).unwrap();
+        }
+        let refused = l.check(player("p1"), t0).unwrap_err();
+        assert_eq!(refused.class, Class::Player);
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("rate limit: player p1 exceeded rate_limit.player (5 requests/s"),
+            "{text}"
+        );
+        assert!(text.contains("retry in 200 ms"), "{text}");
+        l.check(player("p2"), t0)
+            .expect("another player has its own bucket");
+        // The same sub under another role is another caller, and servers are unlimited here.
+        let server = Caller::Subject {
+            role: Role::Server,
+            sub: "p1".into(),
+        };
+        for _ in 0..100 {
+            l.check(server.clone(), t0).unwrap();
+        }
+        // Unlimited classes hold no bucket.
+        assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn no_limiter_when_every_rate_is_zero() {
+        let config = RateLimitConfig {
+            player: 0.0,
+            ..RateLimitConfig::default()
+        };
+        assert!(RateLimiter::from_config(&config).is_none());
+        assert!(RateLimiter::from_config(&RateLimitConfig::default()).is_some());
+    }
+
+    #[test]
+    fn the_sweep_drops_exactly_the_idle_buckets() {
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        for i in 0..500 {
+            l.check(player(&format!("idle{i}")), t0).unwrap();
+        }
+        l.check(player("busy"), t0 + ms(900)).unwrap();
+        assert_eq!(l.len(), 501);
+        // Not yet refilled: nothing is forgotten (a throttled caller keeps its debt).
+        assert_eq!(l.sweep(t0 + ms(100)), 501);
+        // One second (burst_seconds) after their call the idle buckets are full again.
+        assert_eq!(l.sweep(t0 + ms(1000)), 1);
+        assert_eq!(l.sweep(t0 + ms(1900)), 0);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_flood_of_distinct_callers_stays_bounded() {
+        // 1,000 new callers a second, each calling once, for 50 seconds: 50,000 callers, of whom
+        // about 1,000 (one burst_seconds' worth) are recent at any time.
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        let mut most = 0;
+        for i in 0..50_000u64 {
+            l.check(player(&format!("c{i}")), t0 + ms(i)).unwrap();
+            most = most.max(l.len());
+        }
+        assert!(most <= 2 * 1000 + MIN_CALLS_BETWEEN_SWEEPS + 1, "{most}");
+    }
+
+    #[test]
+    fn networks_are_ipv4_addresses_and_ipv6_slash_64s() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            Caller::network(ip("2001:db8:1:2:aaaa::1")),
+            Caller::network(ip("2001:db8:1:2:bbbb::9"))
+        );
+        assert_ne!(
+            Caller::network(ip("2001:db8:1:2::1")),
+            Caller::network(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(
+            Caller::network(ip("::ffff:10.0.0.1")),
+            Caller::network(ip("10.0.0.1"))
+        );
+        assert_eq!(
+            Caller::network(ip("2001:db8:1:2::1")).to_string(),
+            "2001:db8:1:2::/64"
+        );
+    }
+
+    #[test]
+    fn health_reflection_and_unlimited_roles_are_not_counted() {
+        let l = RateLimiter::from_config(&RateLimitConfig {
+            player: 1.0,
+            anonymous: 1.0,
+            burst_seconds: 1.0,
+            ..RateLimitConfig::default()
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        let request = |path: &str, identity: Option<Identity>| {
+            let mut r = http::Request::builder().uri(path).body(()).unwrap();
+            r.extensions_mut().insert(TcpConnectInfo {
+                local_addr: None,
+                remote_addr: Some("10.1.2.3:4000".parse().unwrap()),
+            });
+            if let Some(id) = identity {
+                r.extensions_mut().insert(id);
+            }
+            r
+        };
+        for _ in 0..10 {
+            l.check_request(&request("/grpc.health.v1.Health/Check", None), t0)
+                .unwrap();
+            let admin = Identity {
+                sub: "root".into(),
+                role: Role::Admin,
+            };
+            l.check_request(
+                &request("/matchmaker.v1.AdminService/Snapshot", Some(admin)),
+                t0,
+            )
+            .unwrap();
+        }
+        assert!(l.is_empty());
+        let enter = "/matchmaker.v1.ClientService/EnterQueue";
+        l.check_request(&request(enter, None), t0).unwrap();
+        let e = l.check_request(&request(enter, None), t0).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("rate limit: 10.1.2.3 exceeded rate_limit.anonymous (1 requests/s"),
+            "{e}"
+        );
+    }
+}
