@@ -1,11 +1,13 @@
-//! The per-caller rate limit (SPEC §7 Limits), as a tower layer in the server's stack
-//! (`server.rs`).
+//! The per-caller rate limit and the request-size answer (SPEC §7 Limits), as two tower layers
+//! in the server's stack (`server.rs`).
 //!
 //! - [`RateLimitLayer`]: a token bucket per caller (`rate_limit.*`). The caller is the verified
 //!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64). Over
 //!   the rate the call is answered RESOURCE_EXHAUSTED without reaching the inner service.
+//! - [`MessageSizeLayer`]: reads the gRPC length prefix of each request message and refuses one
+//!   bigger than `server.max_message_bytes` with RESOURCE_EXHAUSTED before it is buffered.
 //!
-//! The arithmetic ([`Bucket`], [`RateLimiter::check`], [`RateLimiter::sweep`]) is
+//! The arithmetic ([`Bucket`], [`RateLimiter::check`], [`RateLimiter::sweep`], [`Framing`]) is
 //! synchronous and takes the time as an argument, so it is unit-tested without a clock.
 //!
 //! This module owns no business rule beyond the limits: it must not touch state, and a refused
@@ -17,11 +19,12 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use tonic::codegen::http;
+use http_body::{Body, Frame, SizeHint};
+use tonic::codegen::{Bytes, http};
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::{Layer, Service};
 
@@ -418,6 +421,176 @@ where
     }
 }
 
+/// A request message bigger than `server.max_message_bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("request message of {length} bytes exceeds server.max_message_bytes ({limit} bytes)")]
+pub struct MessageTooLarge {
+    pub length: usize,
+    pub limit: usize,
+}
+
+/// Follows the gRPC message framing (1 flag byte, 4-byte big-endian length, message) across the
+/// body's data chunks, however they are split, and checks each message's length.
+#[derive(Clone, Debug)]
+pub struct Framing {
+    limit: usize,
+    prefix: [u8; 5],
+    prefix_len: usize,
+    message_left: usize,
+}
+
+impl Framing {
+    /// Framing at the start of a request body.
+    #[must_use]
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            prefix: [0; 5],
+            prefix_len: 0,
+            message_left: 0,
+        }
+    }
+
+    /// Reads the next chunk of the body; fails at the first prefix announcing too large a
+    /// message.
+    pub fn scan(&mut self, mut data: &[u8]) -> Result<(), MessageTooLarge> {
+        while !data.is_empty() {
+            if self.message_left > 0 {
+                let skip = self.message_left.min(data.len());
+                self.message_left -= skip;
+                data = &data[skip..];
+                continue;
+            }
+            let take = (self.prefix.len() - self.prefix_len).min(data.len());
+            self.prefix[self.prefix_len..self.prefix_len + take].copy_from_slice(&data[..take]);
+            self.prefix_len += take;
+            data = &data[take..];
+            if self.prefix_len == self.prefix.len() {
+                self.prefix_len = 0;
+                let [_, a, b, c, d] = self.prefix;
+                let length =
+                    usize::try_from(u32::from_be_bytes([a, b, c, d])).unwrap_or(usize::MAX);
+                if length > self.limit {
+                    return Err(MessageTooLarge {
+                        length,
+                        limit: self.limit,
+                    });
+                }
+                self.message_left = length;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a request message over `server.max_message_bytes` with RESOURCE_EXHAUSTED, the gRPC
+/// convention for a size limit (grpc-go, grpc-java), where tonic's decoder says OUT_OF_RANGE.
+///
+/// Why a body wrapper and not a rewrite of tonic's error response: the length prefix is the gRPC
+/// wire format, stable by specification, while tonic's error is only recognisable by its
+/// percent-encoded message text, which no API promises. The wrapper returns a `tonic::Status`
+/// as the body's error; tonic passes a `Status` found in a body error through unchanged, so the
+/// client gets this code and message from a unary and a streaming request alike, before the
+/// oversized message is buffered. tonic's own limit (`max_decoding_message_size`, the same
+/// value) stays behind it; this one also covers health and reflection requests.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageSizeLayer {
+    limit: usize,
+}
+
+impl MessageSizeLayer {
+    pub fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for MessageSizeLayer {
+    type Service = MessageSize<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        MessageSize {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The service [`MessageSizeLayer`] makes.
+#[derive(Clone)]
+pub struct MessageSize<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S, ReqBody> Service<http::Request<ReqBody>> for MessageSize<S>
+where
+    S: Service<http::Request<LimitedBody<ReqBody>>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let limit = self.limit;
+        self.inner.call(request.map(|inner| LimitedBody {
+            inner,
+            framing: Framing::new(limit),
+        }))
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+pin_project_lite::pin_project! {
+    /// A request body checked by [`Framing`] as it is read.
+    pub struct LimitedBody<B> {
+        #[pin]
+        inner: B,
+        framing: Framing,
+    }
+}
+
+impl<B> Body for LimitedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let frame = match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+            None => return Poll::Ready(None),
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(too_large) = this.framing.scan(data)
+        {
+            tracing::debug!(error = %too_large, "request refused");
+            let status = tonic::Status::resource_exhausted(too_large.to_string());
+            return Poll::Ready(Some(Err(Box::new(status))));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,6 +789,51 @@ mod tests {
             e.to_string()
                 .starts_with("rate limit: 10.1.2.3 exceeded rate_limit.anonymous (1 requests/s"),
             "{e}"
+        );
+    }
+
+    fn message(flag: u8, length: u32) -> Vec<u8> {
+        let mut m = vec![flag];
+        m.extend_from_slice(&length.to_be_bytes());
+        m.resize(5 + length as usize, 7);
+        m
+    }
+
+    #[test]
+    fn framing_checks_every_message_however_the_chunks_split() {
+        let mut body = message(0, 100);
+        body.extend(message(0, 4096));
+        body.extend(message(0, 10));
+        for chunk in [1, 2, 5, 7, 64, 4096, usize::MAX] {
+            let mut f = Framing::new(4096);
+            for part in body.chunks(chunk.min(body.len())) {
+                f.scan(part).unwrap();
+            }
+        }
+        let mut too_big = message(0, 20);
+        too_big.extend(message(1, 4097));
+        for chunk in [1, 3, 6, 1000] {
+            let mut f = Framing::new(4096);
+            let failed = too_big
+                .chunks(chunk)
+                .map(|part| f.scan(part))
+                .find(Result::is_err);
+            assert_eq!(
+                failed,
+                Some(Err(MessageTooLarge {
+                    length: 4097,
+                    limit: 4096
+                })),
+                "chunks of {chunk}"
+            );
+        }
+        assert_eq!(
+            MessageTooLarge {
+                length: 4097,
+                limit: 4096
+            }
+            .to_string(),
+            "request message of 4097 bytes exceeds server.max_message_bytes (4096 bytes)"
         );
     }
 }

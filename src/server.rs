@@ -177,7 +177,7 @@ async fn run_with_store_and_clock(
     // all (not one that passes everything through at the cost of a boxed future per call).
     // The rate limit comes after auth: its key is the verified identity, so a caller cannot pick
     // its bucket with a forged header, and a refusal holds its slot only for one map lookup. With
-    // every rate 0 there is no rate layer either.
+    // every rate 0 there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
@@ -188,6 +188,7 @@ async fn run_with_store_and_clock(
             crate::limits::RateLimiter::from_config(&config.rate_limit)
                 .map(crate::limits::RateLimitLayer::new),
         )
+        .layer(crate::limits::MessageSizeLayer::new(max_message))
         .into_inner();
     let mut builder = Server::builder();
     if config.tls.enabled {

@@ -336,7 +336,20 @@ async fn oversized_messages_are_refused_before_decoding() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .contains("server.max_message_bytes (4096 bytes)"),
+        "{e:?}"
+    );
+    // A streaming call's request is checked the same way.
+    let e = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: "t".repeat(5000),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     // The server is still fine.
     common::enter(&mut client, "1v1", &["alice"]).await;
 }
