@@ -197,20 +197,23 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
-    /// The limiter for `config`, or `None` when every rate is 0 (the server then installs no
-    /// layer, so the hot path pays nothing).
-    pub fn from_config(config: &RateLimitConfig) -> Option<Self> {
-        let limit = |per_second: f64| {
-            (per_second > 0.0).then_some(Limit {
+    /// The limiter for `config`, or `None` when no rate can apply (the server then installs no
+    /// layer, so the hot path pays nothing). With auth on, only token holders get past the auth
+    /// layer to a limited method, so `anonymous` never applies; with auth off no request carries
+    /// a token, so only `anonymous` does. So the defaults (player 20/s, the rest unlimited)
+    /// install no layer on a server without auth.
+    pub fn from_config(config: &RateLimitConfig, auth_enabled: bool) -> Option<Self> {
+        let limit = |per_second: f64, applies: bool| {
+            (applies && per_second > 0.0).then_some(Limit {
                 per_second,
                 capacity: per_second * config.burst_seconds,
             })
         };
         let limits = [
-            limit(config.player),
-            limit(config.server),
-            limit(config.admin),
-            limit(config.anonymous),
+            limit(config.player, auth_enabled),
+            limit(config.server, auth_enabled),
+            limit(config.admin, auth_enabled),
+            limit(config.anonymous, !auth_enabled),
         ];
         limits.iter().any(Option::is_some).then(|| Self {
             limits,
@@ -596,13 +599,16 @@ mod tests {
     use super::*;
 
     fn limiter(player: f64, burst_seconds: f64) -> RateLimiter {
-        RateLimiter::from_config(&RateLimitConfig {
-            player,
-            server: 0.0,
-            admin: 0.0,
-            anonymous: 0.0,
-            burst_seconds,
-        })
+        RateLimiter::from_config(
+            &RateLimitConfig {
+                player,
+                server: 0.0,
+                admin: 0.0,
+                anonymous: 0.0,
+                burst_seconds,
+            },
+            true,
+        )
         .expect("a limited class")
     }
 
@@ -686,13 +692,18 @@ mod tests {
     }
 
     #[test]
-    fn no_limiter_when_every_rate_is_zero() {
-        let config = RateLimitConfig {
+    fn no_limiter_when_no_rate_can_apply() {
+        let defaults = RateLimitConfig::default();
+        assert!(RateLimiter::from_config(&defaults, true).is_some());
+        // Without auth only `anonymous` can apply, and it is 0 by default.
+        assert!(RateLimiter::from_config(&defaults, false).is_none());
+        let only_anonymous = RateLimitConfig {
             player: 0.0,
-            ..RateLimitConfig::default()
+            anonymous: 5.0,
+            ..defaults
         };
-        assert!(RateLimiter::from_config(&config).is_none());
-        assert!(RateLimiter::from_config(&RateLimitConfig::default()).is_some());
+        assert!(RateLimiter::from_config(&only_anonymous, false).is_some());
+        assert!(RateLimiter::from_config(&only_anonymous, true).is_none());
     }
 
     #[test]
@@ -747,49 +758,78 @@ mod tests {
         );
     }
 
+    fn request(path: &str, identity: Option<Identity>) -> http::Request<()> {
+        let mut r = http::Request::builder().uri(path).body(()).unwrap();
+        r.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some("10.1.2.3:4000".parse().unwrap()),
+        });
+        if let Some(id) = identity {
+            r.extensions_mut().insert(id);
+        }
+        r
+    }
+
+    const ENTER: &str = "/matchmaker.v1.ClientService/EnterQueue";
+
     #[test]
-    fn health_reflection_and_unlimited_roles_are_not_counted() {
-        let l = RateLimiter::from_config(&RateLimitConfig {
-            player: 1.0,
+    fn without_auth_callers_are_counted_per_address_and_health_is_not_counted() {
+        let config = RateLimitConfig {
             anonymous: 1.0,
             burst_seconds: 1.0,
             ..RateLimitConfig::default()
-        })
-        .unwrap();
-        let t0 = Instant::now();
-        let request = |path: &str, identity: Option<Identity>| {
-            let mut r = http::Request::builder().uri(path).body(()).unwrap();
-            r.extensions_mut().insert(TcpConnectInfo {
-                local_addr: None,
-                remote_addr: Some("10.1.2.3:4000".parse().unwrap()),
-            });
-            if let Some(id) = identity {
-                r.extensions_mut().insert(id);
-            }
-            r
         };
+        let l = RateLimiter::from_config(&config, false).unwrap();
+        let t0 = Instant::now();
         for _ in 0..10 {
             l.check_request(&request("/grpc.health.v1.Health/Check", None), t0)
                 .unwrap();
-            let admin = Identity {
-                sub: "root".into(),
-                role: Role::Admin,
-            };
             l.check_request(
-                &request("/matchmaker.v1.AdminService/Snapshot", Some(admin)),
+                &request(
+                    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                    None,
+                ),
                 t0,
             )
             .unwrap();
         }
         assert!(l.is_empty());
-        let enter = "/matchmaker.v1.ClientService/EnterQueue";
-        l.check_request(&request(enter, None), t0).unwrap();
-        let e = l.check_request(&request(enter, None), t0).unwrap_err();
+        l.check_request(&request(ENTER, None), t0).unwrap();
+        let e = l.check_request(&request(ENTER, None), t0).unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("rate limit: 10.1.2.3 exceeded rate_limit.anonymous (1 requests/s"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn with_auth_callers_are_counted_per_identity_and_unlimited_roles_not_at_all() {
+        let l = limiter(1.0, 1.0);
+        let t0 = Instant::now();
+        let admin = Identity {
+            sub: "root".into(),
+            role: Role::Admin,
+        };
+        for _ in 0..10 {
+            l.check_request(&request(ENTER, Some(admin.clone())), t0)
+                .unwrap();
+        }
+        assert!(l.is_empty());
+        let p1 = Identity {
+            sub: "p1".into(),
+            role: Role::Player,
+        };
+        l.check_request(&request(ENTER, Some(p1.clone())), t0)
+            .unwrap();
+        let e = l.check_request(&request(ENTER, Some(p1)), t0).unwrap_err();
+        assert_eq!(e.caller, "player p1");
+        // Same address, another player: its own bucket.
+        let p2 = Identity {
+            sub: "p2".into(),
+            role: Role::Player,
+        };
+        l.check_request(&request(ENTER, Some(p2)), t0).unwrap();
     }
 
     fn message(flag: u8, length: u32) -> Vec<u8> {
