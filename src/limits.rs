@@ -170,13 +170,18 @@ impl Bucket {
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
     "rate limit: {caller} exceeded rate_limit.{} ({} requests/s, burst {}); retry in {} ms",
-    class.as_str(), limit.per_second, limit.capacity, retry_after.as_millis().max(1)
+    class.as_str(), limit.per_second, round3(limit.capacity), retry_after.as_millis().max(1)
 )]
 pub struct RateLimited {
     pub caller: String,
     pub class: Class,
     pub limit: Limit,
     pub retry_after: Duration,
+}
+
+/// `0.3 × 10` shows as `3`, not `3.0000000000000004`.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// Fewest limited calls between two sweeps of idle buckets.
@@ -679,6 +684,12 @@ mod tests {
         assert!(text.contains("retry in 200 ms"), "{text}");
         l.check(player("p2"), t0)
             .expect("another player has its own bucket");
+        let odd = limiter(0.3, 10.0);
+        for _ in 0..3 {
+            odd.check(player("p1"), t0).unwrap();
+        }
+        let text = odd.check(player("p1"), t0).unwrap_err().to_string();
+        assert!(text.contains("(0.3 requests/s, burst 3)"), "{text}");
         // The same sub under another role is another caller, and servers are unlimited here.
         let server = Caller::Subject {
             role: Role::Server,
