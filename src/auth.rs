@@ -36,7 +36,7 @@ pub enum AuthError {
 }
 
 /// What a token may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Player,
@@ -168,13 +168,19 @@ impl Verifier {
     }
 }
 
+/// Health and reflection: open to everyone, and exempt from the rate limit too (`limits`), so
+/// probes and tools keep working while a caller is throttled.
+pub fn is_open_path(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.")
+}
+
 /// Which roles a method needs; `None` = open (health, reflection).
 fn required_roles(path: &str) -> Option<&'static [Role]> {
     const ANY: &[Role] = &[Role::Player, Role::Server, Role::Admin];
     const PLAYER: &[Role] = &[Role::Player, Role::Admin];
     const SERVER: &[Role] = &[Role::Server, Role::Admin];
     const ADMIN: &[Role] = &[Role::Admin];
-    if path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.") {
+    if is_open_path(path) {
         return None;
     }
     if let Some(method) = path.strip_prefix("/matchmaker.v1.ClientService/") {

@@ -48,6 +48,9 @@ pub struct Config {
     /// TLS for the gRPC listener (rustls). Off by default.
     #[serde(default)]
     pub tls: TlsConfig,
+    /// Requests per second per caller (SPEC §7 per-peer rate); absent = the defaults.
+    #[serde(default)]
+    pub rate_limit: RateLimitConfig,
     /// Rank-point settings shared by the queues that pick `inversus` or `ladder`.
     #[serde(default)]
     pub ranking: RankingConfig,
@@ -140,6 +143,74 @@ pub struct TlsConfig {
     pub enabled: bool,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+}
+
+/// Per-caller request rates (SPEC §7 "per-peer rate"), enforced by `limits::RateLimitLayer`.
+///
+/// A caller is a token's `sub` and role when auth is on, else the client's IP address. Each rate
+/// is requests per second; 0 = unlimited. Every caller has a token bucket of
+/// `rate × burst_seconds` requests that refills at `rate`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// Per player token (`sub`).
+    pub player: f64,
+    /// Per game-server token: trusted infrastructure, unlimited by default.
+    pub server: f64,
+    /// Per admin token: trusted, unlimited by default.
+    pub admin: f64,
+    /// Per client IP address when auth is off (IPv6 per /64 network).
+    pub anonymous: f64,
+    /// Bucket size in seconds of the caller's rate: how long a burst at full speed may last.
+    pub burst_seconds: f64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            player: 20.0,
+            server: 0.0,
+            admin: 0.0,
+            anonymous: 0.0,
+            burst_seconds: 2.0,
+        }
+    }
+}
+
+impl RateLimitConfig {
+    /// Each rate finite and >= 0; `burst_seconds` finite and > 0, and every non-zero rate's
+    /// bucket holds at least one request (else that role could never call).
+    fn validate(&self) -> Result<(), ConfigError> {
+        let b = self.burst_seconds;
+        if !(b.is_finite() && b > 0.0) {
+            return Err(ConfigError::invalid(
+                "rate_limit.burst_seconds",
+                format!("must be finite and > 0 (got {b})"),
+            ));
+        }
+        for (key, rate) in [
+            ("rate_limit.player", self.player),
+            ("rate_limit.server", self.server),
+            ("rate_limit.admin", self.admin),
+            ("rate_limit.anonymous", self.anonymous),
+        ] {
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("must be finite and >= 0 (0 = unlimited) (got {rate})"),
+                ));
+            }
+            if rate > 0.0 && rate * b < 1.0 {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!(
+                        "{rate} × rate_limit.burst_seconds ({b}) must be at least 1 request (or the rate 0)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What players are shown for a queue (SPEC §4).
@@ -440,6 +511,7 @@ impl Config {
                 ),
             ));
         }
+        self.rate_limit.validate()?;
         self.ranking.validate().map_err(ConfigError::Rule)?;
         self.season.validate().map_err(ConfigError::Rule)?;
         if self.queues.is_empty() {
@@ -612,6 +684,31 @@ mod tests {
         assert!(e.contains("queues.x.teams"), "{e}");
         let e = rule_of("[auth]\nenabled = true\n");
         assert!(e.contains("auth.jwt_secret"), "{e}");
+    }
+
+    #[test]
+    fn rate_limits_must_be_finite_non_negative_and_hold_one_request() {
+        let c = Config::from_toml_str("").unwrap();
+        assert_eq!(c.rate_limit.player, 20.0);
+        assert_eq!(c.rate_limit.anonymous, 0.0);
+        let e = rule_of("[rate_limit]\nplayer = -1.0\n");
+        assert!(e.contains("rate_limit.player") && e.contains(">= 0"), "{e}");
+        let e = rule_of("[rate_limit]\nanonymous = inf\n");
+        assert!(
+            e.contains("rate_limit.anonymous") && e.contains("finite"),
+            "{e}"
+        );
+        let e = rule_of("[rate_limit]\nburst_seconds = 0.0\n");
+        assert!(e.contains("rate_limit.burst_seconds"), "{e}");
+        let e = rule_of("[rate_limit]\nserver = 0.4\nburst_seconds = 2.0\n");
+        assert!(
+            e.contains("rate_limit.server") && e.contains("1 request"),
+            "{e}"
+        );
+        let e = rule_of("[rate_limit]\nplayer = 5\nburst_seconds = 1\nplyer = 3\n");
+        assert!(e.contains("plyer"), "{e}");
+        Config::from_toml_str("[rate_limit]\nplayer = 0.0\nanonymous = 5.0\nburst_seconds = 0.2\n")
+            .expect("0 = unlimited needs no bucket; 5/s × 0.2 s holds one request");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod bench_results;
 pub mod config;
 pub mod ids;
 pub mod ledger;
+pub mod limits;
 pub mod loadgen;
 pub mod matching;
 pub mod matchmaker;

@@ -175,12 +175,20 @@ async fn run_with_store_and_clock(
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
     // request holds its slot only while it is answered. With auth off there is no auth layer at
     // all (not one that passes everything through at the cost of a boxed future per call).
+    // The rate limit comes after auth: its key is the verified identity, so a caller cannot pick
+    // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
+    // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
         ))
         .option_layer(verifier.map(|v| crate::auth::AuthLayer::new(Some(v))))
+        .option_layer(
+            crate::limits::RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
+                .map(crate::limits::RateLimitLayer::new),
+        )
+        .layer(crate::limits::MessageSizeLayer::new(max_message))
         .into_inner();
     let mut builder = Server::builder();
     if config.tls.enabled {

@@ -41,6 +41,12 @@ pub const BACKFILL_SLOTS_FILLED: &str = "matchmaker_backfill_slots_filled_total"
 /// Seconds from a backfill request to its last slot filled, per queue (histogram).
 pub const BACKFILL_FILL_SECONDS: &str = "matchmaker_backfill_fill_seconds";
 
+/// Calls refused by the per-caller rate limit, per class (player | server | admin | anonymous)
+/// (counter).
+pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
+/// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
+pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -91,5 +97,10 @@ pub fn describe() {
         BACKFILL_FILL_SECONDS,
         metrics::Unit::Seconds,
         "Backfill request to its last slot filled"
+    );
+    describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
+    describe_gauge!(
+        RATE_LIMIT_BUCKETS,
+        "Callers holding a rate-limit bucket after the last idle sweep"
     );
 }

@@ -336,9 +336,104 @@ async fn oversized_messages_are_refused_before_decoding() {
         })
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .contains("server.max_message_bytes (4096 bytes)"),
+        "{e:?}"
+    );
+    // A streaming call's request is checked the same way.
+    let e = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: "t".repeat(5000),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     // The server is still fine.
     common::enter(&mut client, "1v1", &["alice"]).await;
+}
+
+#[tokio::test]
+async fn a_player_over_its_rate_is_refused_and_others_are_not() {
+    let server = TestServer::start(&format!(
+        "{AUTH_ON}[rate_limit]\nplayer = 5.0\nburst_seconds = 1.0\n"
+    ))
+    .await;
+    let mut client = server.client().await;
+    let (p1, p2) = (token("p1", "player"), token("p2", "player"));
+    let get = |tok: &str, who: &str| {
+        with(
+            proto::GetPlayerRequest {
+                player_id: who.into(),
+                queue: "1v1".into(),
+            },
+            tok,
+        )
+    };
+    // The bucket starts with 5 calls, so the first 5 always pass (their answer does not matter
+    // here, only that the limit let them through). The test's calls take far less than the
+    // 200 ms that refill one, so calls 6 to 8 are refused; a very slow machine could only make
+    // that fewer, never more: at least one must be refused, and every refusal names the limit.
+    let mut answers = Vec::new();
+    for _ in 0..8 {
+        answers.push(client.get_player(get(&p1, "p1")).await);
+    }
+    let limited =
+        |r: &Result<_, tonic::Status>| matches!(r, Err(e) if e.code() == Code::ResourceExhausted);
+    assert!(!answers[..5].iter().any(limited), "{answers:?}");
+    let refused: Vec<_> = answers[5..].iter().filter(|r| limited(r)).collect();
+    assert!(
+        !refused.is_empty(),
+        "8 calls at once must exceed a burst of 5"
+    );
+    for r in refused {
+        let e = r.as_ref().unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("rate limit: player p1 exceeded rate_limit.player (5 requests/s"),
+            "{e:?}"
+        );
+    }
+    // Buckets are per caller: p2 still gets through, and health stays open.
+    for _ in 0..5 {
+        let answer = client.get_player(get(&p2, "p2")).await;
+        assert!(!limited(&answer), "{answer:?}");
+    }
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    for _ in 0..10 {
+        health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .expect("health is not rate limited");
+    }
+}
+
+#[tokio::test]
+async fn callers_without_a_token_are_limited_per_address_when_configured() {
+    let server = TestServer::start("[rate_limit]\nanonymous = 2.0\nburst_seconds = 1.0\n").await;
+    let mut client = server.client().await;
+    for i in 0..2 {
+        common::enter(&mut client, "1v1", &[&format!("a{i}")]).await;
+    }
+    let mut refused = None;
+    for i in 2..6 {
+        if let Err(e) = client
+            .enter_queue(enter_req("1v1", &[&format!("a{i}")]))
+            .await
+        {
+            refused = Some(e);
+        }
+    }
+    let e = refused.expect("6 calls at once must exceed a burst of 2");
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(
+        e.message()
+            .starts_with("rate limit: 127.0.0.1 exceeded rate_limit.anonymous (2 requests/s"),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]

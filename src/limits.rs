@@ -1,0 +1,890 @@
+//! The per-caller rate limit and the request-size answer (SPEC §7 Limits), as two tower layers
+//! in the server's stack (`server.rs`).
+//!
+//! - [`RateLimitLayer`]: a token bucket per caller (`rate_limit.*`). The caller is the verified
+//!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64). Over
+//!   the rate the call is answered RESOURCE_EXHAUSTED without reaching the inner service.
+//! - [`MessageSizeLayer`]: reads the gRPC length prefix of each request message and refuses one
+//!   bigger than `server.max_message_bytes` with RESOURCE_EXHAUSTED before it is buffered.
+//!
+//! The arithmetic ([`Bucket`], [`RateLimiter::check`], [`RateLimiter::sweep`], [`Framing`]) is
+//! synchronous and takes the time as an argument, so it is unit-tested without a clock.
+//!
+//! This module owns no business rule beyond the limits: it must not touch state, and a refused
+//! request never reaches the inner service.
+
+use std::fmt;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use http_body::{Body, Frame, SizeHint};
+use tonic::codegen::{Bytes, http};
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+use tower::{Layer, Service};
+
+use crate::auth::{Identity, Role, is_open_path};
+use crate::config::RateLimitConfig;
+
+/// Which `rate_limit.*` key applies to a caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Class {
+    Player,
+    Server,
+    Admin,
+    /// No token (auth off): counted per IP address.
+    Anonymous,
+}
+
+impl Class {
+    /// The config key's last part, also the metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Player => "player",
+            Class::Server => "server",
+            Class::Admin => "admin",
+            Class::Anonymous => "anonymous",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Class::Player => 0,
+            Class::Server => 1,
+            Class::Admin => 2,
+            Class::Anonymous => 3,
+        }
+    }
+}
+
+impl From<Role> for Class {
+    fn from(role: Role) -> Self {
+        match role {
+            Role::Player => Class::Player,
+            Role::Server => Class::Server,
+            Role::Admin => Class::Admin,
+        }
+    }
+}
+
+/// Who is calling, as the limiter counts: a verified token's subject, or a network address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Caller {
+    Subject {
+        role: Role,
+        sub: Box<str>,
+    },
+    /// An IPv4 address, or an IPv6 /64 (one host usually holds a whole /64, so per address
+    /// would let it pick a fresh bucket for every call).
+    Network(IpAddr),
+}
+
+impl Caller {
+    /// The caller counted for a peer address: IPv4-mapped IPv6 as IPv4, other IPv6 as its /64.
+    pub fn network(ip: IpAddr) -> Self {
+        Caller::Network(match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6((v6.to_bits() & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        })
+    }
+
+    fn class(&self) -> Class {
+        match self {
+            Caller::Subject { role, .. } => Class::from(*role),
+            Caller::Network(_) => Class::Anonymous,
+        }
+    }
+}
+
+impl fmt::Display for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Caller::Subject { role, sub } => write!(f, "{} {sub}", Class::from(*role).as_str()),
+            Caller::Network(ip @ IpAddr::V6(_)) => write!(f, "{ip}/64"),
+            Caller::Network(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// One class's rate and bucket size.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limit {
+    /// Requests per second the bucket refills (> 0).
+    pub per_second: f64,
+    /// Requests the bucket holds: `per_second × burst_seconds` (>= 1, checked by config).
+    pub capacity: f64,
+}
+
+/// A token bucket: `tokens` requests may come now; it refills at the limit's rate up to its
+/// capacity.
+#[derive(Clone, Copy, Debug)]
+pub struct Bucket {
+    tokens: f64,
+    updated: Instant,
+}
+
+impl Bucket {
+    /// A new caller's bucket: full.
+    #[must_use]
+    pub fn full(limit: Limit, now: Instant) -> Self {
+        Self {
+            tokens: limit.capacity,
+            updated: now,
+        }
+    }
+
+    fn refill(&mut self, limit: Limit, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * limit.per_second).min(limit.capacity);
+        self.updated = self.updated.max(now);
+    }
+
+    /// Takes one request's token, or says how long until one is back.
+    pub fn take(&mut self, limit: Limit, now: Instant) -> Result<(), Duration> {
+        self.refill(limit, now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - self.tokens) / limit.per_second;
+            Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::MAX))
+        }
+    }
+
+    /// Whether the bucket has refilled by `now`. Forgetting a full bucket changes nothing (a
+    /// caller seen for the first time starts full), so the sweep drops exactly these.
+    #[must_use]
+    pub fn is_full(&self, limit: Limit, now: Instant) -> bool {
+        let mut b = *self;
+        b.refill(limit, now);
+        b.tokens >= limit.capacity
+    }
+}
+
+/// A call refused by the rate limit. Its text is the RESOURCE_EXHAUSTED message.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "rate limit: {caller} exceeded rate_limit.{} ({} requests/s, burst {}); retry in {} ms",
+    class.as_str(), limit.per_second, round3(limit.capacity), retry_after.as_millis().max(1)
+)]
+pub struct RateLimited {
+    pub caller: String,
+    pub class: Class,
+    pub limit: Limit,
+    pub retry_after: Duration,
+}
+
+/// `0.3 × 10` shows as `3`, not `3.0000000000000004`.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Fewest limited calls between two sweeps of idle buckets.
+const MIN_CALLS_BETWEEN_SWEEPS: usize = 1024;
+
+/// The buckets of every limited caller.
+///
+/// Memory bound: a sweep drops every full bucket (a caller idle for `burst_seconds` has a full
+/// one), leaving `L` buckets, the callers seen in the last `burst_seconds`. The next sweep comes
+/// after `max(1024, L)` limited calls, each adding at most one bucket, so the map never holds
+/// more than `2L + 1024` buckets, and the sweep's work is O(1) per call amortized. No timer task:
+/// with no calls nothing grows.
+pub struct RateLimiter {
+    limits: [Option<Limit>; 4],
+    buckets: DashMap<Caller, Bucket>,
+    calls_since_sweep: AtomicUsize,
+    calls_between_sweeps: AtomicUsize,
+}
+
+impl RateLimiter {
+    /// The limiter for `config`, or `None` when no rate can apply (the server then installs no
+    /// layer, so the hot path pays nothing). With auth on, only token holders get past the auth
+    /// layer to a limited method, so `anonymous` never applies; with auth off no request carries
+    /// a token, so only `anonymous` does. So the defaults (player 20/s, the rest unlimited)
+    /// install no layer on a server without auth.
+    pub fn from_config(config: &RateLimitConfig, auth_enabled: bool) -> Option<Self> {
+        let limit = |per_second: f64, applies: bool| {
+            (applies && per_second > 0.0).then_some(Limit {
+                per_second,
+                capacity: per_second * config.burst_seconds,
+            })
+        };
+        let limits = [
+            limit(config.player, auth_enabled),
+            limit(config.server, auth_enabled),
+            limit(config.admin, auth_enabled),
+            limit(config.anonymous, !auth_enabled),
+        ];
+        limits.iter().any(Option::is_some).then(|| Self {
+            limits,
+            buckets: DashMap::new(),
+            calls_since_sweep: AtomicUsize::new(0),
+            calls_between_sweeps: AtomicUsize::new(MIN_CALLS_BETWEEN_SWEEPS),
+        })
+    }
+
+    /// The limit of a class; `None` = unlimited.
+    pub fn limit(&self, class: Class) -> Option<Limit> {
+        self.limits[class.index()]
+    }
+
+    /// Buckets held now.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Whether no caller holds a bucket.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Counts one call of `caller` at `now`; sweeps idle buckets every so many calls.
+    pub fn check(&self, caller: Caller, now: Instant) -> Result<(), RateLimited> {
+        let class = caller.class();
+        let Some(limit) = self.limit(class) else {
+            return Ok(());
+        };
+        let taken = {
+            let mut entry = self
+                .buckets
+                .entry(caller)
+                .or_insert_with(|| Bucket::full(limit, now));
+            entry.take(limit, now).map_err(|retry_after| RateLimited {
+                caller: entry.key().to_string(),
+                class,
+                limit,
+                retry_after,
+            })
+        };
+        // The entry's shard lock is released: the sweep locks every shard in turn.
+        self.maybe_sweep(now);
+        taken
+    }
+
+    /// Counts one call of the request's caller: its verified [`Identity`] (the auth layer runs
+    /// first), else its peer address. Health and reflection are exempt, and so is a request with
+    /// neither (no TCP peer: nothing to key on).
+    pub fn check_request<B>(
+        &self,
+        request: &http::Request<B>,
+        now: Instant,
+    ) -> Result<(), RateLimited> {
+        if is_open_path(request.uri().path()) {
+            return Ok(());
+        }
+        let extensions = request.extensions();
+        // The class first: an unlimited caller costs no allocation and no map access.
+        let caller = match extensions.get::<Identity>() {
+            Some(identity) => {
+                if self.limit(Class::from(identity.role)).is_none() {
+                    return Ok(());
+                }
+                Caller::Subject {
+                    role: identity.role,
+                    sub: identity.sub.as_str().into(),
+                }
+            }
+            None => {
+                if self.limit(Class::Anonymous).is_none() {
+                    return Ok(());
+                }
+                // tonic 0.14 puts `TcpConnectInfo` in the extensions, under TLS too (besides
+                // `TlsConnectInfo`); the second lookup only guards against that changing.
+                let peer = extensions
+                    .get::<TcpConnectInfo>()
+                    .and_then(TcpConnectInfo::remote_addr)
+                    .or_else(|| {
+                        extensions
+                            .get::<TlsConnectInfo<TcpConnectInfo>>()
+                            .and_then(|tls| tls.get_ref().remote_addr())
+                    });
+                let Some(peer) = peer else {
+                    return Ok(());
+                };
+                Caller::network(peer.ip())
+            }
+        };
+        self.check(caller, now)
+    }
+
+    fn maybe_sweep(&self, now: Instant) {
+        let calls = self.calls_since_sweep.fetch_add(1, Ordering::Relaxed) + 1;
+        if calls < self.calls_between_sweeps.load(Ordering::Relaxed) {
+            return;
+        }
+        // Whoever resets the count sweeps; a racing caller sees a small count and goes on.
+        if self.calls_since_sweep.swap(0, Ordering::AcqRel)
+            < self.calls_between_sweeps.load(Ordering::Relaxed)
+        {
+            return;
+        }
+        let left = self.sweep(now);
+        self.calls_between_sweeps
+            .store(left.max(MIN_CALLS_BETWEEN_SWEEPS), Ordering::Relaxed);
+        metrics::gauge!(crate::telemetry::RATE_LIMIT_BUCKETS).set(left as f64);
+    }
+
+    /// Drops every bucket that is full at `now` (its caller was idle for `burst_seconds`);
+    /// returns how many are left.
+    pub fn sweep(&self, now: Instant) -> usize {
+        self.buckets
+            .retain(|caller, bucket| match self.limit(caller.class()) {
+                Some(limit) => !bucket.is_full(limit, now),
+                None => false,
+            });
+        self.buckets.len()
+    }
+}
+
+/// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
+/// [`Identity`] is the key: a caller cannot choose its bucket through an unverified header.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<RateLimiter>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limiter: RateLimiter) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] makes.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<RateLimiter>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = RefusedOr<S::Future, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        match self.limiter.check_request(&request, Instant::now()) {
+            Ok(()) => RefusedOr::Inner {
+                future: self.inner.call(request),
+            },
+            Err(refused) => {
+                metrics::counter!(crate::telemetry::RATE_LIMITED, "class" => refused.class.as_str())
+                    .increment(1);
+                tracing::debug!(path = request.uri().path(), error = %refused, "request refused");
+                let response = tonic::Status::resource_exhausted(refused.to_string()).into_http();
+                RefusedOr::Refused {
+                    ready: std::future::ready(Ok(response)),
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a limit layer: a refusal made without the inner service, or the inner
+    /// service's own future (no box on the path that passes).
+    #[project = RefusedOrProjection]
+    pub enum RefusedOr<F, T> {
+        Refused { ready: std::future::Ready<T> },
+        Inner { #[pin] future: F },
+    }
+}
+
+impl<F, T> Future for RefusedOr<F, T>
+where
+    F: Future<Output = T>,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.project() {
+            RefusedOrProjection::Refused { ready } => Pin::new(ready).poll(cx),
+            RefusedOrProjection::Inner { future } => future.poll(cx),
+        }
+    }
+}
+
+/// A request message bigger than `server.max_message_bytes`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("request message of {length} bytes exceeds server.max_message_bytes ({limit} bytes)")]
+pub struct MessageTooLarge {
+    pub length: usize,
+    pub limit: usize,
+}
+
+/// Follows the gRPC message framing (1 flag byte, 4-byte big-endian length, message) across the
+/// body's data chunks, however they are split, and checks each message's length.
+#[derive(Clone, Debug)]
+pub struct Framing {
+    limit: usize,
+    prefix: [u8; 5],
+    prefix_len: usize,
+    message_left: usize,
+}
+
+impl Framing {
+    /// Framing at the start of a request body.
+    #[must_use]
+    pub fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            prefix: [0; 5],
+            prefix_len: 0,
+            message_left: 0,
+        }
+    }
+
+    /// Reads the next chunk of the body; fails at the first prefix announcing too large a
+    /// message.
+    pub fn scan(&mut self, mut data: &[u8]) -> Result<(), MessageTooLarge> {
+        while !data.is_empty() {
+            if self.message_left > 0 {
+                let skip = self.message_left.min(data.len());
+                self.message_left -= skip;
+                data = &data[skip..];
+                continue;
+            }
+            let take = (self.prefix.len() - self.prefix_len).min(data.len());
+            self.prefix[self.prefix_len..self.prefix_len + take].copy_from_slice(&data[..take]);
+            self.prefix_len += take;
+            data = &data[take..];
+            if self.prefix_len == self.prefix.len() {
+                self.prefix_len = 0;
+                let [_, a, b, c, d] = self.prefix;
+                let length =
+                    usize::try_from(u32::from_be_bytes([a, b, c, d])).unwrap_or(usize::MAX);
+                if length > self.limit {
+                    return Err(MessageTooLarge {
+                        length,
+                        limit: self.limit,
+                    });
+                }
+                self.message_left = length;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a request message over `server.max_message_bytes` with RESOURCE_EXHAUSTED, the gRPC
+/// convention for a size limit (grpc-go, grpc-java), where tonic's decoder says OUT_OF_RANGE.
+///
+/// Why a body wrapper and not a rewrite of tonic's error response: the length prefix is the gRPC
+/// wire format, stable by specification, while tonic's error is only recognisable by its
+/// percent-encoded message text, which no API promises. The wrapper returns a `tonic::Status`
+/// as the body's error; tonic passes a `Status` found in a body error through unchanged, so the
+/// client gets this code and message from a unary and a streaming request alike, before the
+/// oversized message is buffered. tonic's own limit (`max_decoding_message_size`, the same
+/// value) stays behind it; this one also covers health and reflection requests.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageSizeLayer {
+    limit: usize,
+}
+
+impl MessageSizeLayer {
+    pub fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for MessageSizeLayer {
+    type Service = MessageSize<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        MessageSize {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The service [`MessageSizeLayer`] makes.
+#[derive(Clone)]
+pub struct MessageSize<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S, ReqBody> Service<http::Request<ReqBody>> for MessageSize<S>
+where
+    S: Service<http::Request<LimitedBody<ReqBody>>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let limit = self.limit;
+        self.inner.call(request.map(|inner| LimitedBody {
+            inner,
+            framing: Framing::new(limit),
+        }))
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+pin_project_lite::pin_project! {
+    /// A request body checked by [`Framing`] as it is read.
+    pub struct LimitedBody<B> {
+        #[pin]
+        inner: B,
+        framing: Framing,
+    }
+}
+
+impl<B> Body for LimitedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let frame = match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+            None => return Poll::Ready(None),
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(too_large) = this.framing.scan(data)
+        {
+            tracing::debug!(error = %too_large, "request refused");
+            let status = tonic::Status::resource_exhausted(too_large.to_string());
+            return Poll::Ready(Some(Err(Box::new(status))));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(player: f64, burst_seconds: f64) -> RateLimiter {
+        RateLimiter::from_config(
+            &RateLimitConfig {
+                player,
+                server: 0.0,
+                admin: 0.0,
+                anonymous: 0.0,
+                burst_seconds,
+            },
+            true,
+        )
+        .expect("a limited class")
+    }
+
+    fn player(sub: &str) -> Caller {
+        Caller::Subject {
+            role: Role::Player,
+            sub: sub.into(),
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_full_bucket_allows_its_burst_then_refuses_until_it_refills() {
+        let limit = Limit {
+            per_second: 10.0,
+            capacity: 20.0,
+        };
+        let t0 = Instant::now();
+        let mut b = Bucket::full(limit, t0);
+        for _ in 0..20 {
+            assert_eq!(b.take(limit, t0), Ok(()));
+        }
+        let wait = b.take(limit, t0).unwrap_err();
+        assert!((wait.as_secs_f64() - 0.1).abs() < 1e-9, "{wait:?}");
+        // Half a token back is not enough; a whole one is.
+        assert!(b.take(limit, t0 + ms(50)).is_err());
+        assert_eq!(b.take(limit, t0 + ms(100)), Ok(()));
+        assert!(b.take(limit, t0 + ms(100)).is_err());
+        // A long pause refills to the capacity, not beyond.
+        let later = t0 + Duration::from_secs(3600);
+        assert!(b.is_full(limit, later));
+        for _ in 0..20 {
+            assert_eq!(b.take(limit, later), Ok(()));
+        }
+        assert!(b.take(limit, later).is_err());
+    }
+
+    #[test]
+    fn a_clock_going_backwards_takes_nothing_back() {
+        let limit = Limit {
+            per_second: 1.0,
+            capacity: 1.0,
+        };
+        let t0 = Instant::now() + Duration::from_secs(10);
+        let mut b = Bucket::full(limit, t0);
+        assert_eq!(b.take(limit, t0), Ok(()));
+        assert!(b.take(limit, t0 - Duration::from_secs(5)).is_err());
+        assert_eq!(b.take(limit, t0 + Duration::from_secs(1)), Ok(()));
+    }
+
+    #[test]
+    fn callers_have_their_own_buckets_and_the_refusal_names_the_limit() {
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            l.check(player("p1"), t0).unwrap();
+        }
+        let refused = l.check(player("p1"), t0).unwrap_err();
+        assert_eq!(refused.class, Class::Player);
+        let text = refused.to_string();
+        assert!(
+            text.starts_with("rate limit: player p1 exceeded rate_limit.player (5 requests/s"),
+            "{text}"
+        );
+        assert!(text.contains("retry in 200 ms"), "{text}");
+        l.check(player("p2"), t0)
+            .expect("another player has its own bucket");
+        let odd = limiter(0.3, 10.0);
+        for _ in 0..3 {
+            odd.check(player("p1"), t0).unwrap();
+        }
+        let text = odd.check(player("p1"), t0).unwrap_err().to_string();
+        assert!(text.contains("(0.3 requests/s, burst 3)"), "{text}");
+        // The same sub under another role is another caller, and servers are unlimited here.
+        let server = Caller::Subject {
+            role: Role::Server,
+            sub: "p1".into(),
+        };
+        for _ in 0..100 {
+            l.check(server.clone(), t0).unwrap();
+        }
+        // Unlimited classes hold no bucket.
+        assert_eq!(l.len(), 2);
+    }
+
+    #[test]
+    fn no_limiter_when_no_rate_can_apply() {
+        let defaults = RateLimitConfig::default();
+        assert!(RateLimiter::from_config(&defaults, true).is_some());
+        // Without auth only `anonymous` can apply, and it is 0 by default.
+        assert!(RateLimiter::from_config(&defaults, false).is_none());
+        let only_anonymous = RateLimitConfig {
+            player: 0.0,
+            anonymous: 5.0,
+            ..defaults
+        };
+        assert!(RateLimiter::from_config(&only_anonymous, false).is_some());
+        assert!(RateLimiter::from_config(&only_anonymous, true).is_none());
+    }
+
+    #[test]
+    fn the_sweep_drops_exactly_the_idle_buckets() {
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        for i in 0..500 {
+            l.check(player(&format!("idle{i}")), t0).unwrap();
+        }
+        l.check(player("busy"), t0 + ms(900)).unwrap();
+        assert_eq!(l.len(), 501);
+        // Not yet refilled: nothing is forgotten (a throttled caller keeps its debt).
+        assert_eq!(l.sweep(t0 + ms(100)), 501);
+        // One second (burst_seconds) after their call the idle buckets are full again.
+        assert_eq!(l.sweep(t0 + ms(1000)), 1);
+        assert_eq!(l.sweep(t0 + ms(1900)), 0);
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_flood_of_distinct_callers_stays_bounded() {
+        // 1,000 new callers a second, each calling once, for 50 seconds: 50,000 callers, of whom
+        // about 1,000 (one burst_seconds' worth) are recent at any time.
+        let l = limiter(5.0, 1.0);
+        let t0 = Instant::now();
+        let mut most = 0;
+        for i in 0..50_000u64 {
+            l.check(player(&format!("c{i}")), t0 + ms(i)).unwrap();
+            most = most.max(l.len());
+        }
+        assert!(most <= 2 * 1000 + MIN_CALLS_BETWEEN_SWEEPS + 1, "{most}");
+    }
+
+    #[test]
+    fn networks_are_ipv4_addresses_and_ipv6_slash_64s() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            Caller::network(ip("2001:db8:1:2:aaaa::1")),
+            Caller::network(ip("2001:db8:1:2:bbbb::9"))
+        );
+        assert_ne!(
+            Caller::network(ip("2001:db8:1:2::1")),
+            Caller::network(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(
+            Caller::network(ip("::ffff:10.0.0.1")),
+            Caller::network(ip("10.0.0.1"))
+        );
+        assert_eq!(
+            Caller::network(ip("2001:db8:1:2::1")).to_string(),
+            "2001:db8:1:2::/64"
+        );
+    }
+
+    fn request(path: &str, identity: Option<Identity>) -> http::Request<()> {
+        let mut r = http::Request::builder().uri(path).body(()).unwrap();
+        r.extensions_mut().insert(TcpConnectInfo {
+            local_addr: None,
+            remote_addr: Some("10.1.2.3:4000".parse().unwrap()),
+        });
+        if let Some(id) = identity {
+            r.extensions_mut().insert(id);
+        }
+        r
+    }
+
+    const ENTER: &str = "/matchmaker.v1.ClientService/EnterQueue";
+
+    #[test]
+    fn without_auth_callers_are_counted_per_address_and_health_is_not_counted() {
+        let config = RateLimitConfig {
+            anonymous: 1.0,
+            burst_seconds: 1.0,
+            ..RateLimitConfig::default()
+        };
+        let l = RateLimiter::from_config(&config, false).unwrap();
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            l.check_request(&request("/grpc.health.v1.Health/Check", None), t0)
+                .unwrap();
+            l.check_request(
+                &request(
+                    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                    None,
+                ),
+                t0,
+            )
+            .unwrap();
+        }
+        assert!(l.is_empty());
+        l.check_request(&request(ENTER, None), t0).unwrap();
+        let e = l.check_request(&request(ENTER, None), t0).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("rate limit: 10.1.2.3 exceeded rate_limit.anonymous (1 requests/s"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn with_auth_callers_are_counted_per_identity_and_unlimited_roles_not_at_all() {
+        let l = limiter(1.0, 1.0);
+        let t0 = Instant::now();
+        let admin = Identity {
+            sub: "root".into(),
+            role: Role::Admin,
+        };
+        for _ in 0..10 {
+            l.check_request(&request(ENTER, Some(admin.clone())), t0)
+                .unwrap();
+        }
+        assert!(l.is_empty());
+        let p1 = Identity {
+            sub: "p1".into(),
+            role: Role::Player,
+        };
+        l.check_request(&request(ENTER, Some(p1.clone())), t0)
+            .unwrap();
+        let e = l.check_request(&request(ENTER, Some(p1)), t0).unwrap_err();
+        assert_eq!(e.caller, "player p1");
+        // Same address, another player: its own bucket.
+        let p2 = Identity {
+            sub: "p2".into(),
+            role: Role::Player,
+        };
+        l.check_request(&request(ENTER, Some(p2)), t0).unwrap();
+    }
+
+    fn message(flag: u8, length: u32) -> Vec<u8> {
+        let mut m = vec![flag];
+        m.extend_from_slice(&length.to_be_bytes());
+        m.resize(5 + length as usize, 7);
+        m
+    }
+
+    #[test]
+    fn framing_checks_every_message_however_the_chunks_split() {
+        let mut body = message(0, 100);
+        body.extend(message(0, 4096));
+        body.extend(message(0, 10));
+        for chunk in [1, 2, 5, 7, 64, 4096, usize::MAX] {
+            let mut f = Framing::new(4096);
+            for part in body.chunks(chunk.min(body.len())) {
+                f.scan(part).unwrap();
+            }
+        }
+        let mut too_big = message(0, 20);
+        too_big.extend(message(1, 4097));
+        for chunk in [1, 3, 6, 1000] {
+            let mut f = Framing::new(4096);
+            let failed = too_big
+                .chunks(chunk)
+                .map(|part| f.scan(part))
+                .find(Result::is_err);
+            assert_eq!(
+                failed,
+                Some(Err(MessageTooLarge {
+                    length: 4097,
+                    limit: 4096
+                })),
+                "chunks of {chunk}"
+            );
+        }
+        assert_eq!(
+            MessageTooLarge {
+                length: 4097,
+                limit: 4096
+            }
+            .to_string(),
+            "request message of 4097 bytes exceeds server.max_message_bytes (4096 bytes)"
+        );
+    }
+}
