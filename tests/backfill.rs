@@ -249,3 +249,72 @@ async fn a_backfilled_match_keeps_its_roster_across_a_restart() {
     assert!(delta("r-late") > 0.0, "the newcomer won with team 1");
     assert!(delta(&leaver) < 0.0, "the leaver is still an abandon");
 }
+
+/// Declared roles are stored with the match: after a restart a backfill still keeps the team's
+/// role minimums (before, a restarted match forgot them and counted everyone as "any role").
+#[tokio::test]
+async fn a_restarted_match_keeps_its_roles_for_backfill() {
+    let config = "[server]\ntick_interval_ms = 10\n[queues.2v2.matching]\n\
+                  roles = [{ name = \"healer\", min_per_team = 1 }, { name = \"dps\", min_per_team = 1 }]\n";
+    let dir = tempfile::tempdir().unwrap();
+    async fn enter_as(
+        client: &mut proto::client_service_client::ClientServiceClient<tonic::transport::Channel>,
+        player: &str,
+        role: &str,
+    ) {
+        client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "2v2".into(),
+                player_ids: vec![player.into()],
+                roles: vec![role.into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{player} cannot queue: {e}"));
+    }
+    let first = {
+        let mut server = TestServer::start_in(dir.path(), config).await;
+        let mut game_server = server.game_server().await;
+        let mut matches = common::serve(&mut game_server, "gs-roles:1").await;
+        let mut client = server.client().await;
+        for (p, role) in [
+            ("h1", "healer"),
+            ("h2", "healer"),
+            ("d1", "dps"),
+            ("d2", "dps"),
+        ] {
+            enter_as(&mut client, p, role).await;
+        }
+        let first = next(&mut matches).await;
+        drop((client, game_server, matches));
+        server.stop().await.expect("clean stop");
+        first
+    };
+
+    let server = TestServer::start_in(dir.path(), config).await;
+    let mut game_server = server.game_server().await;
+    let mut matches = common::serve(&mut game_server, "gs-roles:1").await;
+    let mut client = server.client().await;
+    // The healer of team 1 leaves: only another healer may take the slot.
+    let team = team_of(&first, "h1");
+    let mut open_slots = vec![proto::Team::default(), proto::Team::default()];
+    open_slots[team].player_ids = vec!["h1".into()];
+    game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: first.match_id.clone(),
+            open_slots,
+        })
+        .await
+        .expect("backfill accepted");
+    enter_as(&mut client, "d3", "dps").await;
+    // Thirty ticks: a dps player would have been taken by now if the roles were forgotten.
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), matches.message())
+            .await
+            .is_err(),
+        "a dps player must not fill the healer's slot"
+    );
+    enter_as(&mut client, "h3", "healer").await;
+    let update = next(&mut matches).await;
+    assert_eq!(update.backfill[team].player_ids, ["h3"]);
+}

@@ -360,7 +360,7 @@ struct MatchInner {
     /// The tickets whose players are in the match (backfill adds more).
     tickets: Vec<TicketId>,
     /// Roles each player declared, for backfill under role rules (empty in queues without
-    /// roles, and after a restart: then every remaining player counts as "any role").
+    /// roles; a player who declared none counts as "any role"). Stored with the match.
     roles: BTreeMap<PlayerId, Vec<String>>,
 }
 
@@ -841,10 +841,7 @@ impl State {
         if matches.is_empty() {
             return;
         }
-        let stored: Vec<StoredMatch> = matches
-            .iter()
-            .map(|m| Self::stored_match(m, &m.assignment()))
-            .collect();
+        let stored: Vec<StoredMatch> = matches.iter().map(|m| Self::stored_match(m)).collect();
         let mut segments = self.lock_segments();
         // A match whose result (or cancel) came in meanwhile is not written again.
         let (live, stored): (Vec<&Arc<MatchSlot>>, Vec<StoredMatch>) = matches
@@ -907,7 +904,9 @@ impl State {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    fn stored_match(m: &MatchSlot, a: &Assignment) -> StoredMatch {
+    fn stored_match(m: &MatchSlot) -> StoredMatch {
+        let inner = m.lock();
+        let a = &inner.assignment;
         StoredMatch {
             match_id: m.id.clone(),
             queue: m.queue.to_string(),
@@ -919,6 +918,7 @@ impl State {
             parties: a.parties.clone(),
             backfill: a.backfill.clone(),
             left: a.left.clone(),
+            roles: inner.roles.clone(),
         }
     }
 
@@ -1431,7 +1431,7 @@ impl State {
                     phase,
                     assignment,
                     tickets: Vec::new(),
-                    roles: BTreeMap::new(),
+                    roles: m.roles.clone(),
                 }),
                 segment: AtomicU64::new(segments::NOT_STORED),
                 result: tokio::sync::OnceCell::new(),

@@ -165,6 +165,10 @@ pub struct StoredMatch {
     /// Players who left the running match (rated as abandons).
     #[serde(default)]
     pub left: Vec<PlayerId>,
+    /// Roles each player declared (players who declared none are absent), so a backfill after
+    /// a restart still keeps every team's role minimums.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<PlayerId, Vec<String>>,
 }
 
 impl Store {
@@ -797,6 +801,7 @@ mod tests {
             parties: Vec::new(),
             backfill: Vec::new(),
             left: Vec::new(),
+            roles: BTreeMap::new(),
         }
     }
 
