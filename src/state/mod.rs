@@ -1447,17 +1447,21 @@ impl State {
             restored.push(slot);
             live.push(m);
         }
-        // The survivors become one segment; stale copies, ended marks and empty segments go.
+        // The survivors are rewritten in fresh segments; stale copies, ended marks and empty
+        // segments go.
         let mut segments = segments::Segments::after(last_segment);
-        let id = if live.is_empty() {
-            last_segment
-        } else {
-            segments.write(&vec![segments::NOT_STORED; live.len()]).0
-        };
-        store.compact_matches(id, &live)?;
-        for slot in &restored {
-            slot.segment.store(id, Ordering::Relaxed);
+        let mut written = Vec::new();
+        for (slots, chunk) in restored
+            .chunks(crate::store::SEGMENT_MATCHES)
+            .zip(live.chunks(crate::store::SEGMENT_MATCHES))
+        {
+            let (id, _) = segments.write(&vec![segments::NOT_STORED; chunk.len()]);
+            for slot in slots {
+                slot.segment.store(id, Ordering::Relaxed);
+            }
+            written.push((id, chunk));
         }
+        store.compact_matches(&written)?;
         *self.lock_segments() = segments;
         Ok((replayed, restored, store.last_seq()?.max(last)))
     }

@@ -27,15 +27,15 @@ const PLAYERS_TREE: &str = "players";
 /// together in one atomic batch of one tree.
 const JOURNAL_TREE: &str = "journal";
 /// Live matches, so a game server can report a match formed before a restart. Written in
-/// segments, one sled value per write (a tick's allocations are one segment), so a tick that
-/// hands thousands of matches to servers is one insert, not thousands:
+/// segments of up to [`SEGMENT_MATCHES`] matches per sled value (a tick's allocations fill a few),
+/// so a tick that hands thousands of matches to servers is a few dozen inserts, not thousands:
 /// - `0x00 ++ <segment id be64>` → JSON array of [`StoredMatch`]; a later segment's copy of a
 ///   match supersedes an earlier one (a backfill rewrites its match);
 /// - `0x01 ++ <match id>` → empty: the match ended without a result (cancelled). One that ended
 ///   with a result needs no mark: its result stays in the journal tree ([`Store::result_of`]).
 ///
 /// The server drops a segment once none of its matches is live, and rewrites the survivors into
-/// one segment at start ([`Store::compact_matches`]), which also clears the marks. Keys that are
+/// fresh segments at start ([`Store::compact_matches`]), which also clears the marks. Keys that are
 /// bare match ids (one match per key, before segments) still load.
 const MATCHES_TREE: &str = "matches";
 const SEGMENT_PREFIX: u8 = 0x00;
@@ -501,15 +501,15 @@ impl Store {
         Ok((newest, last_segment))
     }
 
-    /// Replaces everything in the live-match tree with one segment `id` holding `live` (at
-    /// start, after recovery decided which matches are still live), in one atomic batch.
-    pub fn compact_matches(&self, id: u64, live: &[StoredMatch]) -> Result<(), StoreError> {
+    /// Replaces everything in the live-match tree with `segments` (at start, after recovery
+    /// decided which matches are still live), in one atomic batch.
+    pub fn compact_matches(&self, segments: &[(u64, &[StoredMatch])]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for key in self.matches.iter().keys() {
             batch.remove(key?);
         }
-        if !live.is_empty() {
-            batch.insert(&segment_key(id), encode(live)?);
+        for (id, matches) in segments {
+            batch.insert(&segment_key(*id), encode(matches)?);
         }
         self.matches.apply_batch(batch)?;
         Ok(())
@@ -848,12 +848,14 @@ mod tests {
             .collect();
         assert_eq!(ids, vec![("m0", "old"), ("m1", "s1-again")]);
         assert_eq!(last, 3);
-        // Compaction leaves exactly the survivors, in one segment, with no marks.
-        store.compact_matches(4, &live).unwrap();
-        assert_eq!(store.matches.len(), 1);
+        // Compaction leaves exactly the survivors, in the given segments, with no marks.
+        store
+            .compact_matches(&[(4, &live[..1]), (5, &live[1..])])
+            .unwrap();
+        assert_eq!(store.matches.len(), 2);
         let (again, last) = store.load_matches().unwrap();
-        assert_eq!((again, last), (live, 4));
-        store.compact_matches(5, &[]).unwrap();
+        assert_eq!((again, last), (live, 5));
+        store.compact_matches(&[]).unwrap();
         assert!(store.matches.is_empty());
     }
 
