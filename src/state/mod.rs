@@ -849,23 +849,7 @@ impl State {
             .zip(stored)
             .filter(|(m, _)| m.segment.load(Ordering::Relaxed) != segments::ENDED)
             .unzip();
-        let mut written = Vec::new();
-        let mut dropped = Vec::new();
-        for (slots, chunk) in live
-            .chunks(crate::store::SEGMENT_MATCHES)
-            .zip(stored.chunks(crate::store::SEGMENT_MATCHES))
-        {
-            let previous: Vec<u64> = slots
-                .iter()
-                .map(|m| m.segment.load(Ordering::Relaxed))
-                .collect();
-            let (id, emptied) = segments.write(&previous);
-            for m in slots {
-                m.segment.store(id, Ordering::Relaxed);
-            }
-            written.push((id, chunk));
-            dropped.extend(emptied);
-        }
+        let (written, dropped) = Self::place_in_segments(&mut segments, &live, &stored);
         if written.is_empty() {
             return;
         }
@@ -895,6 +879,34 @@ impl State {
         if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
             tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
         }
+    }
+
+    /// Splits `stored` (parallel to `slots`) into segments of [`crate::store::SEGMENT_MATCHES`],
+    /// moves each slot to its new segment, and returns the segments to write and those left
+    /// with no live match. Call with the segments lock held, and write what it returns under it.
+    fn place_in_segments<'a, M: AsRef<MatchSlot>, T>(
+        segments: &mut segments::Segments,
+        slots: &[M],
+        stored: &'a [T],
+    ) -> (Vec<(u64, &'a [T])>, Vec<u64>) {
+        let mut written = Vec::new();
+        let mut dropped = Vec::new();
+        for (slots, chunk) in slots
+            .chunks(crate::store::SEGMENT_MATCHES)
+            .zip(stored.chunks(crate::store::SEGMENT_MATCHES))
+        {
+            let previous: Vec<u64> = slots
+                .iter()
+                .map(|m| m.as_ref().segment.load(Ordering::Relaxed))
+                .collect();
+            let (id, emptied) = segments.write(&previous);
+            for m in slots {
+                m.as_ref().segment.store(id, Ordering::Relaxed);
+            }
+            written.push((id, chunk));
+            dropped.extend(emptied);
+        }
+        (written, dropped)
     }
 
     fn lock_segments(&self) -> MutexGuard<'_, segments::Segments> {
@@ -1450,17 +1462,7 @@ impl State {
         // The survivors are rewritten in fresh segments; stale copies, ended marks and empty
         // segments go.
         let mut segments = segments::Segments::after(last_segment);
-        let mut written = Vec::new();
-        for (slots, chunk) in restored
-            .chunks(crate::store::SEGMENT_MATCHES)
-            .zip(live.chunks(crate::store::SEGMENT_MATCHES))
-        {
-            let (id, _) = segments.write(&vec![segments::NOT_STORED; chunk.len()]);
-            for slot in slots {
-                slot.segment.store(id, Ordering::Relaxed);
-            }
-            written.push((id, chunk));
-        }
+        let (written, _) = Self::place_in_segments(&mut segments, &restored, &live);
         store.compact_matches(&written)?;
         *self.lock_segments() = segments;
         Ok((replayed, restored, store.last_seq()?.max(last)))
