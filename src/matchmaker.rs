@@ -319,6 +319,9 @@ struct Loop {
     backfills: Vec<BackfillJob>,
 }
 
+/// Most commands the loop takes from its channel at once (see [`Loop::run`]).
+const COMMAND_BATCH: usize = 256;
+
 /// Creates the loop's channel; the returned future runs until `shutdown` is cancelled.
 pub fn spawn(
     state: State,
@@ -387,14 +390,21 @@ impl Loop {
     ) {
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Commands already queued are taken together: one wake-up and one pass through
+        // `select!` per batch instead of per ticket. Bounded, so a tick is never held off long.
+        let mut batch = Vec::with_capacity(COMMAND_BATCH);
         loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                cmd = rx.recv() => match cmd {
-                    Some(cmd) => self.handle(cmd),
-                    None => break,
-                },
+                n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for cmd in batch.drain(..) {
+                        self.handle(cmd);
+                    }
+                }
                 _ = interval.tick() => self.tick(),
             }
         }
