@@ -53,6 +53,9 @@ pub struct Phase {
     /// Latency of the non-OK answers (0 without any): how fast overload is refused.
     pub errors_p50_ms: f64,
     pub errors_p99_ms: f64,
+    /// Open loop only: calls due while `--max-in-flight` calls were already waiting, so never
+    /// sent (the generator's own limit, counted apart from the server's refusals).
+    pub not_sent: u64,
 }
 
 /// What `loadgen --json` prints.
@@ -63,6 +66,9 @@ pub struct Report {
     pub concurrency: usize,
     pub rounds: usize,
     pub rpc: Rpc,
+    /// Open loop: calls started per second on schedule, answered or not (`--rate`); absent for
+    /// closed-loop callers.
+    pub offered_rps: Option<f64>,
     pub rps: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -88,6 +94,13 @@ pub struct Options {
     /// up during the run (other processes, frequency, placement of connections on threads)
     /// then weighs on both sides alike instead of on whichever phase it hit.
     pub rounds: usize,
+    /// Open loop: start this many calls per second on schedule, whether or not earlier ones
+    /// answered, as players arrive in production (`concurrency` then only sizes the
+    /// connections). `None`: `concurrency` closed-loop callers, each waiting for its answer.
+    pub rate: Option<f64>,
+    /// Open loop: most calls waiting for an answer at once; beyond it a due call is counted in
+    /// `not_sent`, so a stalled server cannot grow the generator without bound.
+    pub max_in_flight: usize,
 }
 
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
@@ -101,6 +114,21 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         opts.seconds > 0.0 && opts.seconds <= 3600.0,
         "--seconds: must be in (0, 3600]"
     );
+    if let Some(rate) = opts.rate {
+        anyhow::ensure!(
+            rate.is_finite() && rate > 0.0 && rate <= 1e7,
+            "--rate: must be in (0, 10000000] calls per second"
+        );
+        anyhow::ensure!(
+            matches!(opts.rpc, Rpc::EnterQueue | Rpc::HealthCheck),
+            "--rate: open loop runs enter-queue or health-check only (watch and report-result \
+             need ids prepared per caller)"
+        );
+        anyhow::ensure!(
+            opts.max_in_flight >= 1,
+            "--max-in-flight: must be at least 1"
+        );
+    }
     let uri = if opts.addr.contains("://") {
         opts.addr.clone()
     } else {
@@ -125,8 +153,11 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     let mut drains = Vec::new();
     let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     if opts.rpc == Rpc::EnterQueue {
-        for (i, channel) in channels.iter().cycle().take(DRAIN_SERVERS).enumerate() {
-            let mut assignments = GameServerServiceClient::new(channel.clone())
+        for i in 0..DRAIN_SERVERS {
+            // Each game server on its own connection, as in production: its match batches do
+            // not queue in front of the players' answers on a shared HTTP/2 connection.
+            let channel = endpoint.connect().await?;
+            let mut assignments = GameServerServiceClient::new(channel)
                 .serve_matches(stream_request(
                     proto::ServeMatchesRequest {
                         server_address: format!("{run_id}:drain-{i}"),
@@ -178,6 +209,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         concurrency: opts.concurrency,
         rounds: opts.rounds,
         rpc: opts.rpc,
+        offered_rps: opts.rate,
         rps: target.rps,
         p50_ms: target.p50_ms,
         p99_ms: target.p99_ms,
@@ -289,6 +321,7 @@ struct Tally {
     error_hist: Option<Histogram<u64>>,
     error_codes: std::collections::BTreeMap<String, u64>,
     requests: u64,
+    not_sent: u64,
     seconds: f64,
 }
 
@@ -310,6 +343,7 @@ impl Tally {
             *self.error_codes.entry(k).or_default() += v;
         }
         self.requests += other.requests;
+        self.not_sent += other.not_sent;
         self.seconds += other.seconds;
         Ok(())
     }
@@ -332,6 +366,7 @@ impl Tally {
             p99_ms: ms(&hist, 0.99),
             errors_p50_ms: ms(&error_hist, 0.5),
             errors_p99_ms: ms(&error_hist, 0.99),
+            not_sent: self.not_sent,
         }
     }
 }
@@ -346,6 +381,9 @@ async fn slice_run(
     work: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     round: usize,
 ) -> anyhow::Result<Tally> {
+    if let Some(rate) = opts.rate {
+        return open_loop_slice(opts, rpc, rate, length, channels, run_id, round).await;
+    }
     let started = Instant::now();
     let deadline = started + length;
     let mut workers = Vec::with_capacity(opts.concurrency);
@@ -371,26 +409,10 @@ async fn slice_run(
             while Instant::now() < deadline {
                 let t = Instant::now();
                 let outcome: Result<(), Status> = match rpc {
-                    Rpc::HealthCheck => health
-                        .check(request(
-                            tonic_health::pb::HealthCheckRequest {
-                                service: String::new(),
-                            },
-                            token,
-                        ))
-                        .await
-                        .map(drop),
-                    Rpc::EnterQueue => client
-                        .enter_queue(request(
-                            proto::EnterQueueRequest {
-                                queue: "1v1".into(),
-                                player_ids: vec![format!("{run_id}-{round}-{w}-{i}")],
-                                ..Default::default()
-                            },
-                            token,
-                        ))
-                        .await
-                        .map(drop),
+                    Rpc::HealthCheck => health_check(&mut health, token).await,
+                    Rpc::EnterQueue => {
+                        enter_queue(&mut client, format!("{run_id}-{round}-{w}-{i}"), token).await
+                    }
                     Rpc::Watch => {
                         let ticket_id = own_ticket.clone().unwrap_or_default();
                         match client
@@ -437,11 +459,138 @@ async fn slice_run(
             error_hist: Some(error_hist),
             error_codes,
             requests,
+            not_sent: 0,
             seconds: 0.0,
         })?;
     }
     tally.seconds = started.elapsed().as_secs_f64();
     Ok(tally)
+}
+
+/// One slice with an open-loop arrival process: call `n` is due at `n / rate` seconds and starts
+/// then, however many earlier calls are still waiting (up to `max_in_flight`). Latency counts
+/// from when the call was due, so a generator or server that falls behind shows as latency
+/// instead of as fewer calls (closed-loop callers slow down with the server and hide it).
+async fn open_loop_slice(
+    opts: &Options,
+    rpc: Rpc,
+    rate: f64,
+    length: Duration,
+    channels: &[Channel],
+    run_id: &str,
+    round: usize,
+) -> anyhow::Result<Tally> {
+    struct Shared {
+        hist: Histogram<u64>,
+        error_hist: Histogram<u64>,
+        error_codes: std::collections::BTreeMap<String, u64>,
+    }
+    let shared = std::sync::Arc::new(std::sync::Mutex::new(Shared {
+        hist: latency_histogram(),
+        error_hist: latency_histogram(),
+        error_codes: Default::default(),
+    }));
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(opts.max_in_flight));
+    let mut calls = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    let due_total = (rate * length.as_secs_f64()).round() as u64;
+    let (mut sent, mut not_sent) = (0u64, 0u64);
+    while sent + not_sent < due_total {
+        let due_now = ((started.elapsed().as_secs_f64() * rate) as u64 + 1).min(due_total);
+        while sent + not_sent < due_now {
+            let n = sent + not_sent;
+            let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                not_sent += 1;
+                continue;
+            };
+            sent += 1;
+            let due = started + Duration::from_secs_f64(n as f64 / rate);
+            let channel = channels[n as usize % channels.len()].clone();
+            let token = opts.token.clone();
+            let player = format!("{run_id}-o{round}-{n}");
+            let shared = shared.clone();
+            calls.spawn(async move {
+                let token = token.as_deref();
+                let outcome = match rpc {
+                    Rpc::EnterQueue => {
+                        enter_queue(&mut ClientServiceClient::new(channel), player, token).await
+                    }
+                    _ => {
+                        let mut health =
+                            tonic_health::pb::health_client::HealthClient::new(channel);
+                        health_check(&mut health, token).await
+                    }
+                };
+                let us = due.elapsed().as_micros().max(1) as u64;
+                drop(permit);
+                let mut s = shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match outcome {
+                    Ok(()) => s.hist.saturating_record(us),
+                    Err(status) => {
+                        s.error_hist.saturating_record(us);
+                        *s.error_codes.entry(code_name(status.code())).or_default() += 1;
+                    }
+                }
+            });
+        }
+        while let Some(done) = calls.try_join_next() {
+            done?;
+        }
+        // Tokio's timer ticks in milliseconds; the calls due meanwhile start together.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    while let Some(done) = calls.join_next().await {
+        done?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let s = std::sync::Arc::try_unwrap(shared)
+        .map_err(|_| anyhow::anyhow!("open-loop calls still running"))?
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok(Tally {
+        hist: Some(s.hist),
+        error_hist: Some(s.error_hist),
+        error_codes: s.error_codes,
+        requests: sent,
+        not_sent,
+        seconds,
+    })
+}
+
+async fn health_check(
+    health: &mut tonic_health::pb::health_client::HealthClient<Channel>,
+    token: Option<&str>,
+) -> Result<(), Status> {
+    health
+        .check(request(
+            tonic_health::pb::HealthCheckRequest {
+                service: String::new(),
+            },
+            token,
+        ))
+        .await
+        .map(drop)
+}
+
+/// A solo 1v1 ticket for a new player.
+async fn enter_queue(
+    client: &mut ClientServiceClient<Channel>,
+    player: String,
+    token: Option<&str>,
+) -> Result<(), Status> {
+    client
+        .enter_queue(request(
+            proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec![player],
+                ..Default::default()
+            },
+            token,
+        ))
+        .await
+        .map(drop)
 }
 
 fn latency_histogram() -> Histogram<u64> {

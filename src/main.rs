@@ -136,6 +136,14 @@ enum Command {
         /// Bearer token sent on every call (with auth on, an admin token may act for anyone).
         #[arg(long)]
         token: Option<String>,
+        /// Open loop: start this many calls per second on schedule, answered or not (as players
+        /// arrive), instead of `--concurrency` callers that each wait for their answer. Latency
+        /// then counts from when a call was due. enter-queue and health-check only.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Open loop: most calls waiting at once; further due calls are counted as not sent.
+        #[arg(long, default_value_t = 20_000)]
+        max_in_flight: usize,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -282,6 +290,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rounds,
             concurrency,
             token,
+            rate,
+            max_in_flight,
             json,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -296,6 +306,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     concurrency,
                     token,
                     rounds,
+                    rate,
+                    max_in_flight,
                 }))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -516,6 +516,8 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         concurrency,
         token: None,
         rounds: 2,
+        rate: None,
+        max_in_flight: 1,
     };
     for rpc in [
         matchmaker::loadgen::Rpc::EnterQueue,
@@ -556,6 +558,58 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     };
     assert!(refused.errors_p50_ms > 0.0, "{report:?}");
     assert!(refused.errors_p99_ms >= refused.errors_p50_ms, "{report:?}");
+}
+
+#[tokio::test]
+async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
+    let server = TestServer::start("").await;
+    let opts = |addr: String, rate: f64| matchmaker::loadgen::Options {
+        addr,
+        rpc: matchmaker::loadgen::Rpc::EnterQueue,
+        seconds: 0.5,
+        concurrency: 16,
+        token: None,
+        rounds: 1,
+        rate: Some(rate),
+        max_in_flight: 10_000,
+    };
+    // 400 calls/s for 0.5 s per side: 200 due calls each, all sent and answered.
+    let report = matchmaker::loadgen::run(opts(server.addr.to_string(), 400.0))
+        .await
+        .unwrap();
+    assert_eq!(report.offered_rps, Some(400.0), "{report:?}");
+    for phase in [&report.target, &report.baseline] {
+        assert_eq!(phase.requests, 200, "{report:?}");
+        assert_eq!((phase.errors, phase.not_sent), (0, 0), "{report:?}");
+        assert!(
+            phase.p99_ms >= phase.p50_ms && phase.p50_ms > 0.0,
+            "{report:?}"
+        );
+    }
+    assert!(report.matches_served > 0, "{report:?}");
+
+    // Far more arrivals than two calls in flight server-wide: the excess is refused with
+    // RESOURCE_EXHAUSTED, counted apart, and every due call is either answered or not sent.
+    let small = TestServer::start("[server]\nmax_concurrent_requests = 2\n").await;
+    let report = matchmaker::loadgen::run(opts(small.addr.to_string(), 8000.0))
+        .await
+        .unwrap();
+    let t = &report.target;
+    assert_eq!(t.requests + t.not_sent, 4000, "{report:?}");
+    assert!(
+        t.error_codes.get("ResourceExhausted").copied().unwrap_or(0) > 0,
+        "{report:?}"
+    );
+    assert!(
+        t.rps > 0.0 && t.errors_p99_ms >= t.errors_p50_ms,
+        "{report:?}"
+    );
+    let bad = matchmaker::loadgen::Options {
+        rpc: matchmaker::loadgen::Rpc::Watch,
+        ..opts(small.addr.to_string(), 10.0)
+    };
+    let e = matchmaker::loadgen::run(bad).await.unwrap_err();
+    assert!(e.to_string().contains("--rate"), "{e}");
 }
 
 #[tokio::test]
