@@ -317,18 +317,33 @@ struct Loop {
     ready: HashMap<MatchId, ReadyCheck>,
     ready_by_ticket: HashMap<TicketId, MatchId>,
     backfills: Vec<BackfillJob>,
+    /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
+    runtime: tokio::runtime::Handle,
 }
 
-/// Most commands the loop takes from its channel at once (see [`Loop::run`]).
-const COMMAND_BATCH: usize = 256;
+/// The loop's thread; awaiting it waits until the loop has stopped (`Err` if it panicked).
+pub type LoopTask = oneshot::Receiver<()>;
 
-/// Creates the loop's channel; the returned future runs until `shutdown` is cancelled.
+/// Most commands the loop takes from its channel at once (see [`Loop::run`]).
+const COMMAND_BATCH: usize = 1024;
+/// How long the loop lets commands gather after a batch (see [`Loop::run`]): at most this much
+/// is added to the answer to a cancel or a stats request under load.
+const COMMAND_GATHER: Duration = Duration::from_millis(1);
+
+/// Creates the loop's channel and starts the loop on its own thread; it runs until `shutdown`
+/// is cancelled or every [`Handle`] is gone. Must be called inside the server's runtime.
+///
+/// Its own thread, not a task on the server's runtime: a tick is tens of milliseconds of
+/// synchronous work (forming, allocating and storing thousands of matches under load), and a
+/// task would hold one of the runtime's worker threads for all of it. On a one-core server
+/// nothing else would run meanwhile, not even refusing requests; as a thread, the OS shares the
+/// core between the tick and the request handlers.
 pub fn spawn(
     state: State,
     clock: Clock,
     shutdown: CancellationToken,
     restored: Vec<Arc<MatchSlot>>,
-) -> (Handle, tokio::task::JoinHandle<()>) {
+) -> std::io::Result<(Handle, LoopTask)> {
     let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
     let queues: Vec<QueueRuntime> = state
         .queues()
@@ -376,9 +391,20 @@ pub fn spawn(
         ready: HashMap::new(),
         ready_by_ticket: HashMap::new(),
         backfills: Vec::new(),
+        runtime: tokio::runtime::Handle::current(),
     };
-    let task = tokio::spawn(async move { lp.run(rx, tick, shutdown).await });
-    (Handle { tx }, task)
+    // Timers only: the loop's channels and the server's streams work across runtimes.
+    let own = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let (done, task) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("matchmaker-loop".into())
+        .spawn(move || {
+            own.block_on(lp.run(rx, tick, shutdown));
+            let _ = done.send(());
+        })?;
+    Ok((Handle { tx }, task))
 }
 
 impl Loop {
@@ -390,13 +416,20 @@ impl Loop {
     ) {
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Commands already queued are taken together: one wake-up and one pass through
-        // `select!` per batch instead of per ticket. Bounded, so a tick is never held off long.
+        // Commands already queued are taken together: one pass through `select!` per batch
+        // instead of per ticket. Bounded, so a tick is never held off long. After a batch the
+        // loop lets the next one gather for `COMMAND_GATHER` before it listens again: a sender
+        // only wakes a listening receiver, and waking this thread is a system call and a
+        // context switch, once per batch under load instead of once per ticket. Idle, the loop
+        // listens and answers at once.
         let mut batch = Vec::with_capacity(COMMAND_BATCH);
         loop {
             tokio::select! {
+                // A due tick goes before commands: under load there is always a command
+                // waiting, and ticks must not wait for a gap in the arrivals.
                 biased;
                 () = shutdown.cancelled() => break,
+                _ = interval.tick() => self.tick(),
                 n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
                     if n == 0 {
                         break;
@@ -404,8 +437,12 @@ impl Loop {
                     for cmd in batch.drain(..) {
                         self.handle(cmd);
                     }
+                    tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(COMMAND_GATHER) => {}
+                    }
                 }
-                _ = interval.tick() => self.tick(),
             }
         }
         self.persist_unallocated();
@@ -825,7 +862,7 @@ impl Loop {
         });
         match self.state.server_stream(&a.server_address) {
             Some(tx) => {
-                tokio::spawn(async move {
+                self.runtime.spawn(async move {
                     let _ = tx.send(update).await;
                 });
             }

@@ -46,6 +46,8 @@ pub enum ServerError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot start the matchmaker loop thread: {0}")]
+    LoopThread(std::io::Error),
 }
 
 /// Binds the configured address and serves until `shutdown` is cancelled.
@@ -124,7 +126,8 @@ async fn run_with_store_and_clock(
         shutdown.clone(),
     ));
     let (handle, loop_task) =
-        matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored);
+        matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored)
+            .map_err(ServerError::LoopThread)?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -242,8 +245,10 @@ async fn run_with_store_and_clock(
     // Whatever ended serving, everything else stops too; dropping the server drops the services.
     shutdown.cancel();
     drop(serve);
-    if tokio::time::timeout(grace, loop_task).await.is_err() {
-        warn!("matchmaker loop did not stop within the grace time");
+    match tokio::time::timeout(grace, loop_task).await {
+        Ok(Ok(())) => {}
+        Ok(Err(_)) => warn!("matchmaker loop thread ended without stopping cleanly (panicked)"),
+        Err(_) => warn!("matchmaker loop did not stop within the grace time"),
     }
     // The services (and their committer handles) are gone with the server future; the last
     // handle is ours. Dropping it lets the committer finish what it has and stop.
