@@ -326,8 +326,9 @@ pub type LoopTask = oneshot::Receiver<()>;
 
 /// Most commands the loop takes from its channel at once (see [`Loop::run`]).
 const COMMAND_BATCH: usize = 1024;
-/// How long the loop lets commands gather after a batch (see [`Loop::run`]): at most this much
-/// is added to the answer to a cancel or a stats request under load.
+/// How long the loop lets commands gather after a batch (see [`Loop::run`]): under load, a
+/// cancel or a stats request is answered this much later at most (plus the timer's 1 ms
+/// granularity).
 const COMMAND_GATHER: Duration = Duration::from_millis(1);
 
 /// Creates the loop's channel and starts the loop on its own thread; it runs until `shutdown`
