@@ -506,7 +506,9 @@ async fn tls_serves_with_a_generated_certificate() {
     }
 }
 
-#[tokio::test]
+// Two worker threads, so the server really runs calls side by side: on one thread a call that
+// completes in its first poll never overlaps another, and whether any is shed is luck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     let server = TestServer::start("").await;
     let opts = |rpc, concurrency| matchmaker::loadgen::Options {
@@ -529,9 +531,9 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         assert!(report.p99_ms >= report.p50_ms, "{report:?}");
     }
 
-    // Two in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
+    // One in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
     // rather than queued, and the server keeps answering.
-    let small = TestServer::start("[server]\nmax_concurrent_requests = 2\n").await;
+    let small = TestServer::start("[server]\nmax_concurrent_requests = 1\n").await;
     let mut o = opts(matchmaker::loadgen::Rpc::EnterQueue, 64);
     o.addr = small.addr.to_string();
     let report = matchmaker::loadgen::run(o).await.unwrap();
@@ -560,7 +562,49 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     assert!(refused.errors_p99_ms >= refused.errors_p50_ms, "{report:?}");
 }
 
+/// Past `server.max_connections` a new connection is not accepted (it waits in the kernel's
+/// backlog, costing the server nothing) and is served as soon as an open one closes.
 #[tokio::test]
+async fn connections_past_the_limit_wait_until_one_closes() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let server = TestServer::start("[server]\nmax_connections = 2\n").await;
+    let endpoint = Channel::from_shared(format!("http://{}", server.addr)).unwrap();
+    let check = |channel: Channel| async move {
+        HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+    };
+    let first = endpoint.connect().await.unwrap();
+    let second = endpoint.connect().await.unwrap();
+    check(first.clone()).await.expect("first connection served");
+    check(second.clone())
+        .await
+        .expect("second connection served");
+
+    let third = endpoint.connect_lazy();
+    let waiting = tokio::spawn(check(third));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a third connection was served while two were open"
+    );
+    // The second connection still works: the limit holds new connections, not open ones.
+    check(second.clone())
+        .await
+        .expect("open connection keeps working");
+
+    drop(first);
+    let answered = tokio::time::timeout(EVENT_TIMEOUT, waiting)
+        .await
+        .expect("the waiting connection is served once one closes")
+        .unwrap();
+    answered.expect("health check on the third connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     let server = TestServer::start("").await;
     let opts = |addr: String, rate: f64| matchmaker::loadgen::Options {
@@ -588,9 +632,9 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     }
     assert!(report.matches_served > 0, "{report:?}");
 
-    // Far more arrivals than two calls in flight server-wide: the excess is refused with
+    // Far more arrivals than one call in flight server-wide: the excess is refused with
     // RESOURCE_EXHAUSTED, counted apart, and every due call is either answered or not sent.
-    let small = TestServer::start("[server]\nmax_concurrent_requests = 2\n").await;
+    let small = TestServer::start("[server]\nmax_concurrent_requests = 1\n").await;
     let report = matchmaker::loadgen::run(opts(small.addr.to_string(), 8000.0))
         .await
         .unwrap();
