@@ -13,6 +13,7 @@ pub mod config;
 pub mod ids;
 pub mod ledger;
 pub mod limits;
+pub mod listener;
 pub mod loadgen;
 pub mod matching;
 pub mod matchmaker;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 use tower::ServiceBuilder;
@@ -18,6 +17,7 @@ use tracing::{info, warn};
 use crate::api;
 use crate::config::Config;
 use crate::ledger::Ledger;
+use crate::listener;
 use crate::matchmaker::{self, Clock};
 use crate::proto;
 use crate::state::State;
@@ -223,15 +223,18 @@ async fn run_with_store_and_clock(
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
         )
-        .serve_with_incoming_shutdown(incoming_nodelay(listener), {
-            let shutdown = shutdown.clone();
-            let state = state.clone();
-            async move {
-                shutdown.cancelled().await;
-                // Server streams end when their senders go; watcher tasks watch the token.
-                state.close_server_streams();
-            }
-        });
+        .serve_with_incoming_shutdown(
+            listener::incoming(listener, config.server.max_connections),
+            {
+                let shutdown = shutdown.clone();
+                let state = state.clone();
+                async move {
+                    shutdown.cancelled().await;
+                    // Server streams end when their senders go; watcher tasks watch the token.
+                    state.close_server_streams();
+                }
+            },
+        );
 
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     let mut serve = Box::pin(serve);
@@ -277,21 +280,6 @@ fn tls_config(
     let identity =
         tonic::transport::Identity::from_pem(read(&tls.cert_file)?, read(&tls.key_file)?);
     Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
-}
-
-/// Accepted connections with Nagle off. tonic sets TCP_NODELAY only on listeners it binds
-/// itself; without it every small unary reply waits ~40 ms for the peer's delayed ACK.
-fn incoming_nodelay(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        if let Err(e) = conn.set_nodelay(true) {
-            warn!(error = %e, "could not set TCP_NODELAY");
-        }
-        Ok(conn)
-    })
 }
 
 /// Installs the global Prometheus recorder and its HTTP endpoint. A second server in the same

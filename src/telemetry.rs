@@ -20,6 +20,8 @@ pub const TICK_SECONDS: &str = "matchmaker_tick_seconds";
 pub const MATCHES_UNALLOCATED: &str = "matchmaker_matches_unallocated";
 /// Registered game server streams (gauge).
 pub const SERVERS_CONNECTED: &str = "matchmaker_servers_connected";
+/// Open client connections, against `server.max_connections` (gauge).
+pub const CONNECTIONS_OPEN: &str = "matchmaker_connections_open";
 
 /// Seconds one journal batch took to write and flush (histogram).
 pub const JOURNAL_FLUSH_SECONDS: &str = "matchmaker_journal_flush_seconds";
@@ -77,6 +79,10 @@ pub fn describe() {
         "Formed matches no game server has taken yet"
     );
     describe_gauge!(SERVERS_CONNECTED, "Game servers on ServeMatches");
+    describe_gauge!(
+        CONNECTIONS_OPEN,
+        "Open client connections (server.max_connections bounds them)"
+    );
     describe_histogram!(
         JOURNAL_FLUSH_SECONDS,
         metrics::Unit::Seconds,
