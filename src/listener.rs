@@ -10,6 +10,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -47,6 +48,18 @@ fn report_open(permits: &Semaphore, max: usize) {
     metrics::gauge!(m::CONNECTIONS_OPEN).set(open as f64);
 }
 
+/// How long the accept loop waits after a failure that is not the peer's (no file descriptors).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+fn is_peer_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+    )
+}
+
 /// Accepts connections from `listener` while fewer than `max_connections` are open. The
 /// accepting task ends when the server drops the stream.
 #[must_use]
@@ -64,23 +77,34 @@ pub fn incoming(listener: TcpListener, max_connections: usize) -> ReceiverStream
                 a = listener.accept() => a,
                 () = tx.closed() => break,
             };
-            let conn = accepted.map(|(stream, _)| {
-                // tonic sets TCP_NODELAY only on listeners it binds itself; without it every
-                // small unary reply waits ~40 ms for the peer's delayed ACK.
-                if let Err(e) = stream.set_nodelay(true) {
-                    warn!(error = %e, "could not set TCP_NODELAY");
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                // The peer gave up before we accepted: nothing to do, and no reason to wait.
+                Err(e) if is_peer_error(&e) => continue,
+                // Out of file descriptors (`ulimit -n` below `server.max_connections`) or
+                // memory: accepting again at once would fail again in a busy loop (tonic drops
+                // accept errors silently), so say so and pause.
+                Err(e) => {
+                    warn!(error = %e, pause_ms = ACCEPT_PAUSE.as_millis() as u64, "accept failed");
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                    continue;
                 }
-                report_open(&permits, max_connections);
-                Conn {
-                    stream,
-                    slot: Some(Slot {
-                        permit,
-                        permits: permits.clone(),
-                        max: max_connections,
-                    }),
-                }
-            });
-            if tx.send(conn).await.is_err() {
+            };
+            // tonic sets TCP_NODELAY only on listeners it binds itself; without it every small
+            // unary reply waits ~40 ms for the peer's delayed ACK.
+            if let Err(e) = stream.set_nodelay(true) {
+                warn!(error = %e, "could not set TCP_NODELAY");
+            }
+            report_open(&permits, max_connections);
+            let conn = Conn {
+                stream,
+                slot: Some(Slot {
+                    permit,
+                    permits: permits.clone(),
+                    max: max_connections,
+                }),
+            };
+            if tx.send(Ok(conn)).await.is_err() {
                 break;
             }
         }
