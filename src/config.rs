@@ -86,8 +86,9 @@ pub struct ServerConfig {
     pub max_tickets_per_queue: usize,
     /// In-flight RPCs on one connection (HTTP/2 streams) before the connection waits.
     pub max_concurrent_requests_per_connection: usize,
-    /// Open client connections; further ones wait in the kernel's accept backlog.
-    #[serde(default = "default_max_connections")]
+    /// Open client connections; further ones wait in the kernel's accept backlog. 0: the
+    /// process's open-file limit minus the server's own files (`listener::effective_max_connections`).
+    #[serde(default)]
     pub max_connections: usize,
     /// A SEARCHING ticket with no `WatchTicket` stream and no call naming it for this long
     /// expires (SPEC §5.4); 0 turns the heartbeat off.
@@ -105,10 +106,6 @@ fn default_serve_matches_buffer() -> usize {
 
 fn default_finished_ticket_retention_seconds() -> f64 {
     120.0
-}
-
-fn default_max_connections() -> usize {
-    20_000
 }
 
 fn default_ticket_heartbeat_seconds() -> f64 {
@@ -425,7 +422,6 @@ impl Config {
                 "server.max_concurrent_requests_per_connection",
                 s.max_concurrent_requests_per_connection,
             ),
-            ("server.max_connections", s.max_connections),
             ("store.journal_buffer", self.store.journal_buffer),
         ] {
             if value == 0 {

@@ -48,6 +48,52 @@ fn report_open(permits: &Semaphore, max: usize) {
     metrics::gauge!(m::CONNECTIONS_OPEN).set(open as f64);
 }
 
+/// Descriptors the server needs besides its connections (sled's files, the runtime, the
+/// listener, the metrics endpoint), with room to spare.
+pub const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// The soft open-file limit (`ulimit -n`) from the text of `/proc/self/limits`.
+#[must_use]
+pub fn open_file_limit(limits: &str) -> Option<u64> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `server.max_connections` when the open-file limit is unknown and the config says 0 (auto).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 20_000;
+
+/// The connection limit to apply: `configured`, or for 0 the open-file limit minus
+/// [`RESERVED_DESCRIPTORS`] (at least 1; [`DEFAULT_MAX_CONNECTIONS`] when unknown).
+#[must_use]
+pub fn effective_max_connections(configured: usize, open_files: Option<u64>) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    open_files.map_or(DEFAULT_MAX_CONNECTIONS, |n| {
+        usize::try_from(n.saturating_sub(RESERVED_DESCRIPTORS).max(1)).unwrap_or(usize::MAX)
+    })
+}
+
+/// A warning when an explicit `max_connections` cannot be reached under the process's
+/// open-file limit: past it `accept` fails and the loop pauses, so connections wait although
+/// the configured limit says they may open. `None` when the limit is high enough or unknown.
+#[must_use]
+pub fn descriptor_shortfall(max_connections: usize, open_files: Option<u64>) -> Option<String> {
+    let open_files = open_files?;
+    let needed = max_connections as u64 + RESERVED_DESCRIPTORS;
+    (open_files < needed).then(|| {
+        format!(
+            "the open-file limit (ulimit -n) is {open_files}, below server.max_connections \
+             ({max_connections}) + {RESERVED_DESCRIPTORS} for the server's own files: raise \
+             `ulimit -n` to at least {needed} or lower server.max_connections"
+        )
+    })
+}
+
 /// How long the accept loop waits after a failure that is not the peer's (no file descriptors).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
@@ -157,5 +203,47 @@ impl AsyncWrite for Conn {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: &str = "Limit                     Soft Limit           Hard Limit           Units     \n\
+        Max processes             96365                96365                processes \n\
+        Max open files            1024                 524288               files     \n";
+
+    #[test]
+    fn the_soft_open_file_limit_is_read_and_compared_with_max_connections() {
+        assert_eq!(open_file_limit(LIMITS), Some(1024));
+        assert_eq!(
+            open_file_limit("Max open files unlimited unlimited files"),
+            None
+        );
+        assert_eq!(open_file_limit(""), None);
+        let warning = descriptor_shortfall(20_000, Some(1024)).expect("1024 < 20064");
+        assert!(
+            warning.contains("1024") && warning.contains("server.max_connections"),
+            "{warning}"
+        );
+        assert!(warning.contains("20064"), "{warning}");
+        assert_eq!(descriptor_shortfall(960, Some(1024)), None);
+        assert!(descriptor_shortfall(961, Some(1024)).is_some());
+        assert_eq!(descriptor_shortfall(20_000, None), None);
+    }
+
+    #[test]
+    fn zero_means_the_open_file_limit_less_the_servers_own_files() {
+        assert_eq!(effective_max_connections(0, Some(1024)), 960);
+        assert_eq!(effective_max_connections(0, Some(10)), 1);
+        assert_eq!(effective_max_connections(0, None), DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(effective_max_connections(500, Some(1024)), 500);
+        assert_eq!(effective_max_connections(5000, Some(1024)), 5000);
+        // The automatic limit never warns; an explicit one above the file limit does.
+        assert_eq!(
+            descriptor_shortfall(effective_max_connections(0, Some(1024)), Some(1024)),
+            None
+        );
     }
 }

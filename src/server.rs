@@ -193,6 +193,15 @@ async fn run_with_store_and_clock(
         )
         .layer(crate::limits::MessageSizeLayer::new(max_message))
         .into_inner();
+    let open_files = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| listener::open_file_limit(&l));
+    let max_connections =
+        listener::effective_max_connections(config.server.max_connections, open_files);
+    if let Some(warning) = listener::descriptor_shortfall(max_connections, open_files) {
+        warn!("{warning}");
+    }
+    info!(max_connections, open_files, "connection limit");
     let mut builder = Server::builder();
     if config.tls.enabled {
         builder = builder.tls_config(tls_config(&config.tls)?)?;
@@ -223,18 +232,15 @@ async fn run_with_store_and_clock(
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
         )
-        .serve_with_incoming_shutdown(
-            listener::incoming(listener, config.server.max_connections),
-            {
-                let shutdown = shutdown.clone();
-                let state = state.clone();
-                async move {
-                    shutdown.cancelled().await;
-                    // Server streams end when their senders go; watcher tasks watch the token.
-                    state.close_server_streams();
-                }
-            },
-        );
+        .serve_with_incoming_shutdown(listener::incoming(listener, max_connections), {
+            let shutdown = shutdown.clone();
+            let state = state.clone();
+            async move {
+                shutdown.cancelled().await;
+                // Server streams end when their senders go; watcher tasks watch the token.
+                state.close_server_streams();
+            }
+        });
 
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     let mut serve = Box::pin(serve);
