@@ -264,8 +264,8 @@ impl TicketView {
     }
 }
 
-/// A ticket and the channel its watchers subscribe to. The channel holds only the latest view,
-/// so a slow watcher never grows memory.
+/// A ticket, its latest view, and the channel its watchers subscribe to. The channel holds only
+/// the latest view, so a slow watcher never grows memory.
 #[derive(Debug)]
 pub struct TicketSlot {
     pub id: TicketId,
@@ -276,23 +276,43 @@ pub struct TicketSlot {
     /// Matchmaker-clock seconds (as `f64` bits) of the last call that named the ticket, for the
     /// heartbeat (SPEC §5.4).
     last_seen: AtomicU64,
-    view: watch::Sender<TicketView>,
+    view: Mutex<ViewCell>,
+}
+
+/// A ticket's latest view and, once someone has watched it, the channel that publishes it.
+/// Most tickets are never watched, and a watch channel costs ~450 bytes (its waker lists) on
+/// every ticket, live or retained after it finished; so the channel is made on first subscribe.
+#[derive(Debug)]
+struct ViewCell {
+    current: TicketView,
+    watchers: Option<watch::Sender<TicketView>>,
 }
 
 impl TicketSlot {
-    /// The current view.
-    pub fn view(&self) -> TicketView {
-        self.view.borrow().clone()
+    fn cell(&self) -> MutexGuard<'_, ViewCell> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A receiver for `WatchTicket`.
+    /// The current view.
+    pub fn view(&self) -> TicketView {
+        self.cell().current.clone()
+    }
+
+    /// A receiver for `WatchTicket`, holding the current view.
     pub fn subscribe(&self) -> watch::Receiver<TicketView> {
-        self.view.subscribe()
+        let mut cell = self.cell();
+        let ViewCell { current, watchers } = &mut *cell;
+        watchers
+            .get_or_insert_with(|| watch::Sender::new(current.clone()))
+            .subscribe()
     }
 
     /// Whether anyone is watching (SEARCHING updates are skipped when not).
     pub fn watched(&self) -> bool {
-        self.view.receiver_count() > 0
+        self.cell()
+            .watchers
+            .as_ref()
+            .is_some_and(|w| w.receiver_count() > 0)
     }
 
     /// Records a call naming this ticket at matchmaker time `now` (the heartbeat).
@@ -311,13 +331,16 @@ impl TicketSlot {
 
     /// Replaces the view; a final view is never replaced by a non-final one.
     pub fn publish(&self, next: TicketView) {
-        self.view.send_if_modified(|current| {
-            if current.is_final() || *current == next {
-                return false;
-            }
-            *current = next;
-            true
-        });
+        let mut cell = self.cell();
+        if cell.current.is_final() || cell.current == next {
+            return;
+        }
+        if let Some(watchers) = &cell.watchers {
+            // Under the cell's lock, so a subscriber sees either the old view then this one,
+            // or this one first; never a view older than `current`.
+            watchers.send_replace(next.clone());
+        }
+        cell.current = next;
     }
 }
 
@@ -642,7 +665,10 @@ impl State {
                 }
             }
         }
-        let (view, _) = watch::channel(TicketView::searching(0.0, String::new()));
+        let view = Mutex::new(ViewCell {
+            current: TicketView::searching(0.0, String::new()),
+            watchers: None,
+        });
         let ticket = Arc::new(TicketSlot {
             id: ticket_id.clone(),
             queue: queue.id.clone(),
@@ -1560,5 +1586,48 @@ mod tests {
         let mut r = PoolRecords::default();
         r.insert("1v1".into(), record(1.0));
         assert!(matches!(r.0, Records::One(_)));
+    }
+
+    fn slot() -> TicketSlot {
+        TicketSlot {
+            id: TicketId::new("t1"),
+            queue: QueueId::new("1v1"),
+            players: vec![PlayerId::new("p1")],
+            entered_at: 0.0,
+            last_seen: AtomicU64::new(0),
+            view: Mutex::new(ViewCell {
+                current: TicketView::searching(0.0, String::new()),
+                watchers: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_ticket_makes_its_watch_channel_on_first_subscribe_and_watchers_see_every_later_view() {
+        let t = slot();
+        assert!(!t.watched());
+        // Published before anyone watched: kept, and the first watcher starts from it.
+        t.publish(TicketView::searching(3.0, "widened".into()));
+        assert!(t.cell().watchers.is_none(), "no channel until someone watches");
+        let mut rx = t.subscribe();
+        assert!(t.watched());
+        assert_eq!(rx.borrow_and_update().wait_seconds, 3.0);
+        // Published while watched: the watcher is told.
+        t.publish(TicketView::searching(4.0, String::new()));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().wait_seconds, 4.0);
+        // A second watcher shares the channel and starts from the latest view.
+        let rx2 = t.subscribe();
+        assert_eq!(rx2.borrow().wait_seconds, 4.0);
+        drop((rx, rx2));
+        assert!(!t.watched(), "a channel with no receivers is not watched");
+        // A final view is never replaced, watched or not.
+        t.publish(TicketView {
+            state: TicketState::Cancelled,
+            ..TicketView::searching(5.0, "cancelled".into())
+        });
+        t.publish(TicketView::searching(6.0, String::new()));
+        assert_eq!(t.view().state, TicketState::Cancelled);
+        assert_eq!(t.subscribe().borrow().state, TicketState::Cancelled);
     }
 }
