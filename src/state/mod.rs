@@ -1608,7 +1608,10 @@ mod tests {
         assert!(!t.watched());
         // Published before anyone watched: kept, and the first watcher starts from it.
         t.publish(TicketView::searching(3.0, "widened".into()));
-        assert!(t.cell().watchers.is_none(), "no channel until someone watches");
+        assert!(
+            t.cell().watchers.is_none(),
+            "no channel until someone watches"
+        );
         let mut rx = t.subscribe();
         assert!(t.watched());
         assert_eq!(rx.borrow_and_update().wait_seconds, 3.0);
