@@ -101,6 +101,10 @@ pub struct Options {
     /// Open loop: most calls waiting for an answer at once; beyond it a due call is counted in
     /// `not_sent`, so a stalled server cannot grow the generator without bound.
     pub max_in_flight: usize,
+    /// Open loop: each call's deadline, counted from when it was due, as a player's client
+    /// counts it (sent as `grpc-timeout` with what is left of it, and enforced here). A call
+    /// past it is a `DeadlineExceeded` error. `None`: the 10 s call timeout from when it starts.
+    pub deadline: Option<Duration>,
 }
 
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
@@ -127,6 +131,16 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         anyhow::ensure!(
             opts.max_in_flight >= 1,
             "--max-in-flight: must be at least 1"
+        );
+    }
+    if let Some(deadline) = opts.deadline {
+        anyhow::ensure!(
+            opts.rate.is_some(),
+            "--deadline-ms: needs --rate (closed-loop calls use the 10 s call timeout)"
+        );
+        anyhow::ensure!(
+            !deadline.is_zero() && deadline <= CALL_TIMEOUT,
+            "--deadline-ms: must be in 1..=10000"
         );
     }
     let uri = if opts.addr.contains("://") {
@@ -409,9 +423,10 @@ async fn slice_run(
             while Instant::now() < deadline {
                 let t = Instant::now();
                 let outcome: Result<(), Status> = match rpc {
-                    Rpc::HealthCheck => health_check(&mut health, token).await,
+                    Rpc::HealthCheck => health_check(&mut health, token, None).await,
                     Rpc::EnterQueue => {
-                        enter_queue(&mut client, format!("{run_id}-{round}-{w}-{i}"), token).await
+                        let player = format!("{run_id}-{round}-{w}-{i}");
+                        enter_queue(&mut client, player, token, None).await
                     }
                     Rpc::Watch => {
                         let ticket_id = own_ticket.clone().unwrap_or_default();
@@ -509,17 +524,35 @@ async fn open_loop_slice(
             let token = opts.token.clone();
             let player = format!("{run_id}-o{round}-{n}");
             let shared = shared.clone();
+            let deadline = opts.deadline;
             calls.spawn(async move {
                 let token = token.as_deref();
-                let outcome = match rpc {
-                    Rpc::EnterQueue => {
-                        enter_queue(&mut ClientServiceClient::new(channel), player, token).await
+                // What is left of the caller's deadline when the call finally starts.
+                let left = deadline.map(|d| (due + d).saturating_duration_since(Instant::now()));
+                let call = async {
+                    match rpc {
+                        Rpc::EnterQueue => {
+                            let mut client = ClientServiceClient::new(channel);
+                            enter_queue(&mut client, player, token, left).await
+                        }
+                        _ => {
+                            let mut health =
+                                tonic_health::pb::health_client::HealthClient::new(channel);
+                            health_check(&mut health, token, left).await
+                        }
                     }
-                    _ => {
-                        let mut health =
-                            tonic_health::pb::health_client::HealthClient::new(channel);
-                        health_check(&mut health, token).await
-                    }
+                };
+                let outcome = match deadline {
+                    // Past the deadline, whoever noticed first (this timer, which ticks in
+                    // whole milliseconds, or tonic's timers on `grpc-timeout` in the client or
+                    // the server, which answer CANCELLED), and whatever the answer, the caller
+                    // gave up.
+                    Some(d) => match tokio::time::timeout_at((due + d).into(), call).await {
+                        Ok(Err(s)) if s.code() == Code::Cancelled => Err(missed()),
+                        Ok(outcome) if due.elapsed() <= d => outcome,
+                        _ => Err(missed()),
+                    },
+                    None => call.await,
                 };
                 let us = due.elapsed().as_micros().max(1) as u64;
                 drop(permit);
@@ -559,16 +592,27 @@ async fn open_loop_slice(
     })
 }
 
+/// `request` with `grpc-timeout` set to `left` when given (else the call timeout).
+fn request_within<T>(msg: T, token: Option<&str>, left: Option<Duration>) -> Request<T> {
+    let mut r = request(msg, token);
+    if let Some(left) = left {
+        r.set_timeout(left);
+    }
+    r
+}
+
 async fn health_check(
     health: &mut tonic_health::pb::health_client::HealthClient<Channel>,
     token: Option<&str>,
+    left: Option<Duration>,
 ) -> Result<(), Status> {
     health
-        .check(request(
+        .check(request_within(
             tonic_health::pb::HealthCheckRequest {
                 service: String::new(),
             },
             token,
+            left,
         ))
         .await
         .map(drop)
@@ -579,15 +623,17 @@ async fn enter_queue(
     client: &mut ClientServiceClient<Channel>,
     player: String,
     token: Option<&str>,
+    left: Option<Duration>,
 ) -> Result<(), Status> {
     client
-        .enter_queue(request(
+        .enter_queue(request_within(
             proto::EnterQueueRequest {
                 queue: "1v1".into(),
                 player_ids: vec![player],
                 ..Default::default()
             },
             token,
+            left,
         ))
         .await
         .map(drop)
@@ -595,6 +641,11 @@ async fn enter_queue(
 
 fn latency_histogram() -> Histogram<u64> {
     Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+/// An open-loop call past its `--deadline-ms`.
+fn missed() -> Status {
+    Status::deadline_exceeded("the caller's deadline passed")
 }
 
 fn code_name(code: Code) -> String {

@@ -144,6 +144,10 @@ enum Command {
         /// Open loop: most calls waiting at once; further due calls are counted as not sent.
         #[arg(long, default_value_t = 20_000)]
         max_in_flight: usize,
+        /// Open loop: each call's deadline in milliseconds from when it was due, as a player's
+        /// client would set it; later answers count as DeadlineExceeded errors.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -292,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             token,
             rate,
             max_in_flight,
+            deadline_ms,
             json,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -308,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     rounds,
                     rate,
                     max_in_flight,
+                    deadline: deadline_ms.map(std::time::Duration::from_millis),
                 }))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

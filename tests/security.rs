@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{EVENT_TIMEOUT, TestServer, next};
 use jsonwebtoken::{EncodingKey, Header};
@@ -520,6 +520,7 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         rounds: 2,
         rate: None,
         max_in_flight: 1,
+        deadline: None,
     };
     for rpc in [
         matchmaker::loadgen::Rpc::EnterQueue,
@@ -616,6 +617,7 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
         rounds: 1,
         rate: Some(rate),
         max_in_flight: 10_000,
+        deadline: None,
     };
     // 400 calls/s for 0.5 s per side: 200 due calls each, all sent and answered.
     let report = matchmaker::loadgen::run(opts(server.addr.to_string(), 400.0))
@@ -654,6 +656,58 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     };
     let e = matchmaker::loadgen::run(bad).await.unwrap_err();
     assert!(e.to_string().contains("--rate"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loadgen_open_loop_deadlines_count_from_when_a_call_was_due() {
+    // One stream per connection and one connection: calls due every 0.25 ms wait for each
+    // other in the client, so with a 1 ms deadline the later ones miss it.
+    let server = TestServer::start(
+        "[server]
+max_concurrent_requests_per_connection = 1
+",
+    )
+    .await;
+    let opts = |deadline_ms: Option<u64>| matchmaker::loadgen::Options {
+        addr: server.addr.to_string(),
+        rpc: matchmaker::loadgen::Rpc::HealthCheck,
+        seconds: 0.5,
+        concurrency: 1,
+        token: None,
+        rounds: 1,
+        rate: Some(4000.0),
+        max_in_flight: 10_000,
+        deadline: deadline_ms.map(Duration::from_millis),
+    };
+    let late = matchmaker::loadgen::run(opts(Some(1))).await.unwrap();
+    for phase in [&late.target, &late.baseline] {
+        let missed = phase
+            .error_codes
+            .get("DeadlineExceeded")
+            .copied()
+            .unwrap_or(0);
+        assert!(missed > 0, "{late:?}");
+        assert_eq!(phase.errors, missed, "only deadlines were missed: {late:?}");
+        // Answered or not, no call is counted after its deadline plus the timer's granularity
+        // (without a deadline a waiting call would count up to the 10 s call timeout).
+        assert!(phase.errors_p99_ms < 500.0, "{late:?}");
+        assert_eq!(phase.requests, 2000, "{late:?}");
+        assert!(
+            phase.p99_ms <= 1.0,
+            "an answer after the deadline is a miss: {late:?}"
+        );
+    }
+    let patient = matchmaker::loadgen::run(opts(Some(10_000))).await.unwrap();
+    assert_eq!(patient.errors, 0, "{patient:?}");
+
+    let closed_loop = matchmaker::loadgen::Options {
+        rate: None,
+        ..opts(Some(100))
+    };
+    let e = matchmaker::loadgen::run(closed_loop).await.unwrap_err();
+    assert!(e.to_string().contains("--deadline-ms"), "{e}");
+    let e = matchmaker::loadgen::run(opts(Some(0))).await.unwrap_err();
+    assert!(e.to_string().contains("--deadline-ms"), "{e}");
 }
 
 #[tokio::test]
