@@ -610,6 +610,11 @@ impl State {
     }
 
     fn slot(&self, id: &PlayerId) -> Arc<PlayerSlot> {
+        // A read lock for a player seen before (every player of a match being formed, and most
+        // players entering a queue); the shard's write lock only to add one.
+        if let Some(slot) = self.inner.players.get(id) {
+            return slot.value().clone();
+        }
         self.inner
             .players
             .entry(id.clone())
