@@ -547,6 +547,9 @@ async fn open_loop_slice(
                     // whole milliseconds, or tonic's timers on `grpc-timeout` in the client or
                     // the server, which answer CANCELLED), and whatever the answer, the caller
                     // gave up.
+                    // A call whose deadline passed before it could start is not sent, as a
+                    // client would not send it.
+                    Some(_) if left.is_some_and(|l| l.is_zero()) => Err(missed()),
                     Some(d) => match tokio::time::timeout_at((due + d).into(), call).await {
                         Ok(Err(s)) if s.code() == Code::Cancelled => Err(missed()),
                         Ok(outcome) if due.elapsed() <= d => outcome,
