@@ -182,6 +182,7 @@ async fn run_with_store_and_clock(
     // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
     // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
+        .map_err(count_shed)
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
@@ -271,6 +272,15 @@ async fn run_with_store_and_clock(
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");
     served.map_err(ServerError::from)
+}
+
+/// Counts the calls `load_shed` refused (the error passes on unchanged: tonic answers it
+/// RESOURCE_EXHAUSTED). On the error path only, so a served call pays nothing.
+fn count_shed(e: tower::BoxError) -> tower::BoxError {
+    if e.is::<tower::load_shed::error::Overloaded>() {
+        metrics::counter!(crate::telemetry::REQUESTS_SHED).increment(1);
+    }
+    e
 }
 
 /// The rustls identity from the configured PEM files (validated to exist at load).

@@ -22,6 +22,9 @@ pub const MATCHES_UNALLOCATED: &str = "matchmaker_matches_unallocated";
 pub const SERVERS_CONNECTED: &str = "matchmaker_servers_connected";
 /// Open client connections, against `server.max_connections` (gauge).
 pub const CONNECTIONS_OPEN: &str = "matchmaker_connections_open";
+/// Calls refused with RESOURCE_EXHAUSTED because `server.max_concurrent_requests` calls were
+/// in flight (counter).
+pub const REQUESTS_SHED: &str = "matchmaker_requests_shed_total";
 
 /// Seconds one journal batch took to write and flush (histogram).
 pub const JOURNAL_FLUSH_SECONDS: &str = "matchmaker_journal_flush_seconds";
@@ -103,6 +106,10 @@ pub fn describe() {
         BACKFILL_FILL_SECONDS,
         metrics::Unit::Seconds,
         "Backfill request to its last slot filled"
+    );
+    describe_counter!(
+        REQUESTS_SHED,
+        "Calls refused because server.max_concurrent_requests calls were in flight"
     );
     describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
     describe_gauge!(

@@ -1,0 +1,158 @@
+//! The Prometheus endpoint of the real binary (SPEC §8): it serves the matchmaker's metrics, and
+//! calls refused by the in-flight limit are counted there, so an operator sees shedding without
+//! asking the clients.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::EVENT_TIMEOUT;
+
+/// The body of `GET /metrics` at `addr`, once the endpoint answers.
+fn scrape(addr: &str) -> String {
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    loop {
+        let answer = TcpStream::connect(addr).and_then(|mut s| {
+            s.set_read_timeout(Some(EVENT_TIMEOUT))?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+            let mut out = String::new();
+            s.read_to_string(&mut out)?;
+            Ok(out)
+        });
+        match answer {
+            Ok(out) if out.starts_with("HTTP/1.") && out.contains(" 200 ") => {
+                return out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+            }
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            other => panic!("no metrics from {addr}: {other:?}"),
+        }
+    }
+}
+
+/// The value of the sample `name` (no labels), if the scrape has it.
+fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sum of the samples of `name` over all its label sets.
+fn labelled_sum(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_addr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().to_string()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
+        .arg(&metrics_addr)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("RUST_LOG", "info")
+        // One call in flight: 16 callers on a two-worker server are shed now and then.
+        .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+                let _ = addr_tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+            }
+        }
+    });
+    let addr = addr_rx.recv_timeout(EVENT_TIMEOUT).expect("server address");
+
+    let before = scrape(&metrics_addr);
+    assert_eq!(
+        sample(&before, "matchmaker_requests_shed_total").unwrap_or(0.0),
+        0.0,
+        "{before}"
+    );
+
+    let report = matchmaker::loadgen::run(matchmaker::loadgen::Options {
+        addr: addr.clone(),
+        rpc: matchmaker::loadgen::Rpc::EnterQueue,
+        seconds: 1.0,
+        concurrency: 16,
+        token: None,
+        rounds: 2,
+        rate: None,
+        max_in_flight: 1,
+        deadline: None,
+    })
+    .await
+    .unwrap();
+    let refused = report
+        .target
+        .error_codes
+        .get("ResourceExhausted")
+        .copied()
+        .unwrap_or(0)
+        + report
+            .baseline
+            .error_codes
+            .get("ResourceExhausted")
+            .copied()
+            .unwrap_or(0);
+    assert!(refused > 0, "nothing was shed: {report:?}");
+    assert_eq!(
+        report.target.errors + report.baseline.errors,
+        refused,
+        "only sheds, no other error: {report:?}"
+    );
+
+    // Tickets are counted as the matchmaker loop takes them, a moment after the answers.
+    let target_refused = report
+        .target
+        .error_codes
+        .get("ResourceExhausted")
+        .copied()
+        .unwrap_or(0);
+    let entered_ok = (report.target.requests - target_refused) as f64;
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    let after = loop {
+        let body = scrape(&metrics_addr);
+        if labelled_sum(&body, "matchmaker_tickets_entered_total") >= entered_ok
+            || Instant::now() > deadline
+        {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    // Every RESOURCE_EXHAUSTED the generator saw was a shed call, and each one was counted.
+    assert_eq!(
+        sample(&after, "matchmaker_requests_shed_total"),
+        Some(refused as f64),
+        "{after}"
+    );
+    assert_eq!(
+        labelled_sum(&after, "matchmaker_tickets_entered_total"),
+        entered_ok,
+        "{after}"
+    );
+    assert!(
+        sample(&after, "matchmaker_connections_open").is_some_and(|open| open >= 1.0),
+        "{after}"
+    );
+}
