@@ -11,6 +11,16 @@ use std::time::{Duration, Instant};
 
 use common::EVENT_TIMEOUT;
 
+/// The server process, killed when the test ends, failed assertions included.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The body of `GET /metrics` at `addr`, once the endpoint answers.
 fn scrape(addr: &str) -> String {
     let deadline = Instant::now() + EVENT_TIMEOUT;
@@ -57,19 +67,21 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().to_string()
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
-        .arg(&metrics_addr)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .env("RUST_LOG", "info")
-        // One call in flight: 16 callers on a two-worker server are shed now and then.
-        .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
+            .arg(&metrics_addr)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("RUST_LOG", "info")
+            // One call in flight: 16 callers on a two-worker server are shed now and then.
+            .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
@@ -138,8 +150,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     // Every RESOURCE_EXHAUSTED the generator saw was a shed call, and each one was counted.
     assert_eq!(
         sample(&after, "matchmaker_requests_shed_total"),
