@@ -1,9 +1,13 @@
 //! The `matchmaker` binary: bad config is refused before binding; serve starts on flags and stops
 //! cleanly on SIGTERM.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::KillOnDrop;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_matchmaker"))
@@ -46,21 +50,23 @@ fn an_environment_variable_is_validated_like_the_file() {
 #[test]
 fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = bin()
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
+    let mut child = KillOnDrop(
+        bin()
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.0.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut serving = None;
@@ -78,12 +84,12 @@ fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
         "{serving}"
     );
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &child.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let exit = child.wait().unwrap();
+    let exit = child.0.wait().unwrap();
     assert!(exit.success(), "exit {exit:?}; log tail {rest:?}");
     assert!(rest.iter().any(|l| l.contains("state flushed")), "{rest:?}");
 }

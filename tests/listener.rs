@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::EVENT_TIMEOUT;
+use common::{EVENT_TIMEOUT, KillOnDrop};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -39,7 +39,7 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     // 64 descriptors: sled, the runtime and the listener take about 20, the rest are
     // connections. The shell sets the limit and becomes the server.
-    let mut child = Command::new("sh")
+    let mut child = KillOnDrop(Command::new("sh")
         .arg("-c")
         .arg("ulimit -n 64 && exec \"$0\" serve --addr 127.0.0.1:0 --metrics-addr '' --data-dir \"$1\"")
         .arg(env!("CARGO_BIN_EXE_matchmaker"))
@@ -50,13 +50,13 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    let pid = child.id();
+        .unwrap());
+    let pid = child.0.id();
     let log = Arc::new(Mutex::new(Vec::<String>::new()));
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     {
         let log = log.clone();
-        let stderr = child.stderr.take().unwrap();
+        let stderr = child.0.stderr.take().unwrap();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
@@ -131,6 +131,5 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
             ),
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
 }

@@ -9,17 +9,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::EVENT_TIMEOUT;
-
-/// The server process, killed when the test ends, failed assertions included.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{EVENT_TIMEOUT, KillOnDrop};
 
 /// The body of `GET /metrics` at `addr`, once the endpoint answers.
 fn scrape(addr: &str) -> String {

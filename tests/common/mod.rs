@@ -228,6 +228,17 @@ pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::Pl
         .into_inner()
 }
 
+/// A child process killed (and reaped) when the test ends, failed assertions included, so a
+/// failing test never leaves a server running.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The real `matchmaker` binary running as a child process (crash, chaos and kill -9 tests).
 /// Dropping it SIGKILLs the child, so a failing test never leaves a server behind.
 pub struct ServerProcess {
