@@ -3,11 +3,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::KillOnDrop;
+use common::{EVENT_TIMEOUT, ServerProcess};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_matchmaker"))
@@ -50,46 +49,35 @@ fn an_environment_variable_is_validated_like_the_file() {
 #[test]
 fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = KillOnDrop(
-        bin()
-            .args([
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--metrics-addr",
-                "",
-                "--data-dir",
-            ])
-            .arg(dir.path())
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.0.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut serving = None;
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if line.contains("serving gRPC") {
-            serving = Some(line);
-            break;
-        }
-        assert!(Instant::now() < deadline, "server did not start");
-    }
-    let serving = serving.expect("server logged its address");
-    assert!(
-        serving.contains("127.0.0.1:") && !serving.contains("127.0.0.1:0 "),
-        "{serving}"
-    );
+    let mut command = bin();
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--data-dir",
+        ])
+        .arg(dir.path());
+    let mut server = ServerProcess::spawn(command);
+    let port = server
+        .addr
+        .strip_prefix("127.0.0.1:")
+        .expect("the loopback address");
+    assert_ne!(port.parse::<u16>().expect("a port"), 0, "{}", server.addr);
     let status = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
+        .args(["-TERM", &server.child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let exit = child.0.wait().unwrap();
-    assert!(exit.success(), "exit {exit:?}; log tail {rest:?}");
-    assert!(rest.iter().any(|l| l.contains("state flushed")), "{rest:?}");
+    let exit = server.child.wait().unwrap();
+    // The log's last lines arrive as the pipe drains after the exit.
+    let deadline = Instant::now() + EVENT_TIMEOUT;
+    while !server.logged("state flushed") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.log.lock().unwrap().clone();
+    assert!(exit.success(), "exit {exit:?}; log {log:?}");
+    assert!(server.logged("state flushed"), "{log:?}");
 }

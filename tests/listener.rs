@@ -5,12 +5,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{EVENT_TIMEOUT, KillOnDrop};
+use common::{EVENT_TIMEOUT, ServerProcess};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -39,35 +37,17 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
     // 64 descriptors: sled, the runtime and the listener take about 20, the rest are
     // connections. The shell sets the limit and becomes the server.
-    let mut child = KillOnDrop(Command::new("sh")
+    let mut command = Command::new("sh");
+    command
         .arg("-c")
         .arg("ulimit -n 64 && exec \"$0\" serve --addr 127.0.0.1:0 --metrics-addr '' --data-dir \"$1\"")
         .arg(env!("CARGO_BIN_EXE_matchmaker"))
         .arg(dir.path().join("data"))
-        .env("RUST_LOG", "info")
         // An explicit limit above the descriptors (the default, 0, would derive 1 from 64).
-        .env("MATCHMAKER_SERVER__MAX_CONNECTIONS", "1000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap());
-    let pid = child.0.id();
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    {
-        let log = log.clone();
-        let stderr = child.0.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-                    let _ = addr_tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
-                }
-                log.lock().unwrap().push(line);
-            }
-        });
-    }
-    let addr = addr_rx.recv_timeout(EVENT_TIMEOUT).expect("server address");
+        .env("MATCHMAKER_SERVER__MAX_CONNECTIONS", "1000");
+    let server = ServerProcess::spawn(command);
+    let pid = server.child.id();
+    let addr = &server.addr;
     let endpoint = Endpoint::from_shared(format!("http://{addr}")).unwrap();
 
     // Open more connections than the server has descriptors for; the last ones stay in the
@@ -86,12 +66,7 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
         })
         .collect();
     let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    while !log
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|l| l.contains("accept failed"))
-    {
+    while !server.logged("accept failed") {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no accept failure logged"
@@ -99,10 +74,7 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        log.lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains("open-file limit")),
+        server.logged("open-file limit"),
         "no start-up warning about the explicit limit above ulimit -n"
     );
     // Out of descriptors, the server waits between attempts instead of spinning on accept
@@ -131,5 +103,5 @@ async fn out_of_file_descriptors_the_server_pauses_accepting_and_recovers() {
             ),
         }
     }
-    drop(child);
+    drop(server);
 }

@@ -4,12 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{EVENT_TIMEOUT, KillOnDrop};
+use common::{EVENT_TIMEOUT, ServerProcess, resource_exhausted};
 
 /// The body of `GET /metrics` at `addr`, once the endpoint answers.
 fn scrape(addr: &str) -> String {
@@ -57,31 +57,15 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().to_string()
     };
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
-            .arg(&metrics_addr)
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env("RUST_LOG", "info")
-            // One call in flight: 16 callers on a two-worker server are shed now and then.
-            .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.0.stderr.take().unwrap();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-                let _ = addr_tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
-            }
-        }
-    });
-    let addr = addr_rx.recv_timeout(EVENT_TIMEOUT).expect("server address");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
+        .arg(&metrics_addr)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        // One call in flight: 16 callers on a two-worker server are shed now and then.
+        .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1");
+    let server = ServerProcess::spawn(command);
 
     let before = scrape(&metrics_addr);
     assert_eq!(
@@ -91,7 +75,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     );
 
     let report = matchmaker::loadgen::run(matchmaker::loadgen::Options {
-        addr: addr.clone(),
+        addr: server.addr.clone(),
         rpc: matchmaker::loadgen::Rpc::EnterQueue,
         seconds: 1.0,
         concurrency: 16,
@@ -103,18 +87,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     })
     .await
     .unwrap();
-    let refused = report
-        .target
-        .error_codes
-        .get("ResourceExhausted")
-        .copied()
-        .unwrap_or(0)
-        + report
-            .baseline
-            .error_codes
-            .get("ResourceExhausted")
-            .copied()
-            .unwrap_or(0);
+    let refused = resource_exhausted(&report);
     assert!(refused > 0, "nothing was shed: {report:?}");
     assert_eq!(
         report.target.errors + report.baseline.errors,
@@ -140,7 +113,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    drop(child);
+    drop(server);
     // Every RESOURCE_EXHAUSTED the generator saw was a shed call, and each one was counted.
     assert_eq!(
         sample(&after, "matchmaker_requests_shed_total"),

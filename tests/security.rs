@@ -539,18 +539,7 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     o.addr = small.addr.to_string();
     let report = matchmaker::loadgen::run(o).await.unwrap();
     assert!(report.rps > 0.0, "{report:?}");
-    let shed = report
-        .target
-        .error_codes
-        .get("ResourceExhausted")
-        .copied()
-        .unwrap_or(0)
-        + report
-            .baseline
-            .error_codes
-            .get("ResourceExhausted")
-            .copied()
-            .unwrap_or(0);
+    let shed = common::resource_exhausted(&report);
     assert!(shed > 0, "{report:?}");
     assert!(report.p99_ms < 5_000.0, "{report:?}");
     // The refusals' own latency is reported apart from the successes'.

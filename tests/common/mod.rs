@@ -228,23 +228,16 @@ pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::Pl
         .into_inner()
 }
 
-/// A child process killed (and reaped) when the test ends, failed assertions included, so a
-/// failing test never leaves a server running.
-pub struct KillOnDrop(pub std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The real `matchmaker` binary running as a child process (crash, chaos and kill -9 tests).
-/// Dropping it SIGKILLs the child, so a failing test never leaves a server behind.
+/// The real `matchmaker` binary running as a child process (crash, chaos, kill -9, CLI,
+/// descriptor and metrics tests). Dropping it SIGKILLs the child, so a failing test never
+/// leaves a server behind.
 pub struct ServerProcess {
     pub child: std::process::Child,
     /// The address the server logged (it was started on 127.0.0.1:0).
     pub addr: String,
+    /// Every line the server wrote to stderr so far (drained by a thread, so the server never
+    /// blocks on a full pipe).
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Drop for ServerProcess {
@@ -256,10 +249,9 @@ impl Drop for ServerProcess {
 
 impl ServerProcess {
     /// Starts `matchmaker serve` on `data_dir` with `config`; returns once it logged its address.
-    /// Its stderr keeps being drained so the server never blocks on a full pipe.
     pub fn start(data_dir: &std::path::Path, config: &std::path::Path) -> Self {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+        command
             .args([
                 "serve",
                 "--addr",
@@ -270,26 +262,56 @@ impl ServerProcess {
             ])
             .arg(config)
             .arg("--data-dir")
-            .arg(data_dir)
+            .arg(data_dir);
+        Self::spawn(command)
+    }
+
+    /// Runs `command`, a server on 127.0.0.1:0 (or a shell that execs one), at log level info;
+    /// returns once it logged its address.
+    pub fn spawn(mut command: std::process::Command) -> Self {
+        use std::io::{BufRead, BufReader};
+        let mut child = command
             .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn the matchmaker binary");
-        let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-        let mut addr = None;
-        for line in lines.by_ref() {
-            let line = line.expect("server stderr");
-            if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
-                addr = rest.split_whitespace().next().map(str::to_owned);
-                break;
-            }
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+                        let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                        let _ = addr_tx.send(addr);
+                    }
+                    log.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+                }
+            });
         }
-        std::thread::spawn(move || lines.for_each(drop));
-        Self {
+        // The guard exists before the wait, so a server that never starts is killed too.
+        let mut server = Self {
             child,
-            addr: addr.expect("server logged its address"),
-        }
+            addr: String::new(),
+            log,
+        };
+        // Longer than an event: a restart replays the journal first, in a debug build.
+        server.addr = addr_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("server logged its address");
+        server
+    }
+
+    /// Whether some line of the log contains `text`.
+    pub fn logged(&self, text: &str) -> bool {
+        self.log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|l| l.contains(text))
     }
 
     /// A connected channel to it.
@@ -301,4 +323,12 @@ impl ServerProcess {
             .await
             .expect("connect")
     }
+}
+
+/// RESOURCE_EXHAUSTED answers over both sides of a loadgen run.
+pub fn resource_exhausted(report: &matchmaker::loadgen::Report) -> u64 {
+    [&report.target, &report.baseline]
+        .iter()
+        .map(|p| p.error_codes.get("ResourceExhausted").copied().unwrap_or(0))
+        .sum()
 }
