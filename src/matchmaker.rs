@@ -237,9 +237,37 @@ struct QueueRuntime {
     ready_check_seconds: f64,
     backfill: BackfillConfig,
     team_size: u32,
-    /// `TICKETS_ENTERED` for this queue, registered once: every EnterQueue passes the loop,
-    /// and `counter!` with a label allocates the label and looks the key up on each call.
+    /// This queue's per-ticket and per-match metrics, registered once.
+    metrics: QueueMetrics,
+}
+
+/// A queue's metric handles, registered once at start: every ticket and match passes the loop,
+/// and `counter!`/`histogram!` with a label allocate the label and look the key up in the
+/// registry on each call (with the Prometheus exporter on, that was ~15% of the loop thread's
+/// CPU under EnterQueue load).
+struct QueueMetrics {
     entered: metrics::Counter,
+    expired_ttl: metrics::Counter,
+    wait_seconds: metrics::Histogram,
+    formed: metrics::Counter,
+    quality: metrics::Histogram,
+    tick_seconds: metrics::Histogram,
+    waiting: metrics::Gauge,
+}
+
+impl QueueMetrics {
+    fn new(queue: &QueueId) -> Self {
+        let label = queue.to_string();
+        QueueMetrics {
+            entered: metrics::counter!(m::TICKETS_ENTERED, "queue" => label.clone()),
+            expired_ttl: metrics::counter!(m::TICKETS_EXPIRED, "queue" => label.clone(), "reason" => "ttl"),
+            wait_seconds: metrics::histogram!(m::WAIT_SECONDS, "queue" => label.clone()),
+            formed: metrics::counter!(m::MATCHES_FORMED, "queue" => label.clone()),
+            quality: metrics::histogram!(m::MATCH_QUALITY, "queue" => label.clone()),
+            tick_seconds: metrics::histogram!(m::TICK_SECONDS, "queue" => label.clone()),
+            waiting: metrics::gauge!(m::TICKETS_WAITING, "queue" => label),
+        }
+    }
 }
 
 const RECENT: usize = 1024;
@@ -362,7 +390,7 @@ pub fn spawn(
             ready_check_seconds: q.config.ready_check_seconds,
             backfill: q.config.backfill.clone(),
             team_size: q.config.team_size,
-            entered: metrics::counter!(m::TICKETS_ENTERED, "queue" => q.id.to_string()),
+            metrics: QueueMetrics::new(&q.id),
         })
         .collect();
     let queue_index = queues
@@ -469,7 +497,7 @@ impl Loop {
                 let Some(&qi) = self.queue_index.get(&ticket.queue) else {
                     return;
                 };
-                self.queues[qi].entered.increment(1);
+                self.queues[qi].metrics.entered.increment(1);
                 if let Err(e) = self.queues[qi].pool.insert(entry) {
                     // The API validated the ticket, so this is a shell bug; end the ticket
                     // rather than leave it SEARCHING outside any pool.
@@ -916,7 +944,6 @@ impl Loop {
             let span = info_span!("tick", queue = %q.id, waiting = q.pool.len());
             let _enter = span.enter();
             let outcome = q.pool.tick(now, &SystemModel(&q.system));
-            let queue_label = q.id.to_string();
             for expired in outcome.expired {
                 if let Some(w) = self.waiting.remove(&expired.id) {
                     self.state.end_ticket(
@@ -927,8 +954,7 @@ impl Loop {
                     );
                     self.finished.push_back((now, expired.id.clone()));
                     q.stats.tickets_expired += 1;
-                    metrics::counter!(m::TICKETS_EXPIRED, "queue" => queue_label.clone(), "reason" => "ttl")
-                        .increment(1);
+                    q.metrics.expired_ttl.increment(1);
                 }
             }
             for formed in outcome.matches {
@@ -939,8 +965,7 @@ impl Loop {
                     for t in team {
                         if let Some(w) = self.waiting.remove(&t.id) {
                             push_recent(&mut q.recent_waits, now - w.slot.entered_at);
-                            metrics::histogram!(m::WAIT_SECONDS, "queue" => queue_label.clone())
-                                .record(now - w.slot.entered_at);
+                            q.metrics.wait_seconds.record(now - w.slot.entered_at);
                             slots.push(w.slot);
                         }
                         players.extend(t.players.iter().cloned());
@@ -994,9 +1019,8 @@ impl Loop {
                 );
                 q.stats.matches_formed += 1;
                 push_recent(&mut q.recent_quality, formed.quality);
-                metrics::counter!(m::MATCHES_FORMED, "queue" => queue_label.clone()).increment(1);
-                metrics::histogram!(m::MATCH_QUALITY, "queue" => queue_label.clone())
-                    .record(formed.quality);
+                q.metrics.formed.increment(1);
+                q.metrics.quality.record(formed.quality);
                 if let Some(seconds) = ready_check {
                     // Not offered to servers (nor persisted) until every ticket accepted.
                     q.stats.ready_checks += 1;
@@ -1045,9 +1069,8 @@ impl Loop {
             let q = &mut self.queues[qi];
             let elapsed = started.elapsed();
             q.stats.last_tick_ms = elapsed.as_secs_f64() * 1e3;
-            metrics::histogram!(m::TICK_SECONDS, "queue" => queue_label.clone())
-                .record(elapsed.as_secs_f64());
-            metrics::gauge!(m::TICKETS_WAITING, "queue" => queue_label).set(q.pool.len() as f64);
+            q.metrics.tick_seconds.record(elapsed.as_secs_f64());
+            q.metrics.waiting.set(q.pool.len() as f64);
         }
         // A match goes to sled when a game server takes it, in one batch per tick. Until then
         // it is like a waiting ticket: no server can report it (under auth), and a crash that
