@@ -873,20 +873,31 @@ impl State {
         if matches.is_empty() {
             return;
         }
-        let stored: Vec<StoredMatch> = matches.iter().map(|m| Self::stored_match(m)).collect();
+        // Encoded before the segments lock, which result handlers also take.
+        let encoded: Result<Vec<Vec<u8>>, _> = matches
+            .iter()
+            .map(|m| crate::store::encode_match(&Self::stored_match(m)))
+            .collect();
+        let encoded = match encoded {
+            Ok(encoded) => encoded,
+            Err(e) => {
+                tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
+                return;
+            }
+        };
         let mut segments = self.lock_segments();
         // A match whose result (or cancel) came in meanwhile is not written again.
-        let (live, stored): (Vec<&Arc<MatchSlot>>, Vec<StoredMatch>) = matches
+        let (live, encoded): (Vec<&Arc<MatchSlot>>, Vec<Vec<u8>>) = matches
             .iter()
-            .zip(stored)
+            .zip(encoded)
             .filter(|(m, _)| m.segment.load(Ordering::Relaxed) != segments::ENDED)
             .unzip();
-        let (written, dropped) = Self::place_in_segments(&mut segments, &live, &stored);
+        let (written, dropped) = Self::place_in_segments(&mut segments, &live, &encoded);
         if written.is_empty() {
             return;
         }
         if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
-            tracing::error!(matches = stored.len(), error = %e, "could not persist matches");
+            tracing::error!(matches = encoded.len(), error = %e, "could not persist matches");
         }
     }
 
@@ -913,20 +924,19 @@ impl State {
         }
     }
 
-    /// Splits `stored` (parallel to `slots`) into segments of [`crate::store::SEGMENT_MATCHES`],
+    /// Splits `encoded` (parallel to `slots`) into segments ([`crate::store::segment_bounds`]),
     /// moves each slot to its new segment, and returns the segments to write and those left
     /// with no live match. Call with the segments lock held, and write what it returns under it.
-    fn place_in_segments<'a, M: AsRef<MatchSlot>, T>(
+    fn place_in_segments<'a, M: AsRef<MatchSlot>>(
         segments: &mut segments::Segments,
         slots: &[M],
-        stored: &'a [T],
-    ) -> (Vec<(u64, &'a [T])>, Vec<u64>) {
+        encoded: &'a [Vec<u8>],
+    ) -> (Vec<crate::store::Segment<'a>>, Vec<u64>) {
         let mut written = Vec::new();
         let mut dropped = Vec::new();
-        for (slots, chunk) in slots
-            .chunks(crate::store::SEGMENT_MATCHES)
-            .zip(stored.chunks(crate::store::SEGMENT_MATCHES))
-        {
+        let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
+        for range in crate::store::segment_bounds(&sizes) {
+            let (slots, chunk) = (&slots[range.clone()], &encoded[range]);
             let previous: Vec<u64> = slots
                 .iter()
                 .map(|m| m.as_ref().segment.load(Ordering::Relaxed))
@@ -1494,6 +1504,10 @@ impl State {
         // The survivors are rewritten in fresh segments; stale copies, ended marks and empty
         // segments go.
         let mut segments = segments::Segments::after(last_segment);
+        let live = live
+            .iter()
+            .map(crate::store::encode_match)
+            .collect::<Result<Vec<_>, _>>()?;
         let (written, _) = Self::place_in_segments(&mut segments, &restored, &live);
         store.compact_matches(&written)?;
         *self.lock_segments() = segments;

@@ -27,8 +27,8 @@ const PLAYERS_TREE: &str = "players";
 /// together in one atomic batch of one tree.
 const JOURNAL_TREE: &str = "journal";
 /// Live matches, so a game server can report a match formed before a restart. Written in
-/// segments of up to [`SEGMENT_MATCHES`] matches per sled value (a tick's allocations fill a few),
-/// so a tick that hands thousands of matches to servers is a few dozen inserts, not thousands:
+/// segments of up to [`SEGMENT_BYTES`] per sled value (see [`segment_bounds`]), so a tick that
+/// hands thousands of matches to servers is a few hundred inserts, not thousands:
 /// - `0x00 ++ <segment id be64>` → JSON array of [`StoredMatch`]; a later segment's copy of a
 ///   match supersedes an earlier one (a backfill rewrites its match);
 /// - `0x01 ++ <match id>` → empty: the match ended without a result (cancelled). One that ended
@@ -39,9 +39,16 @@ const JOURNAL_TREE: &str = "journal";
 /// bare match ids (one match per key, before segments) still load.
 const MATCHES_TREE: &str = "matches";
 const SEGMENT_PREFIX: u8 = 0x00;
-/// Matches per segment: a 5v5 match is ~1 KB of JSON, and sled writes a value over 128 KB (a
-/// quarter of its 512 KB log segment) as a separate blob file.
-pub const SEGMENT_MATCHES: usize = 64;
+/// Most bytes of encoded matches in one segment (one match bigger than this gets a segment of
+/// its own). sled writes any page over 128 KB (a quarter of its 512 KB log segment) to a blob
+/// file of its own, and a leaf page holds up to 17 values before it splits, so values must stay
+/// under ~7.5 KB for a leaf to stay in the log. With 64 matches per segment (~16 KB of 1v1, ~64
+/// KB of 5v5) nearly every leaf rewrite and split created, wrote and later deleted a file: 7.5%
+/// of the matchmaker loop's CPU under EnterQueue load.
+pub const SEGMENT_BYTES: usize = 6 * 1024;
+
+/// A segment to write: its id and its matches, each encoded by [`encode_match`].
+pub type Segment<'a> = (u64, &'a [Vec<u8>]);
 const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
@@ -425,16 +432,15 @@ impl Store {
 
     /// Writes each `(id, matches)` as a segment and drops the segments in `dropped` (no live
     /// match left in them), in one atomic batch. Durable with the next flush (sled flushes every
-    /// 500 ms). Keep segments under ~100 KB ([`SEGMENT_MATCHES`]): a bigger value becomes a sled
-    /// blob, a file of its own.
+    /// 500 ms). The matches are [`encode_match`]'s output; split them with [`segment_bounds`].
     pub fn put_segments(
         &self,
-        segments: &[(u64, &[StoredMatch])],
+        segments: &[Segment<'_>],
         dropped: &[u64],
     ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (id, matches) in segments {
-            batch.insert(&segment_key(*id), encode(matches)?);
+            batch.insert(&segment_key(*id), segment_value(matches));
         }
         for d in dropped {
             batch.remove(&segment_key(*d));
@@ -503,13 +509,13 @@ impl Store {
 
     /// Replaces everything in the live-match tree with `segments` (at start, after recovery
     /// decided which matches are still live), in one atomic batch.
-    pub fn compact_matches(&self, segments: &[(u64, &[StoredMatch])]) -> Result<(), StoreError> {
+    pub fn compact_matches(&self, segments: &[Segment<'_>]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for key in self.matches.iter().keys() {
             batch.remove(key?);
         }
         for (id, matches) in segments {
-            batch.insert(&segment_key(*id), encode(matches)?);
+            batch.insert(&segment_key(*id), segment_value(matches));
         }
         self.matches.apply_batch(batch)?;
         Ok(())
@@ -685,6 +691,46 @@ fn open_sled(dir: &Path, cache_capacity_bytes: u64) -> sled::Result<sled::Db> {
     }
 }
 
+/// One live match as a segment holds it (JSON, as [`Store::load_matches`] reads it).
+pub fn encode_match(m: &StoredMatch) -> Result<Vec<u8>, StoreError> {
+    encode(m)
+}
+
+/// Splits encoded matches (given by their sizes, in order) into consecutive segments of at most
+/// [`SEGMENT_BYTES`] each, or of one match when a match alone is bigger.
+pub fn segment_bounds(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut bounds = Vec::new();
+    let mut start = 0;
+    // The brackets and separators of the JSON array.
+    let mut bytes = 1;
+    for (i, &size) in sizes.iter().enumerate() {
+        if i > start && bytes + size + 1 > SEGMENT_BYTES {
+            bounds.push(start..i);
+            start = i;
+            bytes = 1;
+        }
+        bytes += size + 1;
+    }
+    if start < sizes.len() {
+        bounds.push(start..sizes.len());
+    }
+    bounds
+}
+
+/// A segment's value: the JSON array of its encoded matches.
+fn segment_value(matches: &[Vec<u8>]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(2 + matches.iter().map(|m| m.len() + 1).sum::<usize>());
+    value.push(b'[');
+    for (i, m) in matches.iter().enumerate() {
+        if i > 0 {
+            value.push(b',');
+        }
+        value.extend_from_slice(m);
+    }
+    value.push(b']');
+    value
+}
+
 fn segment_key(id: u64) -> [u8; 9] {
     let mut key = [SEGMENT_PREFIX; 9];
     key[1..].copy_from_slice(&id.to_be_bytes());
@@ -825,15 +871,15 @@ mod tests {
             store
                 .put_segments(
                     &[
-                        (1, &[stored("m1", "s1"), stored("m2", "s1")]),
-                        (2, &[stored("m3", "s2")]),
+                        (1, &encoded(&[stored("m1", "s1"), stored("m2", "s1")])),
+                        (2, &encoded(&[stored("m3", "s2")])),
                     ],
                     &[],
                 )
                 .unwrap();
             // m1 rewritten (a backfill) into segment 3; m3 cancelled, segment 2 dropped with it.
             store
-                .put_segments(&[(3, &[stored("m1", "s1-again")])], &[])
+                .put_segments(&[(3, &encoded(&[stored("m1", "s1-again")]))], &[])
                 .unwrap();
             store.end_matches(&[MatchId::from("m3")], &[2]).unwrap();
             // m2's stale copy in segment 1 must not outlive a cancel either.
@@ -850,13 +896,91 @@ mod tests {
         assert_eq!(last, 3);
         // Compaction leaves exactly the survivors, in the given segments, with no marks.
         store
-            .compact_matches(&[(4, &live[..1]), (5, &live[1..])])
+            .compact_matches(&[(4, &encoded(&live[..1])), (5, &encoded(&live[1..]))])
             .unwrap();
         assert_eq!(store.matches.len(), 2);
         let (again, last) = store.load_matches().unwrap();
         assert_eq!((again, last), (live, 5));
         store.compact_matches(&[]).unwrap();
         assert!(store.matches.is_empty());
+    }
+
+    fn encoded(matches: &[StoredMatch]) -> Vec<Vec<u8>> {
+        matches.iter().map(|m| encode_match(m).unwrap()).collect()
+    }
+
+    #[test]
+    fn segment_bounds_fill_segments_up_to_the_byte_budget_in_order() {
+        assert!(segment_bounds(&[]).is_empty());
+        // 1 + (n + 1) per match: 1,000-byte matches, six to a segment (6,007 bytes).
+        let bounds = segment_bounds(&[1000; 13]);
+        assert_eq!(bounds, vec![0..6, 6..12, 12..13]);
+        // A match over the budget goes alone; small ones around it still share.
+        let bounds = segment_bounds(&[10, SEGMENT_BYTES * 3, 10, 10]);
+        assert_eq!(bounds, vec![0..1, 1..2, 2..4]);
+        // The value written is exactly the JSON array of the matches.
+        let ms = [stored("m1", "a"), stored("m2", "b")];
+        assert_eq!(
+            segment_value(&encoded(&ms)),
+            serde_json::to_vec(&ms[..]).unwrap()
+        );
+        let sizes: Vec<usize> = encoded(&ms).iter().map(Vec::len).collect();
+        for r in segment_bounds(&sizes) {
+            assert!(segment_value(&encoded(&ms[r])).len() <= SEGMENT_BYTES);
+        }
+    }
+
+    /// sled writes a page over 128 KB to a file of its own. Segments within the budget keep every
+    /// leaf page in the log, even for 5v5 matches (~1 KB each) written a tick's worth at a time
+    /// and dropped as results come in.
+    #[test]
+    fn live_match_segments_never_become_sled_blob_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let big = |i: usize| StoredMatch {
+            teams: (0..2)
+                .map(|t| {
+                    (0..5)
+                        .map(|p| {
+                            PlayerId::from(
+                                format!("player-{i:08}-{t}-{p}-{}", "x".repeat(60)).as_str(),
+                            )
+                        })
+                        .collect()
+                })
+                .collect(),
+            ..stored(&format!("m-{i:08}"), "10.0.0.1:7777")
+        };
+        let mut next_segment = 1u64;
+        // (segment, matches in it), oldest first.
+        let mut live: std::collections::VecDeque<(u64, usize)> = Default::default();
+        for tick in 0..40 {
+            let matches: Vec<Vec<u8>> = (0..250)
+                .map(|i| encode_match(&big(tick * 250 + i)).unwrap())
+                .collect();
+            assert!(matches[0].len() > 900, "a 5v5 match: {}", matches[0].len());
+            let sizes: Vec<usize> = matches.iter().map(Vec::len).collect();
+            let segments: Vec<Segment<'_>> = segment_bounds(&sizes)
+                .into_iter()
+                .map(|r| {
+                    next_segment += 1;
+                    live.push_back((next_segment, r.len()));
+                    (next_segment, &matches[r])
+                })
+                .collect();
+            // Results end the oldest matches as new ones come in.
+            let dropped: Vec<u64> = (0..segments.len().min(live.len().saturating_sub(400)))
+                .filter_map(|_| live.pop_front().map(|(id, _)| id))
+                .collect();
+            store.put_segments(&segments, &dropped).unwrap();
+        }
+        store.flush().unwrap();
+        let blobs = std::fs::read_dir(dir.path().join("blobs"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(blobs, 0, "sled blob files written for match segments");
+        let (loaded, _) = store.load_matches().unwrap();
+        assert_eq!(loaded.len(), live.iter().map(|(_, n)| n).sum::<usize>());
     }
 
     #[test]
