@@ -46,10 +46,9 @@ const SEGMENT_PREFIX: u8 = 0x00;
 /// KB of 5v5) nearly every leaf rewrite and split created, wrote and later deleted a file: 7.5%
 /// of the matchmaker loop's CPU under EnterQueue load.
 pub const SEGMENT_BYTES: usize = 6 * 1024;
-
+const ENDED_PREFIX: u8 = 0x01;
 /// A segment to write: its id and its matches, each encoded by [`encode_match`].
 pub type Segment<'a> = (u64, &'a [Vec<u8>]);
-const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
 /// `meta` key: the journal sequence number the players tree is known to include.
