@@ -151,10 +151,13 @@ impl Ledger {
         let horizon = self.committer.horizon();
         let state = self.state.clone();
         let started = std::time::Instant::now();
-        let n = tokio::task::spawn_blocking(move || state.snapshot(horizon))
-            .await
-            .map_err(|e| StoreError::Sled(format!("snapshot task failed: {e}")))??;
+        let (n, bytes) = tokio::task::spawn_blocking(move || {
+            state.snapshot(horizon).map(|n| (n, state.store_bytes()))
+        })
+        .await
+        .map_err(|e| StoreError::Sled(format!("snapshot task failed: {e}")))??;
         metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::gauge!(m::STORE_BYTES).set(bytes as f64);
         tracing::info!(
             players = n,
             horizon,
@@ -174,6 +177,7 @@ impl Ledger {
                 _ = interval.tick() => {
                     if let Err(e) = self.snapshot().await {
                         tracing::error!(error = %e, "periodic snapshot failed");
+                        crate::state::store_error("snapshot");
                     }
                 }
             }

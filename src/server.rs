@@ -111,6 +111,7 @@ async fn run_with_store_and_clock(
     let state = State::load(config.clone(), store.clone())?;
     let (replayed, restored, last_seq) = state.recover()?;
     state.rebuild_rank_indexes();
+    metrics::gauge!(crate::telemetry::STORE_BYTES).set(state.store_bytes() as f64);
     info!(
         players = state.player_count(),
         journal_replayed = replayed,

@@ -34,6 +34,11 @@ pub const JOURNAL_BATCH_SIZE: &str = "matchmaker_journal_batch_size";
 pub const RESULTS_APPLIED: &str = "matchmaker_results_applied_total";
 /// Seconds one snapshot took (histogram).
 pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
+/// Bytes the sled store uses on disk, measured at start and after each snapshot (gauge).
+pub const STORE_BYTES: &str = "matchmaker_store_bytes";
+/// Store writes that failed, per operation (journal | persist_matches | end_match | snapshot |
+/// request) (counter). Any is worth an alert: a journal failure stops results until a restart.
+pub const STORE_ERRORS: &str = "matchmaker_store_errors_total";
 /// Matches cancelled, per queue and reason (counter).
 pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
 
@@ -98,6 +103,12 @@ pub fn describe() {
         metrics::Unit::Seconds,
         "Snapshot duration"
     );
+    describe_gauge!(
+        STORE_BYTES,
+        metrics::Unit::Bytes,
+        "Bytes the sled store uses on disk (at start and after each snapshot)"
+    );
+    describe_counter!(STORE_ERRORS, "Store writes that failed, by operation");
     describe_counter!(MATCHES_CANCELLED, "Matches cancelled");
     describe_counter!(READY_CHECKS, "Ready-checks ended, by outcome");
     describe_counter!(BACKFILL_REQUESTS, "Backfill requests received");

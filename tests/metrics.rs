@@ -129,4 +129,27 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         sample(&after, "matchmaker_connections_open").is_some_and(|open| open >= 1.0),
         "{after}"
     );
+    // Measured at start: a data dir always holds sled's log and config.
+    let on_disk = dir_bytes(&dir.path().join("data"));
+    assert!(on_disk > 0);
+    assert!(
+        sample(&before, "matchmaker_store_bytes").is_some_and(|b| b > 0.0 && b <= on_disk as f64),
+        "store bytes {:?} vs {on_disk} on disk: {before}",
+        sample(&before, "matchmaker_store_bytes")
+    );
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                dir_bytes(&e.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
 }

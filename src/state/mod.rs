@@ -860,6 +860,11 @@ impl State {
             .clear();
     }
 
+    /// Bytes the store uses on disk.
+    pub fn store_bytes(&self) -> u64 {
+        self.inner.store.size_on_disk()
+    }
+
     /// Forgets a finished ticket (called by the loop after the retention time).
     pub fn forget_ticket(&self, id: &TicketId) {
         self.inner.tickets.remove(id);
@@ -882,6 +887,7 @@ impl State {
             Ok(encoded) => encoded,
             Err(e) => {
                 tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
+                store_error("persist_matches");
                 return;
             }
         };
@@ -898,6 +904,7 @@ impl State {
         }
         if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
             tracing::error!(matches = encoded.len(), error = %e, "could not persist matches");
+            store_error("persist_matches");
         }
     }
 
@@ -921,6 +928,7 @@ impl State {
         }
         if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
             tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
+            store_error("end_match");
         }
     }
 
@@ -1560,6 +1568,11 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Counts a failed store write (`STORE_ERRORS`); the caller logs what failed.
+pub fn store_error(op: &'static str) {
+    metrics::counter!(crate::telemetry::STORE_ERRORS, "op" => op).increment(1);
 }
 
 #[cfg(test)]
