@@ -27,7 +27,7 @@ const DRAIN_SERVERS: usize = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Rpc {
-    /// `EnterQueue` with a fresh player per call (1v1).
+    /// `EnterQueue` with a fresh solo player per call (in `--queue`, 1v1 by default).
     EnterQueue,
     /// `WatchTicket` until its first update, on tickets entered beforehand.
     Watch,
@@ -105,6 +105,9 @@ pub struct Options {
     /// counts it (sent as `grpc-timeout` with what is left of it, and enforced here). A call
     /// past it is a `DeadlineExceeded` error. `None`: the 10 s call timeout from when it starts.
     pub deadline: Option<Duration>,
+    /// The queue `EnterQueue` calls enter, one new player each. Its matches are served to the
+    /// generator's game servers like any other.
+    pub queue: String,
 }
 
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
@@ -133,6 +136,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
             "--max-in-flight: must be at least 1"
         );
     }
+    anyhow::ensure!(!opts.queue.is_empty(), "--queue: must name a queue");
     if let Some(deadline) = opts.deadline {
         anyhow::ensure!(
             opts.rate.is_some(),
@@ -404,6 +408,7 @@ async fn slice_run(
     for w in 0..opts.concurrency {
         let channel = channels[w / WORKERS_PER_CONNECTION].clone();
         let token = opts.token.clone();
+        let queue: std::sync::Arc<str> = opts.queue.as_str().into();
         let run_id = run_id.to_string();
         let work = work.clone();
         let own_ticket = if rpc == Rpc::Watch {
@@ -426,7 +431,7 @@ async fn slice_run(
                     Rpc::HealthCheck => health_check(&mut health, token, None).await,
                     Rpc::EnterQueue => {
                         let player = format!("{run_id}-{round}-{w}-{i}");
-                        enter_queue(&mut client, player, token, None).await
+                        enter_queue(&mut client, &queue, player, token, None).await
                     }
                     Rpc::Watch => {
                         let ticket_id = own_ticket.clone().unwrap_or_default();
@@ -506,6 +511,7 @@ async fn open_loop_slice(
         error_codes: Default::default(),
     }));
     let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(opts.max_in_flight));
+    let queue: std::sync::Arc<str> = opts.queue.as_str().into();
     let mut calls = tokio::task::JoinSet::new();
     let started = Instant::now();
     let due_total = (rate * length.as_secs_f64()).round() as u64;
@@ -523,6 +529,7 @@ async fn open_loop_slice(
             let channel = channels[n as usize % channels.len()].clone();
             let token = opts.token.clone();
             let player = format!("{run_id}-o{round}-{n}");
+            let queue = queue.clone();
             let shared = shared.clone();
             let deadline = opts.deadline;
             calls.spawn(async move {
@@ -533,7 +540,7 @@ async fn open_loop_slice(
                     match rpc {
                         Rpc::EnterQueue => {
                             let mut client = ClientServiceClient::new(channel);
-                            enter_queue(&mut client, player, token, left).await
+                            enter_queue(&mut client, &queue, player, token, left).await
                         }
                         _ => {
                             let mut health =
@@ -621,9 +628,10 @@ async fn health_check(
         .map(drop)
 }
 
-/// A solo 1v1 ticket for a new player.
+/// A solo ticket for a new player.
 async fn enter_queue(
     client: &mut ClientServiceClient<Channel>,
+    queue: &str,
     player: String,
     token: Option<&str>,
     left: Option<Duration>,
@@ -631,7 +639,7 @@ async fn enter_queue(
     client
         .enter_queue(request_within(
             proto::EnterQueueRequest {
-                queue: "1v1".into(),
+                queue: queue.to_owned(),
                 player_ids: vec![player],
                 ..Default::default()
             },

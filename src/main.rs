@@ -148,6 +148,10 @@ enum Command {
         /// client would set it; later answers count as DeadlineExceeded errors.
         #[arg(long)]
         deadline_ms: Option<u64>,
+        /// The queue enter-queue calls enter, one new solo player each (e.g. 5v5 to load team
+        /// matching and its larger matches).
+        #[arg(long, default_value = "1v1")]
+        queue: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -297,6 +301,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rate,
             max_in_flight,
             deadline_ms,
+            queue,
             json,
         } => {
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -314,6 +319,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     rate,
                     max_in_flight,
                     deadline: deadline_ms.map(std::time::Duration::from_millis),
+                    queue,
                 }))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -84,6 +84,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         rate: None,
         max_in_flight: 1,
         deadline: None,
+        queue: "1v1".into(),
     })
     .await
     .unwrap();

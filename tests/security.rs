@@ -521,6 +521,7 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         rate: None,
         max_in_flight: 1,
         deadline: None,
+        queue: "1v1".into(),
     };
     for rpc in [
         matchmaker::loadgen::Rpc::EnterQueue,
@@ -531,6 +532,31 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
         assert!(report.rps > 0.0 && report.baseline.rps > 0.0, "{report:?}");
         assert!(report.p99_ms >= report.p50_ms, "{report:?}");
     }
+    // --queue: team matching under load; the generator's game servers take its matches too.
+    // (A server of its own: the watch run above left tickets waiting in 5v5.)
+    let fresh = TestServer::start("").await;
+    let team = matchmaker::loadgen::Options {
+        addr: fresh.addr.to_string(),
+        seconds: 2.0,
+        queue: "5v5".into(),
+        ..opts(matchmaker::loadgen::Rpc::EnterQueue, 8)
+    };
+    let report = matchmaker::loadgen::run(team).await.unwrap();
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert!(report.matches_served > 0, "{report:?}");
+    assert!(
+        report.matches_served * 10 <= report.target.requests,
+        "a 5v5 match takes ten tickets: {report:?}"
+    );
+    let unknown = matchmaker::loadgen::Options {
+        queue: "no-such-queue".into(),
+        ..opts(matchmaker::loadgen::Rpc::EnterQueue, 2)
+    };
+    let report = matchmaker::loadgen::run(unknown).await.unwrap();
+    assert!(
+        report.target.requests > 0 && report.errors == report.target.requests,
+        "{report:?}"
+    );
 
     // One in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
     // rather than queued, and the server keeps answering.
@@ -607,6 +633,7 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
         rate: Some(rate),
         max_in_flight: 10_000,
         deadline: None,
+        queue: "1v1".into(),
     };
     // 400 calls/s for 0.5 s per side: 200 due calls each, all sent and answered.
     let report = matchmaker::loadgen::run(opts(server.addr.to_string(), 400.0))
@@ -667,6 +694,7 @@ max_concurrent_requests_per_connection = 1
         rate: Some(4000.0),
         max_in_flight: 10_000,
         deadline: deadline_ms.map(Duration::from_millis),
+        queue: "1v1".into(),
     };
     let late = matchmaker::loadgen::run(opts(Some(1))).await.unwrap();
     for phase in [&late.target, &late.baseline] {
