@@ -177,7 +177,7 @@ impl Ledger {
                 _ = interval.tick() => {
                     if let Err(e) = self.snapshot().await {
                         tracing::error!(error = %e, "periodic snapshot failed");
-                        crate::state::store_error("snapshot");
+                        crate::telemetry::store_error("snapshot");
                     }
                 }
             }

@@ -57,6 +57,11 @@ pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
 /// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
+/// Counts a failed store write (`STORE_ERRORS`) of operation `op`; the caller logs what failed.
+pub fn store_error(op: &'static str) {
+    metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
+}
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};

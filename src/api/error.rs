@@ -41,7 +41,7 @@ impl From<HandleError> for Status {
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Self {
         tracing::error!(error = %e, "store failure");
-        crate::state::store_error("request");
+        crate::telemetry::store_error("request");
         Status::internal(format!("storage failure: {e}"))
     }
 }

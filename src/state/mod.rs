@@ -887,7 +887,7 @@ impl State {
             Ok(encoded) => encoded,
             Err(e) => {
                 tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
-                store_error("persist_matches");
+                crate::telemetry::store_error("persist_matches");
                 return;
             }
         };
@@ -904,7 +904,7 @@ impl State {
         }
         if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
             tracing::error!(matches = encoded.len(), error = %e, "could not persist matches");
-            store_error("persist_matches");
+            crate::telemetry::store_error("persist_matches");
         }
     }
 
@@ -928,7 +928,7 @@ impl State {
         }
         if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
             tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
-            store_error("end_match");
+            crate::telemetry::store_error("end_match");
         }
     }
 
@@ -1568,11 +1568,6 @@ pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// Counts a failed store write (`STORE_ERRORS`); the caller logs what failed.
-pub fn store_error(op: &'static str) {
-    metrics::counter!(crate::telemetry::STORE_ERRORS, "op" => op).increment(1);
 }
 
 #[cfg(test)]

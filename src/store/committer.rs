@@ -146,7 +146,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
                 // Fail-stop: the batch may be partly on disk, so nothing after it may be
                 // acknowledged either. Callers get the error; the server must restart.
                 tracing::error!(error = %e, "result journal write failed; refusing further results");
-                crate::state::store_error("journal");
+                crate::telemetry::store_error("journal");
                 let msg = e.to_string();
                 for r in batch.drain(..) {
                     let _ = r
