@@ -110,6 +110,36 @@ pub struct Options {
     pub queue: String,
 }
 
+impl Options {
+    /// `--seconds`' default.
+    pub const SECONDS: f64 = 10.0;
+    /// `--rounds`' default.
+    pub const ROUNDS: usize = 5;
+    /// `--concurrency`' default.
+    pub const CONCURRENCY: usize = 64;
+    /// `--max-in-flight`'s default.
+    pub const MAX_IN_FLIGHT: usize = 20_000;
+    /// `--queue`'s default.
+    pub const QUEUE: &'static str = "1v1";
+
+    /// A closed-loop run of `rpc` against `addr` with the command line's defaults, no token and
+    /// no deadline; set the fields that differ.
+    pub fn new(addr: impl Into<String>, rpc: Rpc) -> Self {
+        Options {
+            addr: addr.into(),
+            rpc,
+            seconds: Self::SECONDS,
+            concurrency: Self::CONCURRENCY,
+            token: None,
+            rounds: Self::ROUNDS,
+            rate: None,
+            max_in_flight: Self::MAX_IN_FLIGHT,
+            deadline: None,
+            queue: Self::QUEUE.into(),
+        }
+    }
+}
+
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
 pub async fn run(opts: Options) -> anyhow::Result<Report> {
     anyhow::ensure!(opts.concurrency >= 1, "--concurrency: must be at least 1");

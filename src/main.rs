@@ -124,14 +124,14 @@ enum Command {
         #[arg(long, value_enum, default_value = "enter-queue")]
         rpc: matchmaker::loadgen::Rpc,
         /// Seconds of load per side (baseline and target), in total over the rounds.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = matchmaker::loadgen::Options::SECONDS)]
         seconds: f64,
         /// Baseline and target alternate this many times (slices of seconds/rounds each), so a
         /// machine whose speed drifts during the run weighs on both sides alike.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = matchmaker::loadgen::Options::ROUNDS)]
         rounds: usize,
         /// Concurrent callers.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = matchmaker::loadgen::Options::CONCURRENCY)]
         concurrency: usize,
         /// Bearer token sent on every call (with auth on, an admin token may act for anyone).
         #[arg(long)]
@@ -142,7 +142,7 @@ enum Command {
         #[arg(long)]
         rate: Option<f64>,
         /// Open loop: most calls waiting at once; further due calls are counted as not sent.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = matchmaker::loadgen::Options::MAX_IN_FLIGHT)]
         max_in_flight: usize,
         /// Open loop: each call's deadline in milliseconds from when it was due, as a player's
         /// client would set it; later answers count as DeadlineExceeded errors.
@@ -150,7 +150,7 @@ enum Command {
         deadline_ms: Option<u64>,
         /// The queue enter-queue calls enter, one new solo player each (e.g. 5v5 to load team
         /// matching and its larger matches).
-        #[arg(long, default_value = "1v1")]
+        #[arg(long, default_value = matchmaker::loadgen::Options::QUEUE)]
         queue: String,
         /// Print one JSON object instead of text.
         #[arg(long)]

@@ -75,16 +75,11 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     );
 
     let report = matchmaker::loadgen::run(matchmaker::loadgen::Options {
-        addr: server.addr.clone(),
-        rpc: matchmaker::loadgen::Rpc::EnterQueue,
         seconds: 1.0,
         concurrency: 16,
-        token: None,
         rounds: 2,
-        rate: None,
         max_in_flight: 1,
-        deadline: None,
-        queue: "1v1".into(),
+        ..matchmaker::loadgen::Options::new(&server.addr, matchmaker::loadgen::Rpc::EnterQueue)
     })
     .await
     .unwrap();

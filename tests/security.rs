@@ -512,16 +512,11 @@ async fn tls_serves_with_a_generated_certificate() {
 async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     let server = TestServer::start("").await;
     let opts = |rpc, concurrency| matchmaker::loadgen::Options {
-        addr: server.addr.to_string(),
-        rpc,
         seconds: 0.3,
         concurrency,
-        token: None,
         rounds: 2,
-        rate: None,
         max_in_flight: 1,
-        deadline: None,
-        queue: "1v1".into(),
+        ..matchmaker::loadgen::Options::new(server.addr.to_string(), rpc)
     };
     for rpc in [
         matchmaker::loadgen::Rpc::EnterQueue,
@@ -624,16 +619,12 @@ async fn connections_past_the_limit_wait_until_one_closes() {
 async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     let server = TestServer::start("").await;
     let opts = |addr: String, rate: f64| matchmaker::loadgen::Options {
-        addr,
-        rpc: matchmaker::loadgen::Rpc::EnterQueue,
         seconds: 0.5,
         concurrency: 16,
-        token: None,
         rounds: 1,
         rate: Some(rate),
         max_in_flight: 10_000,
-        deadline: None,
-        queue: "1v1".into(),
+        ..matchmaker::loadgen::Options::new(addr, matchmaker::loadgen::Rpc::EnterQueue)
     };
     // 400 calls/s for 0.5 s per side: 200 due calls each, all sent and answered.
     let report = matchmaker::loadgen::run(opts(server.addr.to_string(), 400.0))
@@ -685,16 +676,16 @@ max_concurrent_requests_per_connection = 1
     )
     .await;
     let opts = |deadline_ms: Option<u64>| matchmaker::loadgen::Options {
-        addr: server.addr.to_string(),
-        rpc: matchmaker::loadgen::Rpc::HealthCheck,
         seconds: 0.5,
         concurrency: 1,
-        token: None,
         rounds: 1,
         rate: Some(4000.0),
         max_in_flight: 10_000,
         deadline: deadline_ms.map(Duration::from_millis),
-        queue: "1v1".into(),
+        ..matchmaker::loadgen::Options::new(
+            server.addr.to_string(),
+            matchmaker::loadgen::Rpc::HealthCheck,
+        )
     };
     let late = matchmaker::loadgen::run(opts(Some(1))).await.unwrap();
     for phase in [&late.target, &late.baseline] {
