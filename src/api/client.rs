@@ -192,13 +192,6 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
-        let skills: Vec<(f64, f64)> = players
-            .iter()
-            .map(|p| {
-                let s = self.state.skill_for_matching(p, &queue);
-                (s.mean, s.deviation)
-            })
-            .collect();
         // A party is matched on its own skill (SPEC §3.6), created on its first queue.
         let party_skill = if players.len() > 1 {
             let s = self.state.party_skill(&queue, &players)?;
@@ -208,9 +201,10 @@ impl ClientService for Client {
         };
         let now = self.clock.now();
         let ticket_id = TicketId::new(new_id("t"));
-        let slot = self
-            .state
-            .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
+        let (slot, skills) =
+            self.state
+                .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
+        let skills = skills.iter().map(|s| (s.mean, s.deviation)).collect();
         admitted.keep();
         permit.send(Command::Enter {
             ticket: slot,

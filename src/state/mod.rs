@@ -645,13 +645,16 @@ impl State {
 
     /// Creates a SEARCHING ticket for `players` if every one of them is idle; otherwise nothing
     /// changes and the first busy player is named.
+    ///
+    /// Also returns each player's skill for matching in `queue` (in `players`' order), read
+    /// under the same locks: one map lookup per player instead of two.
     pub fn create_ticket(
         &self,
         queue: &QueueInfo,
         players: Vec<PlayerId>,
         ticket_id: TicketId,
         entered_at: f64,
-    ) -> Result<Arc<TicketSlot>, Rejection> {
+    ) -> Result<(Arc<TicketSlot>, Vec<Skill>), Rejection> {
         let slots = self.sorted_slots(&players);
         let mut guards = Self::lock_players(&slots);
         for (slot, guard) in slots.iter().zip(&guards) {
@@ -671,6 +674,18 @@ impl State {
                 }
             }
         }
+        let skills = players
+            .iter()
+            .map(|p| {
+                let at = slots
+                    .binary_search_by(|s| s.id.cmp(p))
+                    .expect("every player has a slot");
+                guards[at]
+                    .pools
+                    .get(&queue.pool)
+                    .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
+            })
+            .collect();
         let view = Mutex::new(ViewCell {
             current: TicketView::searching(0.0, String::new()),
             watchers: None,
@@ -687,7 +702,7 @@ impl State {
         for guard in &mut guards {
             guard.status = PlayerStatus::Queued(ticket_id.clone());
         }
-        Ok(ticket)
+        Ok((ticket, skills))
     }
 
     /// A ticket by id.
@@ -813,9 +828,13 @@ impl State {
         };
         let server = {
             let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+            let before = registry.len();
             let chosen = registry.offer(&assignment);
-            // `offer` drops disconnected servers first, so this is the live count.
-            metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+            // `offer` drops disconnected servers first; the gauge follows when it did (a lookup
+            // in the metrics registry per allocated match otherwise).
+            if registry.len() != before {
+                metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+            }
             chosen
         };
         let Some(allocated) = server else {
