@@ -411,6 +411,25 @@ async fn predict_match_uses_the_queue_system() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+
+    // Teams that don't fit the queue: a third team, or two players on a 1v1 side.
+    let team = |ids: &[&str]| proto::Team {
+        player_ids: ids.iter().map(|s| s.to_string()).collect(),
+    };
+    for (teams, field) in [
+        (vec![team(&["a"]), team(&["b"]), team(&["c"])], "teams"),
+        (vec![team(&["a"]), team(&["b", "c"])], "teams[1].player_ids"),
+    ] {
+        let err = client
+            .predict_match(proto::PredictMatchRequest {
+                queue: "1v1".into(),
+                teams,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains(field), "{}", err.message());
+    }
 }
 
 #[tokio::test]

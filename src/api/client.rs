@@ -373,29 +373,45 @@ impl ClientService for Client {
     ) -> Result<Response<proto::Prediction>, Status> {
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
-        if req.teams.len() < 2 {
-            return Err(Rejection::invalid("teams", "at least two teams are needed").into());
+        // The shape first, before any per-player work: a request as big as the message limit
+        // allows is refused in time proportional to its team count.
+        let (teams, team_size) = (queue.config.teams as usize, queue.config.team_size as usize);
+        if req.teams.len() != teams {
+            return Err(Rejection::invalid(
+                "teams",
+                format!(
+                    "queue {:?} plays {teams} teams (got {})",
+                    req.queue,
+                    req.teams.len()
+                ),
+            )
+            .into());
         }
-        let mut all: Vec<&String> = Vec::new();
-        let mut skills: Vec<Vec<Skill>> = Vec::with_capacity(req.teams.len());
         for (i, team) in req.teams.iter().enumerate() {
-            if team.player_ids.is_empty() {
+            if team.player_ids.is_empty() || team.player_ids.len() > team_size {
                 return Err(Rejection::invalid(
                     format!("teams[{i}].player_ids"),
-                    "must not be empty",
+                    format!(
+                        "must hold 1..={team_size} players in queue {:?} (got {})",
+                        req.queue,
+                        team.player_ids.len()
+                    ),
                 )
                 .into());
             }
+        }
+        let mut all: std::collections::HashSet<&String> = std::collections::HashSet::new();
+        let mut skills: Vec<Vec<Skill>> = Vec::with_capacity(req.teams.len());
+        for (i, team) in req.teams.iter().enumerate() {
             let ids = convert::player_ids(&format!("teams[{i}].player_ids"), &team.player_ids)?;
             for p in &team.player_ids {
-                if all.contains(&p) {
+                if !all.insert(p) {
                     return Err(Rejection::invalid(
                         format!("teams[{i}].player_ids"),
                         format!("player {p:?} is on more than one team"),
                     )
                     .into());
                 }
-                all.push(p);
             }
             skills.push(
                 ids.iter()

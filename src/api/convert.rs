@@ -40,12 +40,21 @@ fn id_rule(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Validates a list of player ids: each valid, no duplicates.
+/// Validates a list of player ids: each valid, no duplicates. Linear time at any length (a
+/// message at the size limit holds ~200k short ids); short lists, the common case, are checked
+/// without a set.
 pub fn player_ids(field: &str, ids: &[String]) -> Result<Vec<PlayerId>, Rejection> {
+    const SCAN: usize = 16;
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(ids.len());
     for (i, p) in ids.iter().enumerate() {
         id_at(field, i, p)?;
-        if ids[..i].contains(p) {
+        let duplicate = if ids.len() <= SCAN {
+            ids[..i].contains(p)
+        } else {
+            !seen.insert(p.as_str())
+        };
+        if duplicate {
             return Err(Rejection::invalid(
                 format!("{field}[{i}]"),
                 format!("duplicate player {p:?}"),
@@ -151,5 +160,26 @@ pub fn player_view(
         week: season.week,
         week_history: Vec::new(),
         season_history: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_players_are_found_at_any_length_and_named_by_index() {
+        for n in [2usize, 16, 17, 200_000] {
+            let mut ids: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+            assert_eq!(player_ids("teams[0].player_ids", &ids).unwrap().len(), n);
+            ids[n - 1] = "p0".into();
+            let err = player_ids("teams[0].player_ids", &ids)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!("teams[0].player_ids[{}]", n - 1)) && err.contains("p0"),
+                "n = {n}: {err}"
+            );
+        }
     }
 }
