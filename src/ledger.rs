@@ -96,10 +96,16 @@ impl Ledger {
             .get_or_try_init(|| async {
                 ran.store(true, Ordering::Relaxed);
                 let _gate = self.gate.read().await;
-                let entry =
+                let (entry, claimed) =
                     self.state
                         .prepare_result(&slot, &placements, &performance, &abandoned)?;
-                let seq = self.committer.commit(entry.clone()).await?;
+                let seq = match self.committer.commit(entry.clone()).await {
+                    Ok(seq) => seq,
+                    Err(e) => {
+                        self.state.unclaim(&slot, claimed);
+                        return Err(e.into());
+                    }
+                };
                 self.state.apply_result(&slot, &entry);
                 self.committer.applied(seq);
                 metrics::counter!(m::RESULTS_APPLIED, "queue" => slot.queue.to_string())

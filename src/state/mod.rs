@@ -354,6 +354,9 @@ pub enum MatchPhase {
     Formed,
     Allocated,
     Started,
+    /// A result passed validation and is being journaled: nothing else may change the match
+    /// (backfill, cancel, dissolve) until it lands, or fails and the phase goes back.
+    Completing,
     Completed,
     Cancelled,
 }
@@ -1030,6 +1033,12 @@ impl State {
                         m.id
                     )));
                 }
+                MatchPhase::Completing => {
+                    return Err(Rejection::FailedPrecondition(format!(
+                        "match {} has a result being applied",
+                        m.id
+                    )));
+                }
                 MatchPhase::Cancelled => return Ok(()),
                 _ => {}
             }
@@ -1256,40 +1265,93 @@ impl State {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Validates a report and computes its journal entry from the players' current records.
-    /// Changes nothing: the entry is applied by [`State::apply_result`] once it is durable.
+    /// Validates a report, computes its journal entry from the players' current records and
+    /// claims the match for it: the match is [`MatchPhase::Completing`] until
+    /// [`State::apply_result`] applies the entry once it is durable, or [`State::unclaim`] gives
+    /// the match back if journaling failed. Changes nothing else. Returns the phase to give back.
+    ///
+    /// The claim is what keeps the entry true: a backfill, cancel or allocation timeout that
+    /// landed between computing the entry and applying it would leave players in a match that no
+    /// longer exists, or end a match twice. If the roster changed while the entry was computed,
+    /// it is computed again.
     pub fn prepare_result(
         &self,
         m: &MatchSlot,
         placements: &[u32],
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
-    ) -> Result<JournalEntry, Rejection> {
-        let assignment = {
-            let inner = m.lock();
-            match inner.phase {
-                MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
-                MatchPhase::ReadyCheck => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "match {} is waiting for its players to accept; it has not started",
-                        m.id
-                    )));
-                }
-                MatchPhase::Cancelled => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "match {} was cancelled; it has no result",
-                        m.id
-                    )));
-                }
-                MatchPhase::Completed => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "match {} is already completed",
-                        m.id
-                    )));
-                }
+    ) -> Result<(JournalEntry, MatchPhase), Rejection> {
+        const ATTEMPTS: usize = 8;
+        for _ in 0..ATTEMPTS {
+            let assignment = Self::resultable(m)?;
+            let entry = self.compute_result(m, &assignment, placements, performance, abandoned)?;
+            let mut inner = m.lock();
+            if Arc::ptr_eq(&inner.assignment, &assignment)
+                && matches!(
+                    inner.phase,
+                    MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started
+                )
+            {
+                let previous = std::mem::replace(&mut inner.phase, MatchPhase::Completing);
+                return Ok((entry, previous));
             }
-            inner.assignment.clone()
-        };
+        }
+        Err(Rejection::FailedPrecondition(format!(
+            "match {} kept changing while its result was computed; report it again",
+            m.id
+        )))
+    }
+
+    /// Gives a claimed match back after its result could not be journaled.
+    pub fn unclaim(&self, m: &MatchSlot, previous: MatchPhase) {
+        let mut inner = m.lock();
+        if inner.phase == MatchPhase::Completing {
+            inner.phase = previous;
+        }
+    }
+
+    /// The assignment of a match that can take a result, or why it cannot.
+    fn resultable(m: &MatchSlot) -> Result<Arc<Assignment>, Rejection> {
+        let inner = m.lock();
+        match inner.phase {
+            MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
+            MatchPhase::Completing => {
+                return Err(Rejection::FailedPrecondition(format!(
+                    "match {} has a result being applied",
+                    m.id
+                )));
+            }
+            MatchPhase::ReadyCheck => {
+                return Err(Rejection::FailedPrecondition(format!(
+                    "match {} is waiting for its players to accept; it has not started",
+                    m.id
+                )));
+            }
+            MatchPhase::Cancelled => {
+                return Err(Rejection::FailedPrecondition(format!(
+                    "match {} was cancelled; it has no result",
+                    m.id
+                )));
+            }
+            MatchPhase::Completed => {
+                return Err(Rejection::FailedPrecondition(format!(
+                    "match {} is already completed",
+                    m.id
+                )));
+            }
+        }
+        Ok(inner.assignment.clone())
+    }
+
+    /// The journal entry of a result for `assignment`, from the players' current records.
+    fn compute_result(
+        &self,
+        m: &MatchSlot,
+        assignment: &Assignment,
+        placements: &[u32],
+        performance: &BTreeMap<String, f64>,
+        abandoned: &[String],
+    ) -> Result<JournalEntry, Rejection> {
         let queue = self.queue("queue", m.queue.as_str())?;
         // Players who left a backfilled match are abandons whether or not the report says so.
         let mut abandoned = abandoned.to_vec();
@@ -1633,6 +1695,88 @@ mod tests {
         let mut r = PoolRecords::default();
         r.insert("1v1".into(), record(1.0));
         assert!(matches!(r.0, Records::One(_)));
+    }
+
+    /// A state on a fresh store with one FORMED 1v1 match between `a` and `b`.
+    fn state_with_a_match() -> (tempfile::TempDir, State, Arc<MatchSlot>) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let state = State::load(config, store).unwrap();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let tickets: Vec<Arc<TicketSlot>> = ["a", "b"]
+            .iter()
+            .map(|p| {
+                let (t, _) = state
+                    .create_ticket(
+                        &queue,
+                        vec![PlayerId::new(*p)],
+                        TicketId::new(format!("t-{p}")),
+                        0.0,
+                    )
+                    .unwrap();
+                t
+            })
+            .collect();
+        let m = state.form_match(
+            &tickets,
+            Assignment {
+                match_id: MatchId::new("m-1"),
+                queue: queue.id.clone(),
+                teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
+                win_probability: vec![0.5, 0.5],
+                region: None,
+                server_address: String::new(),
+                parties: vec![],
+                backfill: vec![vec![], vec![]],
+                left: vec![],
+            },
+            1.0,
+            0.0,
+            None,
+            BTreeMap::new(),
+        );
+        (dir, state, m)
+    }
+
+    #[test]
+    fn a_result_being_journaled_holds_its_match_until_applied_or_given_back() {
+        let (_dir, state, m) = state_with_a_match();
+        let none = BTreeMap::new();
+        let (entry, previous) = state.prepare_result(&m, &[1, 2], &none, &[]).unwrap();
+        assert_eq!(previous, MatchPhase::Formed);
+        assert_eq!(m.phase(), MatchPhase::Completing);
+        // While it is journaled: no cancel, no second result, no dissolving it.
+        let cancel = state.cancel_match(&m, "test").unwrap_err().to_string();
+        assert!(cancel.contains("result being applied"), "{cancel}");
+        let again = state
+            .prepare_result(&m, &[2, 1], &none, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(again.contains("result being applied"), "{again}");
+        assert!(!state.dissolve_unallocated(&m, 100.0));
+        assert_eq!(
+            state.player(&PlayerId::new("a"), "1v1").0,
+            PlayerStatus::InMatch(m.id.clone())
+        );
+
+        // Journaling failed: the match is as it was and can be cancelled.
+        state.unclaim(&m, previous);
+        assert_eq!(m.phase(), MatchPhase::Formed);
+        let (entry2, previous) = state.prepare_result(&m, &[1, 2], &none, &[]).unwrap();
+        assert_eq!(
+            entry2.records, entry.records,
+            "same records from the same state"
+        );
+        state.apply_result(&m, &entry2);
+        assert_eq!(m.phase(), MatchPhase::Completed);
+        assert_eq!(previous, MatchPhase::Formed);
+        assert_eq!(
+            state.player(&PlayerId::new("a"), "1v1").0,
+            PlayerStatus::Idle
+        );
+        let cancel = state.cancel_match(&m, "test").unwrap_err().to_string();
+        assert!(cancel.contains("already completed"), "{cancel}");
     }
 
     fn slot() -> TicketSlot {
