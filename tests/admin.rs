@@ -128,6 +128,34 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
             },
             "rank_points",
         ),
+        // Finite but outside the system's domain: every later result would refuse it.
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean: 1500.0,
+                    deviation: 80.0,
+                    volatility: 20.0,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            },
+            "rating.volatility",
+        ),
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean: 1500.0,
+                    deviation: 1e12,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            },
+            "rating.deviation",
+        ),
         (
             proto::SetRatingRequest {
                 player_id: "ann".into(),
@@ -142,6 +170,9 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
         assert!(e.message().starts_with(field), "{field}: {}", e.message());
     }
+    // Nothing a refused call carried was written.
+    let r = view_of(&server, "ann", "1v1").await.rating.unwrap();
+    assert_eq!((r.mean, r.deviation), (1712.5, 80.0));
     let e = admin
         .season_reset(proto::SeasonResetRequest {
             kind: 0,
@@ -512,7 +543,7 @@ async fn a_soft_reset_racing_with_results_is_never_half_applied() {
         }
     }
     assert_eq!(changes.len(), 48);
-    let (mut before_reset, mut after_reset) = (0, 0);
+    let mut applied_before_reset = BTreeMap::new();
     for (p, c) in &changes {
         let before = skill(c.before.as_ref().unwrap());
         let after = skill(c.after.as_ref().unwrap());
@@ -525,14 +556,20 @@ async fn a_soft_reset_racing_with_results_is_never_half_applied() {
                 now, expected,
                 "{p}: applied before the reset, so the reset decays it"
             );
-            before_reset += 1;
         } else {
             assert_eq!(before, decayed_start, "{p}: started from the reset record");
             assert_eq!(now, after, "{p}");
-            after_reset += 1;
         }
+        applied_before_reset.insert(p.clone(), before == start);
     }
-    assert_eq!(before_reset + after_reset, 48);
+    // A result is one atomic change: both players of a match are on the same side of the reset.
+    for i in 0..24 {
+        let (a, b) = (format!("r{i:02}a"), format!("r{i:02}b"));
+        assert_eq!(
+            applied_before_reset[&a], applied_before_reset[&b],
+            "match {i}: one player's result applied before the reset, the other's after"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -308,6 +308,19 @@ impl SystemConfig {
         dispatch!(self, s => RatingSystem::rating_period_seconds(s))
     }
 
+    /// Checks a skill against this system's domain (the rules every rating call applies to its
+    /// inputs), so a skill set from outside (an admin's `SetRating`) can be rated later.
+    /// `field` names it in the error, e.g. `rating` gives `rating.volatility`.
+    pub fn validate_skill(&self, s: &Skill, field: &str) -> Result<(), RatingError> {
+        let rules = match self {
+            Self::Glicko2(_) => glicko2::input_rules(),
+            Self::Glicko(_) => glicko::input_rules(),
+            Self::WengLinBt(_) | Self::WengLinPl(_) | Self::WengLinTm(_) => weng_lin::input_rules(),
+            Self::Elo(_) => elo::input_rules(),
+        };
+        validate_skill(s, &rules, || field.to_string())
+    }
+
     /// True when this queue batches Glicko results per rating period instead of rating each match.
     #[must_use]
     pub fn is_periodic(&self) -> bool {

@@ -182,6 +182,18 @@ impl State {
         if skill.volatility == 0.0 {
             record.skill.volatility = volatility;
         }
+        // The system's own domain (e.g. Glicko-2 volatility in (0, 10]): a skill every later
+        // result for this player would refuse is refused here instead.
+        queue
+            .config
+            .rating
+            .validate_skill(&record.skill, "rating")
+            .map_err(|e| match e {
+                crate::rating::RatingError::InvalidValue { field, rule, value } => {
+                    Rejection::invalid(field, format!("{rule} (got {value})"))
+                }
+                other => Rejection::invalid("rating", other.to_string()),
+            })?;
         if let Some(rp) = rank_points {
             match queue.config.ranking {
                 RankingKind::None => {
