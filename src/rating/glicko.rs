@@ -385,12 +385,16 @@ mod tests {
 
     #[test]
     fn rd_floor_applies() {
-        let (a, _) = rate_1v1(
-            &skill(1500.0, 31.0),
-            &skill(1500.0, 31.0),
-            1.0,
-            &Config::default(),
-        );
-        assert!(a.deviation >= 30.0);
+        // From RD 30 one game takes the deviation below 30 (29.89 without the floor), so the
+        // floor is what holds it.
+        let config = Config::default();
+        let unfloored = Config {
+            min_deviation: 1e-9,
+            ..config.clone()
+        };
+        let (free, _) = rate_1v1(&skill(1500.0, 30.0), &skill(1500.0, 30.0), 1.0, &unfloored);
+        assert!(free.deviation < 29.95, "{}", free.deviation);
+        let (a, _) = rate_1v1(&skill(1500.0, 30.0), &skill(1500.0, 30.0), 1.0, &config);
+        assert_eq!(a.deviation, config.min_deviation);
     }
 }

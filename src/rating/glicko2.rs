@@ -202,6 +202,25 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
 ///
 /// Both loops are capped so no input can spin forever; the result is finite or the old σ.
 #[must_use]
+/// The second end B of the volatility root's initial bracket, and f(B), where `gap` is
+/// Δ² − φ² − v: Glickman's ln(Δ² − φ² − v) when that is defined (SPEC §3.1 erratum: the seed
+/// writes `deltaSqr - variance - volatility`), else the first A − kτ where f is not negative.
+fn upper_bracket(a0: f64, gap: f64, tau: f64, f: impl Fn(f64) -> f64) -> (f64, f64) {
+    if gap > 0.0 {
+        // e^B = Δ² − φ² − v, so the first term of f(B) is 0.
+        let b = gap.ln();
+        (b, -(b - a0) / (tau * tau))
+    } else {
+        let mut k = 1.0;
+        let mut fk = f(a0 - tau);
+        while fk < 0.0 && k < 1000.0 {
+            k += 1.0;
+            fk = f(a0 - k * tau);
+        }
+        (a0 - k * tau, fk)
+    }
+}
+
 fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64) -> f64 {
     let s2 = sigma * sigma;
     let a0 = s2.ln();
@@ -215,19 +234,7 @@ fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64
     let f = |x: f64| f_with(x, x.exp());
     let mut a = a0;
     let mut fa = f_with(a0, s2);
-    let (mut b, mut fb) = if gap > 0.0 {
-        // e^B = Δ² − φ² − v, so the first term of f(B) is 0.
-        let b = gap.ln();
-        (b, -(b - a0) * inv_tau2)
-    } else {
-        let mut k = 1.0;
-        let mut fk = f(a - tau);
-        while fk < 0.0 && k < 1000.0 {
-            k += 1.0;
-            fk = f(a - k * tau);
-        }
-        (a - k * tau, fk)
-    };
+    let (mut b, mut fb) = upper_bracket(a0, gap, tau, f);
     let mut iterations = 0;
     while (b - a).abs() > eps && iterations < 200 {
         let c = a + (a - b) * fa / (fb - fa);
@@ -694,6 +701,15 @@ mod tests {
         assert!(
             (glickman_b - seed_b).abs() > 0.2,
             "the erratum would change the bracket"
+        );
+        // The bracket the solver starts from is Glickman's, not the seed's. (Both brackets
+        // hold the root here, so σ' alone could not tell them apart.)
+        let (b, fb) = upper_bracket(a0, delta2 - phi2 - v, tau, f);
+        assert_eq!(b, glickman_b);
+        assert!(
+            (fb - f(b)).abs() < 1e-12,
+            "f(B) = {fb}, recomputed {}",
+            f(b)
         );
         let out = new_volatility(sigma, phi2, v, delta2, tau, 1e-12);
         assert!(f((out * out).ln()).abs() < 1e-9, "σ' = {out} is the root");
