@@ -390,7 +390,7 @@ mod tests {
         let config = Config::default();
         let unfloored = Config {
             min_deviation: 1e-9,
-            ..config.clone()
+            ..config
         };
         let (free, _) = rate_1v1(&skill(1500.0, 30.0), &skill(1500.0, 30.0), 1.0, &unfloored);
         assert!(free.deviation < 29.95, "{}", free.deviation);
