@@ -598,9 +598,6 @@ impl Loop {
         if self.state.pass_ready_check(&rc.slot) {
             let now = self.clock.now();
             self.state.publish_ready(&rc.progress(), rc.deadline - now);
-            for (t, _, _) in &rc.tickets {
-                self.finished.push_back((now, t.id.clone()));
-            }
             let queue = rc.queue;
             self.unallocated.push_back(Unallocated {
                 region: rc.slot.assignment().region.clone(),
@@ -1043,9 +1040,6 @@ impl Loop {
                     );
                     continue;
                 }
-                for t in &slots {
-                    self.finished.push_back((now, t.id.clone()));
-                }
                 self.unallocated.push_back(Unallocated {
                     since_unix: slot.formed_unix,
                     region,
@@ -1133,6 +1127,10 @@ impl Loop {
             let region = u.region.clone();
             let hopeless = nowhere || full_regions.contains(&region);
             if !hopeless && self.state.try_allocate(&u.slot) {
+                // Its tickets are finished from here: their retention counts from now, not
+                // from when the match formed, so a match that waits for a server longer than
+                // the retention still finds its tickets to requeue when it times out.
+                self.finish_tickets(&u.tickets, now);
                 allocated.push(u.slot);
                 continue;
             }
@@ -1147,6 +1145,8 @@ impl Loop {
                 continue;
             }
             if !self.state.dissolve_unallocated(&u.slot, now) {
+                // Ended meanwhile (a result or a cancel): its tickets are done.
+                self.finish_tickets(&u.tickets, now);
                 continue;
             }
             tracing::info!(match_id = %u.slot.id, "no game server took the match in time; tickets requeued");
@@ -1206,6 +1206,11 @@ impl Loop {
             );
             self.finished.push_back((now, id));
         }
+    }
+
+    fn finish_tickets(&mut self, tickets: &[(usize, matching::Ticket)], now: f64) {
+        self.finished
+            .extend(tickets.iter().map(|(_, t)| (now, t.id.clone())));
     }
 
     fn forget_finished(&mut self, now: f64) {

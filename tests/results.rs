@@ -377,7 +377,21 @@ async fn results_and_live_matches_survive_a_restart() {
 
 #[tokio::test]
 async fn an_unallocated_match_times_out_and_its_tickets_return_to_the_queue() {
-    let server = TestServer::start("[server]\nallocation_timeout_seconds = 0.05\n").await;
+    unallocated_match_times_out("[server]\nallocation_timeout_seconds = 0.05\n").await;
+}
+
+#[tokio::test]
+async fn tickets_outlive_their_retention_while_their_match_waits_for_a_server() {
+    // Finished tickets are forgotten at once, yet the match's tickets still go back to the
+    // queue when it times out: they are not finished until a server takes the match.
+    unallocated_match_times_out(
+        "[server]\nallocation_timeout_seconds = 0.05\nfinished_ticket_retention_seconds = 0.0\n",
+    )
+    .await;
+}
+
+async fn unallocated_match_times_out(config: &str) {
+    let server = TestServer::start(config).await;
     let mut client = server.client().await;
     let t1 = common::enter(&mut client, "1v1", &["u1"]).await;
     common::enter(&mut client, "1v1", &["u2"]).await;
