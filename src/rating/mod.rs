@@ -288,9 +288,10 @@ impl SystemConfig {
     /// One match: returns the new skills, same shape as input. All-or-nothing: it is pure, so an
     /// `Err` leaves nothing changed.
     ///
-    /// For a Glicko-family queue in `mode = "periodic"` ratings move only at the end of a rating
-    /// period: this returns the skills unchanged (validated), and the server collects
+    /// For a Glicko-family system in `mode = "periodic"` ratings move only at the end of a
+    /// rating period: this returns the skills unchanged (validated); a caller collects
     /// [`SystemConfig::period_results`] and calls [`SystemConfig::rate_period`] at period end.
+    /// (The server does not run periodic queues yet; its config refuses them.)
     pub fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
         dispatch!(self, s => RatingSystem::rate(s, m))
     }
