@@ -302,7 +302,16 @@ fn tls_config(
 /// Installs the global Prometheus recorder and its HTTP endpoint. A second server in the same
 /// process (tests) keeps the first recorder and serves no second endpoint.
 fn install_metrics(addr: std::net::SocketAddr) -> Result<(), ServerError> {
-    let builder = metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr);
+    let mut builder =
+        metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr);
+    for (name, buckets) in crate::telemetry::HISTOGRAM_BUCKETS {
+        builder = builder
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full((*name).to_string()),
+                buckets,
+            )
+            .map_err(|e| ServerError::Metrics(e.to_string()))?;
+    }
     let (recorder, exporter) = builder
         .build()
         .map_err(|e| ServerError::Metrics(e.to_string()))?;

@@ -57,6 +57,41 @@ pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
 /// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
+/// Bucket bounds of every histogram, so Prometheus gets `_bucket` series: quantiles that can
+/// be aggregated across servers and over any window (the exporter's default is a summary,
+/// whose quantiles are per process and over its own rolling window).
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
+    (
+        WAIT_SECONDS,
+        &[
+            0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+        ],
+    ),
+    (
+        MATCH_QUALITY,
+        &[0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5],
+    ),
+    (TICK_SECONDS, SECONDS_FAST),
+    (JOURNAL_FLUSH_SECONDS, SECONDS_FAST),
+    (
+        JOURNAL_BATCH_SIZE,
+        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+    ),
+    (
+        SNAPSHOT_SECONDS,
+        &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0],
+    ),
+    (
+        BACKFILL_FILL_SECONDS,
+        &[0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0],
+    ),
+];
+
+/// Bounds for operations that take micro- to milliseconds (ticks, journal flushes).
+const SECONDS_FAST: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
 /// Counts a failed store write (`STORE_ERRORS`) of operation `op`; the caller logs what failed.
 pub fn store_error(op: &'static str) {
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);

@@ -103,11 +103,26 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     let after = loop {
         let body = scrape(&metrics_addr);
         if labelled_sum(&body, "matchmaker_tickets_entered_total") >= entered_ok
+            && labelled_sum(&body, "matchmaker_matches_formed_total") >= 1.0
             || Instant::now() > deadline
         {
             break body;
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    // The loop may still be forming matches from the last tickets: read once a tick went by
+    // with no new match, so the histograms below saw every match counted.
+    let after = {
+        let mut body = after;
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let next = scrape(&metrics_addr);
+            let formed = |b: &str| labelled_sum(b, "matchmaker_matches_formed_total");
+            if formed(&next) == formed(&body) || Instant::now() > deadline {
+                break next;
+            }
+            body = next;
+        }
     };
     drop(server);
     // Every RESOURCE_EXHAUSTED the generator saw was a shed call, and each one was counted.
@@ -125,6 +140,27 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         sample(&after, "matchmaker_connections_open").is_some_and(|open| open >= 1.0),
         "{after}"
     );
+    // Histograms, not summaries: `_bucket` series, with every observation in the +Inf bucket.
+    let formed = labelled_sum(&after, "matchmaker_matches_formed_total");
+    assert!(formed >= 1.0, "{after}");
+    for (name, per_match) in [
+        ("matchmaker_wait_seconds", 2.0),
+        ("matchmaker_match_quality", 1.0),
+    ] {
+        let inf: f64 = after
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains("le=\"+Inf\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(inf, formed * per_match, "{name}: {after}");
+        assert!(
+            !after
+                .lines()
+                .any(|l| l.starts_with(name) && l.contains("quantile=")),
+            "{name} is a summary: {after}"
+        );
+    }
+    assert!(after.contains("matchmaker_tick_seconds_bucket{"), "{after}");
     // Measured at start: a data dir always holds sled's log and config.
     let on_disk = dir_bytes(&dir.path().join("data"));
     assert!(on_disk > 0);
