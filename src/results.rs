@@ -15,7 +15,7 @@ use crate::config::RankingKind;
 use crate::ids::PlayerId;
 use crate::ranking::{self, LadderState, RankPoints, RankingConfig, inversus, ladder};
 use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
-use crate::state::{PoolRecord, Rejection};
+use crate::state::{PartyRecord, PoolRecord, Rejection};
 
 /// A validated report.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -231,6 +231,36 @@ pub fn validate(
     })
 }
 
+/// What the rating system gets for each player (same shape as `teams`): the skill before the
+/// match, the time since the player's last game (inactivity decay), the reported productivity
+/// and the win count.
+pub fn player_inputs(
+    teams: &[Vec<PlayerId>],
+    before: &[Vec<PoolRecord>],
+    input: &ResultInput,
+    now_unix: f64,
+) -> Vec<Vec<PlayerInput>> {
+    teams
+        .iter()
+        .zip(before)
+        .map(|(team, records)| {
+            team.iter()
+                .zip(records)
+                .map(|(id, r)| PlayerInput {
+                    skill: r.skill,
+                    elapsed_seconds: since(r.last_played_unix, now_unix),
+                    performance: input.performance.get(id).copied(),
+                    wins: r.wins,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn since(last_played_unix: Option<i64>, now_unix: f64) -> f64 {
+    last_played_unix.map_or(0.0, |t| (now_unix - t as f64).max(0.0))
+}
+
 /// The new records of every player (same shape as `teams`) and the acknowledgement.
 ///
 /// `before[t][i]` is the record of `teams[t][i]` before the match (the system's initial skill for
@@ -244,23 +274,7 @@ pub fn compute(
     input: &ResultInput,
     now_unix: f64,
 ) -> Result<(Vec<Vec<PoolRecord>>, ResultAck), Rejection> {
-    let inputs: Vec<Vec<PlayerInput>> = teams
-        .iter()
-        .zip(before)
-        .map(|(team, records)| {
-            team.iter()
-                .zip(records)
-                .map(|(id, r)| PlayerInput {
-                    skill: r.skill,
-                    elapsed_seconds: r
-                        .last_played_unix
-                        .map_or(0.0, |t| (now_unix - t as f64).max(0.0)),
-                    performance: input.performance.get(id).copied(),
-                    wins: r.wins,
-                })
-                .collect()
-        })
-        .collect();
+    let inputs = player_inputs(teams, before, input, now_unix);
     let rated = system
         .rate(&MatchInput {
             teams: &inputs,
@@ -365,36 +379,28 @@ pub fn compute(
     ))
 }
 
-/// A party's new skill (SPEC §3.6): the match rated as if the party's members (`members`, indices
-/// into `team`) played at the party skill, everyone else at their own; the party's new skill is
-/// the mean of its members' new skills. Works for a party that fills a team and for one that
-/// shares a team with solo players.
+/// A party's new skill (SPEC §3.6): the match rated with the inputs the players' own update
+/// used ([`player_inputs`]), except that the party's members (`members`, indices into `team`)
+/// play at the party's skill and with the time since the party last played; the party's new
+/// skill is the mean of its members' new skills. Each member keeps its own productivity and
+/// win count. Works for a party that fills a team and for one that shares a team with solo
+/// players.
 pub fn rate_party(
     system: &SystemConfig,
-    before: &[Vec<PoolRecord>],
+    inputs: &[Vec<PlayerInput>],
     placements: &[u32],
     team: usize,
     members: &[usize],
-    party: &Skill,
+    party: &PartyRecord,
+    now_unix: f64,
 ) -> Result<Skill, Rejection> {
-    let inputs: Vec<Vec<PlayerInput>> = before
-        .iter()
-        .enumerate()
-        .map(|(t, records)| {
-            records
-                .iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let skill = if t == team && members.contains(&i) {
-                        *party
-                    } else {
-                        r.skill
-                    };
-                    PlayerInput::new(skill)
-                })
-                .collect()
-        })
-        .collect();
+    let mut inputs = inputs.to_vec();
+    for &i in members {
+        if let Some(p) = inputs.get_mut(team).and_then(|t| t.get_mut(i)) {
+            p.skill = party.skill;
+            p.elapsed_seconds = since(party.last_played_unix, now_unix);
+        }
+    }
     let rated = system
         .rate(&MatchInput {
             teams: &inputs,
@@ -583,17 +589,105 @@ mod tests {
             vec![wl(25.0), wl(25.0), wl(25.0)],
             vec![wl(25.0), wl(25.0), wl(25.0)],
         ];
-        let party = Skill {
-            mean: 20.0,
-            deviation: 6.0,
-            volatility: 0.0,
+        let party = PartyRecord {
+            skill: Skill {
+                mean: 20.0,
+                deviation: 6.0,
+                volatility: 0.0,
+            },
+            games: 3,
+            last_played_unix: None,
         };
-        let won = rate_party(&system, &before, &[1, 2], 0, &[0, 1], &party).unwrap();
-        let lost = rate_party(&system, &before, &[2, 1], 0, &[0, 1], &party).unwrap();
-        assert!(won.mean > party.mean && lost.mean < party.mean);
-        assert!(won.deviation < party.deviation);
-        let e = rate_party(&system, &before, &[1], 0, &[0], &party).unwrap_err();
+        let teams = ids(&[&["a", "b", "c"], &["d", "e", "f"]]);
+        let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), 0.0);
+        let won = rate_party(&system, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0).unwrap();
+        let lost = rate_party(&system, &inputs, &[2, 1], 0, &[0, 1], &party, 0.0).unwrap();
+        assert!(won.mean > party.skill.mean && lost.mean < party.skill.mean);
+        assert!(won.deviation < party.skill.deviation);
+        let e = rate_party(&system, &inputs, &[1], 0, &[0], &party, 0.0).unwrap_err();
         assert!(e.to_string().contains("placements"), "{e}");
+    }
+
+    #[test]
+    fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
+        // Glicko-2: a party idle for a year is less certain going in, so it moves further.
+        let system = SystemConfig::Glicko2(glicko2::Config::default());
+        let before = vec![
+            vec![record(1500.0, 80.0), record(1500.0, 80.0)],
+            vec![record(1500.0, 80.0), record(1500.0, 80.0)],
+        ];
+        let teams = ids(&[&["a", "b"], &["c", "d"]]);
+        let now = 400.0 * 86_400.0;
+        let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), now);
+        let party = |last_played_unix| PartyRecord {
+            skill: Skill {
+                mean: 1500.0,
+                deviation: 80.0,
+                volatility: 0.06,
+            },
+            games: 10,
+            last_played_unix,
+        };
+        let fresh = rate_party(
+            &system,
+            &inputs,
+            &[1, 2],
+            0,
+            &[0, 1],
+            &party(Some(now as i64)),
+            now,
+        )
+        .unwrap();
+        let idle = rate_party(
+            &system,
+            &inputs,
+            &[1, 2],
+            0,
+            &[0, 1],
+            &party(Some((now - 365.0 * 86_400.0) as i64)),
+            now,
+        )
+        .unwrap();
+        assert!(idle.deviation > fresh.deviation, "{idle:?} vs {fresh:?}");
+        assert!(
+            idle.mean - 1500.0 > fresh.mean - 1500.0,
+            "{idle:?} vs {fresh:?}"
+        );
+
+        // Elo: the members' productivity counts, as in their own update (SPEC §3.4).
+        let elo = SystemConfig::Elo(crate::rating::elo::Config::default());
+        let before = vec![
+            vec![record(1500.0, 0.0), record(1500.0, 0.0)],
+            vec![record(1500.0, 0.0), record(1500.0, 0.0)],
+        ];
+        let party = PartyRecord {
+            skill: Skill {
+                mean: 1500.0,
+                deviation: 0.0,
+                volatility: 0.0,
+            },
+            games: 10,
+            last_played_unix: None,
+        };
+        let mut productive = input(&[1, 2], &[]);
+        let mut idle = input(&[1, 2], &[]);
+        for (p, perf) in [("a", 1500.0), ("b", 1500.0), ("c", 1000.0), ("d", 1000.0)] {
+            productive.performance.insert(PlayerId::from(p), perf);
+            idle.performance.insert(PlayerId::from(p), 1500.0);
+        }
+        let gain = |input: &ResultInput| {
+            let inputs = player_inputs(&teams, &before, input, 0.0);
+            rate_party(&elo, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0)
+                .unwrap()
+                .mean
+                - 1500.0
+        };
+        assert!(
+            gain(&productive) > gain(&idle),
+            "losers far below their expected productivity: {} vs {}",
+            gain(&productive),
+            gain(&idle)
+        );
     }
 
     #[test]

@@ -206,6 +206,10 @@ pub struct Assignment {
 pub struct PartyRecord {
     pub skill: Skill,
     pub games: u32,
+    /// Unix seconds of its last rated match, for inactivity decay like a player's (absent in
+    /// records written before it was kept: no decay, as before).
+    #[serde(default)]
+    pub last_played_unix: Option<i64>,
 }
 
 /// The key of a party: its member ids sorted, joined by a control character that ids can't hold.
@@ -1161,6 +1165,7 @@ impl State {
         let record = PartyRecord {
             skill: crate::rating::party_initial(&queue.config.rating, &skills),
             games: 0,
+            last_played_unix: None,
         };
         let pools = {
             let mut entry = self.inner.parties.entry(key.clone()).or_default();
@@ -1391,6 +1396,11 @@ impl State {
             now,
         )?;
         let mut parties = Vec::new();
+        let inputs = if assignment.parties.is_empty() {
+            Vec::new()
+        } else {
+            results::player_inputs(&assignment.teams, &before, &input, now)
+        };
         for members in &assignment.parties {
             let Some(team) = assignment
                 .teams
@@ -1413,6 +1423,7 @@ impl State {
                             .collect::<Vec<_>>(),
                     ),
                     games: 0,
+                    last_played_unix: None,
                 });
             let indices: Vec<usize> = members
                 .iter()
@@ -1420,17 +1431,19 @@ impl State {
                 .collect();
             let skill = results::rate_party(
                 &queue.config.rating,
-                &before,
+                &inputs,
                 &input.placements,
                 team,
                 &indices,
-                &party.skill,
+                &party,
+                now,
             )?;
             parties.push((
                 party_key(members),
                 PartyRecord {
                     skill,
                     games: party.games.saturating_add(1),
+                    last_played_unix: Some(now.floor() as i64),
                 },
             ));
         }
