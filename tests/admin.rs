@@ -238,6 +238,25 @@ async fn hard_reset_rescales_mmr_and_sets_rp_from_the_tier_table_number_by_numbe
 }
 
 #[tokio::test]
+async fn hard_reset_of_a_weng_lin_pool_rescales_on_its_own_scale() {
+    // The default 5v5 ladder is Weng-Lin (μ₀ 25, σ₀ 25/3): the Glicko rule read in initial
+    // deviations, so μ' spans 25 to 25 + 750/350 · σ₀ and σ' = σ₀.
+    let server = TestServer::start("").await;
+    set(&server, "low", "5v5", 20.0, 3.0, None).await;
+    set(&server, "mid", "5v5", 25.0, 4.0, None).await;
+    set(&server, "high", "5v5", 30.0, 5.0, None).await;
+    let out = reset(&server, proto::SeasonResetKind::Hard, "5v5").await;
+    assert_eq!(out.players_changed, 3);
+    let sigma0 = 25.0 / 3.0;
+    let top = 25.0 + 750.0 / 350.0 * sigma0;
+    for (p, mean) in [("low", 25.0), ("mid", (25.0 + top) / 2.0), ("high", top)] {
+        let r = view_of(&server, p, "5v5").await.rating.unwrap();
+        assert!(close(r.mean, mean), "{p}: {} vs {mean}", r.mean);
+        assert!(close(r.deviation, sigma0), "{p}: {}", r.deviation);
+    }
+}
+
+#[tokio::test]
 async fn soft_reset_cuts_rp_at_the_tier_caps_and_grows_deviation_one_period() {
     let server = TestServer::start(LADDER).await;
     // 100 Grandweavers at 1500, then a Master (rank 101) above its cap, one below, an Expert.

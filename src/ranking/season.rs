@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::RankPoints;
 use super::ladder::Tier;
+use crate::rating::Skill;
 
 /// `[season]`: the knobs of resets and migration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -134,6 +135,45 @@ pub fn rescale(r: f64, lowest: f64, highest: f64, cfg: &SeasonConfig) -> f64 {
     cfg.rescale_base + (r - lowest) / width * cfg.rescale_span
 }
 
+/// The Glicko scale the `[season]` rescale numbers are written in: initial rating and RD.
+const GLICKO_SCALE: (f64, f64) = (1500.0, 350.0);
+
+/// A player's skill after a hard reset in a pool whose initial skill is `initial`, or `None`
+/// where the reset leaves skill alone (Elo: no deviation to reset and no scale to map to).
+///
+/// Glicko family: `rescale` with deviation `reset_deviation` and the initial volatility
+/// (SPEC §4.3). Weng-Lin: the same rule carried over to its own scale, reading the Glicko
+/// numbers as multiples of the initial RD from the initial rating, so with the defaults μ
+/// spans μ₀ to μ₀ + (750/350)·σ₀ and σ goes back to σ₀, just as r spans 1500–2250 and RD goes
+/// back to 350.
+#[must_use]
+pub fn hard_reset_skill(
+    glicko: bool,
+    initial: Skill,
+    skill: Skill,
+    lowest: f64,
+    highest: f64,
+    cfg: &SeasonConfig,
+) -> Option<Skill> {
+    let r = rescale(skill.mean, lowest, highest, cfg);
+    if glicko {
+        return Some(Skill {
+            mean: r,
+            deviation: cfg.reset_deviation,
+            volatility: initial.volatility,
+        });
+    }
+    if initial.deviation <= 0.0 || initial.deviation.is_nan() {
+        return None;
+    }
+    let (base, rd) = GLICKO_SCALE;
+    Some(Skill {
+        mean: initial.mean + (r - base) / rd * initial.deviation,
+        deviation: cfg.reset_deviation / rd * initial.deviation,
+        volatility: skill.volatility,
+    })
+}
+
 /// Mean of end-of-week rank points; `None` for no weeks.
 #[must_use]
 pub fn mean_rp(weeks: &[RankPoints]) -> Option<f64> {
@@ -192,6 +232,55 @@ pub fn legacy_rp(cfg: &SeasonConfig, legacy_rank: &str) -> Option<RankPoints> {
 mod tests {
     use super::*;
     use crate::ranking::ladder::default_tiers;
+
+    #[test]
+    fn a_hard_reset_maps_each_system_onto_its_own_scale() {
+        let cfg = SeasonConfig::default();
+        let skill = |mean, deviation, volatility| Skill {
+            mean,
+            deviation,
+            volatility,
+        };
+        // Glicko: SPEC's numbers as they are.
+        let g = hard_reset_skill(
+            true,
+            skill(1500.0, 350.0, 0.06),
+            skill(1800.0, 60.0, 0.07),
+            1200.0,
+            2000.0,
+            &cfg,
+        )
+        .unwrap();
+        assert_eq!((g.mean, g.deviation, g.volatility), (2062.5, 350.0, 0.06));
+        // Weng-Lin: the same position, in initial deviations from the initial mean.
+        let s0 = 25.0 / 3.0;
+        let w = hard_reset_skill(
+            false,
+            skill(25.0, s0, 0.0),
+            skill(27.5, 2.0, 0.0),
+            20.0,
+            30.0,
+            &cfg,
+        )
+        .unwrap();
+        assert!(
+            (w.mean - (25.0 + 562.5 / 350.0 * s0)).abs() < 1e-12,
+            "{w:?}"
+        );
+        assert!((w.deviation - s0).abs() < 1e-12, "{w:?}");
+        // Elo: no deviation, left alone.
+        assert!(
+            hard_reset_skill(
+                false,
+                skill(1500.0, 0.0, 0.0),
+                skill(1600.0, 0.0, 0.0),
+                1500.0,
+                1700.0,
+                &cfg
+            )
+            .is_none()
+        );
+    }
 
     fn tier(name: &str) -> Tier {
         default_tiers()

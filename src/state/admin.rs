@@ -290,12 +290,10 @@ impl State {
                     let mut out = Vec::with_capacity(rows.len());
                     for (i, (p, r)) in rows.iter().enumerate() {
                         let mut next = r.clone();
-                        if glicko {
-                            next.skill = Skill {
-                                mean: season::rescale(r.skill.mean, lowest, highest, cfg),
-                                deviation: cfg.reset_deviation,
-                                volatility: initial.volatility,
-                            };
+                        if let Some(skill) =
+                            season::hard_reset_skill(glicko, initial, r.skill, lowest, highest, cfg)
+                        {
+                            next.skill = skill;
                         }
                         match (ranking, &tiers) {
                             (RankingKind::Ladder, Some(tiers)) => {
