@@ -605,8 +605,14 @@ impl Store {
             .map(|item| {
                 let (k, v) = item?;
                 let at = parse_suffix_u32s(&k, prefix.len());
-                let mut rp = [0u8; 4];
-                rp.copy_from_slice(&v[..4.min(v.len())]);
+                let rp: [u8; 4] = v.as_ref().try_into().map_err(|_| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "end-of-week rank points at {:?} are {} bytes, not 4",
+                        String::from_utf8_lossy(&k),
+                        v.len()
+                    ),
+                })?;
                 Ok((
                     at.first().copied().unwrap_or(0),
                     at.get(1).copied().unwrap_or(0),
@@ -1039,6 +1045,24 @@ mod tests {
         }
         let e = Store::open(dir.path(), 1 << 20).err().unwrap().to_string();
         assert!(e.contains("format marker"), "{e}");
+    }
+
+    #[test]
+    fn a_short_end_of_week_value_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let p = PlayerId::from("p");
+        store
+            .journal
+            .insert(player_week_key("1v1", &p, 1, 0), &700u32.to_be_bytes())
+            .unwrap();
+        assert_eq!(store.player_weeks("1v1", &p).unwrap(), vec![(1, 0, 700)]);
+        store
+            .journal
+            .insert(player_week_key("1v1", &p, 1, 1), &[1u8, 2][..])
+            .unwrap();
+        let e = store.player_weeks("1v1", &p).unwrap_err().to_string();
+        assert!(e.contains("2 bytes, not 4"), "{e}");
     }
 
     #[test]
