@@ -221,6 +221,12 @@ async fn hard_reset_rescales_mmr_and_sets_rp_from_the_tier_table_number_by_numbe
         assert_eq!(v.rank_points, rp, "{p}");
         assert_eq!(v.tier, tier, "{p}");
     }
+    // No EndSeason came first, so the reset recorded the season's ranks itself.
+    for (p, tier) in [("w", "Wanderer"), ("e1", "Expert I"), ("gw", "Grandweaver")] {
+        let history = view_of(&server, p, "lad").await.season_history;
+        assert_eq!(history.len(), 1, "{p}: {history:?}");
+        assert_eq!((history[0].season, history[0].tier.as_str()), (1, tier));
+    }
     // Other pools were not touched (the reset named one queue).
     let untouched = view_of(&server, "w", "1v1").await;
     assert_eq!(untouched.games, 0);

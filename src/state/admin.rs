@@ -238,6 +238,7 @@ impl State {
             } else {
                 None
             };
+            let mut season_ranks = None;
             let (records, next, week_rp) = match kind {
                 ResetKind::Soft => {
                     let period = system.rating_period_seconds();
@@ -272,10 +273,20 @@ impl State {
                     )
                 }
                 ResetKind::Hard => {
-                    let ended: Option<BTreeMap<String, String>> = self
-                        .inner
-                        .store
-                        .season_ranks(pool, state.season)?
+                    // The season's ranks decide the hard-reset RP. Without an EndSeason first
+                    // the reset records them itself, in the same entry: otherwise the season
+                    // would end with no ranks, and an EndSeason after it would rank the new one.
+                    let recorded = self.inner.store.season_ranks(pool, state.season)?;
+                    if recorded.is_none()
+                        && let Some(tiers) = &tiers
+                    {
+                        season_ranks = Some((
+                            state.season,
+                            self.season_ranks_now(pool, state.season, &rows, tiers)?,
+                        ));
+                    }
+                    let ended: Option<BTreeMap<String, String>> = recorded
+                        .or_else(|| season_ranks.as_ref().map(|(_, r)| r.clone()))
                         .map(|ranks| ranks.into_iter().map(|r| (r.player, r.tier)).collect());
                     let ladder = &self.inner.config.ranking.ladder;
                     let cfg = &self.inner.config.season;
@@ -349,7 +360,7 @@ impl State {
             entry.season = Some(SeasonWrite {
                 state: next,
                 week_rp,
-                ranks: None,
+                ranks: season_ranks,
             });
             entries.push(entry);
         }
@@ -360,6 +371,36 @@ impl State {
                 players: changed,
             },
         )))
+    }
+
+    /// Every ladder player's rank for `season` from the records and tiers held now and the
+    /// season's end-of-week rank points (Master and above by their mean).
+    fn season_ranks_now(
+        &self,
+        pool: &str,
+        season: u32,
+        rows: &[(PlayerId, PoolRecord)],
+        tiers: &[crate::ranking::Tier],
+    ) -> Result<Vec<SeasonRank>, crate::store::StoreError> {
+        let mut weeks: BTreeMap<PlayerId, Vec<RankPoints>> = BTreeMap::new();
+        for week in self.inner.store.week_rp(pool, season)? {
+            for (p, rp) in week {
+                weeks.entry(p).or_default().push(rp);
+            }
+        }
+        Ok(season::season_ranks(
+            rows.iter()
+                .zip(tiers)
+                .map(|((p, r), t)| {
+                    (
+                        p.to_string(),
+                        r.rank_points,
+                        t,
+                        weeks.remove(p).unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        ))
     }
 
     /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
@@ -384,25 +425,7 @@ impl State {
             let state = self.inner.store.season_state(pool)?;
             let rows = self.pool_records(pool);
             let tiers = self.tiers_now(pool, &rows);
-            let mut weeks: BTreeMap<PlayerId, Vec<RankPoints>> = BTreeMap::new();
-            for week in self.inner.store.week_rp(pool, state.season)? {
-                for (p, rp) in week {
-                    weeks.entry(p).or_default().push(rp);
-                }
-            }
-            let ranks: Vec<SeasonRank> = season::season_ranks(
-                rows.iter()
-                    .zip(&tiers)
-                    .map(|((p, r), t)| {
-                        (
-                            p.to_string(),
-                            r.rank_points,
-                            t,
-                            weeks.remove(p).unwrap_or_default(),
-                        )
-                    })
-                    .collect(),
-            );
+            let ranks = self.season_ranks_now(pool, state.season, &rows, &tiers)?;
             ranked += ranks.len() as u64;
             first_state.get_or_insert(state);
             let mut entry = Self::admin_entry(
