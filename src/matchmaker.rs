@@ -846,6 +846,7 @@ impl Loop {
                         let q = &mut self.queues[qi];
                         q.stats.backfill_slots_filled += u64::from(n);
                         push_recent(&mut q.recent_waits, now - w.slot.entered_at);
+                        q.metrics.wait_seconds.record(now - w.slot.entered_at);
                         metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
                             .increment(u64::from(n));
                         self.finished.push_back((now, w.slot.id.clone()));

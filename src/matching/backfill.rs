@@ -51,6 +51,11 @@ impl Pool {
         let mut cands: Vec<(f64, &Ticket)> = self
             .tickets()
             .filter(|t| {
+                // A ticket past its TTL is expiring this tick, not a candidate (backfill can
+                // run before the expiry sweep).
+                if t.wait(now) >= config.ticket_ttl_seconds {
+                    return false;
+                }
                 let lim = config.limits(t.wait(now));
                 match &open.region {
                     None => true,
@@ -330,6 +335,16 @@ mod tests {
         // Once it starves (120 s by default) the limits are lifted, as for new matches.
         let fills = p.fill(200.0, &open_one_slot(), &model());
         assert_eq!(fills.len(), 1);
+    }
+
+    #[test]
+    fn a_ticket_past_its_ttl_is_not_backfilled() {
+        let mut p = pool(config());
+        p.insert(ticket("old", &[1600.0], 0.0)).unwrap();
+        let ttl = config().ticket_ttl_seconds;
+        assert!(p.fill(ttl, &open_one_slot(), &model()).is_empty());
+        assert_eq!(p.len(), 1, "left for the expiry sweep");
+        assert_eq!(p.fill(ttl - 1.0, &open_one_slot(), &model()).len(), 1);
     }
 
     #[test]
