@@ -136,6 +136,20 @@ impl Schedule {
 }
 
 impl MatchingConfig {
+    /// The same rules for ratings on a scale `factor` times as wide: the rating scale and every
+    /// skill window multiplied, quality floors, latencies and times unchanged. For running a
+    /// queue's matching under another rating system (`simulate --system`).
+    #[must_use]
+    pub fn rescaled(&self, factor: f64) -> Self {
+        let mut out = self.clone();
+        out.rating_scale *= factor;
+        out.window *= factor;
+        for step in &mut out.expansion {
+            step.window = step.window.map(|w| w * factor);
+        }
+        out
+    }
+
     /// Defaults whose windows scale with the rating system: `scale` is display units per 10:1
     /// odds (400 for the 1500-scale Glicko queues, 15 for Weng-Lin μ ~ 25). The base window is
     /// `scale / 8` (50 on 1500-scale, where the underdog still has 43%), doubling at 10 s, 30 s
@@ -383,6 +397,24 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn rescaling_moves_the_windows_and_nothing_else() {
+        let c = MatchingConfig::default_for_scale(15.0);
+        let r = c.rescaled(400.0 / 15.0);
+        assert!((r.rating_scale - 400.0).abs() < 1e-9);
+        assert!((r.window - c.window * 400.0 / 15.0).abs() < 1e-9);
+        for (a, b) in c.expansion.iter().zip(&r.expansion) {
+            assert_eq!(a.after_seconds, b.after_seconds);
+            assert_eq!(a.min_quality, b.min_quality);
+            assert_eq!(a.max_latency_ms, b.max_latency_ms);
+            assert_eq!(a.window.map(|w| w * 400.0 / 15.0), b.window);
+        }
+        assert_eq!(
+            (r.min_quality, r.max_wait_seconds, r.ticket_ttl_seconds),
+            (c.min_quality, c.max_wait_seconds, c.ticket_ttl_seconds)
+        );
+    }
 
     const FIVE: Shape = Shape {
         teams: 2,

@@ -322,6 +322,19 @@ impl SystemConfig {
         validate_skill(s, &rules, || field.to_string())
     }
 
+    /// Display rating points per 10:1 odds between two settled players: 400 for the 1500-scale
+    /// systems (Glicko-2, Glicko, Elo), √2·β·ln 10 for Weng-Lin (≈ 13.6 with the default β).
+    /// The unit matching windows are written in, to carry them from one system to another.
+    #[must_use]
+    pub fn odds_scale(&self) -> f64 {
+        match self {
+            Self::Glicko2(_) | Self::Glicko(_) | Self::Elo(_) => 400.0,
+            Self::WengLinBt(c) | Self::WengLinPl(c) | Self::WengLinTm(c) => {
+                std::f64::consts::SQRT_2 * c.beta * std::f64::consts::LN_10
+            }
+        }
+    }
+
     /// True when this queue batches Glicko results per rating period instead of rating each match.
     #[must_use]
     pub fn is_periodic(&self) -> bool {

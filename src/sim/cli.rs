@@ -378,12 +378,17 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
         Some(name) => system_by_name(name)?,
         None => q.rating.clone(),
     };
+    // The queue's windows are in its own system's units: under another system they are carried
+    // over to that one's scale (5v5's ±1.9 μ window would be ±1.9 points on the 1500 scale).
+    let matching = q
+        .matching
+        .rescaled(system.odds_scale() / q.rating.odds_scale());
     let queue = simulate::SimQueue {
         name: args.queue.clone(),
         shape: q.shape(),
         max_party_size: q.max_party_size,
         system,
-        matching: q.matching.clone(),
+        matching,
         ranking: q.ranking,
         ranking_config: config.ranking.clone(),
     };
