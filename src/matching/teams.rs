@@ -84,6 +84,7 @@ pub(crate) fn select(
         model,
         slots,
     };
+    let parties = cands.iter().any(|c| c.size > 1);
     for &anchor in &age {
         if matched[anchor] {
             continue;
@@ -191,10 +192,12 @@ pub(crate) fn select(
                 break 'passes;
             }
             // Roles: the nearest neighbours may all lack a required role (five damage dealers
-            // around a starving one) while players who can fill it wait further away. A
-            // starving anchor then gathers them, nearest first (O(n), for such anchors only).
+            // around a starving one) while players who can fill it wait further away. Parties:
+            // the nearest neighbours may not add up to a match (a solo among duos in 2v2) while
+            // a solo further away would. A starving anchor then gathers tickets nearest first,
+            // skipping any that would overflow the match (O(n), for such anchors only).
             let role_retry = cands[anchor].lim.starving
-                && !config.roles.is_empty()
+                && (!config.roles.is_empty() || parties)
                 && (config.regions.is_empty() || region.is_some());
             if !role_retry {
                 continue;
@@ -497,6 +500,29 @@ mod tests {
             assert_eq!(team.iter().map(|t| t.size()).sum::<usize>(), 5);
         }
         assert!(m.quality > 0.45);
+    }
+
+    #[test]
+    fn a_starving_solo_among_duos_is_matched_with_a_solo_further_away() {
+        // 2v2: the starving solo's nearest neighbours are duos (1 + 2 + 2 overflows the four
+        // players), and the only other solo is far away. {A, D} vs a duo is legal once A
+        // starves; the starvation guard must find it.
+        let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
+        let now = MatchingConfig::default().max_wait_seconds + 10.0;
+        pool.insert(solo("a", 1000.0, 0.0)).unwrap();
+        for (id, r) in [("d1", 1200.0), ("d2", 1350.0), ("d3", 1500.0)] {
+            pool.insert(party(id, &[r, r], now - 1.0)).unwrap();
+        }
+        pool.insert(solo("z", 2000.0, now - 1.0)).unwrap();
+        let out = pool.tick(now, &MODEL);
+        assert_eq!(out.matches.len(), 1, "{out:?}");
+        let ids: Vec<&str> = out.matches[0]
+            .teams
+            .iter()
+            .flatten()
+            .map(|t| t.id.as_str())
+            .collect();
+        assert!(ids.contains(&"a") && ids.contains(&"z"), "{ids:?}");
     }
 
     #[test]
