@@ -645,6 +645,11 @@ mod tests {
             c.queues.keys().map(String::as_str).collect::<Vec<_>>(),
             ["1v1", "2v2", "5v5", "ffa8"]
         );
+        assert_eq!(
+            c.ranking,
+            RankingConfig::default(),
+            "config/default.toml's [ranking] spells out the code's defaults"
+        );
         assert_eq!(c.queues["1v1"].rating.name(), "glicko2");
         assert_eq!(c.queues["2v2"].rating.name(), "glicko2");
         assert_eq!(c.queues["5v5"].rating.name(), "weng-lin-bt");
