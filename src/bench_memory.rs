@@ -110,6 +110,7 @@ fn write(
                     last_played_unix: Some(1_700_000_000 + rng.random_range(0..30_000_000)),
                     ladder_floor: 0,
                     win_streak: rng.random_range(0..5),
+                    period: None,
                 };
                 (
                     PlayerId::new(format!("player-{i:08}")),

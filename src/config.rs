@@ -570,15 +570,6 @@ impl Config {
             q.rating
                 .validate()
                 .map_err(|rule| ConfigError::invalid(key("rating"), rule))?;
-            if q.rating.is_periodic() {
-                // The rating library has the batch update (`rate_period`), but the server does
-                // not yet collect a period's results and run it at period end: a periodic queue
-                // would acknowledge results that never move a rating.
-                return Err(ConfigError::invalid(
-                    key("rating.mode"),
-                    "\"periodic\" is not served yet; use \"continuous\" (the default)",
-                ));
-            }
             q.matching
                 .validate(q.shape())
                 .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
@@ -685,8 +676,6 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key_and_the_rule() {
-        let e = rule_of("[queues.1v1.rating]\nsystem = \"glicko2\"\nmode = \"periodic\"\n");
-        assert!(e.contains("queues.1v1.rating.mode"), "{e}");
         let e = rule_of("[server]\ntick_interval_ms = 0\n");
         assert!(
             e.contains("server.tick_interval_ms") && e.contains("1..=1000"),

@@ -173,6 +173,29 @@ impl Ledger {
         Ok(n)
     }
 
+    /// Closes ended rating periods of periodic Glicko pools every `every` until `shutdown`
+    /// ([`State::prepare_period_close`]): journaled like any admin change, so a closed period
+    /// survives a crash and a result never lands half before, half after it.
+    pub async fn close_periods_periodically(self, every: Duration, shutdown: CancellationToken) {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = interval.tick() => {
+                    let closed = self
+                        .admin(|state| Ok(state.prepare_period_close(crate::state::unix_now())??))
+                        .await;
+                    match closed {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(players = n, "rating periods closed"),
+                        Err(e) => tracing::error!(error = %e, "closing rating periods failed"),
+                    }
+                }
+            }
+        }
+    }
+
     /// Snapshots every `every` until `shutdown`.
     pub async fn snapshot_periodically(self, every: Duration, shutdown: CancellationToken) {
         let mut interval = tokio::time::interval(every);

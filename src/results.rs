@@ -15,7 +15,7 @@ use crate::config::RankingKind;
 use crate::ids::PlayerId;
 use crate::ranking::{self, LadderState, RankPoints, RankingConfig, inversus, ladder};
 use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
-use crate::state::{PartyRecord, PoolRecord, Rejection};
+use crate::state::{PartyRecord, PendingPeriod, PoolRecord, Rejection};
 
 /// A validated report.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -261,6 +261,39 @@ fn since(last_played_unix: Option<i64>, now_unix: f64) -> f64 {
     last_played_unix.map_or(0.0, |t| (now_unix - t as f64).max(0.0))
 }
 
+/// Periodic systems: the rating period `now_unix` falls in, ⌊now / period length⌋.
+#[must_use]
+pub fn period_index(system: &SystemConfig, now_unix: f64) -> u64 {
+    (now_unix / system.rating_period_seconds()).floor().max(0.0) as u64
+}
+
+/// Closes `record`'s pending rating period if it ended before period `current`: the skill
+/// becomes Glickman's batch update from the period's results (after the deviation growth of
+/// any idle periods since the previous one), nothing is pending, and `last_played_unix` is
+/// the period's end (so the next close counts idle periods from there). Returns whether the
+/// record changed.
+pub fn close_period(
+    system: &SystemConfig,
+    record: &mut PoolRecord,
+    current: u64,
+) -> Result<bool, crate::rating::RatingError> {
+    let Some(pending) = record.period.as_deref() else {
+        return Ok(false);
+    };
+    if pending.index >= current {
+        return Ok(false);
+    }
+    let length = system.rating_period_seconds();
+    let start = pending.index as f64 * length;
+    let idle = record
+        .last_played_unix
+        .map_or(0.0, |t| (start - t as f64).max(0.0));
+    record.skill = system.rate_period(&record.skill, &pending.results, idle)?;
+    record.last_played_unix = Some(((pending.index + 1) as f64 * length).floor() as i64);
+    record.period = None;
+    Ok(true)
+}
+
 /// The new records of every player (same shape as `teams`) and the acknowledgement.
 ///
 /// `before[t][i]` is the record of `teams[t][i]` before the match (the system's initial skill for
@@ -274,6 +307,22 @@ pub fn compute(
     input: &ResultInput,
     now_unix: f64,
 ) -> Result<(Vec<Vec<PoolRecord>>, ResultAck), Rejection> {
+    // Periodic Glicko: a player's period that ended before this match is closed first, so the
+    // match is rated from (and its result joins the period after) the updated skill.
+    let current_period = system.is_periodic().then(|| period_index(system, now_unix));
+    let closed: Vec<Vec<PoolRecord>>;
+    let before = match current_period {
+        Some(current) => {
+            let mut records = before.to_vec();
+            for r in records.iter_mut().flatten() {
+                close_period(system, r, current)
+                    .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+            }
+            closed = records;
+            &closed[..]
+        }
+        None => before,
+    };
     let inputs = player_inputs(teams, before, input, now_unix);
     let rated = system
         .rate(&MatchInput {
@@ -283,11 +332,9 @@ pub fn compute(
         .map_err(|e| Rejection::invalid("result", e.to_string()))?;
 
     // Abandoners are rated as if their team had placed last.
-    let abandoned_as_last = if input.abandoned.is_empty() {
-        None
-    } else {
+    let abandoned_placements = (!input.abandoned.is_empty()).then(|| {
         let last = input.placements.iter().copied().max().unwrap_or(1) + 1;
-        let placements: Vec<u32> = teams
+        teams
             .iter()
             .zip(&input.placements)
             .map(|(team, &p)| {
@@ -297,15 +344,33 @@ pub fn compute(
                     p
                 }
             })
-            .collect();
-        Some(
-            system
-                .rate(&MatchInput {
-                    teams: &inputs,
-                    placements: &placements,
-                })
-                .map_err(|e| Rejection::invalid("abandoned_player_ids", e.to_string()))?,
-        )
+            .collect::<Vec<u32>>()
+    });
+    let abandoned_as_last = abandoned_placements
+        .as_ref()
+        .map(|placements| {
+            system.rate(&MatchInput {
+                teams: &inputs,
+                placements,
+            })
+        })
+        .transpose()
+        .map_err(|e| Rejection::invalid("abandoned_player_ids", e.to_string()))?;
+    // Periodic Glicko: each player's results of this match, kept until the period ends.
+    let period_results = match current_period {
+        Some(_) => {
+            let results = |placements: &[u32]| {
+                system
+                    .period_results(&MatchInput {
+                        teams: &inputs,
+                        placements,
+                    })
+                    .map_err(|e| Rejection::invalid("result", e.to_string()))
+            };
+            let quit = abandoned_placements.as_deref().map(results).transpose()?;
+            Some((results(&input.placements)?, quit))
+        }
+        None => None,
     };
     let team_quit: Vec<bool> = teams
         .iter()
@@ -351,13 +416,33 @@ pub fn compute(
             } else {
                 ranking.update(prev, &skill, outcome, &team_means[t], &opponents)
             };
+            if let (Some(index), Some((results, quit)), false) =
+                (current_period, &period_results, outcome == Outcome::Void)
+            {
+                let mine = match quit {
+                    Some(q) if input.abandoned.contains(id) => &q[t][i],
+                    _ => &results[t][i],
+                };
+                next.period
+                    .get_or_insert_with(|| {
+                        Box::new(PendingPeriod {
+                            index,
+                            results: Vec::new(),
+                        })
+                    })
+                    .results
+                    .extend_from_slice(mine);
+            }
             if outcome != Outcome::Void {
                 let first_outright = input.placements[t] == best && !best_is_shared;
                 next.games = prev.games.saturating_add(1);
                 next.wins = prev
                     .wins
                     .saturating_add(u32::from(first_outright && !input.abandoned.contains(id)));
-                next.last_played_unix = Some(now_unix.floor() as i64);
+                if current_period.is_none() {
+                    // Periodic pools keep the end of the last closed period here instead.
+                    next.last_played_unix = Some(now_unix.floor() as i64);
+                }
             }
             changes.push(PlayerChange {
                 player_id: id.clone(),
@@ -434,6 +519,7 @@ mod tests {
             last_played_unix: None,
             ladder_floor: 0,
             win_streak: 0,
+            period: None,
         }
     }
 
@@ -688,6 +774,97 @@ mod tests {
             gain(&productive),
             gain(&idle)
         );
+    }
+
+    #[test]
+    fn a_periodic_pool_keeps_results_until_the_period_ends_then_applies_them_in_one_batch() {
+        let config = glicko2::Config {
+            mode: crate::rating::Mode::Periodic,
+            inactivity_granularity_seconds: 0.0,
+            ..glicko2::Config::default()
+        };
+        let system = SystemConfig::Glicko2(config);
+        let period = system.rating_period_seconds();
+        let teams = ids(&[&["a"], &["b"]]);
+        let fresh = vec![vec![record(1500.0, 200.0)], vec![record(1500.0, 200.0)]];
+        // Two wins for `a` in period 10: ratings stay, results pile up.
+        let t1 = 10.0 * period + 60.0;
+        let (after1, ack) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &fresh,
+            &input(&[1, 2], &[]),
+            t1,
+        )
+        .unwrap();
+        assert_eq!(after1[0][0].skill, fresh[0][0].skill);
+        assert_eq!(ack.changes[0].before, ack.changes[0].after);
+        let (after2, _) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &after1,
+            &input(&[1, 2], &[]),
+            t1 + 60.0,
+        )
+        .unwrap();
+        let pending = after2[0][0].period.as_deref().unwrap();
+        assert_eq!((pending.index, pending.results.len()), (10, 2));
+        assert!(pending.results.iter().all(|r| r.score == 1.0));
+        assert_eq!(
+            after2[1][0].period.as_deref().unwrap().results[0].score,
+            0.0
+        );
+        assert_eq!(after2[0][0].games, 2);
+
+        // Closing period 10 is Glickman's batch update of both results.
+        let expected = system
+            .rate_period(&fresh[0][0].skill, &pending.results, 0.0)
+            .unwrap();
+        let mut closed = after2[0][0].clone();
+        assert!(close_period(&system, &mut closed, 11).unwrap());
+        assert_eq!(closed.skill, expected);
+        assert!(closed.skill.mean > 1500.0 && closed.period.is_none());
+        assert_eq!(closed.last_played_unix, Some((11.0 * period) as i64));
+        assert!(
+            !close_period(&system, &mut closed, 12).unwrap(),
+            "nothing pending"
+        );
+
+        // A match in period 13 closes period 10 first (after two idle periods) and starts 13.
+        let (after3, ack) = compute(
+            "q",
+            &system,
+            &NoRanking,
+            &teams,
+            &after2,
+            &input(&[2, 1], &[]),
+            13.0 * period + 5.0,
+        )
+        .unwrap();
+        assert_eq!(
+            ack.changes[0].before, expected,
+            "the ack starts from the closed period"
+        );
+        assert_eq!(
+            after3[0][0].skill, expected,
+            "and the new result waits for period 13"
+        );
+        let p13 = after3[0][0].period.as_deref().unwrap();
+        assert_eq!((p13.index, p13.results.len()), (13, 1));
+        assert_eq!(p13.results[0].score, 0.0);
+        // Closing 13 first grows the deviation for the idle periods 11 and 12.
+        let mut closed13 = after3[0][0].clone();
+        assert!(close_period(&system, &mut closed13, 14).unwrap());
+        let idle = system
+            .rate_period(&expected, &p13.results, 2.0 * period)
+            .unwrap();
+        assert_eq!(closed13.skill, idle);
+        let no_idle = system.rate_period(&expected, &p13.results, 0.0).unwrap();
+        assert!(idle.deviation > no_idle.deviation);
     }
 
     #[test]

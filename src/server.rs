@@ -126,6 +126,20 @@ async fn run_with_store_and_clock(
         Duration::from_secs(config.store.snapshot_interval_seconds),
         shutdown.clone(),
     ));
+    // Periodic Glicko pools: ended rating periods are closed within a quarter period (at
+    // most a minute) of their end.
+    let shortest_period = config
+        .queues
+        .values()
+        .filter(|q| q.rating.is_periodic())
+        .map(|q| q.rating.rating_period_seconds())
+        .reduce(f64::min);
+    let period_closer = shortest_period.map(|seconds| {
+        tokio::spawn(ledger.clone().close_periods_periodically(
+            Duration::from_secs_f64((seconds / 4.0).clamp(0.1, 60.0)),
+            shutdown.clone(),
+        ))
+    });
     let (handle, loop_task) =
         matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored)
             .map_err(ServerError::LoopThread)?;
@@ -264,6 +278,9 @@ async fn run_with_store_and_clock(
     // The services (and their committer handles) are gone with the server future; the last
     // handle is ours. Dropping it lets the committer finish what it has and stop.
     let _ = snapshots.await;
+    if let Some(closer) = period_closer {
+        let _ = closer.await;
+    }
     let final_snapshot = ledger.snapshot().await;
     drop(ledger);
     if tokio::time::timeout(grace, committer_task).await.is_err() {

@@ -95,6 +95,7 @@ fn seed(dir: &std::path::Path, players: &[(&str, u32, u32)]) {
             last_played_unix: None,
             ladder_floor: floor,
             win_streak: 0,
+            period: None,
         };
         store
             .put_player(

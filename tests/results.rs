@@ -375,6 +375,73 @@ async fn results_and_live_matches_survive_a_restart() {
     assert_eq!(rating_of(&server, "l1", "1v1").await.games, 1);
 }
 
+/// 1v1 as classic periodic Glicko-2 with two-second rating periods.
+const PERIODIC: &str = r#"
+[queues.1v1.rating]
+system = "glicko2"
+mode = "periodic"
+rating_period_days = 0.000023148148148148148
+inactivity_granularity_seconds = 0.0
+"#;
+
+#[tokio::test]
+async fn a_periodic_queue_moves_ratings_when_the_period_ends_and_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = Config::from_toml_str(PERIODIC).unwrap().queues["1v1"]
+        .rating
+        .clone();
+    let initial = system.initial();
+    let expected = system
+        .rate_period(
+            &initial,
+            &[matchmaker::rating::teams::PeriodResult {
+                opponent: initial,
+                score: 1.0,
+            }],
+            0.0,
+        )
+        .unwrap();
+    {
+        let mut server = TestServer::start_in(dir.path(), PERIODIC).await;
+        let mut client = server.client().await;
+        let m = form_match(&mut client, "1v1", &[&["pa"], &["pb"]]).await;
+        let ack = server
+            .game_server()
+            .await
+            .report_match_result(report(&m.match_id, placements_with_winner(&m, "pa")))
+            .await
+            .unwrap()
+            .into_inner();
+        // Within the period nothing moves but the games count.
+        let change = ack.changes.iter().find(|c| c.player_id == "pa").unwrap();
+        assert_eq!(change.before, change.after, "{ack:?}");
+        let now = rating_of(&server, "pa", "1v1").await;
+        assert_eq!((now.rating.unwrap().mean, now.games), (initial.mean, 1));
+
+        // The period closes on its own, though neither player plays again.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let closed = loop {
+            let r = rating_of(&server, "pa", "1v1").await.rating.unwrap();
+            if r.mean != initial.mean || std::time::Instant::now() > deadline {
+                break r;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        assert!(
+            (closed.mean - expected.mean).abs() < 1e-9,
+            "{closed:?} vs {expected:?}"
+        );
+        assert!((closed.deviation - expected.deviation).abs() < 1e-9);
+        let loser = rating_of(&server, "pb", "1v1").await.rating.unwrap();
+        assert!(loser.mean < initial.mean, "{loser:?}");
+        server.stop().await.unwrap();
+    }
+    // Journaled: the closed period survives a restart.
+    let server = TestServer::start_in(dir.path(), PERIODIC).await;
+    let r = rating_of(&server, "pa", "1v1").await.rating.unwrap();
+    assert!((r.mean - expected.mean).abs() < 1e-9, "{r:?}");
+}
+
 #[tokio::test]
 async fn an_unallocated_match_times_out_and_its_tickets_return_to_the_queue() {
     unallocated_match_times_out("[server]\nallocation_timeout_seconds = 0.05\n").await;

@@ -289,9 +289,9 @@ impl SystemConfig {
     /// `Err` leaves nothing changed.
     ///
     /// For a Glicko-family system in `mode = "periodic"` ratings move only at the end of a
-    /// rating period: this returns the skills unchanged (validated); a caller collects
-    /// [`SystemConfig::period_results`] and calls [`SystemConfig::rate_period`] at period end.
-    /// (The server does not run periodic queues yet; its config refuses them.)
+    /// rating period: this returns the skills unchanged (validated); the server collects
+    /// [`SystemConfig::period_results`] in each record and calls [`SystemConfig::rate_period`]
+    /// at period end (`results::close_period`).
     pub fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
         dispatch!(self, s => RatingSystem::rate(s, m))
     }

@@ -378,6 +378,12 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
         Some(name) => system_by_name(name)?,
         None => q.rating.clone(),
     };
+    anyhow::ensure!(
+        !system.is_periodic(),
+        "queue {:?} rates in periodic mode; the simulator rates match by match (use a \
+         continuous queue or --system)",
+        args.queue
+    );
     // The queue's windows are in its own system's units: under another system they are carried
     // over to that one's scale (5v5's ±1.9 μ window would be ±1.9 points on the 1500 scale).
     let matching = q

@@ -300,6 +300,7 @@ fn initial_rank(q: &SimQueue) -> PoolRecord {
         last_played_unix: None,
         ladder_floor,
         win_streak: 0,
+        period: None,
     }
 }
 

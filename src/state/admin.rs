@@ -403,6 +403,43 @@ impl State {
         ))
     }
 
+    /// Periodic Glicko pools (SPEC §3.2): every record whose rating period ended before `now`
+    /// gets the period's batch update ([`results::close_period`]), one journal entry per pool.
+    /// Results close a player's ended period themselves before they rate a new match; this
+    /// covers the players who have not played since. Returns how many records changed.
+    pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {
+        let mut entries = Vec::new();
+        let mut closed = 0u64;
+        let periodic = Self::pools_of(self.queues().filter(|q| q.config.rating.is_periodic()));
+        for queue in periodic {
+            let pool = queue.pool.as_str();
+            let system = &queue.config.rating;
+            let current = crate::results::period_index(system, now_unix);
+            let mut records = Vec::new();
+            for (p, mut r) in self.pool_records(pool) {
+                match crate::results::close_period(system, &mut r, current) {
+                    Ok(true) => records.push((p, r)),
+                    Ok(false) => {}
+                    Err(e) => {
+                        return Ok(Err(Rejection::FailedPrecondition(format!(
+                            "player {p} in pool {pool}: {e}"
+                        ))));
+                    }
+                }
+            }
+            if records.is_empty() {
+                continue;
+            }
+            closed += records.len() as u64;
+            entries.push(Self::admin_entry(
+                format!("admin:period-close:{pool}:{current}"),
+                pool,
+                records,
+            ));
+        }
+        Ok(Ok((entries, closed)))
+    }
+
     /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
     pub fn prepare_end_season(
         &self,

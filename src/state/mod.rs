@@ -56,7 +56,8 @@ pub struct PoolRecord {
     pub rank_points: RankPoints,
     pub games: u32,
     pub wins: u32,
-    /// Unix seconds of the last rated game, for inactivity decay.
+    /// Unix seconds of the last rated game, for inactivity decay (in a periodic Glicko pool:
+    /// the end of the player's last closed rating period).
     pub last_played_unix: Option<i64>,
     /// Ladder: the highest hard floor reached this season.
     #[serde(default)]
@@ -64,6 +65,19 @@ pub struct PoolRecord {
     /// Ladder: consecutive wins ending with the last match.
     #[serde(default)]
     pub win_streak: u32,
+    /// Periodic Glicko (SPEC §3.2): the results of the player's current rating period, applied
+    /// to the skill when the period ends. Boxed: most records never have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<Box<PendingPeriod>>,
+}
+
+/// One player's results in one rating period of a periodic Glicko pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingPeriod {
+    /// The period: ⌊unix seconds / period length⌋.
+    pub index: u64,
+    /// Every result of the period so far, in the order the matches were reported.
+    pub results: Vec<crate::rating::teams::PeriodResult>,
 }
 
 /// A player's records per rating pool, in pool-name order. Not a map: most players are in one
@@ -1199,6 +1213,7 @@ impl State {
             last_played_unix: None,
             ladder_floor,
             win_streak: 0,
+            period: None,
         }
     }
 
@@ -1681,6 +1696,7 @@ mod tests {
             last_played_unix: None,
             ladder_floor: 0,
             win_streak: 0,
+            period: None,
         }
     }
 

@@ -815,6 +815,7 @@ mod tests {
                 last_played_unix: Some(1_700_000_000),
                 ladder_floor: 0,
                 win_streak: 0,
+                period: None,
             },
         )])
     }
