@@ -201,10 +201,11 @@ pub fn validate(
                 "player is not in this match",
             ));
         }
-        if !value.is_finite() {
+        // The rating systems' own bound (±1e9), checked here so the error names this field.
+        if !value.is_finite() || value.abs() > 1e9 {
             return Err(Rejection::invalid(
                 format!("performance[{id:?}]"),
-                format!("must be finite (got {value})"),
+                format!("must be finite and within ±1e9 (got {value})"),
             ));
         }
         perf.insert(PlayerId::new(id.as_str()), value);
@@ -652,6 +653,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("finite"), "{e}");
+        let perf = BTreeMap::from([("a".to_string(), 2e9)]);
+        let e = validate(&teams, &[1, 2], &perf, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("performance[\"a\"]") && e.contains("1e9"),
+            "{e}"
+        );
         let e = validate(&teams, &[1, 2], &none, &["a".into(), "a".into()])
             .unwrap_err()
             .to_string();
