@@ -247,6 +247,19 @@ pub struct QueueConfig {
     pub ready_check_seconds: f64,
     #[serde(default)]
     pub backfill: BackfillConfig,
+    /// How often this queue's optimizer runs (milliseconds, 1..=1000); unset = the server's
+    /// `tick_interval_ms`. A slower tick lets a big or rarely played queue gather more tickets
+    /// per pass (better matches, longer waits); a faster one answers sooner.
+    #[serde(default)]
+    pub tick_interval_ms: Option<u64>,
+}
+
+impl QueueConfig {
+    /// This queue's tick interval in milliseconds, given the server's.
+    #[must_use]
+    pub fn tick_ms(&self, server_tick_ms: u64) -> u64 {
+        self.tick_interval_ms.unwrap_or(server_tick_ms)
+    }
 }
 
 /// Backfill of running matches (SPEC §5.4).
@@ -573,6 +586,14 @@ impl Config {
             q.matching
                 .validate(q.shape())
                 .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
+            if let Some(ms) = q.tick_interval_ms
+                && !(1..=1000).contains(&ms)
+            {
+                return Err(ConfigError::invalid(
+                    key("tick_interval_ms"),
+                    format!("must be in 1..=1000 (got {ms})"),
+                ));
+            }
             if !(q.ready_check_seconds.is_finite() && q.ready_check_seconds >= 0.0) {
                 return Err(ConfigError::invalid(
                     key("ready_check_seconds"),
@@ -676,6 +697,8 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key_and_the_rule() {
+        let e = rule_of("[queues.1v1]\ntick_interval_ms = 0\n");
+        assert!(e.contains("queues.1v1.tick_interval_ms"), "{e}");
         let e = rule_of("[server]\ntick_interval_ms = 0\n");
         assert!(
             e.contains("server.tick_interval_ms") && e.contains("1..=1000"),

@@ -239,6 +239,9 @@ struct QueueRuntime {
     team_size: u32,
     /// This queue's per-ticket and per-match metrics, registered once.
     metrics: QueueMetrics,
+    /// Seconds between this queue's optimizer runs, and the clock time of its last run.
+    tick_every: f64,
+    last_run: f64,
 }
 
 /// A queue's metric handles, registered once at start: every ticket and match passes the loop,
@@ -336,6 +339,8 @@ struct BackfillJob {
 struct Loop {
     state: State,
     clock: Clock,
+    /// Seconds between loop ticks: the fastest queue's interval.
+    tick_seconds: f64,
     queues: Vec<QueueRuntime>,
     queue_index: HashMap<QueueId, usize>,
     waiting: HashMap<TicketId, Waiting, matching::IdHash>,
@@ -391,6 +396,8 @@ pub fn spawn(
             backfill: q.config.backfill.clone(),
             team_size: q.config.team_size,
             metrics: QueueMetrics::new(&q.id),
+            tick_every: q.config.tick_ms(state.config().server.tick_interval_ms) as f64 / 1e3,
+            last_run: f64::NEG_INFINITY,
         })
         .collect();
     let queue_index = queues
@@ -398,8 +405,15 @@ pub fn spawn(
         .enumerate()
         .map(|(i, q)| (q.id.clone(), i))
         .collect();
-    let tick = Duration::from_millis(state.config().server.tick_interval_ms);
+    // The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
+    let tick_ms = state
+        .queues()
+        .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
+        .min()
+        .unwrap_or(state.config().server.tick_interval_ms);
+    let tick = Duration::from_millis(tick_ms);
     let mut lp = Loop {
+        tick_seconds: tick.as_secs_f64(),
         state,
         clock,
         queues,
@@ -933,6 +947,11 @@ impl Loop {
         let now = self.clock.now();
         self.expire_ready_checks(now);
         for qi in 0..self.queues.len() {
+            let q = &mut self.queues[qi];
+            if !due(q.last_run, q.tick_every, self.tick_seconds, now) {
+                continue;
+            }
+            q.last_run = now;
             let started = Instant::now();
             let backfill_first = self.queues[qi].backfill.prefer_backfill;
             if backfill_first {
@@ -1230,6 +1249,13 @@ impl Loop {
 /// matters for sled: match ids are keys of the `matches` tree, and time-ordered keys land on the
 /// same few pages where random ones rewrote a different page per match (the loadgen profile
 /// showed formed-match writes as a quarter of the server's EnterQueue CPU).
+/// Whether a queue that runs every `every` seconds and last ran at `last` runs in the loop tick
+/// at `now`, the loop ticking every `loop_tick` seconds: within half a loop tick of its time,
+/// so timer jitter never skips a whole loop tick.
+fn due(last: f64, every: f64, loop_tick: f64, now: f64) -> bool {
+    now - last >= every - loop_tick / 2.0
+}
+
 pub fn new_id(prefix: &str) -> String {
     let millis = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1251,6 +1277,20 @@ pub fn new_id(prefix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_runs_at_its_own_interval_within_half_a_loop_tick() {
+        // Loop every 0.1 s, queue every 0.5 s: first tick runs, then every fifth, with jitter.
+        assert!(due(f64::NEG_INFINITY, 0.5, 0.1, 0.0));
+        assert!(!due(10.0, 0.5, 0.1, 10.4));
+        assert!(
+            due(10.0, 0.5, 0.1, 10.46),
+            "a tick arriving slightly early still runs"
+        );
+        assert!(due(10.0, 0.5, 0.1, 10.5));
+        // A queue at the loop's own interval runs every tick, even one that came early.
+        assert!(due(10.0, 0.1, 0.1, 10.06));
+    }
 
     #[test]
     fn ids_are_unique_fixed_width_and_ordered_by_time() {

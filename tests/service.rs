@@ -600,3 +600,32 @@ async fn roles_must_be_the_queues_roles() {
         err.message()
     );
 }
+
+#[tokio::test]
+async fn a_queue_with_its_own_tick_interval_forms_matches_at_that_pace() {
+    // The server ticks every 10 ms; 1v1's optimizer runs every 700 ms. A pair entered right
+    // after one 1v1 match formed waits for the next 1v1 run.
+    let server = TestServer::start(
+        "[server]\ntick_interval_ms = 10\n[queues.1v1]\ntick_interval_ms = 700\n",
+    )
+    .await;
+    let mut client = server.client().await;
+    let mut matched_at = Vec::new();
+    for round in 0..2 {
+        let (a, b) = (format!("tick{round}a"), format!("tick{round}b"));
+        let ticket = enter(&mut client, "1v1", &[&a]).await;
+        enter(&mut client, "1v1", &[&b]).await;
+        let mut stream = client
+            .watch_ticket(proto::WatchTicketRequest { ticket_id: ticket })
+            .await
+            .unwrap()
+            .into_inner();
+        while next(&mut stream).await.state != TicketState::Matched as i32 {}
+        matched_at.push(std::time::Instant::now());
+    }
+    let gap = matched_at[1] - matched_at[0];
+    assert!(
+        gap >= std::time::Duration::from_millis(600),
+        "the second 1v1 match formed {gap:?} after the first"
+    );
+}
