@@ -1086,13 +1086,15 @@ impl Loop {
             q.metrics.tick_seconds.record(elapsed.as_secs_f64());
             q.metrics.waiting.set(q.pool.len() as f64);
         }
-        // A match goes to sled when a game server takes it, in one batch per tick. Until then
-        // it is like a waiting ticket: no server can report it (under auth), and a crash that
-        // loses it frees its players to queue again at once instead of binding them to a match
-        // nobody runs until the allocation timeout. Graceful shutdown still writes the
-        // unallocated ones ([`Loop::persist_unallocated`]).
-        let allocated = self.allocate(now);
+        // A match goes to sled when a game server takes it, in one batch per tick, and the
+        // server gets it only once that batch is flushed: a server never holds a match a crash
+        // could lose. Until then it is like a waiting ticket: no server can report it (under
+        // auth), and a crash that loses it frees its players to queue again at once instead of
+        // binding them to a match nobody runs until the allocation timeout. Graceful shutdown
+        // still writes the unallocated ones ([`Loop::persist_unallocated`]).
+        let (allocated, placements) = self.allocate(now);
         self.state.persist_matches(&allocated);
+        self.state.deliver_when_durable(placements, &self.runtime);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
             let timeout = self.state.config().server.match_timeout_seconds;
@@ -1118,8 +1120,9 @@ impl Loop {
     }
 
     /// Offers waiting matches to servers; returns the ones allocated now (to be persisted).
-    fn allocate(&mut self, now: f64) -> Vec<Arc<MatchSlot>> {
+    fn allocate(&mut self, now: f64) -> (Vec<Arc<MatchSlot>>, Vec<crate::state::Placement>) {
         let mut allocated = Vec::new();
+        let mut placements = Vec::new();
         let timeout = self.state.config().server.allocation_timeout_seconds;
         let unix = crate::state::unix_now();
         let pending = self.unallocated.len();
@@ -1146,13 +1149,23 @@ impl Loop {
             };
             let region = u.region.clone();
             let hopeless = nowhere || full_regions.contains(&region);
-            if !hopeless && self.state.try_allocate(&u.slot) {
-                // Its tickets are finished from here: their retention counts from now, not
-                // from when the match formed, so a match that waits for a server longer than
-                // the retention still finds its tickets to requeue when it times out.
-                self.finish_tickets(&u.tickets, now);
-                allocated.push(u.slot);
-                continue;
+            if !hopeless {
+                match self.state.try_allocate(&u.slot) {
+                    crate::state::Allocation::Placed(placement) => {
+                        // Its tickets are finished from here: their retention counts from now,
+                        // not from when the match formed, so a match that waits for a server
+                        // longer than the retention still finds its tickets to requeue.
+                        self.finish_tickets(&u.tickets, now);
+                        allocated.push(u.slot);
+                        placements.push(placement);
+                        continue;
+                    }
+                    crate::state::Allocation::Ended => {
+                        self.finish_tickets(&u.tickets, now);
+                        continue;
+                    }
+                    crate::state::Allocation::NoServer => {}
+                }
             }
             if !hopeless {
                 match region {
@@ -1180,7 +1193,7 @@ impl Loop {
             self.unallocated.push_front(u);
         }
         metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);
-        allocated
+        (allocated, placements)
     }
 
     /// SEARCHING updates for watched tickets; tickets nobody watched or named for the heartbeat

@@ -1,6 +1,7 @@
 //! `kill -9` in the middle of concurrent result reports: after a restart on the same data dir,
 //! every acknowledged result is there, none is applied twice, and ratings equal a replay of the
-//! acknowledged results through the rating library.
+//! acknowledged results through the rating library. And a match a game server received is
+//! never lost to a crash.
 #![cfg(unix)]
 
 mod common;
@@ -18,7 +19,6 @@ use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
 use matchmaker::rating::{MatchInput, PlayerInput, Skill};
 use tokio::sync::Mutex;
-use tonic::Code;
 
 const PAIRS: usize = 80;
 const KILL_AFTER_ACKS: usize = 24;
@@ -157,10 +157,11 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
                 assert_eq!(ack.changes, first.changes);
             }
             (Some(_), Err(e)) => panic!("acknowledged result of {} lost: {e}", m.match_id),
-            // Not acknowledged: it may have been journaled before the kill (duplicate), still
-            // be a live match (applied now), or have been lost with the unflushed match record.
+            // Not acknowledged: it may have been journaled before the kill (duplicate) or still
+            // be a live match (applied now). It is never lost: the game server got it only
+            // once it was durable.
             (None, Ok(ack)) => applied_after_restart += usize::from(!ack.into_inner().duplicate),
-            (None, Err(e)) => assert_eq!(e.code(), Code::NotFound, "{e}"),
+            (None, Err(e)) => panic!("match {} the game server held was lost: {e}", m.match_id),
         }
         for (t, team) in m.teams.iter().enumerate() {
             let p = &team.player_ids[0];
@@ -262,4 +263,53 @@ async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
         .args(["-TERM", &server.child.id().to_string()])
         .status();
     assert!(server.child.wait().unwrap().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_match_a_game_server_received_survives_kill_9_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("now.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    for round in 0..3 {
+        let mut server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let mut assignments = GameServerServiceClient::new(ch.clone())
+            .serve_matches(proto::ServeMatchesRequest {
+                server_address: "gs:1".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut client = ClientServiceClient::new(ch);
+        for side in ["a", "b"] {
+            client
+                .enter_queue(proto::EnterQueueRequest {
+                    queue: "1v1".into(),
+                    player_ids: vec![format!("now{round}{side}")],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        // kill -9 the moment the match arrives: well inside sled's 500 ms background flush.
+        let m = common::next(&mut assignments).await;
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+
+        let server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let ack = GameServerServiceClient::new(ch)
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: vec![1, 2],
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: match {} lost: {e}", m.match_id))
+            .into_inner();
+        assert_eq!(ack.changes.len(), 2, "round {round}");
+        drop(server);
+    }
 }

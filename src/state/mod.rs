@@ -28,7 +28,7 @@ use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
 pub use live::{BackfillError, Release, roles_map};
-pub use servers::{ServerHandle, ServerRegistry};
+pub use servers::{Placement, ServerHandle, ServerRegistry};
 
 /// Where a player is right now. Owned by the player's slot and nowhere else.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -377,6 +377,17 @@ pub enum MatchPhase {
     Completing,
     Completed,
     Cancelled,
+}
+
+/// What [`State::try_allocate`] did with a formed match.
+#[derive(Debug)]
+pub enum Allocation {
+    /// Placed on a server: persist the match, then deliver the placement.
+    Placed(Placement),
+    /// No longer waiting for a server (a result, a cancel or a timeout ended it).
+    Ended,
+    /// No connected server has room; try again next tick.
+    NoServer,
 }
 
 /// A formed match.
@@ -836,18 +847,18 @@ impl State {
             })
     }
 
-    /// Hands a FORMED match to a registered server of its region (round-robin). Returns false
-    /// when no server can take it now; the loop retries next tick. The caller persists the
-    /// allocation ([`State::persist_matches`]).
-    pub fn try_allocate(&self, m: &MatchSlot) -> bool {
+    /// Places a FORMED match on a registered server of its region (round-robin), reserving room
+    /// in the server's stream. The caller persists the allocation ([`State::persist_matches`])
+    /// and then delivers it ([`State::deliver_when_durable`]).
+    pub fn try_allocate(&self, m: &MatchSlot) -> Allocation {
         let assignment = {
             let inner = m.lock();
             if inner.phase != MatchPhase::Formed {
-                return true;
+                return Allocation::Ended;
             }
             inner.assignment.clone()
         };
-        let server = {
+        let placed = {
             let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
             let before = registry.len();
             let chosen = registry.offer(&assignment);
@@ -858,11 +869,23 @@ impl State {
             }
             chosen
         };
-        let Some(allocated) = server else {
-            return false;
+        let Some(placement) = placed else {
+            return Allocation::NoServer;
         };
+        let allocated = placement.assignment.clone();
         {
             let mut inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                // A result or a cancel came in meanwhile: nothing to send, room given back.
+                drop(inner);
+                drop(placement);
+                self.inner
+                    .servers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .release(&allocated.server_address);
+                return Allocation::Ended;
+            }
             inner.phase = MatchPhase::Allocated;
             inner.assignment = allocated.clone();
         }
@@ -874,7 +897,32 @@ impl State {
                 ticket.publish(view);
             }
         }
-        true
+        Allocation::Placed(placement)
+    }
+
+    /// Hands this tick's placements to their servers once everything written so far (their
+    /// matches among it) is durable: a game server never gets a match a crash could lose. The
+    /// flush runs on the runtime, so the loop does not wait for the disk.
+    pub fn deliver_when_durable(
+        &self,
+        placements: Vec<Placement>,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        if placements.is_empty() {
+            return;
+        }
+        let store = self.inner.store.clone();
+        runtime.spawn(async move {
+            if let Err(e) = store.flush_async().await {
+                // The store is failing; the server still gets its matches (their results may
+                // be refused after a crash, which the store error already warns about).
+                tracing::error!(error = %e, matches = placements.len(), "could not flush allocated matches");
+                crate::telemetry::store_error("persist_matches");
+            }
+            for p in placements {
+                p.deliver();
+            }
+        });
     }
 
     /// Registers a game server; matches flow into the returned receiver.

@@ -19,6 +19,30 @@ pub struct ServerHandle {
     tx: mpsc::Sender<Arc<Assignment>>,
 }
 
+/// A match placed on a server, with room reserved in the server's stream, not yet sent: the
+/// loop sends it once the match is durable, so a game server never holds a match that a crash
+/// could lose (and then refuse its result).
+pub struct Placement {
+    pub assignment: Arc<Assignment>,
+    permit: mpsc::OwnedPermit<Arc<Assignment>>,
+}
+
+impl Placement {
+    /// Hands the match to the server's stream (room was reserved when it was placed).
+    pub fn deliver(self) {
+        self.permit.send(self.assignment);
+    }
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("match_id", &self.assignment.match_id)
+            .field("server", &self.assignment.server_address)
+            .finish()
+    }
+}
+
 impl ServerHandle {
     /// Wraps the sending side of a server's stream.
     pub fn new(
@@ -88,7 +112,7 @@ impl ServerRegistry {
     /// Sends `assignment` to the next server of its region (any region when the match has none)
     /// that is connected, has room and has buffer space; returns the server's copy (with its
     /// address), which is the match's assignment from now on.
-    pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<Arc<Assignment>> {
+    pub fn offer(&mut self, assignment: &Arc<Assignment>) -> Option<Placement> {
         self.servers.retain(|s| !s.tx.is_closed());
         let region = assignment.region.clone().unwrap_or_default();
         let candidates: Vec<usize> = (0..self.servers.len())
@@ -109,10 +133,13 @@ impl ServerRegistry {
                 server_address: server.address.clone(),
                 ..(**assignment).clone()
             });
-            if server.tx.try_send(allocated.clone()).is_ok() {
+            if let Ok(permit) = server.tx.clone().try_reserve_owned() {
                 server.assigned += 1;
                 *cursor = (*cursor + step + 1) % candidates.len();
-                return Some(allocated);
+                return Some(Placement {
+                    assignment: allocated,
+                    permit,
+                });
             }
         }
         None
@@ -160,18 +187,22 @@ mod tests {
         let mut a = server(&mut r, "a:1", "eu", 0);
         let mut b = server(&mut r, "b:1", "eu", 0);
         let _us = server(&mut r, "c:1", "us", 0);
-        let picks: Vec<_> = (0..4)
-            .map(|_| {
-                r.offer(&assignment(Some("eu")))
-                    .unwrap()
-                    .server_address
-                    .clone()
-            })
+        let placed: Vec<Placement> = (0..4)
+            .map(|_| r.offer(&assignment(Some("eu"))).unwrap())
+            .collect();
+        let picks: Vec<_> = placed
+            .iter()
+            .map(|p| p.assignment.server_address.clone())
             .collect();
         assert_eq!(picks, ["a:1", "b:1", "a:1", "b:1"]);
+        assert!(
+            a.try_recv().is_err(),
+            "nothing is sent before it is delivered"
+        );
+        placed.into_iter().for_each(Placement::deliver);
         assert_eq!(a.try_recv().unwrap().server_address, "a:1");
         assert_eq!(b.try_recv().unwrap().server_address, "b:1");
-        assert_eq!(r.offer(&assignment(Some("asia"))), None);
+        assert!(r.offer(&assignment(Some("asia"))).is_none());
     }
 
     #[test]
@@ -181,10 +212,11 @@ mod tests {
         let b = server(&mut r, "b:1", "eu", 0);
         drop(b);
         assert_eq!(
-            r.offer(&assignment(None)).map(|a| a.server_address.clone()),
+            r.offer(&assignment(None))
+                .map(|p| p.assignment.server_address.clone()),
             Some("a:1".to_string())
         );
         // a is at capacity and b's stream is gone.
-        assert_eq!(r.offer(&assignment(None)), None);
+        assert!(r.offer(&assignment(None)).is_none());
     }
 }
