@@ -200,26 +200,7 @@ async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
     let data = dir.path().join("data");
     let mut server = ServerProcess::start(&data, &config);
     let ch = server.channel().await;
-    let mut assignments = GameServerServiceClient::new(ch.clone())
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs:1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut client = ClientServiceClient::new(ch.clone());
-    for p in ["old1", "old2"] {
-        client
-            .enter_queue(proto::EnterQueueRequest {
-                queue: "1v1".into(),
-                player_ids: vec![p.into()],
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-    }
-    let m = common::next(&mut assignments).await;
+    let m = one_match_served(&ch, ["old1", "old2"]).await;
     GameServerServiceClient::new(ch)
         .report_match_result(proto::MatchResult {
             match_id: m.match_id,
@@ -274,27 +255,9 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
     for round in 0..3 {
         let mut server = ServerProcess::start(&data, &config);
         let ch = server.channel().await;
-        let mut assignments = GameServerServiceClient::new(ch.clone())
-            .serve_matches(proto::ServeMatchesRequest {
-                server_address: "gs:1".into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut client = ClientServiceClient::new(ch);
-        for side in ["a", "b"] {
-            client
-                .enter_queue(proto::EnterQueueRequest {
-                    queue: "1v1".into(),
-                    player_ids: vec![format!("now{round}{side}")],
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
-        }
+        let (a, b) = (format!("now{round}a"), format!("now{round}b"));
         // kill -9 the moment the match arrives: well inside sled's 500 ms background flush.
-        let m = common::next(&mut assignments).await;
+        let m = one_match_served(&ch, [&a, &b]).await;
         server.child.kill().unwrap();
         server.child.wait().unwrap();
 
@@ -312,4 +275,32 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
         assert_eq!(ack.changes.len(), 2, "round {round}");
         drop(server);
     }
+}
+
+/// Serves matches as game server `gs:1`, queues two solo 1v1 players and returns their match as
+/// the game server received it.
+async fn one_match_served(
+    ch: &tonic::transport::Channel,
+    players: [&str; 2],
+) -> proto::MatchAssignment {
+    let mut assignments = GameServerServiceClient::new(ch.clone())
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = ClientServiceClient::new(ch.clone());
+    for p in players {
+        client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec![p.into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    common::next(&mut assignments).await
 }

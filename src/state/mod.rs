@@ -379,6 +379,14 @@ pub enum MatchPhase {
     Cancelled,
 }
 
+fn result_in_flight(id: &MatchId) -> Rejection {
+    Rejection::FailedPrecondition(format!("match {id} has a result being applied"))
+}
+
+fn already_completed(id: &MatchId) -> Rejection {
+    Rejection::FailedPrecondition(format!("match {id} is already completed"))
+}
+
 /// What [`State::try_allocate`] did with a formed match.
 #[derive(Debug)]
 pub enum Allocation {
@@ -1094,16 +1102,10 @@ impl State {
             let mut inner = m.lock();
             match inner.phase {
                 MatchPhase::Completed => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "match {} is already completed",
-                        m.id
-                    )));
+                    return Err(already_completed(&m.id));
                 }
                 MatchPhase::Completing => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "match {} has a result being applied",
-                        m.id
-                    )));
+                    return Err(result_in_flight(&m.id));
                 }
                 MatchPhase::Cancelled => return Ok(()),
                 _ => {}
@@ -1384,10 +1386,7 @@ impl State {
         match inner.phase {
             MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
             MatchPhase::Completing => {
-                return Err(Rejection::FailedPrecondition(format!(
-                    "match {} has a result being applied",
-                    m.id
-                )));
+                return Err(result_in_flight(&m.id));
             }
             MatchPhase::ReadyCheck => {
                 return Err(Rejection::FailedPrecondition(format!(
@@ -1402,10 +1401,7 @@ impl State {
                 )));
             }
             MatchPhase::Completed => {
-                return Err(Rejection::FailedPrecondition(format!(
-                    "match {} is already completed",
-                    m.id
-                )));
+                return Err(already_completed(&m.id));
             }
         }
         Ok(inner.assignment.clone())
