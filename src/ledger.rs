@@ -176,19 +176,32 @@ impl Ledger {
     /// Closes ended rating periods of periodic Glicko pools every `every` until `shutdown`
     /// ([`State::prepare_period_close`]): journaled like any admin change, so a closed period
     /// survives a crash and a result never lands half before, half after it.
+    /// A pass reads every record of the periodic pools, so it runs only when a pool's period
+    /// moved on since the last successful pass (and once at start, for periods that ended while
+    /// the server was down).
     pub async fn close_periods_periodically(self, every: Duration, shutdown: CancellationToken) {
         let mut interval = tokio::time::interval(every);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut closed_through: Option<Vec<u64>> = None;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = interval.tick() => {
+                    let now = crate::state::unix_now();
+                    let current = self.state.period_indexes(now);
+                    if closed_through.as_ref() == Some(&current) {
+                        continue;
+                    }
                     let closed = self
-                        .admin(|state| Ok(state.prepare_period_close(crate::state::unix_now())??))
+                        .admin(move |state| Ok(state.prepare_period_close(now)??))
                         .await;
                     match closed {
-                        Ok(0) => {}
-                        Ok(n) => tracing::info!(players = n, "rating periods closed"),
+                        Ok(n) => {
+                            closed_through = Some(current);
+                            if n > 0 {
+                                tracing::info!(players = n, "rating periods closed");
+                            }
+                        }
                         Err(e) => tracing::error!(error = %e, "closing rating periods failed"),
                     }
                 }

@@ -410,8 +410,7 @@ impl State {
     pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {
         let mut entries = Vec::new();
         let mut closed = 0u64;
-        let periodic = Self::pools_of(self.queues().filter(|q| q.config.rating.is_periodic()));
-        for queue in periodic {
+        for queue in self.periodic_pools() {
             let pool = queue.pool.as_str();
             let system = &queue.config.rating;
             let current = crate::results::period_index(system, now_unix);
@@ -438,6 +437,19 @@ impl State {
             ));
         }
         Ok(Ok((entries, closed)))
+    }
+
+    /// The current rating period of every periodic Glicko pool, in pool order: a closing pass
+    /// has work only when one of them moved on since the last pass.
+    pub fn period_indexes(&self, now_unix: f64) -> Vec<u64> {
+        self.periodic_pools()
+            .iter()
+            .map(|q| crate::results::period_index(&q.config.rating, now_unix))
+            .collect()
+    }
+
+    fn periodic_pools(&self) -> Vec<std::sync::Arc<QueueInfo>> {
+        Self::pools_of(self.queues().filter(|q| q.config.rating.is_periodic()))
     }
 
     /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
