@@ -903,7 +903,13 @@ impl Loop {
         });
         match self.state.server_stream(&a.server_address) {
             Some(tx) => {
+                // Like a new match, the update goes out once the match's new roster is durable.
+                let store = self.state.store().clone();
                 self.runtime.spawn(async move {
+                    if let Err(e) = store.flush_async().await {
+                        tracing::error!(error = %e, "could not flush a backfilled match");
+                        crate::telemetry::store_error("persist_matches");
+                    }
                     let _ = tx.send(update).await;
                 });
             }
