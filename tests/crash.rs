@@ -45,15 +45,7 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
     let mut server = ServerProcess::start(&data, &config);
     let ch = server.channel().await;
     let mut client = ClientServiceClient::new(ch.clone());
-    let mut game_server = GameServerServiceClient::new(ch.clone());
-    let mut assignments = game_server
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs:1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut assignments = serve_as_gs1(&ch).await;
     for i in 0..PAIRS {
         for side in ["a", "b"] {
             client
@@ -283,14 +275,7 @@ async fn one_match_served(
     ch: &tonic::transport::Channel,
     players: [&str; 2],
 ) -> proto::MatchAssignment {
-    let mut assignments = GameServerServiceClient::new(ch.clone())
-        .serve_matches(proto::ServeMatchesRequest {
-            server_address: "gs:1".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut assignments = serve_as_gs1(ch).await;
     let mut client = ClientServiceClient::new(ch.clone());
     for p in players {
         client
@@ -303,4 +288,16 @@ async fn one_match_served(
             .unwrap();
     }
     common::next(&mut assignments).await
+}
+
+/// The match stream of game server `gs:1`.
+async fn serve_as_gs1(ch: &tonic::transport::Channel) -> tonic::Streaming<proto::MatchAssignment> {
+    GameServerServiceClient::new(ch.clone())
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs:1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
