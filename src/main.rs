@@ -113,7 +113,7 @@ enum Command {
     /// Simulate a population through the real matcher and rating system (SPEC §9).
     Simulate(matchmaker::sim::cli::SimulateArgs),
     /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
-    Admin(matchmaker::admin_cli::AdminArgs),
+    Admin(matchmaker::tools::admin::AdminArgs),
     /// A bounded load against a running server, with a health-check baseline measured in the
     /// same run at the same concurrency (SPEC §10).
     Loadgen {
@@ -122,16 +122,16 @@ enum Command {
         addr: String,
         /// The RPC under load.
         #[arg(long, value_enum, default_value = "enter-queue")]
-        rpc: matchmaker::loadgen::Rpc,
+        rpc: matchmaker::tools::loadgen::Rpc,
         /// Seconds of load per side (baseline and target), in total over the rounds.
-        #[arg(long, default_value_t = matchmaker::loadgen::Options::SECONDS)]
+        #[arg(long, default_value_t = matchmaker::tools::loadgen::Options::SECONDS)]
         seconds: f64,
         /// Baseline and target alternate this many times (slices of seconds/rounds each), so a
         /// machine whose speed drifts during the run weighs on both sides alike.
-        #[arg(long, default_value_t = matchmaker::loadgen::Options::ROUNDS)]
+        #[arg(long, default_value_t = matchmaker::tools::loadgen::Options::ROUNDS)]
         rounds: usize,
         /// Concurrent callers.
-        #[arg(long, default_value_t = matchmaker::loadgen::Options::CONCURRENCY)]
+        #[arg(long, default_value_t = matchmaker::tools::loadgen::Options::CONCURRENCY)]
         concurrency: usize,
         /// Bearer token sent on every call (with auth on, an admin token may act for anyone).
         #[arg(long)]
@@ -142,7 +142,7 @@ enum Command {
         #[arg(long)]
         rate: Option<f64>,
         /// Open loop: most calls waiting at once; further due calls are counted as not sent.
-        #[arg(long, default_value_t = matchmaker::loadgen::Options::MAX_IN_FLIGHT)]
+        #[arg(long, default_value_t = matchmaker::tools::loadgen::Options::MAX_IN_FLIGHT)]
         max_in_flight: usize,
         /// Open loop: each call's deadline in milliseconds from when it was due, as a player's
         /// client would set it; later answers count as DeadlineExceeded errors.
@@ -150,7 +150,7 @@ enum Command {
         deadline_ms: Option<u64>,
         /// The queue enter-queue calls enter, one new solo player each (e.g. 5v5 to load team
         /// matching and its larger matches).
-        #[arg(long, default_value = matchmaker::loadgen::Options::QUEUE)]
+        #[arg(long, default_value = matchmaker::tools::loadgen::Options::QUEUE)]
         queue: String,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -250,7 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the tokio runtime")?;
-            let report = runtime.block_on(matchmaker::bench_results::run(
+            let report = runtime.block_on(matchmaker::tools::bench_results::run(
                 results,
                 concurrency,
                 scratch,
@@ -270,8 +270,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             anyhow::ensure!(players > 0, "--players: must be at least 1");
             let config = Config::load(file.as_deref(), &Overrides::default())?;
-            let report =
-                matchmaker::bench_memory::run(&config, file.as_deref(), &queue, players, &scratch)?;
+            let report = matchmaker::tools::bench_memory::run(
+                &config,
+                file.as_deref(),
+                &queue,
+                players,
+                &scratch,
+            )?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -285,12 +290,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             players,
         } => {
             let config = Config::load(file.as_deref(), &Overrides::default())?;
-            let report = matchmaker::bench_memory::load_and_measure(config, dir, &queue, players)?;
+            let report =
+                matchmaker::tools::bench_memory::load_and_measure(config, dir, &queue, players)?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
         Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
-        Command::Admin(args) => matchmaker::admin_cli::run(args)?,
+        Command::Admin(args) => matchmaker::tools::admin::run(args)?,
         Command::Loadgen {
             addr,
             rpc,
@@ -308,8 +314,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the tokio runtime")?;
-            let report =
-                runtime.block_on(matchmaker::loadgen::run(matchmaker::loadgen::Options {
+            let report = runtime.block_on(matchmaker::tools::loadgen::run(
+                matchmaker::tools::loadgen::Options {
                     addr,
                     rpc,
                     seconds,
@@ -320,7 +326,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     max_in_flight,
                     deadline: deadline_ms.map(std::time::Duration::from_millis),
                     queue,
-                }))?;
+                },
+            ))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -17,8 +17,8 @@ use tracing::{debug, info, info_span};
 
 use crate::config::BackfillConfig;
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
-use crate::matching::{self, Pool, WinModel};
-use crate::rating::{Skill, SystemConfig};
+use crate::matching::{self, Pool, SystemModel};
+use crate::rating::SystemConfig;
 use crate::state::{
     Assignment, BackfillError, MatchSlot, Rejection, Release, State, TicketSlot, TicketState,
     TicketView,
@@ -177,54 +177,6 @@ impl QueueStats {
     }
 }
 
-/// Adapts a queue's rating system to the optimizer's win model.
-struct SystemModel<'a>(&'a SystemConfig);
-
-impl WinModel for SystemModel<'_> {
-    /// Called for every candidate pair of a 1v1 tick: the Glicko family answers without
-    /// allocating; other systems go through the general prediction.
-    fn win_probability_1v1(&self, a: (f64, f64), b: (f64, f64)) -> f64 {
-        let skill = |(mean, deviation): (f64, f64)| Skill {
-            mean,
-            deviation,
-            volatility: 0.06,
-        };
-        match self.0 {
-            SystemConfig::Glicko2(_) => {
-                crate::rating::glicko2::expected_score(&skill(a), &skill(b))
-            }
-            SystemConfig::Glicko(_) => crate::rating::glicko::expected_score(&skill(a), &skill(b)),
-            _ => self
-                .win_probabilities(&[vec![a], vec![b]])
-                .first()
-                .copied()
-                .unwrap_or(0.5),
-        }
-    }
-
-    fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
-        let initial = self.0.initial();
-        let skills: Vec<Vec<Skill>> = teams
-            .iter()
-            .map(|team| {
-                team.iter()
-                    .map(|&(mean, deviation)| Skill {
-                        mean,
-                        deviation,
-                        volatility: initial.volatility,
-                    })
-                    .collect()
-            })
-            .collect();
-        let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
-        match self.0.predict(&refs) {
-            Ok(p) => p.win_probability,
-            // Unreachable for validated ratings; an even split keeps the optimizer going.
-            Err(_) => vec![1.0 / teams.len().max(1) as f64; teams.len()],
-        }
-    }
-}
-
 struct QueueRuntime {
     id: QueueId,
     pool: Pool,
@@ -280,15 +232,6 @@ fn push_recent(buf: &mut VecDeque<f64>, v: f64) {
         buf.pop_front();
     }
     buf.push_back(v);
-}
-
-fn percentile(values: &VecDeque<f64>, p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v: Vec<f64> = values.iter().copied().collect();
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 /// A formed match waiting for a game server, with its tickets so they can return to the queue.
@@ -1074,15 +1017,17 @@ impl Loop {
                 });
             }
             q.stats.tickets_waiting = q.pool.len() as u64;
-            q.stats.wait_p50_seconds = percentile(&q.recent_waits, 0.5);
-            q.stats.wait_p95_seconds = percentile(&q.recent_waits, 0.95);
+            q.stats.wait_p50_seconds = crate::math::percentile(&q.recent_waits, 0.5);
+            q.stats.wait_p95_seconds = crate::math::percentile(&q.recent_waits, 0.95);
             q.stats.quality_mean = if q.recent_quality.is_empty() {
                 0.0
             } else {
                 q.recent_quality.iter().sum::<f64>() / q.recent_quality.len() as f64
             };
-            q.stats.backfill_fill_p50_seconds = percentile(&q.recent_fill_seconds, 0.5);
-            q.stats.backfill_fill_p95_seconds = percentile(&q.recent_fill_seconds, 0.95);
+            q.stats.backfill_fill_p50_seconds =
+                crate::math::percentile(&q.recent_fill_seconds, 0.5);
+            q.stats.backfill_fill_p95_seconds =
+                crate::math::percentile(&q.recent_fill_seconds, 0.95);
             if !backfill_first {
                 self.run_backfills(qi, now);
             }

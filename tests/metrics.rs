@@ -74,12 +74,15 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         "{before}"
     );
 
-    let report = matchmaker::loadgen::run(matchmaker::loadgen::Options {
+    let report = matchmaker::tools::loadgen::run(matchmaker::tools::loadgen::Options {
         seconds: 1.0,
         concurrency: 16,
         rounds: 2,
         max_in_flight: 1,
-        ..matchmaker::loadgen::Options::new(&server.addr, matchmaker::loadgen::Rpc::EnterQueue)
+        ..matchmaker::tools::loadgen::Options::new(
+            &server.addr,
+            matchmaker::tools::loadgen::Rpc::EnterQueue,
+        )
     })
     .await
     .unwrap();

@@ -511,18 +511,18 @@ async fn tls_serves_with_a_generated_certificate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     let server = TestServer::start("").await;
-    let opts = |rpc, concurrency| matchmaker::loadgen::Options {
+    let opts = |rpc, concurrency| matchmaker::tools::loadgen::Options {
         seconds: 0.3,
         concurrency,
         rounds: 2,
         max_in_flight: 1,
-        ..matchmaker::loadgen::Options::new(server.addr.to_string(), rpc)
+        ..matchmaker::tools::loadgen::Options::new(server.addr.to_string(), rpc)
     };
     for rpc in [
-        matchmaker::loadgen::Rpc::EnterQueue,
-        matchmaker::loadgen::Rpc::Watch,
+        matchmaker::tools::loadgen::Rpc::EnterQueue,
+        matchmaker::tools::loadgen::Rpc::Watch,
     ] {
-        let report = matchmaker::loadgen::run(opts(rpc, 4)).await.unwrap();
+        let report = matchmaker::tools::loadgen::run(opts(rpc, 4)).await.unwrap();
         assert_eq!(report.errors, 0, "{report:?}");
         assert!(report.rps > 0.0 && report.baseline.rps > 0.0, "{report:?}");
         assert!(report.p99_ms >= report.p50_ms, "{report:?}");
@@ -530,24 +530,24 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     // --queue: team matching under load; the generator's game servers take its matches too.
     // (A server of its own: the watch run above left tickets waiting in 5v5.)
     let fresh = TestServer::start("").await;
-    let team = matchmaker::loadgen::Options {
+    let team = matchmaker::tools::loadgen::Options {
         addr: fresh.addr.to_string(),
         seconds: 2.0,
         queue: "5v5".into(),
-        ..opts(matchmaker::loadgen::Rpc::EnterQueue, 8)
+        ..opts(matchmaker::tools::loadgen::Rpc::EnterQueue, 8)
     };
-    let report = matchmaker::loadgen::run(team).await.unwrap();
+    let report = matchmaker::tools::loadgen::run(team).await.unwrap();
     assert_eq!(report.errors, 0, "{report:?}");
     assert!(report.matches_served > 0, "{report:?}");
     assert!(
         report.matches_served * 10 <= report.target.requests,
         "a 5v5 match takes ten tickets: {report:?}"
     );
-    let unknown = matchmaker::loadgen::Options {
+    let unknown = matchmaker::tools::loadgen::Options {
         queue: "no-such-queue".into(),
-        ..opts(matchmaker::loadgen::Rpc::EnterQueue, 2)
+        ..opts(matchmaker::tools::loadgen::Rpc::EnterQueue, 2)
     };
-    let report = matchmaker::loadgen::run(unknown).await.unwrap();
+    let report = matchmaker::tools::loadgen::run(unknown).await.unwrap();
     assert!(
         report.target.requests > 0 && report.errors == report.target.requests,
         "{report:?}"
@@ -556,9 +556,9 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     // One in flight server-wide, 64 callers: the rest are shed with RESOURCE_EXHAUSTED at once
     // rather than queued, and the server keeps answering.
     let small = TestServer::start("[server]\nmax_concurrent_requests = 1\n").await;
-    let mut o = opts(matchmaker::loadgen::Rpc::EnterQueue, 64);
+    let mut o = opts(matchmaker::tools::loadgen::Rpc::EnterQueue, 64);
     o.addr = small.addr.to_string();
-    let report = matchmaker::loadgen::run(o).await.unwrap();
+    let report = matchmaker::tools::loadgen::run(o).await.unwrap();
     assert!(report.rps > 0.0, "{report:?}");
     let shed = common::resource_exhausted(&report);
     assert!(shed > 0, "{report:?}");
@@ -618,16 +618,19 @@ async fn connections_past_the_limit_wait_until_one_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     let server = TestServer::start("").await;
-    let opts = |addr: String, rate: f64| matchmaker::loadgen::Options {
+    let opts = |addr: String, rate: f64| matchmaker::tools::loadgen::Options {
         seconds: 0.5,
         concurrency: 16,
         rounds: 1,
         rate: Some(rate),
         max_in_flight: 10_000,
-        ..matchmaker::loadgen::Options::new(addr, matchmaker::loadgen::Rpc::EnterQueue)
+        ..matchmaker::tools::loadgen::Options::new(
+            addr,
+            matchmaker::tools::loadgen::Rpc::EnterQueue,
+        )
     };
     // 400 calls/s for 0.5 s per side: 200 due calls each, all sent and answered.
-    let report = matchmaker::loadgen::run(opts(server.addr.to_string(), 400.0))
+    let report = matchmaker::tools::loadgen::run(opts(server.addr.to_string(), 400.0))
         .await
         .unwrap();
     assert_eq!(report.offered_rps, Some(400.0), "{report:?}");
@@ -644,7 +647,7 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
     // Far more arrivals than one call in flight server-wide: the excess is refused with
     // RESOURCE_EXHAUSTED, counted apart, and every due call is either answered or not sent.
     let small = TestServer::start("[server]\nmax_concurrent_requests = 1\n").await;
-    let report = matchmaker::loadgen::run(opts(small.addr.to_string(), 8000.0))
+    let report = matchmaker::tools::loadgen::run(opts(small.addr.to_string(), 8000.0))
         .await
         .unwrap();
     let t = &report.target;
@@ -657,11 +660,11 @@ async fn loadgen_open_loop_starts_every_due_call_and_counts_refusals_apart() {
         t.rps > 0.0 && t.errors_p99_ms >= t.errors_p50_ms,
         "{report:?}"
     );
-    let bad = matchmaker::loadgen::Options {
-        rpc: matchmaker::loadgen::Rpc::Watch,
+    let bad = matchmaker::tools::loadgen::Options {
+        rpc: matchmaker::tools::loadgen::Rpc::Watch,
         ..opts(small.addr.to_string(), 10.0)
     };
-    let e = matchmaker::loadgen::run(bad).await.unwrap_err();
+    let e = matchmaker::tools::loadgen::run(bad).await.unwrap_err();
     assert!(e.to_string().contains("--rate"), "{e}");
 }
 
@@ -675,19 +678,21 @@ max_concurrent_requests_per_connection = 1
 ",
     )
     .await;
-    let opts = |deadline_ms: Option<u64>| matchmaker::loadgen::Options {
+    let opts = |deadline_ms: Option<u64>| matchmaker::tools::loadgen::Options {
         seconds: 0.5,
         concurrency: 1,
         rounds: 1,
         rate: Some(4000.0),
         max_in_flight: 10_000,
         deadline: deadline_ms.map(Duration::from_millis),
-        ..matchmaker::loadgen::Options::new(
+        ..matchmaker::tools::loadgen::Options::new(
             server.addr.to_string(),
-            matchmaker::loadgen::Rpc::HealthCheck,
+            matchmaker::tools::loadgen::Rpc::HealthCheck,
         )
     };
-    let late = matchmaker::loadgen::run(opts(Some(1))).await.unwrap();
+    let late = matchmaker::tools::loadgen::run(opts(Some(1)))
+        .await
+        .unwrap();
     for phase in [&late.target, &late.baseline] {
         let missed = phase
             .error_codes
@@ -705,16 +710,22 @@ max_concurrent_requests_per_connection = 1
             "an answer after the deadline is a miss: {late:?}"
         );
     }
-    let patient = matchmaker::loadgen::run(opts(Some(10_000))).await.unwrap();
+    let patient = matchmaker::tools::loadgen::run(opts(Some(10_000)))
+        .await
+        .unwrap();
     assert_eq!(patient.errors, 0, "{patient:?}");
 
-    let closed_loop = matchmaker::loadgen::Options {
+    let closed_loop = matchmaker::tools::loadgen::Options {
         rate: None,
         ..opts(Some(100))
     };
-    let e = matchmaker::loadgen::run(closed_loop).await.unwrap_err();
+    let e = matchmaker::tools::loadgen::run(closed_loop)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("--deadline-ms"), "{e}");
-    let e = matchmaker::loadgen::run(opts(Some(0))).await.unwrap_err();
+    let e = matchmaker::tools::loadgen::run(opts(Some(0)))
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("--deadline-ms"), "{e}");
 }
 

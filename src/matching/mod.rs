@@ -39,12 +39,14 @@ mod one_v_one;
 mod pool;
 #[cfg(test)]
 mod properties;
+mod system_model;
 mod teams;
 
 pub use backfill::{Fill, OpenMatch};
 pub use bench::{BenchReport, run_bench};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub use pool::{InsertError, Pool, PoolStats};
+pub use system_model::SystemModel;
 /// A fast hasher for maps keyed by server-minted ids (tickets, matches): no HashDoS concern,
 /// since clients cannot choose the keys that are stored.
 pub(crate) type IdHash = std::hash::BuildHasherDefault<pool::IdHasher>;

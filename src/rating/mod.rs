@@ -42,7 +42,7 @@ pub mod party;
 pub mod teams;
 pub mod weng_lin;
 
-mod numeric;
+pub mod numeric;
 
 pub use party::{party_initial, party_rate};
 pub use teams::TeamStrategy;

@@ -326,7 +326,7 @@ impl ServerProcess {
 }
 
 /// RESOURCE_EXHAUSTED answers over both sides of a loadgen run.
-pub fn resource_exhausted(report: &matchmaker::loadgen::Report) -> u64 {
+pub fn resource_exhausted(report: &matchmaker::tools::loadgen::Report) -> u64 {
     [&report.target, &report.baseline]
         .iter()
         .map(|p| p.error_codes.get("ResourceExhausted").copied().unwrap_or(0))
