@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::matching::{MatchingConfig, Shape};
 use crate::ranking::RankingConfig;
+pub use crate::ranking::RankingKind;
 use crate::rating::SystemConfig;
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -215,15 +216,6 @@ impl RateLimitConfig {
         }
         Ok(())
     }
-}
-
-/// What players are shown for a queue (SPEC §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RankingKind {
-    None,
-    Inversus,
-    Ladder,
 }
 
 /// One queue: its shape, skill system, ranking and optimizer parameters.

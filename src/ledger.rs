@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::ids::MatchId;
-use crate::results::ResultAck;
+use crate::records::ResultAck;
 use crate::state::{MatchSlot, Rejection, State};
 use crate::store::{CommitError, Committer, JournalEntry, StoreError};
 use crate::telemetry as m;

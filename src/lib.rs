@@ -17,6 +17,8 @@ pub mod math;
 pub mod proto;
 pub mod ranking;
 pub mod rating;
+pub mod records;
+pub mod rejection;
 pub mod results;
 pub mod server;
 pub mod sim;

@@ -19,6 +19,7 @@ use crate::config::BackfillConfig;
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
 use crate::matching::{self, Pool, SystemModel};
 use crate::rating::SystemConfig;
+use crate::rejection::{MatchRefusal, TicketRefusal};
 use crate::state::{
     Assignment, BackfillError, MatchSlot, Rejection, Release, State, TicketSlot, TicketState,
     TicketView,
@@ -521,13 +522,17 @@ impl Loop {
                 .is_some_and(|a| a.match_id == *match_id);
             return match (in_it, view.state, accept) {
                 (true, TicketState::Matched, true) => Ok(TicketState::Matched),
-                (true, TicketState::Matched, false) => Err(Rejection::FailedPrecondition(format!(
-                    "match {match_id} passed its ready-check; only its game server can cancel it now"
-                ))),
-                _ => Err(Rejection::FailedPrecondition(format!(
-                    "ticket {ticket} has no ready-check for match {match_id} (the ticket is {:?})",
-                    view.state
-                ))),
+                (true, TicketState::Matched, false) => Err(Rejection::for_match(
+                    match_id,
+                    MatchRefusal::PassedReadyCheck,
+                )),
+                _ => Err(Rejection::Ticket {
+                    ticket: ticket.clone(),
+                    refusal: TicketRefusal::NoReadyCheck {
+                        match_id: match_id.clone(),
+                        state: view.state.name(),
+                    },
+                }),
             };
         };
         let Some(i) = rc.tickets.iter().position(|(t, _, _)| t.id == *ticket) else {
@@ -698,15 +703,13 @@ impl Loop {
     ) -> Result<String, Rejection> {
         let slot = self.state.match_slot(match_id)?;
         let Some(&qi) = self.queue_index.get(&slot.queue) else {
-            return Err(Rejection::FailedPrecondition(format!(
-                "match {match_id}'s queue is no longer configured"
-            )));
+            return Err(Rejection::for_match(match_id, MatchRefusal::QueueGone));
         };
         if self.queues[qi].team_size < 2 {
-            return Err(Rejection::FailedPrecondition(format!(
-                "queue {} has teams of one player; backfill needs teams of two or more",
-                slot.queue
-            )));
+            return Err(Rejection::Unsupported {
+                queue: slot.queue.to_string(),
+                reason: "has teams of one player; backfill needs teams of two or more",
+            });
         }
         let (_, open) = self.state.mark_left(&slot, leavers)?;
         self.state.persist_matches(std::slice::from_ref(&slot));

@@ -18,7 +18,8 @@ use crate::proto;
 use crate::proto::client_service_server::ClientService;
 use crate::ranking::leaderboard::MAX_PAGE_SIZE;
 use crate::rating::Skill;
-use crate::state::{Rejection, State};
+use crate::rejection::{Rejection, TicketRefusal};
+use crate::state::State;
 
 /// How long EnterQueue waits for room in the matchmaker's command queue before shedding.
 const ENTER_WAIT: Duration = Duration::from_millis(500);
@@ -181,10 +182,10 @@ impl ClientService for Client {
         }
         let max = self.state.config().server.max_tickets_per_queue as u64;
         if !self.load.try_admit(queue.id.as_str(), max) {
-            return Err(Rejection::ResourceExhausted(format!(
-                "queue {:?} is full ({max} waiting tickets, server.max_tickets_per_queue)",
-                req.queue
-            ))
+            return Err(Rejection::QueueFull {
+                queue: req.queue.clone(),
+                max: max as usize,
+            }
             .into());
         }
         let admitted = Admitted {
@@ -240,10 +241,10 @@ impl ClientService for Client {
             .ask(|reply| Command::Cancel { ticket: id, reply })
             .await?;
         if state == crate::state::TicketState::Matched {
-            return Err(Rejection::FailedPrecondition(format!(
-                "ticket {} is already MATCHED; cancel the match instead",
-                req.ticket_id
-            ))
+            return Err(Rejection::Ticket {
+                ticket: TicketId::new(req.ticket_id.as_str()),
+                refusal: TicketRefusal::AlreadyMatched,
+            }
             .into());
         }
         Ok(Response::new(proto::CancelTicketResponse {

@@ -5,17 +5,22 @@ use tonic::Status;
 use crate::auth::AuthError;
 use crate::ledger::ReportError;
 use crate::matchmaker::HandleError;
-use crate::state::Rejection;
+use crate::rejection::Rejection;
 use crate::store::CommitError;
 use crate::store::StoreError;
 
 impl From<Rejection> for Status {
     fn from(r: Rejection) -> Self {
         match r {
-            Rejection::InvalidArgument { .. } => Status::invalid_argument(r.to_string()),
+            Rejection::Invalid(_) => Status::invalid_argument(r.to_string()),
             Rejection::NotFound { .. } => Status::not_found(r.to_string()),
-            Rejection::FailedPrecondition(msg) => Status::failed_precondition(msg),
-            Rejection::ResourceExhausted(msg) => Status::resource_exhausted(msg),
+            Rejection::AlreadyQueued { .. }
+            | Rejection::InMatch { .. }
+            | Rejection::Match { .. }
+            | Rejection::Ticket { .. }
+            | Rejection::Unsupported { .. }
+            | Rejection::Rating { .. } => Status::failed_precondition(r.to_string()),
+            Rejection::QueueFull { .. } => Status::resource_exhausted(r.to_string()),
         }
     }
 }

@@ -51,6 +51,15 @@ impl RankingConfig {
     }
 }
 
+/// What players of a queue are shown: no rank points, INVERSUS rank points or the ladder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RankingKind {
+    None,
+    Inversus,
+    Ladder,
+}
+
 /// How one match went for one player, as ranking sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Outcome {

@@ -40,9 +40,10 @@ use super::measures::{Accumulator, CalibrationBin, Scored, quantile, score};
 use crate::config::RankingKind;
 use crate::ids::{PlayerId, TicketId};
 use crate::matching::{MatchingConfig, Pool, Shape, Ticket, WinModel};
+use crate::ranking::Outcome;
 use crate::ranking::RankingConfig;
 use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
-use crate::results::{Outcome, QueueRanker, Ranker};
+use crate::results::{QueueRanker, Ranker};
 use crate::state::PoolRecord;
 
 /// Seconds in a simulated day.
@@ -854,9 +855,8 @@ impl Sim<'_> {
                     .filter(|&(o, _)| o != ti)
                     .flat_map(|(_, m)| m.iter().copied())
                     .collect();
-                let outcome = match crate::ranking::Outcome::from_placements(&placements, ti) {
-                    Some(crate::ranking::Outcome::Win) => Outcome::Win,
-                    Some(crate::ranking::Outcome::Draw) => Outcome::Draw,
+                let outcome = match Outcome::from_placements(&placements, ti) {
+                    Some(o @ (Outcome::Win | Outcome::Draw)) => o,
                     _ => Outcome::Loss,
                 };
                 for (&i, &skill) in t.iter().zip(s) {

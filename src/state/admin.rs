@@ -30,7 +30,7 @@ use crate::ids::{MatchId, PlayerId};
 use crate::ranking::season::{self, SeasonRank, SeasonState};
 use crate::ranking::{LadderState, RankPoints};
 use crate::rating::{Skill, SystemConfig};
-use crate::results::ResultAck;
+use crate::records::ResultAck;
 use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
 
 use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
@@ -248,9 +248,11 @@ impl State {
                         next.skill = match system.decay(&r.skill, period) {
                             Ok(s) => s,
                             Err(e) => {
-                                return Ok(Err(Rejection::FailedPrecondition(format!(
-                                    "player {p} in pool {pool}: {e}"
-                                ))));
+                                return Ok(Err(Rejection::Rating {
+                                    player: p.clone(),
+                                    pool: pool.to_string(),
+                                    detail: e.to_string(),
+                                }));
                             }
                         };
                         if let Some(tiers) = &tiers {
@@ -420,9 +422,11 @@ impl State {
                     Ok(true) => records.push((p, r)),
                     Ok(false) => {}
                     Err(e) => {
-                        return Ok(Err(Rejection::FailedPrecondition(format!(
-                            "player {p} in pool {pool}: {e}"
-                        ))));
+                        return Ok(Err(Rejection::Rating {
+                            player: p.clone(),
+                            pool: pool.to_string(),
+                            detail: e.to_string(),
+                        }));
                     }
                 }
             }

@@ -10,6 +10,7 @@ use super::{
     TicketState, TicketView,
 };
 use crate::ids::PlayerId;
+use crate::rejection::MatchRefusal;
 
 /// What becomes of one ticket when its match is dissolved or cancelled.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,10 +100,10 @@ impl State {
     ) -> Result<(Arc<Assignment>, Vec<u32>), Rejection> {
         let mut inner = m.lock();
         if !running(inner.phase) {
-            return Err(Rejection::FailedPrecondition(format!(
-                "match {} is not running on a game server (it is {:?})",
-                m.id, inner.phase
-            )));
+            return Err(Rejection::for_match(
+                &m.id,
+                MatchRefusal::NotRunning(inner.phase.name()),
+            ));
         }
         let a = &inner.assignment;
         if leavers.len() != a.teams.len() {

@@ -16,14 +16,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use dashmap::DashMap;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::config::{Config, QueueConfig, RankingKind};
+use crate::config::{Config, QueueConfig};
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
-use crate::ranking::{LadderState, LeaderboardEntry, RankIndex, RankPoints, Tier};
+use crate::ranking::RankingKind;
+use crate::ranking::{LadderState, LeaderboardEntry, RankIndex, Tier};
 use crate::rating::Skill;
-use crate::results::{self, QueueRanker, ResultAck, ResultInput};
+use crate::records::ResultAck;
+pub use crate::records::{PartyRecord, PendingPeriod, PoolRecord, party_key};
+use crate::rejection::MatchRefusal;
+pub use crate::rejection::Rejection;
+use crate::results::{self, QueueRanker};
 use crate::store::{JournalEntry, Store, StoreError, StoredMatch};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
@@ -47,37 +51,6 @@ impl PlayerStatus {
             Self::InMatch(_) => "in_match",
         }
     }
-}
-
-/// A player's standing in one rating pool. Persisted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PoolRecord {
-    pub skill: Skill,
-    pub rank_points: RankPoints,
-    pub games: u32,
-    pub wins: u32,
-    /// Unix seconds of the last rated game, for inactivity decay (in a periodic Glicko pool:
-    /// the end of the player's last closed rating period).
-    pub last_played_unix: Option<i64>,
-    /// Ladder: the highest hard floor reached this season.
-    #[serde(default)]
-    pub ladder_floor: RankPoints,
-    /// Ladder: consecutive wins ending with the last match.
-    #[serde(default)]
-    pub win_streak: u32,
-    /// Periodic Glicko (SPEC §3.2): the results of the player's current rating period, applied
-    /// to the skill when the period ends. Boxed: most records never have one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub period: Option<Box<PendingPeriod>>,
-}
-
-/// One player's results in one rating period of a periodic Glicko pool.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PendingPeriod {
-    /// The period: ⌊unix seconds / period length⌋.
-    pub index: u64,
-    /// Every result of the period so far, in the order the matches were reported.
-    pub results: Vec<crate::rating::teams::PeriodResult>,
 }
 
 /// A player's records per rating pool, in pool-name order. Not a map: most players are in one
@@ -196,6 +169,18 @@ pub enum TicketState {
     Expired,
 }
 
+impl TicketState {
+    /// The state's name as the proto spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Searching => "SEARCHING",
+            Self::Matched => "MATCHED",
+            Self::Cancelled => "CANCELLED",
+            Self::Expired => "EXPIRED",
+        }
+    }
+}
+
 /// A formed match as clients and servers see it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Assignment {
@@ -213,24 +198,6 @@ pub struct Assignment {
     pub backfill: Vec<Vec<PlayerId>>,
     /// Players who left (named by `RequestBackfill`); still in `teams`, rated as abandons.
     pub left: Vec<PlayerId>,
-}
-
-/// A pre-made party's own skill in one pool (SPEC §3.6). Persisted.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PartyRecord {
-    pub skill: Skill,
-    pub games: u32,
-    /// Unix seconds of its last rated match, for inactivity decay like a player's (absent in
-    /// records written before it was kept: no decay, as before).
-    #[serde(default)]
-    pub last_played_unix: Option<i64>,
-}
-
-/// The key of a party: its member ids sorted, joined by a control character that ids can't hold.
-pub fn party_key(members: &[PlayerId]) -> String {
-    let mut ids: Vec<&str> = members.iter().map(PlayerId::as_str).collect();
-    ids.sort_unstable();
-    ids.join("\u{1f}")
 }
 
 /// The latest state of a ticket, published to its watchers.
@@ -379,12 +346,19 @@ pub enum MatchPhase {
     Cancelled,
 }
 
-fn result_in_flight(id: &MatchId) -> Rejection {
-    Rejection::FailedPrecondition(format!("match {id} has a result being applied"))
-}
-
-fn already_completed(id: &MatchId) -> Rejection {
-    Rejection::FailedPrecondition(format!("match {id} is already completed"))
+impl MatchPhase {
+    /// The phase's name as the proto spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ReadyCheck => "READY_CHECK",
+            Self::Formed => "FORMED",
+            Self::Allocated => "ALLOCATED",
+            Self::Started => "STARTED",
+            Self::Completing => "COMPLETING",
+            Self::Completed => "COMPLETED",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
 }
 
 /// What [`State::try_allocate`] did with a formed match.
@@ -446,30 +420,6 @@ impl MatchSlot {
     /// The tickets whose players are in the match.
     pub fn tickets(&self) -> Vec<TicketId> {
         self.lock().tickets.clone()
-    }
-}
-
-/// Why a request could not be carried out. These are expected outcomes, mapped to gRPC codes in
-/// `api::error`; disk failures are a different type ([`StoreError`]).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Rejection {
-    #[error("{field}: {rule}")]
-    InvalidArgument { field: String, rule: String },
-    #[error("{what} {id:?} not found")]
-    NotFound { what: &'static str, id: String },
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("{0}")]
-    ResourceExhausted(String),
-}
-
-impl Rejection {
-    /// Bad input: names the field and the rule.
-    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
-        Self::InvalidArgument {
-            field: field.into(),
-            rule: rule.into(),
-        }
     }
 }
 
@@ -620,6 +570,11 @@ impl State {
             })
     }
 
+    /// A configured queue by id.
+    pub fn queue_of(&self, id: &QueueId) -> Option<Arc<QueueInfo>> {
+        self.inner.queues.get(id).cloned()
+    }
+
     /// All configured queues in name order.
     pub fn queues(&self) -> impl Iterator<Item = &Arc<QueueInfo>> {
         self.inner.queues.values()
@@ -701,16 +656,16 @@ impl State {
             match &guard.status {
                 PlayerStatus::Idle => {}
                 PlayerStatus::Queued(t) => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "player {} is already queued (ticket {t})",
-                        slot.id
-                    )));
+                    return Err(Rejection::AlreadyQueued {
+                        player: slot.id.clone(),
+                        ticket: t.clone(),
+                    });
                 }
                 PlayerStatus::InMatch(m) => {
-                    return Err(Rejection::FailedPrecondition(format!(
-                        "player {} is in live match {m}",
-                        slot.id
-                    )));
+                    return Err(Rejection::InMatch {
+                        player: slot.id.clone(),
+                        match_id: m.clone(),
+                    });
                 }
             }
         }
@@ -1102,10 +1057,10 @@ impl State {
             let mut inner = m.lock();
             match inner.phase {
                 MatchPhase::Completed => {
-                    return Err(already_completed(&m.id));
+                    return Err(Rejection::for_match(&m.id, MatchRefusal::Completed));
                 }
                 MatchPhase::Completing => {
-                    return Err(result_in_flight(&m.id));
+                    return Err(Rejection::for_match(&m.id, MatchRefusal::ResultInFlight));
                 }
                 MatchPhase::Cancelled => return Ok(()),
                 _ => {}
@@ -1366,10 +1321,7 @@ impl State {
                 return Ok((entry, previous));
             }
         }
-        Err(Rejection::FailedPrecondition(format!(
-            "match {} kept changing while its result was computed; report it again",
-            m.id
-        )))
+        Err(Rejection::for_match(&m.id, MatchRefusal::KeptChanging))
     }
 
     /// Gives a claimed match back after its result could not be journaled.
@@ -1386,28 +1338,26 @@ impl State {
         match inner.phase {
             MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started => {}
             MatchPhase::Completing => {
-                return Err(result_in_flight(&m.id));
+                return Err(Rejection::for_match(&m.id, MatchRefusal::ResultInFlight));
             }
             MatchPhase::ReadyCheck => {
-                return Err(Rejection::FailedPrecondition(format!(
-                    "match {} is waiting for its players to accept; it has not started",
-                    m.id
-                )));
+                return Err(Rejection::for_match(
+                    &m.id,
+                    MatchRefusal::AwaitingReadyCheck,
+                ));
             }
             MatchPhase::Cancelled => {
-                return Err(Rejection::FailedPrecondition(format!(
-                    "match {} was cancelled; it has no result",
-                    m.id
-                )));
+                return Err(Rejection::for_match(&m.id, MatchRefusal::Cancelled));
             }
             MatchPhase::Completed => {
-                return Err(already_completed(&m.id));
+                return Err(Rejection::for_match(&m.id, MatchRefusal::Completed));
             }
         }
         Ok(inner.assignment.clone())
     }
 
-    /// The journal entry of a result for `assignment`, from the players' current records.
+    /// The journal entry of a result for `assignment`, from the players' and parties' current
+    /// records: [`results::compute`] at the wall clock's time.
     fn compute_result(
         &self,
         m: &MatchSlot,
@@ -1416,110 +1366,59 @@ impl State {
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
     ) -> Result<JournalEntry, Rejection> {
-        let queue = self.queue("queue", m.queue.as_str())?;
-        // Players who left a backfilled match are abandons whether or not the report says so.
-        let mut abandoned = abandoned.to_vec();
-        for p in &assignment.left {
-            if !abandoned.iter().any(|a| a == p.as_str()) {
-                abandoned.push(p.to_string());
-            }
-        }
-        let input: ResultInput =
-            results::validate(&assignment.teams, placements, performance, &abandoned)?;
-        let before: Vec<Vec<PoolRecord>> = assignment
-            .teams
-            .iter()
-            .map(|team| {
-                team.iter()
-                    .map(|p| {
-                        self.player(p, &queue.pool)
-                            .1
-                            .unwrap_or_else(|| self.initial_record(&queue))
-                    })
-                    .collect()
-            })
-            .collect();
-        let now = unix_now();
+        let queue = self
+            .queue_of(&m.queue)
+            .ok_or_else(|| Rejection::for_match(&m.id, MatchRefusal::QueueGone))?;
+        let before = results::Before {
+            players: assignment
+                .teams
+                .iter()
+                .map(|team| {
+                    team.iter()
+                        .map(|p| {
+                            self.player(p, &queue.pool)
+                                .1
+                                .unwrap_or_else(|| self.initial_record(&queue))
+                        })
+                        .collect()
+                })
+                .collect(),
+            parties: assignment
+                .parties
+                .iter()
+                .map(|members| self.party(&queue.pool, members))
+                .collect(),
+        };
         let ranker = QueueRanker::new(
             queue.config.ranking,
             &self.inner.config.ranking,
             &queue.config.rating,
         );
-        let (after, ack) = results::compute(
-            queue.id.as_str(),
+        let now = unix_now();
+        let computed = results::compute(
             &queue.config.rating,
             &ranker,
-            &assignment.teams,
+            &results::MatchFacts {
+                queue: queue.id.as_str(),
+                teams: &assignment.teams,
+                parties: &assignment.parties,
+                left: &assignment.left,
+            },
+            &results::Report {
+                placements,
+                performance,
+                abandoned,
+            },
             &before,
-            &input,
             now,
         )?;
-        let mut parties = Vec::new();
-        let inputs = if assignment.parties.is_empty() {
-            Vec::new()
-        } else {
-            results::player_inputs(&assignment.teams, &before, &input, now)
-        };
-        for members in &assignment.parties {
-            let Some(team) = assignment
-                .teams
-                .iter()
-                .position(|t| members.iter().all(|p| t.contains(p)))
-            else {
-                continue;
-            };
-            if members.iter().any(|p| input.abandoned.contains(p)) {
-                continue; // a party that broke up mid-match says nothing about the party
-            }
-            let party = self
-                .party(&queue.pool, members)
-                .unwrap_or_else(|| PartyRecord {
-                    skill: crate::rating::party_initial(
-                        &queue.config.rating,
-                        &members
-                            .iter()
-                            .map(|p| self.skill_for_matching(p, &queue))
-                            .collect::<Vec<_>>(),
-                    ),
-                    games: 0,
-                    last_played_unix: None,
-                });
-            let indices: Vec<usize> = members
-                .iter()
-                .filter_map(|p| assignment.teams[team].iter().position(|q| q == p))
-                .collect();
-            let skill = results::rate_party(
-                &queue.config.rating,
-                &inputs,
-                &input.placements,
-                team,
-                &indices,
-                &party,
-                now,
-            )?;
-            parties.push((
-                party_key(members),
-                PartyRecord {
-                    skill,
-                    games: party.games.saturating_add(1),
-                    last_played_unix: Some(now.floor() as i64),
-                },
-            ));
-        }
-        let records = assignment
-            .teams
-            .iter()
-            .flatten()
-            .cloned()
-            .zip(after.into_iter().flatten())
-            .collect();
         Ok(JournalEntry {
             match_id: m.id.clone(),
             applied_unix: now,
             pool: queue.pool.clone(),
-            records,
-            parties,
-            ack,
+            records: computed.records,
+            parties: computed.parties,
+            ack: computed.ack,
             kind: crate::store::EntryKind::Result,
             season: None,
         })

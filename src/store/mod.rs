@@ -13,8 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
-use crate::results::ResultAck;
-use crate::state::{PartyRecord, PoolRecord};
+use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 mod committer;
 

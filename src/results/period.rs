@@ -1,0 +1,39 @@
+//! Periodic Glicko pools: a player's results wait in the record until the rating period ends,
+//! then Glickman's batch update applies them together (Glickman 1999, "Parameter estimation in
+//! large dynamic paired comparison experiments").
+
+use crate::rating::{RatingError, SystemConfig};
+use crate::records::PoolRecord;
+
+/// Periodic systems: the rating period `now_unix` falls in, ⌊now / period length⌋.
+#[must_use]
+pub fn period_index(system: &SystemConfig, now_unix: f64) -> u64 {
+    (now_unix / system.rating_period_seconds()).floor().max(0.0) as u64
+}
+
+/// Closes `record`'s pending rating period if it ended before period `current`: the skill
+/// becomes Glickman's batch update from the period's results (after the deviation growth of
+/// any idle periods since the previous one), nothing is pending, and `last_played_unix` is
+/// the period's end (so the next close counts idle periods from there). Returns whether the
+/// record changed.
+pub fn close_period(
+    system: &SystemConfig,
+    record: &mut PoolRecord,
+    current: u64,
+) -> Result<bool, RatingError> {
+    let Some(pending) = record.period.as_deref() else {
+        return Ok(false);
+    };
+    if pending.index >= current {
+        return Ok(false);
+    }
+    let length = system.rating_period_seconds();
+    let start = pending.index as f64 * length;
+    let idle = record
+        .last_played_unix
+        .map_or(0.0, |t| (start - t as f64).max(0.0));
+    record.skill = system.rate_period(&record.skill, &pending.results, idle)?;
+    record.last_played_unix = Some(((pending.index + 1) as f64 * length).floor() as i64);
+    record.period = None;
+    Ok(true)
+}

@@ -1,0 +1,446 @@
+//! The result computation against the rating systems it calls.
+
+use super::party::rate_party;
+use super::*;
+use crate::rating::Skill;
+use crate::rating::glicko2;
+
+fn record(mean: f64, deviation: f64) -> PoolRecord {
+    PoolRecord {
+        skill: Skill {
+            mean,
+            deviation,
+            volatility: 0.06,
+        },
+        rank_points: 0,
+        games: 0,
+        wins: 0,
+        last_played_unix: None,
+        ladder_floor: 0,
+        win_streak: 0,
+        period: None,
+    }
+}
+
+fn ids(names: &[&[&str]]) -> Vec<Vec<PlayerId>> {
+    names
+        .iter()
+        .map(|t| t.iter().map(|&n| PlayerId::from(n)).collect())
+        .collect()
+}
+
+fn input(placements: &[u32], abandoned: &[&str]) -> ResultInput {
+    ResultInput {
+        placements: placements.to_vec(),
+        performance: BTreeMap::new(),
+        abandoned: abandoned.iter().map(|&a| PlayerId::from(a)).collect(),
+    }
+}
+
+#[test]
+fn a_1v1_result_equals_the_rating_library_on_the_same_inputs() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a"], &["b"]]);
+    let before = vec![vec![record(1600.0, 120.0)], vec![record(1500.0, 200.0)]];
+    let (after, ack) = rate_players(
+        "1v1",
+        &system,
+        &NoRanking,
+        &teams,
+        &before,
+        &input(&[2, 1], &[]),
+        1e9,
+    )
+    .unwrap();
+    let expected = system
+        .rate(&MatchInput {
+            teams: &[
+                vec![PlayerInput::new(before[0][0].skill)],
+                vec![PlayerInput::new(before[1][0].skill)],
+            ],
+            placements: &[2, 1],
+        })
+        .unwrap();
+    assert_eq!(after[0][0].skill, expected[0][0]);
+    assert_eq!(after[1][0].skill, expected[1][0]);
+    assert!(after[1][0].skill.mean > 1500.0 && after[0][0].skill.mean < 1600.0);
+    assert_eq!((after[1][0].wins, after[1][0].games), (1, 1));
+    assert_eq!((after[0][0].wins, after[0][0].games), (0, 1));
+    assert_eq!(after[0][0].last_played_unix, Some(1_000_000_000));
+    assert_eq!(ack.changes.len(), 2);
+    assert_eq!(ack.changes[0].before, before[0][0].skill);
+}
+
+#[test]
+fn inactivity_since_the_last_game_widens_the_deviation_first() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a"], &["b"]]);
+    let mut fresh = vec![vec![record(1500.0, 60.0)], vec![record(1500.0, 60.0)]];
+    let (recent, _) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &fresh,
+        &input(&[1, 2], &[]),
+        0.0,
+    )
+    .unwrap();
+    fresh[0][0].last_played_unix = Some(0);
+    let a_year = 365.0 * 86400.0;
+    let (idle, _) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &fresh,
+        &input(&[1, 2], &[]),
+        a_year,
+    )
+    .unwrap();
+    // The idle winner was less certain, so it moves further.
+    assert!(idle[0][0].skill.mean - 1500.0 > recent[0][0].skill.mean - 1500.0);
+}
+
+#[test]
+fn an_abandoner_takes_a_loss_and_the_one_who_stayed_is_unchanged() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["quitter"], &["stayer"]]);
+    let before = vec![vec![record(1500.0, 100.0)], vec![record(1500.0, 100.0)]];
+    // Even if the report says the quitter won, they lose.
+    let (after, ack) = rate_players(
+        "1v1",
+        &system,
+        &NoRanking,
+        &teams,
+        &before,
+        &input(&[1, 2], &["quitter"]),
+        0.0,
+    )
+    .unwrap();
+    assert!(after[0][0].skill.mean < 1500.0);
+    assert_eq!(after[0][0].wins, 0);
+    assert_eq!(
+        after[1][0], before[1][0],
+        "a quit is not a win for the stayer"
+    );
+    assert_eq!(ack.changes[1].before, ack.changes[1].after);
+}
+
+#[test]
+fn validation_names_the_field() {
+    let teams = ids(&[&["a"], &["b"]]);
+    let none = BTreeMap::new();
+    let e = validate(&teams, &[1], &none, &[]).unwrap_err().to_string();
+    assert!(e.starts_with("placements:"), "{e}");
+    let e = validate(&teams, &[1, 3], &none, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("placements[1]:"), "{e}");
+    let e = validate(&teams, &[1, 0], &none, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("placements[1]:"), "{e}");
+    let perf = BTreeMap::from([("zed".to_string(), 1.0)]);
+    let e = validate(&teams, &[1, 2], &perf, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("performance[\"zed\"]"), "{e}");
+    let perf = BTreeMap::from([("a".to_string(), f64::NAN)]);
+    let e = validate(&teams, &[1, 2], &perf, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("finite"), "{e}");
+    let perf = BTreeMap::from([("a".to_string(), 2e9)]);
+    let e = validate(&teams, &[1, 2], &perf, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("performance[\"a\"]") && e.contains("1e9"),
+        "{e}"
+    );
+    let e = validate(&teams, &[1, 2], &none, &["a".into(), "a".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("abandoned_player_ids[1]"), "{e}");
+    let ok = validate(&teams, &[1, 1], &none, &[]).unwrap();
+    assert_eq!(ok.placements, vec![1, 1]);
+}
+
+#[test]
+fn a_party_that_wins_rises_as_a_unit_and_its_mates_are_untouched() {
+    let system = SystemConfig::WengLinBt(crate::rating::weng_lin::Config::default());
+    let wl = |mean| PoolRecord {
+        skill: Skill {
+            mean,
+            deviation: 25.0 / 3.0,
+            volatility: 0.0,
+        },
+        ..record(0.0, 1.0)
+    };
+    let before = vec![
+        vec![wl(25.0), wl(25.0), wl(25.0)],
+        vec![wl(25.0), wl(25.0), wl(25.0)],
+    ];
+    let party = PartyRecord {
+        skill: Skill {
+            mean: 20.0,
+            deviation: 6.0,
+            volatility: 0.0,
+        },
+        games: 3,
+        last_played_unix: None,
+    };
+    let teams = ids(&[&["a", "b", "c"], &["d", "e", "f"]]);
+    let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), 0.0);
+    let won = rate_party(&system, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0).unwrap();
+    let lost = rate_party(&system, &inputs, &[2, 1], 0, &[0, 1], &party, 0.0).unwrap();
+    assert!(won.mean > party.skill.mean && lost.mean < party.skill.mean);
+    assert!(won.deviation < party.skill.deviation);
+    let e = rate_party(&system, &inputs, &[1], 0, &[0], &party, 0.0).unwrap_err();
+    assert!(e.to_string().contains("placements"), "{e}");
+}
+
+#[test]
+fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
+    // Glicko-2: a party idle for a year is less certain going in, so it moves further.
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let before = vec![
+        vec![record(1500.0, 80.0), record(1500.0, 80.0)],
+        vec![record(1500.0, 80.0), record(1500.0, 80.0)],
+    ];
+    let teams = ids(&[&["a", "b"], &["c", "d"]]);
+    let now = 400.0 * 86_400.0;
+    let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), now);
+    let party = |last_played_unix| PartyRecord {
+        skill: Skill {
+            mean: 1500.0,
+            deviation: 80.0,
+            volatility: 0.06,
+        },
+        games: 10,
+        last_played_unix,
+    };
+    let fresh = rate_party(
+        &system,
+        &inputs,
+        &[1, 2],
+        0,
+        &[0, 1],
+        &party(Some(now as i64)),
+        now,
+    )
+    .unwrap();
+    let idle = rate_party(
+        &system,
+        &inputs,
+        &[1, 2],
+        0,
+        &[0, 1],
+        &party(Some((now - 365.0 * 86_400.0) as i64)),
+        now,
+    )
+    .unwrap();
+    assert!(idle.deviation > fresh.deviation, "{idle:?} vs {fresh:?}");
+    assert!(
+        idle.mean - 1500.0 > fresh.mean - 1500.0,
+        "{idle:?} vs {fresh:?}"
+    );
+
+    // Elo: the members' productivity counts, as in their own update (SPEC §3.4).
+    let elo = SystemConfig::Elo(crate::rating::elo::Config::default());
+    let before = vec![
+        vec![record(1500.0, 0.0), record(1500.0, 0.0)],
+        vec![record(1500.0, 0.0), record(1500.0, 0.0)],
+    ];
+    let party = PartyRecord {
+        skill: Skill {
+            mean: 1500.0,
+            deviation: 0.0,
+            volatility: 0.0,
+        },
+        games: 10,
+        last_played_unix: None,
+    };
+    let mut productive = input(&[1, 2], &[]);
+    let mut idle = input(&[1, 2], &[]);
+    for (p, perf) in [("a", 1500.0), ("b", 1500.0), ("c", 1000.0), ("d", 1000.0)] {
+        productive.performance.insert(PlayerId::from(p), perf);
+        idle.performance.insert(PlayerId::from(p), 1500.0);
+    }
+    let gain = |input: &ResultInput| {
+        let inputs = player_inputs(&teams, &before, input, 0.0);
+        rate_party(&elo, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0)
+            .unwrap()
+            .mean
+            - 1500.0
+    };
+    assert!(
+        gain(&productive) > gain(&idle),
+        "losers far below their expected productivity: {} vs {}",
+        gain(&productive),
+        gain(&idle)
+    );
+}
+
+#[test]
+fn a_periodic_pool_keeps_results_until_the_period_ends_then_applies_them_in_one_batch() {
+    let config = glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        inactivity_granularity_seconds: 0.0,
+        ..glicko2::Config::default()
+    };
+    let system = SystemConfig::Glicko2(config);
+    let period = system.rating_period_seconds();
+    let teams = ids(&[&["a"], &["b"]]);
+    let fresh = vec![vec![record(1500.0, 200.0)], vec![record(1500.0, 200.0)]];
+    // Two wins for `a` in period 10: ratings stay, results pile up.
+    let t1 = 10.0 * period + 60.0;
+    let (after1, ack) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &fresh,
+        &input(&[1, 2], &[]),
+        t1,
+    )
+    .unwrap();
+    assert_eq!(after1[0][0].skill, fresh[0][0].skill);
+    assert_eq!(ack.changes[0].before, ack.changes[0].after);
+    let (after2, _) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &after1,
+        &input(&[1, 2], &[]),
+        t1 + 60.0,
+    )
+    .unwrap();
+    let pending = after2[0][0].period.as_deref().unwrap();
+    assert_eq!((pending.index, pending.results.len()), (10, 2));
+    assert!(pending.results.iter().all(|r| r.score == 1.0));
+    assert_eq!(
+        after2[1][0].period.as_deref().unwrap().results[0].score,
+        0.0
+    );
+    assert_eq!(after2[0][0].games, 2);
+
+    // Closing period 10 is Glickman's batch update of both results.
+    let expected = system
+        .rate_period(&fresh[0][0].skill, &pending.results, 0.0)
+        .unwrap();
+    let mut closed = after2[0][0].clone();
+    assert!(close_period(&system, &mut closed, 11).unwrap());
+    assert_eq!(closed.skill, expected);
+    assert!(closed.skill.mean > 1500.0 && closed.period.is_none());
+    assert_eq!(closed.last_played_unix, Some((11.0 * period) as i64));
+    assert!(
+        !close_period(&system, &mut closed, 12).unwrap(),
+        "nothing pending"
+    );
+
+    // A match in period 13 closes period 10 first (after two idle periods) and starts 13.
+    let (after3, ack) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &after2,
+        &input(&[2, 1], &[]),
+        13.0 * period + 5.0,
+    )
+    .unwrap();
+    assert_eq!(
+        ack.changes[0].before, expected,
+        "the ack starts from the closed period"
+    );
+    assert_eq!(
+        after3[0][0].skill, expected,
+        "and the new result waits for period 13"
+    );
+    let p13 = after3[0][0].period.as_deref().unwrap();
+    assert_eq!((p13.index, p13.results.len()), (13, 1));
+    assert_eq!(p13.results[0].score, 0.0);
+    // Closing 13 first grows the deviation for the idle periods 11 and 12.
+    let mut closed13 = after3[0][0].clone();
+    assert!(close_period(&system, &mut closed13, 14).unwrap());
+    let idle = system
+        .rate_period(&expected, &p13.results, 2.0 * period)
+        .unwrap();
+    assert_eq!(closed13.skill, idle);
+    let no_idle = system.rate_period(&expected, &p13.results, 0.0).unwrap();
+    assert!(idle.deviation > no_idle.deviation);
+}
+
+#[test]
+fn a_tie_is_a_draw_for_counters() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a"], &["b"]]);
+    let before = vec![vec![record(1500.0, 100.0)], vec![record(1500.0, 100.0)]];
+    let (after, _) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &before,
+        &input(&[1, 1], &[]),
+        0.0,
+    )
+    .unwrap();
+    assert_eq!(after[0][0].wins + after[1][0].wins, 0);
+    assert_eq!(after[0][0].games, 1);
+}
+
+#[test]
+fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a", "b"], &["c", "d"]]);
+    let parties = ids(&[&["a", "b"]]);
+    let left = [PlayerId::from("d")];
+    let before = Before {
+        players: vec![
+            vec![record(1500.0, 100.0), record(1600.0, 100.0)],
+            vec![record(1500.0, 100.0), record(1500.0, 100.0)],
+        ],
+        parties: vec![None],
+    };
+    let none = BTreeMap::new();
+    let facts = MatchFacts {
+        queue: "2v2",
+        teams: &teams,
+        parties: &parties,
+        left: &left,
+    };
+    // The report says team 2 won, but `d` left: team 2 is rated as last.
+    let report = Report {
+        placements: &[2, 1],
+        performance: &none,
+        abandoned: &[],
+    };
+    let out = compute(&system, &NoRanking, &facts, &report, &before, 0.0).unwrap();
+    let after: BTreeMap<&str, &PoolRecord> =
+        out.records.iter().map(|(p, r)| (p.as_str(), r)).collect();
+    assert!(after["d"].skill.mean < 1500.0, "the leaver lost");
+    assert_eq!(after["d"].wins, 0);
+    assert_eq!(out.ack.queue, "2v2");
+    assert_eq!(out.ack.changes.len(), 4);
+    // The party starts from its members' skills and is rated as a unit.
+    assert_eq!(out.parties.len(), 1);
+    let (key, party) = &out.parties[0];
+    assert_eq!(key, &crate::records::party_key(&parties[0]));
+    assert_eq!(party.games, 1);
+    let start = crate::rating::party_initial(
+        &system,
+        &[before.players[0][0].skill, before.players[0][1].skill],
+    );
+    assert_ne!(party.skill, start, "the party was rated");
+    // A report naming a player outside the match is refused before anything is computed.
+    let bad = Report {
+        abandoned: &["zed".to_string()],
+        ..report
+    };
+    let e = compute(&system, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
+    assert!(e.to_string().starts_with("abandoned_player_ids[0]"), "{e}");
+}
