@@ -14,6 +14,7 @@ use crate::matching::{MatchingConfig, Shape};
 use crate::ranking::RankingConfig;
 pub use crate::ranking::RankingKind;
 use crate::rating::SystemConfig;
+use crate::store::StoreConfig;
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -111,15 +112,6 @@ fn default_finished_ticket_retention_seconds() -> f64 {
 
 fn default_ticket_heartbeat_seconds() -> f64 {
     30.0
-}
-
-/// sled settings.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StoreConfig {
-    pub cache_capacity_bytes: u64,
-    pub snapshot_interval_seconds: u64,
-    pub journal_buffer: usize,
 }
 
 /// Authentication (SPEC §2 Auth). Off by default for local development.

@@ -149,7 +149,7 @@ impl Ledger {
             Ok(out)
         })
         .await
-        .map_err(|e| ReportError::Store(StoreError::Sled(format!("admin task failed: {e}"))))?
+        .map_err(|e| ReportError::Store(StoreError::Task(e)))?
     }
 
     /// Takes a snapshot now (blocking I/O runs off the async threads). Returns players written.
@@ -161,7 +161,7 @@ impl Ledger {
             state.snapshot(horizon).map(|n| (n, state.store_bytes()))
         })
         .await
-        .map_err(|e| StoreError::Sled(format!("snapshot task failed: {e}")))??;
+        .map_err(StoreError::Task)??;
         metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::gauge!(m::STORE_BYTES).set(bytes as f64);
         tracing::info!(

@@ -64,7 +64,7 @@ pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result
 
 /// Opens the configured store (before any port is bound, so a bad data dir fails fast).
 pub fn open_store(config: &Config) -> Result<Store, StoreError> {
-    Store::open(&config.server.data_dir, config.store.cache_capacity_bytes)
+    crate::store::open(&config.server.data_dir, &config.store)
 }
 
 /// Serves on an already-bound listener (tests bind 127.0.0.1:0 themselves).
@@ -116,7 +116,7 @@ async fn run_with_store_and_clock(
         players = state.player_count(),
         journal_replayed = replayed,
         live_matches = restored.len(),
-        data_dir = %store.path().display(),
+        store = %store.location(),
         "state loaded"
     );
     let (committer, committer_task) =

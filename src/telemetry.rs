@@ -146,7 +146,7 @@ pub fn describe() {
     describe_gauge!(
         STORE_BYTES,
         metrics::Unit::Bytes,
-        "Bytes the sled store uses on disk (at start and after each snapshot)"
+        "Bytes the store uses on disk (at start and after each snapshot)"
     );
     describe_counter!(STORE_ERRORS, "Store writes that failed, by operation");
     describe_counter!(MATCHES_CANCELLED, "Matches cancelled");

@@ -12,7 +12,6 @@ use matchmaker::proto;
 use matchmaker::ranking::{self, inversus};
 use matchmaker::rating::Skill;
 use matchmaker::state::PoolRecord;
-use matchmaker::store::Store;
 use tonic::Code;
 
 async fn play(
@@ -81,7 +80,8 @@ async fn inversus_rank_points_follow_the_ranking_library() {
 }
 
 fn seed(dir: &std::path::Path, players: &[(&str, u32, u32)]) {
-    let store = Store::open(dir, 1 << 20).unwrap();
+    let config = Config::from_toml_str("").unwrap();
+    let store = matchmaker::store::open(dir, &config.store).unwrap();
     for &(id, rp, floor) in players {
         let record = PoolRecord {
             skill: Skill {
@@ -98,10 +98,10 @@ fn seed(dir: &std::path::Path, players: &[(&str, u32, u32)]) {
             period: None,
         };
         store
-            .put_player(
+            .put_players(&[(
                 &PlayerId::from(id),
                 &BTreeMap::from([("5v5".to_string(), record)]),
-            )
+            )])
             .unwrap();
     }
     store.flush().unwrap();

@@ -527,7 +527,8 @@ async fn a_party_gets_its_own_rating_updated_by_its_results_and_persisted() {
             .unwrap();
         server.stop().await.unwrap();
     }
-    let store = matchmaker::store::Store::open(dir.path(), 1 << 20).unwrap();
+    let config = matchmaker::config::Config::from_toml_str("").unwrap();
+    let store = matchmaker::store::open(dir.path(), &config.store).unwrap();
     let parties = store.load_parties().unwrap();
     assert_eq!(parties.len(), 1);
     let record = &parties[0].1["2v2"];

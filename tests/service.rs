@@ -553,7 +553,8 @@ async fn graceful_shutdown_ends_streams_and_persists_players() {
         .expect("the watch stream ends at shutdown");
         assert!(rest <= 1);
     }
-    let store = matchmaker::store::Store::open(dir.path(), 1 << 20).unwrap();
+    let config = matchmaker::config::Config::from_toml_str("").unwrap();
+    let store = matchmaker::store::open(dir.path(), &config.store).unwrap();
     let players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
     assert_eq!(players.len(), 1);
     assert_eq!(players[0].0.as_str(), "keeper");

@@ -45,10 +45,15 @@ impl From<HandleError> for Status {
 
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "store failure");
-        crate::telemetry::store_error("request");
-        Status::internal(format!("storage failure: {e}"))
+        store_failure(&e)
     }
+}
+
+/// A storage failure: logged and counted here, INTERNAL to the caller.
+fn store_failure(e: &StoreError) -> Status {
+    tracing::error!(error = %e, "store failure");
+    crate::telemetry::store_error("request");
+    Status::internal(format!("storage failure: {e}"))
 }
 
 impl From<ReportError> for Status {
@@ -59,7 +64,7 @@ impl From<ReportError> for Status {
             ReportError::Commit(CommitError::Closed) => {
                 Status::unavailable("the result journal is shutting down; retry")
             }
-            ReportError::Commit(CommitError::Store(s)) => s.into(),
+            ReportError::Commit(CommitError::Store(s)) => store_failure(&s),
         }
     }
 }

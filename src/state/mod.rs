@@ -1191,7 +1191,7 @@ impl State {
             entry.entry(queue.pool.clone()).or_insert(record.clone());
             entry.clone()
         };
-        self.inner.store.put_parties([(&key, &pools)])?;
+        self.inner.store.put_parties(&[(&key, &pools)])?;
         Ok(pools[&queue.pool].skill)
     }
 
@@ -1594,9 +1594,8 @@ impl State {
                 .iter()
                 .map(|slot| (&slot.id, slot.lock().pools.to_map()))
                 .collect();
-            self.inner
-                .store
-                .put_players(records.iter().map(|(id, pools)| (*id, pools)))?;
+            let refs: Vec<_> = records.iter().map(|(id, pools)| (*id, pools)).collect();
+            self.inner.store.put_players(&refs)?;
         }
         let parties: Vec<(String, BTreeMap<String, PartyRecord>)> = self
             .inner
@@ -1604,9 +1603,12 @@ impl State {
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
-        self.inner
-            .store
-            .put_parties(parties.iter().map(|(k, v)| (k, v)))?;
+        self.inner.store.put_parties(
+            &parties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v))
+                .collect::<Vec<_>>(),
+        )?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(slots.len())
     }
@@ -1669,11 +1671,10 @@ mod tests {
         assert!(matches!(r.0, Records::One(_)));
     }
 
-    /// A state on a fresh store with one FORMED 1v1 match between `a` and `b`.
-    fn state_with_a_match() -> (tempfile::TempDir, State, Arc<MatchSlot>) {
-        let dir = tempfile::tempdir().unwrap();
+    /// A state on an in-memory store with one FORMED 1v1 match between `a` and `b`.
+    fn state_with_a_match() -> (State, Arc<MatchSlot>) {
         let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store = Store::open(dir.path(), 1 << 20).unwrap();
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
         let state = State::load(config, store).unwrap();
         let queue = state.queue("queue", "1v1").unwrap();
         let tickets: Vec<Arc<TicketSlot>> = ["a", "b"]
@@ -1708,12 +1709,12 @@ mod tests {
             None,
             BTreeMap::new(),
         );
-        (dir, state, m)
+        (state, m)
     }
 
     #[test]
     fn a_result_being_journaled_holds_its_match_until_applied_or_given_back() {
-        let (_dir, state, m) = state_with_a_match();
+        let (state, m) = state_with_a_match();
         let none = BTreeMap::new();
         let (entry, previous) = state.prepare_result(&m, &[1, 2], &none, &[]).unwrap();
         assert_eq!(previous, MatchPhase::Formed);

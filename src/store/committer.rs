@@ -19,8 +19,9 @@ const MAX_BATCH: usize = 4096;
 /// Why a commit did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
+    /// The batch this entry was in could not be written; the journal refuses further entries.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(Arc<StoreError>),
     #[error("the result journal is shutting down")]
     Closed,
 }
@@ -147,11 +148,9 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
                 // acknowledged either. Callers get the error; the server must restart.
                 tracing::error!(error = %e, "result journal write failed; refusing further results");
                 crate::telemetry::store_error("journal");
-                let msg = e.to_string();
+                let e = Arc::new(e);
                 for r in batch.drain(..) {
-                    let _ = r
-                        .reply
-                        .send(Err(CommitError::Store(StoreError::Sled(msg.clone()))));
+                    let _ = r.reply.send(Err(CommitError::Store(e.clone())));
                 }
                 rx.close();
                 while let Some(r) = rx.recv().await {

@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::Config;
 use crate::ids::PlayerId;
 use crate::state::{PoolRecord, State};
-use crate::store::Store;
 
 /// SPEC §10's bound.
 pub const TARGET_MIB: f64 = 512.0;
@@ -89,7 +88,7 @@ fn write(
     players: usize,
     dir: &Path,
 ) -> anyhow::Result<()> {
-    let store = Store::open(dir, config.store.cache_capacity_bytes)?;
+    let store = crate::store::open(dir, &config.store)?;
     let mut rng = StdRng::seed_from_u64(7);
     let initial = q.rating.initial();
     const BATCH: usize = 10_000;
@@ -118,7 +117,12 @@ fn write(
                 )
             })
             .collect();
-        store.put_players(rows.iter().map(|(id, pools)| (id, pools)))?;
+        store.put_players(
+            &rows
+                .iter()
+                .map(|(id, pools)| (id, pools))
+                .collect::<Vec<_>>(),
+        )?;
         done += n;
     }
     store.flush()?;
@@ -141,7 +145,7 @@ pub fn load_and_measure(
         .unwrap_or_else(|| queue.to_string());
     let baseline = rss_bytes()?;
     let started = Instant::now();
-    let store = Store::open(&dir, config.store.cache_capacity_bytes)?;
+    let store = crate::store::open(&dir, &config.store)?;
     let state = State::load(Arc::new(config), store)?;
     state.rebuild_rank_indexes();
     let load_seconds = started.elapsed().as_secs_f64();

@@ -1,0 +1,291 @@
+//! What every storage backend must do, as tests run against each of them. A new backend adds
+//! one line per test at the bottom with its own `reopen` (a fresh handle on the same data).
+
+use std::collections::BTreeMap;
+
+use super::memory::MemoryStore;
+use super::sled::SledStore;
+use super::*;
+use crate::rating::Skill;
+
+type Reopen<'a> = &'a mut dyn FnMut() -> Store;
+
+fn record(mean: f64) -> BTreeMap<String, PoolRecord> {
+    BTreeMap::from([(
+        "1v1".to_string(),
+        PoolRecord {
+            skill: Skill {
+                mean,
+                deviation: 80.0,
+                volatility: 0.06,
+            },
+            rank_points: 1234,
+            games: 7,
+            wins: 4,
+            last_played_unix: Some(1_700_000_000),
+            ladder_floor: 0,
+            win_streak: 0,
+            period: None,
+        },
+    )])
+}
+
+fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
+    JournalEntry {
+        match_id: MatchId::from(match_id),
+        applied_unix: 1.0,
+        pool: "1v1".into(),
+        records: vec![(PlayerId::from(player), record(mean)["1v1"].clone())],
+        parties: Vec::new(),
+        ack: ResultAck {
+            queue: "1v1".into(),
+            changes: Vec::new(),
+        },
+        kind: EntryKind::Result,
+        season: None,
+    }
+}
+
+fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
+    StoredMatch {
+        match_id: MatchId::from(id),
+        queue: "1v1".into(),
+        teams: vec![vec![PlayerId::from("a")], vec![PlayerId::from("b")]],
+        win_probability: vec![0.5, 0.5],
+        region: None,
+        server_address: server.into(),
+        formed_unix,
+        parties: Vec::new(),
+        backfill: Vec::new(),
+        left: Vec::new(),
+        roles: BTreeMap::new(),
+    }
+}
+
+fn encoded(matches: &[StoredMatch]) -> Vec<Vec<u8>> {
+    matches.iter().map(|m| encode_match(m).unwrap()).collect()
+}
+
+fn players_and_parties_survive_a_reopen(reopen: Reopen<'_>) {
+    {
+        let store = reopen();
+        let (p1, p2) = (PlayerId::from("p1"), PlayerId::from("p2"));
+        store
+            .put_players(&[(&p1, &record(1500.0)), (&p2, &record(1600.0))])
+            .unwrap();
+        store.put_players(&[(&p1, &record(1510.0))]).unwrap();
+        let party = BTreeMap::from([(
+            "2v2".to_string(),
+            PartyRecord {
+                skill: record(1400.0)["1v1"].skill,
+                games: 2,
+                last_played_unix: None,
+            },
+        )]);
+        store.put_parties(&[("p1\u{1f}p2", &party)]).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
+    assert_eq!(
+        players,
+        vec![
+            (PlayerId::from("p1"), record(1510.0)),
+            (PlayerId::from("p2"), record(1600.0))
+        ]
+    );
+    assert_eq!(store.player_count(), 2);
+    let parties = store.load_parties().unwrap();
+    assert_eq!(parties.len(), 1);
+    assert_eq!(parties[0].0, "p1\u{1f}p2");
+    assert_eq!(parties[0].1["2v2"].games, 2);
+}
+
+fn the_journal_replays_in_order_and_a_snapshot_trims_it_but_keeps_acknowledgements(
+    reopen: Reopen<'_>,
+) {
+    {
+        let store = reopen();
+        assert_eq!(
+            (store.last_seq().unwrap(), store.snapshot_seq().unwrap()),
+            (0, 0)
+        );
+        store
+            .append_journal(1, &[entry("m1", "a", 1510.0), entry("m2", "b", 1490.0)])
+            .unwrap();
+        store
+            .append_journal(3, &[entry("m3", "a", 1520.0)])
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let replayed: Vec<(u64, String)> = store
+        .journal_after(1)
+        .map(|e| e.map(|(seq, e)| (seq, e.match_id.to_string())).unwrap())
+        .collect();
+    assert_eq!(replayed, vec![(2, "m2".to_string()), (3, "m3".to_string())]);
+    assert_eq!(store.last_seq().unwrap(), 3);
+    assert_eq!(
+        store
+            .result_of(&MatchId::from("m2"))
+            .unwrap()
+            .unwrap()
+            .queue,
+        "1v1"
+    );
+    assert_eq!(store.result_of(&MatchId::from("m9")).unwrap(), None);
+    store.finish_snapshot(2).unwrap();
+    assert_eq!(store.snapshot_seq().unwrap(), 2);
+    let left: Vec<u64> = store.journal_after(0).map(|e| e.unwrap().0).collect();
+    assert_eq!(left, vec![3]);
+    assert!(store.result_of(&MatchId::from("m1")).unwrap().is_some());
+    store.finish_snapshot(3).unwrap();
+    assert_eq!(store.journal_after(0).count(), 0);
+    assert_eq!(
+        store.last_seq().unwrap(),
+        3,
+        "sequence numbers never go back"
+    );
+}
+
+fn an_admin_entry_writes_season_state_but_no_acknowledgement(reopen: Reopen<'_>) {
+    let store = reopen();
+    let p1 = PlayerId::from("p1");
+    let rank = SeasonRank {
+        player: "p1".into(),
+        tier: "Master".into(),
+        rank_points: 1350,
+        mean_week_rp: Some(1300.0),
+        place: Some(1),
+    };
+    let admin = |week_rp, ranks| JournalEntry {
+        match_id: MatchId::new("admin:season-reset:soft:lad:1:1"),
+        pool: "lad".into(),
+        kind: EntryKind::Admin,
+        season: Some(SeasonWrite {
+            state: SeasonState { season: 1, week: 1 },
+            week_rp,
+            ranks,
+        }),
+        ..entry("unused", "p1", 1500.0)
+    };
+    store
+        .append_journal(
+            1,
+            &[
+                admin(Some((1, 1, vec![(p1.clone(), 1350)])), None),
+                admin(None, Some((1, vec![rank.clone()]))),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        store
+            .result_of(&MatchId::new("admin:season-reset:soft:lad:1:1"))
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.season_state("lad").unwrap(),
+        SeasonState { season: 1, week: 1 }
+    );
+    assert_eq!(store.season_state("other").unwrap(), SeasonState::default());
+    assert_eq!(
+        store.week_rp("lad", 1).unwrap(),
+        vec![vec![(p1.clone(), 1350)]]
+    );
+    assert!(store.week_rp("lad", 2).unwrap().is_empty());
+    assert_eq!(store.player_weeks("lad", &p1).unwrap(), vec![(1, 1, 1350)]);
+    assert_eq!(
+        store.player_season_ranks("lad", &p1).unwrap(),
+        vec![(1, rank.clone())]
+    );
+    assert_eq!(store.season_ranks("lad", 1).unwrap(), Some(vec![rank]));
+    assert_eq!(store.season_ranks("lad", 2).unwrap(), None);
+    // A snapshot trims the entries but keeps the season records.
+    store.finish_snapshot(2).unwrap();
+    assert_eq!(store.journal_after(0).count(), 0);
+    assert_eq!(store.season_state("lad").unwrap().week, 1);
+    assert_eq!(store.player_weeks("lad", &p1).unwrap().len(), 1);
+}
+
+fn live_matches_load_newest_copy_without_ended_ones_across_a_reopen(reopen: Reopen<'_>) {
+    {
+        let store = reopen();
+        store
+            .put_segments(
+                &[
+                    (
+                        1,
+                        &encoded(&[stored("m1", "s1", 1.0), stored("m2", "s1", 2.0)]),
+                    ),
+                    (2, &encoded(&[stored("m3", "s2", 3.0)])),
+                ],
+                &[],
+            )
+            .unwrap();
+        // m1 rewritten (a backfill) into segment 3; m3 cancelled, segment 2 dropped with it.
+        store
+            .put_segments(&[(3, &encoded(&[stored("m1", "s1-again", 1.0)]))], &[])
+            .unwrap();
+        store.end_matches(&[MatchId::from("m3")], &[2]).unwrap();
+        // m2's stale copy in segment 1 must not outlive a cancel either.
+        store.end_matches(&[MatchId::from("m2")], &[]).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let (live, last) = store.load_matches().unwrap();
+    let ids: Vec<(&str, &str)> = live
+        .iter()
+        .map(|m| (m.match_id.as_str(), m.server_address.as_str()))
+        .collect();
+    assert_eq!(ids, vec![("m1", "s1-again")]);
+    assert_eq!(last, 3);
+    // Compaction leaves exactly the survivors, in the given segments, with no marks.
+    let more = [stored("m4", "s4", 4.0)];
+    store
+        .compact_matches(&[(4, &encoded(&live)), (5, &encoded(&more))])
+        .unwrap();
+    let (again, last) = store.load_matches().unwrap();
+    assert_eq!(again, vec![live[0].clone(), more[0].clone()]);
+    assert_eq!(last, 5);
+    store.compact_matches(&[]).unwrap();
+    assert_eq!(store.load_matches().unwrap(), (Vec::new(), 0));
+}
+
+fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
+    move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
+}
+
+fn memory_reopen() -> impl FnMut() -> Store {
+    let store: Store = Arc::new(MemoryStore::default());
+    move || store.clone()
+}
+
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sled_backend {
+            $(
+                #[test]
+                fn $name() {
+                    let dir = tempfile::tempdir().unwrap();
+                    super::$name(&mut super::sled_reopen(dir.path()));
+                }
+            )*
+        }
+        mod memory_backend {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&mut super::memory_reopen());
+                }
+            )*
+        }
+    };
+}
+
+on_every_backend!(
+    players_and_parties_survive_a_reopen,
+    the_journal_replays_in_order_and_a_snapshot_trims_it_but_keeps_acknowledgements,
+    an_admin_entry_writes_season_state_but_no_acknowledgement,
+    live_matches_load_newest_copy_without_ended_ones_across_a_reopen,
+);

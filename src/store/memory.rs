@@ -1,0 +1,285 @@
+//! A backend in memory, for tests: the same contract as the embedded store without a disk
+//! (a flush makes nothing more durable). It proves that the state needs nothing of sled and
+//! that the contract tests say what a backend must do.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use super::{
+    EntryKind, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
+    StoredPlayer,
+};
+use crate::ids::{MatchId, PlayerId};
+use crate::ranking::RankPoints;
+use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::records::{PartyRecord, PoolRecord, ResultAck};
+
+/// Everything the store holds, under one lock.
+#[derive(Default)]
+struct Data {
+    players: BTreeMap<PlayerId, BTreeMap<String, PoolRecord>>,
+    parties: BTreeMap<String, BTreeMap<String, PartyRecord>>,
+    journal: BTreeMap<u64, JournalEntry>,
+    acks: HashMap<MatchId, ResultAck>,
+    snapshot_seq: u64,
+    seasons: BTreeMap<String, SeasonState>,
+    /// (pool, season, week) → end-of-week RP.
+    weeks: BTreeMap<(String, u32, u32), Vec<(PlayerId, RankPoints)>>,
+    /// (pool, player, season, week) → RP.
+    player_weeks: BTreeMap<(String, PlayerId, u32, u32), RankPoints>,
+    /// (pool, season) → ranks.
+    ranks: BTreeMap<(String, u32), Vec<SeasonRank>>,
+    /// (pool, player, season) → rank.
+    player_ranks: BTreeMap<(String, String, u32), SeasonRank>,
+    segments: BTreeMap<u64, Vec<StoredMatch>>,
+    ended: HashSet<MatchId>,
+}
+
+/// The in-memory backend.
+#[derive(Default)]
+pub struct MemoryStore(Mutex<Data>);
+
+impl MemoryStore {
+    fn data(&self) -> std::sync::MutexGuard<'_, Data> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn decode_segment(matches: &[Vec<u8>]) -> Result<Vec<StoredMatch>, StoreError> {
+    matches
+        .iter()
+        .map(|m| {
+            serde_json::from_slice(m).map_err(|e| StoreError::Decode {
+                key: "segment".into(),
+                detail: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+impl Storage for MemoryStore {
+    fn location(&self) -> String {
+        "memory".into()
+    }
+
+    fn load_players(&self) -> Result<Box<dyn Iterator<Item = StoredPlayer> + '_>, StoreError> {
+        let players: Vec<StoredPlayer> = self
+            .data()
+            .players
+            .iter()
+            .map(|(id, pools)| Ok((id.clone(), pools.clone())))
+            .collect();
+        Ok(Box::new(players.into_iter()))
+    }
+
+    fn put_players(
+        &self,
+        records: &[(&PlayerId, &BTreeMap<String, PoolRecord>)],
+    ) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (id, pools) in records {
+            data.players.insert((*id).clone(), (*pools).clone());
+        }
+        Ok(())
+    }
+
+    fn player_count(&self) -> usize {
+        self.data().players.len()
+    }
+
+    fn load_parties(&self) -> Result<Vec<StoredParty>, StoreError> {
+        Ok(self
+            .data()
+            .parties
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn put_parties(
+        &self,
+        records: &[(&str, &BTreeMap<String, PartyRecord>)],
+    ) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (key, pools) in records {
+            data.parties.insert((*key).to_string(), (*pools).clone());
+        }
+        Ok(())
+    }
+
+    fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (i, entry) in entries.iter().enumerate() {
+            data.journal.insert(first_seq + i as u64, entry.clone());
+            if entry.kind == EntryKind::Result {
+                data.acks.insert(entry.match_id.clone(), entry.ack.clone());
+            }
+            let Some(season) = &entry.season else {
+                continue;
+            };
+            let pool = entry.pool.clone();
+            data.seasons.insert(pool.clone(), season.state);
+            if let Some((n, week, rp)) = &season.week_rp {
+                data.weeks.insert((pool.clone(), *n, *week), rp.clone());
+                for (player, points) in rp {
+                    data.player_weeks
+                        .insert((pool.clone(), player.clone(), *n, *week), *points);
+                }
+            }
+            if let Some((n, ranks)) = &season.ranks {
+                data.ranks.insert((pool.clone(), *n), ranks.clone());
+                for rank in ranks {
+                    data.player_ranks
+                        .insert((pool.clone(), rank.player.clone(), *n), rank.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn journal_after(
+        &self,
+        seq: u64,
+    ) -> Box<dyn Iterator<Item = Result<(u64, JournalEntry), StoreError>> + '_> {
+        let entries: Vec<_> = self
+            .data()
+            .journal
+            .range(seq.saturating_add(1)..)
+            .map(|(s, e)| Ok((*s, e.clone())))
+            .collect();
+        Box::new(entries.into_iter())
+    }
+
+    fn last_seq(&self) -> Result<u64, StoreError> {
+        let data = self.data();
+        let last = data.journal.keys().next_back().copied().unwrap_or(0);
+        Ok(last.max(data.snapshot_seq))
+    }
+
+    fn snapshot_seq(&self) -> Result<u64, StoreError> {
+        Ok(self.data().snapshot_seq)
+    }
+
+    fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
+        let mut data = self.data();
+        data.snapshot_seq = seq;
+        data.journal.retain(|&s, _| s > seq);
+        Ok(())
+    }
+
+    fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError> {
+        Ok(self.data().acks.get(match_id).cloned())
+    }
+
+    fn season_state(&self, pool: &str) -> Result<SeasonState, StoreError> {
+        Ok(self.data().seasons.get(pool).copied().unwrap_or_default())
+    }
+
+    fn week_rp(
+        &self,
+        pool: &str,
+        season: u32,
+    ) -> Result<Vec<Vec<(PlayerId, RankPoints)>>, StoreError> {
+        Ok(self
+            .data()
+            .weeks
+            .iter()
+            .filter(|((p, s, _), _)| p == pool && *s == season)
+            .map(|(_, rp)| rp.clone())
+            .collect())
+    }
+
+    fn player_weeks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, u32, RankPoints)>, StoreError> {
+        Ok(self
+            .data()
+            .player_weeks
+            .iter()
+            .filter(|((p, id, _, _), _)| p == pool && id == player)
+            .map(|((_, _, season, week), rp)| (*season, *week, *rp))
+            .collect())
+    }
+
+    fn player_season_ranks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, SeasonRank)>, StoreError> {
+        Ok(self
+            .data()
+            .player_ranks
+            .iter()
+            .filter(|((p, id, _), _)| p == pool && id == player.as_str())
+            .map(|((_, _, season), rank)| (*season, rank.clone()))
+            .collect())
+    }
+
+    fn season_ranks(&self, pool: &str, season: u32) -> Result<Option<Vec<SeasonRank>>, StoreError> {
+        Ok(self.data().ranks.get(&(pool.to_string(), season)).cloned())
+    }
+
+    fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {
+        let decoded: Vec<(u64, Vec<StoredMatch>)> = segments
+            .iter()
+            .map(|(id, m)| Ok((*id, decode_segment(m)?)))
+            .collect::<Result<_, StoreError>>()?;
+        let mut data = self.data();
+        data.segments.extend(decoded);
+        for d in dropped {
+            data.segments.remove(d);
+        }
+        Ok(())
+    }
+
+    fn end_matches(&self, ended: &[MatchId], dropped: &[u64]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        data.ended.extend(ended.iter().cloned());
+        for d in dropped {
+            data.segments.remove(d);
+        }
+        Ok(())
+    }
+
+    fn load_matches(&self) -> Result<(Vec<StoredMatch>, u64), StoreError> {
+        let data = self.data();
+        let mut newest: BTreeMap<MatchId, StoredMatch> = BTreeMap::new();
+        for matches in data.segments.values() {
+            for m in matches {
+                newest.insert(m.match_id.clone(), m.clone());
+            }
+        }
+        let mut live: Vec<StoredMatch> = newest
+            .into_values()
+            .filter(|m| !data.ended.contains(&m.match_id))
+            .collect();
+        live.sort_by(|a, b| a.formed_unix.total_cmp(&b.formed_unix));
+        let last = data.segments.keys().next_back().copied().unwrap_or(0);
+        Ok((live, last))
+    }
+
+    fn compact_matches(&self, segments: &[Segment<'_>]) -> Result<(), StoreError> {
+        let decoded: Vec<(u64, Vec<StoredMatch>)> = segments
+            .iter()
+            .map(|(id, m)| Ok((*id, decode_segment(m)?)))
+            .collect::<Result<_, StoreError>>()?;
+        let mut data = self.data();
+        data.segments = decoded.into_iter().collect();
+        data.ended.clear();
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn flush_async(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}
