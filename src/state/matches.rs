@@ -1,0 +1,428 @@
+//! Matches from formed to ended: allocation to a game server, cancel, the allocation timeout,
+//! and releasing their players.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{
+    Placement, PlayerStatus, ReadyView, Release, ServerHandle, State, TicketSlot, TicketState,
+    TicketView, segments, unix_now,
+};
+use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
+use crate::records::ResultAck;
+use crate::rejection::{MatchRefusal, Rejection};
+
+/// A formed match as clients and servers see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Assignment {
+    pub match_id: MatchId,
+    pub queue: QueueId,
+    pub teams: Vec<Vec<PlayerId>>,
+    pub win_probability: Vec<f64>,
+    pub region: Option<String>,
+    /// Empty until a game server took the match.
+    pub server_address: String,
+    /// Pre-made parties (2+ players who queued together), for party skill (SPEC §3.6).
+    pub parties: Vec<Vec<PlayerId>>,
+    /// Per team, the players added by backfill so far (empty teams for a new match). They are
+    /// also in `teams`.
+    pub backfill: Vec<Vec<PlayerId>>,
+    /// Players who left (named by `RequestBackfill`); still in `teams`, rated as abandons.
+    pub left: Vec<PlayerId>,
+}
+
+/// Match lifecycle (SPEC §5.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatchPhase {
+    /// Formed in a queue with a ready-check; waits for every ticket to accept before it goes to
+    /// a game server (not persisted: a restart ends it, its players are idle again).
+    ReadyCheck,
+    Formed,
+    Allocated,
+    Started,
+    /// A result passed validation and is being journaled: nothing else may change the match
+    /// (backfill, cancel, dissolve) until it lands, or fails and the phase goes back.
+    Completing,
+    Completed,
+    Cancelled,
+}
+
+impl MatchPhase {
+    /// The phase's name as the proto spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ReadyCheck => "READY_CHECK",
+            Self::Formed => "FORMED",
+            Self::Allocated => "ALLOCATED",
+            Self::Started => "STARTED",
+            Self::Completing => "COMPLETING",
+            Self::Completed => "COMPLETED",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// What [`State::try_allocate`] did with a formed match.
+#[derive(Debug)]
+pub enum Allocation {
+    /// Placed on a server: persist the match, then deliver the placement.
+    Placed(Placement),
+    /// No longer waiting for a server (a result, a cancel or a timeout ended it).
+    Ended,
+    /// No connected server has room; try again next tick.
+    NoServer,
+}
+
+/// A formed match.
+#[derive(Debug)]
+pub struct MatchSlot {
+    pub id: MatchId,
+    pub queue: QueueId,
+    pub quality: f64,
+    /// Seconds on the matchmaker clock.
+    pub formed_at: f64,
+    /// Unix seconds when it formed (persisted).
+    pub formed_unix: f64,
+    pub(super) inner: Mutex<MatchInner>,
+    /// The sled segment holding its newest copy ([`segments::NOT_STORED`] before a server took
+    /// it, [`segments::ENDED`] after). Changed only under `Inner::segments`.
+    pub(super) segment: AtomicU64,
+    /// Set once, by the one report that applies the result; duplicates wait on it and get the
+    /// same acknowledgement.
+    pub result: tokio::sync::OnceCell<Arc<ResultAck>>,
+}
+
+#[derive(Debug)]
+pub(super) struct MatchInner {
+    pub(super) phase: MatchPhase,
+    pub(super) assignment: Arc<Assignment>,
+    /// The tickets whose players are in the match (backfill adds more).
+    pub(super) tickets: Vec<TicketId>,
+    /// Roles each player declared, for backfill under role rules (empty in queues without
+    /// roles; a player who declared none counts as "any role"). Stored with the match.
+    pub(super) roles: BTreeMap<PlayerId, Vec<String>>,
+}
+
+impl MatchSlot {
+    pub(super) fn lock(&self) -> MutexGuard<'_, MatchInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> MatchPhase {
+        self.lock().phase
+    }
+
+    /// Current assignment (teams, probabilities, server once allocated).
+    pub fn assignment(&self) -> Arc<Assignment> {
+        self.lock().assignment.clone()
+    }
+
+    /// The tickets whose players are in the match.
+    pub fn tickets(&self) -> Vec<TicketId> {
+        self.lock().tickets.clone()
+    }
+}
+
+impl State {
+    /// Records a formed match: its players move from queued to in-match and its tickets to
+    /// MATCHED, all under the players' locks. Called only by the matchmaker loop.
+    /// With `ready_check` the match starts in [`MatchPhase::ReadyCheck`] and its tickets show
+    /// that progress; `roles` are the players' declared roles (for backfill).
+    pub fn form_match(
+        &self,
+        tickets: &[Arc<TicketSlot>],
+        assignment: Assignment,
+        quality: f64,
+        now: f64,
+        ready_check: Option<f64>,
+        roles: BTreeMap<PlayerId, Vec<String>>,
+    ) -> Arc<MatchSlot> {
+        let assignment = Arc::new(assignment);
+        let slot = Arc::new(MatchSlot {
+            id: assignment.match_id.clone(),
+            queue: assignment.queue.clone(),
+            quality,
+            formed_at: now,
+            formed_unix: unix_now(),
+            inner: Mutex::new(MatchInner {
+                phase: if ready_check.is_some() {
+                    MatchPhase::ReadyCheck
+                } else {
+                    MatchPhase::Formed
+                },
+                assignment: assignment.clone(),
+                tickets: tickets.iter().map(|t| t.id.clone()).collect(),
+                roles,
+            }),
+            segment: AtomicU64::new(segments::NOT_STORED),
+            result: tokio::sync::OnceCell::new(),
+        });
+        let ids: Vec<PlayerId> = tickets
+            .iter()
+            .flat_map(|t| t.players.iter().cloned())
+            .collect();
+        let slots = self.sorted_slots(&ids);
+        let mut guards = Self::lock_players(&slots);
+        self.inner.matches.insert(slot.id.clone(), slot.clone());
+        for guard in &mut guards {
+            guard.status = PlayerStatus::InMatch(slot.id.clone());
+        }
+        drop(guards);
+        let required = tickets.len() as u32;
+        for ticket in tickets {
+            ticket.publish(TicketView {
+                state: TicketState::Matched,
+                assignment: Some(assignment.clone()),
+                ready: ready_check.map(|seconds_left| ReadyView {
+                    seconds_left,
+                    accepted: 0,
+                    required,
+                    accepted_by_ticket: false,
+                }),
+                ..TicketView::searching(now - ticket.entered_at, String::new())
+            });
+        }
+        slot
+    }
+
+    /// A match by id.
+    pub fn match_slot(&self, id: &MatchId) -> Result<Arc<MatchSlot>, Rejection> {
+        self.inner
+            .matches
+            .get(id)
+            .map(|r| r.value().clone())
+            .ok_or_else(|| Rejection::NotFound {
+                what: "match",
+                id: id.to_string(),
+            })
+    }
+
+    /// Places a FORMED match on a registered server of its region (round-robin), reserving room
+    /// in the server's stream. The caller persists the allocation ([`State::persist_matches`])
+    /// and then delivers it ([`State::deliver_when_durable`]).
+    pub fn try_allocate(&self, m: &MatchSlot) -> Allocation {
+        let assignment = {
+            let inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                return Allocation::Ended;
+            }
+            inner.assignment.clone()
+        };
+        let placed = {
+            let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+            let before = registry.len();
+            let chosen = registry.offer(&assignment);
+            // `offer` drops disconnected servers first; the gauge follows when it did (a lookup
+            // in the metrics registry per allocated match otherwise).
+            if registry.len() != before {
+                metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+            }
+            chosen
+        };
+        let Some(placement) = placed else {
+            return Allocation::NoServer;
+        };
+        let allocated = placement.assignment.clone();
+        {
+            let mut inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                // A result or a cancel came in meanwhile: nothing to send, room given back.
+                drop(inner);
+                drop(placement);
+                self.inner
+                    .servers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .release(&allocated.server_address);
+                return Allocation::Ended;
+            }
+            inner.phase = MatchPhase::Allocated;
+            inner.assignment = allocated.clone();
+        }
+        for id in m.tickets() {
+            if let Ok(ticket) = self.ticket(&id) {
+                let mut view = ticket.view();
+                view.assignment = Some(allocated.clone());
+                view.ready = None;
+                ticket.publish(view);
+            }
+        }
+        Allocation::Placed(placement)
+    }
+
+    /// Hands this tick's placements to their servers once everything written so far (their
+    /// matches among it) is durable: a game server never gets a match a crash could lose. The
+    /// flush runs on the runtime, so the loop does not wait for the disk.
+    pub fn deliver_when_durable(
+        &self,
+        placements: Vec<Placement>,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        if placements.is_empty() {
+            return;
+        }
+        let store = self.inner.store.clone();
+        runtime.spawn(async move {
+            if let Err(e) = store.flush_async().await {
+                // The store is failing; the server still gets its matches (their results may
+                // be refused after a crash, which the store error already warns about).
+                tracing::error!(error = %e, matches = placements.len(), "could not flush allocated matches");
+                crate::telemetry::store_error("persist_matches");
+            }
+            for p in placements {
+                p.deliver();
+            }
+        });
+    }
+
+    /// Registers a game server; matches flow into the returned receiver.
+    pub fn register_server(
+        &self,
+        address: String,
+        region: String,
+        capacity: u32,
+    ) -> tokio::sync::mpsc::Receiver<Arc<Assignment>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.serve_matches_buffer);
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        registry.register(ServerHandle::new(address, region, capacity, tx));
+        metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+        rx
+    }
+
+    /// Drops every server stream (graceful shutdown closes them this way).
+    pub fn close_server_streams(&self) {
+        self.inner
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Cancels every live match formed more than `timeout` seconds ago that has no result.
+    /// Returns how many.
+    pub fn cancel_stale_matches(&self, now_unix: f64, timeout: f64) -> usize {
+        let stale: Vec<Arc<MatchSlot>> = self
+            .inner
+            .matches
+            .iter()
+            .filter(|e| now_unix - e.value().formed_unix > timeout)
+            .map(|e| e.value().clone())
+            .collect();
+        stale
+            .iter()
+            .filter(|m| self.cancel_match(m, "match timeout: no result").is_ok())
+            .count()
+    }
+
+    /// Cancels a live match (a game server's `CancelMatch`): no result, players free again.
+    pub fn cancel_match(&self, m: &MatchSlot, reason: &str) -> Result<(), Rejection> {
+        let assignment = {
+            let mut inner = m.lock();
+            match inner.phase {
+                MatchPhase::Completed => {
+                    return Err(Rejection::for_match(&m.id, MatchRefusal::Completed));
+                }
+                MatchPhase::Completing => {
+                    return Err(Rejection::for_match(&m.id, MatchRefusal::ResultInFlight));
+                }
+                MatchPhase::Cancelled => return Ok(()),
+                _ => {}
+            }
+            inner.phase = MatchPhase::Cancelled;
+            inner.assignment.clone()
+        };
+        self.release_players(m, &assignment, |t| Release::End {
+            state: TicketState::Cancelled,
+            reason: "the match was cancelled by its game server".into(),
+            wait_seconds: t.view().wait_seconds,
+        });
+        if !assignment.server_address.is_empty() {
+            self.inner
+                .servers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(&assignment.server_address);
+        }
+        self.forget_stored_match(m, false);
+        self.inner.matches.remove(&m.id);
+        tracing::info!(match_id = %m.id, reason, "match cancelled");
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
+            .increment(1);
+        Ok(())
+    }
+
+    /// Dissolves a match no server took in time. Its tickets go back to SEARCHING (the caller
+    /// puts them at the front of their pool); players of tickets no longer known go idle.
+    /// Returns false if the match was allocated meanwhile.
+    pub fn dissolve_unallocated(&self, m: &MatchSlot, now: f64) -> bool {
+        let assignment = {
+            let mut inner = m.lock();
+            if inner.phase != MatchPhase::Formed {
+                return false;
+            }
+            inner.phase = MatchPhase::Cancelled;
+            inner.assignment.clone()
+        };
+        self.release_players(m, &assignment, |t| Release::Requeue {
+            reason: "no game server took the match in time; back at the front of the queue".into(),
+            wait_seconds: now - t.entered_at,
+        });
+        self.forget_stored_match(m, false);
+        self.inner.matches.remove(&m.id);
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "allocation_timeout")
+            .increment(1);
+        true
+    }
+
+    /// Frees a match's players, ticket by ticket as `decide` says: back to SEARCHING on their
+    /// ticket (the caller puts the ticket back in its pool) or ended, players idle.
+    pub(super) fn release_players(
+        &self,
+        m: &MatchSlot,
+        a: &Assignment,
+        decide: impl Fn(&TicketSlot) -> Release,
+    ) {
+        let tickets: Vec<(Arc<TicketSlot>, Release)> = m
+            .tickets()
+            .iter()
+            .filter_map(|t| self.ticket(t).ok())
+            .map(|t| {
+                let r = decide(&t);
+                (t, r)
+            })
+            .collect();
+        let ids: Vec<PlayerId> = a.teams.iter().flatten().cloned().collect();
+        let slots = self.sorted_slots(&ids);
+        let mut guards = Self::lock_players(&slots);
+        for (slot, guard) in slots.iter().zip(&mut guards) {
+            if guard.status != PlayerStatus::InMatch(m.id.clone()) {
+                continue;
+            }
+            let own_ticket = tickets.iter().find(|(t, _)| t.players.contains(&slot.id));
+            guard.status = match own_ticket {
+                Some((t, Release::Requeue { .. })) => PlayerStatus::Queued(t.id.clone()),
+                _ => PlayerStatus::Idle,
+            };
+        }
+        drop(guards);
+        for (t, release) in tickets {
+            t.publish(match release {
+                Release::Requeue {
+                    reason,
+                    wait_seconds,
+                } => TicketView::searching(wait_seconds, reason),
+                Release::End {
+                    state,
+                    reason,
+                    wait_seconds,
+                } => TicketView {
+                    state,
+                    reason,
+                    ..TicketView::searching(wait_seconds, String::new())
+                },
+            });
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! What the state writes through the store: live matches in segments, snapshots of every
+//! player, and start-up recovery from the snapshot, the journal and the live matches.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::matches::MatchInner;
+use super::{Assignment, MatchPhase, MatchSlot, PlayerSlot, PlayerStatus, State, segments};
+use crate::ids::{PlayerId, QueueId};
+use crate::records::{PartyRecord, PoolRecord};
+use crate::store::{StoreError, StoredMatch};
+
+impl State {
+    /// Records live matches (newly formed, or newly allocated to a server) in one sled batch;
+    /// the loop calls this once per tick. Durable with sled's next flush (at most 500 ms, or the
+    /// next result's flush): a match lost to a crash in that window only means its players
+    /// re-queue.
+    pub fn persist_matches(&self, matches: &[Arc<MatchSlot>]) {
+        if matches.is_empty() {
+            return;
+        }
+        // Encoded before the segments lock, which result handlers also take.
+        let encoded: Result<Vec<Vec<u8>>, _> = matches
+            .iter()
+            .map(|m| crate::store::encode_match(&Self::stored_match(m)))
+            .collect();
+        let encoded = match encoded {
+            Ok(encoded) => encoded,
+            Err(e) => {
+                tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
+                crate::telemetry::store_error("persist_matches");
+                return;
+            }
+        };
+        let mut segments = self.lock_segments();
+        // A match whose result (or cancel) came in meanwhile is not written again.
+        let (live, encoded): (Vec<&Arc<MatchSlot>>, Vec<Vec<u8>>) = matches
+            .iter()
+            .zip(encoded)
+            .filter(|(m, _)| m.segment.load(Ordering::Relaxed) != segments::ENDED)
+            .unzip();
+        let (written, dropped) = Self::place_in_segments(&mut segments, &live, &encoded);
+        if written.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
+            tracing::error!(matches = encoded.len(), error = %e, "could not persist matches");
+            crate::telemetry::store_error("persist_matches");
+        }
+    }
+
+    /// A live match ended: it is never written again, and its segment goes once no match in it
+    /// is live. A match that ended without a result is marked, so no older copy of it comes back
+    /// at start (one with a result is recognised by its journaled result).
+    pub(super) fn forget_stored_match(&self, m: &MatchSlot, with_result: bool) {
+        let mut segments = self.lock_segments();
+        let previous = m.segment.swap(segments::ENDED, Ordering::Relaxed);
+        if previous == segments::NOT_STORED || previous == segments::ENDED {
+            return;
+        }
+        let dropped: Vec<u64> = segments.release(previous).into_iter().collect();
+        let ended = if with_result {
+            Vec::new()
+        } else {
+            vec![m.id.clone()]
+        };
+        if ended.is_empty() && dropped.is_empty() {
+            return;
+        }
+        if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
+            tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
+            crate::telemetry::store_error("end_match");
+        }
+    }
+
+    /// Splits `encoded` (parallel to `slots`) into segments ([`crate::store::segment_bounds`]),
+    /// moves each slot to its new segment, and returns the segments to write and those left
+    /// with no live match. Call with the segments lock held, and write what it returns under it.
+    pub(super) fn place_in_segments<'a, M: AsRef<MatchSlot>>(
+        segments: &mut segments::Segments,
+        slots: &[M],
+        encoded: &'a [Vec<u8>],
+    ) -> (Vec<crate::store::Segment<'a>>, Vec<u64>) {
+        let mut written = Vec::new();
+        let mut dropped = Vec::new();
+        let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
+        for range in crate::store::segment_bounds(&sizes) {
+            let (slots, chunk) = (&slots[range.clone()], &encoded[range]);
+            let previous: Vec<u64> = slots
+                .iter()
+                .map(|m| m.as_ref().segment.load(Ordering::Relaxed))
+                .collect();
+            let (id, emptied) = segments.write(&previous);
+            for m in slots {
+                m.as_ref().segment.store(id, Ordering::Relaxed);
+            }
+            written.push((id, chunk));
+            dropped.extend(emptied);
+        }
+        (written, dropped)
+    }
+
+    pub(super) fn lock_segments(&self) -> MutexGuard<'_, segments::Segments> {
+        self.inner
+            .segments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn stored_match(m: &MatchSlot) -> StoredMatch {
+        let inner = m.lock();
+        let a = &inner.assignment;
+        StoredMatch {
+            match_id: m.id.clone(),
+            queue: m.queue.to_string(),
+            teams: a.teams.clone(),
+            win_probability: a.win_probability.clone(),
+            region: a.region.clone(),
+            server_address: a.server_address.clone(),
+            formed_unix: m.formed_unix,
+            parties: a.parties.clone(),
+            backfill: a.backfill.clone(),
+            left: a.left.clone(),
+            roles: inner.roles.clone(),
+        }
+    }
+
+    /// Start-up recovery after [`State::load`]: replays the journal after the snapshot, then
+    /// restores live matches (their players are in a match again). Returns (replayed entries,
+    /// restored matches, the highest journal sequence number).
+    pub fn recover(&self) -> Result<(usize, Vec<Arc<MatchSlot>>, u64), StoreError> {
+        let store = &self.inner.store;
+        let from = store.snapshot_seq()?;
+        let mut replayed = 0;
+        let mut last = from;
+        for item in store.journal_after(from) {
+            let (seq, entry) = item?;
+            self.apply_records(&entry);
+            replayed += 1;
+            last = seq;
+        }
+        let mut restored = Vec::new();
+        let mut live = Vec::new();
+        let (stored, last_segment) = store.load_matches()?;
+        for m in stored {
+            if store.result_of(&m.match_id)?.is_some() {
+                continue;
+            }
+            let Some(queue) = self.inner.queues.get(&QueueId::new(m.queue.as_str())) else {
+                tracing::warn!(match_id = %m.match_id, queue = %m.queue, "dropping a live match of a queue no longer configured");
+                continue;
+            };
+            let phase = if m.server_address.is_empty() {
+                MatchPhase::Formed
+            } else {
+                MatchPhase::Allocated
+            };
+            let assignment = Arc::new(Assignment {
+                match_id: m.match_id.clone(),
+                queue: queue.id.clone(),
+                teams: m.teams.clone(),
+                win_probability: m.win_probability.clone(),
+                region: m.region.clone(),
+                server_address: m.server_address.clone(),
+                parties: m.parties.clone(),
+                backfill: m.backfill.clone(),
+                left: m.left.clone(),
+            });
+            let slot = Arc::new(MatchSlot {
+                id: m.match_id.clone(),
+                queue: queue.id.clone(),
+                quality: crate::matching::quality_of(&m.win_probability),
+                formed_at: 0.0,
+                formed_unix: m.formed_unix,
+                inner: Mutex::new(MatchInner {
+                    phase,
+                    assignment,
+                    tickets: Vec::new(),
+                    roles: m.roles.clone(),
+                }),
+                segment: AtomicU64::new(segments::NOT_STORED),
+                result: tokio::sync::OnceCell::new(),
+            });
+            let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();
+            let slots = self.sorted_slots(&ids);
+            let mut guards = Self::lock_players(&slots);
+            for guard in &mut guards {
+                guard.status = PlayerStatus::InMatch(slot.id.clone());
+            }
+            drop(guards);
+            self.inner.matches.insert(slot.id.clone(), slot.clone());
+            restored.push(slot);
+            live.push(m);
+        }
+        // The survivors are rewritten in fresh segments; stale copies, ended marks and empty
+        // segments go.
+        let mut segments = segments::Segments::after(last_segment);
+        let live = live
+            .iter()
+            .map(crate::store::encode_match)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (written, _) = Self::place_in_segments(&mut segments, &restored, &live);
+        store.compact_matches(&written)?;
+        *self.lock_segments() = segments;
+        Ok((replayed, restored, store.last_seq()?.max(last)))
+    }
+
+    /// Writes every player's records and marks the journal up to `horizon` as included, then
+    /// trims it. `horizon` must come from `Committer::horizon` taken *before* this call, so every
+    /// entry up to it is already in memory and so in what is written here.
+    ///
+    /// Players are written in batches of [`SNAPSHOT_BATCH`] so a million players never sit in
+    /// memory twice. A crash between batches is harmless: the snapshot mark is not moved, so
+    /// start-up replays the journal from the previous mark, and its entries are absolute records,
+    /// so every player ends on its latest record whichever batches landed.
+    pub fn snapshot(&self, horizon: u64) -> Result<usize, StoreError> {
+        let slots: Vec<Arc<PlayerSlot>> = self
+            .inner
+            .players
+            .iter()
+            .map(|e| e.value().clone())
+            .collect();
+        for batch in slots.chunks(SNAPSHOT_BATCH) {
+            let records: Vec<(&PlayerId, BTreeMap<String, PoolRecord>)> = batch
+                .iter()
+                .map(|slot| (&slot.id, slot.lock().pools.to_map()))
+                .collect();
+            let refs: Vec<_> = records.iter().map(|(id, pools)| (*id, pools)).collect();
+            self.inner.store.put_players(&refs)?;
+        }
+        let parties: Vec<(String, BTreeMap<String, PartyRecord>)> = self
+            .inner
+            .parties
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        self.inner.store.put_parties(
+            &parties
+                .iter()
+                .map(|(k, v)| (k.as_str(), v))
+                .collect::<Vec<_>>(),
+        )?;
+        self.inner.store.finish_snapshot(horizon)?;
+        Ok(slots.len())
+    }
+
+    /// Bytes the store uses on disk.
+    pub fn store_bytes(&self) -> u64 {
+        self.inner.store.size_on_disk()
+    }
+}
+
+/// Players per sled batch when snapshotting.
+const SNAPSHOT_BATCH: usize = 10_000;

@@ -1,0 +1,320 @@
+//! Tickets: one player or party waiting in one queue, its latest view, and the watch channel
+//! `WatchTicket` streams read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use super::{Assignment, PlayerStatus, QueueInfo, State};
+use crate::ids::{PlayerId, QueueId, TicketId};
+use crate::rating::Skill;
+use crate::rejection::Rejection;
+
+/// The lifecycle of a ticket as clients see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TicketState {
+    Searching,
+    Matched,
+    Cancelled,
+    Expired,
+}
+
+impl TicketState {
+    /// The state's name as the proto spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Searching => "SEARCHING",
+            Self::Matched => "MATCHED",
+            Self::Cancelled => "CANCELLED",
+            Self::Expired => "EXPIRED",
+        }
+    }
+}
+
+/// The latest state of a ticket, published to its watchers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TicketView {
+    pub state: TicketState,
+    pub wait_seconds: f64,
+    pub window: Option<(f64, f64)>,
+    pub assignment: Option<Arc<Assignment>>,
+    pub reason: String,
+    /// While the ticket's match waits for every ticket to accept.
+    pub ready: Option<ReadyView>,
+}
+
+/// A ready-check's progress as one ticket sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadyView {
+    pub seconds_left: f64,
+    pub accepted: u32,
+    pub required: u32,
+    pub accepted_by_ticket: bool,
+}
+
+impl TicketView {
+    /// A SEARCHING view with nothing else set.
+    pub fn searching(wait_seconds: f64, reason: String) -> Self {
+        Self {
+            state: TicketState::Searching,
+            wait_seconds,
+            window: None,
+            assignment: None,
+            reason,
+            ready: None,
+        }
+    }
+}
+
+impl TicketView {
+    /// A watcher's stream ends after this update: cancelled, expired, or matched onto a server.
+    pub fn is_final(&self) -> bool {
+        match self.state {
+            TicketState::Searching => false,
+            TicketState::Cancelled | TicketState::Expired => true,
+            TicketState::Matched => self
+                .assignment
+                .as_ref()
+                .is_some_and(|a| !a.server_address.is_empty()),
+        }
+    }
+}
+
+/// A ticket, its latest view, and the channel its watchers subscribe to. The channel holds only
+/// the latest view, so a slow watcher never grows memory.
+#[derive(Debug)]
+pub struct TicketSlot {
+    pub id: TicketId,
+    pub queue: QueueId,
+    pub players: Vec<PlayerId>,
+    /// Seconds on the matchmaker clock.
+    pub entered_at: f64,
+    /// Matchmaker-clock seconds (as `f64` bits) of the last call that named the ticket, for the
+    /// heartbeat (SPEC §5.4).
+    pub(super) last_seen: AtomicU64,
+    pub(super) view: Mutex<ViewCell>,
+}
+
+/// A ticket's latest view and, once someone has watched it, the channel that publishes it.
+/// Most tickets are never watched, and a watch channel (its eight waker lists) cost ~310 bytes
+/// of resident memory per ticket, live or retained after it finished (measured under
+/// `loadgen --rate`); so the channel is made on first subscribe.
+#[derive(Debug)]
+pub(super) struct ViewCell {
+    pub(super) current: TicketView,
+    pub(super) watchers: Option<watch::Sender<TicketView>>,
+}
+
+impl TicketSlot {
+    pub(super) fn cell(&self) -> MutexGuard<'_, ViewCell> {
+        self.view.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current view.
+    pub fn view(&self) -> TicketView {
+        self.cell().current.clone()
+    }
+
+    /// A receiver for `WatchTicket`, holding the current view.
+    pub fn subscribe(&self) -> watch::Receiver<TicketView> {
+        let mut cell = self.cell();
+        let ViewCell { current, watchers } = &mut *cell;
+        watchers
+            .get_or_insert_with(|| watch::Sender::new(current.clone()))
+            .subscribe()
+    }
+
+    /// Whether anyone is watching (SEARCHING updates are skipped when not).
+    pub fn watched(&self) -> bool {
+        self.cell()
+            .watchers
+            .as_ref()
+            .is_some_and(|w| w.receiver_count() > 0)
+    }
+
+    /// Records a call naming this ticket at matchmaker time `now` (the heartbeat).
+    pub fn touch(&self, now: f64) {
+        self.last_seen
+            .fetch_max(now.max(0.0).to_bits(), Ordering::AcqRel);
+    }
+
+    /// Seconds since anyone watched or named the ticket (0 while a watcher is connected).
+    pub fn unattended_for(&self, now: f64) -> f64 {
+        if self.watched() {
+            return 0.0;
+        }
+        now - f64::from_bits(self.last_seen.load(Ordering::Acquire))
+    }
+
+    /// Replaces the view; a final view is never replaced by a non-final one.
+    pub fn publish(&self, next: TicketView) {
+        let mut cell = self.cell();
+        if cell.current.is_final() || cell.current == next {
+            return;
+        }
+        if let Some(watchers) = &cell.watchers {
+            // Under the cell's lock, so a subscriber sees either the old view then this one,
+            // or this one first; never a view older than `current`.
+            watchers.send_replace(next.clone());
+        }
+        cell.current = next;
+    }
+}
+
+impl State {
+    /// Creates a SEARCHING ticket for `players` if every one of them is idle; otherwise nothing
+    /// changes and the first busy player is named.
+    ///
+    /// Also returns each player's skill for matching in `queue` (in `players`' order), read
+    /// under the same locks: one map lookup per player instead of two.
+    pub fn create_ticket(
+        &self,
+        queue: &QueueInfo,
+        players: Vec<PlayerId>,
+        ticket_id: TicketId,
+        entered_at: f64,
+    ) -> Result<(Arc<TicketSlot>, Vec<Skill>), Rejection> {
+        let slots = self.sorted_slots(&players);
+        let mut guards = Self::lock_players(&slots);
+        for (slot, guard) in slots.iter().zip(&guards) {
+            match &guard.status {
+                PlayerStatus::Idle => {}
+                PlayerStatus::Queued(t) => {
+                    return Err(Rejection::AlreadyQueued {
+                        player: slot.id.clone(),
+                        ticket: t.clone(),
+                    });
+                }
+                PlayerStatus::InMatch(m) => {
+                    return Err(Rejection::InMatch {
+                        player: slot.id.clone(),
+                        match_id: m.clone(),
+                    });
+                }
+            }
+        }
+        let skills = players
+            .iter()
+            .map(|p| {
+                let at = slots
+                    .binary_search_by(|s| s.id.cmp(p))
+                    .expect("every player has a slot");
+                guards[at]
+                    .pools
+                    .get(&queue.pool)
+                    .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
+            })
+            .collect();
+        let view = Mutex::new(ViewCell {
+            current: TicketView::searching(0.0, String::new()),
+            watchers: None,
+        });
+        let ticket = Arc::new(TicketSlot {
+            id: ticket_id.clone(),
+            queue: queue.id.clone(),
+            players,
+            entered_at,
+            last_seen: AtomicU64::new(entered_at.max(0.0).to_bits()),
+            view,
+        });
+        self.inner.tickets.insert(ticket_id.clone(), ticket.clone());
+        for guard in &mut guards {
+            guard.status = PlayerStatus::Queued(ticket_id.clone());
+        }
+        Ok((ticket, skills))
+    }
+
+    /// A ticket by id.
+    pub fn ticket(&self, id: &TicketId) -> Result<Arc<TicketSlot>, Rejection> {
+        self.inner
+            .tickets
+            .get(id)
+            .map(|r| r.value().clone())
+            .ok_or_else(|| Rejection::NotFound {
+                what: "ticket",
+                id: id.to_string(),
+            })
+    }
+
+    /// Ends a waiting ticket (cancelled or expired): its players become idle, watchers get the
+    /// final update. Called only by the matchmaker loop, after removing the ticket from its pool.
+    pub fn end_ticket(&self, ticket: &TicketSlot, state: TicketState, now: f64, reason: String) {
+        let slots: Vec<_> = {
+            let mut s: Vec<_> = ticket
+                .players
+                .iter()
+                .filter_map(|p| self.slot_if_known(p))
+                .collect();
+            s.sort_by(|a, b| a.id.cmp(&b.id));
+            s
+        };
+        let mut guards = Self::lock_players(&slots);
+        for guard in &mut guards {
+            if guard.status == PlayerStatus::Queued(ticket.id.clone()) {
+                guard.status = PlayerStatus::Idle;
+            }
+        }
+        ticket.publish(TicketView {
+            state,
+            reason,
+            ..TicketView::searching(now - ticket.entered_at, String::new())
+        });
+    }
+
+    /// Forgets a finished ticket (called by the loop after the retention time).
+    pub fn forget_ticket(&self, id: &TicketId) {
+        self.inner.tickets.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot() -> TicketSlot {
+        TicketSlot {
+            id: TicketId::new("t1"),
+            queue: QueueId::new("1v1"),
+            players: vec![PlayerId::new("p1")],
+            entered_at: 0.0,
+            last_seen: AtomicU64::new(0),
+            view: Mutex::new(ViewCell {
+                current: TicketView::searching(0.0, String::new()),
+                watchers: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_ticket_makes_its_watch_channel_on_first_subscribe_and_watchers_see_every_later_view() {
+        let t = slot();
+        assert!(!t.watched());
+        // Published before anyone watched: kept, and the first watcher starts from it.
+        t.publish(TicketView::searching(3.0, "widened".into()));
+        assert!(
+            t.cell().watchers.is_none(),
+            "no channel until someone watches"
+        );
+        let mut rx = t.subscribe();
+        assert!(t.watched());
+        assert_eq!(rx.borrow_and_update().wait_seconds, 3.0);
+        // Published while watched: the watcher is told.
+        t.publish(TicketView::searching(4.0, String::new()));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(rx.borrow_and_update().wait_seconds, 4.0);
+        // A second watcher shares the channel and starts from the latest view.
+        let rx2 = t.subscribe();
+        assert_eq!(rx2.borrow().wait_seconds, 4.0);
+        drop((rx, rx2));
+        assert!(!t.watched(), "a channel with no receivers is not watched");
+        // A final view is never replaced, watched or not.
+        t.publish(TicketView {
+            state: TicketState::Cancelled,
+            ..TicketView::searching(5.0, "cancelled".into())
+        });
+        t.publish(TicketView::searching(6.0, String::new()));
+        assert_eq!(t.view().state, TicketState::Cancelled);
+        assert_eq!(t.subscribe().borrow().state, TicketState::Cancelled);
+    }
+}
