@@ -60,3 +60,59 @@ string_id!(
     /// A formed match.
     MatchId
 );
+
+/// An id with a readable prefix: 48 bits of unix milliseconds then 80 random bits (ULID-like),
+/// so ids never repeat across restarts and ids minted close in time sort close together. That
+/// matters for the store: match ids are keys of its live-match records, and time-ordered keys
+/// land on the same few pages where random ones rewrote a different page per match.
+pub fn new_id(prefix: &str) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis()) as u64;
+    let random = rand::random::<u128>() & ((1u128 << 80) - 1);
+    // The 128 bits as 32 lowercase hex digits, written directly: `format!`'s padded hex
+    // formatting was most of an id's cost, and every ticket and match mints one.
+    let bits = (u128::from(millis & 0xffff_ffff_ffff) << 80) | random;
+    let mut id = String::with_capacity(prefix.len() + 33);
+    id.push_str(prefix);
+    id.push('-');
+    for shift in (0..32).rev() {
+        let digit = ((bits >> (shift * 4)) & 0xf) as u32;
+        id.push(char::from_digit(digit, 16).expect("a hex digit is below 16"));
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_fixed_width_and_ordered_by_time() {
+        let a = new_id("m");
+        assert_eq!(a.len(), 2 + 32);
+        assert!(a.starts_with("m-"));
+        let ids: std::collections::HashSet<String> = (0..10_000).map(|_| new_id("t")).collect();
+        assert_eq!(ids.len(), 10_000);
+        // The first 12 hex digits are the millisecond clock: never decreasing.
+        let earlier = new_id("m");
+        let later = new_id("m");
+        assert!(earlier[2..14] <= later[2..14], "{earlier} {later}");
+        // Lowercase hex throughout, and the time part is the unix milliseconds of now.
+        assert!(
+            a[2..]
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)),
+            "{a}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let minted = u64::from_str_radix(&later[2..14], 16).unwrap();
+        assert!(
+            minted <= now && now - minted < 60_000,
+            "{later} minted at {now}"
+        );
+    }
+}

@@ -11,9 +11,10 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::auth::{Identity, MayAct};
+use crate::ids::new_id;
 use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::matching;
-use crate::matchmaker::{Clock, Command, Handle, new_id};
+use crate::matchmaker::{Clock, Command, Handle};
 use crate::proto;
 use crate::proto::client_service_server::ClientService;
 use crate::ranking::leaderboard::MAX_PAGE_SIZE;

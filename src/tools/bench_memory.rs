@@ -56,10 +56,7 @@ pub fn run(
         .get(queue)
         .with_context(|| format!("--queue: unknown queue {queue:?}"))?;
     let pool = q.rating_pool.clone().unwrap_or_else(|| queue.to_string());
-    let dir = scratch.join(format!(
-        "matchmaker-memory-{}",
-        crate::matchmaker::new_id("m")
-    ));
+    let dir = scratch.join(format!("matchmaker-memory-{}", crate::ids::new_id("m")));
     let outcome = write(config, q, &pool, players, &dir).and_then(|()| {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.arg("bench-memory-load").arg("--dir").arg(&dir);

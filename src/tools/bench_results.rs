@@ -38,10 +38,7 @@ pub async fn run(
     concurrency: usize,
     scratch: PathBuf,
 ) -> anyhow::Result<ResultsBench> {
-    let dir = scratch.join(format!(
-        "matchmaker-bench-{}",
-        crate::matchmaker::new_id("r")
-    ));
+    let dir = scratch.join(format!("matchmaker-bench-{}", crate::ids::new_id("r")));
     let raw = crate::store::single_write_flush_rate(&dir.join("raw"), results.min(2000)).await?;
     let served = serve_and_report(&dir.join("server"), results, concurrency).await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -190,7 +190,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
     for _ in 0..connections {
         channels.push(endpoint.connect().await?);
     }
-    let run_id = crate::matchmaker::new_id("lg");
+    let run_id = crate::ids::new_id("lg");
     let work = std::sync::Arc::new(std::sync::Mutex::new(
         prepare(&opts, &channels, &run_id).await?,
     ));

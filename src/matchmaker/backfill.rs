@@ -1,0 +1,199 @@
+//! Backfill: open slots of a running match, filled from its queue's pool each tick.
+
+use std::sync::Arc;
+
+use super::{Loop, push_recent};
+use crate::ids::{MatchId, PlayerId, new_id};
+use crate::matching::{self, SystemModel};
+use crate::rejection::{MatchRefusal, Rejection};
+use crate::state::{Assignment, BackfillError, MatchSlot};
+use crate::telemetry as m;
+
+/// Open slots of a running match, filled from its queue's pool each tick.
+pub(super) struct BackfillJob {
+    pub(super) id: String,
+    pub(super) slot: Arc<MatchSlot>,
+    pub(super) queue: usize,
+    pub(super) open: Vec<u32>,
+    pub(super) requested_at: f64,
+}
+
+impl Loop {
+    /// RequestBackfill: marks the leavers and opens their slots (merged into the match's open
+    /// request, if any).
+    pub(super) fn open_backfill(
+        &mut self,
+        match_id: &MatchId,
+        leavers: &[Vec<PlayerId>],
+    ) -> Result<String, Rejection> {
+        let slot = self.state.match_slot(match_id)?;
+        let Some(&qi) = self.queue_index.get(&slot.queue) else {
+            return Err(Rejection::for_match(match_id, MatchRefusal::QueueGone));
+        };
+        if self.queues[qi].team_size < 2 {
+            return Err(Rejection::Unsupported {
+                queue: slot.queue.to_string(),
+                reason: "has teams of one player; backfill needs teams of two or more",
+            });
+        }
+        let (_, open) = self.state.mark_left(&slot, leavers)?;
+        self.state.persist_matches(std::slice::from_ref(&slot));
+        let q = &mut self.queues[qi];
+        let opened: u32 = open.iter().sum();
+        q.stats.backfill_requests += 1;
+        q.stats.backfill_slots_opened += u64::from(opened);
+        metrics::counter!(m::BACKFILL_REQUESTS, "queue" => q.id.to_string()).increment(1);
+        if let Some(job) = self.backfills.iter_mut().find(|j| j.slot.id == *match_id) {
+            for (o, n) in job.open.iter_mut().zip(&open) {
+                *o += n;
+            }
+            return Ok(job.id.clone());
+        }
+        let id = new_id("b");
+        self.backfills.push(BackfillJob {
+            id: id.clone(),
+            slot,
+            queue: qi,
+            open,
+            requested_at: self.clock.now(),
+        });
+        Ok(id)
+    }
+
+    /// Fills open slots of queue `qi`'s running matches from its pool, oldest request first,
+    /// and sends each match's additions to its game server.
+    pub(super) fn run_backfills(&mut self, qi: usize, now: f64) {
+        if self.backfills.is_empty() {
+            return;
+        }
+        let Ok(queue) = self.state.queue("queue", self.queues[qi].id.as_str()) else {
+            return;
+        };
+        let timeout = self.queues[qi].backfill.timeout_seconds;
+        let mut jobs = std::mem::take(&mut self.backfills);
+        jobs.retain_mut(|job| {
+            if job.queue != qi {
+                return true;
+            }
+            let Some((assignment, roster)) = self.state.running_roster(&job.slot) else {
+                return false; // the match ended
+            };
+            if now - job.requested_at > timeout {
+                self.queues[qi].stats.backfill_requests_expired += 1;
+                return false;
+            }
+            if self.queues[qi].pool.is_empty() {
+                return true;
+            }
+            let open = matching::OpenMatch {
+                teams: roster
+                    .iter()
+                    .map(|team| {
+                        team.iter()
+                            .map(|p| {
+                                let s = self.state.skill_for_matching(p, &queue);
+                                (s.mean, s.deviation)
+                            })
+                            .collect()
+                    })
+                    .collect(),
+                open: job.open.clone(),
+                roles: roster
+                    .iter()
+                    .map(|team| self.state.roles_in(&job.slot, team))
+                    .collect(),
+                region: assignment.region.clone(),
+            };
+            let q = &mut self.queues[qi];
+            let fills = q.pool.fill(now, &open, &SystemModel(&q.system));
+            let mut additions: Vec<Vec<PlayerId>> = vec![Vec::new(); job.open.len()];
+            let mut latest = None;
+            let mut ended = false;
+            for fill in fills {
+                let Some(w) = self.waiting.remove(&fill.ticket.id) else {
+                    continue;
+                };
+                if ended {
+                    self.requeue(qi, w.slot, fill.ticket);
+                    continue;
+                }
+                match self.state.add_backfill(
+                    &job.slot,
+                    fill.team,
+                    &w.slot,
+                    &fill.ticket.roles,
+                    now,
+                ) {
+                    Ok(a) => {
+                        let n = fill.ticket.players.len() as u32;
+                        job.open[fill.team] = job.open[fill.team].saturating_sub(n);
+                        additions[fill.team].extend(fill.ticket.players.iter().cloned());
+                        let q = &mut self.queues[qi];
+                        q.stats.backfill_slots_filled += u64::from(n);
+                        push_recent(&mut q.recent_waits, now - w.slot.entered_at);
+                        q.metrics.wait_seconds.record(now - w.slot.entered_at);
+                        metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
+                            .increment(u64::from(n));
+                        self.finished.push_back((now, w.slot.id.clone()));
+                        latest = Some(a);
+                    }
+                    Err(BackfillError::NotRunning) => {
+                        ended = true;
+                        self.requeue(qi, w.slot, fill.ticket);
+                    }
+                    Err(BackfillError::TicketGone) => {}
+                }
+            }
+            if let Some(a) = latest {
+                self.deliver_backfill(&job.slot, &a, additions);
+            }
+            if ended {
+                return false;
+            }
+            if job.open.iter().all(|&o| o == 0) {
+                let seconds = now - job.requested_at;
+                let q = &mut self.queues[qi];
+                push_recent(&mut q.recent_fill_seconds, seconds);
+                metrics::histogram!(m::BACKFILL_FILL_SECONDS, "queue" => q.id.to_string())
+                    .record(seconds);
+                return false;
+            }
+            true
+        });
+        jobs.append(&mut self.backfills);
+        self.backfills = jobs;
+    }
+
+    /// Sends a running match's new players to its game server (the stream's buffer is bounded;
+    /// the send waits for room in its own task) and records the match.
+    pub(super) fn deliver_backfill(
+        &self,
+        slot: &Arc<MatchSlot>,
+        a: &Assignment,
+        added: Vec<Vec<PlayerId>>,
+    ) {
+        self.state.persist_matches(std::slice::from_ref(slot));
+        let update = Arc::new(Assignment {
+            backfill: added,
+            ..a.clone()
+        });
+        match self.state.server_stream(&a.server_address) {
+            Some(tx) => {
+                // Like a new match, the update goes out once the match's new roster is durable.
+                let store = self.state.store().clone();
+                self.runtime.spawn(async move {
+                    if let Err(e) = store.flush_async().await {
+                        tracing::error!(error = %e, "could not flush a backfilled match");
+                        crate::telemetry::store_error("persist_matches");
+                    }
+                    let _ = tx.send(update).await;
+                });
+            }
+            None => tracing::warn!(
+                match_id = %a.match_id,
+                server = %a.server_address,
+                "backfill players added to a match whose game server is not connected"
+            ),
+        }
+    }
+}

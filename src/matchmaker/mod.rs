@@ -1,0 +1,426 @@
+//! The matchmaker loop: one task owns every queue's pool and is fed by a bounded channel of
+//! [`Command`]s. It ticks at the configured interval on an injected clock, turns the pure
+//! optimizer's output into state transitions, hands matches to game servers and publishes
+//! SEARCHING updates to watchers.
+//!
+//! Architecture invariant: pools are touched only by this task, so enter, cancel and tick are
+//! totally ordered: a cancel that was answered OK happened before any later tick, and its players
+//! are in no match formed after it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod allocation;
+mod backfill;
+mod clock;
+mod ready_check;
+mod stats;
+mod tick;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::BackfillConfig;
+use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
+use crate::matching::{self, Pool};
+use crate::rating::SystemConfig;
+use crate::state::{MatchSlot, Rejection, State, TicketSlot, TicketState};
+use crate::telemetry as m;
+
+pub use clock::Clock;
+pub use stats::QueueStats;
+
+use allocation::Unallocated;
+use backfill::BackfillJob;
+use ready_check::ReadyCheck;
+use stats::{QueueMetrics, push_recent};
+
+/// How often live matches are checked against the match timeout.
+const STALE_SWEEP_SECONDS: f64 = 10.0;
+/// Minimum spacing of SEARCHING updates to one watcher.
+const SEARCHING_UPDATE_SECONDS: f64 = 1.0;
+
+/// What the loop can be asked to do.
+#[derive(Debug)]
+pub enum Command {
+    /// A new ticket, already recorded in the state as SEARCHING.
+    Enter {
+        ticket: Arc<TicketSlot>,
+        entry: matching::Ticket,
+    },
+    /// Cancel a ticket; the reply is the ticket's state after the call.
+    Cancel {
+        ticket: TicketId,
+        reply: oneshot::Sender<TicketState>,
+    },
+    /// Per-queue statistics for `GetQueueStats`.
+    Stats {
+        reply: oneshot::Sender<Vec<QueueStats>>,
+    },
+    /// A ready-check answer; the reply is the ticket's state after it.
+    Accept {
+        ticket: TicketId,
+        match_id: MatchId,
+        accept: bool,
+        reply: oneshot::Sender<Result<TicketState, Rejection>>,
+    },
+    /// Players left a running match (`leavers[k]` from team `k`): open their slots for
+    /// backfill; the reply is the backfill request's id.
+    Backfill {
+        match_id: MatchId,
+        leavers: Vec<Vec<PlayerId>>,
+        reply: oneshot::Sender<Result<String, Rejection>>,
+    },
+}
+
+/// The cloneable sender side.
+#[derive(Clone)]
+pub struct Handle {
+    tx: mpsc::Sender<Command>,
+}
+
+/// The loop is gone (shutting down) or its channel stayed full past the deadline.
+#[derive(Debug, thiserror::Error)]
+pub enum HandleError {
+    #[error("the matchmaker is busy: its command queue is full; retry shortly")]
+    Busy,
+    #[error("the matchmaker is shutting down")]
+    Closed,
+}
+
+impl Handle {
+    /// Reserves room for one command, waiting at most `wait`.
+    pub async fn reserve(&self, wait: Duration) -> Result<mpsc::Permit<'_, Command>, HandleError> {
+        match tokio::time::timeout(wait, self.tx.reserve()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(HandleError::Closed),
+            Err(_) => Err(HandleError::Busy),
+        }
+    }
+
+    /// Sends a command and waits for its reply.
+    pub async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, HandleError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| HandleError::Closed)?;
+        rx.await.map_err(|_| HandleError::Closed)
+    }
+}
+
+struct QueueRuntime {
+    id: QueueId,
+    pool: Pool,
+    system: SystemConfig,
+    stats: QueueStats,
+    recent_waits: VecDeque<f64>,
+    recent_quality: VecDeque<f64>,
+    recent_fill_seconds: VecDeque<f64>,
+    /// 0 = no ready-check.
+    ready_check_seconds: f64,
+    backfill: BackfillConfig,
+    team_size: u32,
+    /// This queue's per-ticket and per-match metrics, registered once.
+    metrics: QueueMetrics,
+    /// Seconds between this queue's optimizer runs, and the clock time of its last run.
+    tick_every: f64,
+    last_run: f64,
+}
+
+struct Waiting {
+    slot: Arc<TicketSlot>,
+    queue: usize,
+    last_published: f64,
+}
+
+/// The task's own data.
+struct Loop {
+    state: State,
+    clock: Clock,
+    /// Seconds between loop ticks: the fastest queue's interval.
+    tick_seconds: f64,
+    queues: Vec<QueueRuntime>,
+    queue_index: HashMap<QueueId, usize>,
+    waiting: HashMap<TicketId, Waiting, matching::IdHash>,
+    unallocated: VecDeque<Unallocated>,
+    finished: VecDeque<(f64, TicketId)>,
+    last_stale_sweep: f64,
+    ready: HashMap<MatchId, ReadyCheck>,
+    ready_by_ticket: HashMap<TicketId, MatchId>,
+    backfills: Vec<BackfillJob>,
+    /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
+    runtime: tokio::runtime::Handle,
+}
+
+/// The loop's thread; awaiting it waits until the loop has stopped (`Err` if it panicked).
+pub type LoopTask = oneshot::Receiver<()>;
+
+/// Most commands the loop takes from its channel at once (see [`Loop::run`]).
+const COMMAND_BATCH: usize = 1024;
+/// How long the loop lets commands gather after a batch (see [`Loop::run`]): under load, a
+/// cancel or a stats request is answered this much later at most (plus the timer's 1 ms
+/// granularity).
+const COMMAND_GATHER: Duration = Duration::from_millis(1);
+
+/// Creates the loop's channel and starts the loop on its own thread; it runs until `shutdown`
+/// is cancelled or every [`Handle`] is gone. Must be called inside the server's runtime.
+///
+/// Its own thread, not a task on the server's runtime: a tick is tens of milliseconds of
+/// synchronous work (forming, allocating and storing thousands of matches under load), and a
+/// task would hold one of the runtime's worker threads for all of it. On a one-core server
+/// nothing else would run meanwhile, not even refusing requests; as a thread, the OS shares the
+/// core between the tick and the request handlers.
+pub fn spawn(
+    state: State,
+    clock: Clock,
+    shutdown: CancellationToken,
+    restored: Vec<Arc<MatchSlot>>,
+) -> std::io::Result<(Handle, LoopTask)> {
+    let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
+    let queues: Vec<QueueRuntime> = state
+        .queues()
+        .map(|q| QueueRuntime {
+            id: q.id.clone(),
+            pool: Pool::new(q.config.shape(), q.config.matching.clone()),
+            system: q.config.rating.clone(),
+            stats: QueueStats {
+                queue: q.id.to_string(),
+                ..QueueStats::default()
+            },
+            recent_waits: VecDeque::new(),
+            recent_quality: VecDeque::new(),
+            recent_fill_seconds: VecDeque::new(),
+            ready_check_seconds: q.config.ready_check_seconds,
+            backfill: q.config.backfill.clone(),
+            team_size: q.config.team_size,
+            metrics: QueueMetrics::new(&q.id),
+            tick_every: q.config.tick_ms(state.config().server.tick_interval_ms) as f64 / 1e3,
+            last_run: f64::NEG_INFINITY,
+        })
+        .collect();
+    let queue_index = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.id.clone(), i))
+        .collect();
+    // The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
+    let tick_ms = state
+        .queues()
+        .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
+        .min()
+        .unwrap_or(state.config().server.tick_interval_ms);
+    let tick = Duration::from_millis(tick_ms);
+    let mut lp = Loop {
+        tick_seconds: tick.as_secs_f64(),
+        state,
+        clock,
+        queues,
+        queue_index,
+        waiting: HashMap::default(),
+        unallocated: restored
+            .into_iter()
+            .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
+            .map(|m| Unallocated {
+                since_unix: m.formed_unix,
+                region: m.assignment().region.clone(),
+                slot: m,
+                tickets: Vec::new(),
+            })
+            .collect(),
+        finished: VecDeque::new(),
+        last_stale_sweep: f64::NEG_INFINITY,
+        ready: HashMap::new(),
+        ready_by_ticket: HashMap::new(),
+        backfills: Vec::new(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    // Timers only: the loop's channels and the server's streams work across runtimes.
+    let own = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let (done, task) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("matchmaker-loop".into())
+        .spawn(move || {
+            own.block_on(lp.run(rx, tick, shutdown));
+            let _ = done.send(());
+        })?;
+    Ok((Handle { tx }, task))
+}
+
+impl Loop {
+    async fn run(
+        &mut self,
+        mut rx: mpsc::Receiver<Command>,
+        tick: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut interval = tokio::time::interval(tick);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Commands already queued are taken together: one pass through `select!` per batch
+        // instead of per ticket. Bounded, so a tick is never held off long. After a batch the
+        // loop lets the next one gather for `COMMAND_GATHER` before it listens again: a sender
+        // only wakes a listening receiver, and waking this thread is a system call and a
+        // context switch, once per batch under load instead of once per ticket. Idle, the loop
+        // listens and answers at once.
+        let mut batch = Vec::with_capacity(COMMAND_BATCH);
+        loop {
+            tokio::select! {
+                // A due tick goes before commands: under load there is always a command
+                // waiting, and ticks must not wait for a gap in the arrivals.
+                biased;
+                () = shutdown.cancelled() => break,
+                _ = interval.tick() => self.tick(),
+                n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
+                    if n == 0 {
+                        break;
+                    }
+                    for cmd in batch.drain(..) {
+                        self.handle(cmd);
+                    }
+                    tokio::select! {
+                        biased;
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(COMMAND_GATHER) => {}
+                    }
+                }
+            }
+        }
+        self.persist_unallocated();
+        info!(waiting = self.waiting.len(), "matchmaker loop stopped");
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Enter { ticket, entry } => {
+                let Some(&qi) = self.queue_index.get(&ticket.queue) else {
+                    return;
+                };
+                self.queues[qi].metrics.entered.increment(1);
+                if let Err(e) = self.queues[qi].pool.insert(entry) {
+                    // The API validated the ticket, so this is a shell bug; end the ticket
+                    // rather than leave it SEARCHING outside any pool.
+                    tracing::error!(ticket = %ticket.id, error = %e, "matcher refused a ticket");
+                    let now = self.clock.now();
+                    self.state.end_ticket(
+                        &ticket,
+                        TicketState::Cancelled,
+                        now,
+                        format!("refused by the matcher: {e}"),
+                    );
+                    self.finished.push_back((now, ticket.id.clone()));
+                    return;
+                }
+                self.waiting.insert(
+                    ticket.id.clone(),
+                    Waiting {
+                        slot: ticket,
+                        queue: qi,
+                        last_published: f64::NEG_INFINITY,
+                    },
+                );
+            }
+            Command::Cancel { ticket, reply } => {
+                let state = self.cancel(&ticket);
+                let _ = reply.send(state);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.queues.iter().map(|q| q.stats.clone()).collect());
+            }
+            Command::Accept {
+                ticket,
+                match_id,
+                accept,
+                reply,
+            } => {
+                let _ = reply.send(self.answer_ready_check(&ticket, &match_id, accept));
+            }
+            Command::Backfill {
+                match_id,
+                leavers,
+                reply,
+            } => {
+                let _ = reply.send(self.open_backfill(&match_id, &leavers));
+            }
+        }
+    }
+
+    /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves
+    /// the oldest first, so this is the front of the queue.
+    fn requeue(&mut self, qi: usize, slot: Arc<TicketSlot>, entry: matching::Ticket) {
+        if slot.view().state != TicketState::Searching {
+            return;
+        }
+        let id = entry.id.clone();
+        if self.queues[qi].pool.insert(entry).is_ok() {
+            self.waiting.insert(
+                id,
+                Waiting {
+                    slot,
+                    queue: qi,
+                    last_published: f64::NEG_INFINITY,
+                },
+            );
+        }
+    }
+
+    fn cancel(&mut self, id: &TicketId) -> TicketState {
+        let now = self.clock.now();
+        match self.waiting.remove(id) {
+            Some(w) => {
+                self.queues[w.queue].pool.remove(id);
+                self.state.end_ticket(
+                    &w.slot,
+                    TicketState::Cancelled,
+                    now,
+                    "cancelled by client".into(),
+                );
+                metrics::counter!(m::TICKETS_CANCELLED, "queue" => w.slot.queue.to_string())
+                    .increment(1);
+                self.finished.push_back((now, id.clone()));
+                TicketState::Cancelled
+            }
+            None => {
+                if let Some(match_id) = self.ready_by_ticket.get(id).cloned() {
+                    self.decline(&match_id, id);
+                    return TicketState::Cancelled;
+                }
+                self.state
+                    .ticket(id)
+                    .map_or(TicketState::Cancelled, |t| t.view().state)
+            }
+        }
+    }
+}
+
+/// Whether a queue that runs every `every` seconds and last ran at `last` runs in the loop tick
+/// at `now`, the loop ticking every `loop_tick` seconds: within half a loop tick of its time,
+/// so timer jitter never skips a whole loop tick.
+fn due(last: f64, every: f64, loop_tick: f64, now: f64) -> bool {
+    now - last >= every - loop_tick / 2.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_runs_at_its_own_interval_within_half_a_loop_tick() {
+        // Loop every 0.1 s, queue every 0.5 s: first tick runs, then every fifth, with jitter.
+        assert!(due(f64::NEG_INFINITY, 0.5, 0.1, 0.0));
+        assert!(!due(10.0, 0.5, 0.1, 10.4));
+        assert!(
+            due(10.0, 0.5, 0.1, 10.46),
+            "a tick arriving slightly early still runs"
+        );
+        assert!(due(10.0, 0.5, 0.1, 10.5));
+        // A queue at the loop's own interval runs every tick, even one that came early.
+        assert!(due(10.0, 0.1, 0.1, 10.06));
+    }
+}

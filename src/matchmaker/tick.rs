@@ -1,0 +1,254 @@
+//! One loop tick: expire ready-checks, run each due queue's optimizer, turn formed matches into
+//! state transitions, allocate, publish SEARCHING updates and forget finished tickets.
+
+use std::time::Instant;
+
+use tracing::{debug, info_span};
+
+use super::{
+    Loop, ReadyCheck, SEARCHING_UPDATE_SECONDS, STALE_SWEEP_SECONDS, Unallocated, due, push_recent,
+};
+use crate::ids::{MatchId, new_id};
+use crate::matching::{self, SystemModel};
+use crate::state::{Assignment, TicketState, TicketView};
+use crate::telemetry as m;
+
+impl Loop {
+    pub(super) fn tick(&mut self) {
+        let now = self.clock.now();
+        self.expire_ready_checks(now);
+        for qi in 0..self.queues.len() {
+            let q = &mut self.queues[qi];
+            if !due(q.last_run, q.tick_every, self.tick_seconds, now) {
+                continue;
+            }
+            q.last_run = now;
+            let started = Instant::now();
+            let backfill_first = self.queues[qi].backfill.prefer_backfill;
+            if backfill_first {
+                self.run_backfills(qi, now);
+            }
+            let q = &mut self.queues[qi];
+            let span = info_span!("tick", queue = %q.id, waiting = q.pool.len());
+            let _enter = span.enter();
+            let outcome = q.pool.tick(now, &SystemModel(&q.system));
+            for expired in outcome.expired {
+                if let Some(w) = self.waiting.remove(&expired.id) {
+                    self.state.end_ticket(
+                        &w.slot,
+                        TicketState::Expired,
+                        now,
+                        "ticket ttl reached".into(),
+                    );
+                    self.finished.push_back((now, expired.id.clone()));
+                    q.stats.tickets_expired += 1;
+                    q.metrics.expired_ttl.increment(1);
+                }
+            }
+            for formed in outcome.matches {
+                let mut slots = Vec::new();
+                let mut teams = Vec::with_capacity(formed.teams.len());
+                for team in &formed.teams {
+                    let mut players = Vec::new();
+                    for t in team {
+                        if let Some(w) = self.waiting.remove(&t.id) {
+                            push_recent(&mut q.recent_waits, now - w.slot.entered_at);
+                            q.metrics.wait_seconds.record(now - w.slot.entered_at);
+                            slots.push(w.slot);
+                        }
+                        players.extend(t.players.iter().cloned());
+                    }
+                    teams.push(players);
+                }
+                let assignment = Assignment {
+                    match_id: MatchId::new(new_id("m")),
+                    queue: q.id.clone(),
+                    teams,
+                    win_probability: formed.win_probability.to_vec(),
+                    region: formed.region.clone(),
+                    server_address: String::new(),
+                    parties: formed
+                        .teams
+                        .iter()
+                        .flatten()
+                        .filter(|t| t.players.len() > 1)
+                        .map(|t| t.players.clone())
+                        .collect(),
+                    backfill: Vec::new(),
+                    left: Vec::new(),
+                };
+                debug!(match_id = %assignment.match_id, quality = formed.quality, "match formed");
+                let roles = if q.pool.config().roles.is_empty() {
+                    std::collections::BTreeMap::new()
+                } else {
+                    formed
+                        .teams
+                        .iter()
+                        .flatten()
+                        .flat_map(|t| crate::state::roles_map(&t.players, &t.roles))
+                        .collect()
+                };
+                let ready_check = (q.ready_check_seconds > 0.0).then_some(q.ready_check_seconds);
+                let region = formed.region.clone();
+                // Kept (moved, not copied) to put back in the queue if the match dissolves.
+                let returnable: Vec<(usize, matching::Ticket)> = formed
+                    .teams
+                    .into_tickets()
+                    .into_iter()
+                    .map(|t| (qi, *t))
+                    .collect();
+                let slot = self.state.form_match(
+                    &slots,
+                    assignment,
+                    formed.quality,
+                    now,
+                    ready_check,
+                    roles,
+                );
+                q.stats.matches_formed += 1;
+                push_recent(&mut q.recent_quality, formed.quality);
+                q.metrics.formed.increment(1);
+                q.metrics.quality.record(formed.quality);
+                if let Some(seconds) = ready_check {
+                    // Not offered to servers (nor persisted) until every ticket accepted.
+                    q.stats.ready_checks += 1;
+                    for t in &slots {
+                        self.ready_by_ticket.insert(t.id.clone(), slot.id.clone());
+                    }
+                    let tickets = slots
+                        .into_iter()
+                        .zip(returnable)
+                        .map(|(s, (_, t))| (s, t, false))
+                        .collect();
+                    self.ready.insert(
+                        slot.id.clone(),
+                        ReadyCheck {
+                            slot,
+                            queue: qi,
+                            tickets,
+                            deadline: now + seconds,
+                        },
+                    );
+                    continue;
+                }
+                self.unallocated.push_back(Unallocated {
+                    since_unix: slot.formed_unix,
+                    region,
+                    slot,
+                    tickets: returnable,
+                });
+            }
+            q.stats.tickets_waiting = q.pool.len() as u64;
+            q.stats.wait_p50_seconds = crate::math::percentile(&q.recent_waits, 0.5);
+            q.stats.wait_p95_seconds = crate::math::percentile(&q.recent_waits, 0.95);
+            q.stats.quality_mean = if q.recent_quality.is_empty() {
+                0.0
+            } else {
+                q.recent_quality.iter().sum::<f64>() / q.recent_quality.len() as f64
+            };
+            q.stats.backfill_fill_p50_seconds =
+                crate::math::percentile(&q.recent_fill_seconds, 0.5);
+            q.stats.backfill_fill_p95_seconds =
+                crate::math::percentile(&q.recent_fill_seconds, 0.95);
+            if !backfill_first {
+                self.run_backfills(qi, now);
+            }
+            let q = &mut self.queues[qi];
+            let elapsed = started.elapsed();
+            q.stats.last_tick_ms = elapsed.as_secs_f64() * 1e3;
+            q.metrics.tick_seconds.record(elapsed.as_secs_f64());
+            q.metrics.waiting.set(q.pool.len() as f64);
+        }
+        // A match goes to sled when a game server takes it, in one batch per tick, and the
+        // server gets it only once that batch is flushed: a server never holds a match a crash
+        // could lose. Until then it is like a waiting ticket: no server can report it (under
+        // auth), and a crash that loses it frees its players to queue again at once instead of
+        // binding them to a match nobody runs until the allocation timeout. Graceful shutdown
+        // still writes the unallocated ones ([`Loop::persist_unallocated`]).
+        let (allocated, placements) = self.allocate(now);
+        self.state.persist_matches(&allocated);
+        self.state.deliver_when_durable(placements, &self.runtime);
+        if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
+            self.last_stale_sweep = now;
+            let timeout = self.state.config().server.match_timeout_seconds;
+            let n = self
+                .state
+                .cancel_stale_matches(crate::state::unix_now(), timeout);
+            if n > 0 {
+                tracing::warn!(
+                    matches = n,
+                    "cancelled matches with no result after the match timeout"
+                );
+            }
+        }
+        self.publish_searching(now);
+        self.forget_finished(now);
+        let mut players_waiting = vec![0u64; self.queues.len()];
+        for w in self.waiting.values() {
+            players_waiting[w.queue] += w.slot.players.len() as u64;
+        }
+        for (q, n) in self.queues.iter_mut().zip(players_waiting) {
+            q.stats.players_waiting = n;
+        }
+    }
+
+    /// SEARCHING updates for watched tickets; tickets nobody watched or named for the heartbeat
+    /// time expire.
+    pub(super) fn publish_searching(&mut self, now: f64) {
+        let heartbeat = self.state.config().server.ticket_heartbeat_seconds;
+        let mut unattended = Vec::new();
+        for (id, w) in &mut self.waiting {
+            if heartbeat > 0.0 && w.slot.unattended_for(now) > heartbeat {
+                unattended.push(id.clone());
+                continue;
+            }
+            if !w.slot.watched() || now - w.last_published < SEARCHING_UPDATE_SECONDS {
+                continue;
+            }
+            w.last_published = now;
+            let window = self.queues[w.queue].pool.window(id, now);
+            // A requeued ticket keeps saying why it is searching again.
+            let reason = w.slot.view().reason;
+            w.slot.publish(TicketView {
+                window,
+                ..TicketView::searching(now - w.slot.entered_at, reason)
+            });
+        }
+        for id in unattended {
+            let Some(w) = self.waiting.remove(&id) else {
+                continue;
+            };
+            let q = &mut self.queues[w.queue];
+            q.pool.remove(&id);
+            q.stats.tickets_waiting = q.pool.len() as u64;
+            q.stats.tickets_expired += 1;
+            q.stats.tickets_expired_heartbeat += 1;
+            metrics::counter!(m::TICKETS_EXPIRED, "queue" => q.id.to_string(), "reason" => "heartbeat")
+                .increment(1);
+            self.state.end_ticket(
+                &w.slot,
+                TicketState::Expired,
+                now,
+                format!(
+                    "heartbeat: no WatchTicket stream or call named the ticket for {heartbeat} s"
+                ),
+            );
+            self.finished.push_back((now, id));
+        }
+    }
+
+    pub(super) fn finish_tickets(&mut self, tickets: &[(usize, matching::Ticket)], now: f64) {
+        self.finished
+            .extend(tickets.iter().map(|(_, t)| (now, t.id.clone())));
+    }
+
+    pub(super) fn forget_finished(&mut self, now: f64) {
+        while let Some((at, _)) = self.finished.front() {
+            if now - at < self.state.config().server.finished_ticket_retention_seconds {
+                break;
+            }
+            let (_, id) = self.finished.pop_front().expect("front exists");
+            self.state.forget_ticket(&id);
+        }
+    }
+}
