@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{EVENT_TIMEOUT, TestServer, enter, next};
+use common::{EVENT_TIMEOUT, TestServer, enter, next, poll_until};
 use matchmaker::proto::{self, TicketState, TicketUpdate};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -71,25 +71,21 @@ async fn stats(admin: &mut AdminServiceClient<Channel>, queue: &str) -> proto::Q
         .expect("one queue")
 }
 
-/// Polls the queue's stats until `pred` holds (bounded by EVENT_TIMEOUT; the loop publishes
-/// them every tick).
+/// Polls the queue's stats until `pred` holds (the loop publishes them every tick).
 async fn stats_until(
     admin: &mut AdminServiceClient<Channel>,
     queue: &str,
     pred: impl Fn(&proto::QueueStat) -> bool,
 ) -> proto::QueueStat {
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    loop {
-        let s = stats(admin, queue).await;
-        if pred(&s) {
-            return s;
+    let pred = &pred;
+    poll_until(&format!("{queue} stats to match"), || {
+        let mut admin = admin.clone();
+        async move {
+            let s = stats(&mut admin, queue).await;
+            if pred(&s) { Ok(s) } else { Err(s) }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "stats never matched: {s:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await
 }
 
 async fn status(client: &mut ClientServiceClient<Channel>, player: &str) -> String {
