@@ -1,4 +1,4 @@
-//! Backfill of a running 5v5 over real gRPC (SPEC §5.4, issue #9): a player leaves, the game
+//! Backfill of a running 5v5 over real gRPC: a player leaves, the game
 //! server asks for a replacement, a waiting ticket fills the slot, the server's stream receives
 //! the addition, and the result rates the newcomer like the rest and the leaver as an abandon.
 
@@ -251,7 +251,7 @@ async fn a_backfilled_match_keeps_its_roster_across_a_restart() {
 }
 
 /// Declared roles are stored with the match: after a restart a backfill still keeps the team's
-/// role minimums (before, a restarted match forgot them and counted everyone as "any role").
+/// role minimums (rather than counting everyone as "any role").
 #[tokio::test]
 async fn a_restarted_match_keeps_its_roles_for_backfill() {
     let config = "[server]\ntick_interval_ms = 10\n[queues.2v2.matching]\n\

@@ -1,6 +1,5 @@
-//! Ready-check, heartbeat expiry and cancel-vs-tick ordering over real gRPC (SPEC §5.4, issue
-//! #9). Deadlines are reached by advancing the server's injected matchmaker clock, never by
-//! sleeping.
+//! Ready-check, heartbeat expiry and cancel-vs-tick ordering over real gRPC. Deadlines are
+//! reached by advancing the server's injected matchmaker clock, never by sleeping.
 
 mod common;
 
@@ -315,7 +314,7 @@ async fn an_unwatched_ticket_expires_after_the_heartbeat_and_a_watched_one_does_
     assert_eq!(u.state, TicketState::Searching as i32);
 }
 
-/// SPEC §5.4: once CancelTicket returned OK, the player is in no match formed after it. Each
+/// Once CancelTicket returned OK, the player is in no match formed after it. Each
 /// round enters a pair that the next tick would match and cancels one of them at once, racing
 /// the tick; whichever wins, the outcome must agree with the answer.
 #[tokio::test]

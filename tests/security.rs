@@ -1,4 +1,4 @@
-//! Auth (SPEC §2 Auth, §7) and limits through the real server: tokens, roles, ownership of
+//! Auth and limits through the real server: tokens, roles, ownership of
 //! tickets and matches, message size, queue capacity, and TLS with a certificate generated here.
 
 mod common;

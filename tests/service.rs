@@ -203,7 +203,7 @@ async fn a_player_already_queued_is_refused_alone_or_in_a_party() {
     let server = TestServer::start("").await;
     let mut client = server.client().await;
     enter(&mut client, "5v5", &["dup"]).await;
-    // One live ticket per player across all queues (SPEC §5.4).
+    // One live ticket per player across all queues.
     for (queue, players) in [
         ("5v5", vec!["dup"]),
         ("5v5", vec!["friend", "dup"]),

@@ -185,8 +185,9 @@ pub struct Ticket {
     pub players: Vec<PlayerId>,
     /// Per player `(mean, deviation)` in the queue rating system's display units.
     pub skills: Vec<(f64, f64)>,
-    /// The party's own rating (SPEC §3.6); once it exists it replaces the members' skills for
-    /// matching, because a party that over-performs together should meet stronger opponents.
+    /// The party's own rating ([`crate::rating::party`]); once it exists it replaces the members'
+    /// skills for matching, because a party that over-performs together should meet stronger
+    /// opponents.
     pub party_skill: Option<(f64, f64)>,
     /// Seconds on the injected clock. A ticket returned to the queue keeps its original value
     /// ("front of the queue, wait kept").
@@ -258,7 +259,7 @@ pub struct FormedMatch {
     /// `.to_vec()` for a vector.
     pub win_probability: WinProbabilities,
     /// How fair the match is, in `[0, 0.5]`: `(teams / 2) · min_i win_probability[i]`.
-    /// For two teams that is the underdog's win probability (seed 004's GoodRatedMatch);
+    /// For two teams that is the underdog's win probability (White's "GoodRatedMatch" measure);
     /// for a free-for-all of N it is the weakest entrant's share of the fair `1/N`, halved, so
     /// one `min_quality` means the same thing in every shape (0.5 = perfectly even).
     pub quality: f64,
@@ -270,8 +271,8 @@ pub struct FormedMatch {
 }
 
 /// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like
-/// the `Vec<f64>` it replaced; two teams are stored inline, because a vector per match was
-/// 50k allocations in a 100k-ticket 1v1 tick.
+/// a `Vec<f64>`; two teams are stored inline, because a vector per match would be 50k
+/// allocations in a 100k-ticket 1v1 tick.
 #[derive(Clone, Debug)]
 pub struct WinProbabilities(Probabilities);
 
@@ -321,10 +322,10 @@ impl From<[f64; 2]> for WinProbabilities {
 /// The tickets of a formed match, team by team.
 ///
 /// Why not `Vec<Vec<Box<Ticket>>>`: that is one allocation per team plus one per match, and a
-/// 100k-ticket 1v1 tick forms 50k matches, so building those vectors was a fifth of the tick.
+/// 100k-ticket 1v1 tick forms 50k matches, so building those vectors costs a fifth of the tick.
 /// `Teams` keeps the tickets in one flat list with the team boundaries beside it, and a
 /// two-ticket match (every 1v1) inline, so forming a 1v1 match allocates nothing. It reads like
-/// the nested vectors it replaced: `len()`, `iter()` (one `&[Box<Ticket>]` per team),
+/// nested vectors: `len()`, `iter()` (one `&[Box<Ticket>]` per team),
 /// `teams[k]`, `for team in &teams`, plus [`Teams::tickets`] for every ticket at once.
 #[derive(Clone, Debug)]
 pub struct Teams {
