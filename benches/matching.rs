@@ -1,11 +1,11 @@
-//! Criterion benches of one optimizer tick (SPEC §10), next to the sort floor on the same
-//! ratings, so a regression shows as a ratio that survives a noisy machine. The
-//! `bench-matcher` CLI (`matching::run_bench`) reports the FIFO baseline and match quality.
+//! Criterion benches of one optimizer tick, next to the sort floor on the same ratings, so a
+//! regression shows as a ratio that survives a noisy machine. The `bench-matcher` CLI
+//! (`tools::bench_matcher::run_bench`) adds the FIFO baseline and match quality.
 
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use matchmaker::matching::bench::{BENCH_NOW, bench_pool};
+use matchmaker::matching::baseline::{BENCH_NOW, bench_pool};
 use matchmaker::matching::{LogisticModel, MatchingConfig, Shape};
 
 fn tick(c: &mut Criterion) {

@@ -1,5 +1,5 @@
 //! Rating updates per second, ours side by side with `skillratings` 0.29 on identical inputs
-//! (SPEC §10: at least as fast for every system both have, same results).
+//! (the target: at least as fast for every system both have, same results).
 //!
 //! Each benchmark rates the same 1,024 pre-generated matches (seeded RNG), so criterion's
 //! throughput line reads directly as matches per second. Our side uses the textbook settings that
@@ -8,7 +8,7 @@
 //! Elo (no rounding, no inflation). Plackett-Luce has no skillratings counterpart and is measured
 //! next to skillratings' Bradley-Terry on the same inputs, for scale only.
 //!
-//! The last target, `ratio_report`, prints the SPEC §10 table from paired, interleaved A/B
+//! The last target, `ratio_report`, prints the comparison table from paired, interleaved A/B
 //! rounds (see [`paired_ratio`]): that ratio is the number to quote on a shared, noisy machine.
 //!
 //! Run: `cargo bench --bench rating` (only the table: `cargo bench --bench rating -- ratio`).
@@ -417,7 +417,7 @@ fn paired_ratio(
     )
 }
 
-/// Prints the SPEC §10 table: ours vs skillratings, ns per match and the paired time ratio.
+/// Prints the comparison table: ours vs skillratings, ns per match and the paired time ratio.
 fn ratio_report(_c: &mut Criterion) {
     use skillratings::elo::{EloConfig, EloRating};
     use skillratings::glicko::{GlickoConfig, GlickoRating};

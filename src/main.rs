@@ -231,8 +231,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             };
             anyhow::ensure!(tickets > 0, "--tickets: must be at least 1");
-            let report =
-                matchmaker::matching::run_bench(&queue, q.shape(), &q.matching, tickets, seed);
+            let report = matchmaker::tools::bench_matcher::run_bench(
+                &queue,
+                q.shape(),
+                &q.matching,
+                tickets,
+                seed,
+            );
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {

@@ -1,10 +1,10 @@
-//! Backfill of a running 5v5 over real gRPC (SPEC §5.4, issue #9): a player leaves, the game
+//! Backfill of a running 5v5 over real gRPC: a player leaves, the game
 //! server asks for a replacement, a waiting ticket fills the slot, the server's stream receives
 //! the addition, and the result rates the newcomer like the rest and the leaver as an abandon.
 
 mod common;
 
-use common::{TestServer, enter, next};
+use common::{TestServer, enter, next, poll_until};
 use matchmaker::proto::{self, TicketState};
 use tonic::Code;
 
@@ -251,7 +251,7 @@ async fn a_backfilled_match_keeps_its_roster_across_a_restart() {
 }
 
 /// Declared roles are stored with the match: after a restart a backfill still keeps the team's
-/// role minimums (before, a restarted match forgot them and counted everyone as "any role").
+/// role minimums (rather than counting everyone as "any role").
 #[tokio::test]
 async fn a_restarted_match_keeps_its_roles_for_backfill() {
     let config = "[server]\ntick_interval_ms = 10\n[queues.2v2.matching]\n\
@@ -307,13 +307,43 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
         .await
         .expect("backfill accepted");
     enter_as(&mut client, "d3", "dps").await;
-    // Thirty ticks: a dps player would have been taken by now if the roles were forgotten.
-    assert!(
-        tokio::time::timeout(std::time::Duration::from_millis(300), matches.message())
-            .await
-            .is_err(),
+    // A tick publishes the queue's waiting count after its backfill pass (or runs the pass
+    // before the stats can be read), so once the stats count d3 waiting, a backfill pass saw
+    // d3 and the open slot: had the roles been forgotten, d3 would be in the match.
+    let admin = server.admin().await;
+    let stat = poll_until("a tick with d3 waiting", || {
+        let mut admin = admin.clone();
+        async move {
+            let stat = admin
+                .get_queue_stats(proto::GetQueueStatsRequest {
+                    queue: "2v2".into(),
+                })
+                .await
+                .expect("get_queue_stats")
+                .into_inner()
+                .queues
+                .remove(0);
+            if stat.tickets_waiting == 1 {
+                Ok(stat)
+            } else {
+                Err(stat)
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        stat.backfill_slots_filled, 0,
         "a dps player must not fill the healer's slot"
     );
+    let d3 = client
+        .get_player(proto::GetPlayerRequest {
+            player_id: "d3".into(),
+            queue: "2v2".into(),
+        })
+        .await
+        .expect("get_player")
+        .into_inner();
+    assert_eq!(d3.status, "queued", "{d3:?}");
     enter_as(&mut client, "h3", "healer").await;
     let update = next(&mut matches).await;
     assert_eq!(update.backfill[team].player_ids, ["h3"]);

@@ -4,9 +4,8 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use common::{EVENT_TIMEOUT, ServerProcess};
+use common::{ServerProcess, poll_until_blocking};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_matchmaker"))
@@ -73,11 +72,11 @@ fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
     assert!(status.success());
     let exit = server.child.wait().unwrap();
     // The log's last lines arrive as the pipe drains after the exit.
-    let deadline = Instant::now() + EVENT_TIMEOUT;
-    while !server.logged("state flushed") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let log = server.log.lock().unwrap().clone();
-    assert!(exit.success(), "exit {exit:?}; log {log:?}");
-    assert!(server.logged("state flushed"), "{log:?}");
+    poll_until_blocking("a clean exit whose log says the state was flushed", || {
+        if exit.success() && server.logged("state flushed") {
+            Ok(())
+        } else {
+            Err((exit, server.log_lines()))
+        }
+    });
 }

@@ -1,4 +1,4 @@
-//! Malformed and random requests through the real service (SPEC §2 Errors, §7): huge repeated
+//! Malformed and random requests through the real service: huge repeated
 //! fields, NaN/inf, unknown ids, duplicate players across teams, empty teams, placements out of
 //! range. Each gets the status its malformation calls for; the server never panics, stays
 //! healthy, and its state is consistent afterwards (every rejected report changed nothing, the

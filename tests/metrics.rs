@@ -1,4 +1,4 @@
-//! The Prometheus endpoint of the real binary (SPEC §8): it serves the matchmaker's metrics, and
+//! The Prometheus endpoint of the real binary: it serves the matchmaker's metrics, and
 //! calls refused by the in-flight limit are counted there, so an operator sees shedding without
 //! asking the clients.
 
@@ -7,14 +7,12 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use common::{EVENT_TIMEOUT, ServerProcess, resource_exhausted};
+use common::{EVENT_TIMEOUT, ServerProcess, poll_until_blocking, resource_exhausted};
 
 /// The body of `GET /metrics` at `addr`, once the endpoint answers.
 fn scrape(addr: &str) -> String {
-    let deadline = Instant::now() + EVENT_TIMEOUT;
-    loop {
+    poll_until_blocking(&format!("metrics from {addr}"), || {
         let answer = TcpStream::connect(addr).and_then(|mut s| {
             s.set_read_timeout(Some(EVENT_TIMEOUT))?;
             s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
@@ -24,12 +22,27 @@ fn scrape(addr: &str) -> String {
         });
         match answer {
             Ok(out) if out.starts_with("HTTP/1.") && out.contains(" 200 ") => {
-                return out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+                Ok(out.split("\r\n\r\n").nth(1).unwrap_or("").to_owned())
             }
-            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            other => panic!("no metrics from {addr}: {other:?}"),
+            other => Err(other),
         }
-    }
+    })
+}
+
+/// The histograms each formed match adds observations to, and how many per match (1v1: one
+/// wait per ticket, one quality per match).
+const PER_MATCH: [(&str, f64); 2] = [
+    ("matchmaker_wait_seconds", 2.0),
+    ("matchmaker_match_quality", 1.0),
+];
+
+/// The count of the `+Inf` bucket of histogram `name`, summed over its label sets: every
+/// observation.
+fn observations(body: &str, name: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains("le=\"+Inf\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The value of the sample `name` (no labels), if the scrape has it.
@@ -102,31 +115,27 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         .copied()
         .unwrap_or(0);
     let entered_ok = (report.target.requests - target_refused) as f64;
-    let deadline = Instant::now() + EVENT_TIMEOUT;
-    let after = loop {
-        let body = scrape(&metrics_addr);
-        if labelled_sum(&body, "matchmaker_tickets_entered_total") >= entered_ok
-            && labelled_sum(&body, "matchmaker_matches_formed_total") >= 1.0
-            || Instant::now() > deadline
-        {
-            break body;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // The loop may still be forming matches from the last tickets: read once a tick went by
-    // with no new match, so the histograms below saw every match counted.
-    let after = {
-        let mut body = after;
-        loop {
-            std::thread::sleep(Duration::from_millis(300));
-            let next = scrape(&metrics_addr);
-            let formed = |b: &str| labelled_sum(b, "matchmaker_matches_formed_total");
-            if formed(&next) == formed(&body) || Instant::now() > deadline {
-                break next;
+    // The loop may still be forming matches from the last tickets, and a tick records a
+    // match's count and its observations one after another: read a scrape taken between two
+    // ticks, where every ticket is counted and the histograms saw every match counted.
+    let after = poll_until_blocking(
+        "every ticket counted, histograms level with matches",
+        || {
+            let body = scrape(&metrics_addr);
+            let formed = labelled_sum(&body, "matchmaker_matches_formed_total");
+            let level = PER_MATCH
+                .iter()
+                .all(|&(name, per_match)| observations(&body, name) == formed * per_match);
+            if labelled_sum(&body, "matchmaker_tickets_entered_total") >= entered_ok
+                && formed >= 1.0
+                && level
+            {
+                Ok(body)
+            } else {
+                Err(body)
             }
-            body = next;
-        }
-    };
+        },
+    );
     drop(server);
     // Every RESOURCE_EXHAUSTED the generator saw was a shed call, and each one was counted.
     assert_eq!(
@@ -146,16 +155,12 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     // Histograms, not summaries: `_bucket` series, with every observation in the +Inf bucket.
     let formed = labelled_sum(&after, "matchmaker_matches_formed_total");
     assert!(formed >= 1.0, "{after}");
-    for (name, per_match) in [
-        ("matchmaker_wait_seconds", 2.0),
-        ("matchmaker_match_quality", 1.0),
-    ] {
-        let inf: f64 = after
-            .lines()
-            .filter(|l| l.starts_with(&format!("{name}_bucket{{")) && l.contains("le=\"+Inf\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum();
-        assert_eq!(inf, formed * per_match, "{name}: {after}");
+    for (name, per_match) in PER_MATCH {
+        assert_eq!(
+            observations(&after, name),
+            formed * per_match,
+            "{name}: {after}"
+        );
         assert!(
             !after
                 .lines()

@@ -1,10 +1,9 @@
-//! Ready-check, heartbeat expiry and cancel-vs-tick ordering over real gRPC (SPEC §5.4, issue
-//! #9). Deadlines are reached by advancing the server's injected matchmaker clock, never by
-//! sleeping.
+//! Ready-check, heartbeat expiry and cancel-vs-tick ordering over real gRPC. Deadlines are
+//! reached by advancing the server's injected matchmaker clock, never by sleeping.
 
 mod common;
 
-use common::{EVENT_TIMEOUT, TestServer, enter, next};
+use common::{EVENT_TIMEOUT, TestServer, enter, next, poll_until};
 use matchmaker::proto::{self, TicketState, TicketUpdate};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -71,25 +70,21 @@ async fn stats(admin: &mut AdminServiceClient<Channel>, queue: &str) -> proto::Q
         .expect("one queue")
 }
 
-/// Polls the queue's stats until `pred` holds (bounded by EVENT_TIMEOUT; the loop publishes
-/// them every tick).
+/// Polls the queue's stats until `pred` holds (the loop publishes them every tick).
 async fn stats_until(
     admin: &mut AdminServiceClient<Channel>,
     queue: &str,
     pred: impl Fn(&proto::QueueStat) -> bool,
 ) -> proto::QueueStat {
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    loop {
-        let s = stats(admin, queue).await;
-        if pred(&s) {
-            return s;
+    let pred = &pred;
+    poll_until(&format!("{queue} stats to match"), || {
+        let mut admin = admin.clone();
+        async move {
+            let s = stats(&mut admin, queue).await;
+            if pred(&s) { Ok(s) } else { Err(s) }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "stats never matched: {s:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await
 }
 
 async fn status(client: &mut ClientServiceClient<Channel>, player: &str) -> String {
@@ -319,7 +314,7 @@ async fn an_unwatched_ticket_expires_after_the_heartbeat_and_a_watched_one_does_
     assert_eq!(u.state, TicketState::Searching as i32);
 }
 
-/// SPEC §5.4: once CancelTicket returned OK, the player is in no match formed after it. Each
+/// Once CancelTicket returned OK, the player is in no match formed after it. Each
 /// round enters a pair that the next tick would match and cancels one of them at once, racing
 /// the tick; whichever wins, the outcome must agree with the answer.
 #[tokio::test]

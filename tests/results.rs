@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{TestServer, form_match, placements_with_winner, player as rating_of};
+use common::{TestServer, form_match, placements_with_winner, player as rating_of, poll_until};
 use matchmaker::config::Config;
 use matchmaker::proto;
 use matchmaker::rating::{MatchInput, PlayerInput, Skill};
@@ -419,14 +419,16 @@ async fn a_periodic_queue_moves_ratings_when_the_period_ends_and_keeps_them() {
         assert_eq!((now.rating.unwrap().mean, now.games), (initial.mean, 1));
 
         // The period closes on its own, though neither player plays again.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let closed = loop {
-            let r = rating_of(&server, "pa", "1v1").await.rating.unwrap();
-            if r.mean != initial.mean || std::time::Instant::now() > deadline {
-                break r;
+        let watched = &server;
+        let closed = poll_until("the period to close", || async move {
+            let r = rating_of(watched, "pa", "1v1").await.rating.unwrap();
+            if r.mean != initial.mean {
+                Ok(r)
+            } else {
+                Err(r)
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        };
+        })
+        .await;
         assert!(
             (closed.mean - expected.mean).abs() < 1e-9,
             "{closed:?} vs {expected:?}"
@@ -553,14 +555,12 @@ async fn a_match_without_a_result_past_the_match_timeout_frees_its_players() {
     // After the restart the restored match is long past the (tiny) timeout; the first sweep
     // (at the loop's start) voids it.
     let server = TestServer::start_in(dir.path(), config).await;
-    let deadline = tokio::time::Instant::now() + common::EVENT_TIMEOUT;
-    while rating_of(&server, "stuck1", "1v1").await.status != "idle" {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the stale match was never cancelled"
-        );
-        tokio::task::yield_now().await;
-    }
+    let watched = &server;
+    poll_until("the stale match to be cancelled", || async move {
+        let v = rating_of(watched, "stuck1", "1v1").await;
+        if v.status == "idle" { Ok(()) } else { Err(v) }
+    })
+    .await;
     let err = server
         .game_server()
         .await

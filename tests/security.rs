@@ -1,11 +1,11 @@
-//! Auth (SPEC §2 Auth, §7) and limits through the real server: tokens, roles, ownership of
+//! Auth and limits through the real server: tokens, roles, ownership of
 //! tickets and matches, message size, queue capacity, and TLS with a certificate generated here.
 
 mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{EVENT_TIMEOUT, TestServer, next};
+use common::{EVENT_TIMEOUT, TestServer, next, poll_until};
 use jsonwebtoken::{EncodingKey, Header};
 use matchmaker::proto;
 use matchmaker::proto::client_service_client::ClientServiceClient;
@@ -573,8 +573,26 @@ async fn loadgen_measures_target_and_baseline_and_overload_is_shed_fast() {
     assert!(refused.errors_p99_ms >= refused.errors_p50_ms, "{report:?}");
 }
 
+/// Connections waiting in the accept queue of the socket listening on 127.0.0.1:`port`, from
+/// the kernel's socket table (for a listening socket, `rx_queue` is its accept backlog).
+#[cfg(target_os = "linux")]
+fn accept_queue(port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (local, state, queues) = (fields.get(1)?, fields.get(3)?, fields.get(4)?);
+        let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+        if *state != "0A" || local_port != port {
+            return None; // 0A: LISTEN
+        }
+        u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+    })
+}
+
 /// Past `server.max_connections` a new connection is not accepted (it waits in the kernel's
-/// backlog, costing the server nothing) and is served as soon as an open one closes.
+/// backlog, costing the server nothing) and is served as soon as an open one closes. Linux
+/// only: the waiting connection is observed in the kernel's socket table.
+#[cfg(target_os = "linux")]
 #[tokio::test]
 async fn connections_past_the_limit_wait_until_one_closes() {
     use tonic_health::pb::HealthCheckRequest;
@@ -597,7 +615,20 @@ async fn connections_past_the_limit_wait_until_one_closes() {
 
     let third = endpoint.connect_lazy();
     let waiting = tokio::spawn(check(third));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The kernel completes the third connection's handshake and holds it in the listening
+    // socket's accept queue, where the server at its limit leaves it (a server that accepted
+    // it would empty the queue within microseconds).
+    let port = server.addr.port();
+    poll_until(
+        "the third connection waiting in the accept queue",
+        || async move {
+            match accept_queue(port) {
+                Some(1) => Ok(()),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
     assert!(
         !waiting.is_finished(),
         "a third connection was served while two were open"
@@ -606,6 +637,12 @@ async fn connections_past_the_limit_wait_until_one_closes() {
     check(second.clone())
         .await
         .expect("open connection keeps working");
+    assert_eq!(
+        accept_queue(port),
+        Some(1),
+        "the third connection was taken"
+    );
+    assert!(!waiting.is_finished());
 
     drop(first);
     let answered = tokio::time::timeout(EVENT_TIMEOUT, waiting)

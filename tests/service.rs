@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{EVENT_TIMEOUT, TestServer, enter, next, watch_to_end};
+use common::{EVENT_TIMEOUT, TestServer, enter, next, poll_until, watch_to_end};
 use matchmaker::proto::{self, TicketState};
 use tokio_stream::StreamExt;
 use tonic::Code;
@@ -203,7 +203,7 @@ async fn a_player_already_queued_is_refused_alone_or_in_a_party() {
     let server = TestServer::start("").await;
     let mut client = server.client().await;
     enter(&mut client, "5v5", &["dup"]).await;
-    // One live ticket per player across all queues (SPEC §5.4).
+    // One live ticket per player across all queues.
     for (queue, players) in [
         ("5v5", vec!["dup"]),
         ("5v5", vec!["friend", "dup"]),
@@ -480,28 +480,29 @@ async fn queue_stats_count_waiting_tickets_and_formed_matches() {
     enter(&mut client, "1v1", &["s2"]).await;
     watch_to_end_or_matched(&mut client, &t1).await;
     enter(&mut client, "5v5", &["w1"]).await;
-    let mut admin = server.admin().await;
-    // The next tick publishes the 5v5 count; poll the loop's answer (bounded, no sleeps).
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    loop {
-        let stats = admin
-            .get_queue_stats(proto::GetQueueStatsRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let one = stats.queues.iter().find(|q| q.queue == "1v1").unwrap();
-        let five = stats.queues.iter().find(|q| q.queue == "5v5").unwrap();
-        if one.matches_formed == 1 && five.tickets_waiting == 1 {
-            assert_eq!(five.players_waiting, 1);
-            assert_eq!(stats.queues.len(), 4);
-            break;
+    let admin = server.admin().await;
+    // The next tick publishes the 5v5 count; poll the loop's answer.
+    let stats = poll_until("the tick's stats", || {
+        let mut admin = admin.clone();
+        async move {
+            let stats = admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .unwrap()
+                .into_inner();
+            let one = stats.queues.iter().find(|q| q.queue == "1v1").unwrap();
+            let five = stats.queues.iter().find(|q| q.queue == "5v5").unwrap();
+            if one.matches_formed == 1 && five.tickets_waiting == 1 {
+                Ok(stats)
+            } else {
+                Err(stats)
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "stats never showed it: {stats:?}"
-        );
-        tokio::task::yield_now().await;
-    }
+    })
+    .await;
+    let five = stats.queues.iter().find(|q| q.queue == "5v5").unwrap();
+    assert_eq!(five.players_waiting, 1);
+    assert_eq!(stats.queues.len(), 4);
 }
 
 async fn watch_to_end_or_matched(

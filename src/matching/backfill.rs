@@ -1,4 +1,4 @@
-//! Backfill: choosing waiting tickets for the open slots of a running match (SPEC §5.4).
+//! Backfill: choosing waiting tickets for the open slots of a running match.
 //!
 //! The same rules as a new match: a ticket joins only a match in a region it accepts under its
 //! latency limit, the filled match's predicted balance (the underdog quality, [`quality_of`])

@@ -35,8 +35,9 @@ pub struct ExpansionStep {
     pub max_latency_ms: Option<u32>,
 }
 
-/// A role every team needs at least `min_per_team` of (e.g. one healer). Optional: seed 004
-/// warns that hard role quotas distort queues, so queues without roles leave this empty.
+/// A role every team needs at least `min_per_team` of (e.g. one healer). Optional: White
+/// ("Rated Multiplayer Competitions", 2011) advises letting players choose roles after a team is
+/// formed rather than guaranteeing role minimums, so queues without roles leave this empty.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoleRequirement {
@@ -62,7 +63,7 @@ pub struct MatchingConfig {
     /// its own rating.
     pub window: f64,
     /// Base quality floor: minimum underdog win probability (see `FormedMatch::quality`).
-    /// Default 0.25 (seed 004's GoodRatedMatch).
+    /// Default 0.25: White's "GoodRatedMatch" test (the underdog has at least a 25% chance).
     pub min_quality: f64,
     /// Base latency limit: a ticket only matches into regions it reaches under this.
     pub max_latency_ms: u32,

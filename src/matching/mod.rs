@@ -1,15 +1,22 @@
 //! The matching core: one queue's waiting tickets and the global optimizer that turns them into
-//! matches (SPEC §5, issue #5).
+//! matches.
 //!
 //! What this module owns: tickets waiting in a [`Pool`], the per-queue [`MatchingConfig`]
 //! (expansion schedule, quality floor, regions, roles, starvation guard, TTL), the choice of a set
-//! of disjoint matches each [`Pool::tick`], team balancing, and the matcher benchmark
-//! ([`bench::run_bench`]).
+//! of disjoint matches each [`Pool::tick`], team balancing, backfill slot filling, and the pure
+//! half of the matcher benchmark ([`baseline`]: a seeded ticket pool and the first-come greedy
+//! matcher the optimizer is compared with).
 //!
-//! What it must not do: read a clock (time is the `now` argument; only the benchmark times
-//! itself), use unseeded randomness, do I/O, record metrics, or import tonic, tokio or sled. It
-//! never panics on a ticket the shell handed it: bad tickets are refused by [`Pool::insert`]
-//! with an [`InsertError`].
+//! Layers, each importing only those before it: this file's values (tickets, formed matches, the
+//! win model) and `config`; `candidates` (the per-tick view of waiting tickets and the arena the
+//! selectors write chosen matches to); the selectors `one_v_one` and `teams` (with `balance`);
+//! `pool` (ticket storage, expiry, candidates in, formed matches out, calling a selector); and on
+//! top of the pool [`backfill`] and the [`baseline`].
+//!
+//! What it must not do: read a clock (time is the `now` argument; the benchmark's timing harness
+//! is `tools::bench_matcher`, outside this module), use unseeded randomness, do I/O, record
+//! metrics, or import tonic, tokio or sled. It never panics on a ticket the shell handed it: bad
+//! tickets are refused by [`Pool::insert`] with an [`InsertError`].
 //!
 //! Architecture invariant: every match returned by `tick` is disjoint from every other match
 //! returned in the same tick, has exactly `shape.teams` teams of exactly `shape.team_size`
@@ -24,32 +31,37 @@
 //! call `tick(now, &model)` every tick interval, and report `window(id, now)` in SEARCHING
 //! updates. The outcome carries everything the metrics need (matches with quality and spread,
 //! waits of matched tickets, waiting count; [`Pool::stats`] for gauges); the shell times the
-//! tick itself. Three refinements of the first sketch, all deliberate: `insert` returns a
-//! `Result` (a duplicate or malformed ticket must not be silently dropped),
-//! `FormedMatch::teams` is a [`Teams`] of `Box<Ticket>` (see there; `teams.iter()`,
-//! `teams.len()`, `teams[k]` and `for team in &teams` read as they did on nested vectors), and
+//! tick itself. Three interface choices, all deliberate: `insert` returns a `Result` (a
+//! duplicate or malformed ticket must not be silently dropped), `FormedMatch::teams` is a
+//! [`Teams`] of `Box<Ticket>` (see there; `teams.iter()`, `teams.len()`, `teams[k]` and
+//! `for team in &teams` read as they would on nested vectors), and
 //! `FormedMatch::win_probability` is a [`WinProbabilities`] that reads as `&[f64]` (`.to_vec()`
-//! for a vector): both keep a 1v1 match free of allocations (issue #5's 100k-ticket target).
+//! for a vector): both keep a 1v1 match free of allocations, which matters when one tick over
+//! 100k tickets forms 50k matches.
 
 pub mod backfill;
 pub mod balance;
-pub mod bench;
+pub mod baseline;
+mod candidates;
 pub mod config;
+mod id_hash;
 mod one_v_one;
 mod pool;
 #[cfg(test)]
 mod properties;
 mod system_model;
 mod teams;
+#[cfg(test)]
+mod tick_tests;
 
 pub use backfill::{Fill, OpenMatch};
-pub use bench::{BenchReport, run_bench};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
+pub(crate) use pool::choose;
 pub use pool::{InsertError, Pool, PoolStats};
 pub use system_model::SystemModel;
 /// A fast hasher for maps keyed by server-minted ids (tickets, matches): no HashDoS concern,
 /// since clients cannot choose the keys that are stored.
-pub(crate) type IdHash = std::hash::BuildHasherDefault<pool::IdHasher>;
+pub(crate) type IdHash = std::hash::BuildHasherDefault<id_hash::IdHasher>;
 
 use serde::{Deserialize, Serialize};
 
@@ -173,8 +185,9 @@ pub struct Ticket {
     pub players: Vec<PlayerId>,
     /// Per player `(mean, deviation)` in the queue rating system's display units.
     pub skills: Vec<(f64, f64)>,
-    /// The party's own rating (SPEC §3.6); once it exists it replaces the members' skills for
-    /// matching, because a party that over-performs together should meet stronger opponents.
+    /// The party's own rating ([`crate::rating::party`]); once it exists it replaces the members'
+    /// skills for matching, because a party that over-performs together should meet stronger
+    /// opponents.
     pub party_skill: Option<(f64, f64)>,
     /// Seconds on the injected clock. A ticket returned to the queue keeps its original value
     /// ("front of the queue, wait kept").
@@ -246,7 +259,7 @@ pub struct FormedMatch {
     /// `.to_vec()` for a vector.
     pub win_probability: WinProbabilities,
     /// How fair the match is, in `[0, 0.5]`: `(teams / 2) · min_i win_probability[i]`.
-    /// For two teams that is the underdog's win probability (seed 004's GoodRatedMatch);
+    /// For two teams that is the underdog's win probability (White's "GoodRatedMatch" measure);
     /// for a free-for-all of N it is the weakest entrant's share of the fair `1/N`, halved, so
     /// one `min_quality` means the same thing in every shape (0.5 = perfectly even).
     pub quality: f64,
@@ -258,8 +271,8 @@ pub struct FormedMatch {
 }
 
 /// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like
-/// the `Vec<f64>` it replaced; two teams are stored inline, because a vector per match was
-/// 50k allocations in a 100k-ticket 1v1 tick.
+/// a `Vec<f64>`; two teams are stored inline, because a vector per match would be 50k
+/// allocations in a 100k-ticket 1v1 tick.
 #[derive(Clone, Debug)]
 pub struct WinProbabilities(Probabilities);
 
@@ -309,10 +322,10 @@ impl From<[f64; 2]> for WinProbabilities {
 /// The tickets of a formed match, team by team.
 ///
 /// Why not `Vec<Vec<Box<Ticket>>>`: that is one allocation per team plus one per match, and a
-/// 100k-ticket 1v1 tick forms 50k matches, so building those vectors was a fifth of the tick.
+/// 100k-ticket 1v1 tick forms 50k matches, so building those vectors costs a fifth of the tick.
 /// `Teams` keeps the tickets in one flat list with the team boundaries beside it, and a
 /// two-ticket match (every 1v1) inline, so forming a 1v1 match allocates nothing. It reads like
-/// the nested vectors it replaced: `len()`, `iter()` (one `&[Box<Ticket>]` per team),
+/// nested vectors: `len()`, `iter()` (one `&[Box<Ticket>]` per team),
 /// `teams[k]`, `for team in &teams`, plus [`Teams::tickets`] for every ticket at once.
 #[derive(Clone, Debug)]
 pub struct Teams {

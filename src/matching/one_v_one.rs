@@ -21,8 +21,8 @@
 //! starvation pass that pairs each starving ticket (oldest first) with its nearest unmatched
 //! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
 
+use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
-use super::pool::{Cand, Chosen, Slots, score};
 use super::{WinModel, quality_of};
 
 /// Whether `a` and `b` may be paired (both accept the match).
@@ -247,14 +247,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::matching::pool::STALE_SLACK;
-    use crate::matching::test_util::solo;
-    use crate::matching::{LogisticModel, MatchingConfig, Pool, Shape};
+    use crate::matching::LogisticModel;
 
-    const ONE: Shape = Shape {
-        teams: 2,
-        team_size: 1,
-    };
     const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
 
     fn cand(i: usize, key: f64, wait: f64, config: &MatchingConfig) -> Cand {
@@ -317,144 +311,5 @@ mod tests {
             let want = brute(&cands, &mut vec![false; cands.len()], &config);
             prop_assert!((got - want).abs() < 1e-9, "dp {got} brute {want}");
         }
-    }
-
-    #[test]
-    fn pairs_nearest_ratings_and_leaves_outliers_waiting() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        for (id, r) in [("a", 1500.0), ("b", 1900.0), ("c", 1510.0), ("d", 1530.0)] {
-            pool.insert(solo(id, r, 0.0)).unwrap();
-        }
-        let out = pool.tick(1.0, &MODEL);
-        assert_eq!(out.matches.len(), 1);
-        let m = &out.matches[0];
-        let mut ids: Vec<&str> = m.teams.iter().map(|t| t[0].id.as_str()).collect();
-        ids.sort_unstable();
-        assert_eq!(ids, ["a", "c"]);
-        assert!(m.quality > 0.48 && m.quality <= 0.5);
-        assert!((m.win_probability.iter().sum::<f64>() - 1.0).abs() < 1e-12);
-        assert_eq!(pool.len(), 2);
-        assert_eq!(out.waiting, 2);
-        assert_eq!(out.matched_waits, vec![1.0, 1.0]);
-    }
-
-    #[test]
-    fn older_tickets_are_preferred_when_only_one_pair_is_possible() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        pool.insert(solo("new", 1490.0, 9.0)).unwrap();
-        pool.insert(solo("mid", 1500.0, 0.0)).unwrap();
-        pool.insert(solo("old", 1510.0, 0.0)).unwrap();
-        let out = pool.tick(9.5, &MODEL);
-        assert_eq!(out.matches.len(), 1);
-        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "new");
-    }
-
-    #[test]
-    fn the_window_widens_with_wait_until_the_pair_is_legal() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
-        pool.insert(solo("b", 1580.0, 0.0)).unwrap();
-        let id = crate::ids::TicketId::new("a");
-        assert_eq!(pool.window(&id, 0.0), Some((1450.0, 1550.0)));
-        assert!(pool.tick(5.0, &MODEL).matches.is_empty());
-        assert_eq!(pool.window(&id, 10.0), Some((1400.0, 1600.0)));
-        assert_eq!(pool.tick(10.0, &MODEL).matches.len(), 1);
-    }
-
-    #[test]
-    fn a_starving_ticket_takes_the_best_available_and_ttl_expires() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        pool.insert(solo("a", 1000.0, 0.0)).unwrap();
-        pool.insert(solo("b", 2400.0, 100.0)).unwrap();
-        pool.insert(solo("c", 2600.0, 100.0)).unwrap();
-        pool.insert(solo("z", 1500.0, -1000.0)).unwrap();
-        let out = pool.tick(121.0, &MODEL);
-        assert_eq!(out.expired.len(), 1);
-        assert_eq!(out.expired[0].id.as_str(), "z");
-        // `a` starves and takes the nearer of b and c, far outside any window.
-        assert_eq!(out.matches.len(), 1);
-        let ids: Vec<&str> = out.matches[0]
-            .teams
-            .iter()
-            .map(|t| t[0].id.as_str())
-            .collect();
-        assert!(ids.contains(&"a") && ids.contains(&"b"), "{ids:?}");
-        assert!(out.matches[0].quality < 0.01);
-    }
-
-    #[test]
-    fn regions_must_overlap_under_the_latency_limit() {
-        let config = MatchingConfig {
-            regions: vec!["eu".into(), "us".into()],
-            ..MatchingConfig::default()
-        };
-        let mut pool = Pool::new(ONE, config);
-        let mut a = solo("a", 1500.0, 0.0);
-        a.region_latency_ms = vec![("eu".into(), 30), ("us".into(), 150)];
-        let mut b = solo("b", 1501.0, 0.0);
-        b.region_latency_ms = vec![("eu".into(), 200), ("us".into(), 40)];
-        let mut c = solo("c", 1530.0, 0.0);
-        c.region_latency_ms = vec![("eu".into(), 20)];
-        pool.insert(a).unwrap();
-        pool.insert(b).unwrap();
-        pool.insert(c).unwrap();
-        let out = pool.tick(1.0, &MODEL);
-        assert_eq!(out.matches.len(), 1);
-        assert_eq!(out.matches[0].region.as_deref(), Some("eu"));
-        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "b");
-    }
-
-    #[test]
-    fn bad_tickets_are_refused() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
-        assert!(matches!(
-            pool.insert(solo("a", 1500.0, 0.0)),
-            Err(crate::matching::InsertError::Duplicate(_))
-        ));
-        assert!(pool.insert(solo("n", f64::NAN, 0.0)).is_err());
-        let two = crate::matching::test_util::party("p", &[1500.0, 1500.0], 0.0);
-        assert!(pool.insert(two).is_err());
-        assert_eq!(pool.len(), 1);
-        assert!(pool.remove(&"a".into()).is_some());
-        assert!(pool.is_empty());
-    }
-
-    #[test]
-    fn matched_ids_can_return_and_the_lazy_index_stays_consistent() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        for round in 0..3000 {
-            let now = f64::from(round);
-            pool.insert(solo("a", 1500.0, now)).unwrap();
-            pool.insert(solo(&format!("b{round}"), 1501.0, now))
-                .unwrap();
-            pool.insert(solo(&format!("c{round}"), 2500.0, now))
-                .unwrap();
-            assert_eq!(pool.tick(now, &MODEL).matches.len(), 1);
-            // A matched ticket is gone for every lookup, and its id may queue again.
-            assert!(pool.get(&"a".into()).is_none());
-            assert!(pool.remove(&format!("b{round}").as_str().into()).is_none());
-            assert_eq!(pool.len(), 1);
-            assert!(pool.remove(&format!("c{round}").as_str().into()).is_some());
-            assert!(pool.is_empty());
-        }
-        assert!(pool.index.len() <= 2 * pool.live + STALE_SLACK + 3);
-    }
-
-    #[test]
-    fn stats_and_starving_windows_for_searching_updates() {
-        let mut pool = Pool::new(ONE, MatchingConfig::default());
-        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
-        pool.insert(solo("b", 1900.0, 50.0)).unwrap();
-        let stats = pool.stats(130.0);
-        assert_eq!(stats.waiting_tickets, 2);
-        assert_eq!(stats.waiting_players, 2);
-        assert_eq!(stats.longest_wait_seconds, 130.0);
-        assert_eq!(
-            pool.window(&"a".into(), 130.0),
-            Some((f64::NEG_INFINITY, f64::INFINITY))
-        );
-        assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
-        assert_eq!(pool.window(&"zz".into(), 130.0), None);
     }
 }

@@ -11,14 +11,13 @@
 //! next tick drops them in one sequential pass, amortised O(1) per matched ticket.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use thiserror::Error;
 
+use super::candidates::{Cand, Chosen, Slot, Slots};
 use super::config::{Limits, MatchingConfig};
 use super::{
-    FormedMatch, Shape, Teams, TickOutcome, Ticket, WinModel, WinProbabilities, one_v_one,
-    quality_of, teams,
+    FormedMatch, IdHash, Shape, Teams, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams,
 };
 use crate::ids::TicketId;
 
@@ -61,32 +60,7 @@ pub struct PoolStats {
     pub longest_wait_seconds: f64,
 }
 
-/// A fast multiplicative (Fx-style) hasher for the ticket index. SipHash's DoS resistance is not
-/// needed here: ticket ids are minted by the server, not chosen by clients, and hashing was a
-/// fifth of the tick when 100k matched tickets leave the index.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type IdMap = HashMap<TicketId, (u32, u32), BuildHasherDefault<IdHasher>>;
+type IdMap = HashMap<TicketId, (u32, u32), IdHash>;
 
 /// Stale index entries tolerated beyond the live count before a tick compacts the index.
 pub(crate) const STALE_SLACK: usize = 1024;
@@ -100,173 +74,6 @@ struct Meta {
     size: u32,
 }
 
-/// One slot of the pool's ticket storage: the ticket and the slot's generation, odd while
-/// occupied and bumped on every store and every take. They share a slot so that taking a
-/// matched ticket out touches one cache line, not two or three: the 100k-ticket tick takes 100k
-/// tickets from random slots, and those misses were a fifth of it.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Slot {
-    ticket: Option<Box<Ticket>>,
-    generation: u32,
-}
-
-impl Slot {
-    /// The waiting ticket, if the slot holds one.
-    pub fn ticket(&self) -> Option<&Ticket> {
-        self.ticket.as_deref()
-    }
-
-    fn occupied(&self) -> bool {
-        self.generation & 1 == 1
-    }
-}
-
-/// The optimizer's compact view of one waiting ticket at one tick.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cand {
-    /// Slot of the ticket in the pool (`u32` so that, beside `size`, a candidate fills one
-    /// 64-byte cache line; see [`Cand::slot`]).
-    pub slot: u32,
-    /// Party size.
-    pub size: u32,
-    /// Rating key (party rating or mean of members).
-    pub key: f64,
-    /// Representative deviation.
-    pub dev: f64,
-    /// Seconds waited.
-    pub wait: f64,
-    /// Limits from the expansion schedule at this wait.
-    pub lim: Limits,
-    /// Regions acceptable right now (bit i = `config.regions[i]`; bit 0 alone if the queue
-    /// has no regions).
-    pub regions: u64,
-}
-
-impl Cand {
-    /// The ticket's slot as an index into the pool's per-slot arrays.
-    pub fn slot(&self) -> usize {
-        self.slot as usize
-    }
-}
-
-/// The matches the optimizer chose, in one flat arena so choosing allocates nothing per match
-/// but the model's answer. Every match has exactly `teams` teams: match `m` owns teams
-/// `m·teams .. (m+1)·teams`, and team `k`'s candidate indices are
-/// `members[team_ends[k-1] .. team_ends[k]]`.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Chosen {
-    teams: usize,
-    members: Vec<usize>,
-    team_ends: Vec<usize>,
-    win_probability: Vec<WinProbabilities>,
-    rating_spread: Vec<f64>,
-}
-
-impl Chosen {
-    pub fn new(teams: usize) -> Self {
-        Chosen {
-            teams,
-            ..Chosen::default()
-        }
-    }
-
-    /// Room for `matches` matches of `members` tickets in all, so a tick that knows its
-    /// matches up front (1v1: 50k at 100k tickets) does not regrow these arrays as it pushes.
-    pub fn with_capacity(teams: usize, matches: usize, members: usize) -> Self {
-        Chosen {
-            teams,
-            members: Vec::with_capacity(members),
-            team_ends: Vec::with_capacity(matches * teams),
-            win_probability: Vec::with_capacity(matches),
-            rating_spread: Vec::with_capacity(matches),
-        }
-    }
-
-    /// Matches chosen so far.
-    pub fn len(&self) -> usize {
-        self.rating_spread.len()
-    }
-
-    /// Appends a match given as flat `members` with per-team `ends` (relative to `members`),
-    /// scored by [`score`].
-    pub fn push(&mut self, members: &[usize], ends: &[usize], scored: (Vec<f64>, f64)) {
-        let base = self.members.len();
-        self.members.extend_from_slice(members);
-        self.team_ends.extend(ends.iter().map(|e| base + e));
-        self.win_probability.push(scored.0.into());
-        self.rating_spread.push(scored.1);
-    }
-
-    /// Appends a 1v1 match of candidates `a` (team 0) and `b` (team 1) with the model's
-    /// [`WinModel::pair_win_probabilities`] and their rating spread: [`Chosen::push`] without
-    /// the model's vector.
-    pub fn push_pair(&mut self, a: usize, b: usize, probabilities: [f64; 2], spread: f64) {
-        let base = self.members.len();
-        self.members.extend_from_slice(&[a, b]);
-        self.team_ends.extend_from_slice(&[base + 1, base + 2]);
-        self.win_probability.push(probabilities.into());
-        self.rating_spread.push(spread);
-    }
-
-    /// Candidate indices of team `k` of match `m`.
-    pub fn team(&self, m: usize, k: usize) -> &[usize] {
-        let t = m * self.teams + k;
-        let start = if t == 0 { 0 } else { self.team_ends[t - 1] };
-        &self.members[start..self.team_ends[t]]
-    }
-
-    /// Candidate indices of every ticket of match `m`, team by team.
-    pub fn members(&self, m: usize) -> &[usize] {
-        let first = m * self.teams;
-        let start = if first == 0 {
-            0
-        } else {
-            self.team_ends[first - 1]
-        };
-        &self.members[start..self.team_ends[first + self.teams - 1]]
-    }
-}
-
-/// The pool's ticket storage as the optimizers see it.
-pub(crate) type Slots = [Slot];
-
-/// The model's win probabilities for one match (flat `members`, per-team `ends`) and the
-/// spread of member ratings. A solo ticket's member rating is its candidate's `(key, dev)`, so
-/// only parties are read from the ticket storage. `scratch` is reused across calls so the
-/// model's input is not allocated for every match.
-pub(crate) fn score(
-    cands: &[Cand],
-    members: &[usize],
-    ends: &[usize],
-    slots: &Slots,
-    model: &dyn WinModel,
-    scratch: &mut Vec<Vec<(f64, f64)>>,
-) -> (Vec<f64>, f64) {
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    scratch.resize_with(ends.len(), Vec::new);
-    scratch.truncate(ends.len());
-    let mut start = 0;
-    for (&end, r) in ends.iter().zip(scratch.iter_mut()) {
-        r.clear();
-        for &c in &members[start..end] {
-            let c = &cands[c];
-            if c.size == 1 {
-                r.push((c.key, c.dev));
-            } else if let Some(t) = slots[c.slot()].ticket() {
-                match t.party_skill {
-                    Some(p) => r.extend(std::iter::repeat_n(p, t.size())),
-                    None => r.extend_from_slice(&t.skills),
-                }
-            }
-        }
-        for x in r.iter() {
-            (lo, hi) = (lo.min(x.0), hi.max(x.0));
-        }
-        start = end;
-    }
-    (model.win_probabilities(scratch), (hi - lo).max(0.0))
-}
-
 /// One queue's waiting tickets.
 #[derive(Clone, Debug)]
 pub struct Pool {
@@ -275,14 +82,14 @@ pub struct Pool {
     slots: Vec<Slot>,
     free: Vec<usize>,
     /// Ticket id → (slot, generation of the slot when the ticket was stored).
-    pub(crate) index: IdMap,
+    index: IdMap,
     /// Per slot: what the optimizer reads, computed once at insert, so a tick scans compact
     /// arrays instead of chasing every ticket's heap data.
     meta: Vec<Meta>,
     /// Per slot, `config.regions.len()` latencies (`u32::MAX` = region not listed; all 0 for a
     /// ticket that accepts any region).
     latency: Vec<u32>,
-    pub(crate) live: usize,
+    live: usize,
     players: usize,
 }
 
@@ -687,4 +494,71 @@ fn latency_mask(latency: &[u32], lim: &Limits) -> u64 {
 #[cfg(test)]
 fn all_regions(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matching::LogisticModel;
+    use crate::matching::test_util::{party, solo};
+
+    const ONE: Shape = Shape {
+        teams: 2,
+        team_size: 1,
+    };
+    const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
+
+    #[test]
+    fn bad_tickets_are_refused() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        assert!(matches!(
+            pool.insert(solo("a", 1500.0, 0.0)),
+            Err(InsertError::Duplicate(_))
+        ));
+        assert!(pool.insert(solo("n", f64::NAN, 0.0)).is_err());
+        let two = party("p", &[1500.0, 1500.0], 0.0);
+        assert!(pool.insert(two).is_err());
+        assert_eq!(pool.len(), 1);
+        assert!(pool.remove(&"a".into()).is_some());
+        assert!(pool.is_empty());
+    }
+
+    #[test]
+    fn matched_ids_can_return_and_the_lazy_index_stays_consistent() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        for round in 0..3000 {
+            let now = f64::from(round);
+            pool.insert(solo("a", 1500.0, now)).unwrap();
+            pool.insert(solo(&format!("b{round}"), 1501.0, now))
+                .unwrap();
+            pool.insert(solo(&format!("c{round}"), 2500.0, now))
+                .unwrap();
+            assert_eq!(pool.tick(now, &MODEL).matches.len(), 1);
+            // A matched ticket is gone for every lookup, and its id may queue again.
+            assert!(pool.get(&"a".into()).is_none());
+            assert!(pool.remove(&format!("b{round}").as_str().into()).is_none());
+            assert_eq!(pool.len(), 1);
+            assert!(pool.remove(&format!("c{round}").as_str().into()).is_some());
+            assert!(pool.is_empty());
+        }
+        assert!(pool.index.len() <= 2 * pool.live + STALE_SLACK + 3);
+    }
+
+    #[test]
+    fn stats_and_starving_windows_for_searching_updates() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1900.0, 50.0)).unwrap();
+        let stats = pool.stats(130.0);
+        assert_eq!(stats.waiting_tickets, 2);
+        assert_eq!(stats.waiting_players, 2);
+        assert_eq!(stats.longest_wait_seconds, 130.0);
+        assert_eq!(
+            pool.window(&"a".into(), 130.0),
+            Some((f64::NEG_INFINITY, f64::INFINITY))
+        );
+        assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
+        assert_eq!(pool.window(&"zz".into(), 130.0), None);
+    }
 }

@@ -1,5 +1,5 @@
-//! INVERSUS rank points (SPEC §4.1, seed 000): a slow, one-directional walk toward the lower end
-//! of a player's skill interval.
+//! INVERSUS rank points (Ryan Juckett, "Adding Online Skill Ranking to INVERSUS Deluxe", 2018):
+//! a slow, one-directional walk toward the lower end of a player's skill interval.
 //!
 //! The target is the *functional rating* μ − kφ (k = 3: the 99.7% lower bound) on the internal
 //! Glicko-2 scale, mapped linearly from `[rating_min, rating_max]` = [−6.045, 6.045] onto
@@ -11,11 +11,11 @@
 //! state (the caller stores one [`RankPoints`] and, while a match runs, one [`PendingMatch`]), or
 //! read a clock.
 //!
-//! **Who is "the opponent" in a team or free-for-all match.** The upset bonus compares the
-//! player's mean with the opponent's mean. For teams pass the composite-team virtual opponent that
-//! seed 000 stores in its pending record and SPEC §3.5 uses by default — own mean + (mean of all
-//! opposing players − mean of own team), see [`composite_opponent_mean`] — so the bonus measures
-//! how much stronger the *other side* was, not how the player compares with one opponent.
+//! **Who is "the opponent" in a team or free-for-all match.** The upset bonus compares the player's
+//! mean with the opponent's mean. For teams pass the composite-team virtual opponent that INVERSUS
+//! stores in its pending record and the Glicko team strategy uses by default — own mean + (mean of
+//! all opposing players − mean of own team), see [`composite_opponent_mean`] — so the bonus
+//! measures how much stronger the *other side* was, not how the player compares with one opponent.
 //!
 //! **Other skill systems.** The mapping reads display units through `display_center` and
 //! `display_scale` (1500 and 173.7178: the Glicko-2 conversion). For a Weng-Lin queue set
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
 use crate::rating::Skill;
 
-/// INVERSUS parameters (`[ranking.inversus]`); `Default` is the SPEC / seed 000 setting.
+/// INVERSUS parameters (`[ranking.inversus]`); `Default` is the INVERSUS setting.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct InversusConfig {
@@ -205,9 +205,9 @@ pub fn upset_bonus(cfg: &InversusConfig, own_mean_before: f64, opponent_mean_bef
 }
 
 /// The opponent a team player is compared with for the upset bonus (display units): own mean
-/// shifted by how much stronger the opposing players are on average than the own team
-/// (composite team, SPEC §3.5). `opponents` holds every player of every other team, so in a
-/// free-for-all it is the field's mean. With an empty slice the player is their own opponent
+/// shifted by how much stronger the opposing players are on average than the own team (composite
+/// team, [`crate::rating::TeamStrategy`]). `opponents` holds every player of every other team, so
+/// in a free-for-all it is the field's mean. With an empty slice the player is their own opponent
 /// (no bonus).
 #[must_use]
 pub fn composite_opponent_mean(own_mean: f64, own_team: &[f64], opponents: &[f64]) -> f64 {
@@ -227,7 +227,7 @@ fn mean(values: &[f64]) -> Option<f64> {
     Some(values.iter().sum::<f64>() / f64::from(n))
 }
 
-/// New rank points after one match (SPEC §4.1).
+/// New rank points after one match.
 ///
 /// A win moves `fraction` of the way up toward [`target_rp`] (never down, even if inactivity has
 /// pushed the target below the current score), adds [`upset_bonus`], is raised to `min_change`
@@ -268,11 +268,11 @@ fn finite_or_zero(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
 }
 
-/// What the server persists for a player while an INVERSUS match runs (seed 000's pending
+/// What the server persists for a player while an INVERSUS match runs (INVERSUS's pending
 /// record): the means the upset bonus needs, snapshotted when the match starts.
 ///
-/// Rule (SPEC §4.1): a player who abandons, or starts a new match with one still pending, takes
-/// the pending match as a loss; if the opponent quits first it is cancelled — not a win.
+/// Rule (as in INVERSUS): a player who abandons, or starts a new match with one still pending,
+/// takes the pending match as a loss; if the opponent quits first it is cancelled — not a win.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PendingMatch {
     /// The player's mean at match start (display units).
@@ -323,7 +323,7 @@ mod tests {
     use crate::rating::glicko2::SCALE;
     use proptest::prelude::*;
 
-    /// A skill given on the internal scale (μ, φ), the way SPEC §4.1 states the rules.
+    /// A skill given on the internal scale (μ, φ), the scale the INVERSUS rules are stated on.
     fn internal(mu: f64, phi: f64) -> Skill {
         Skill {
             mean: 1500.0 + SCALE * mu,
@@ -460,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn pending_matches_resolve_as_the_spec_says() {
+    fn pending_matches_resolve_by_the_pending_match_rule() {
         assert_eq!(PendingEnd::Abandoned.outcome(), Some(Outcome::Loss));
         assert_eq!(PendingEnd::OpponentQuit.outcome(), None);
         assert_eq!(

@@ -1,8 +1,8 @@
-//! The Skyweaver ladder (SPEC §4.2, seed 002): rank points that follow the MMR change of each
-//! match, plus a bias for winning and an optional win-streak bonus, over a table of named tiers
-//! with hard floors.
+//! The Skyweaver ladder (Robert Petit, "Ranking Changes White Paper", Skyweaver, 2022): rank points
+//! that follow the MMR change of each match, plus a bias for winning and an optional win-streak
+//! bonus, over a table of named tiers with hard floors.
 //!
-//! RP' = round(RP + Δr·F + B·[win] + A), where
+//! RP' = round(RP + Δr·F + B·\[win\] + A), where
 //! - F = (rp_span / rating_span) · min{1, f_min + (1 − f_min)·(RP − ramp_start_rp)/ramp_width_rp}
 //!   (with the defaults (1000/(3000 − 1250))·min{1, f_min + (1 − f_min)(RP − 200)/1000}): the
 //!   range transform from the Glicko scale to RP, weighted less at low rank so a new player's
@@ -15,10 +15,10 @@
 //! a hard floor they never drop below its minimum within the season: the player record keeps
 //! that floor ([`LadderState::floor_rp`]); only a season's hard reset clears it.
 //!
-//! What this module deliberately does not do: touch skill, run season resets (a later issue; the
-//! tier table already carries each tier's soft-reset cap and hard-reset value), or know the
-//! leaderboard — the top tier (Grandweaver, "top 100 Masters by RP") takes the player's rank as
-//! input; [`super::leaderboard::RankIndex`] computes it.
+//! What this module deliberately does not do: touch skill, run season resets (that is
+//! [`super::season`]; the tier table carries each tier's soft-reset cap and hard-reset value), or
+//! know the leaderboard — the top tier (Grandweaver, "top 100 Masters by RP") takes the player's
+//! rank as input; [`super::leaderboard::RankIndex`] computes it.
 //!
 //! **Δr for other skill systems.** Δr is the MMR change on the Glicko 1500 scale, because the
 //! range transform 1000/(3000 − 1250) maps a Glicko population range onto the ladder. A queue on
@@ -28,18 +28,18 @@
 //! of 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
 //! ratings share the Glicko scale: 1.
 //!
-//! **Why these defaults (f_min 0.75, b_min 7, b_max 8, a 0).** The seed gives no values, so they
-//! come from a deterministic simulation (`ladder/simulation.rs`, test
+//! **Why these defaults (f_min 0.75, b_min 7, b_max 8, a 0).** The white paper gives no values, so
+//! they come from a deterministic simulation (`ladder/simulation.rs`, test
 //! `defaults_are_justified_by_simulation`): 200 new players with true skills spread evenly over
-//! 1100–1900 on the SPEC continuous Glicko-1 queue, paired by current MMR, 200 games each (a
+//! 1100–1900 on a default continuous Glicko-1 queue, paired by current MMR, 200 games each (a
 //! dedicated player's four-week season at 50 a week, one decay period per week), mean of three
 //! seeds. What it shows: once matchmaking has calibrated everyone to ~50% wins, the only lasting
 //! skill signal in RP is F·(r − 1500) (the Δr terms telescope), about ±200 RP across this
 //! population, while B adds ≈ B/2 per game for *everyone*. So a steep B (big at the bottom) is a
 //! catch-up mechanic that squeezes skill out of the order, and a low f_min hides the MMR signal
-//! where most players are. The rule: at least half of the top fifth reach Master within the
-//! season and at most a tenth of the 50% players (middle fifth) do; among settings meeting it,
-//! the best Spearman ρ(RP, true skill), keeping f_min < 1 and b_max > b_min so the seed's
+//! where most players are. The rule: at least half of the top fifth reach Master within the season
+//! and at most a tenth of the 50% players (middle fifth) do; among settings meeting it, the best
+//! Spearman ρ(RP, true skill), keeping f_min < 1 and b_max > b_min so the white paper's
 //! rank-dependence survives. Grid: f_min ∈ {0.25, 0.5, …, 1}, b_min ∈ {1…7}, b_max ∈ {7…24}:
 //!
 //! | f_min | b_min..b_max | ρ | RP bottom/middle/top fifth | top / middle at Master | middle drift |
@@ -52,15 +52,16 @@
 //! | 0.25 | 2..24 | 0.495 | 1146 / 1179 / 1217 | 67% / 27% | 1.8 |
 //! | 1.0 | 7..8 | 0.757 | 949 / 1093 / 1304 | 82% / 15% | 3.7 |
 //!
-//! A 50% player therefore *drifts* about +3.5 RP a game (B/2: the seed's deliberate inflation,
-//! which the weekly soft-reset caps 100 RP apart absorb in roughly 30 games) rather than climbing
-//! with skill; a strong player's extra F·Δr is what carries them into Master. The top fifth leaves
-//! Wanderer in about 3 games. Within the rule, f_min 0.7–0.9 with b 7..8 are indistinguishable
-//! (over 8 seeds ρ 0.735 at 0.75 vs 0.743 at 0.9, seed-to-seed SD ≈ 0.01); f_min = 1 orders a
-//! little better again but drops rank-dependence entirely (a new player's first ±170-point MMR
-//! swing would show in full) and lets 15% of the 50% players into Master. 0.75 keeps a quarter
-//! of the rank-dependence at the bottom for ρ within one seed-to-seed SD. `streak_bonus` stays 0
-//! as in the seed: any a > 0 rewards streaks, which skill-based matchmaking makes mostly luck.
+//! A 50% player therefore *drifts* about +3.5 RP a game (B/2: the white paper's deliberate
+//! inflation, which the weekly soft-reset caps 100 RP apart absorb in roughly 30 games) rather
+//! than climbing with skill; a strong player's extra F·Δr is what carries them into Master. The
+//! top fifth leaves Wanderer in about 3 games. Within the rule, f_min 0.7–0.9 with b 7..8 are
+//! indistinguishable (over 8 seeds ρ 0.735 at 0.75 vs 0.743 at 0.9, seed-to-seed SD ≈ 0.01);
+//! f_min = 1 orders a little better again but drops rank-dependence entirely (a new player's first
+//! ±170-point MMR swing would show in full) and lets 15% of the 50% players into Master. 0.75
+//! keeps a quarter of the rank-dependence at the bottom for ρ within one seed-to-seed SD.
+//! `streak_bonus` stays 0 as in the white paper: any a > 0 rewards streaks, which skill-based
+//! matchmaking makes mostly luck.
 
 use serde::{Deserialize, Serialize};
 
@@ -117,7 +118,7 @@ impl Tier {
     }
 }
 
-/// The SPEC §4.2 table (seed 002, Table 1).
+/// The Skyweaver tier table (the white paper's Table 1).
 #[must_use]
 pub fn default_tiers() -> Vec<Tier> {
     vec![
@@ -143,7 +144,8 @@ pub fn default_tiers() -> Vec<Tier> {
     ]
 }
 
-/// Ladder parameters (`[ranking.ladder]`); `Default` is the SPEC table with simulated defaults.
+/// Ladder parameters (`[ranking.ladder]`); `Default` is the Skyweaver table with simulated
+/// defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LadderConfig {
@@ -162,8 +164,8 @@ pub struct LadderConfig {
     /// one is a catch-up mechanic that costs ordering (ρ 0.67 at 7..16, 0.50 at 2..24) and lets
     /// the 50% players reach Master with everyone else.
     pub b_max: f64,
-    /// a: bonus for a win that extends a streak of two or more wins. Default 0, as in the seed,
-    /// so the other three parameters can be tuned first.
+    /// a: bonus for a win that extends a streak of two or more wins. Default 0, as in the white
+    /// paper, so the other three parameters can be tuned first.
     pub streak_bonus: f64,
     /// RP where the F and B ramps start (200).
     pub ramp_start_rp: f64,
@@ -417,7 +419,8 @@ impl LadderState {
     }
 
     /// A record placed at `rp` with only the floor `rp` itself earns and no streak: what a hard
-    /// reset or a migration from Elo (SPEC §4.3) writes, since floors from the old season lapse.
+    /// reset or a migration from Elo ([`super::season`]) writes, since floors from the old season
+    /// lapse.
     #[must_use]
     pub fn with_rp(cfg: &LadderConfig, rp: RankPoints) -> Self {
         Self {
@@ -437,12 +440,12 @@ pub struct LadderUpdate {
     pub state: LadderState,
 }
 
-/// New ladder state after one match (SPEC §4.2).
+/// New ladder state after one match.
 ///
 /// `rating_delta` is this match's MMR change r' − r in the queue's display units (scaled by
 /// `delta_scale`). A draw applies Δr·F without B and ends the streak. A win gets B and, when the
-/// two previous matches were wins, A: the seed calls A a *win-streak* bonus, so it is paid on the
-/// third consecutive win onward, never on the loss that ends a streak. The result is rounded
+/// two previous matches were wins, A: the white paper calls A a *win-streak* bonus, so it is paid
+/// on the third consecutive win onward, never on the loss that ends a streak. The result is rounded
 /// (halves away from zero) and never below the floor reached before this match; the new floor is
 /// the highest hard floor reached including this match. A non-finite `rating_delta` (impossible
 /// from the rating module) counts as 0.

@@ -1,4 +1,4 @@
-//! Leaderboard order (SPEC §4): who is shown above whom, page by page, and each player's place.
+//! Leaderboard order: who is shown above whom, page by page, and each player's place.
 //!
 //! The order is total and stable so two reads of the same data page identically: rank points
 //! descending, then conservative rating descending (the skill lower bound: of two players on the
@@ -9,7 +9,7 @@
 //! one per queue: O(log n) insert, update and remove, pages in O(log n + offset + limit), and a
 //! player's place in O(log n + rank). It holds no map from player to entry: the caller knows a
 //! player's entry (it is a pure function of the player's record), and a second map cost ~100
-//! bytes per player, a fifth of SPEC §10's memory budget at a million players. The Grandweaver
+//! bytes per player, a fifth of the 512 MiB memory budget for a million players. The Grandweaver
 //! check only needs "is this player in the top 100", which [`RankIndex::rank_within`] answers in
 //! O(log n + 100) however large the queue. This module is pure data structure: no I/O, no clock.
 

@@ -1,12 +1,14 @@
-//! Ranking (SPEC §4): what players are *shown* — rank points, tiers and leaderboard order.
+//! Ranking: what players are *shown* — rank points, tiers and leaderboard order.
 //!
 //! This module owns the player-facing numbers and nothing else. It reads skills produced by
 //! [`crate::rating`] but never writes them: rank points never feed back into skill, so a bias or
 //! bonus tuned here for fun cannot make matchmaking less accurate.
 //!
 //! Layout:
-//! - [`inversus`]: INVERSUS rank points (SPEC §4.1), a smoothed view of the 99.7% lower bound.
-//! - [`ladder`]: the Skyweaver ladder (SPEC §4.2): MMR change, bias, streak bonus, tiers, floors.
+//! - [`inversus`]: INVERSUS rank points (Juckett, "Adding Online Skill Ranking to INVERSUS
+//!   Deluxe", 2018), a smoothed view of the 99.7% lower bound.
+//! - [`ladder`]: the Skyweaver ladder (Petit, "Ranking Changes White Paper", Skyweaver, 2022): MMR
+//!   change, bias, streak bonus, tiers, floors.
 //! - [`leaderboard`]: the display order, paging, and a per-queue rank index (Grandweaver).
 //!
 //! Architecture invariant: everything here is pure and synchronous — values in, values out, no
@@ -32,13 +34,13 @@ pub type RankPoints = u32;
 /// The ranking settings of a server: `[ranking.inversus]` and `[ranking.ladder]` in TOML.
 ///
 /// A queue picks which one applies with `ranking = "none" | "inversus" | "ladder"`; every key has
-/// the SPEC default, so an empty (or missing) `[ranking]` table is the SPEC setting.
+/// a default (documented on each config), so an empty (or missing) `[ranking]` table works.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RankingConfig {
-    /// INVERSUS rank points (SPEC §4.1).
+    /// INVERSUS rank points.
     pub inversus: InversusConfig,
-    /// The Skyweaver ladder (SPEC §4.2).
+    /// The Skyweaver ladder.
     pub ladder: LadderConfig,
 }
 
@@ -74,10 +76,10 @@ pub enum Outcome {
 impl Outcome {
     /// The outcome of the team at `team` given every team's placement (1 = first, equal = tie).
     ///
-    /// Rank points need one win/draw/loss per player while a match may have many teams; this is
-    /// the net of the pairwise results the rating systems use (SPEC §3.5): in a two-team match it
-    /// is the plain result, in an 8-player free-for-all places 1–4 win and 5–8 lose. Returns
-    /// `None` if `team` is out of range.
+    /// Rank points need one win/draw/loss per player while a match may have many teams; this is the
+    /// net of the pairwise results the rating systems use ([`crate::rating::teams`]): in a two-team
+    /// match it is the plain result, in an 8-player free-for-all places 1–4 win and 5–8 lose.
+    /// Returns `None` if `team` is out of range.
     #[must_use]
     pub fn from_placements(placements: &[u32], team: usize) -> Option<Self> {
         let own = *placements.get(team)?;

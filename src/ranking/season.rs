@@ -1,5 +1,6 @@
-//! Seasons (SPEC §4.3): the pure arithmetic of weekly soft resets, monthly hard resets, the
-//! end-of-season rank, and Elo migration.
+//! Seasons: the pure arithmetic of weekly soft resets, monthly hard resets, the end-of-season
+//! rank, and Elo migration, as the Skyweaver white paper (Petit, "Ranking Changes White Paper",
+//! 2022) describes them.
 //!
 //! Everything here is values in, values out. The server (`state::admin`) decides which players a
 //! reset touches, journals the after-records and applies them; this module only says what each
@@ -17,8 +18,8 @@ use crate::rating::Skill;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SeasonConfig {
-    /// Hard reset: the rescaled Glicko ratings span `[base, base + span]` (SPEC: 750; the seed's
-    /// prose says 2000, so it is configurable).
+    /// Hard reset: the rescaled Glicko ratings span `[base, base + span]` (default 750, what the
+    /// white paper's formula gives; its prose says the range ends at 2000, so it is configurable).
     pub rescale_span: f64,
     /// Hard reset: the lowest rescaled rating.
     pub rescale_base: f64,
@@ -141,11 +142,10 @@ const GLICKO_SCALE: (f64, f64) = (1500.0, 350.0);
 /// A player's skill after a hard reset in a pool whose initial skill is `initial`, or `None`
 /// where the reset leaves skill alone (Elo: no deviation to reset and no scale to map to).
 ///
-/// Glicko family: `rescale` with deviation `reset_deviation` and the initial volatility
-/// (SPEC §4.3). Weng-Lin: the same rule carried over to its own scale, reading the Glicko
-/// numbers as multiples of the initial RD from the initial rating, so with the defaults μ
-/// spans μ₀ to μ₀ + (750/350)·σ₀ and σ goes back to σ₀, just as r spans 1500–2250 and RD goes
-/// back to 350.
+/// Glicko family: `rescale` with deviation `reset_deviation` and the initial volatility (the white
+/// paper's rule). Weng-Lin: the same rule carried over to its own scale, reading the Glicko numbers
+/// as multiples of the initial RD from the initial rating, so with the defaults μ spans μ₀ to μ₀ +
+/// (750/350)·σ₀ and σ goes back to σ₀, just as r spans 1500–2250 and RD goes back to 350.
 #[must_use]
 pub fn hard_reset_skill(
     glicko: bool,
@@ -241,7 +241,7 @@ mod tests {
             deviation,
             volatility,
         };
-        // Glicko: SPEC's numbers as they are.
+        // Glicko: the white paper's numbers as they are.
         let g = hard_reset_skill(
             true,
             skill(1500.0, 350.0, 0.06),

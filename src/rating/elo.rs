@@ -1,11 +1,11 @@
-//! Elo for random teams (SPEC §3.4; seed 004, Samuel White, "Rated Multiplayer Competitions").
+//! Elo for random teams: Samuel White, "Rated Multiplayer Competitions" (2011).
 //!
 //! - Team rating = Σ members / sqrt(N) ("normalised"; the exponent is configurable).
 //! - Expected loss rate of the winner f = 1/(1 + 10^((R_w − R_l)/400)); adjustment
 //!   = round(K·f·m), K = 16.
 //! - Margin multiplier m from the **losing** team's reported productivity: 1 if the losers met
 //!   what their ratings predict, 2 if short, 4 if short by more than the blowout threshold
-//!   (seed: 1000 skill per player = 100 rating points per player).
+//!   (White: 1000 skill per player, which is 100 rating points per player).
 //! - Winners each gain the adjustment; losers share the winners' total gain unequally, so the
 //!   total is conserved exactly (integer shares by largest remainder).
 //! - Inflation: +1 per win for a player's first 800 wins (both configurable, 0 disables). This
@@ -17,6 +17,11 @@
 //! productivity in the report, m = 1 and losses are shared equally. Draws: each underdog gains
 //! K·(½ − E_underdog), the favourites share that loss equally. More than two teams: every pair
 //! by placement with K/(n − 1).
+//!
+//! Deviations from the paper: players start at 1500, not 0; productivity is a performance
+//! rating rather than White's game statistics; White gives no formula for the losers' unequal
+//! shares, so the weights here (1 + shortfall / blowout threshold, within [¼, 4]) are this
+//! module's; draws and more than two teams are extensions (White rates two-team wins).
 
 use serde::{Deserialize, Serialize};
 
@@ -26,28 +31,28 @@ use super::{
     validate_teams, win_shares,
 };
 
-/// Parameters of an Elo queue; `Default` is the SPEC (seed 004) setting.
+/// Parameters of an Elo queue; `Default` is White's setting, starting at 1500.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// K-factor (16: the seed's best trade-off of convergence and prediction).
+    /// K-factor (16: White's best trade-off of convergence and prediction).
     pub k: f64,
-    /// Rating of a new player. The seed lets players start at 0 and ride inflation up; we start
+    /// Rating of a new player. White lets players start at 0 and ride inflation up; we start
     /// at the conventional 1500 so Elo, Glicko and the matchmaker share one scale.
     pub initial_rating: f64,
-    /// Team rating = Σ ratings / N^exponent (0.5 = the seed's sqrt(N) normalisation).
+    /// Team rating = Σ ratings / N^exponent (0.5 = White's sqrt(N) normalisation).
     pub normalization_exponent: f64,
     /// Multiplier when the losers fell short of their expected productivity.
     pub short_multiplier: f64,
     /// Multiplier when they fell short by more than `blowout_threshold` per player.
     pub blowout_multiplier: f64,
-    /// Shortfall per player (rating points) that makes a blowout (seed: 100).
+    /// Shortfall per player (rating points) that makes a blowout (White: 100).
     pub blowout_threshold: f64,
-    /// Rating added per win while a player has fewer than `inflation_wins` wins (seed: 1).
+    /// Rating added per win while a player has fewer than `inflation_wins` wins (White: 1).
     pub inflation_per_win: f64,
-    /// Wins that earn inflation (seed: 800).
+    /// Wins that earn inflation (White: 800).
     pub inflation_wins: u32,
-    /// Round each adjustment to a whole rating point, as the seed does.
+    /// Round each adjustment to a whole rating point, as White does.
     pub round_adjustment: bool,
 }
 

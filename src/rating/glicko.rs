@@ -1,16 +1,24 @@
-//! Continuous Glicko-1 (SPEC §3.2; seeds 001 and 002; Glickman, "The Glicko system").
+//! Continuous Glicko-1: Mark Glickman, "Parameter estimation in large dynamic paired comparison
+//! experiments" (Applied Statistics, 1999) and his summary "The Glicko system", rated after
+//! every game as in rating-update's "modified-glicko.md" (ratingupdate.info), with the RD bounds
+//! of the Skyweaver white paper (Robert Petit, "Ranking Changes White Paper", 2022).
 //!
 //! r = 1500 and RD = 350 at start; q = ln 10 / 400; g(RD) = 1/sqrt(1 + 3q²RD²/π²);
 //! E = 1/(1 + 10^(−g(RD_j)(r − r_j)/400)); d² = 1/(q² Σ g² E (1 − E));
 //! r' = r + q/(1/RD² + 1/d²) · Σ g(RD_j)(s_j − E_j); RD' = sqrt(1/(1/RD² + 1/d²)) in [30, 350].
 //!
-//! Seed 001's `calc_new_rating` drops the `r +` and misplaces a parenthesis (erratum); the formula
-//! above is Glickman's and seed 002's.
-//!
 //! Continuous mode: there are no rating periods for updates; before a game the deviation grows
 //! by closed-form decay RD = min(sqrt(RD² + c²·t), 350) for t = elapsed virtual periods
 //! (fractional), with c = sqrt((350² − RD_typical²)/t_return). Periodic mode batches a period with
-//! [`rate_period`]. Win probability uses both deviations: g(sqrt(RD_a² + RD_b²)) (seed 001).
+//! [`rate_period`]. Win probability uses both deviations, g(sqrt(RD_a² + RD_b²)): Glickman's
+//! predictive formula, which rating-update uses too.
+//!
+//! Deviations from the paper: in continuous mode there are no rating periods: each game is rated
+//! at once, as rating-update does, and before it the deviation grows over the virtual periods
+//! elapsed (closed form and fractional, where rating-update loops over whole periods); RD never
+//! falls below 30 (Skyweaver; the paper has no floor). Not taken from rating-update's code: its
+//! `calc_new_rating` drops the `r +` and misplaces a parenthesis; the update above is
+//! Glickman's.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +33,7 @@ use super::{
 /// q = ln 10 / 400.
 pub const Q: f64 = std::f64::consts::LN_10 / 400.0;
 
-/// Parameters of a Glicko-1 queue; `Default` is the SPEC setting.
+/// Parameters of a Glicko-1 queue; `Default` is the continuous setting of the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -33,9 +41,9 @@ pub struct Config {
     pub initial_rating: f64,
     /// RD of an unrated player (also the largest RD).
     pub initial_deviation: f64,
-    /// Smallest RD (seed 002: 30), so ratings keep moving.
+    /// Smallest RD (30, the Skyweaver white paper's), so ratings keep moving.
     pub min_deviation: f64,
-    /// Largest RD (seed 002: 350).
+    /// Largest RD (350: Glickman's unrated RD, also Skyweaver's bound).
     pub max_deviation: f64,
     /// Length of one (virtual) rating period in days (default 7).
     pub rating_period_days: f64,
@@ -105,7 +113,8 @@ fn e(r: f64, r_j: f64, g_j: f64) -> f64 {
     1.0 / (1.0 + (-g_j * Q * (r - r_j)).exp())
 }
 
-/// Probability that `a` beats `b`, using both deviations: g(sqrt(RD_a² + RD_b²)) (seed 001).
+/// Probability that `a` beats `b`, using both deviations: g(sqrt(RD_a² + RD_b²)) (Glickman's
+/// predictive formula).
 #[must_use]
 pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
     e(a.mean, b.mean, g(a.deviation.hypot(b.deviation)))

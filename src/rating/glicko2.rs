@@ -1,18 +1,23 @@
-//! Glicko-2, bounded (SPEC §3.1; seed 000 "INVERSUS"; Glickman, "Example of the Glicko-2
-//! system").
+//! Glicko-2, bounded: Mark Glickman, "Example of the Glicko-2 system" (2012), with the bounds
+//! and the per-match rating of Ryan Juckett, "Adding Online Skill Ranking to INVERSUS Deluxe"
+//! (2018).
 //!
 //! Internally μ, φ, σ on the Glicko-2 scale; at the API a [`Skill`] in display units
-//! (r = 173.7178·μ + 1500, RD = 173.7178·φ, volatility = σ). 173.7178 = 400/ln 10: seed 000's
-//! comment prints 172.7178, which is a typo (erratum).
+//! (r = 173.7178·μ + 1500, RD = 173.7178·φ, volatility = σ; 173.7178 = 400/ln 10).
 //!
-//! - Active period: Glickman's steps 1–8, volatility by the Illinois variant of regula falsi. The
-//!   initial bracket is Glickman's B = ln(Δ² − φ² − v); seed 000's code subtracts the volatility
-//!   instead of the variance estimate v (erratum), which we do not copy.
+//! - Active period: Glickman's steps 1–8, volatility by the Illinois variant of regula falsi
+//!   from Glickman's initial bracket B = ln(Δ² − φ² − v).
 //! - Inactivity: φ' = sqrt(φ² + t·σ²) for t rating periods, t fractional, O(1) (no loop).
 //! - Bounds (INVERSUS, configurable, `bounded = false` turns them off): φ ∈ [0.175, 2.015],
 //!   μ ∈ [−6.045, 6.045], σ ∈ [0.04, 0.08], applied after every update and every decay.
 //! - Streaming mode: each match is one rating period for its players; periodic mode batches a
 //!   period's results with [`rate_period`].
+//!
+//! Deviations from the paper, all as in INVERSUS: the bounds; inactivity over a fractional
+//! number of periods (the paper grows φ once per whole period without games); streaming mode
+//! (the paper rates a whole period's games at once). Not taken from the INVERSUS code: its
+//! conversion factor 172.7178 (a typo for 173.7178) and its initial bracket, which subtracts
+//! the volatility σ where Glickman subtracts the variance estimate v.
 //!
 //! This module does no I/O and never panics on finite input.
 
@@ -30,9 +35,10 @@ pub const SCALE: f64 = 173.7178;
 /// Display rating of μ = 0.
 pub const CENTER: f64 = 1500.0;
 
-/// Parameters of a Glicko-2 queue; `Default` is the SPEC (INVERSUS) setting.
+/// Parameters of a Glicko-2 queue; `Default` is the INVERSUS setting.
 ///
-/// Deviation, mean and volatility bounds are on the internal Glicko-2 scale, as in the SPEC.
+/// Deviation, mean and volatility bounds are on the internal Glicko-2 scale, as INVERSUS states
+/// them.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -197,14 +203,10 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
     e(ia.mu, ib.mu, g(ia.phi.hypot(ib.phi)))
 }
 
-/// Step 5: the new volatility by the Illinois variant of regula falsi (Glickman), with
-/// Glickman's initial bracket B = ln(Δ² − φ² − v).
-///
-/// Both loops are capped so no input can spin forever; the result is finite or the old σ.
-#[must_use]
 /// The second end B of the volatility root's initial bracket, and f(B), where `gap` is
-/// Δ² − φ² − v: Glickman's ln(Δ² − φ² − v) when that is defined (SPEC §3.1 erratum: the seed
-/// writes `deltaSqr - variance - volatility`), else the first A − kτ where f is not negative.
+/// Δ² − φ² − v: Glickman's ln(Δ² − φ² − v) when that is defined (not the INVERSUS code's
+/// `deltaSqr - variance - volatility`), else the first A − kτ where f is not negative.
+#[must_use]
 fn upper_bracket(a0: f64, gap: f64, tau: f64, f: impl Fn(f64) -> f64) -> (f64, f64) {
     if gap > 0.0 {
         // e^B = Δ² − φ² − v, so the first term of f(B) is 0.
@@ -221,6 +223,10 @@ fn upper_bracket(a0: f64, gap: f64, tau: f64, f: impl Fn(f64) -> f64) -> (f64, f
     }
 }
 
+/// Step 5: the new volatility by the Illinois variant of regula falsi (Glickman), with
+/// Glickman's initial bracket B = ln(Δ² − φ² − v).
+///
+/// Both loops are capped so no input can spin forever; the result is finite or the old σ.
 fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64) -> f64 {
     let s2 = sigma * sigma;
     let a0 = s2.ln();
@@ -685,9 +691,9 @@ mod tests {
     }
 
     #[test]
-    fn seed_bracket_erratum_is_not_copied() {
-        // A big surprise with a large variance estimate v: Glickman's B = ln(Δ² − φ² − v) and
-        // the seed's ln(Δ² − φ² − σ) differ by far. The result must be the root of Glickman's
+    fn the_volatility_bracket_is_glickmans_not_the_inversus_codes() {
+        // A big surprise with a large variance estimate v: Glickman's B = ln(Δ² − φ² − v) and the
+        // INVERSUS code's ln(Δ² − φ² − σ) differ by far. The result must be the root of Glickman's
         // f(x) = e^x(Δ² − φ² − v − e^x) / (2(φ² + v + e^x)²) − (x − ln σ²)/τ².
         let (sigma, phi2, v, delta2, tau) = (0.06_f64, 0.01, 2.0, 9.0, 0.5);
         let a0 = (sigma * sigma).ln();
@@ -696,13 +702,13 @@ mod tests {
             ex * (delta2 - phi2 - v - ex) / (2.0 * (phi2 + v + ex).powi(2)) - (x - a0) / (tau * tau)
         };
         let glickman_b = (delta2 - phi2 - v).ln();
-        let seed_b = (delta2 - phi2 - sigma).ln();
+        let inversus_b = (delta2 - phi2 - sigma).ln();
         assert!(f(glickman_b) * f(a0) <= 0.0, "Glickman's bracket holds");
         assert!(
-            (glickman_b - seed_b).abs() > 0.2,
-            "the erratum would change the bracket"
+            (glickman_b - inversus_b).abs() > 0.2,
+            "the INVERSUS bracket would differ"
         );
-        // The bracket the solver starts from is Glickman's, not the seed's. (Both brackets
+        // The bracket the solver starts from is Glickman's, not INVERSUS's. (Both brackets
         // hold the root here, so σ' alone could not tell them apart.)
         let (b, fb) = upper_bracket(a0, delta2 - phi2 - v, tau, f);
         assert_eq!(b, glickman_b);

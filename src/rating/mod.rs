@@ -1,15 +1,19 @@
-//! Skill systems (SPEC §3): pure functions from one match to new skills.
+//! Skill systems: pure functions from one match to new skills.
 //!
 //! This module owns the rating math and nothing else: no I/O, no clock, no RNG, no tokio. Time
 //! arrives as `elapsed_seconds` in the input, so every result is reproducible.
 //!
-//! Layout (one file per algorithm, like `skillratings`):
-//! - [`glicko2`]: bounded Glicko-2 (INVERSUS), streaming and periodic, fractional inactivity.
-//! - [`glicko`]: continuous Glicko-1 with closed-form decay, and periodic Glicko-1.
-//! - [`weng_lin`]: Weng-Lin Bradley-Terry full, Plackett-Luce and Thurstone-Mosteller full.
-//! - [`elo`]: Elo for random teams (sqrt(N) normalisation, productivity, inflation).
-//! - [`teams`]: team strategies and free-for-all for the Glicko family.
-//! - [`party`]: a pre-made party's own skill.
+//! Layout (one file per algorithm, like `skillratings`; each module names its source and where
+//! it deliberately departs from it):
+//! - [`glicko2`]: bounded Glicko-2 (Glickman's Glicko-2 example, 2012; INVERSUS's bounds),
+//!   streaming and periodic, fractional inactivity.
+//! - [`glicko`]: continuous Glicko-1 with closed-form decay (Glickman 1999; rating-update's
+//!   continuous variant), and periodic Glicko-1.
+//! - [`weng_lin`]: Weng-Lin Bradley-Terry full, Plackett-Luce and Thurstone-Mosteller full
+//!   (Weng & Lin 2011).
+//! - [`elo`]: Elo for random teams (White 2011: sqrt(N) normalisation, productivity, inflation).
+//! - [`teams`]: team strategies and free-for-all for the Glicko family (INVERSUS).
+//! - [`party`]: a pre-made party's own skill (Menke, GDC 2016).
 //!
 //! Every system implements [`RatingSystem`]; [`SystemConfig`] is the per-queue choice read from
 //! TOML and dispatches statically to the system it names.
@@ -161,7 +165,7 @@ pub enum RatingError {
     NonFinite(&'static str),
 }
 
-/// The contract every skill system implements (SPEC §3).
+/// The contract every skill system implements.
 ///
 /// Implementations are plain config values; all methods are pure.
 pub trait RatingSystem {
@@ -192,26 +196,27 @@ pub trait RatingSystem {
 /// tau = 0.5
 /// ```
 ///
-/// Every parameter has the SPEC default (`serde(default)`); unknown keys are rejected.
+/// Every parameter has a default (`serde(default)`, documented on each system's `Config`);
+/// unknown keys are rejected.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "system", rename_all = "kebab-case")]
 pub enum SystemConfig {
-    /// Bounded Glicko-2 (SPEC §3.1).
+    /// Bounded Glicko-2 ([`glicko2`]).
     Glicko2(glicko2::Config),
-    /// Continuous (or periodic) Glicko-1 (SPEC §3.2).
+    /// Continuous (or periodic) Glicko-1 ([`glicko`]).
     Glicko(glicko::Config),
-    /// Weng-Lin Bradley-Terry full pairing (SPEC §3.3).
+    /// Weng-Lin Bradley-Terry full pairing ([`weng_lin`]).
     WengLinBt(weng_lin::Config),
-    /// Weng-Lin Plackett-Luce (SPEC §3.3).
+    /// Weng-Lin Plackett-Luce ([`weng_lin`]).
     WengLinPl(weng_lin::Config),
-    /// Weng-Lin Thurstone-Mosteller full pairing (SPEC §3.3).
+    /// Weng-Lin Thurstone-Mosteller full pairing ([`weng_lin`]).
     WengLinTm(weng_lin::Config),
-    /// Elo for random teams (SPEC §3.4).
+    /// Elo for random teams ([`elo`]).
     Elo(elo::Config),
 }
 
 impl Default for SystemConfig {
-    /// Glicko-2 with the SPEC defaults: the design card's default system.
+    /// Bounded Glicko-2 with its defaults: the system of a queue that names none.
     fn default() -> Self {
         Self::Glicko2(glicko2::Config::default())
     }
@@ -415,7 +420,7 @@ impl RatingSystem for SystemConfig {
     }
 }
 
-/// Glicko-family update mode (SPEC §3.1, §3.2).
+/// Glicko-family update mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
@@ -594,10 +599,10 @@ pub(crate) fn validate_teams(teams: &[&[Skill]], rules: &InputRules) -> Result<(
 /// For Bradley-Terry-type pairwise models (p_ij = s_i / (s_i + s_j): Elo, Glicko, Weng-Lin BT/PL)
 /// this recovers the strengths exactly; for two teams it is exactly P(a beats b).
 ///
-/// An earlier version averaged P(i beats j) over opponents (openskill's `predict_win`): that is
-/// each team's expected share of pairwise wins, not its chance of finishing first, and it gave a
-/// player who beats every one of seven opponents for certain only 7/28 = 0.25 to win an
-/// eight-player free-for-all, which the `simulate` calibration exposed (ECE 0.15 on ffa8).
+/// Why not the mean of P(i beats j) over opponents (openskill's `predict_win`): that is each
+/// team's expected share of pairwise wins, not its chance of finishing first; it gives a player
+/// who beats every one of seven opponents for certain only 7/28 = 0.25 to win an eight-player
+/// free-for-all, and `simulate` measures it as badly calibrated (ECE 0.15 on ffa8).
 pub(crate) fn win_shares(n: usize, pairwise: impl Fn(usize, usize) -> f64) -> Vec<f64> {
     if n == 0 {
         return Vec::new();

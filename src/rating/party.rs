@@ -1,4 +1,6 @@
-//! Party skill (SPEC §3.6; seed 003, "track skill of friends together").
+//! Party skill: Josh Menke's "track skill of friends together" (GDC 2016, "Skill, Matchmaking,
+//! and Ranking Systems Design"). The talk gives the idea, not a formula: the initial value and
+//! its widening below are this module's.
 //!
 //! A pre-made party (same member set) gets its own skill per rating pool: created on its first
 //! queue from its members' skills with a widened deviation, then updated after each match it

@@ -1,4 +1,5 @@
-//! Team strategies and free-for-all for the Glicko family (SPEC §3.5, seed 000).
+//! Team strategies and free-for-all for the Glicko family, as Ryan Juckett describes them in
+//! "Adding Online Skill Ranking to INVERSUS Deluxe" (2018).
 //!
 //! Glicko-1 and Glicko-2 rate one player against opponents. A team match becomes, for each
 //! player, a list of (opponent, score) results by one of three strategies, and a multi-team match
@@ -12,14 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use super::{MatchInput, Skill, pair_score};
 
-/// How a team match becomes per-player results (SPEC §3.5).
+/// How a team match becomes per-player results.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TeamStrategy {
     /// Each player against each opposing player, all in one period.
     Individual,
     /// Each player against a virtual opponent with the mean rating and mean deviation of the
-    /// opposing team (best in the SoccerBots 5v5 study the seed cites).
+    /// opposing team (best in the SoccerBots 5v5 evaluation the INVERSUS write-up cites).
     CompositeOpponent,
     /// Default (INVERSUS): each member against a virtual opponent at own rating + (opposing team
     /// mean − own team mean), deviation = opposing team's mean deviation, so a weak teammate

@@ -1,5 +1,7 @@
-//! Weng-Lin online Bayesian ranking (SPEC §3.3; seed 003; Weng & Lin, JMLR 12, 2011), the
-//! OpenSkill family: Bradley-Terry full pairing, Plackett-Luce, Thurstone-Mosteller full pairing.
+//! Weng-Lin online Bayesian ranking: Ruby C. Weng and Chih-Jen Lin, "A Bayesian Approximation
+//! Method for Online Ranking" (JMLR 12, 2011), the OpenSkill family: Bradley-Terry full pairing
+//! (the update Josh Menke's GDC 2016 talk "Skill, Matchmaking, and Ranking Systems Design"
+//! shows), Plackett-Luce, Thurstone-Mosteller full pairing.
 //!
 //! Any number of teams of any size, placements with ties. Team μ_i = Σ μ_ij, σ_i² = Σ σ_ij².
 //! Each model yields per team Ω_i (mean shift) and Δ_i (variance shrink), shared out to members
@@ -11,6 +13,11 @@
 //! `margin = 0`, no weights, no scores (placements only); see the known-answer tests.
 //!
 //! Optional τ (additive dynamics, default off): σ² += τ² before each match, as openskill does.
+//!
+//! Deviations from the paper: γ is openskill's default σ_i/c; additions from openskill, off by
+//! default: τ and `limit_sigma`; additions of this module: σ never below `min_sigma` (only
+//! reached after very many games) and optional σ growth per period of inactivity
+//! (`sigma_decay_per_period`, default 0: the paper has no time decay).
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +31,7 @@ use super::{
 /// Which Weng-Lin likelihood.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Model {
-    /// Bradley-Terry, full pairing (the slide's algorithm): logistic pairwise comparisons.
+    /// Bradley-Terry, full pairing (the algorithm of Menke's talk): logistic pairwise comparisons.
     BradleyTerry,
     /// Plackett-Luce (openskill's default): one ranking likelihood over all teams.
     PlackettLuce,
@@ -32,7 +39,8 @@ pub enum Model {
     ThurstoneMosteller,
 }
 
-/// Parameters of a Weng-Lin queue; `Default` is the SPEC (and openskill) setting, with τ off.
+/// Parameters of a Weng-Lin queue; `Default` is openskill's setting (μ 25, σ 25/3, β 25/6,
+/// κ 1e-4), with τ off.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {

@@ -21,6 +21,51 @@ use matchmaker::server::ServerError;
 /// Longest any test waits for an event before failing (never a sleep: a bound on awaiting).
 pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long [`poll_until`] waits between two looks: short against [`EVENT_TIMEOUT`], long
+/// enough that a waiting test leaves the shared CPU to the server it waits for.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Waits for state that changes on its own (a tick, a timer, a log line, a flush): calls
+/// `probe` until it returns `Ok`, looking again every [`POLL_INTERVAL`], and fails the test
+/// with `what` and the last `Err` (what was seen instead) once [`EVENT_TIMEOUT`] has passed.
+/// The bound is on how long the test waits, not on how long the server takes: a fast server
+/// passes at the first look.
+pub async fn poll_until<T, E, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
+where
+    E: std::fmt::Debug,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        match probe().await {
+            Ok(done) => return done,
+            Err(seen) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {EVENT_TIMEOUT:?}; last seen: {seen:?}"
+            ),
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// [`poll_until`] for a probe that blocks (a child process's log, a plain socket).
+pub fn poll_until_blocking<T, E: std::fmt::Debug>(
+    what: &str,
+    mut probe: impl FnMut() -> Result<T, E>,
+) -> T {
+    let deadline = std::time::Instant::now() + EVENT_TIMEOUT;
+    loop {
+        match probe() {
+            Ok(done) => return done,
+            Err(seen) => assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: not within {EVENT_TIMEOUT:?}; last seen: {seen:?}"
+            ),
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
 /// A running server and what is needed to stop it.
 pub struct TestServer {
     pub addr: SocketAddr,
@@ -307,11 +352,22 @@ impl ServerProcess {
 
     /// Whether some line of the log contains `text`.
     pub fn logged(&self, text: &str) -> bool {
+        self.times_logged(text) > 0
+    }
+
+    /// How many lines of the log contain `text`.
+    pub fn times_logged(&self, text: &str) -> usize {
         self.log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .any(|l| l.contains(text))
+            .filter(|l| l.contains(text))
+            .count()
+    }
+
+    /// Every line of the log so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// A connected channel to it.

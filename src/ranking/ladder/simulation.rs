@@ -1,7 +1,8 @@
-//! Deterministic season simulation used to choose the ladder defaults (seed 002 gives none).
+//! Deterministic season simulation used to choose the ladder defaults (the Skyweaver white paper
+//! gives none).
 //!
 //! Model: `players` players with true skills evenly spread over 1100..=1900 on the Glicko scale
-//! (the bulk of a population around 1500), all new (r 1500, RD 350) on the SPEC continuous
+//! (the bulk of a population around 1500), all new (r 1500, RD 350) on a default continuous
 //! Glicko-1 queue. Each round everyone plays once: players are sorted by current MMR plus a small
 //! seeded jitter and neighbours meet (skill-based matchmaking), the winner is drawn from the
 //! logistic model on *true* skills, MMR updates with `glicko::rate_1v1`, and RP with
@@ -222,7 +223,7 @@ mod tests {
     /// The acceptance rule the defaults were picked by (full grid in `LadderConfig`'s docs):
     /// within a 200-game season most of the top fifth reach Master while the 50% players do not
     /// (they drift up by about b/2 per game instead of climbing), RP orders skill well, and the
-    /// steep-bias, low-f_min settings the seed's prose suggests order it clearly worse.
+    /// steep-bias, low-f_min settings the white paper's prose suggests order it clearly worse.
     /// Run with `--nocapture` to see the rows.
     #[test]
     fn defaults_are_justified_by_simulation() {
