@@ -11,17 +11,68 @@
 //!
 //! This module owns no business rule beyond "who may call what"; it must not touch state.
 
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::path::PathBuf;
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tonic::codegen::http;
-use tower::{Layer, Service};
 
-use crate::config::AuthConfig;
 use crate::ids::PlayerId;
+use crate::rejection::FieldError;
+
+/// `[auth]`: JWT bearer tokens. Off by default for local development.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    pub enabled: bool,
+    pub jwt_secret: String,
+    pub allow_insecure: bool,
+    /// Optional PEM public key (RS256 or EdDSA) accepted besides the HS256 secret.
+    #[serde(default)]
+    pub public_key_file: PathBuf,
+    /// `RS256` or `EdDSA`: the algorithm of `public_key_file`.
+    #[serde(default = "default_public_key_algorithm")]
+    pub public_key_algorithm: String,
+}
+
+fn default_public_key_algorithm() -> String {
+    "RS256".into()
+}
+
+impl AuthConfig {
+    /// The rules a config must satisfy; reading and parsing the key file happens once, when the
+    /// server builds its [`Verifier`] (before it binds a port).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let has_public_key = !self.public_key_file.as_os_str().is_empty();
+        if self.enabled
+            && self.jwt_secret.len() < 16
+            && !(self.jwt_secret.is_empty() && has_public_key)
+        {
+            return Err(FieldError::new(
+                "auth.jwt_secret",
+                "must be at least 16 bytes when auth.enabled = true (or empty with auth.public_key_file set)",
+            ));
+        }
+        if self.enabled && has_public_key {
+            if !matches!(self.public_key_algorithm.as_str(), "RS256" | "EdDSA") {
+                return Err(FieldError::new(
+                    "auth.public_key_algorithm",
+                    format!(
+                        "must be RS256 or EdDSA (got {:?})",
+                        self.public_key_algorithm
+                    ),
+                ));
+            }
+            if !self.public_key_file.is_file() {
+                return Err(FieldError::new(
+                    "auth.public_key_file",
+                    format!("file {} does not exist", self.public_key_file.display()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Why a call may not proceed. Mapped to gRPC codes in `api::error` (UNAUTHENTICATED and
 /// PERMISSION_DENIED).
@@ -112,7 +163,7 @@ pub struct Verifier {
 impl Verifier {
     /// The verifier for `config`, or `None` when auth is off. Fails on an unreadable or invalid
     /// public key (config validation names the key).
-    pub fn from_config(config: &AuthConfig) -> Result<Option<Self>, String> {
+    pub fn from_config(config: &AuthConfig) -> Result<Option<Self>, FieldError> {
         if !config.enabled {
             return Ok(None);
         }
@@ -125,21 +176,22 @@ impl Verifier {
         }
         if !config.public_key_file.as_os_str().is_empty() {
             let pem = std::fs::read(&config.public_key_file).map_err(|e| {
-                format!(
-                    "auth.public_key_file: cannot read {}: {e}",
-                    config.public_key_file.display()
+                FieldError::new(
+                    "auth.public_key_file",
+                    format!("cannot read {}: {e}", config.public_key_file.display()),
                 )
             })?;
             let (key, alg) = match config.public_key_algorithm.as_str() {
                 "RS256" => (DecodingKey::from_rsa_pem(&pem), Algorithm::RS256),
                 "EdDSA" => (DecodingKey::from_ed_pem(&pem), Algorithm::EdDSA),
                 other => {
-                    return Err(format!(
-                        "auth.public_key_algorithm: must be RS256 or EdDSA (got {other:?})"
+                    return Err(FieldError::new(
+                        "auth.public_key_algorithm",
+                        format!("must be RS256 or EdDSA (got {other:?})"),
                     ));
                 }
             };
-            let key = key.map_err(|e| format!("auth.public_key_file: {e}"))?;
+            let key = key.map_err(|e| FieldError::new("auth.public_key_file", e.to_string()))?;
             keys.push((key, Validation::new(alg)));
         }
         Ok(Some(Self { keys }))
@@ -229,76 +281,6 @@ pub fn authorize(
         )));
     }
     Ok(Some(identity))
-}
-
-/// The tower layer: authenticate, role-check, attach the [`Identity`].
-#[derive(Clone)]
-pub struct AuthLayer {
-    verifier: Option<Arc<Verifier>>,
-}
-
-impl AuthLayer {
-    /// `None` passes everything through (the server leaves the layer out instead when auth is
-    /// off).
-    pub fn new(verifier: Option<Verifier>) -> Self {
-        Self {
-            verifier: verifier.map(Arc::new),
-        }
-    }
-}
-
-impl<S> Layer<S> for AuthLayer {
-    type Service = Auth<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Auth {
-            inner,
-            verifier: self.verifier.clone(),
-        }
-    }
-}
-
-/// The service [`AuthLayer`] makes.
-#[derive(Clone)]
-pub struct Auth<S> {
-    inner: S,
-    verifier: Option<Arc<Verifier>>,
-}
-
-type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
-        match authorize(self.verifier.as_deref(), req.uri().path(), req.headers()) {
-            Ok(Some(identity)) => {
-                req.extensions_mut().insert(identity);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(path = req.uri().path(), error = %e, "request refused");
-                let response = tonic::Status::from(e).into_http();
-                return Box::pin(async move { Ok(response) });
-            }
-        }
-        // The clone is not ready; the one that was polled ready serves this call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(inner.call(req))
-    }
 }
 
 #[cfg(test)]

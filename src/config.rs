@@ -10,10 +10,13 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
+use crate::auth::AuthConfig;
+use crate::limits::RateLimitConfig;
 use crate::matching::{MatchingConfig, Shape};
 use crate::ranking::RankingConfig;
 pub use crate::ranking::RankingKind;
 use crate::rating::SystemConfig;
+use crate::rejection::FieldError;
 use crate::store::StoreConfig;
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -22,10 +25,12 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 /// A configuration problem, always naming the key and the rule it broke.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// Not TOML, a wrong type or an unknown key (figment names the key).
     #[error("config: {0}")]
     Parse(Box<figment::Error>),
-    #[error("config: {key}: {rule}")]
-    Invalid { key: String, rule: String },
+    /// A value that breaks a rule.
+    #[error("config: {0}")]
+    Invalid(#[from] FieldError),
     /// A rule whose message already starts with the key.
     #[error("config: {0}")]
     Rule(String),
@@ -33,10 +38,7 @@ pub enum ConfigError {
 
 impl ConfigError {
     fn invalid(key: impl Into<String>, rule: impl Into<String>) -> Self {
-        Self::Invalid {
-            key: key.into(),
-            rule: rule.into(),
-        }
+        Self::Invalid(FieldError::new(key, rule))
     }
 }
 
@@ -114,25 +116,6 @@ fn default_ticket_heartbeat_seconds() -> f64 {
     30.0
 }
 
-/// Authentication (SPEC §2 Auth). Off by default for local development.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthConfig {
-    pub enabled: bool,
-    pub jwt_secret: String,
-    pub allow_insecure: bool,
-    /// Optional PEM public key (RS256 or EdDSA) accepted besides the HS256 secret.
-    #[serde(default)]
-    pub public_key_file: PathBuf,
-    /// `RS256` or `EdDSA`: the algorithm of `public_key_file`.
-    #[serde(default = "default_public_key_algorithm")]
-    pub public_key_algorithm: String,
-}
-
-fn default_public_key_algorithm() -> String {
-    "RS256".into()
-}
-
 /// TLS for the gRPC listener: a PEM certificate chain and its PEM private key.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,74 +123,6 @@ pub struct TlsConfig {
     pub enabled: bool,
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
-}
-
-/// Per-caller request rates (SPEC §7 "per-peer rate"), enforced by `limits::RateLimitLayer`.
-///
-/// A caller is a token's `sub` and role when auth is on, else the client's IP address. Each rate
-/// is requests per second; 0 = unlimited. Every caller has a token bucket of
-/// `rate × burst_seconds` requests that refills at `rate`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RateLimitConfig {
-    /// Per player token (`sub`).
-    pub player: f64,
-    /// Per game-server token: trusted infrastructure, unlimited by default.
-    pub server: f64,
-    /// Per admin token: trusted, unlimited by default.
-    pub admin: f64,
-    /// Per client IP address when auth is off (IPv6 per /64 network).
-    pub anonymous: f64,
-    /// Bucket size in seconds of the caller's rate: how long a burst at full speed may last.
-    pub burst_seconds: f64,
-}
-
-impl Default for RateLimitConfig {
-    fn default() -> Self {
-        Self {
-            player: 20.0,
-            server: 0.0,
-            admin: 0.0,
-            anonymous: 0.0,
-            burst_seconds: 2.0,
-        }
-    }
-}
-
-impl RateLimitConfig {
-    /// Each rate finite and >= 0; `burst_seconds` finite and > 0, and every non-zero rate's
-    /// bucket holds at least one request (else that role could never call).
-    fn validate(&self) -> Result<(), ConfigError> {
-        let b = self.burst_seconds;
-        if !(b.is_finite() && b > 0.0) {
-            return Err(ConfigError::invalid(
-                "rate_limit.burst_seconds",
-                format!("must be finite and > 0 (got {b})"),
-            ));
-        }
-        for (key, rate) in [
-            ("rate_limit.player", self.player),
-            ("rate_limit.server", self.server),
-            ("rate_limit.admin", self.admin),
-            ("rate_limit.anonymous", self.anonymous),
-        ] {
-            if !(rate.is_finite() && rate >= 0.0) {
-                return Err(ConfigError::invalid(
-                    key,
-                    format!("must be finite and >= 0 (0 = unlimited) (got {rate})"),
-                ));
-            }
-            if rate > 0.0 && rate * b < 1.0 {
-                return Err(ConfigError::invalid(
-                    key,
-                    format!(
-                        "{rate} × rate_limit.burst_seconds ({b}) must be at least 1 request (or the rate 0)"
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// One queue: its shape, skill system, ranking and optimizer parameters.
@@ -480,17 +395,7 @@ impl Config {
         if s.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid("server.data_dir", "must not be empty"));
         }
-        let has_public_key = !self.auth.public_key_file.as_os_str().is_empty();
-        if self.auth.enabled
-            && (self.auth.jwt_secret.len() < 16)
-            && !(self.auth.jwt_secret.is_empty() && has_public_key)
-        {
-            return Err(ConfigError::invalid(
-                "auth.jwt_secret",
-                "must be at least 16 bytes when auth.enabled = true (or empty with auth.public_key_file set)",
-            ));
-        }
-        crate::auth::Verifier::from_config(&self.auth).map_err(ConfigError::Rule)?;
+        self.auth.validate()?;
         if self.tls.enabled {
             for (key, path) in [
                 ("tls.cert_file", &self.tls.cert_file),

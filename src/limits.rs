@@ -1,35 +1,96 @@
-//! The per-caller rate limit and the request-size answer (SPEC §7 Limits), as two tower layers
-//! in the server's stack (`server.rs`).
+//! The transport limits besides tower's shed and concurrency layers: the per-caller rate limit
+//! and the request-size check. The server's tower layers (`api::layers`) apply them.
 //!
-//! - [`RateLimitLayer`]: a token bucket per caller (`rate_limit.*`). The caller is the verified
-//!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64). Over
-//!   the rate the call is answered RESOURCE_EXHAUSTED without reaching the inner service.
-//! - [`MessageSizeLayer`]: reads the gRPC length prefix of each request message and refuses one
-//!   bigger than `server.max_message_bytes` with RESOURCE_EXHAUSTED before it is buffered.
+//! - [`RateLimiter`]: a token bucket per caller (`[rate_limit]`). The caller is the verified
+//!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64).
+//! - [`Framing`]: follows the gRPC length prefix of each request message and refuses one bigger
+//!   than `server.max_message_bytes` before it is buffered.
 //!
 //! The arithmetic ([`Bucket`], [`RateLimiter::check`], [`RateLimiter::sweep`], [`Framing`]) is
 //! synchronous and takes the time as an argument, so it is unit-tested without a clock.
 //!
-//! This module owns no business rule beyond the limits: it must not touch state, and a refused
-//! request never reaches the inner service.
+//! This module owns no business rule beyond the limits: it must not touch state.
 
 use std::fmt;
-use std::future::Future;
 use std::net::IpAddr;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use http_body::{Body, Frame, SizeHint};
-use tonic::codegen::{Bytes, http};
+use serde::{Deserialize, Serialize};
+use tonic::codegen::http;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-use tower::{Layer, Service};
 
 use crate::auth::{Identity, Role, is_open_path};
-use crate::config::RateLimitConfig;
+use crate::rejection::FieldError;
+
+/// `[rate_limit]`: requests per second per caller, enforced by the server's rate-limit layer.
+///
+/// A caller is a token's `sub` and role when auth is on, else the client's IP address. Each rate
+/// is requests per second; 0 = unlimited. Every caller has a token bucket of
+/// `rate × burst_seconds` requests that refills at `rate`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// Per player token (`sub`).
+    pub player: f64,
+    /// Per game-server token: trusted infrastructure, unlimited by default.
+    pub server: f64,
+    /// Per admin token: trusted, unlimited by default.
+    pub admin: f64,
+    /// Per client IP address when auth is off (IPv6 per /64 network).
+    pub anonymous: f64,
+    /// Bucket size in seconds of the caller's rate: how long a burst at full speed may last.
+    pub burst_seconds: f64,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            player: 20.0,
+            server: 0.0,
+            admin: 0.0,
+            anonymous: 0.0,
+            burst_seconds: 2.0,
+        }
+    }
+}
+
+impl RateLimitConfig {
+    /// Each rate finite and >= 0; `burst_seconds` finite and > 0, and every non-zero rate's
+    /// bucket holds at least one request (else that role could never call).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let b = self.burst_seconds;
+        if !(b.is_finite() && b > 0.0) {
+            return Err(FieldError::new(
+                "rate_limit.burst_seconds",
+                format!("must be finite and > 0 (got {b})"),
+            ));
+        }
+        for (key, rate) in [
+            ("rate_limit.player", self.player),
+            ("rate_limit.server", self.server),
+            ("rate_limit.admin", self.admin),
+            ("rate_limit.anonymous", self.anonymous),
+        ] {
+            if !(rate.is_finite() && rate >= 0.0) {
+                return Err(FieldError::new(
+                    key,
+                    format!("must be finite and >= 0 (0 = unlimited) (got {rate})"),
+                ));
+            }
+            if rate > 0.0 && rate * b < 1.0 {
+                return Err(FieldError::new(
+                    key,
+                    format!(
+                        "{rate} × rate_limit.burst_seconds ({b}) must be at least 1 request (or the rate 0)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Which `rate_limit.*` key applies to a caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -341,94 +402,6 @@ impl RateLimiter {
     }
 }
 
-/// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
-/// [`Identity`] is the key: a caller cannot choose its bucket through an unverified header.
-#[derive(Clone)]
-pub struct RateLimitLayer {
-    limiter: Arc<RateLimiter>,
-}
-
-impl RateLimitLayer {
-    pub fn new(limiter: RateLimiter) -> Self {
-        Self {
-            limiter: Arc::new(limiter),
-        }
-    }
-}
-
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            inner,
-            limiter: self.limiter.clone(),
-        }
-    }
-}
-
-/// The service [`RateLimitLayer`] makes.
-#[derive(Clone)]
-pub struct RateLimit<S> {
-    inner: S,
-    limiter: Arc<RateLimiter>,
-}
-
-impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RateLimit<S>
-where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
-    ResBody: Default,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = RefusedOr<S::Future, Result<S::Response, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        match self.limiter.check_request(&request, Instant::now()) {
-            Ok(()) => RefusedOr::Inner {
-                future: self.inner.call(request),
-            },
-            Err(refused) => {
-                metrics::counter!(crate::telemetry::RATE_LIMITED, "class" => refused.class.as_str())
-                    .increment(1);
-                tracing::debug!(path = request.uri().path(), error = %refused, "request refused");
-                let response = tonic::Status::resource_exhausted(refused.to_string()).into_http();
-                RefusedOr::Refused {
-                    ready: std::future::ready(Ok(response)),
-                }
-            }
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The answer of a limit layer: a refusal made without the inner service, or the inner
-    /// service's own future (no box on the path that passes).
-    #[project = RefusedOrProjection]
-    pub enum RefusedOr<F, T> {
-        Refused { ready: std::future::Ready<T> },
-        Inner { #[pin] future: F },
-    }
-}
-
-impl<F, T> Future for RefusedOr<F, T>
-where
-    F: Future<Output = T>,
-{
-    type Output = T;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        match self.project() {
-            RefusedOrProjection::Refused { ready } => Pin::new(ready).poll(cx),
-            RefusedOrProjection::Inner { future } => future.poll(cx),
-        }
-    }
-}
-
 /// A request message bigger than `server.max_message_bytes`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("request message of {length} bytes exceeds server.max_message_bytes ({limit} bytes)")]
@@ -488,114 +461,6 @@ impl Framing {
             }
         }
         Ok(())
-    }
-}
-
-/// Refuses a request message over `server.max_message_bytes` with RESOURCE_EXHAUSTED, the gRPC
-/// convention for a size limit (grpc-go, grpc-java), where tonic's decoder says OUT_OF_RANGE.
-///
-/// Why a body wrapper and not a rewrite of tonic's error response: the length prefix is the gRPC
-/// wire format, stable by specification, while tonic's error is only recognisable by its
-/// percent-encoded message text, which no API promises. The wrapper returns a `tonic::Status`
-/// as the body's error; tonic passes a `Status` found in a body error through unchanged, so the
-/// client gets this code and message from a unary and a streaming request alike, before the
-/// oversized message is buffered. tonic's own limit (`max_decoding_message_size`, the same
-/// value) stays behind it; this one also covers health and reflection requests.
-#[derive(Clone, Copy, Debug)]
-pub struct MessageSizeLayer {
-    limit: usize,
-}
-
-impl MessageSizeLayer {
-    pub fn new(limit: usize) -> Self {
-        Self { limit }
-    }
-}
-
-impl<S> Layer<S> for MessageSizeLayer {
-    type Service = MessageSize<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        MessageSize {
-            inner,
-            limit: self.limit,
-        }
-    }
-}
-
-/// The service [`MessageSizeLayer`] makes.
-#[derive(Clone)]
-pub struct MessageSize<S> {
-    inner: S,
-    limit: usize,
-}
-
-impl<S, ReqBody> Service<http::Request<ReqBody>> for MessageSize<S>
-where
-    S: Service<http::Request<LimitedBody<ReqBody>>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let limit = self.limit;
-        self.inner.call(request.map(|inner| LimitedBody {
-            inner,
-            framing: Framing::new(limit),
-        }))
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-pin_project_lite::pin_project! {
-    /// A request body checked by [`Framing`] as it is read.
-    pub struct LimitedBody<B> {
-        #[pin]
-        inner: B,
-        framing: Framing,
-    }
-}
-
-impl<B> Body for LimitedBody<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<BoxError>,
-{
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let frame = match ready!(this.inner.poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-            None => return Poll::Ready(None),
-        };
-        if let Some(data) = frame.data_ref()
-            && let Err(too_large) = this.framing.scan(data)
-        {
-            tracing::debug!(error = %too_large, "request refused");
-            let status = tonic::Status::resource_exhausted(too_large.to_string());
-            return Poll::Ready(Some(Err(Box::new(status))));
-        }
-        Poll::Ready(Some(Ok(frame)))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

@@ -15,8 +15,11 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
 use crate::api;
+use crate::api::layers::{AuthLayer, MessageSizeLayer, RateLimitLayer};
+use crate::auth::Verifier;
 use crate::config::Config;
 use crate::ledger::Ledger;
+use crate::limits::RateLimiter;
 use crate::listener;
 use crate::matchmaker::{self, Clock};
 use crate::proto;
@@ -39,8 +42,8 @@ pub enum ServerError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("metrics endpoint: {0}")]
     Metrics(String),
-    #[error("{0}")]
-    Auth(String),
+    #[error("config: {0}")]
+    Auth(#[from] crate::rejection::FieldError),
     #[error("tls: cannot read {path}: {source}")]
     Tls {
         path: String,
@@ -50,21 +53,36 @@ pub enum ServerError {
     LoopThread(std::io::Error),
 }
 
-/// Binds the configured address and serves until `shutdown` is cancelled.
-pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result<(), ServerError> {
-    let store = open_store(&config)?;
-    let listener = TcpListener::bind(&config.server.addr)
-        .await
-        .map_err(|source| ServerError::Bind {
-            addr: config.server.addr.clone(),
-            source,
-        })?;
-    run_with_store(config, store, listener, shutdown).await
+/// What the server needs before it binds a port: the token verifier (key files read and
+/// parsed once) and the open store. A bad key or data dir fails here, before anything listens.
+struct Prepared {
+    config: Config,
+    verifier: Option<Verifier>,
+    store: Store,
 }
 
-/// Opens the configured store (before any port is bound, so a bad data dir fails fast).
-pub fn open_store(config: &Config) -> Result<Store, StoreError> {
-    crate::store::open(&config.server.data_dir, &config.store)
+impl Prepared {
+    fn new(config: Config) -> Result<Self, ServerError> {
+        let verifier = Verifier::from_config(&config.auth)?;
+        let store = crate::store::open(&config.server.data_dir, &config.store)?;
+        Ok(Self {
+            config,
+            verifier,
+            store,
+        })
+    }
+}
+
+/// Binds the configured address and serves until `shutdown` is cancelled.
+pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result<(), ServerError> {
+    let prepared = Prepared::new(config)?;
+    let listener = TcpListener::bind(&prepared.config.server.addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: prepared.config.server.addr.clone(),
+            source,
+        })?;
+    serve(prepared, listener, shutdown, Clock::start()).await
 }
 
 /// Serves on an already-bound listener (tests bind 127.0.0.1:0 themselves).
@@ -84,30 +102,25 @@ pub async fn run_with_clock(
     shutdown: CancellationToken,
     clock: Clock,
 ) -> Result<(), ServerError> {
-    let store = open_store(&config)?;
-    run_with_store_and_clock(config, store, listener, shutdown, clock).await
+    serve(Prepared::new(config)?, listener, shutdown, clock).await
 }
 
-async fn run_with_store(
-    config: Config,
-    store: Store,
-    listener: TcpListener,
-    shutdown: CancellationToken,
-) -> Result<(), ServerError> {
-    run_with_store_and_clock(config, store, listener, shutdown, Clock::start()).await
-}
-
-async fn run_with_store_and_clock(
-    config: Config,
-    store: Store,
+async fn serve(
+    prepared: Prepared,
     listener: TcpListener,
     shutdown: CancellationToken,
     clock: Clock,
 ) -> Result<(), ServerError> {
+    let Prepared {
+        config,
+        verifier,
+        store,
+    } = prepared;
     let config = Arc::new(config);
-    if let Some(addr) = config.metrics_addr() {
-        install_metrics(addr)?;
-    }
+    let exporter = match config.metrics_addr() {
+        Some(addr) => install_metrics(addr, shutdown.clone())?,
+        None => None,
+    };
     let state = State::load(config.clone(), store.clone())?;
     let (replayed, restored, last_seq) = state.recover()?;
     state.rebuild_rank_indexes();
@@ -188,7 +201,6 @@ async fn run_with_store_and_clock(
     })?;
     info!(addr = %local, "serving gRPC");
 
-    let verifier = crate::auth::Verifier::from_config(&config.auth).map_err(ServerError::Auth)?;
     let max_message = config.server.max_message_bytes;
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
     // request holds its slot only while it is answered. With auth off there is no auth layer at
@@ -202,12 +214,12 @@ async fn run_with_store_and_clock(
         .layer(GlobalConcurrencyLimitLayer::new(
             config.server.max_concurrent_requests,
         ))
-        .option_layer(verifier.map(|v| crate::auth::AuthLayer::new(Some(v))))
+        .option_layer(verifier.map(|v| AuthLayer::new(Some(v))))
         .option_layer(
-            crate::limits::RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
-                .map(crate::limits::RateLimitLayer::new),
+            RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
+                .map(RateLimitLayer::new),
         )
-        .layer(crate::limits::MessageSizeLayer::new(max_message))
+        .layer(MessageSizeLayer::new(max_message))
         .into_inner();
     let open_files = std::fs::read_to_string("/proc/self/limits")
         .ok()
@@ -286,6 +298,9 @@ async fn run_with_store_and_clock(
     if tokio::time::timeout(grace, committer_task).await.is_err() {
         warn!("result journal did not stop within the grace time");
     }
+    if let Some(exporter) = exporter {
+        let _ = exporter.await;
+    }
     let persisted = final_snapshot?;
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");
@@ -316,9 +331,13 @@ fn tls_config(
     Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
 }
 
-/// Installs the global Prometheus recorder and its HTTP endpoint. A second server in the same
-/// process (tests) keeps the first recorder and serves no second endpoint.
-fn install_metrics(addr: std::net::SocketAddr) -> Result<(), ServerError> {
+/// Installs the global Prometheus recorder and serves its HTTP endpoint until `shutdown`; returns
+/// the endpoint's task. A second server in the same process (tests) keeps the first recorder
+/// and serves no second endpoint.
+fn install_metrics(
+    addr: std::net::SocketAddr,
+    shutdown: CancellationToken,
+) -> Result<Option<tokio::task::JoinHandle<()>>, ServerError> {
     let mut builder =
         metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr);
     for (name, buckets) in crate::telemetry::HISTOGRAM_BUCKETS {
@@ -334,14 +353,19 @@ fn install_metrics(addr: std::net::SocketAddr) -> Result<(), ServerError> {
         .map_err(|e| ServerError::Metrics(e.to_string()))?;
     if metrics::set_global_recorder(recorder).is_err() {
         warn!("a metrics recorder is already installed in this process; not serving {addr}");
-        return Ok(());
+        return Ok(None);
     }
     crate::telemetry::describe();
-    tokio::spawn(async move {
-        if let Err(e) = exporter.await {
-            warn!(error = ?e, "metrics endpoint stopped");
+    let task = tokio::spawn(async move {
+        tokio::select! {
+            result = exporter => {
+                if let Err(e) = result {
+                    warn!(error = ?e, "metrics endpoint stopped");
+                }
+            }
+            () = shutdown.cancelled() => {}
         }
     });
     info!(addr = %addr, "serving Prometheus metrics on /metrics");
-    Ok(())
+    Ok(Some(task))
 }

@@ -115,9 +115,9 @@ impl AdminService for Admin {
                 Ok((vec![entry], ()))
             })
             .await?;
-        let view = self
-            .view(&queue, &player)
-            .ok_or_else(|| Status::internal("the rating was written but cannot be read back"))?;
+        let view = self.view(&queue, &player).ok_or_else(|| {
+            super::error::internal("the rating was written but cannot be read back")
+        })?;
         Ok(Response::new(view))
     }
 

@@ -1,9 +1,11 @@
 //! The one place domain errors become gRPC statuses.
 
 use tonic::Status;
+use tonic::codegen::http;
 
 use crate::auth::AuthError;
 use crate::ledger::ReportError;
+use crate::limits::{MessageTooLarge, RateLimited};
 use crate::matchmaker::HandleError;
 use crate::rejection::Rejection;
 use crate::store::CommitError;
@@ -67,4 +69,35 @@ impl From<ReportError> for Status {
             ReportError::Commit(CommitError::Store(s)) => store_failure(&s),
         }
     }
+}
+
+impl From<RateLimited> for Status {
+    fn from(e: RateLimited) -> Self {
+        Status::resource_exhausted(e.to_string())
+    }
+}
+
+/// RESOURCE_EXHAUSTED, the gRPC convention for a size limit (grpc-go, grpc-java), where tonic's
+/// own decoder says OUT_OF_RANGE.
+impl From<MessageTooLarge> for Status {
+    fn from(e: MessageTooLarge) -> Self {
+        Status::resource_exhausted(e.to_string())
+    }
+}
+
+/// A task the handler waited for failed (it panicked): the request's outcome is unknown to it.
+pub(super) fn task_failed(e: tokio::task::JoinError) -> Status {
+    tracing::error!(error = %e, "request task failed");
+    Status::internal(format!("the request's task failed: {e}"))
+}
+
+/// A broken invariant the handler can name (a value it just wrote cannot be read back).
+pub(super) fn internal(what: &str) -> Status {
+    tracing::error!(what, "internal error");
+    Status::internal(what.to_string())
+}
+
+/// The HTTP response of a request a layer refused.
+pub(super) fn refusal<B: Default>(e: impl Into<Status>) -> http::Response<B> {
+    e.into().into_http()
 }

@@ -75,7 +75,7 @@ impl GameServerService for GameServer {
                 .await
         })
         .await
-        .map_err(|e| Status::internal(format!("result task failed: {e}")))??;
+        .map_err(super::error::task_failed)??;
         let queue = self.state.queue("queue", &reported.ack.queue)?;
         let system = &queue.config.rating;
         Ok(Response::new(proto::MatchResultAck {

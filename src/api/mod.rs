@@ -8,6 +8,7 @@ mod client;
 pub mod convert;
 mod error;
 mod game_server;
+pub mod layers;
 
 pub use admin::Admin;
 pub use client::{Client, QueueLoad};

@@ -1,0 +1,285 @@
+//! The server's tower layers in front of every service, in stack order after load shedding and
+//! the global concurrency limit: authentication ([`AuthLayer`]), the per-caller rate limit
+//! ([`RateLimitLayer`]) and the request-size check ([`MessageSizeLayer`]). Each answers a refused
+//! request itself, without reaching the inner service; the rules they apply are pure and live in
+//! `auth` and `limits`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use http_body::{Body, Frame, SizeHint};
+use tonic::Status;
+use tonic::codegen::{Bytes, http};
+use tower::{Layer, Service};
+
+use super::error;
+use crate::auth::{Verifier, authorize};
+use crate::limits::{Framing, RateLimiter};
+
+/// The tower layer: authenticate, role-check, attach the [`Identity`].
+#[derive(Clone)]
+pub struct AuthLayer {
+    verifier: Option<Arc<Verifier>>,
+}
+
+impl AuthLayer {
+    /// `None` passes everything through (the server leaves the layer out instead when auth is
+    /// off).
+    pub fn new(verifier: Option<Verifier>) -> Self {
+        Self {
+            verifier: verifier.map(Arc::new),
+        }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Auth {
+            inner,
+            verifier: self.verifier.clone(),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] makes.
+#[derive(Clone)]
+pub struct Auth<S> {
+    inner: S,
+    verifier: Option<Arc<Verifier>>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Auth<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        match authorize(self.verifier.as_deref(), req.uri().path(), req.headers()) {
+            Ok(Some(identity)) => {
+                req.extensions_mut().insert(identity);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(path = req.uri().path(), error = %e, "request refused");
+                let response = error::refusal(e);
+                return Box::pin(async move { Ok(response) });
+            }
+        }
+        // The clone is not ready; the one that was polled ready serves this call.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(inner.call(req))
+    }
+}
+
+/// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
+/// [`Identity`] is the key: a caller cannot choose its bucket through an unverified header.
+#[derive(Clone)]
+pub struct RateLimitLayer {
+    limiter: Arc<RateLimiter>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limiter: RateLimiter) -> Self {
+        Self {
+            limiter: Arc::new(limiter),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            limiter: self.limiter.clone(),
+        }
+    }
+}
+
+/// The service [`RateLimitLayer`] makes.
+#[derive(Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    limiter: Arc<RateLimiter>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RateLimit<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = RefusedOr<S::Future, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        match self.limiter.check_request(&request, Instant::now()) {
+            Ok(()) => RefusedOr::Inner {
+                future: self.inner.call(request),
+            },
+            Err(refused) => {
+                metrics::counter!(crate::telemetry::RATE_LIMITED, "class" => refused.class.as_str())
+                    .increment(1);
+                tracing::debug!(path = request.uri().path(), error = %refused, "request refused");
+                let response = error::refusal(refused);
+                RefusedOr::Refused {
+                    ready: std::future::ready(Ok(response)),
+                }
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a limit layer: a refusal made without the inner service, or the inner
+    /// service's own future (no box on the path that passes).
+    #[project = RefusedOrProjection]
+    pub enum RefusedOr<F, T> {
+        Refused { ready: std::future::Ready<T> },
+        Inner { #[pin] future: F },
+    }
+}
+
+impl<F, T> Future for RefusedOr<F, T>
+where
+    F: Future<Output = T>,
+{
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.project() {
+            RefusedOrProjection::Refused { ready } => Pin::new(ready).poll(cx),
+            RefusedOrProjection::Inner { future } => future.poll(cx),
+        }
+    }
+}
+
+/// Refuses a request message over `server.max_message_bytes` with RESOURCE_EXHAUSTED, the gRPC
+/// convention for a size limit (grpc-go, grpc-java), where tonic's decoder says OUT_OF_RANGE.
+///
+/// Why a body wrapper and not a rewrite of tonic's error response: the length prefix is the gRPC
+/// wire format, stable by specification, while tonic's error is only recognisable by its
+/// percent-encoded message text, which no API promises. The wrapper returns a `tonic::Status`
+/// as the body's error; tonic passes a `Status` found in a body error through unchanged, so the
+/// client gets this code and message from a unary and a streaming request alike, before the
+/// oversized message is buffered. tonic's own limit (`max_decoding_message_size`, the same
+/// value) stays behind it; this one also covers health and reflection requests.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageSizeLayer {
+    limit: usize,
+}
+
+impl MessageSizeLayer {
+    pub fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for MessageSizeLayer {
+    type Service = MessageSize<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        MessageSize {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The service [`MessageSizeLayer`] makes.
+#[derive(Clone)]
+pub struct MessageSize<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S, ReqBody> Service<http::Request<ReqBody>> for MessageSize<S>
+where
+    S: Service<http::Request<LimitedBody<ReqBody>>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let limit = self.limit;
+        self.inner.call(request.map(|inner| LimitedBody {
+            inner,
+            framing: Framing::new(limit),
+        }))
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+pin_project_lite::pin_project! {
+    /// A request body checked by [`Framing`] as it is read.
+    pub struct LimitedBody<B> {
+        #[pin]
+        inner: B,
+        framing: Framing,
+    }
+}
+
+impl<B> Body for LimitedBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        let frame = match ready!(this.inner.poll_frame(cx)) {
+            Some(Ok(frame)) => frame,
+            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
+            None => return Poll::Ready(None),
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(too_large) = this.framing.scan(data)
+        {
+            tracing::debug!(error = %too_large, "request refused");
+            return Poll::Ready(Some(Err(Box::new(Status::from(too_large)))));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
