@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::ToolError;
 use crate::config::Config;
 use crate::ids::PlayerId;
 use crate::state::{PoolRecord, State};
@@ -50,15 +50,20 @@ pub fn run(
     queue: &str,
     players: usize,
     scratch: &Path,
-) -> anyhow::Result<MemoryBench> {
+) -> Result<MemoryBench, ToolError> {
     let q = config
         .queues
         .get(queue)
-        .with_context(|| format!("--queue: unknown queue {queue:?}"))?;
+        .ok_or_else(|| unknown_queue(queue))?;
     let pool = q.rating_pool.clone().unwrap_or_else(|| queue.to_string());
     let dir = scratch.join(format!("matchmaker-memory-{}", crate::ids::new_id("m")));
     let outcome = write(config, q, &pool, players, &dir).and_then(|()| {
-        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| ToolError::Io { what, source }
+        };
+        let exe = std::env::current_exe().map_err(io("finding this program"))?;
+        let mut cmd = std::process::Command::new(exe);
         cmd.arg("bench-memory-load").arg("--dir").arg(&dir);
         if let Some(f) = config_file {
             cmd.arg("--config").arg(f);
@@ -70,9 +75,14 @@ pub fn run(
             .arg(players.to_string())
             .stderr(std::process::Stdio::inherit())
             .output()
-            .context("starting the loading process")?;
-        anyhow::ensure!(out.status.success(), "the loading process failed");
-        serde_json::from_slice(&out.stdout).context("reading the loading process's report")
+            .map_err(io("starting the loading process"))?;
+        if !out.status.success() {
+            return Err(ToolError::Run("the loading process failed".into()));
+        }
+        serde_json::from_slice(&out.stdout).map_err(|source| ToolError::Json {
+            what: "reading the loading process's report".into(),
+            source,
+        })
     });
     let _ = std::fs::remove_dir_all(&dir);
     outcome
@@ -84,7 +94,7 @@ fn write(
     pool: &str,
     players: usize,
     dir: &Path,
-) -> anyhow::Result<()> {
+) -> Result<(), ToolError> {
     let store = crate::store::open(dir, &config.store)?;
     let mut rng = StdRng::seed_from_u64(7);
     let initial = q.rating.initial();
@@ -132,11 +142,11 @@ pub fn load_and_measure(
     dir: PathBuf,
     queue: &str,
     players: usize,
-) -> anyhow::Result<MemoryBench> {
+) -> Result<MemoryBench, ToolError> {
     let pool = config
         .queues
         .get(queue)
-        .with_context(|| format!("--queue: unknown queue {queue:?}"))?
+        .ok_or_else(|| unknown_queue(queue))?
         .rating_pool
         .clone()
         .unwrap_or_else(|| queue.to_string());
@@ -146,11 +156,12 @@ pub fn load_and_measure(
     let state = State::load(Arc::new(config), store)?;
     state.rebuild_rank_indexes();
     let load_seconds = started.elapsed().as_secs_f64();
-    anyhow::ensure!(
-        state.player_count() == players,
-        "loaded {} players, expected {players}",
-        state.player_count()
-    );
+    if state.player_count() != players {
+        return Err(ToolError::Run(format!(
+            "loaded {} players, expected {players}",
+            state.player_count()
+        )));
+    }
     let loaded = rss_bytes()?;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let report = MemoryBench {
@@ -168,15 +179,21 @@ pub fn load_and_measure(
 }
 
 /// This process's resident set size (Linux `/proc/self/status` `VmRSS`).
-fn rss_bytes() -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .context("reading /proc/self/status (bench-memory needs Linux)")?;
+fn rss_bytes() -> Result<u64, ToolError> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|source| ToolError::Io {
+        what: "reading /proc/self/status (bench-memory needs Linux)".into(),
+        source,
+    })?;
     let kib: u64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS line in /proc/self/status")?;
+        .ok_or_else(|| ToolError::Run("no VmRSS line in /proc/self/status".into()))?;
     Ok(kib * 1024)
+}
+
+fn unknown_queue(queue: &str) -> ToolError {
+    ToolError::flag("--queue", format!("unknown queue {queue:?}"))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+use super::ToolError;
 use crate::config::Config;
 use crate::proto;
 use crate::proto::client_service_client::ClientServiceClient;
@@ -37,7 +38,7 @@ pub async fn run(
     results: usize,
     concurrency: usize,
     scratch: PathBuf,
-) -> anyhow::Result<ResultsBench> {
+) -> Result<ResultsBench, ToolError> {
     let dir = scratch.join(format!("matchmaker-bench-{}", crate::ids::new_id("r")));
     let raw = crate::store::single_write_flush_rate(&dir.join("raw"), results.min(2000)).await?;
     let served = serve_and_report(&dir.join("server"), results, concurrency).await;
@@ -58,13 +59,17 @@ async fn serve_and_report(
     dir: &std::path::Path,
     results: usize,
     concurrency: usize,
-) -> anyhow::Result<(f64, f64, f64)> {
+) -> Result<(f64, f64, f64), ToolError> {
     let mut config =
         Config::from_toml_str("[server]\ntick_interval_ms = 10\nmetrics_addr = \"\"\n")?;
     config.server.data_dir = dir.to_path_buf();
     config.server.allocation_timeout_seconds = 3600.0;
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
+    let io = |source| ToolError::Io {
+        what: "binding 127.0.0.1:0".into(),
+        source,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.map_err(io)?;
+    let addr = listener.local_addr().map_err(io)?;
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(crate::server::run(config, listener, shutdown.clone()));
     let channel = Channel::from_shared(format!("http://{addr}"))?
@@ -93,7 +98,11 @@ async fn serve_and_report(
     while matches.len() < results {
         match assignments.next().await {
             Some(Ok(a)) => matches.push(a.match_id),
-            other => anyhow::bail!("match stream ended early: {other:?}"),
+            other => {
+                return Err(ToolError::Run(format!(
+                    "match stream ended early: {other:?}"
+                )));
+            }
         }
     }
 
@@ -127,7 +136,6 @@ async fn serve_and_report(
     let elapsed = started.elapsed().as_secs_f64();
     shutdown.cancel();
     server.await??;
-    latencies.sort_by(f64::total_cmp);
-    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
+    let at = |q| crate::math::percentile(&latencies, q);
     Ok((results as f64 / elapsed, at(0.5), at(0.99)))
 }

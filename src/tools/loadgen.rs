@@ -12,6 +12,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 
+use super::ToolError;
 use crate::proto;
 use crate::proto::client_service_client::ClientServiceClient;
 use crate::proto::game_server_service_client::GameServerServiceClient;
@@ -140,43 +141,65 @@ impl Options {
     }
 }
 
+impl Options {
+    /// Every flag within its range; the error names the flag.
+    fn validate(&self) -> Result<(), ToolError> {
+        let rule = |ok: bool, flag: &str, rule: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ToolError::flag(flag, rule))
+            }
+        };
+        rule(self.concurrency >= 1, "--concurrency", "must be at least 1")?;
+        rule(
+            (1..=100).contains(&self.rounds),
+            "--rounds",
+            "must be in 1..=100",
+        )?;
+        rule(
+            self.seconds > 0.0 && self.seconds <= 3600.0,
+            "--seconds",
+            "must be in (0, 3600]",
+        )?;
+        if let Some(rate) = self.rate {
+            rule(
+                rate.is_finite() && rate > 0.0 && rate <= 1e7,
+                "--rate",
+                "must be in (0, 10000000] calls per second",
+            )?;
+            rule(
+                matches!(self.rpc, Rpc::EnterQueue | Rpc::HealthCheck),
+                "--rate",
+                "open loop runs enter-queue or health-check only (watch and report-result \
+                 need ids prepared per caller)",
+            )?;
+            rule(
+                self.max_in_flight >= 1,
+                "--max-in-flight",
+                "must be at least 1",
+            )?;
+        }
+        rule(!self.queue.is_empty(), "--queue", "must name a queue")?;
+        if let Some(deadline) = self.deadline {
+            rule(
+                self.rate.is_some(),
+                "--deadline-ms",
+                "needs --rate (closed-loop calls use the 10 s call timeout)",
+            )?;
+            rule(
+                !deadline.is_zero() && deadline <= CALL_TIMEOUT,
+                "--deadline-ms",
+                "must be in 1..=10000",
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
-pub async fn run(opts: Options) -> anyhow::Result<Report> {
-    anyhow::ensure!(opts.concurrency >= 1, "--concurrency: must be at least 1");
-    anyhow::ensure!(
-        (1..=100).contains(&opts.rounds),
-        "--rounds: must be in 1..=100"
-    );
-    anyhow::ensure!(
-        opts.seconds > 0.0 && opts.seconds <= 3600.0,
-        "--seconds: must be in (0, 3600]"
-    );
-    if let Some(rate) = opts.rate {
-        anyhow::ensure!(
-            rate.is_finite() && rate > 0.0 && rate <= 1e7,
-            "--rate: must be in (0, 10000000] calls per second"
-        );
-        anyhow::ensure!(
-            matches!(opts.rpc, Rpc::EnterQueue | Rpc::HealthCheck),
-            "--rate: open loop runs enter-queue or health-check only (watch and report-result \
-             need ids prepared per caller)"
-        );
-        anyhow::ensure!(
-            opts.max_in_flight >= 1,
-            "--max-in-flight: must be at least 1"
-        );
-    }
-    anyhow::ensure!(!opts.queue.is_empty(), "--queue: must name a queue");
-    if let Some(deadline) = opts.deadline {
-        anyhow::ensure!(
-            opts.rate.is_some(),
-            "--deadline-ms: needs --rate (closed-loop calls use the 10 s call timeout)"
-        );
-        anyhow::ensure!(
-            !deadline.is_zero() && deadline <= CALL_TIMEOUT,
-            "--deadline-ms: must be in 1..=10000"
-        );
-    }
+pub async fn run(opts: Options) -> Result<Report, ToolError> {
+    opts.validate()?;
     let uri = if opts.addr.contains("://") {
         opts.addr.clone()
     } else {
@@ -195,7 +218,7 @@ pub async fn run(opts: Options) -> anyhow::Result<Report> {
         prepare(&opts, &channels, &run_id).await?,
     ));
     // EnterQueue forms matches; game servers take them, as in production, so every match is
-    // allocated and written to sled. (With none, formed matches would wait unallocated and
+    // allocated and written to the store. (With none, formed matches would wait unallocated and
     // unwritten, which is not what a studio runs.) Enough streams that their buffers never
     // limit allocation: each takes `server.serve_matches_buffer` matches per tick.
     let mut drains = Vec::new();
@@ -296,7 +319,7 @@ async fn prepare(
     opts: &Options,
     channels: &[Channel],
     run_id: &str,
-) -> anyhow::Result<Vec<String>> {
+) -> Result<Vec<String>, ToolError> {
     let token = opts.token.as_deref();
     match opts.rpc {
         Rpc::EnterQueue | Rpc::HealthCheck => Ok(Vec::new()),
@@ -353,7 +376,11 @@ async fn prepare(
             while matches.len() < want {
                 match tokio::time::timeout(CALL_TIMEOUT, assignments.message()).await {
                     Ok(Ok(Some(a))) => matches.push(a.match_id),
-                    Ok(other) => anyhow::bail!("match stream ended early: {other:?}"),
+                    Ok(other) => {
+                        return Err(ToolError::Run(format!(
+                            "match stream ended early: {other:?}"
+                        )));
+                    }
                     Err(_) => break,
                 }
             }
@@ -374,7 +401,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, other: Tally) -> anyhow::Result<()> {
+    fn add(&mut self, other: Tally) -> Result<(), ToolError> {
         for (mine, theirs) in [
             (&mut self.hist, other.hist),
             (&mut self.error_hist, other.error_hist),
@@ -383,7 +410,7 @@ impl Tally {
             match mine {
                 Some(h) => h
                     .add(&theirs)
-                    .map_err(|e| anyhow::anyhow!("histogram: {e}"))?,
+                    .map_err(|e| ToolError::Run(format!("histogram: {e}")))?,
                 None => *mine = Some(theirs),
             }
         }
@@ -428,7 +455,7 @@ async fn slice_run(
     run_id: &str,
     work: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     round: usize,
-) -> anyhow::Result<Tally> {
+) -> Result<Tally, ToolError> {
     if let Some(rate) = opts.rate {
         return open_loop_slice(opts, rpc, rate, length, channels, run_id, round).await;
     }
@@ -529,7 +556,7 @@ async fn open_loop_slice(
     channels: &[Channel],
     run_id: &str,
     round: usize,
-) -> anyhow::Result<Tally> {
+) -> Result<Tally, ToolError> {
     struct Shared {
         hist: Histogram<u64>,
         error_hist: Histogram<u64>,
@@ -619,7 +646,7 @@ async fn open_loop_slice(
     }
     let seconds = started.elapsed().as_secs_f64();
     let s = std::sync::Arc::try_unwrap(shared)
-        .map_err(|_| anyhow::anyhow!("open-loop calls still running"))?
+        .map_err(|_| ToolError::Run("open-loop calls still running".into()))?
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     Ok(Tally {
