@@ -1,5 +1,5 @@
-//! Authentication and the role check (SPEC §2 Auth, §7), in one tower layer in front of every
-//! service.
+//! Authentication and the role check for every call; the tower layer in `api::layers` applies
+//! them in front of every service.
 //!
 //! The layer reads `authorization: Bearer <JWT>`, verifies it (HS256 with `auth.jwt_secret`, or
 //! an RS256/EdDSA public key), checks the token's role against the method, and puts the caller's

@@ -52,13 +52,13 @@ pub struct Config {
     /// TLS for the gRPC listener (rustls). Off by default.
     #[serde(default)]
     pub tls: TlsConfig,
-    /// Requests per second per caller (SPEC §7 per-peer rate); absent = the defaults.
+    /// Requests per second per caller; absent = the defaults.
     #[serde(default)]
     pub rate_limit: RateLimitConfig,
     /// Rank-point settings shared by the queues that pick `inversus` or `ladder`.
     #[serde(default)]
     pub ranking: RankingConfig,
-    /// Seasons: hard-reset rescale and the Elo migration's legacy-rank table (SPEC §4.3).
+    /// Seasons: hard-reset rescale and the Elo migration's legacy-rank table .
     #[serde(default)]
     pub season: crate::ranking::season::SeasonConfig,
     pub queues: BTreeMap<String, QueueConfig>,
@@ -95,7 +95,7 @@ pub struct ServerConfig {
     #[serde(default)]
     pub max_connections: usize,
     /// A SEARCHING ticket with no `WatchTicket` stream and no call naming it for this long
-    /// expires (SPEC §5.4); 0 turns the heartbeat off.
+    /// expires; 0 turns the heartbeat off.
     #[serde(default = "default_ticket_heartbeat_seconds")]
     pub ticket_heartbeat_seconds: f64,
     /// How long a finished ticket (matched, cancelled, expired) stays readable by `WatchTicket`
@@ -140,7 +140,7 @@ pub struct QueueConfig {
     pub rating: SystemConfig,
     #[serde(default)]
     pub matching: MatchingConfig,
-    /// Ready-check (SPEC §5.4): seconds every MATCHED ticket has to `AcceptMatch` before the
+    /// Ready-check: seconds every MATCHED ticket has to `AcceptMatch` before the
     /// match goes to a game server; 0 (the default) turns it off.
     #[serde(default)]
     pub ready_check_seconds: f64,
@@ -161,7 +161,7 @@ impl QueueConfig {
     }
 }
 
-/// Backfill of running matches (SPEC §5.4).
+/// Backfill of running matches.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackfillConfig {

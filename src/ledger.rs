@@ -8,7 +8,7 @@
 //!
 //! Crash guarantees, step by step:
 //! 1. Nothing is written before validation: a rejected report changes nothing.
-//! 2. The journal batch (entries + idempotency index) is one atomic sled batch in one tree.
+//! 2. The journal batch (entries + idempotency index) is one atomic batch of the store.
 //! 3. OK is sent only after that batch is flushed.
 //! 4. Start-up loads the players snapshot, then replays every journal entry after the snapshot's
 //!    sequence number. Entries are absolute after-states, so replaying one twice is harmless.

@@ -4,7 +4,7 @@
 //! The limit is taken before `accept`: at the limit the server stops accepting, and new
 //! connections wait in the kernel's backlog (their clients see a slow connect) until one closes.
 //! That refusal costs the server nothing, unlike a refused call, which still costs its HTTP/2
-//! frames (README, "Measured": overload).
+//! frames (docs/performance.md, overload).
 
 use std::io;
 use std::pin::Pin;
@@ -48,7 +48,7 @@ fn report_open(permits: &Semaphore, max: usize) {
     metrics::gauge!(m::CONNECTIONS_OPEN).set(open as f64);
 }
 
-/// Descriptors the server needs besides its connections (sled's files, the runtime, the
+/// Descriptors the server needs besides its connections (the store's files, the runtime, the
 /// listener, the metrics endpoint), with room to spare.
 pub const RESERVED_DESCRIPTORS: u64 = 64;
 

@@ -10,7 +10,7 @@ use matchmaker::config::{Config, Overrides};
 
 /// mimalloc instead of glibc malloc: the server allocates and frees small buffers on every
 /// request (HTTP/2 frames, headers, tickets), and glibc's malloc was ~13% of its CPU under
-/// EnterQueue load (`perf`, see README "Measured").
+/// EnterQueue load (`perf`; docs/performance.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -37,12 +37,12 @@ enum Command {
         /// Prometheus endpoint address (HOST:PORT; empty disables).
         #[arg(long)]
         metrics_addr: Option<String>,
-        /// sled data directory.
+        /// Data directory of the embedded store.
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
     /// One optimizer tick over N synthetic waiting tickets, against a sort floor and a
-    /// first-come greedy baseline measured in the same run (SPEC §10).
+    /// first-come greedy baseline measured in the same run.
     BenchMatcher {
         /// Queue whose shape and matching config to use.
         #[arg(long, default_value = "1v1")]
@@ -60,8 +60,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Durable ReportMatchResult throughput over gRPC on loopback, against sled's raw flush
-    /// rate in the same run (SPEC §10). Uses a scratch directory it removes afterwards.
+    /// Durable ReportMatchResult throughput over gRPC on loopback, against the store's unbatched
+    /// flush rate in the same run. Uses a scratch directory it removes afterwards.
     BenchResults {
         /// Results to report (bounded run).
         #[arg(long, default_value_t = 20_000)]
@@ -77,7 +77,7 @@ enum Command {
         json: bool,
     },
     /// Resident memory of a server holding N rated players in one pool, loaded as `serve` does
-    /// it, measured in a fresh process against that process's own baseline (SPEC §10).
+    /// it, measured in a fresh process against that process's own baseline.
     BenchMemory {
         /// Players to write and load.
         #[arg(long, default_value_t = 1_000_000)]
@@ -108,14 +108,14 @@ enum Command {
         players: usize,
     },
     /// Replay a real match history: predict each match before applying it, report accuracy
-    /// and calibration per system (SPEC §9).
+    /// and calibration per system.
     Replay(matchmaker::sim::cli::ReplayArgs),
-    /// Simulate a population through the real matcher and rating system (SPEC §9).
+    /// Simulate a population through the real matcher and rating system.
     Simulate(matchmaker::sim::cli::SimulateArgs),
     /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
     Admin(matchmaker::tools::admin::AdminArgs),
     /// A bounded load against a running server, with a health-check baseline measured in the
-    /// same run at the same concurrency (SPEC §10).
+    /// same run at the same concurrency.
     Loadgen {
         /// Server address (HOST:PORT, or a full http:// URI).
         #[arg(long, default_value = "127.0.0.1:50051")]

@@ -2,7 +2,7 @@
 //! reflection, metrics; and takes it apart again on one shutdown signal.
 //!
 //! Shutdown order: the token is cancelled → the listener stops accepting and streams end → the
-//! matchmaker loop stops → player records are written → sled is flushed last.
+//! matchmaker loop stops → player records are written → the store is flushed last.
 
 use std::sync::Arc;
 use std::time::Duration;

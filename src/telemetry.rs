@@ -34,7 +34,7 @@ pub const JOURNAL_BATCH_SIZE: &str = "matchmaker_journal_batch_size";
 pub const RESULTS_APPLIED: &str = "matchmaker_results_applied_total";
 /// Seconds one snapshot took (histogram).
 pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
-/// Bytes the sled store uses on disk, measured at start and after each snapshot (gauge).
+/// Bytes the store uses on disk, measured at start and after each snapshot (gauge).
 pub const STORE_BYTES: &str = "matchmaker_store_bytes";
 /// Store writes that failed, per operation (journal | persist_matches | end_match | snapshot |
 /// request) (counter). Any is worth an alert: a journal failure stops results until a restart.

@@ -194,7 +194,7 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
-        // A party is matched on its own skill (SPEC §3.6), created on its first queue.
+        // A party is matched on its own skill, created on its first queue.
         let party_skill = if players.len() > 1 {
             let s = self.state.party_skill(&queue, &players)?;
             Some((s.mean, s.deviation))

@@ -159,7 +159,7 @@ impl Loop {
             q.metrics.tick_seconds.record(elapsed.as_secs_f64());
             q.metrics.waiting.set(q.pool.len() as f64);
         }
-        // A match goes to sled when a game server takes it, in one batch per tick, and the
+        // A match goes to the store when a game server takes it, in one batch per tick, and the
         // server gets it only once that batch is flushed: a server never holds a match a crash
         // could lose. Until then it is like a waiting ticket: no server can report it (under
         // auth), and a crash that loses it frees its players to queue again at once instead of

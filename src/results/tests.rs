@@ -247,7 +247,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
         "{idle:?} vs {fresh:?}"
     );
 
-    // Elo: the members' productivity counts, as in their own update (SPEC §3.4).
+    // Elo: the members' productivity counts, as in their own update.
     let elo = SystemConfig::Elo(crate::rating::elo::Config::default());
     let before = vec![
         vec![record(1500.0, 0.0), record(1500.0, 0.0)],

@@ -6,7 +6,7 @@
 //! (so no result is between its prepare and its apply), journals the entries in one atomic batch,
 //! and then applies them with [`State::apply_admin`], the same code path start-up replay uses.
 //!
-//! Definitions (SPEC §4.3 leaves these open):
+//! Definitions (the Skyweaver white paper leaves these open):
 //! - Seasons are kept per rating pool (`season`, `week`), so a reset named to one queue moves
 //!   only that pool's clock. With no queue, a reset covers every pool of a queue with a ranking.
 //! - Soft reset: ladder RP above the tier's `soft_reset_cap` is cut (Grandweaver from the
@@ -18,8 +18,9 @@
 //! - Hard reset: ladder RP becomes the `hard_reset_rp` of the season rank recorded by
 //!   `EndSeason` if there is one, else of the tier held now (a tier without a value keeps its
 //!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
-//!   The MMR rescale and deviation reset apply to Glicko-2 and Glicko-1 pools only; Weng-Lin and
-//!   Elo pools keep their skills (μ/σ has no 1500-scale span to map onto).
+//!   The MMR rescale and deviation reset apply to Glicko-2 and Glicko-1 pools as written, and to
+//!   Weng-Lin pools carried over to their own scale (`ranking::season::hard_reset_skill`); Elo
+//!   pools keep their skills (no deviation to reset).
 //! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
 //!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
 
@@ -405,7 +406,7 @@ impl State {
         ))
     }
 
-    /// Periodic Glicko pools (SPEC §3.2): every record whose rating period ended before `now`
+    /// Periodic Glicko pools: every record whose rating period ended before `now`
     /// gets the period's batch update ([`results::close_period`]), one journal entry per pool.
     /// Results close a player's ended period themselves before they rate a new match; this
     /// covers the players who have not played since. Returns how many records changed.

@@ -1,5 +1,5 @@
 //! Transitions of a match between forming and its result: the ready-check and backfill of a
-//! running match (SPEC §5.4). The matchmaker loop drives them; the locking rules are the parent
+//! running match. The matchmaker loop drives them; the locking rules are the parent
 //! module's (player slots in id order, never a player lock and the match lock at once).
 
 use std::collections::BTreeMap;

@@ -23,7 +23,7 @@ pub struct Assignment {
     pub region: Option<String>,
     /// Empty until a game server took the match.
     pub server_address: String,
-    /// Pre-made parties (2+ players who queued together), for party skill (SPEC §3.6).
+    /// Pre-made parties (2+ players who queued together), for party skill.
     pub parties: Vec<Vec<PlayerId>>,
     /// Per team, the players added by backfill so far (empty teams for a new match). They are
     /// also in `teams`.
@@ -32,7 +32,8 @@ pub struct Assignment {
     pub left: Vec<PlayerId>,
 }
 
-/// Match lifecycle (SPEC §5.3).
+/// Match lifecycle: ready-check (if the queue has one) → formed → allocated → completing →
+/// completed, or cancelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatchPhase {
     /// Formed in a queue with a ready-check; waits for every ticket to accept before it goes to
@@ -85,7 +86,7 @@ pub struct MatchSlot {
     /// Unix seconds when it formed (persisted).
     pub formed_unix: f64,
     pub(super) inner: Mutex<MatchInner>,
-    /// The sled segment holding its newest copy ([`segments::NOT_STORED`] before a server took
+    /// The store segment holding its newest copy ([`segments::NOT_STORED`] before a server took
     /// it, [`segments::ENDED`] after). Changed only under `Inner::segments`.
     pub(super) segment: AtomicU64,
     /// Set once, by the one report that applies the result; duplicates wait on it and get the

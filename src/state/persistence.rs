@@ -12,9 +12,9 @@ use crate::records::{PartyRecord, PoolRecord};
 use crate::store::{StoreError, StoredMatch};
 
 impl State {
-    /// Records live matches (newly formed, or newly allocated to a server) in one sled batch;
-    /// the loop calls this once per tick. Durable with sled's next flush (at most 500 ms, or the
-    /// next result's flush): a match lost to a crash in that window only means its players
+    /// Records live matches (newly formed, or newly allocated to a server) in one store batch;
+    /// the loop calls this once per tick. Durable with the store's next flush (the embedded
+    /// store flushes every 500 ms, and every result flushes): a match lost to a crash in that window only means its players
     /// re-queue.
     pub fn persist_matches(&self, matches: &[Arc<MatchSlot>]) {
         if matches.is_empty() {
@@ -251,5 +251,5 @@ impl State {
     }
 }
 
-/// Players per sled batch when snapshotting.
+/// Players per store batch when snapshotting.
 const SNAPSHOT_BATCH: usize = 10_000;

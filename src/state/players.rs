@@ -32,7 +32,7 @@ impl PlayerStatus {
 
 /// A player's records per rating pool, in pool-name order. Not a map: most players are in one
 /// or two pools, and a `BTreeMap` node for one entry is ~1 KB, which alone put a million players
-/// over SPEC §10's 512 MiB (`matchmaker bench-memory`). The common single record is stored inline
+/// over the 512 MiB budget (`matchmaker bench-memory`). The common single record is stored inline
 /// in the player's slot (no allocation of its own); pool names are shared `Arc<str>`s.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PoolRecords(Records);
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_single_record_needs_no_allocation_of_its_own() {
-        // The inline variant is what keeps a million players within SPEC §10's budget.
+        // The inline variant is what keeps a million players within the 512 MiB budget.
         assert!(std::mem::size_of::<PoolRecords>() <= 96);
         let mut r = PoolRecords::default();
         r.insert("1v1".into(), record(1.0));

@@ -1,8 +1,8 @@
-//! Bookkeeping for the live-match segments in sled (layout in `store`'s `MATCHES_TREE`): which
+//! Bookkeeping for the live-match segments of the store (`store::segment_bounds`): which
 //! segment holds each stored match's newest copy, and how many live matches each segment still
 //! holds, so a segment is dropped as soon as none of its matches is live.
 //!
-//! Pure: the caller keeps each match's segment id (in its `MatchSlot`) and writes to sled what
+//! Pure: the caller keeps each match's segment id (in its `MatchSlot`) and writes to the store what
 //! these methods decide, under one lock, so the bookkeeping and the writes happen in one order.
 
 use std::collections::HashMap;

@@ -91,7 +91,7 @@ pub struct TicketSlot {
     /// Seconds on the matchmaker clock.
     pub entered_at: f64,
     /// Matchmaker-clock seconds (as `f64` bits) of the last call that named the ticket, for the
-    /// heartbeat (SPEC §5.4).
+    /// heartbeat.
     pub(super) last_seen: AtomicU64,
     pub(super) view: Mutex<ViewCell>,
 }

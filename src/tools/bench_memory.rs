@@ -1,8 +1,8 @@
 //! `matchmaker bench-memory`: resident memory of a server holding N rated players in one pool
-//! (SPEC §10: 1M players under 512 MiB resident).
+//! (target: 1M players under 512 MiB resident).
 //!
 //! Two processes, so the writer's allocations cannot flatter or spoil the number: this one writes
-//! N player records into a scratch sled store (what a server that ran for a while has on disk),
+//! N player records into a scratch store (what a server that ran for a while has on disk),
 //! then starts `matchmaker bench-memory-load` on it, which loads it exactly as `serve` does
 //! (`State::load`, then the leaderboard indexes) and reads its own resident set size before and
 //! after. The baseline is that same process before it opened the store.
@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::ids::PlayerId;
 use crate::state::{PoolRecord, State};
 
-/// SPEC §10's bound.
+/// The resident-memory budget for a million rated players.
 pub const TARGET_MIB: f64 = 512.0;
 
 /// What `bench-memory --json` prints.
@@ -32,7 +32,7 @@ pub struct MemoryBench {
     /// Resident set of the loading process before it opened the store (runtime, config, code).
     pub rss_baseline_mib: f64,
     /// Resident set once every player is in memory and ranked, as a started server holds them
-    /// (sled's page cache, bounded by `store.cache_capacity_bytes`, included).
+    /// (the store's page cache, bounded by `store.cache_capacity_bytes`, included).
     pub rss_loaded_mib: f64,
     /// `(rss_loaded - rss_baseline) / players`.
     pub bytes_per_player: f64,

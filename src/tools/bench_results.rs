@@ -1,6 +1,6 @@
 //! `matchmaker bench-results`: durable `ReportMatchResult` throughput over real gRPC on loopback,
-//! against sled's raw flush rate measured in the same run (SPEC §10: ≥ 5,000 results/s with
-//! group commit). Bounded: a fixed number of results, then it stops.
+//! against the store's unbatched flush rate measured in the same run (target: ≥ 5,000 results/s
+//! with group commit). Bounded: a fixed number of results, then it stops.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! `matchmaker loadgen` (SPEC §10): a bounded load against a running server, with a no-op
+//! `matchmaker loadgen`: a bounded load against a running server, with a no-op
 //! baseline (the gRPC health check) measured in the same run at the same concurrency, so the
 //! ratio means something on a noisy machine.
 //!
@@ -78,7 +78,7 @@ pub struct Report {
     pub baseline: Phase,
     /// Matches the generator's game servers received during an EnterQueue run (0 otherwise).
     pub matches_served: u64,
-    /// `target.rps / baseline.rps` (SPEC §10 target for EnterQueue: ≥ 0.7).
+    /// `target.rps / baseline.rps` (target for EnterQueue: ≥ 0.7).
     pub ratio_vs_baseline: f64,
 }
 
