@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ids::MatchId;
 use crate::records::ResultAck;
-use crate::state::{MatchSlot, Rejection, State};
+use crate::rejection::Rejection;
+use crate::state::{MatchSlot, State};
 use crate::store::{CommitError, Committer, JournalEntry, StoreError};
 use crate::telemetry as m;
 

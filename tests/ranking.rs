@@ -11,7 +11,7 @@ use matchmaker::ids::PlayerId;
 use matchmaker::proto;
 use matchmaker::ranking::{self, inversus};
 use matchmaker::rating::Skill;
-use matchmaker::state::PoolRecord;
+use matchmaker::records::PoolRecord;
 use tonic::Code;
 
 async fn play(

@@ -14,7 +14,8 @@ use crate::proto;
 use crate::proto::admin_service_server::AdminService;
 use crate::ranking::RankPoints;
 use crate::rating::{Skill, SystemConfig};
-use crate::state::{MigrationOutcome, MigrationRow, Rejection, ResetKind, State};
+use crate::rejection::Rejection;
+use crate::state::{MigrationOutcome, MigrationRow, ResetKind, State};
 
 /// Most rows one `MigrateFromElo` request may carry (the CLI sends batches).
 pub const MAX_MIGRATION_ROWS: usize = 10_000;

@@ -14,7 +14,8 @@ use crate::ledger::Ledger;
 use crate::matchmaker::{Command, Handle};
 use crate::proto;
 use crate::proto::game_server_service_server::GameServerService;
-use crate::state::{Rejection, State};
+use crate::rejection::Rejection;
+use crate::state::State;
 
 /// The server-facing service.
 pub struct GameServer {

@@ -26,7 +26,8 @@ use crate::config::BackfillConfig;
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
 use crate::matching::{self, Pool};
 use crate::rating::SystemConfig;
-use crate::state::{MatchSlot, Rejection, State, TicketSlot, TicketState};
+use crate::rejection::Rejection;
+use crate::state::{MatchSlot, State, TicketSlot, TicketState};
 use crate::telemetry as m;
 
 pub use clock::Clock;

@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 use super::ToolError;
 use crate::config::Config;
 use crate::ids::PlayerId;
-use crate::state::{PoolRecord, State};
+use crate::records::PoolRecord;
+use crate::state::State;
 
 /// The resident-memory budget for a million rated players.
 pub const TARGET_MIB: f64 = 512.0;
