@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::AuthConfig;
 use crate::limits::RateLimitConfig;
-use crate::matching::{MatchingConfig, Shape};
+use crate::matching::{BackfillConfig, MatchingConfig, Shape};
 use crate::ranking::RankingConfig;
 pub use crate::ranking::RankingKind;
 use crate::rating::SystemConfig;
@@ -159,38 +159,6 @@ impl QueueConfig {
     pub fn tick_ms(&self, server_tick_ms: u64) -> u64 {
         self.tick_interval_ms.unwrap_or(server_tick_ms)
     }
-}
-
-/// Backfill of running matches.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackfillConfig {
-    /// When a waiting ticket could both fill an open slot and start a new match: `true` fills
-    /// the running match first (players already in a game wait on it), `false` forms new
-    /// matches first and backfills from the tickets left.
-    #[serde(default = "default_true")]
-    pub prefer_backfill: bool,
-    /// A request with slots still open after this many seconds is dropped (the server may ask
-    /// again).
-    #[serde(default = "default_backfill_timeout")]
-    pub timeout_seconds: f64,
-}
-
-impl Default for BackfillConfig {
-    fn default() -> Self {
-        Self {
-            prefer_backfill: true,
-            timeout_seconds: default_backfill_timeout(),
-        }
-    }
-}
-
-fn default_true() -> bool {
-    true
-}
-
-fn default_backfill_timeout() -> f64 {
-    120.0
 }
 
 impl QueueConfig {
@@ -492,15 +460,9 @@ impl Config {
                     ),
                 ));
             }
-            if !(q.backfill.timeout_seconds.is_finite() && q.backfill.timeout_seconds > 0.0) {
-                return Err(ConfigError::invalid(
-                    key("backfill.timeout_seconds"),
-                    format!(
-                        "must be finite and > 0 (got {})",
-                        q.backfill.timeout_seconds
-                    ),
-                ));
-            }
+            q.backfill
+                .validate()
+                .map_err(|e| e.under(&format!("queues.{name}")))?;
         }
         // Queues sharing a pool share one record per player, so they must agree on what its
         // rating and its rank points mean.

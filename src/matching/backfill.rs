@@ -13,8 +13,57 @@
 //! counted at the target rating), and the best quality wins, the longest wait breaking ties.
 //! Slots nobody fits stay open for later ticks.
 
+use serde::{Deserialize, Serialize};
+
 use super::{Pool, RoleRequirement, Ticket, WinModel, quality_of};
 use crate::ids::TicketId;
+use crate::rejection::FieldError;
+
+/// `[queues.NAME.backfill]`: backfill of running matches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillConfig {
+    /// When a waiting ticket could both fill an open slot and start a new match: `true` fills
+    /// the running match first (players already in a game wait on it), `false` forms new
+    /// matches first and backfills from the tickets left.
+    #[serde(default = "default_true")]
+    pub prefer_backfill: bool,
+    /// A request with slots still open after this many seconds is dropped (the server may ask
+    /// again).
+    #[serde(default = "default_backfill_timeout")]
+    pub timeout_seconds: f64,
+}
+
+impl Default for BackfillConfig {
+    fn default() -> Self {
+        Self {
+            prefer_backfill: true,
+            timeout_seconds: default_backfill_timeout(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_backfill_timeout() -> f64 {
+    120.0
+}
+
+impl BackfillConfig {
+    /// The timeout is a finite positive number of seconds.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.timeout_seconds.is_finite() && self.timeout_seconds > 0.0 {
+            Ok(())
+        } else {
+            Err(FieldError::new(
+                "backfill.timeout_seconds",
+                format!("must be finite and > 0 (got {})", self.timeout_seconds),
+            ))
+        }
+    }
+}
 
 /// Waiting tickets scored with the model for one slot: the nearest to the target rating.
 pub const NEAREST: usize = 32;

@@ -22,9 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::config::BackfillConfig;
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
-use crate::matching::{self, Pool};
+use crate::matching::{self, BackfillConfig, Pool};
 use crate::rating::SystemConfig;
 use crate::rejection::Rejection;
 use crate::state::{MatchSlot, State, TicketSlot, TicketState};
