@@ -386,8 +386,12 @@ impl Config {
             ));
         }
         self.rate_limit.validate()?;
-        self.ranking.validate().map_err(ConfigError::Rule)?;
-        self.season.validate().map_err(ConfigError::Rule)?;
+        self.ranking
+            .validate()
+            .map_err(|e| ConfigError::Rule(e.to_string()))?;
+        self.season
+            .validate()
+            .map_err(|e| ConfigError::Rule(e.to_string()))?;
         if self.queues.is_empty() {
             return Err(ConfigError::invalid(
                 "queues",
@@ -439,10 +443,10 @@ impl Config {
             }
             q.rating
                 .validate()
-                .map_err(|rule| ConfigError::invalid(key("rating"), rule))?;
+                .map_err(|e| ConfigError::invalid(key("rating"), e.to_string()))?;
             q.matching
                 .validate(q.shape())
-                .map_err(|rule| ConfigError::invalid(key("matching"), rule))?;
+                .map_err(|e| ConfigError::invalid(key("matching"), e.to_string()))?;
             if let Some(ms) = q.tick_interval_ms
                 && !(1..=1000).contains(&ms)
             {

@@ -5,6 +5,7 @@ use crate::proto;
 use crate::ranking::Tier;
 use crate::ranking::season::SeasonState;
 use crate::rating::{Skill, SystemConfig};
+use crate::rejection::FieldError;
 use crate::state::{
     Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, TicketState, TicketView,
 };
@@ -14,30 +15,27 @@ pub const MAX_ID_LEN: usize = 128;
 
 /// Validates one id field: non-empty, bounded, printable.
 pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
-    id_rule(value).map_err(|rule| Rejection::invalid(field, rule))
+    id_rule(|| field.to_owned(), value).map_err(Rejection::Invalid)
 }
 
 /// Validates the `index`th id of a list field. The field name (`field[index]`) is formatted only
 /// when the id is invalid: EnterQueue checks every player id, and a valid one allocates nothing.
 pub fn id_at(field: &str, index: impl std::fmt::Display, value: &str) -> Result<(), Rejection> {
-    id_rule(value).map_err(|rule| Rejection::invalid(format!("{field}[{index}]"), rule))
+    id_rule(|| format!("{field}[{index}]"), value).map_err(Rejection::Invalid)
 }
 
-/// The rule an id breaks, if any.
-fn id_rule(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if value.len() > MAX_ID_LEN {
-        return Err(format!(
-            "must be at most {MAX_ID_LEN} bytes (got {})",
-            value.len()
-        ));
-    }
-    if value.chars().any(char::is_control) {
-        return Err("must not contain control characters".into());
-    }
-    Ok(())
+/// The rule an id breaks, if any, against the field `field()` names (called only on failure).
+fn id_rule(field: impl FnOnce() -> String, value: &str) -> Result<(), FieldError> {
+    let rule = if value.is_empty() {
+        "must not be empty".to_owned()
+    } else if value.len() > MAX_ID_LEN {
+        format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len())
+    } else if value.chars().any(char::is_control) {
+        "must not contain control characters".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(FieldError::new(field(), rule))
 }
 
 /// Validates a list of player ids: each valid, no duplicates. Linear time at any length (a
@@ -166,6 +164,30 @@ pub fn player_view(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_id_is_refused_naming_its_field_and_index() {
+        assert_eq!(id("match_id", "m-1"), Ok(()));
+        assert_eq!(
+            id("match_id", ""),
+            Err(Rejection::Invalid(FieldError::new(
+                "match_id",
+                "must not be empty"
+            )))
+        );
+        assert_eq!(
+            id_at("player_ids", 2, "a\nb"),
+            Err(Rejection::Invalid(FieldError::new(
+                "player_ids[2]",
+                "must not contain control characters"
+            )))
+        );
+        let long = "x".repeat(MAX_ID_LEN + 1);
+        assert_eq!(
+            id_at("player_ids", 0, &long).unwrap_err().to_string(),
+            format!("player_ids[0]: must be at most {MAX_ID_LEN} bytes (got 129)")
+        );
+    }
 
     #[test]
     fn duplicate_players_are_found_at_any_length_and_named_by_index() {

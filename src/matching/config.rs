@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Shape;
+use crate::rejection::FieldError;
 
 /// One step of the expansion schedule, like a FlexMatch expansion: from `after_seconds` of wait
 /// on, the fields it sets replace the queue's base values. Fields left out keep the value of the
@@ -243,23 +244,28 @@ impl MatchingConfig {
         }
     }
 
-    /// Checks the config against the queue's shape, naming the field and the rule on failure,
-    /// e.g. `expansion[1].after_seconds: must increase (got 5 after 10)`.
-    pub fn validate(&self, shape: Shape) -> Result<(), String> {
+    /// Checks the config against the queue's shape. The error names the key (relative to this
+    /// table) and the rule, e.g. field `expansion[1].after_seconds`, rule `must increase (got 5
+    /// after 10)`.
+    pub fn validate(&self, shape: Shape) -> Result<(), FieldError> {
+        let err = |field: &str, rule: String| Err(FieldError::new(field, rule));
         if shape.teams < 2 {
-            return Err(format!(
-                "shape.teams: must be at least 2 (got {})",
-                shape.teams
-            ));
+            return err(
+                "shape.teams",
+                format!("must be at least 2 (got {})", shape.teams),
+            );
         }
         if shape.team_size < 1 {
-            return Err("shape.team_size: must be at least 1 (got 0)".to_string());
+            return err("shape.team_size", "must be at least 1 (got 0)".to_owned());
         }
         if shape.players_per_match() > 1000 {
-            return Err(format!(
-                "shape: at most 1000 players per match (got {})",
-                shape.players_per_match()
-            ));
+            return err(
+                "shape",
+                format!(
+                    "at most 1000 players per match (got {})",
+                    shape.players_per_match()
+                ),
+            );
         }
         positive("rating_scale", self.rating_scale)?;
         positive("window", self.window)?;
@@ -267,11 +273,75 @@ impl MatchingConfig {
         positive("max_wait_seconds", self.max_wait_seconds)?;
         positive("ticket_ttl_seconds", self.ticket_ttl_seconds)?;
         if self.ticket_ttl_seconds <= self.max_wait_seconds {
-            return Err(format!(
-                "ticket_ttl_seconds: must exceed max_wait_seconds (got {} <= {})",
-                self.ticket_ttl_seconds, self.max_wait_seconds
-            ));
+            return err(
+                "ticket_ttl_seconds",
+                format!(
+                    "must exceed max_wait_seconds (got {} <= {})",
+                    self.ticket_ttl_seconds, self.max_wait_seconds
+                ),
+            );
         }
+        self.validate_expansion()?;
+        if self.regions.len() > 64 {
+            return err(
+                "regions",
+                format!("at most 64 (got {})", self.regions.len()),
+            );
+        }
+        for (i, r) in self.regions.iter().enumerate() {
+            let field = format!("regions[{i}]");
+            if r.is_empty() {
+                return err(&field, "must not be empty".to_owned());
+            }
+            if self.regions[..i].contains(r) {
+                return err(&field, format!("duplicate region {r:?}"));
+            }
+        }
+        if self.roles.len() > 64 {
+            return err("roles", format!("at most 64 (got {})", self.roles.len()));
+        }
+        let mut role_total = 0u32;
+        for (i, role) in self.roles.iter().enumerate() {
+            let field = format!("roles[{i}].name");
+            if role.name.is_empty() {
+                return err(&field, "must not be empty".to_owned());
+            }
+            if self.roles[..i].iter().any(|r| r.name == role.name) {
+                return err(&field, format!("duplicate role {:?}", role.name));
+            }
+            role_total = role_total.saturating_add(role.min_per_team);
+        }
+        if role_total > shape.team_size {
+            return err(
+                "roles",
+                format!(
+                    "minimums add up to {role_total}, more than the team size {}",
+                    shape.team_size
+                ),
+            );
+        }
+        if let Some(p) = self.max_party_size
+            && (p < 1 || p > shape.team_size)
+        {
+            return err(
+                "max_party_size",
+                format!(
+                    "must be between 1 and the team size {} (got {p})",
+                    shape.team_size
+                ),
+            );
+        }
+        if self.pair_span < 1 || self.pair_span > 64 {
+            return err(
+                "pair_span",
+                format!("must be between 1 and 64 (got {})", self.pair_span),
+            );
+        }
+        Ok(())
+    }
+
+    /// The expansion schedule: steps in increasing time, each only widening what came before.
+    fn validate_expansion(&self) -> Result<(), FieldError> {
         let mut prev = Limits {
             window: self.window,
             min_quality: self.min_quality,
@@ -283,22 +353,21 @@ impl MatchingConfig {
             let field = |name: &str| format!("expansion[{i}].{name}");
             positive(&field("after_seconds"), step.after_seconds)?;
             if i > 0 && step.after_seconds <= prev_after {
-                return Err(format!(
-                    "{}: must increase (got {} after {})",
+                return Err(FieldError::new(
                     field("after_seconds"),
-                    step.after_seconds,
-                    prev_after
+                    format!(
+                        "must increase (got {} after {prev_after})",
+                        step.after_seconds
+                    ),
                 ));
             }
             prev_after = step.after_seconds;
             if let Some(w) = step.window {
                 positive(&field("window"), w)?;
                 if w < prev.window {
-                    return Err(format!(
-                        "{}: must not shrink (got {} after {})",
+                    return Err(FieldError::new(
                         field("window"),
-                        w,
-                        prev.window
+                        format!("must not shrink (got {w} after {})", prev.window),
                     ));
                 }
                 prev.window = w;
@@ -306,90 +375,46 @@ impl MatchingConfig {
             if let Some(q) = step.min_quality {
                 quality(&field("min_quality"), q)?;
                 if q > prev.min_quality {
-                    return Err(format!(
-                        "{}: must not rise (got {} after {})",
+                    return Err(FieldError::new(
                         field("min_quality"),
-                        q,
-                        prev.min_quality
+                        format!("must not rise (got {q} after {})", prev.min_quality),
                     ));
                 }
                 prev.min_quality = q;
             }
             if let Some(l) = step.max_latency_ms {
                 if l < prev.max_latency_ms {
-                    return Err(format!(
-                        "{}: must not shrink (got {} after {})",
+                    return Err(FieldError::new(
                         field("max_latency_ms"),
-                        l,
-                        prev.max_latency_ms
+                        format!("must not shrink (got {l} after {})", prev.max_latency_ms),
                     ));
                 }
                 prev.max_latency_ms = l;
             }
         }
-        if self.regions.len() > 64 {
-            return Err(format!("regions: at most 64 (got {})", self.regions.len()));
-        }
-        for (i, r) in self.regions.iter().enumerate() {
-            if r.is_empty() {
-                return Err(format!("regions[{i}]: must not be empty"));
-            }
-            if self.regions[..i].contains(r) {
-                return Err(format!("regions[{i}]: duplicate region {r:?}"));
-            }
-        }
-        if self.roles.len() > 64 {
-            return Err(format!("roles: at most 64 (got {})", self.roles.len()));
-        }
-        let mut role_total = 0u32;
-        for (i, role) in self.roles.iter().enumerate() {
-            if role.name.is_empty() {
-                return Err(format!("roles[{i}].name: must not be empty"));
-            }
-            if self.roles[..i].iter().any(|r| r.name == role.name) {
-                return Err(format!("roles[{i}].name: duplicate role {:?}", role.name));
-            }
-            role_total = role_total.saturating_add(role.min_per_team);
-        }
-        if role_total > shape.team_size {
-            return Err(format!(
-                "roles: minimums add up to {role_total}, more than the team size {}",
-                shape.team_size
-            ));
-        }
-        if let Some(p) = self.max_party_size
-            && (p < 1 || p > shape.team_size)
-        {
-            return Err(format!(
-                "max_party_size: must be between 1 and the team size {} (got {p})",
-                shape.team_size
-            ));
-        }
-        if self.pair_span < 1 || self.pair_span > 64 {
-            return Err(format!(
-                "pair_span: must be between 1 and 64 (got {})",
-                self.pair_span
-            ));
-        }
         Ok(())
     }
 }
 
-fn positive(field: &str, v: f64) -> Result<(), String> {
+fn positive(field: &str, v: f64) -> Result<(), FieldError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(format!(
-            "{field}: must be a positive finite number (got {v})"
+        Err(FieldError::new(
+            field,
+            format!("must be a positive finite number (got {v})"),
         ))
     }
 }
 
-fn quality(field: &str, v: f64) -> Result<(), String> {
+fn quality(field: &str, v: f64) -> Result<(), FieldError> {
     if (0.0..=0.5).contains(&v) {
         Ok(())
     } else {
-        Err(format!("{field}: must be between 0 and 0.5 (got {v})"))
+        Err(FieldError::new(
+            field,
+            format!("must be between 0 and 0.5 (got {v})"),
+        ))
     }
 }
 
@@ -460,8 +485,30 @@ mod tests {
         let mut c = MatchingConfig::default();
         c.expansion[1].after_seconds = 5.0;
         assert_eq!(
-            c.validate(FIVE),
+            c.validate(FIVE).map_err(|e| e.to_string()),
             Err("expansion[1].after_seconds: must increase (got 5 after 10)".to_string())
+        );
+    }
+
+    #[test]
+    fn the_error_carries_the_key_and_the_rule_apart() {
+        let mut c = MatchingConfig::default();
+        c.expansion[1].after_seconds = 5.0;
+        let err = c.validate(FIVE).unwrap_err();
+        assert_eq!(err.field, "expansion[1].after_seconds");
+        assert_eq!(err.rule, "must increase (got 5 after 10)");
+        assert_eq!(
+            err.under("queues.5v5.matching").field,
+            "queues.5v5.matching.expansion[1].after_seconds"
+        );
+        let c = MatchingConfig {
+            window: f64::NAN,
+            ..MatchingConfig::default()
+        };
+        let err = c.validate(FIVE).unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.rule.as_str()),
+            ("window", "must be a positive finite number (got NaN)")
         );
     }
 
@@ -472,6 +519,7 @@ mod tests {
         assert!(
             c.validate(FIVE)
                 .unwrap_err()
+                .to_string()
                 .starts_with("expansion[0].window")
         );
         let mut c = MatchingConfig::default();
@@ -479,6 +527,7 @@ mod tests {
         assert!(
             c.validate(FIVE)
                 .unwrap_err()
+                .to_string()
                 .starts_with("expansion[0].min_quality")
         );
     }
@@ -505,7 +554,7 @@ mod tests {
         for (edit, field) in bad {
             let mut c = MatchingConfig::default();
             edit(&mut c);
-            let err = c.validate(FIVE).unwrap_err();
+            let err = c.validate(FIVE).unwrap_err().to_string();
             assert!(err.starts_with(field), "{err}");
         }
     }

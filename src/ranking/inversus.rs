@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
 use crate::rating::Skill;
+use crate::rejection::FieldError;
 
 /// INVERSUS parameters (`[ranking.inversus]`); `Default` is the INVERSUS setting.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -77,9 +78,11 @@ impl Default for InversusConfig {
 }
 
 impl InversusConfig {
-    /// Checks every rule; errors read `ranking.inversus.<key>: <rule>`.
-    pub fn validate(&self) -> Result<(), String> {
-        let err = |key: &str, rule: String| Err(format!("ranking.inversus.{key}: {rule}"));
+    /// Checks every rule; the error's field is `ranking.inversus.<key>`, the path in the server
+    /// config, so it reads `ranking.inversus.<key>: <rule>`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err =
+            |key: &str, rule: String| Err(FieldError::new(key, rule).under("ranking.inversus"));
         if !(self.fraction > 0.0 && self.fraction <= 1.0) {
             return err(
                 "fraction",
@@ -481,7 +484,7 @@ mod tests {
         let bad = |f: fn(&mut InversusConfig)| {
             let mut c = InversusConfig::default();
             f(&mut c);
-            c.validate().unwrap_err()
+            c.validate().unwrap_err().to_string()
         };
         assert_eq!(
             bad(|c| c.fraction = 0.0),

@@ -67,6 +67,7 @@ use serde::{Deserialize, Serialize};
 
 use super::leaderboard::{LeaderboardEntry, RankIndex};
 use super::{Outcome, RankChange, RankPoints, round_rank_points};
+use crate::rejection::FieldError;
 
 #[cfg(test)]
 mod simulation;
@@ -201,9 +202,10 @@ impl Default for LadderConfig {
 }
 
 impl LadderConfig {
-    /// Checks every rule; errors read `ranking.ladder.<key>: <rule>`, naming the tier by index.
-    pub fn validate(&self) -> Result<(), String> {
-        let err = |key: &str, rule: String| Err(format!("ranking.ladder.{key}: {rule}"));
+    /// Checks every rule; the error's field is `ranking.ladder.<key>`, the path in the server
+    /// config (a tier is named by index: `ranking.ladder.tiers[3].min_rp`).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err = |key: &str, rule: String| Err(FieldError::new(key, rule).under("ranking.ladder"));
         if !(self.f_min.is_finite() && (0.0..=1.0).contains(&self.f_min)) {
             return err("f_min", format!("must be in [0, 1] (got {})", self.f_min));
         }
@@ -247,8 +249,9 @@ impl LadderConfig {
         self.validate_tiers()
     }
 
-    fn validate_tiers(&self) -> Result<(), String> {
-        let err = |key: String, rule: String| Err(format!("ranking.ladder.{key}: {rule}"));
+    fn validate_tiers(&self) -> Result<(), FieldError> {
+        let err =
+            |key: String, rule: String| Err(FieldError::new(key, rule).under("ranking.ladder"));
         let Some(lowest) = self.tiers.first() else {
             return err("tiers".to_owned(), "must list at least one tier".to_owned());
         };
@@ -711,7 +714,31 @@ mod tests {
     fn invalid(f: impl FnOnce(&mut LadderConfig)) -> String {
         let mut c = LadderConfig::default();
         f(&mut c);
-        c.validate().unwrap_err()
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_error_carries_the_config_path_and_the_rule_apart() {
+        let mut c = LadderConfig::default();
+        c.tiers[3].min_rp = 350;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.field, "ranking.ladder.tiers[3].min_rp");
+        assert_eq!(
+            err.rule,
+            "tiers must be in increasing order (got 350 after 400)"
+        );
+        let c = LadderConfig {
+            b_max: 1.0,
+            ..LadderConfig::default()
+        };
+        let err = c.validate().unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.rule.as_str()),
+            (
+                "ranking.ladder.b_max",
+                "must be finite and >= b_min (got 1 < 7)"
+            )
+        );
     }
 
     #[test]

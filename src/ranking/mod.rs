@@ -47,7 +47,7 @@ pub struct RankingConfig {
 impl RankingConfig {
     /// Checks every rule; the error names the key (`ranking.ladder.tiers[3].min_rp`) and the rule,
     /// so the server can refuse to start with a message the operator can act on.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::rejection::FieldError> {
         self.inversus.validate()?;
         self.ladder.validate()
     }
@@ -154,6 +154,15 @@ mod tests {
         assert_eq!(round_rank_points(11.0, 0, 10), 10);
         assert_eq!(round_rank_points(f64::NAN, 4, 10), 4);
         assert_eq!(round_rank_points(1e300, 0, u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn an_inversus_error_keeps_its_field_through_the_ranking_table() {
+        let mut c = RankingConfig::default();
+        c.inversus.max_rp = 0;
+        let err = c.validate().unwrap_err();
+        assert_eq!(err.field, "ranking.inversus.max_rp");
+        assert_eq!(err.rule, "must be at least 1");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::RankPoints;
 use super::ladder::Tier;
 use crate::rating::Skill;
+use crate::rejection::FieldError;
 
 /// `[season]`: the knobs of resets and migration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -48,30 +49,32 @@ impl Default for SeasonConfig {
 }
 
 impl SeasonConfig {
-    /// Checks every rule; the error names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks every rule; the error's field is `season.<key>`, the path in the server config.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let err = |key: &str, rule: String| Err(FieldError::new(key, rule).under("season"));
         if !(self.rescale_span.is_finite() && self.rescale_span > 0.0) {
-            return Err(format!(
-                "season.rescale_span: must be finite and > 0 (got {})",
-                self.rescale_span
-            ));
+            return err(
+                "rescale_span",
+                format!("must be finite and > 0 (got {})", self.rescale_span),
+            );
         }
         if !self.rescale_base.is_finite() {
-            return Err(format!(
-                "season.rescale_base: must be finite (got {})",
-                self.rescale_base
-            ));
+            return err(
+                "rescale_base",
+                format!("must be finite (got {})", self.rescale_base),
+            );
         }
         if !(self.reset_deviation.is_finite() && self.reset_deviation > 0.0) {
-            return Err(format!(
-                "season.reset_deviation: must be finite and > 0 (got {})",
-                self.reset_deviation
-            ));
+            return err(
+                "reset_deviation",
+                format!("must be finite and > 0 (got {})", self.reset_deviation),
+            );
         }
         if let Some(name) = self.legacy_ranks.keys().find(|k| k.trim().is_empty()) {
-            return Err(format!(
-                "season.legacy_ranks: rank names must not be empty (got {name:?})"
-            ));
+            return err(
+                "legacy_ranks",
+                format!("rank names must not be empty (got {name:?})"),
+            );
         }
         Ok(())
     }
@@ -345,6 +348,11 @@ mod tests {
             rescale_span: 0.0,
             ..SeasonConfig::default()
         };
-        assert!(c.validate().unwrap_err().starts_with("season.rescale_span"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .starts_with("season.rescale_span")
+        );
     }
 }

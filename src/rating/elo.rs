@@ -25,6 +25,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::FieldError;
+
 use super::{
     DisplayRating, InputRules, MatchInput, PlayerInput, Prediction, RatingError, RatingSystem,
     Skill, check_non_negative, check_positive, ensure_finite, validate_match, validate_skill,
@@ -317,19 +319,19 @@ impl RatingSystem for Config {
         "elo"
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), FieldError> {
         check_positive("k", self.k)?;
         if !self.initial_rating.is_finite() {
-            return Err(format!(
-                "initial_rating: must be finite (got {})",
-                self.initial_rating
+            return Err(FieldError::new(
+                "initial_rating",
+                format!("must be finite (got {})", self.initial_rating),
             ));
         }
         check_non_negative("normalization_exponent", self.normalization_exponent)?;
         if self.normalization_exponent > 1.0 {
-            return Err(format!(
-                "normalization_exponent: must be in [0, 1] (got {})",
-                self.normalization_exponent
+            return Err(FieldError::new(
+                "normalization_exponent",
+                format!("must be in [0, 1] (got {})", self.normalization_exponent),
             ));
         }
         check_positive("short_multiplier", self.short_multiplier)?;
@@ -337,7 +339,10 @@ impl RatingSystem for Config {
         check_positive("blowout_threshold", self.blowout_threshold)?;
         check_non_negative("inflation_per_win", self.inflation_per_win)?;
         if self.k > 1000.0 {
-            return Err(format!("k: must be at most 1000 (got {})", self.k));
+            return Err(FieldError::new(
+                "k",
+                format!("must be at most 1000 (got {})", self.k),
+            ));
         }
         Ok(())
     }

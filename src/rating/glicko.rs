@@ -22,6 +22,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::FieldError;
+
 use super::glicko2::{display_glicko, predict_glicko, skills_unchanged};
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
@@ -229,11 +231,11 @@ impl RatingSystem for Config {
         "glicko"
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), FieldError> {
         if !self.initial_rating.is_finite() {
-            return Err(format!(
-                "initial_rating: must be finite (got {})",
-                self.initial_rating
+            return Err(FieldError::new(
+                "initial_rating",
+                format!("must be finite (got {})", self.initial_rating),
             ));
         }
         check_positive("initial_deviation", self.initial_deviation)?;
@@ -243,15 +245,21 @@ impl RatingSystem for Config {
         check_positive("typical_deviation", self.typical_deviation)?;
         check_positive("periods_to_unrated", self.periods_to_unrated)?;
         if self.min_deviation > self.max_deviation {
-            return Err(format!(
-                "min_deviation: must be <= max_deviation ({} > {})",
-                self.min_deviation, self.max_deviation
+            return Err(FieldError::new(
+                "min_deviation",
+                format!(
+                    "must be <= max_deviation ({} > {})",
+                    self.min_deviation, self.max_deviation
+                ),
             ));
         }
         if self.typical_deviation > self.max_deviation {
-            return Err(format!(
-                "typical_deviation: must be <= max_deviation ({} > {})",
-                self.typical_deviation, self.max_deviation
+            return Err(FieldError::new(
+                "typical_deviation",
+                format!(
+                    "must be <= max_deviation ({} > {})",
+                    self.typical_deviation, self.max_deviation
+                ),
             ));
         }
         Ok(())

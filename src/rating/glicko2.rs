@@ -23,6 +23,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::FieldError;
+
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
@@ -392,7 +394,7 @@ impl RatingSystem for Config {
         "glicko2"
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), FieldError> {
         check_positive("tau", self.tau)?;
         check_positive("convergence_tolerance", self.convergence_tolerance)?;
         check_positive("initial_deviation", self.initial_deviation)?;
@@ -408,25 +410,34 @@ impl RatingSystem for Config {
             self.inactivity_granularity_seconds,
         )?;
         if self.tau > 10.0 {
-            return Err(format!("tau: must be at most 10 (got {})", self.tau));
+            return Err(FieldError::new(
+                "tau",
+                format!("must be at most 10 (got {})", self.tau),
+            ));
         }
         if self.min_deviation > self.max_deviation {
-            return Err(format!(
-                "min_deviation: must be <= max_deviation ({} > {})",
-                self.min_deviation, self.max_deviation
+            return Err(FieldError::new(
+                "min_deviation",
+                format!(
+                    "must be <= max_deviation ({} > {})",
+                    self.min_deviation, self.max_deviation
+                ),
             ));
         }
         if self.min_volatility > self.max_volatility {
-            return Err(format!(
-                "min_volatility: must be <= max_volatility ({} > {})",
-                self.min_volatility, self.max_volatility
+            return Err(FieldError::new(
+                "min_volatility",
+                format!(
+                    "must be <= max_volatility ({} > {})",
+                    self.min_volatility, self.max_volatility
+                ),
             ));
         }
         if self.max_deviation > 100.0 || self.max_abs_mean > 1000.0 {
-            return Err(
-                "max_deviation / max_abs_mean: internal-scale bounds, must be <= 100 / 1000"
-                    .to_string(),
-            );
+            return Err(FieldError::new(
+                "max_deviation / max_abs_mean",
+                "internal-scale bounds, must be <= 100 / 1000",
+            ));
         }
         Ok(())
     }

@@ -53,6 +53,8 @@ pub use teams::TeamStrategy;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::FieldError;
+
 /// Largest absolute mean accepted as input. Far beyond any real rating on any scale here, it
 /// keeps sums over teams and exponentials finite, so finite input can never produce `inf`.
 pub const MAX_ABS_MEAN: f64 = 1.0e9;
@@ -172,7 +174,7 @@ pub trait RatingSystem {
     /// Stable system name as written in TOML (`"glicko2"`, `"weng-lin-pl"`, ...).
     fn name(&self) -> &'static str;
     /// Checks every parameter; the error names the key and the rule.
-    fn validate(&self) -> Result<(), String>;
+    fn validate(&self) -> Result<(), FieldError>;
     /// The skill of an unrated player.
     fn initial(&self) -> Skill;
     /// What to show a player for `skill`.
@@ -258,9 +260,9 @@ macro_rules! dispatch {
 }
 
 impl SystemConfig {
-    /// Checks every parameter. Err names the key and the rule, e.g.
-    /// `"tau: must be finite and > 0 (got -1)"`.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks every parameter. Err names the key relative to this table and the rule, e.g.
+    /// field `tau`, rule `must be finite and > 0 (got -1)`.
+    pub fn validate(&self) -> Result<(), FieldError> {
         dispatch!(self, s => RatingSystem::validate(s))
     }
 
@@ -397,7 +399,7 @@ impl RatingSystem for SystemConfig {
     fn name(&self) -> &'static str {
         SystemConfig::name(self)
     }
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), FieldError> {
         SystemConfig::validate(self)
     }
     fn initial(&self) -> Skill {
@@ -667,21 +669,27 @@ pub(crate) fn bound(x: f64, lo: f64, hi: f64) -> f64 {
     if x < hi { x } else { hi }
 }
 
-/// Message for a config number that must be finite and > 0.
-pub(crate) fn check_positive(key: &str, v: f64) -> Result<(), String> {
+/// Checks a config number that must be finite and > 0; the error names `key`.
+pub(crate) fn check_positive(key: &str, v: f64) -> Result<(), FieldError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
-        Err(format!("{key}: must be finite and > 0 (got {v})"))
+        Err(FieldError::new(
+            key,
+            format!("must be finite and > 0 (got {v})"),
+        ))
     }
 }
 
-/// Message for a config number that must be finite and >= 0.
-pub(crate) fn check_non_negative(key: &str, v: f64) -> Result<(), String> {
+/// Checks a config number that must be finite and >= 0; the error names `key`.
+pub(crate) fn check_non_negative(key: &str, v: f64) -> Result<(), FieldError> {
     if v.is_finite() && v >= 0.0 {
         Ok(())
     } else {
-        Err(format!("{key}: must be finite and >= 0 (got {v})"))
+        Err(FieldError::new(
+            key,
+            format!("must be finite and >= 0 (got {v})"),
+        ))
     }
 }
 

@@ -65,7 +65,7 @@ fn validate_names_the_key_and_the_rule() {
         ..Default::default()
     });
     assert_eq!(
-        c.validate(),
+        c.validate().map_err(|e| e.to_string()),
         Err("tau: must be finite and > 0 (got -1)".to_string())
     );
     let c = SystemConfig::Elo(elo::Config {
@@ -73,9 +73,58 @@ fn validate_names_the_key_and_the_rule() {
         ..Default::default()
     });
     assert_eq!(
-        c.validate(),
+        c.validate().map_err(|e| e.to_string()),
         Err("k: must be finite and > 0 (got NaN)".to_string())
     );
+}
+
+#[test]
+fn each_system_reports_the_key_and_the_rule_apart() {
+    let cases = [
+        (
+            SystemConfig::Glicko2(glicko2::Config {
+                min_volatility: 0.5,
+                max_volatility: 0.2,
+                ..Default::default()
+            }),
+            "min_volatility",
+            "must be <= max_volatility (0.5 > 0.2)",
+        ),
+        (
+            SystemConfig::Glicko(glicko::Config {
+                typical_deviation: 400.0,
+                ..Default::default()
+            }),
+            "typical_deviation",
+            "must be <= max_deviation (400 > 350)",
+        ),
+        (
+            SystemConfig::WengLinPl(weng_lin::Config {
+                kappa: 2.0,
+                ..Default::default()
+            }),
+            "kappa",
+            "must be in (0, 1] (got 2)",
+        ),
+        (
+            SystemConfig::Elo(elo::Config {
+                inflation_per_win: -1.0,
+                ..Default::default()
+            }),
+            "inflation_per_win",
+            "must be finite and >= 0 (got -1)",
+        ),
+    ];
+    for (config, field, rule) in cases {
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            (err.field.as_str(), err.rule.as_str()),
+            (field, rule),
+            "{}",
+            config.name()
+        );
+        assert_eq!(err.to_string(), format!("{field}: {rule}"));
+    }
 }
 
 #[test]

@@ -21,6 +21,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::rejection::FieldError;
+
 use super::numeric::{phi_major, phi_minor};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Prediction, RatingError, RatingSystem,
@@ -494,16 +496,22 @@ impl RatingSystem for WengLin<'_> {
         }
     }
 
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), FieldError> {
         let c = self.config;
         if !c.mu.is_finite() {
-            return Err(format!("mu: must be finite (got {})", c.mu));
+            return Err(FieldError::new(
+                "mu",
+                format!("must be finite (got {})", c.mu),
+            ));
         }
         check_positive("sigma", c.sigma)?;
         check_positive("beta", c.beta)?;
         check_positive("kappa", c.kappa)?;
         if c.kappa > 1.0 {
-            return Err(format!("kappa: must be in (0, 1] (got {})", c.kappa));
+            return Err(FieldError::new(
+                "kappa",
+                format!("must be in (0, 1] (got {})", c.kappa),
+            ));
         }
         check_non_negative("tau", c.tau)?;
         check_non_negative("draw_margin", c.draw_margin)?;

@@ -431,8 +431,11 @@ pub fn simulate(
     on_day: &dyn Fn(u64),
 ) -> Result<SimReport, String> {
     params.validate()?;
-    queue.system.validate()?;
-    queue.matching.validate(queue.shape)?;
+    queue.system.validate().map_err(|e| e.to_string())?;
+    queue
+        .matching
+        .validate(queue.shape)
+        .map_err(|e| e.to_string())?;
     let mut sim = Sim {
         p: params,
         q: queue,
