@@ -31,9 +31,6 @@ pub enum ConfigError {
     /// A value that breaks a rule.
     #[error("config: {0}")]
     Invalid(#[from] FieldError),
-    /// A rule whose message already starts with the key.
-    #[error("config: {0}")]
-    Rule(String),
 }
 
 impl ConfigError {
@@ -386,12 +383,8 @@ impl Config {
             ));
         }
         self.rate_limit.validate()?;
-        self.ranking
-            .validate()
-            .map_err(|e| ConfigError::Rule(e.to_string()))?;
-        self.season
-            .validate()
-            .map_err(|e| ConfigError::Rule(e.to_string()))?;
+        self.ranking.validate()?;
+        self.season.validate()?;
         if self.queues.is_empty() {
             return Err(ConfigError::invalid(
                 "queues",
@@ -441,12 +434,10 @@ impl Config {
                     "pool names are 1-64 characters of A-Z a-z 0-9 _ -",
                 ));
             }
-            q.rating
-                .validate()
-                .map_err(|e| ConfigError::invalid(key("rating"), e.to_string()))?;
+            q.rating.validate().map_err(|e| e.under(&key("rating")))?;
             q.matching
                 .validate(q.shape())
-                .map_err(|e| ConfigError::invalid(key("matching"), e.to_string()))?;
+                .map_err(|e| e.under(&key("matching")))?;
             if let Some(ms) = q.tick_interval_ms
                 && !(1..=1000).contains(&ms)
             {
@@ -548,6 +539,34 @@ mod tests {
 
     fn rule_of(user: &str) -> String {
         Config::from_toml_str(user).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_nested_rule_names_the_whole_key_path() {
+        let field = |user: &str| match Config::from_toml_str(user).unwrap_err() {
+            ConfigError::Invalid(e) => e.field,
+            other => panic!("not a rule: {other}"),
+        };
+        assert_eq!(
+            field("[queues.1v1.rating]\nsystem = \"glicko2\"\ntau = -1.0\n"),
+            "queues.1v1.rating.tau"
+        );
+        assert_eq!(
+            field("[queues.1v1.matching]\nwindow = 0.0\n"),
+            "queues.1v1.matching.window"
+        );
+        assert_eq!(
+            field("[queues.5v5.backfill]\ntimeout_seconds = 0.0\n"),
+            "queues.5v5.backfill.timeout_seconds"
+        );
+        assert_eq!(
+            field("[auth]\nenabled = true\njwt_secret = \"short\"\n"),
+            "auth.jwt_secret"
+        );
+        assert_eq!(
+            field("[rate_limit]\nburst_seconds = 0.0\n"),
+            "rate_limit.burst_seconds"
+        );
     }
 
     #[test]

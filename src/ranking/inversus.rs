@@ -8,8 +8,9 @@
 //! most `max_change` (500) points, plus an upset bonus for beating a stronger opponent.
 //!
 //! What this module deliberately does not do: update skill (that is [`crate::rating`]), keep
-//! state (the caller stores one [`RankPoints`] and, while a match runs, one [`PendingMatch`]), or
-//! read a clock.
+//! state (the caller stores one [`RankPoints`]), or read a clock. INVERSUS's pending-match rule
+//! (an abandon is a loss, an opponent's quit cancels the match) is applied where results are
+//! computed (`results::compute`).
 //!
 //! **Who is "the opponent" in a team or free-for-all match.** The upset bonus compares the player's
 //! mean with the opponent's mean. For teams pass the composite-team virtual opponent that INVERSUS
@@ -271,55 +272,6 @@ fn finite_or_zero(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
 }
 
-/// What the server persists for a player while an INVERSUS match runs (INVERSUS's pending
-/// record): the means the upset bonus needs, snapshotted when the match starts.
-///
-/// Rule (as in INVERSUS): a player who abandons, or starts a new match with one still pending,
-/// takes the pending match as a loss; if the opponent quits first it is cancelled — not a win.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PendingMatch {
-    /// The player's mean at match start (display units).
-    pub own_mean_before: f64,
-    /// The (composite) opponent's mean at match start (display units).
-    pub opponent_mean_before: f64,
-}
-
-/// How a pending match ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PendingEnd {
-    /// Both sides finished; the reported outcome stands.
-    Finished(Outcome),
-    /// This player left, or queued into a new match with this one unresolved.
-    Abandoned,
-    /// The opponent quit first.
-    OpponentQuit,
-}
-
-impl PendingEnd {
-    /// The outcome to rate and rank, or `None` when the match is cancelled (nothing changes).
-    #[must_use]
-    pub fn outcome(self) -> Option<Outcome> {
-        match self {
-            Self::Finished(outcome) => Some(outcome),
-            Self::Abandoned => Some(Outcome::Loss),
-            Self::OpponentQuit => None,
-        }
-    }
-}
-
-impl PendingMatch {
-    /// The ranking input once the rating update for `outcome` has produced `skill_after`.
-    #[must_use]
-    pub fn into_match(self, skill_after: Skill, outcome: Outcome) -> InversusMatch {
-        InversusMatch {
-            skill_after,
-            own_mean_before: self.own_mean_before,
-            opponent_mean_before: self.opponent_mean_before,
-            outcome,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,23 +412,6 @@ mod tests {
         let opp = composite_opponent_mean(1500.0, &[1500.0, 1600.0], &[1650.0, 1750.0]);
         assert!((opp - 1650.0).abs() < 1e-9);
         assert_eq!(composite_opponent_mean(1500.0, &[], &[1700.0]), 1500.0);
-    }
-
-    #[test]
-    fn pending_matches_resolve_by_the_pending_match_rule() {
-        assert_eq!(PendingEnd::Abandoned.outcome(), Some(Outcome::Loss));
-        assert_eq!(PendingEnd::OpponentQuit.outcome(), None);
-        assert_eq!(
-            PendingEnd::Finished(Outcome::Win).outcome(),
-            Some(Outcome::Win)
-        );
-        let pending = PendingMatch {
-            own_mean_before: 1500.0,
-            opponent_mean_before: 1600.0,
-        };
-        let m = pending.into_match(settled(), Outcome::Loss);
-        assert_eq!(m.opponent_mean_before, 1600.0);
-        assert_eq!(m.outcome, Outcome::Loss);
     }
 
     #[test]
