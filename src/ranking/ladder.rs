@@ -21,12 +21,14 @@
 //! rank as input; [`super::leaderboard::RankIndex`] computes it.
 //!
 //! **Δr for other skill systems.** Δr is the MMR change on the Glicko 1500 scale, because the
-//! range transform 1000/(3000 − 1250) maps a Glicko population range onto the ladder. A queue on
-//! another scale sets `delta_scale` to the ratio of the two scales' spreads, measured the same way
-//! for both: their new-player deviations, each system's statement of how widely the population
-//! may spread. For Weng-Lin (σ₀ = 25/3) that is 350 / (25/3) = 42, so a typical Weng-Lin μ change
-//! of 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
-//! ratings share the Glicko scale: 1.
+//! range transform 1000/(3000 − 1250) maps a Glicko population range onto the ladder. A change on
+//! another scale is converted by the ratio of the two scales' spreads, measured the same way for
+//! both: their new-player deviations, each system's statement of how widely the population may
+//! spread. For Weng-Lin (σ₀ = 25/3) that is 350 / (25/3) = 42, so a typical Weng-Lin μ change of
+//! 0.2–1 becomes a Glicko-like 8–42 points instead of moving RP by a fraction of a point. Elo
+//! ratings share the Glicko scale: 1. The server converts before calling [`update`]
+//! (`results::QueueRanker`), so a server's `delta_scale` stays 1; it is an extra multiplier for
+//! tuning how far one match moves RP on every ladder queue.
 //!
 //! **Why these defaults (f_min 0.75, b_min 7, b_max 8, a 0).** The white paper gives no values, so
 //! they come from a deterministic simulation (`ladder/simulation.rs`, test
@@ -176,8 +178,8 @@ pub struct LadderConfig {
     pub rp_span: f64,
     /// Denominator of the range transform: the Glicko span mapped onto it (3000 − 1250 = 1750).
     pub rating_span: f64,
-    /// Multiplies the caller's Δr before anything else: 1 for Glicko and Elo queues, about 42
-    /// (= 350 / (25/3)) for Weng-Lin queues (see the module docs for why).
+    /// Multiplies the caller's Δr (already on the Glicko scale) before anything else: 1 unless
+    /// every ladder queue's RP should move further or less per match (see the module docs).
     pub delta_scale: f64,
     /// The tiers from lowest to highest; only the last may have `top_n`.
     pub tiers: Vec<Tier>,
