@@ -10,7 +10,7 @@ use crate::rating::Skill;
 
 type Reopen<'a> = &'a mut dyn FnMut() -> Store;
 
-fn record(mean: f64) -> BTreeMap<String, PoolRecord> {
+pub(super) fn record(mean: f64) -> BTreeMap<String, PoolRecord> {
     BTreeMap::from([(
         "1v1".to_string(),
         PoolRecord {
@@ -46,7 +46,7 @@ fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
     }
 }
 
-fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
+pub(super) fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
     StoredMatch {
         match_id: MatchId::from(id),
         queue: "1v1".into(),
@@ -62,7 +62,7 @@ fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
     }
 }
 
-fn encoded(matches: &[StoredMatch]) -> Vec<Vec<u8>> {
+pub(super) fn encoded(matches: &[StoredMatch]) -> Vec<Vec<u8>> {
     matches.iter().map(|m| encode_match(m).unwrap()).collect()
 }
 

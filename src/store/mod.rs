@@ -316,22 +316,6 @@ pub fn segment_bounds(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
 mod tests {
     use super::*;
 
-    fn stored(id: &str) -> StoredMatch {
-        StoredMatch {
-            match_id: MatchId::from(id),
-            queue: "1v1".into(),
-            teams: vec![vec![PlayerId::from("a")], vec![PlayerId::from("b")]],
-            win_probability: vec![0.5, 0.5],
-            region: None,
-            server_address: "s".into(),
-            formed_unix: 1.0,
-            parties: Vec::new(),
-            backfill: Vec::new(),
-            left: Vec::new(),
-            roles: BTreeMap::new(),
-        }
-    }
-
     #[test]
     fn a_journal_entry_written_before_admin_tools_still_decodes_as_a_result() {
         let old = r#"{"match_id":"m1","applied_unix":1.0,"pool":"1v1","records":[],
@@ -349,8 +333,11 @@ mod tests {
         // A match over the budget goes alone; small ones around it still share.
         let bounds = segment_bounds(&[10, SEGMENT_BYTES * 3, 10, 10]);
         assert_eq!(bounds, vec![0..1, 1..2, 2..4]);
-        let ms = [stored("m1"), stored("m2")];
-        let encoded: Vec<Vec<u8>> = ms.iter().map(|m| encode_match(m).unwrap()).collect();
+        let ms = [
+            contract::stored("m1", "s", 1.0),
+            contract::stored("m2", "s", 1.0),
+        ];
+        let encoded = contract::encoded(&ms);
         let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
         assert_eq!(segment_bounds(&sizes), vec![0..2]);
     }

@@ -684,106 +684,36 @@ fn decode_seq(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rating::Skill;
+    use crate::store::contract::{encoded, record, stored};
     use crate::store::{SEGMENT_BYTES, encode_match, segment_bounds};
 
-    fn record() -> BTreeMap<String, PoolRecord> {
-        BTreeMap::from([(
-            "1v1".to_string(),
-            PoolRecord {
-                skill: Skill {
-                    mean: 1612.5,
-                    deviation: 80.0,
-                    volatility: 0.06,
-                },
-                rank_points: 1234,
-                games: 7,
-                wins: 4,
-                last_played_unix: Some(1_700_000_000),
-                ladder_floor: 0,
-                win_streak: 0,
-                period: None,
-            },
-        )])
-    }
-
-    fn stored(id: &str, server: &str) -> StoredMatch {
-        StoredMatch {
-            match_id: MatchId::from(id),
-            queue: "1v1".into(),
-            teams: vec![vec![PlayerId::from("a")], vec![PlayerId::from("b")]],
-            win_probability: vec![0.5, 0.5],
-            region: None,
-            server_address: server.into(),
-            formed_unix: 1.0,
-            parties: Vec::new(),
-            backfill: Vec::new(),
-            left: Vec::new(),
-            roles: BTreeMap::new(),
-        }
-    }
-
     #[test]
-    fn live_matches_load_newest_copy_without_ended_ones_across_a_reopen() {
+    fn a_match_stored_one_per_key_before_segments_still_loads_and_compacts_away() {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = SledStore::open(dir.path(), 1 << 20).unwrap();
-            // Written one per key before segments: still loads.
             store
                 .matches
-                .insert(
-                    "m0",
-                    serde_json::to_vec(&StoredMatch {
-                        formed_unix: 0.5,
-                        ..stored("m0", "old")
-                    })
-                    .unwrap(),
-                )
+                .insert("m0", serde_json::to_vec(&stored("m0", "old", 0.5)).unwrap())
                 .unwrap();
             store
-                .put_segments(
-                    &[
-                        (1, &encoded(&[stored("m1", "s1"), stored("m2", "s1")])),
-                        (2, &encoded(&[stored("m3", "s2")])),
-                    ],
-                    &[],
-                )
+                .put_segments(&[(1, &encoded(&[stored("m1", "s1", 1.0)]))], &[])
                 .unwrap();
-            // m1 rewritten (a backfill) into segment 3; m3 cancelled, segment 2 dropped with it.
-            store
-                .put_segments(&[(3, &encoded(&[stored("m1", "s1-again")]))], &[])
-                .unwrap();
-            store.end_matches(&[MatchId::from("m3")], &[2]).unwrap();
-            // m2's stale copy in segment 1 must not outlive a cancel either.
-            store.end_matches(&[MatchId::from("m2")], &[]).unwrap();
             Storage::flush(&store).unwrap();
         }
         let store = SledStore::open(dir.path(), 1 << 20).unwrap();
         let (live, last) = store.load_matches().unwrap();
-        let ids: Vec<(&str, &str)> = live
-            .iter()
-            .map(|m| (m.match_id.as_str(), m.server_address.as_str()))
-            .collect();
-        assert_eq!(ids, vec![("m0", "old"), ("m1", "s1-again")]);
-        assert_eq!(last, 3);
-        // Compaction leaves exactly the survivors, in the given segments, with no marks.
-        store
-            .compact_matches(&[(4, &encoded(&live[..1])), (5, &encoded(&live[1..]))])
-            .unwrap();
-        assert_eq!(store.matches.len(), 2);
-        let (again, last) = store.load_matches().unwrap();
-        assert_eq!((again, last), (live, 5));
-        store.compact_matches(&[]).unwrap();
-        assert!(store.matches.is_empty());
-    }
-
-    fn encoded(matches: &[StoredMatch]) -> Vec<Vec<u8>> {
-        matches.iter().map(|m| encode_match(m).unwrap()).collect()
+        let ids: Vec<&str> = live.iter().map(|m| m.match_id.as_str()).collect();
+        assert_eq!(ids, ["m0", "m1"]);
+        assert_eq!(last, 1);
+        store.compact_matches(&[(2, &encoded(&live))]).unwrap();
+        assert_eq!(store.matches.len(), 1, "one segment, no per-match key");
+        assert_eq!(store.load_matches().unwrap(), (live, 2));
     }
 
     #[test]
     fn a_segment_value_is_exactly_the_json_array_of_its_matches() {
-        let ms = [stored("m1", "a"), stored("m2", "b")];
+        let ms = [stored("m1", "a", 1.0), stored("m2", "b", 1.0)];
         assert_eq!(
             segment_value(&encoded(&ms)),
             serde_json::to_vec(&ms[..]).unwrap()
@@ -807,7 +737,9 @@ mod tests {
     fn a_directory_is_free_again_once_its_store_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let store = SledStore::open(dir.path(), 1 << 20).unwrap();
-        store.put_player(&PlayerId::from("p1"), &record()).unwrap();
+        store
+            .put_player(&PlayerId::from("p1"), &record(1612.5))
+            .unwrap();
         Storage::flush(&store).unwrap();
         drop(store);
         let again = SledStore::open(dir.path(), 1 << 20).unwrap();
@@ -833,7 +765,7 @@ mod tests {
                         .collect()
                 })
                 .collect(),
-            ..stored(&format!("m-{i:08}"), "10.0.0.1:7777")
+            ..stored(&format!("m-{i:08}"), "10.0.0.1:7777", 1.0)
         };
         let mut next_segment = 1u64;
         // (segment, matches in it), oldest first.
@@ -916,7 +848,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let store = SledStore::open(dir.path(), 1 << 20).unwrap();
-            store.put_player(&PlayerId::from("p1"), &record()).unwrap();
+            store
+                .put_player(&PlayerId::from("p1"), &record(1612.5))
+                .unwrap();
             Storage::flush(&store).unwrap();
         }
         // Overwrite the middle of the data file with garbage.
