@@ -5,9 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::PlayerId;
-use crate::ranking::RankPoints;
-use crate::rating::Skill;
+use crate::ranking::{LadderState, RankPoints, RankingConfig, RankingKind};
 use crate::rating::teams::PeriodResult;
+use crate::rating::{Skill, SystemConfig};
 
 /// A player's standing in one rating pool. Persisted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -29,6 +29,31 @@ pub struct PoolRecord {
     /// skill when the period ends. Boxed: most records never have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub period: Option<Box<PendingPeriod>>,
+}
+
+impl PoolRecord {
+    /// The record of a player never rated in a pool of `system` whose queues show `ranking`:
+    /// the system's initial skill, and the ladder's starting rank points and floor on a ladder.
+    #[must_use]
+    pub fn initial(system: &SystemConfig, ranking: RankingKind, config: &RankingConfig) -> Self {
+        let (rank_points, ladder_floor) = match ranking {
+            RankingKind::None | RankingKind::Inversus => (0, 0),
+            RankingKind::Ladder => {
+                let ladder = LadderState::new(&config.ladder);
+                (ladder.rp, ladder.floor_rp)
+            }
+        };
+        Self {
+            skill: system.initial(),
+            rank_points,
+            games: 0,
+            wins: 0,
+            last_played_unix: None,
+            ladder_floor,
+            win_streak: 0,
+            period: None,
+        }
+    }
 }
 
 /// One player's results in one rating period of a periodic Glicko pool.

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{QueueInfo, State};
 use crate::ids::{MatchId, PlayerId, TicketId};
-use crate::ranking::{LadderState, RankingKind};
 use crate::rating::Skill;
 use crate::records::{PartyRecord, PoolRecord, party_key};
 use crate::store::StoreError;
@@ -200,21 +199,11 @@ impl State {
 
     /// A pool record for a player never rated in the pool.
     pub fn initial_record(&self, queue: &QueueInfo) -> PoolRecord {
-        let ladder = LadderState::new(&self.inner.config.ranking.ladder);
-        let (rank_points, ladder_floor) = match queue.config.ranking {
-            RankingKind::None | RankingKind::Inversus => (0, 0),
-            RankingKind::Ladder => (ladder.rp, ladder.floor_rp),
-        };
-        PoolRecord {
-            skill: queue.config.rating.initial(),
-            rank_points,
-            games: 0,
-            wins: 0,
-            last_played_unix: None,
-            ladder_floor,
-            win_streak: 0,
-            period: None,
-        }
+        PoolRecord::initial(
+            &queue.config.rating,
+            queue.config.ranking,
+            &self.inner.config.ranking,
+        )
     }
 
     /// The party's skill in the queue's pool, created from its members' skills on first use
