@@ -1,4 +1,4 @@
-//! Plots for the workbench (SPEC §9): calibration curve with the diagonal, rating histogram
+//! Plots for the workbench: calibration curve with the diagonal, rating histogram
 //! against the true-skill distribution, display rating over time per true-skill decile, and
 //! wait time against match quality.
 //!
@@ -63,7 +63,8 @@ macro_rules! with_backend {
     }};
 }
 
-/// Calibration curves (seed 003): per system, mean predicted probability of the favourite
+/// Calibration curves (the "predictions vs. actuals" graph of Josh Menke's "Skill, Matchmaking,
+/// and Ranking", GDC 2016): per system, mean predicted probability of the favourite
 /// against how often it won, per bucket, over the diagonal of perfect calibration.
 pub fn calibration(
     path: &Path,

@@ -6,3 +6,4 @@ pub mod admin;
 pub mod bench_memory;
 pub mod bench_results;
 pub mod loadgen;
+pub mod sim;
