@@ -1,8 +1,10 @@
-//! Replay speed against the `skillratings` crate, measured in the same process (issue #7,
-//! SPEC §10): the whole singles history, read + parse + predict + update, with Glicko-2.
+//! Replay speed against the `skillratings` crate, measured in the same process: the whole ATP
+//! singles history, read + parse + predict + update, with Glicko-2.
 //!
 //! `cargo run --release --example sim_replay_speed [-- FILE [ROUNDS]]`
-//! (default FILE = ../shared/data/atp_singles_2000_2014.jsonl, 7 rounds; best round reported).
+//! (default FILE = `atp_singles_2000_2014.jsonl` in `ATP_DATA_DIR`, else in `../shared/data` next
+//! to the repository; 7 rounds; best round reported). The history is not in the repository
+//! (docs/replay-results.md); a missing file stops with exit status 2 and its path.
 //!
 //! Ours: `History::read_file` (interning parser) + `sim::replay::replay` with the default
 //! `glicko2` (which also grows deviations for the days between matches). Baseline: the same
@@ -12,6 +14,7 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Instant;
 
 use matchmaker::rating::{SystemConfig, glicko2};
@@ -75,13 +78,31 @@ fn ours(path: &Path) -> (f64, usize) {
     (s.log_loss, s.n as usize)
 }
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let path = PathBuf::from(
-        args.next()
-            .unwrap_or_else(|| "../shared/data/atp_singles_2000_2014.jsonl".into()),
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let path = args.next().map_or_else(
+        || {
+            std::env::var_os("ATP_DATA_DIR")
+                .map_or_else(
+                    || Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"),
+                    PathBuf::from,
+                )
+                .join("atp_singles_2000_2014.jsonl")
+        },
+        PathBuf::from,
     );
-    let rounds: usize = args.next().and_then(|r| r.parse().ok()).unwrap_or(7);
+    if !path.is_file() {
+        eprintln!(
+            "sim_replay_speed: {} is missing (the ATP histories are not in the repository; see \
+             docs/replay-results.md)",
+            path.display()
+        );
+        return ExitCode::from(2);
+    }
+    let rounds: usize = args
+        .next()
+        .and_then(|r| r.to_str()?.parse().ok())
+        .unwrap_or(7);
     let (mut best_ours, mut best_base) = (f64::INFINITY, f64::INFINITY);
     let (mut r_ours, mut r_base) = ((0.0, 0), (0.0, 0));
     for _ in 0..rounds {
@@ -105,4 +126,5 @@ fn main() {
             "rounds": rounds,
         })
     );
+    ExitCode::SUCCESS
 }

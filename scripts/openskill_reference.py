@@ -5,7 +5,7 @@ Run:
     python3 -m venv /tmp/osk && /tmp/osk/bin/pip install -r scripts/requirements.txt
     /tmp/osk/bin/python scripts/openskill_reference.py
 
-Model options, chosen to match `weng_lin::Config::default()` (SPEC §3.3):
+Model options, chosen to match `weng_lin::Config::default()`:
     mu=25, sigma=25/3, beta=25/6, kappa=0.0001, tau=0 (unless a case says otherwise),
     limit_sigma=False (unless a case says otherwise), balance=False, margin=0 (default),
     default gamma (sigma_i / c), no weights, no scores: placements are passed as `ranks`

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Peers for `matchmaker replay` (issue #7): the same history, the same scoring start and the
-same measures as src/sim/measures.rs, for
+"""Peers for `matchmaker replay`: the same history, the same scoring start and the same measures
+as src/sim/measures.rs, for
 
 - openskill (PyPI, Plackett-Luce, its default model, default parameters),
 - openskill Bradley-Terry full (default parameters),
@@ -16,8 +16,11 @@ renormalised over the teams; y = 1 won, 0 lost, 1/k when k teams share first; a 
 exactly 1/2 in a two-team match counts y = 1/2. Log loss -[y ln p + (1-y) ln(1-p)] with p clamped to
 [1e-15, 1-1e-15]; Brier (p-y)^2; accuracy mean y; ECE over 10 equal bins of p on [1/2, 1].
 
+The history is in the format of docs/match-history.md; the published figures are in
+docs/replay-results.md.
+
 Usage: pip install -r scripts/peers-requirements.txt
-       python3 scripts/peers_replay.py ../shared/data/atp_singles_2000_2014.jsonl \
+       python3 scripts/peers_replay.py HISTORY.jsonl \
            --score-from 2010-01-01 [--json] [--ours "target/release/matchmaker" [--tune]]
 
 With --ours, the same run also calls `OURS replay FILE --system all --score-from DATE --json`
@@ -25,6 +28,7 @@ With --ours, the same run also calls `OURS replay FILE --system all --score-from
 """
 
 import argparse
+import datetime
 import json
 import math
 import sys
@@ -82,6 +86,13 @@ def score(win_probability, placements):
     return p, y
 
 
+def day(time):
+    """The YYYY-MM-DD day of a `time` field: a date string or unix seconds (docs/match-history.md)."""
+    if isinstance(time, str):
+        return time[:10]
+    return datetime.datetime.fromtimestamp(math.floor(time / 86400) * 86400, datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
 def read(path):
     out = []
     with open(path) as f:
@@ -90,7 +101,7 @@ def read(path):
             if not line:
                 continue
             d = json.loads(line)
-            out.append((d["time"][:10], [[str(p) for p in t] for t in d["teams"]], d["placements"]))
+            out.append((day(d["time"]), [[str(p) for p in t] for t in d["teams"]], d["placements"]))
     return out
 
 

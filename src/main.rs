@@ -109,9 +109,9 @@ enum Command {
     },
     /// Replay a real match history: predict each match before applying it, report accuracy
     /// and calibration per system.
-    Replay(matchmaker::sim::cli::ReplayArgs),
+    Replay(matchmaker::tools::sim::ReplayArgs),
     /// Simulate a population through the real matcher and rating system.
-    Simulate(matchmaker::sim::cli::SimulateArgs),
+    Simulate(matchmaker::tools::sim::SimulateArgs),
     /// Admin tools over gRPC against a running server (seasons, ratings, migration, export).
     Admin(matchmaker::tools::admin::AdminArgs),
     /// A bounded load against a running server, with a health-check baseline measured in the
@@ -299,8 +299,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 matchmaker::tools::bench_memory::load_and_measure(config, dir, &queue, players)?;
             println!("{}", serde_json::to_string(&report)?);
         }
-        Command::Replay(args) => matchmaker::sim::cli::replay_main(args)?,
-        Command::Simulate(args) => matchmaker::sim::cli::simulate_main(args)?,
+        Command::Replay(args) => matchmaker::tools::sim::replay_main(args)?,
+        Command::Simulate(args) => matchmaker::tools::sim::simulate_main(args)?,
         Command::Admin(args) => matchmaker::tools::admin::run(args)?,
         Command::Loadgen {
             addr,

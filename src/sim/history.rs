@@ -1,4 +1,4 @@
-//! A match history in the JSONL format of `../shared/data/README.md`, parsed into flat arrays.
+//! A match history in the JSONL format of `docs/match-history.md`, parsed into flat arrays.
 //!
 //! One JSON object per line, in play order:
 //! `{"time":"2010-05-09","teams":[["a","b"],["c","d"]],"placements":[1,2],"scores":[12,7]}`.
@@ -434,6 +434,22 @@ pub fn parse_date(s: &str) -> Result<i32, String> {
     Ok(era * 146_097 + doe - 719_468)
 }
 
+/// The `YYYY-MM-DD` date of `days` since 1970-01-01: the inverse of [`parse_date`] (Howard
+/// Hinnant's `civil_from_days`).
+#[must_use]
+pub fn format_date(days: i32) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i32::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,6 +461,15 @@ mod tests {
         assert_eq!(parse_date("2010-01-01"), Ok(14_610));
         assert_eq!(parse_date("2010-01-01T12:00:00Z"), Ok(14_610));
         assert!(parse_date("2010-13-01").is_err());
+        for day in [-1, 0, 59, 60, 11_017, 14_610, 18_628, 19_000, 20_000] {
+            assert_eq!(
+                parse_date(&format_date(day)),
+                Ok(day),
+                "{}",
+                format_date(day)
+            );
+        }
+        assert_eq!(format_date(11_016), "2000-02-29");
         assert!(parse_date("10-01-01").is_err());
     }
 

@@ -1,4 +1,7 @@
-//! Accuracy measures of predicted match outcomes (SPEC §3.7, §9; seed 003's calibration test).
+//! Accuracy measures of predicted match outcomes, with the calibration test of Josh Menke's
+//! "Skill, Matchmaking, and Ranking" (GDC 2016, "Test if it predicts match outcomes
+//! correctly"): record each match's prediction for the favourite, then compare, prediction by
+//! prediction, with how often the favourite won.
 //!
 //! Pure: numbers in, numbers out, no I/O. `replay`, `simulate` and `scripts/peers_replay.py` all
 //! score a match the same way, written out here once:
@@ -24,7 +27,7 @@
 
 use serde::Serialize;
 
-/// Number of calibration bins on the favourite's probability (seed 003 plots ten buckets).
+/// Number of calibration bins on the favourite's probability: ten buckets 5 points wide.
 pub const BINS: usize = 10;
 
 /// Lower clamp on probabilities in the log loss, so one confident miss is large but finite.
@@ -206,7 +209,7 @@ impl Accumulator {
     }
 
     /// The calibration table: per non-empty bucket, its range, count, mean prediction and how
-    /// often the favourite won (seed 003's "predicted vs actual").
+    /// often the favourite won (Menke's "predictions vs. actuals").
     #[must_use]
     pub fn calibration(&self) -> Vec<CalibrationBin> {
         self.bins
@@ -280,22 +283,6 @@ pub fn ece_noise_floor(
         total += acc.ece();
     }
     total / draws as f64
-}
-
-/// The `q`-quantile (0..=1) of `values` by nearest rank on a sorted copy; 0 for no values.
-/// Used for wait and quality percentiles.
-#[must_use]
-pub fn quantile(values: &[f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_unstable_by(f64::total_cmp);
-    let rank = (q.clamp(0.0, 1.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
 }
 
 #[cfg(test)]
@@ -423,14 +410,5 @@ mod tests {
         assert!(small > 0.0 && large > 0.0);
         // Four times the root: 16× the matches.
         assert!((small / large - 4.0).abs() < 1.2, "{small} {large}");
-    }
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let v = [5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(quantile(&v, 0.5), 3.0);
-        assert_eq!(quantile(&v, 0.95), 5.0);
-        assert_eq!(quantile(&v, 0.0), 1.0);
-        assert_eq!(quantile(&[], 0.5), 0.0);
     }
 }

@@ -1,4 +1,4 @@
-//! Plots for the workbench (SPEC §9): calibration curve with the diagonal, rating histogram
+//! Plots for the workbench: calibration curve with the diagonal, rating histogram
 //! against the true-skill distribution, display rating over time per true-skill decile, and
 //! wait time against match quality.
 //!
@@ -29,18 +29,23 @@ const SIZE: (u32, u32) = (900, 640);
 const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("fonts/DejaVuSans.ttf");
 
-fn register_font() -> anyhow::Result<()> {
+fn register_font() -> Result<(), PlotError> {
     static ONCE: Once = Once::new();
     let mut result = Ok(());
     ONCE.call_once(|| {
         result = plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES)
-            .map_err(|_| anyhow::anyhow!("plot: the bundled font could not be loaded"));
+            .map_err(|_| PlotError("the bundled font could not be loaded".into()));
     });
     result
 }
 
-fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("plot: {e}")
+/// Why a plot could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("plot: {0}")]
+pub struct PlotError(String);
+
+fn err<E: std::fmt::Display>(e: E) -> PlotError {
+    PlotError(e.to_string())
 }
 
 /// Draws with the backend `format` names into `path`.
@@ -63,14 +68,15 @@ macro_rules! with_backend {
     }};
 }
 
-/// Calibration curves (seed 003): per system, mean predicted probability of the favourite
+/// Calibration curves (the "predictions vs. actuals" graph of Josh Menke's "Skill, Matchmaking,
+/// and Ranking", GDC 2016): per system, mean predicted probability of the favourite
 /// against how often it won, per bucket, over the diagonal of perfect calibration.
 pub fn calibration(
     path: &Path,
     title: &str,
     curves: &[(String, Vec<CalibrationBin>)],
     format: Format,
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     with_backend!(path, format, |root| draw_calibration(&root, title, curves))
 }
 
@@ -78,7 +84,7 @@ fn draw_calibration<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     curves: &[(String, Vec<CalibrationBin>)],
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FONT, 24))
@@ -132,7 +138,7 @@ pub fn rating_histogram(
     ratings: &[f64],
     truths: &[f64],
     format: Format,
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     with_backend!(path, format, |root| draw_histogram(
         &root, title, ratings, truths
     ))
@@ -143,7 +149,7 @@ fn draw_histogram<DB: DrawingBackend>(
     title: &str,
     ratings: &[f64],
     truths: &[f64],
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     root.fill(&WHITE).map_err(err)?;
     let all = ratings
         .iter()
@@ -211,7 +217,7 @@ pub fn lines_over_time(
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
     format: Format,
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     with_backend!(path, format, |root| draw_lines(
         &root, title, y_desc, series
     ))
@@ -222,7 +228,7 @@ fn draw_lines<DB: DrawingBackend>(
     title: &str,
     y_desc: &str,
     series: &[(String, Vec<(f64, f64)>)],
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     root.fill(&WHITE).map_err(err)?;
     let pts = series.iter().flat_map(|(_, s)| s.iter());
     let (x0, x1, y0, y1) = pts.fold(
@@ -282,7 +288,7 @@ pub fn wait_vs_quality(
     title: &str,
     points: &[(f64, f64)],
     format: Format,
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     with_backend!(path, format, |root| draw_scatter(&root, title, points))
 }
 
@@ -290,7 +296,7 @@ fn draw_scatter<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     points: &[(f64, f64)],
-) -> anyhow::Result<()> {
+) -> Result<(), PlotError> {
     root.fill(&WHITE).map_err(err)?;
     let x1 = points
         .iter()

@@ -1,5 +1,5 @@
-//! Replaying a real match history through a rating system (SPEC §9 `replay`; seed 003's
-//! "test if it predicts match outcomes correctly").
+//! Replaying a real match history through a rating system: the test of Josh Menke's "Skill,
+//! Matchmaking, and Ranking" (GDC 2016), "test if it predicts match outcomes correctly".
 //!
 //! Pure: a parsed [`History`] and a [`SystemConfig`] in, measures out; no clock, no I/O. For each
 //! match in play order: bring every player's skill forward to the match day (deviation growth for
@@ -326,9 +326,10 @@ macro_rules! weng_lin_params {
     };
 }
 
-/// The parameters `--tune` searches for a system (SPEC §9: Glicko-2 τ, initial deviation,
-/// rating-period length; Weng-Lin β, τ; Elo K), with grids wide enough to contain the
-/// literature's values and ours.
+/// The parameters `--tune` searches for a system (Glicko-2 τ, initial and minimum deviation,
+/// rating-period length, team strategy; Glicko's deviations and inactivity; Weng-Lin β, σ₀, τ
+/// and σ decay; Elo K and inflation), with grids wide enough to contain the literature's
+/// values and ours.
 #[must_use]
 pub fn tunable(system: &SystemConfig) -> Vec<Param> {
     match system {

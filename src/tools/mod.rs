@@ -1,5 +1,5 @@
-//! Operator tools built into the same binary: the admin client, the load generator and the
-//! benchmarks. They talk to a server (or build one) like any other client; the server never
+//! Operator tools built into the same binary: the admin client, the load generator, the
+//! benchmarks and the designer's `replay` and `simulate` commands. They talk to a server (or build one) like any other client; the server never
 //! imports them.
 
 pub mod admin;
@@ -39,6 +39,19 @@ pub enum ToolError {
         what: String,
         source: serde_json::Error,
     },
+    #[error("{what}: {source}")]
+    Toml {
+        what: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+    #[error("cannot encode the report: {0}")]
+    Report(#[from] serde_json::Error),
+    #[error(transparent)]
+    History(#[from] crate::sim::history::HistoryError),
+    #[error(transparent)]
+    Plot(#[from] crate::sim::plot::PlotError),
     /// The run did not go as the tool needs.
     #[error("{0}")]
     Run(String),
@@ -49,4 +62,18 @@ impl ToolError {
     pub fn flag(flag: &str, rule: impl Into<String>) -> Self {
         Self::Flag(crate::rejection::FieldError::new(flag, rule))
     }
+
+    /// A file named by `what` (a flag and its path) could not be read.
+    pub fn read(what: String) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Self::Io { what, source }
+    }
+
+    /// A TOML file named by `what` could not be parsed.
+    pub fn toml(what: String) -> impl FnOnce(toml::de::Error) -> Self {
+        move |source| Self::Toml {
+            what,
+            source: Box::new(source),
+        }
+    }
 }
+pub mod sim;

@@ -1,31 +1,33 @@
-//! The command-line faces of the workbench: `matchmaker replay` and `matchmaker simulate`.
+//! The command-line faces of the designer's workbench: `matchmaker replay` and
+//! `matchmaker simulate`.
 //!
 //! `main.rs` owns the command enum and calls [`replay_main`] / [`simulate_main`] with the parsed
 //! [`ReplayArgs`] / [`SimulateArgs`]. This module reads files, times runs with the wall clock,
 //! prints reports (one JSON object per system or run under `--json`, a table otherwise), drives
 //! the progress bar on stderr (hidden under `--json`) and writes plots. The work itself is in the
-//! pure [`super::replay`] and [`super::simulate`].
+//! pure [`crate::sim::replay`] and [`crate::sim::simulate`]; [`replay_reports`] is the whole of
+//! `replay` but the printing, for callers that check the numbers (`examples/replay_atp.rs`).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::history::{History, parse_date};
-use super::measures::{self, CalibrationBin};
-use super::plot::{self, Format};
-use super::replay::{self, TuneResult};
-use super::simulate::{self, SimParams};
+use super::ToolError;
 use crate::config::{Config, Overrides};
 use crate::rating::SystemConfig;
+use crate::sim::history::{History, parse_date};
+use crate::sim::measures::{self, CalibrationBin};
+use crate::sim::plot::{self, Format};
+use crate::sim::replay::{self, TuneResult};
+use crate::sim::simulate::{self, SimParams};
 
-/// System names `--system` accepts (SPEC §9), in the order `--system all` runs them.
+/// System names `--system` accepts, in the order `--system all` runs them.
 pub const SYSTEM_NAMES: [&str; 6] = [
     "glicko2",
     "glicko",
@@ -39,7 +41,7 @@ pub const SYSTEM_NAMES: [&str; 6] = [
 /// [--json] [--plot DIR]`: how well each rating system would have predicted a real history.
 #[derive(Args, Clone, Debug)]
 pub struct ReplayArgs {
-    /// A match history, one JSON object per line (see shared/data/README.md).
+    /// A match history, one JSON object per line (the format of docs/match-history.md).
     pub file: PathBuf,
     /// Rating system with its default parameters: glicko2, glicko, weng-lin-bt, weng-lin-pl,
     /// weng-lin-tm, elo, or `all`. Repeat to compare several side by side.
@@ -109,16 +111,36 @@ pub struct ReplayReport {
     pub calibration: Vec<CalibrationBin>,
 }
 
-/// A system by name with its SPEC defaults.
-pub fn system_by_name(name: &str) -> anyhow::Result<SystemConfig> {
-    if !SYSTEM_NAMES.contains(&name) {
-        bail!(
-            "--system: unknown system {name:?} (known: {}, all)",
-            SYSTEM_NAMES.join(", ")
-        );
+impl ReplayReport {
+    /// The system's name, with " (tuned)" when `--tune` chose its parameters: how tables, plots
+    /// and `docs/replay-results.md` name a row.
+    #[must_use]
+    pub fn label(&self) -> String {
+        if self.tuned.is_some() {
+            format!("{} (tuned)", self.system)
+        } else {
+            self.system.clone()
+        }
     }
-    serde_json::from_value(serde_json::json!({ "system": name }))
-        .with_context(|| format!("--system {name}"))
+}
+
+/// A system by name with its documented defaults (those of a queue's `[rating]` table).
+pub fn system_by_name(name: &str) -> Result<SystemConfig, ToolError> {
+    if !SYSTEM_NAMES.contains(&name) {
+        return Err(ToolError::flag(
+            "--system",
+            format!(
+                "unknown system {name:?} (known: {}, all)",
+                SYSTEM_NAMES.join(", ")
+            ),
+        ));
+    }
+    serde_json::from_value(serde_json::json!({ "system": name })).map_err(|source| {
+        ToolError::Json {
+            what: format!("--system {name}"),
+            source,
+        }
+    })
 }
 
 fn progress(len: u64, hidden: bool, what: &str) -> ProgressBar {
@@ -134,7 +156,52 @@ fn progress(len: u64, hidden: bool, what: &str) -> ProgressBar {
 }
 
 /// Runs `matchmaker replay`.
-pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
+pub fn replay_main(args: ReplayArgs) -> Result<(), ToolError> {
+    let reports = replay_reports(&args, &mut |report| {
+        if args.json {
+            println!("{}", serde_json::to_string(report)?);
+        }
+        Ok(())
+    })?;
+    if !args.json {
+        print_replay_table(&args, &reports)?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .map_err(ToolError::read(format!("--plot {}", dir.display())))?;
+        let title = format!(
+            "Calibration: {}{}",
+            args.file
+                .file_name()
+                .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
+            args.score_from
+                .as_deref()
+                .map_or_else(String::new, |d| format!(", from {d}"))
+        );
+        let curves: Vec<(String, Vec<CalibrationBin>)> = reports
+            .iter()
+            .map(|r| (r.label(), r.calibration.clone()))
+            .collect();
+        let path = dir.join("calibration.svg");
+        plot::calibration(&path, &title, &curves, Format::Svg)?;
+        if args.png {
+            plot::calibration(&path.with_extension("png"), &title, &curves, Format::Png)?;
+        }
+        if !args.json {
+            println!("plots written to {}", dir.display());
+        }
+    }
+    Ok(())
+}
+
+/// Everything `matchmaker replay` computes for `args`, one report per system in order (the
+/// `--system` ones, then the `--rating` files), without printing or plotting; `on_report` sees
+/// each report as soon as it is ready. Reads the history and the `--rating` files; the progress
+/// bar shows on stderr while tuning unless `args.json`.
+pub fn replay_reports(
+    args: &ReplayArgs,
+    on_report: &mut dyn FnMut(&ReplayReport) -> Result<(), ToolError>,
+) -> Result<Vec<ReplayReport>, ToolError> {
     let mut names: Vec<String> = Vec::new();
     for s in &args.systems {
         if s == "all" {
@@ -146,15 +213,14 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
     let mut systems: Vec<SystemConfig> = names
         .iter()
         .map(|n| system_by_name(n))
-        .collect::<anyhow::Result<_>>()?;
+        .collect::<Result<_, _>>()?;
     for path in &args.rating_files {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("--rating {}", path.display()))?;
-        let system: SystemConfig =
-            toml::from_str(&text).with_context(|| format!("--rating {}", path.display()))?;
+        let what = || format!("--rating {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(ToolError::read(what()))?;
+        let system: SystemConfig = toml::from_str(&text).map_err(ToolError::toml(what()))?;
         system
             .validate()
-            .map_err(|e| anyhow::anyhow!("--rating {}: {e}", path.display()))?;
+            .map_err(|e| ToolError::flag(&what(), e.to_string()))?;
         systems.push(system);
     }
     let score_from_day = args
@@ -162,20 +228,20 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(parse_date)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("--score-from: {e}"))?;
+        .map_err(|e| ToolError::flag("--score-from", e))?;
 
     let t = Instant::now();
     let history = History::read_file(&args.file)?;
     let parse_seconds = t.elapsed().as_secs_f64();
     let score_from = score_from_day.map_or(0, |d| history.first_on_or_after(d));
     if args.tune && score_from < 2 {
-        bail!(
-            "--tune needs --score-from with matches before it (tuning never sees scored matches)"
-        );
+        return Err(ToolError::flag(
+            "--tune",
+            "needs --score-from with matches before it (tuning never sees scored matches)",
+        ));
     }
 
     let mut reports = Vec::new();
-    let mut curves = Vec::new();
     for system in systems {
         let (system, tuned, tune_seconds) = if args.tune {
             let bar = progress(
@@ -209,13 +275,6 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
                 i + 1
             );
         }
-        let calibration = out.measures.calibration();
-        let label = if args.tune {
-            format!("{} (tuned)", system.name())
-        } else {
-            system.name().to_string()
-        };
-        curves.push((label, calibration.clone()));
         let report = ReplayReport {
             system: system.name().to_string(),
             n: s.n,
@@ -232,51 +291,21 @@ pub fn replay_main(args: ReplayArgs) -> anyhow::Result<()> {
             score_from: args.score_from.clone(),
             tuned,
             tune_seconds,
-            calibration,
+            calibration: out.measures.calibration(),
         };
-        if args.json {
-            println!("{}", serde_json::to_string(&report)?);
-        }
+        on_report(&report)?;
         reports.push(report);
     }
-    if !args.json {
-        print_replay_table(&args, &history, &reports)?;
-    }
-    if let Some(dir) = &args.plot {
-        std::fs::create_dir_all(dir).with_context(|| format!("--plot {}", dir.display()))?;
-        let title = format!(
-            "Calibration: {}{}",
-            args.file
-                .file_name()
-                .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
-            args.score_from
-                .as_deref()
-                .map_or_else(String::new, |d| format!(", from {d}"))
-        );
-        let path = dir.join("calibration.svg");
-        plot::calibration(&path, &title, &curves, Format::Svg)?;
-        if args.png {
-            plot::calibration(&path.with_extension("png"), &title, &curves, Format::Png)?;
-        }
-        if !args.json {
-            println!("plots written to {}", dir.display());
-        }
-    }
-    Ok(())
+    Ok(reports)
 }
 
-fn print_replay_table(
-    args: &ReplayArgs,
-    history: &History,
-    reports: &[ReplayReport],
-) -> anyhow::Result<()> {
+fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(), ToolError> {
     let mut out = std::io::stdout().lock();
+    let (matches, players) = reports.first().map_or((0, 0), |r| (r.matches, r.players));
     writeln!(
         out,
-        "{}: {} matches, {} players; scored from {}",
+        "{}: {matches} matches, {players} players; scored from {}",
         args.file.display(),
-        history.matches.len(),
-        history.player_count(),
         args.score_from.as_deref().unwrap_or("the start")
     )?;
     writeln!(
@@ -347,21 +376,24 @@ pub struct SimulateArgs {
 }
 
 /// Runs `matchmaker simulate`.
-pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
+pub fn simulate_main(args: SimulateArgs) -> Result<(), ToolError> {
     let config = Config::load(args.config.as_deref(), &Overrides::default())?;
     let Some(q) = config.queues.get(&args.queue) else {
         let known: Vec<&str> = config.queues.keys().map(String::as_str).collect();
-        bail!(
-            "--queue: unknown queue {:?} (configured: {})",
-            args.queue,
-            known.join(", ")
-        );
+        return Err(ToolError::flag(
+            "--queue",
+            format!(
+                "unknown queue {:?} (configured: {})",
+                args.queue,
+                known.join(", ")
+            ),
+        ));
     };
     let mut params: SimParams = match &args.population {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("--population {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("--population {}", path.display()))?
+            let what = || format!("--population {}", path.display());
+            let text = std::fs::read_to_string(path).map_err(ToolError::read(what()))?;
+            toml::from_str(&text).map_err(ToolError::toml(what()))?
         }
         None => SimParams::default(),
     };
@@ -378,12 +410,16 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
         Some(name) => system_by_name(name)?,
         None => q.rating.clone(),
     };
-    anyhow::ensure!(
-        !system.is_periodic(),
-        "queue {:?} rates in periodic mode; the simulator rates match by match (use a \
-         continuous queue or --system)",
-        args.queue
-    );
+    if system.is_periodic() {
+        return Err(ToolError::flag(
+            "--queue",
+            format!(
+                "queue {:?} rates in periodic mode; the simulator rates match by match (use a \
+                 continuous queue or --system)",
+                args.queue
+            ),
+        ));
+    }
     // The queue's windows are in its own system's units: under another system they are carried
     // over to that one's scale (5v5's ±1.9 μ window would be ±1.9 points on the 1500 scale).
     let matching = q
@@ -400,8 +436,8 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
     };
     let bar = progress(params.days.ceil() as u64, args.json, "days");
     let t = Instant::now();
-    let mut report = simulate::simulate(&params, &queue, &|_| bar.inc(1))
-        .map_err(|e| anyhow::anyhow!("simulate: {e}"))?;
+    let mut report =
+        simulate::simulate(&params, &queue, &|_| bar.inc(1)).map_err(ToolError::Flag)?;
     bar.finish_and_clear();
     report.seconds = t.elapsed().as_secs_f64();
     if args.json {
@@ -418,7 +454,7 @@ pub fn simulate_main(args: SimulateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> anyhow::Result<()> {
+fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> Result<(), ToolError> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -451,14 +487,33 @@ fn print_sim_report(params: &SimParams, r: &simulate::SimReport) -> anyhow::Resu
         params.convergence_band,
         100.0 * r.converged_fraction
     )?;
+    let b = &r.match_balance;
+    let fair = 100.0 * simulate::FAIR_CHANCE;
     writeln!(
         out,
-        "seed 004: RandomBeatSkill {:.1}%  GoodSkillMatch {}  GoodRatedMatch {:.1}%  RatingsPredictedSkillWell {} ({} n/a)",
-        100.0 * r.random_beat_skill,
-        pct(r.good_skill_match),
-        100.0 * r.good_rated_match,
-        pct(r.ratings_predicted_skill_well),
-        r.ratings_predicted_skill_well_na
+        "match balance (Samuel White, \"Rated Multiplayer Competitions\", 2011; his targets in brackets):"
+    )?;
+    writeln!(
+        out,
+        "  upsets, the weaker team by true skill won       {:>6}  (over 20%)",
+        pct(Some(b.upset_rate))
+    )?;
+    writeln!(
+        out,
+        "  fair by true skill, underdog had {fair:.0}%+ chance   {:>6}  (over 65%)",
+        pct(b.fair_by_true_skill)
+    )?;
+    writeln!(
+        out,
+        "  fair by rating, predicted underdog {fair:.0}%+ chance {:>6}",
+        pct(Some(b.fair_by_rating))
+    )?;
+    writeln!(
+        out,
+        "  rating gap within {:.0} of the true skill gap    {:>6}  (50%, 70% highly useful); {} predicted blowouts left out",
+        simulate::GAP_TOLERANCE,
+        pct(b.rating_gap_tracks_skill_gap),
+        b.blowouts_excluded
     )?;
     writeln!(out, "calibration (favourite's predicted vs actual):")?;
     for b in &r.calibration {
@@ -476,8 +531,8 @@ fn write_sim_plots(
     dir: &std::path::Path,
     r: &simulate::SimReport,
     png: bool,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("--plot {}", dir.display()))?;
+) -> Result<(), ToolError> {
+    std::fs::create_dir_all(dir).map_err(ToolError::read(format!("--plot {}", dir.display())))?;
     let formats: &[(Format, &str)] = if png {
         &[(Format::Svg, "svg"), (Format::Png, "png")]
     } else {
