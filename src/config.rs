@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::auth::AuthConfig;
 use crate::limits::RateLimitConfig;
 use crate::matching::{BackfillConfig, MatchingConfig, Shape};
-use crate::ranking::RankingConfig;
-pub use crate::ranking::RankingKind;
+use crate::ranking::{RankingConfig, RankingKind};
+
 use crate::rating::SystemConfig;
 use crate::rejection::FieldError;
 use crate::store::StoreConfig;

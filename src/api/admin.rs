@@ -154,7 +154,7 @@ impl AdminService for Admin {
             .season_queues(optional_queue(&req.queue))?
             .into_iter()
             .filter(|q| {
-                !req.queue.is_empty() || q.config.ranking == crate::config::RankingKind::Ladder
+                !req.queue.is_empty() || q.config.ranking == crate::ranking::RankingKind::Ladder
             })
             .collect();
         let outcome = self

@@ -5,10 +5,9 @@ use crate::proto;
 use crate::ranking::Tier;
 use crate::ranking::season::SeasonState;
 use crate::rating::{Skill, SystemConfig};
-use crate::rejection::FieldError;
-use crate::state::{
-    Assignment, PlayerStatus, PoolRecord, QueueInfo, Rejection, TicketState, TicketView,
-};
+use crate::records::PoolRecord;
+use crate::rejection::{FieldError, Rejection};
+use crate::state::{Assignment, PlayerStatus, QueueInfo, TicketState, TicketView};
 
 /// Longest accepted id (player, ticket, match).
 pub const MAX_ID_LEN: usize = 128;

@@ -48,7 +48,7 @@ pub mod weng_lin;
 
 pub mod numeric;
 
-pub use party::{party_initial, party_rate};
+pub use party::party_initial;
 pub use teams::TeamStrategy;
 
 use serde::{Deserialize, Serialize};

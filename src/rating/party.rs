@@ -12,7 +12,7 @@
 //! A party skill is per member (same scale as a player's skill): a party of four rated 1700 plays
 //! like four 1700 players.
 
-use super::{MatchInput, PlayerInput, RatingError, Skill, SystemConfig};
+use super::{Skill, SystemConfig};
 
 /// How far the party deviation is widened from its members' toward an unrated deviation: we
 /// know the members, but not how they play together (½ = halfway).
@@ -71,56 +71,6 @@ pub fn party_initial(config: &SystemConfig, members: &[Skill]) -> Skill {
     };
     // A zero-length decay applies the system's bounds (and validates the domain).
     config.decay(&raw, 0.0).unwrap_or(initial)
-}
-
-/// The party's new skill after a match in which it played as team `team` of `m`.
-///
-/// The match is rated as if every party member had the party skill (keeping each member's
-/// elapsed time, performance and wins); the party's new skill is the mean of those members' new
-/// skills. In periodic Glicko queues it is unchanged, as all ratings are until the period ends.
-pub fn party_rate(
-    config: &SystemConfig,
-    party: &Skill,
-    m: &MatchInput<'_>,
-    team: usize,
-) -> Result<Skill, RatingError> {
-    if team >= m.teams.len() {
-        return Err(RatingError::InvalidShape {
-            field: "team".into(),
-            rule: format!(
-                "party team index {team} is out of range ({} teams)",
-                m.teams.len()
-            ),
-        });
-    }
-    let teams: Vec<Vec<PlayerInput>> = m
-        .teams
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if i == team {
-                t.iter()
-                    .map(|p| PlayerInput {
-                        skill: *party,
-                        ..*p
-                    })
-                    .collect()
-            } else {
-                t.clone()
-            }
-        })
-        .collect();
-    let out = config.rate(&MatchInput {
-        teams: &teams,
-        placements: m.placements,
-    })?;
-    let mine = &out[team];
-    let n = mine.len() as f64;
-    Ok(Skill {
-        mean: mine.iter().map(|s| s.mean).sum::<f64>() / n,
-        deviation: mine.iter().map(|s| s.deviation).sum::<f64>() / n,
-        volatility: mine.iter().map(|s| s.volatility).sum::<f64>() / n,
-    })
 }
 
 #[cfg(test)]
@@ -185,22 +135,5 @@ mod tests {
                 volatility: 0.0
             }
         );
-    }
-
-    #[test]
-    fn a_party_that_wins_together_rises() {
-        let sys = SystemConfig::default();
-        let solo = sys.initial();
-        let party = party_initial(&sys, &[solo, solo]);
-        let p = PlayerInput::new(solo);
-        let teams = vec![vec![p, p], vec![p, p]];
-        let m = MatchInput {
-            teams: &teams,
-            placements: &[1, 2],
-        };
-        let after = party_rate(&sys, &party, &m, 0).unwrap();
-        assert!(after.mean > party.mean);
-        assert!(after.deviation < party.deviation);
-        assert!(party_rate(&sys, &party, &m, 2).is_err());
     }
 }

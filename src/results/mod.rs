@@ -14,6 +14,7 @@ mod party;
 mod period;
 mod ranker;
 
+pub use party::rate_party;
 pub use period::{close_period, period_index};
 pub use ranker::{NoRanking, QueueRanker, Ranker};
 

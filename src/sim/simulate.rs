@@ -43,9 +43,9 @@ pub use params::{DAY, SimParams, SkillDistribution};
 pub use report::SimReport;
 pub use truth::to_true_scale;
 
-use crate::config::RankingKind;
 use crate::matching::{MatchingConfig, Shape};
 use crate::ranking::RankingConfig;
+use crate::ranking::RankingKind;
 use crate::rating::SystemConfig;
 use crate::rejection::FieldError;
 use event_loop::Sim;

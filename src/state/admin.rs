@@ -26,8 +26,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::RankingKind;
 use crate::ids::{MatchId, PlayerId};
+use crate::ranking::RankingKind;
 use crate::ranking::season::{self, SeasonRank, SeasonState};
 use crate::ranking::{LadderState, RankPoints};
 use crate::rating::{Skill, SystemConfig};

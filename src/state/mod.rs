@@ -25,8 +25,8 @@ use dashmap::DashMap;
 use crate::config::{Config, QueueConfig};
 use crate::ids::{MatchId, PlayerId, QueueId, TicketId};
 use crate::ranking::RankIndex;
-pub use crate::records::{PartyRecord, PendingPeriod, PoolRecord, party_key};
-pub use crate::rejection::Rejection;
+use crate::records::{PartyRecord, PoolRecord};
+use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};

@@ -18,9 +18,9 @@ use super::SimQueue;
 use super::params::{DAY, SimParams};
 use super::population::{Player, Unit, UnitState};
 use super::report::Tally;
-use crate::config::RankingKind;
 use crate::ids::{PlayerId, TicketId};
 use crate::matching::{Pool, SystemModel, Ticket};
+use crate::ranking::RankingKind;
 use crate::rating::Skill;
 
 /// A timed event.

@@ -45,7 +45,7 @@ pub struct SimParams {
     pub retire_per_day: f64,
     /// Fraction of players in pre-made parties (team queues only).
     pub party_fraction: f64,
-    /// Give each party its own rating (`rating::party_initial` / `rating::party_rate`) and
+    /// Give each party its own rating (`rating::party_initial` / `results::rate_party`) and
     /// let the optimizer match the party by it, as the server does.
     pub party_ratings: bool,
     /// Play sessions a unit starts per day (Poisson rate).

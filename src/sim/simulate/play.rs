@@ -1,7 +1,7 @@
 //! One formed match, played: the queue's rating system predicts it from the players' current
 //! skills, the result is drawn from their true skills, the prediction is scored, the match's
 //! balance is measured, and then ratings, party ratings and rank points are updated exactly as
-//! the server would (`SystemConfig::rate`, `rating::party_rate`, the queue's `Ranker`).
+//! the server would (`SystemConfig::rate`, `results::rate_party`, the queue's `Ranker`).
 
 use super::event_loop::{Sim, unit_of};
 use super::to_true_scale;
@@ -9,9 +9,9 @@ use super::truth::{draw_placements, oracle_two_team};
 use crate::matching::FormedMatch;
 use crate::ranking::Outcome;
 use crate::rating::{MatchInput, PlayerInput, Skill};
+use crate::records::{PartyRecord, PoolRecord};
 use crate::results::{QueueRanker, Ranker};
 use crate::sim::measures::{Scored, score};
-use crate::state::PoolRecord;
 
 impl Sim<'_> {
     /// Plays match `m`, formed at simulated time `now`.
@@ -108,8 +108,27 @@ impl Sim<'_> {
         };
         for (&u, &ti) in units.iter().zip(unit_team) {
             if let Some(ps) = self.units[u].party_skill {
-                let ps = self.current_party(u, ps, now);
-                if let Ok(new) = crate::rating::party_rate(&self.q.system, &ps, &rated, ti) {
+                // Its inactivity is applied here on the simulated clock, so none is left for
+                // the rating step.
+                let party = PartyRecord {
+                    skill: self.current_party(u, ps, now),
+                    games: 0,
+                    last_played_unix: None,
+                };
+                let members: Vec<usize> = self.units[u]
+                    .members
+                    .iter()
+                    .filter_map(|p| teams[ti].iter().position(|q| q == p))
+                    .collect();
+                if let Ok(new) = crate::results::rate_party(
+                    &self.q.system,
+                    &inputs,
+                    placements,
+                    ti,
+                    &members,
+                    &party,
+                    now,
+                ) {
                     self.units[u].party_skill = Some(new);
                     self.units[u].party_last = now;
                 }

@@ -7,12 +7,10 @@
 use rand::Rng;
 use rand_distr::{Distribution, Exp, Normal, Poisson};
 
-use super::SimQueue;
 use super::event_loop::{Event, Sim};
 use super::params::{DAY, SkillDistribution};
-use crate::config::RankingKind;
 use crate::rating::Skill;
-use crate::state::PoolRecord;
+use crate::records::PoolRecord;
 
 /// One simulated player.
 pub(super) struct Player {
@@ -57,25 +55,6 @@ pub(super) struct Unit {
     pub(super) ticket: u64,
 }
 
-/// A new player's rank-point state, as the server creates it.
-fn initial_rank(q: &SimQueue) -> PoolRecord {
-    let ladder = crate::ranking::LadderState::new(&q.ranking_config.ladder);
-    let (rank_points, ladder_floor) = match q.ranking {
-        RankingKind::Ladder => (ladder.rp, ladder.floor_rp),
-        RankingKind::None | RankingKind::Inversus => (0, 0),
-    };
-    PoolRecord {
-        skill: q.system.initial(),
-        rank_points,
-        games: 0,
-        wins: 0,
-        last_played_unix: None,
-        ladder_floor,
-        win_streak: 0,
-        period: None,
-    }
-}
-
 impl Sim<'_> {
     fn draw_truth(&mut self) -> f64 {
         let (m, s) = (self.p.skill_mean, self.p.skill_sd);
@@ -95,7 +74,7 @@ impl Sim<'_> {
         self.players.push(Player {
             truth,
             skill: self.q.system.initial(),
-            rank: initial_rank(self.q),
+            rank: PoolRecord::initial(&self.q.system, self.q.ranking, &self.q.ranking_config),
             last_played: f64::NEG_INFINITY,
             wins: 0,
             games: 0,

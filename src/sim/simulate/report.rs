@@ -8,8 +8,8 @@ use super::event_loop::Sim;
 use super::params::DAY;
 use super::population::Player;
 use super::to_true_scale;
-use crate::config::RankingKind;
 use crate::math::percentile;
+use crate::ranking::RankingKind;
 use crate::sim::measures::{Accumulator, CalibrationBin};
 
 /// Players need this many games before their convergence counts.
