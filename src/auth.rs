@@ -95,7 +95,7 @@ pub enum Role {
     Admin,
 }
 
-/// The authenticated caller, put into request extensions by [`AuthLayer`].
+/// The authenticated caller, put into request extensions by the auth layer (`api::layers`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
     /// The player id (role `player`) or the server's id (role `server`).

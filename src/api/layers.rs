@@ -19,7 +19,7 @@ use super::error;
 use crate::auth::{Verifier, authorize};
 use crate::limits::{Framing, RateLimiter};
 
-/// The tower layer: authenticate, role-check, attach the [`Identity`].
+/// The tower layer: authenticate, role-check, attach the [`crate::auth::Identity`].
 #[derive(Clone)]
 pub struct AuthLayer {
     verifier: Option<Arc<Verifier>>,
@@ -90,7 +90,7 @@ where
 }
 
 /// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
-/// [`Identity`] is the key: a caller cannot choose its bucket through an unverified header.
+/// [`crate::auth::Identity`] is the key: a caller cannot choose its bucket through an unverified header.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     limiter: Arc<RateLimiter>,

@@ -407,7 +407,7 @@ impl State {
     }
 
     /// Periodic Glicko pools: every record whose rating period ended before `now`
-    /// gets the period's batch update ([`results::close_period`]), one journal entry per pool.
+    /// gets the period's batch update ([`crate::results::close_period`]), one journal entry per pool.
     /// Results close a player's ended period themselves before they rate a new match; this
     /// covers the players who have not played since. Returns how many records changed.
     pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {

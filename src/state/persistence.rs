@@ -210,7 +210,7 @@ impl State {
     /// trims it. `horizon` must come from `Committer::horizon` taken *before* this call, so every
     /// entry up to it is already in memory and so in what is written here.
     ///
-    /// Players are written in batches of [`SNAPSHOT_BATCH`] so a million players never sit in
+    /// Players are written in batches of `SNAPSHOT_BATCH` (10,000) so a million players never sit in
     /// memory twice. A crash between batches is harmless: the snapshot mark is not moved, so
     /// start-up replays the journal from the previous mark, and its entries are absolute records,
     /// so every player ends on its latest record whichever batches landed.

@@ -3,7 +3,7 @@
 //! in-memory state reaches the disk only through it, so a second backend (a networked store for
 //! several nodes) implements this trait and nothing above it changes.
 //!
-//! The embedded backend is sled 0.34 ([`sled`] module); nothing outside this module names it.
+//! The embedded backend is sled 0.34 (`sled.rs`); nothing outside this module names it.
 //!
 //! What every backend must guarantee (checked by the contract tests in `contract.rs`, which run
 //! against every backend):
