@@ -17,6 +17,7 @@
 //! and with every version of the `rand` crates.
 
 use super::history::{format_date, parse_date};
+use crate::math::SplitMix64;
 
 /// What to generate.
 #[derive(Clone, Debug, PartialEq)]
@@ -74,36 +75,6 @@ pub struct SyntheticHistory {
     pub jsonl: String,
     /// Every player's id and true skill, in id order.
     pub true_skills: Vec<(String, f64)>,
-}
-
-/// SplitMix64 (Steele, Lea and Flood, 2014): small, fast and fully specified here, so the
-/// fixture does not depend on any crate's generator.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform in `[0, 1)` with 53 random bits.
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// A uniform index in `0..n`.
-    fn below(&mut self, n: usize) -> usize {
-        ((self.uniform() * n as f64) as usize).min(n.saturating_sub(1))
-    }
-
-    /// An approximately standard normal draw: Irwin–Hall with twelve uniforms (mean 0, sd 1,
-    /// bounded by ±6).
-    fn normal(&mut self) -> f64 {
-        (0..12).map(|_| self.uniform()).sum::<f64>() - 6.0
-    }
 }
 
 /// Generates the history `params` describe. Panics only on parameters no caller would pass

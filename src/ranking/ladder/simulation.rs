@@ -12,29 +12,10 @@
 //! `judged(&LadderConfig { f_min, b_min, b_max, ..Default::default() })`.
 
 use super::{LadderConfig, LadderState, update};
+use crate::math::SplitMix64;
 use crate::ranking::Outcome;
 use crate::rating::Skill;
 use crate::rating::glicko;
-
-/// splitmix64: tiny, seeded, identical on every platform.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1): the top 53 bits, exactly representable.
-    fn unit(&mut self) -> f64 {
-        let bits = u32::try_from(self.next_u64() >> 43).expect("21 bits fit u32");
-        let hi = u32::try_from(self.next_u64() >> 32).expect("32 bits fit u32");
-        (f64::from(bits) * 4_294_967_296.0 + f64::from(hi)) / 9_007_199_254_740_992.0
-    }
-}
 
 /// What one simulated season shows about a configuration.
 #[derive(Debug)]
@@ -69,7 +50,7 @@ pub(crate) fn simulate_season(
     seed: u64,
 ) -> SeasonReport {
     let glicko_cfg = glicko::Config::default();
-    let mut rng = SplitMix(seed);
+    let mut rng = SplitMix64(seed);
     let count = f64::from(u32::try_from(players).expect("small population"));
     let truth: Vec<f64> = (0..players)
         .map(|i| 1100.0 + 800.0 * f64::from(u32::try_from(i).expect("small")) / (count - 1.0))
@@ -96,12 +77,12 @@ pub(crate) fn simulate_season(
         if game + games_per_week == games {
             rp_at_last_week = ladder.iter().map(|s| s.rp).collect();
         }
-        let jitter: Vec<f64> = (0..players).map(|_| rng.unit() * 60.0).collect();
+        let jitter: Vec<f64> = (0..players).map(|_| rng.uniform() * 60.0).collect();
         order.sort_by(|&a, &b| (skill[a].mean + jitter[a]).total_cmp(&(skill[b].mean + jitter[b])));
         for pair in order.chunks_exact(2) {
             let (a, b) = (pair[0], pair[1]);
             let p_a = 1.0 / (1.0 + 10f64.powf(-(truth[a] - truth[b]) / 400.0));
-            let a_won = rng.unit() < p_a;
+            let a_won = rng.uniform() < p_a;
             let (new_a, new_b) = glicko::rate_1v1(
                 &skill[a],
                 &skill[b],
