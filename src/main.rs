@@ -156,7 +156,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print the effective configuration (defaults ← file ← environment) as TOML and exit.
+    /// Check the configuration as `serve` would (key files included) and print the effective
+    /// configuration (defaults ← file ← environment) as TOML.
     Config {
         #[arg(long)]
         config: Option<PathBuf>,
@@ -341,6 +342,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Config { config } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
+            // The key files are read and parsed here as `serve` reads them, so this command
+            // checks everything a start would.
+            matchmaker::auth::Verifier::from_config(&config.auth)
+                .map_err(|e| anyhow::anyhow!("config: {e}"))?;
             print!("{}", toml::to_string_pretty(&config)?);
         }
     }

@@ -33,6 +33,54 @@ fn a_bad_config_exits_naming_the_key_and_rule() {
     );
 }
 
+/// A key file that is not a key stops `serve` before it opens the data dir or binds a port,
+/// and `config` reports it the same way.
+#[test]
+fn an_unreadable_public_key_is_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "not a PEM key").unwrap();
+    let file = dir.path().join("auth.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[auth]\nenabled = true\njwt_secret = \"\"\npublic_key_file = {:?}\n\
+             public_key_algorithm = \"EdDSA\"\n",
+            key.display().to_string()
+        ),
+    )
+    .unwrap();
+    let serve = bin()
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(&file)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!serve.status.success());
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(stderr.contains("auth.public_key_file"), "{stderr}");
+    assert!(
+        !dir.path().join("data").exists(),
+        "the data dir is not opened before the key is read"
+    );
+    let config = bin()
+        .args(["config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!config.status.success());
+    let stderr = String::from_utf8_lossy(&config.stderr);
+    assert!(stderr.contains("auth.public_key_file"), "{stderr}");
+}
+
 #[test]
 fn an_environment_variable_is_validated_like_the_file() {
     let out = bin()
