@@ -403,11 +403,8 @@ fn paired_ratio(
         t.push(b);
         r.push(a / b);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (mo, mt, mr) = (median(&mut o), median(&mut t), median(&mut r));
+    let median = |v: &[f64]| matchmaker::math::percentile(v, 0.5);
+    let (mo, mt, mr) = (median(&o), median(&t), median(&r));
     let n = per_round as f64;
     format!(
         "| {name} | {:.1} | {:.1} | {mr:.2} | {:.2}x |",
