@@ -19,6 +19,18 @@ use crate::rating::SystemConfig;
 use crate::rejection::FieldError;
 use crate::store::StoreConfig;
 
+/// The top-level sections of the config, as environment variables name them.
+pub const SECTIONS: &[&str] = &[
+    "server",
+    "store",
+    "auth",
+    "tls",
+    "rate_limit",
+    "ranking",
+    "season",
+    "queues",
+];
+
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
@@ -184,7 +196,25 @@ pub struct Overrides {
 impl Config {
     /// Loads defaults ← `file` ← `MATCHMAKER_*` environment ← `overrides`, then validates.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
-        Self::load_with_env(file, overrides, Env::prefixed("MATCHMAKER_").split("__"))
+        Self::load_with_env(file, overrides, Self::environment())
+    }
+
+    /// The `MATCHMAKER_<SECTION>__<KEY>` variables that name a config section. Others that
+    /// merely share the prefix are not config and are ignored: Kubernetes sets
+    /// `MATCHMAKER_PORT`, `MATCHMAKER_SERVICE_HOST` and friends for a Service named
+    /// `matchmaker`, and the binary's own `MATCHMAKER_LOG_JSON` and `MATCHMAKER_ADMIN_TOKEN` are
+    /// flags. A variable in a known section with an unknown key is still an error.
+    fn environment() -> Env {
+        Env::prefixed("MATCHMAKER_")
+            .filter(|key| {
+                let key = key.as_str();
+                SECTIONS.iter().any(|section| {
+                    key.len() > section.len() + 2
+                        && key[..section.len()].eq_ignore_ascii_case(section)
+                        && key[section.len()..].starts_with("__")
+                })
+            })
+            .split("__")
     }
 
     /// Loads from the compiled-in defaults and an optional TOML string only (tests, tools).
@@ -634,6 +664,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.addr().port(), 1);
+    }
+
+    #[test]
+    fn the_environment_sections_are_the_config_sections() {
+        let c = Config::from_toml_str("").unwrap();
+        let value = toml::Value::try_from(&c).unwrap();
+        let mut keys: Vec<&str> = value
+            .as_table()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut sections = SECTIONS.to_vec();
+        sections.sort_unstable();
+        assert_eq!(keys, sections);
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type.
+    fn service_link_variables_are_not_config_but_section_variables_are() {
+        figment::Jail::expect_with(|jail| {
+            // What Kubernetes injects for a Service named `matchmaker`, and the binary's flags.
+            jail.set_env("MATCHMAKER_PORT", "tcp://10.0.0.1:50051");
+            jail.set_env("MATCHMAKER_PORT_50051_TCP", "tcp://10.0.0.1:50051");
+            jail.set_env("MATCHMAKER_PORT_50051_TCP_ADDR", "10.0.0.1");
+            jail.set_env("MATCHMAKER_SERVICE_HOST", "10.0.0.1");
+            jail.set_env("MATCHMAKER_SERVICE_PORT_GRPC", "50051");
+            jail.set_env("MATCHMAKER_LOG_JSON", "true");
+            jail.set_env("MATCHMAKER_ADMIN_TOKEN", "x");
+            jail.set_env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "50");
+            jail.set_env("MATCHMAKER_RATE_LIMIT__PLAYER", "7");
+            let c = Config::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(c.server.tick_interval_ms, 50);
+            assert_eq!(c.rate_limit.player, 7.0);
+            // A typo inside a known section is still refused, naming the key.
+            jail.set_env("MATCHMAKER_SERVER__TICK_INTERVL_MS", "50");
+            let e = Config::load(None, &Overrides::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("tick_intervl_ms"), "{e}");
+            Ok(())
+        });
     }
 
     #[test]

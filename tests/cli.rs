@@ -81,6 +81,24 @@ fn an_unreadable_public_key_is_refused_before_anything_starts() {
     assert!(stderr.contains("auth.public_key_file"), "{stderr}");
 }
 
+/// Kubernetes injects `MATCHMAKER_PORT=tcp://...` and friends for a Service named `matchmaker`;
+/// they are not config.
+#[test]
+fn kubernetes_service_links_do_not_stop_the_binary() {
+    let out = bin()
+        .args(["config"])
+        .env("MATCHMAKER_PORT", "tcp://10.0.0.1:50051")
+        .env("MATCHMAKER_SERVICE_HOST", "10.0.0.1")
+        .env("MATCHMAKER_PORT_50051_TCP_PROTO", "tcp")
+        .env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "40")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("tick_interval_ms = 40"), "{stdout}");
+}
+
 #[test]
 fn an_environment_variable_is_validated_like_the_file() {
     let out = bin()
