@@ -85,6 +85,9 @@ pub struct ServerConfig {
     pub max_concurrent_requests: usize,
     pub request_timeout_ms: u64,
     pub shutdown_grace_ms: u64,
+    /// After the stop signal, how long health reports NOT_SERVING while calls are still served.
+    #[serde(default)]
+    pub drain_ms: u64,
     pub command_buffer: usize,
     pub stream_buffer: usize,
     /// Matches buffered per `ServeMatches` stream: the most one game server (or director) can
@@ -334,6 +337,12 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::invalid(key, "must be at least 1"));
             }
+        }
+        if s.drain_ms > 600_000 {
+            return Err(ConfigError::invalid(
+                "server.drain_ms",
+                format!("must be at most 600000 (got {})", s.drain_ms),
+            ));
         }
         if s.request_timeout_ms == 0 {
             return Err(ConfigError::invalid(

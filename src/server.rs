@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
 use tonic::transport::Server;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
@@ -105,10 +108,15 @@ pub async fn run_with_clock(
     serve(Prepared::new(config)?, listener, shutdown, clock).await
 }
 
+/// The health service name a liveness probe asks about: SERVING unless the store failed (a
+/// restart is the fix then). The readiness probe asks about the server as a whole (`""`), which
+/// also goes NOT_SERVING while the server drains.
+pub const LIVENESS: &str = "liveness";
+
 async fn serve(
     prepared: Prepared,
     listener: TcpListener,
-    shutdown: CancellationToken,
+    signal: CancellationToken,
     clock: Clock,
 ) -> Result<(), ServerError> {
     let Prepared {
@@ -117,6 +125,10 @@ async fn serve(
         store,
     } = prepared;
     let config = Arc::new(config);
+    // `signal` asks the server to stop; `shutdown` stops it, after the drain time during which
+    // health says NOT_SERVING (so load balancers and orchestrators route elsewhere) while every
+    // call is still served.
+    let shutdown = CancellationToken::new();
     let exporter = match config.metrics_addr() {
         Some(addr) => install_metrics(addr, shutdown.clone())?,
         None => None,
@@ -134,6 +146,7 @@ async fn serve(
     );
     let (committer, committer_task) =
         Committer::spawn(store.clone(), last_seq, config.store.journal_buffer);
+    let committer_failed = committer.failed();
     let ledger = Ledger::new(state.clone(), committer);
     let snapshots = tokio::spawn(ledger.clone().snapshot_periodically(
         Duration::from_secs(config.store.snapshot_interval_seconds),
@@ -158,16 +171,17 @@ async fn serve(
             .map_err(ServerError::LoopThread)?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
+    set_ready(&health, ServingStatus::Serving).await;
     health
-        .set_serving::<proto::client_service_server::ClientServiceServer<api::Client>>()
+        .set_service_status(LIVENESS, ServingStatus::Serving)
         .await;
-    health
-        .set_serving::<proto::game_server_service_server::GameServerServiceServer<api::GameServer>>(
-        )
-        .await;
-    health
-        .set_serving::<proto::admin_service_server::AdminServiceServer<api::Admin>>()
-        .await;
+    let health_task = tokio::spawn(watch_health(
+        health,
+        signal,
+        shutdown.clone(),
+        committer_failed,
+        Duration::from_millis(config.server.drain_ms),
+    ));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -301,10 +315,71 @@ async fn serve(
     if let Some(exporter) = exporter {
         let _ = exporter.await;
     }
+    let _ = health_task.await;
     let persisted = final_snapshot?;
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");
     served.map_err(ServerError::from)
+}
+
+/// What the health service reports for the server as a whole and for each service.
+async fn set_ready(health: &HealthReporter, status: ServingStatus) {
+    health.set_service_status("", status).await;
+    health
+        .set_service_status(
+            <proto::client_service_server::ClientServiceServer<api::Client> as NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <proto::game_server_service_server::GameServerServiceServer<api::GameServer> as NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <proto::admin_service_server::AdminServiceServer<api::Admin> as NamedService>::NAME,
+            status,
+        )
+        .await;
+}
+
+/// Keeps health true to the server's state until it stops: on `signal`, NOT_SERVING, then
+/// `drain` later the server stops (`shutdown`); when the result journal fails, NOT_SERVING for
+/// readiness and liveness alike, because only a restart recovers it.
+async fn watch_health(
+    health: HealthReporter,
+    signal: CancellationToken,
+    shutdown: CancellationToken,
+    store_failed: CancellationToken,
+    drain: Duration,
+) {
+    tokio::select! {
+        () = store_failed.cancelled() => {
+            set_ready(&health, ServingStatus::NotServing).await;
+            health.set_service_status(LIVENESS, ServingStatus::NotServing).await;
+            tracing::error!("the result journal failed: health is NOT_SERVING; restart the server");
+        }
+        () = signal.cancelled() => {}
+        () = shutdown.cancelled() => return,
+    }
+    tokio::select! {
+        () = signal.cancelled() => {}
+        () = shutdown.cancelled() => return,
+    }
+    set_ready(&health, ServingStatus::NotServing).await;
+    if !drain.is_zero() {
+        info!(
+            drain_ms = drain.as_millis() as u64,
+            "draining: health is NOT_SERVING, calls are still served"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(drain) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+    shutdown.cancel();
 }
 
 /// Counts the calls `load_shed` refused (the error passes on unchanged: tonic answers it
@@ -368,4 +443,124 @@ fn install_metrics(
     });
     info!(addr = %addr, "serving Prometheus metrics on /metrics");
     Ok(Some(task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_health::pb::health_server::Health;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response};
+    use tonic_health::server::HealthService;
+
+    async fn status(health: &HealthService, service: &str) -> health_check_response::ServingStatus {
+        let answer = health
+            .check(tonic::Request::new(HealthCheckRequest {
+                service: service.into(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        answer.status()
+    }
+
+    async fn serving() -> (HealthReporter, HealthService) {
+        let (reporter, _) = tonic_health::server::health_reporter();
+        set_ready(&reporter, ServingStatus::Serving).await;
+        reporter
+            .set_service_status(LIVENESS, ServingStatus::Serving)
+            .await;
+        let service = HealthService::from_health_reporter(reporter.clone());
+        (reporter, service)
+    }
+
+    #[tokio::test]
+    async fn draining_is_not_ready_but_alive_and_ends_in_shutdown() {
+        use health_check_response::ServingStatus as S;
+        let (reporter, health) = serving().await;
+        let (signal, shutdown, failed) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let task = tokio::spawn(watch_health(
+            reporter,
+            signal.clone(),
+            shutdown.clone(),
+            failed,
+            Duration::from_secs(3600),
+        ));
+        assert_eq!(status(&health, "").await, S::Serving);
+        signal.cancel();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while status(&health, "").await != S::NotServing {
+            assert!(tokio::time::Instant::now() < deadline, "never NOT_SERVING");
+            tokio::task::yield_now().await;
+        }
+        let client =
+            <proto::client_service_server::ClientServiceServer<api::Client> as NamedService>::NAME;
+        assert_eq!(status(&health, client).await, S::NotServing);
+        assert_eq!(
+            status(&health, LIVENESS).await,
+            S::Serving,
+            "draining is alive"
+        );
+        assert!(
+            !shutdown.is_cancelled(),
+            "calls are served during the drain"
+        );
+        // Stopping for another reason ends the drain early; the watcher ends with it.
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_drain_ends_in_shutdown() {
+        let (reporter, _health) = serving().await;
+        let (signal, shutdown) = (CancellationToken::new(), CancellationToken::new());
+        signal.cancel();
+        watch_health(
+            reporter,
+            signal,
+            shutdown.clone(),
+            CancellationToken::new(),
+            Duration::from_millis(10),
+        )
+        .await;
+        assert!(shutdown.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_failed_journal_is_neither_ready_nor_alive() {
+        use health_check_response::ServingStatus as S;
+        let (reporter, health) = serving().await;
+        let (signal, shutdown, failed) = (
+            CancellationToken::new(),
+            CancellationToken::new(),
+            CancellationToken::new(),
+        );
+        let task = tokio::spawn(watch_health(
+            reporter,
+            signal.clone(),
+            shutdown.clone(),
+            failed.clone(),
+            Duration::ZERO,
+        ));
+        failed.cancel();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while status(&health, LIVENESS).await != S::NotServing {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "liveness never failed"
+            );
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(status(&health, "").await, S::NotServing);
+        assert!(
+            !shutdown.is_cancelled(),
+            "the server keeps answering until it is stopped"
+        );
+        signal.cancel();
+        task.await.unwrap();
+        assert!(shutdown.is_cancelled());
+    }
 }

@@ -631,3 +631,48 @@ async fn a_queue_with_its_own_tick_interval_forms_matches_at_that_pace() {
         "the second 1v1 match formed {gap:?} after the first"
     );
 }
+
+/// After the stop signal, a server with `drain_ms` says NOT_SERVING (readiness) while it still
+/// serves calls and stays alive (liveness).
+#[tokio::test]
+async fn a_draining_server_is_not_ready_but_alive_and_still_serves() {
+    use tonic_health::pb::HealthCheckRequest;
+
+    let server = TestServer::start("[server]\ndrain_ms = 60000\n").await;
+    let mut health = HealthClient::new(server.channel().await);
+    let check = |service: &str| HealthCheckRequest {
+        service: service.into(),
+    };
+    let status = health.check(check("")).await.unwrap().into_inner().status();
+    assert_eq!(status, ServingStatus::Serving);
+    server.shutdown.cancel();
+    poll_until("readiness NOT_SERVING after the signal", || {
+        let mut health = health.clone();
+        async move {
+            match health.check(check("")).await.unwrap().into_inner().status() {
+                ServingStatus::NotServing => Ok(()),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+    let alive = health.check(check("liveness")).await.unwrap().into_inner();
+    assert_eq!(alive.status(), ServingStatus::Serving);
+    // Calls are still served while draining.
+    let ticket = server
+        .client()
+        .await
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["drainer".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("EnterQueue while draining")
+        .into_inner();
+    assert!(!ticket.ticket_id.is_empty());
+    assert!(
+        !server.task.as_ref().unwrap().is_finished(),
+        "the server drains for drain_ms before it stops"
+    );
+}

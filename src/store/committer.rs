@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::{JournalEntry, Store, StoreError};
 
@@ -46,6 +47,8 @@ struct Progress {
 pub struct Committer {
     tx: mpsc::Sender<Request>,
     progress: Arc<Mutex<Progress>>,
+    /// Cancelled when a batch could not be written: the journal refuses everything after it.
+    failed: CancellationToken,
 }
 
 impl Committer {
@@ -60,8 +63,16 @@ impl Committer {
             last: last_seq,
             unapplied: BTreeSet::new(),
         }));
-        let task = tokio::spawn(run(store, rx, progress.clone()));
-        (Self { tx, progress }, task)
+        let failed = CancellationToken::new();
+        let task = tokio::spawn(run(store, rx, progress.clone(), failed.clone()));
+        (
+            Self {
+                tx,
+                progress,
+                failed,
+            },
+            task,
+        )
     }
 
     /// Journals `entry` durably; returns its sequence number once flushed. The caller must call
@@ -82,6 +93,12 @@ impl Committer {
         rx.await.map_err(|_| CommitError::Closed)?
     }
 
+    /// Cancelled once the journal has failed and refuses further entries (fail-stop: the server
+    /// must restart). Health reports it.
+    pub fn failed(&self) -> CancellationToken {
+        self.failed.clone()
+    }
+
     /// Marks a committed entry as applied in memory.
     pub fn applied(&self, seq: u64) {
         self.lock().unapplied.remove(&seq);
@@ -99,7 +116,12 @@ impl Committer {
     }
 }
 
-async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<Progress>>) {
+async fn run(
+    store: Store,
+    mut rx: mpsc::Receiver<Request>,
+    progress: Arc<Mutex<Progress>>,
+    failed: CancellationToken,
+) {
     let mut batch: Vec<Request> = Vec::new();
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -148,6 +170,7 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
                 // acknowledged either. Callers get the error; the server must restart.
                 tracing::error!(error = %e, "result journal write failed; refusing further results");
                 crate::telemetry::store_error("journal");
+                failed.cancel();
                 let e = Arc::new(e);
                 for r in batch.drain(..) {
                     let _ = r.reply.send(Err(CommitError::Store(e.clone())));
@@ -159,5 +182,45 @@ async fn run(store: Store, mut rx: mpsc::Receiver<Request>, progress: Arc<Mutex<
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::ResultAck;
+    use crate::store::{EntryKind, MemoryStore};
+
+    fn entry(id: &str) -> JournalEntry {
+        JournalEntry {
+            match_id: crate::ids::MatchId::from(id),
+            applied_unix: 1.0,
+            pool: "1v1".into(),
+            records: Vec::new(),
+            parties: Vec::new(),
+            ack: ResultAck {
+                queue: "1v1".into(),
+                changes: Vec::new(),
+            },
+            kind: EntryKind::Result,
+            season: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_is_reported_and_refuses_everything_after_it() {
+        let memory = Arc::new(MemoryStore::default());
+        let store: Store = memory.clone();
+        let (committer, task) = Committer::spawn(store, 0, 8);
+        assert_eq!(committer.commit(entry("m1")).await.unwrap(), 1);
+        assert!(!committer.failed().is_cancelled());
+        memory.fail_journal_writes();
+        let e = committer.commit(entry("m2")).await.unwrap_err();
+        assert!(matches!(e, CommitError::Store(_)), "{e}");
+        assert!(committer.failed().is_cancelled(), "health learns of it");
+        let after = committer.commit(entry("m3")).await.unwrap_err();
+        assert!(matches!(after, CommitError::Closed), "{after}");
+        drop(committer);
+        task.await.unwrap();
     }
 }

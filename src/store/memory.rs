@@ -37,9 +37,14 @@ struct Data {
 
 /// The in-memory backend.
 #[derive(Default)]
-pub struct MemoryStore(Mutex<Data>);
+pub struct MemoryStore(Mutex<Data>, std::sync::atomic::AtomicBool);
 
 impl MemoryStore {
+    /// From now on every journal write fails, as a full or broken disk would.
+    pub fn fail_journal_writes(&self) {
+        self.1.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     fn data(&self) -> std::sync::MutexGuard<'_, Data> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -108,6 +113,12 @@ impl Storage for MemoryStore {
     }
 
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
+        if self.1.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::Io {
+                path: "memory".into(),
+                source: std::io::Error::other("journal writes fail (test)"),
+            });
+        }
         let mut data = self.data();
         for (i, entry) in entries.iter().enumerate() {
             data.journal.insert(first_seq + i as u64, entry.clone());
