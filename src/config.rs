@@ -88,6 +88,13 @@ pub struct ServerConfig {
     /// After the stop signal, how long health reports NOT_SERVING while calls are still served.
     #[serde(default)]
     pub drain_ms: u64,
+    /// HTTP/2 PING interval on idle connections, so a dead peer of a long `WatchTicket` or
+    /// `ServeMatches` stream is noticed and proxies keep the connection open; 0 = off.
+    #[serde(default = "default_keepalive_interval_ms")]
+    pub http2_keepalive_interval_ms: u64,
+    /// How long a PING may go unanswered before the connection is closed.
+    #[serde(default = "default_keepalive_timeout_ms")]
+    pub http2_keepalive_timeout_ms: u64,
     pub command_buffer: usize,
     pub stream_buffer: usize,
     /// Matches buffered per `ServeMatches` stream: the most one game server (or director) can
@@ -114,6 +121,14 @@ pub struct ServerConfig {
     /// and `CancelTicket` after the fact.
     #[serde(default = "default_finished_ticket_retention_seconds")]
     pub finished_ticket_retention_seconds: f64,
+}
+
+fn default_keepalive_interval_ms() -> u64 {
+    30_000
+}
+
+fn default_keepalive_timeout_ms() -> u64 {
+    10_000
 }
 
 fn default_serve_matches_buffer() -> usize {
@@ -337,6 +352,12 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::invalid(key, "must be at least 1"));
             }
+        }
+        if s.http2_keepalive_timeout_ms == 0 {
+            return Err(ConfigError::invalid(
+                "server.http2_keepalive_timeout_ms",
+                "must be at least 1",
+            ));
         }
         if s.drain_ms > 600_000 {
             return Err(ConfigError::invalid(

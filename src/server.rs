@@ -18,7 +18,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
 use crate::api;
-use crate::api::layers::{AuthLayer, MessageSizeLayer, RateLimitLayer};
+use crate::api::layers::{AuthLayer, DeadlineLayer, MessageSizeLayer, RateLimitLayer};
 use crate::auth::Verifier;
 use crate::config::Config;
 use crate::ledger::Ledger;
@@ -223,6 +223,9 @@ async fn serve(
     // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
     // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
+        .layer(DeadlineLayer::new(Duration::from_millis(
+            config.server.request_timeout_ms,
+        )))
         .map_err(count_shed)
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(
@@ -250,7 +253,13 @@ async fn serve(
         info!("TLS on");
     }
     let serve = builder
-        .timeout(Duration::from_millis(config.server.request_timeout_ms))
+        .http2_keepalive_interval(
+            (config.server.http2_keepalive_interval_ms > 0)
+                .then(|| Duration::from_millis(config.server.http2_keepalive_interval_ms)),
+        )
+        .http2_keepalive_timeout(Some(Duration::from_millis(
+            config.server.http2_keepalive_timeout_ms,
+        )))
         .concurrency_limit_per_connection(config.server.max_concurrent_requests_per_connection)
         // Announced to clients as SETTINGS_MAX_CONCURRENT_STREAMS, so calls beyond the limit wait
         // in the client, not in server memory (tonic's default, None, lifts even hyper's 200).

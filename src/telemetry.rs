@@ -25,6 +25,8 @@ pub const CONNECTIONS_OPEN: &str = "matchmaker_connections_open";
 /// Calls refused with RESOURCE_EXHAUSTED because `server.max_concurrent_requests` calls were
 /// in flight (counter).
 pub const REQUESTS_SHED: &str = "matchmaker_requests_shed_total";
+/// Calls answered DEADLINE_EXCEEDED because their deadline passed first (counter).
+pub const DEADLINES_EXCEEDED: &str = "matchmaker_deadlines_exceeded_total";
 
 /// Seconds one journal batch took to write and flush (histogram).
 pub const JOURNAL_FLUSH_SECONDS: &str = "matchmaker_journal_flush_seconds";
@@ -163,6 +165,10 @@ pub fn describe() {
         "Calls refused because server.max_concurrent_requests calls were in flight"
     );
     describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
+    describe_counter!(
+        DEADLINES_EXCEEDED,
+        "Calls answered DEADLINE_EXCEEDED: the caller's grpc-timeout or server.request_timeout_ms passed first"
+    );
     describe_gauge!(
         RATE_LIMIT_BUCKETS,
         "Callers holding a rate-limit bucket after the last idle sweep"

@@ -394,6 +394,16 @@ async fn a_player_over_its_rate_is_refused_and_others_are_not() {
                 .starts_with("rate limit: player p1 exceeded rate_limit.player (5 requests/s"),
             "{e:?}"
         );
+        // google.rpc.RetryInfo says when the bucket holds a call again: at most one refill.
+        use tonic_types::StatusExt;
+        let retry = e
+            .get_details_retry_info()
+            .and_then(|info| info.retry_delay)
+            .expect("a RetryInfo detail");
+        assert!(
+            retry > std::time::Duration::ZERO && retry <= std::time::Duration::from_millis(200),
+            "{retry:?}"
+        );
     }
     // Buckets are per caller: p2 still gets through, and health stays open.
     for _ in 0..5 {

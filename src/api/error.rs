@@ -2,6 +2,7 @@
 
 use tonic::Status;
 use tonic::codegen::http;
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::AuthError;
 use crate::ledger::ReportError;
@@ -71,9 +72,27 @@ impl From<ReportError> for Status {
     }
 }
 
+/// RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo` detail: when the caller's bucket holds a
+/// request again, so well-behaved clients back off exactly as long as needed.
 impl From<RateLimited> for Status {
     fn from(e: RateLimited) -> Self {
-        Status::resource_exhausted(e.to_string())
+        Status::with_error_details(
+            tonic::Code::ResourceExhausted,
+            e.to_string(),
+            ErrorDetails::with_retry_info(Some(e.retry_after)),
+        )
+    }
+}
+
+/// A call's deadline passed before it was answered: the caller's `grpc-timeout`, or the
+/// server's `server.request_timeout_ms`, whichever is shorter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("deadline exceeded after {0:?}")]
+pub struct DeadlineExceeded(pub std::time::Duration);
+
+impl From<DeadlineExceeded> for Status {
+    fn from(e: DeadlineExceeded) -> Self {
+        Status::deadline_exceeded(e.to_string())
     }
 }
 

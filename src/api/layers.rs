@@ -1,6 +1,7 @@
-//! The server's tower layers in front of every service, in stack order after load shedding and
-//! the global concurrency limit: authentication ([`AuthLayer`]), the per-caller rate limit
-//! ([`RateLimitLayer`]) and the request-size check ([`MessageSizeLayer`]). Each answers a refused
+//! The server's tower layers in front of every service: the call's deadline
+//! ([`DeadlineLayer`]), then after load shedding and the global concurrency limit,
+//! authentication ([`AuthLayer`]), the per-caller rate limit ([`RateLimitLayer`]) and the
+//! request-size check ([`MessageSizeLayer`]). Each answers a refused
 //! request itself, without reaching the inner service; the rules they apply are pure and live in
 //! `auth` and `limits`.
 
@@ -8,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http_body::{Body, Frame, SizeHint};
 use tonic::Status;
@@ -281,5 +282,182 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Answers DEADLINE_EXCEEDED when a call is not answered within its deadline: the caller's
+/// `grpc-timeout` header, capped by the server's own limit. (tonic's server timeout answers
+/// CANCELLED, which clients cannot tell from a hang-up.) For a streaming call the deadline
+/// covers the answer's start, as in tonic.
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlineLayer {
+    max: Duration,
+}
+
+impl DeadlineLayer {
+    pub fn new(max: Duration) -> Self {
+        Self { max }
+    }
+}
+
+impl<S> Layer<S> for DeadlineLayer {
+    type Service = Deadline<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Deadline {
+            inner,
+            max: self.max,
+        }
+    }
+}
+
+/// The service [`DeadlineLayer`] makes.
+#[derive(Clone)]
+pub struct Deadline<S> {
+    inner: S,
+    max: Duration,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Deadline<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = WithDeadline<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let timeout = grpc_timeout(request.headers()).map_or(self.max, |t| t.min(self.max));
+        WithDeadline {
+            inner: self.inner.call(request),
+            sleep: tokio::time::sleep(timeout),
+            timeout,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call's answer, or DEADLINE_EXCEEDED once its deadline passes.
+    pub struct WithDeadline<F> {
+        #[pin]
+        inner: F,
+        #[pin]
+        sleep: tokio::time::Sleep,
+        timeout: Duration,
+    }
+}
+
+impl<F, ResBody, E> Future for WithDeadline<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+    ResBody: Default,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(answer) = this.inner.poll(cx) {
+            return Poll::Ready(answer);
+        }
+        ready!(this.sleep.poll(cx));
+        metrics::counter!(crate::telemetry::DEADLINES_EXCEEDED).increment(1);
+        Poll::Ready(Ok(error::refusal(error::DeadlineExceeded(*this.timeout))))
+    }
+}
+
+/// The caller's deadline from a `grpc-timeout` header (up to 8 digits and a unit: `H`, `M`,
+/// `S`, `m`, `u`, `n`); `None` when absent or malformed.
+pub fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(value: &str) -> Option<Duration> {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-timeout", value.parse().unwrap());
+        grpc_timeout(&headers)
+    }
+
+    /// A service that never answers, like a handler stuck behind a slow dependency.
+    fn stuck() -> impl Service<
+        http::Request<()>,
+        Response = http::Response<tonic::body::Body>,
+        Error = std::convert::Infallible,
+        Future = std::future::Pending<
+            Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+        >,
+    > + Clone {
+        tower::service_fn(|_: http::Request<()>| std::future::pending())
+    }
+
+    fn grpc_status(response: &http::Response<tonic::body::Body>) -> Option<&str> {
+        response.headers().get("grpc-status")?.to_str().ok()
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_deadline_is_answered_deadline_exceeded() {
+        use tower::ServiceExt;
+        // The server's own limit applies when the caller sent none.
+        let started = tokio::time::Instant::now();
+        let answer = DeadlineLayer::new(Duration::from_millis(20))
+            .layer(stuck())
+            .oneshot(http::Request::new(()))
+            .await
+            .unwrap();
+        assert_eq!(grpc_status(&answer), Some("4"), "DEADLINE_EXCEEDED");
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        // The caller's shorter deadline wins over a long server limit.
+        let mut request = http::Request::new(());
+        request
+            .headers_mut()
+            .insert("grpc-timeout", "30m".parse().unwrap());
+        let answer = DeadlineLayer::new(Duration::from_secs(3600))
+            .layer(stuck())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(grpc_status(&answer), Some("4"));
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_by_the_spec() {
+        assert_eq!(timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(timeout("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(
+            timeout("99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
+        assert_eq!(timeout("5n"), Some(Duration::from_nanos(5)));
+        for bad in ["", "S", "123456789S", "10x", "-1S", "1.5S"] {
+            let mut headers = http::HeaderMap::new();
+            if !bad.is_empty() {
+                headers.insert("grpc-timeout", bad.parse().unwrap());
+            }
+            assert_eq!(grpc_timeout(&headers), None, "{bad:?}");
+        }
     }
 }
