@@ -18,7 +18,10 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tracing::{info, warn};
 
 use crate::api;
-use crate::api::layers::{AuthLayer, DeadlineLayer, MessageSizeLayer, RateLimitLayer};
+use crate::api::layers::{
+    AnswerErrorsLayer, AuthLayer, DeadlineLayer, MessageSizeLayer, RateLimitLayer,
+};
+use crate::api::rpc_metrics::RpcMetricsLayer;
 use crate::auth::Verifier;
 use crate::config::Config;
 use crate::ledger::Ledger;
@@ -223,6 +226,8 @@ async fn serve(
     // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
     // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
+        .layer(RpcMetricsLayer::default())
+        .layer(AnswerErrorsLayer)
         .layer(DeadlineLayer::new(Duration::from_millis(
             config.server.request_timeout_ms,
         )))
@@ -391,6 +396,9 @@ async fn watch_health(
     shutdown.cancel();
 }
 
+/// How often the process metrics (memory, CPU, descriptors) are read.
+const PROCESS_METRICS_EVERY: Duration = Duration::from_secs(5);
+
 /// Counts the calls `load_shed` refused (the error passes on unchanged: tonic answers it
 /// RESOURCE_EXHAUSTED). On the error path only, so a served call pays nothing.
 fn count_shed(e: tower::BoxError) -> tower::BoxError {
@@ -440,14 +448,28 @@ fn install_metrics(
         return Ok(None);
     }
     crate::telemetry::describe();
+    metrics::gauge!(
+        crate::telemetry::BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "git_sha" => env!("MATCHMAKER_GIT_SHA")
+    )
+    .set(1.0);
+    let process = metrics_process::Collector::default();
+    process.describe();
     let task = tokio::spawn(async move {
-        tokio::select! {
-            result = exporter => {
-                if let Err(e) = result {
-                    warn!(error = ?e, "metrics endpoint stopped");
+        let mut exporter = std::pin::pin!(exporter);
+        let mut every = tokio::time::interval(PROCESS_METRICS_EVERY);
+        loop {
+            tokio::select! {
+                result = &mut exporter => {
+                    if let Err(e) = result {
+                        warn!(error = ?e, "metrics endpoint stopped");
+                    }
+                    return;
                 }
+                _ = every.tick() => process.collect(),
+                () = shutdown.cancelled() => return,
             }
-            () = shutdown.cancelled() => {}
         }
     });
     info!(addr = %addr, "serving Prometheus metrics on /metrics");

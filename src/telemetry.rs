@@ -25,6 +25,14 @@ pub const CONNECTIONS_OPEN: &str = "matchmaker_connections_open";
 /// Calls refused with RESOURCE_EXHAUSTED because `server.max_concurrent_requests` calls were
 /// in flight (counter).
 pub const REQUESTS_SHED: &str = "matchmaker_requests_shed_total";
+/// RPCs started, by `grpc_service` and `grpc_method` (counter; the go-grpc-prometheus name).
+pub const GRPC_STARTED: &str = "grpc_server_started_total";
+/// RPCs finished, by `grpc_service`, `grpc_method` and `grpc_code` (counter).
+pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
+/// Seconds from an RPC's start to its status, streams until they end (histogram).
+pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
+/// Always 1, labelled with the build's `version` and `git_sha` (gauge).
+pub const BUILD_INFO: &str = "matchmaker_build_info";
 /// Calls answered DEADLINE_EXCEEDED because their deadline passed first (counter).
 pub const DEADLINES_EXCEEDED: &str = "matchmaker_deadlines_exceeded_total";
 
@@ -74,6 +82,13 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
         &[0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5],
     ),
     (TICK_SECONDS, SECONDS_FAST),
+    (
+        GRPC_HANDLING_SECONDS,
+        &[
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            60.0, 300.0,
+        ],
+    ),
     (JOURNAL_FLUSH_SECONDS, SECONDS_FAST),
     (
         JOURNAL_BATCH_SIZE,
@@ -165,6 +180,17 @@ pub fn describe() {
         "Calls refused because server.max_concurrent_requests calls were in flight"
     );
     describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
+    describe_counter!(GRPC_STARTED, "RPCs started on the server");
+    describe_counter!(GRPC_HANDLED, "RPCs completed on the server, by status code");
+    describe_histogram!(
+        GRPC_HANDLING_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from an RPC's start to its status (streams until they end)"
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "The running build: version and git_sha labels, value 1"
+    );
     describe_counter!(
         DEADLINES_EXCEEDED,
         "Calls answered DEADLINE_EXCEEDED: the caller's grpc-timeout or server.request_timeout_ms passed first"

@@ -63,6 +63,19 @@ fn labelled_sum(body: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The sum of the samples of `name` whose labels include every one of `labels`.
+fn with_labels(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,6 +182,50 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         );
     }
     assert!(after.contains("matchmaker_tick_seconds_bucket{"), "{after}");
+    // Per-RPC metrics in go-grpc-prometheus's names, every call counted with its status.
+    let enter = [
+        ("grpc_service", "matchmaker.v1.ClientService"),
+        ("grpc_method", "EnterQueue"),
+    ];
+    assert_eq!(
+        with_labels(&after, "grpc_server_started_total", &enter),
+        report.target.requests as f64,
+        "{after}"
+    );
+    let handled = |code: &str| {
+        let mut labels = enter.to_vec();
+        labels.push(("grpc_code", code));
+        with_labels(&after, "grpc_server_handled_total", &labels)
+    };
+    assert_eq!(handled("OK"), entered_ok, "{after}");
+    assert_eq!(
+        handled("RESOURCE_EXHAUSTED"),
+        target_refused as f64,
+        "{after}"
+    );
+    assert_eq!(
+        with_labels(&after, "grpc_server_handling_seconds_count", &enter),
+        report.target.requests as f64,
+        "{after}"
+    );
+    // Process metrics and the build.
+    assert!(
+        sample(&after, "process_resident_memory_bytes").is_some_and(|b| b > 1e6),
+        "{after}"
+    );
+    assert!(
+        sample(&after, "process_open_fds").is_some_and(|n| n >= 3.0),
+        "{after}"
+    );
+    assert_eq!(
+        with_labels(
+            &after,
+            "matchmaker_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0,
+        "{after}"
+    );
     // Measured at start: a data dir always holds sled's log and config.
     let on_disk = dir_bytes(&dir.path().join("data"));
     assert!(on_disk > 0);

@@ -104,6 +104,17 @@ impl From<MessageTooLarge> for Status {
     }
 }
 
+/// The status of an error a tower layer below the services returned: a call shed by the
+/// server-wide limit is RESOURCE_EXHAUSTED naming the limit; anything else as tonic maps it.
+pub(super) fn layer_error(e: tower::BoxError) -> Status {
+    if e.is::<tower::load_shed::error::Overloaded>() {
+        return Status::resource_exhausted(
+            "server overloaded: server.max_concurrent_requests calls are in flight; retry with backoff",
+        );
+    }
+    Status::from_error(e)
+}
+
 /// A task the handler waited for failed (it panicked): the request's outcome is unknown to it.
 pub(super) fn task_failed(e: tokio::task::JoinError) -> Status {
     tracing::error!(error = %e, "request task failed");

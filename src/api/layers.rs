@@ -285,6 +285,99 @@ where
     }
 }
 
+/// Turns the errors of the layers below (a shed call, above all) into gRPC answers, so every
+/// call ends in a response with a status that the layers above (metrics) can read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AnswerErrorsLayer;
+
+impl<S> Layer<S> for AnswerErrorsLayer {
+    type Service = AnswerErrors<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AnswerErrors {
+            inner,
+            broken: None,
+        }
+    }
+}
+
+/// The service [`AnswerErrorsLayer`] makes.
+#[derive(Clone)]
+pub struct AnswerErrors<S> {
+    inner: S,
+    /// Why the layers below could not take a call, for the next call's answer.
+    broken: Option<Status>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for AnswerErrors<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    S::Error: Into<tower::BoxError>,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = std::convert::Infallible;
+    type Future = Answered<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // A layer below that is not ready fails the call, answered in `call`'s future; tonic
+        // would otherwise drop the connection's request.
+        match self.inner.poll_ready(cx) {
+            Poll::Ready(Err(e)) => {
+                self.broken = Some(error::layer_error(e.into()));
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        match self.broken.take() {
+            Some(status) => Answered::Refused {
+                status: Some(status),
+            },
+            None => Answered::Inner {
+                future: self.inner.call(request),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The inner answer, or its error as a gRPC answer.
+    #[project = AnsweredProjection]
+    pub enum Answered<F> {
+        Refused { status: Option<Status> },
+        Inner { #[pin] future: F },
+    }
+}
+
+impl<F, ResBody, E> Future for Answered<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+    E: Into<tower::BoxError>,
+    ResBody: Default,
+{
+    type Output = Result<http::Response<ResBody>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            AnsweredProjection::Refused { status } => {
+                Poll::Ready(Ok(error::refusal(status.take().unwrap_or_else(|| {
+                    error::internal("a refusal was polled after it was answered")
+                }))))
+            }
+            AnsweredProjection::Inner { future } => {
+                Poll::Ready(Ok(match ready!(future.poll(cx)) {
+                    Ok(response) => response,
+                    Err(e) => error::refusal(error::layer_error(e.into())),
+                }))
+            }
+        }
+    }
+}
+
 /// Answers DEADLINE_EXCEEDED when a call is not answered within its deadline: the caller's
 /// `grpc-timeout` header, capped by the server's own limit. (tonic's server timeout answers
 /// CANCELLED, which clients cannot tell from a hang-up.) For a streaming call the deadline

@@ -9,6 +9,7 @@ pub mod convert;
 mod error;
 mod game_server;
 pub mod layers;
+pub mod rpc_metrics;
 
 pub use admin::Admin;
 pub use client::{Client, QueueLoad};

@@ -1,0 +1,314 @@
+//! Per-RPC metrics in the names go-grpc-prometheus made the convention:
+//! `grpc_server_started_total{grpc_service, grpc_method}`,
+//! `grpc_server_handled_total{grpc_service, grpc_method, grpc_code}` and
+//! `grpc_server_handling_seconds{grpc_service, grpc_method}`. A call is handled when its status
+//! is known: in the response headers of a refused call, in the trailers of an answered one, or
+//! CANCELLED when the client went away first. Streaming calls count until the stream ends.
+//!
+//! Metric handles are registered once per method (a registry lookup per call was measurable
+//! under load), and at most [`MAX_METHODS`] methods get their own labels: a client naming made-up
+//! methods cannot grow the label set; the rest count as `unknown`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll, ready};
+use std::time::Instant;
+
+use http_body::{Body, Frame, SizeHint};
+use tonic::Code;
+use tonic::codegen::{Bytes, http};
+use tower::{Layer, Service};
+
+use crate::telemetry as m;
+
+/// Methods that get labels of their own; further ones share `unknown`.
+pub const MAX_METHODS: usize = 128;
+
+/// The metric handles of one method.
+struct Method {
+    started: metrics::Counter,
+    handled: [metrics::Counter; 17],
+    seconds: metrics::Histogram,
+}
+
+impl Method {
+    fn new(service: &str, method: &str) -> Self {
+        let labels = [
+            ("grpc_service", service.to_string()),
+            ("grpc_method", method.to_string()),
+        ];
+        Self {
+            started: metrics::counter!(m::GRPC_STARTED, &labels),
+            handled: std::array::from_fn(|code| {
+                let name = format!("{:?}", Code::from_i32(code as i32));
+                metrics::counter!(
+                    m::GRPC_HANDLED,
+                    "grpc_service" => service.to_string(),
+                    "grpc_method" => method.to_string(),
+                    "grpc_code" => to_upper_snake(&name)
+                )
+            }),
+            seconds: metrics::histogram!(m::GRPC_HANDLING_SECONDS, &labels),
+        }
+    }
+
+    fn finish(&self, code: Code, started: Instant) {
+        self.handled[(code as i32).clamp(0, 16) as usize].increment(1);
+        self.seconds.record(started.elapsed().as_secs_f64());
+    }
+}
+
+/// `DeadlineExceeded` → `DEADLINE_EXCEEDED`, as gRPC spells its codes.
+fn to_upper_snake(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// `/pkg.Service/Method` → (`pkg.Service`, `Method`).
+fn split_path(path: &str) -> Option<(&str, &str)> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    (!service.is_empty() && !method.is_empty() && !method.contains('/'))
+        .then_some((service, method))
+}
+
+/// The handles of every method seen, shared by the layer's clones.
+#[derive(Clone, Default)]
+pub struct RpcMetricsLayer {
+    methods: Arc<RwLock<HashMap<String, Arc<Method>>>>,
+}
+
+impl RpcMetricsLayer {
+    fn method(&self, path: &str) -> Arc<Method> {
+        if let Some(known) = self
+            .methods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(path)
+        {
+            return known.clone();
+        }
+        let mut methods = self.methods.write().unwrap_or_else(|p| p.into_inner());
+        let key = if methods.len() < MAX_METHODS && split_path(path).is_some() {
+            path
+        } else {
+            "/unknown/unknown"
+        };
+        methods
+            .entry(key.to_string())
+            .or_insert_with(|| {
+                let (service, method) = split_path(key).unwrap_or(("unknown", "unknown"));
+                Arc::new(Method::new(service, method))
+            })
+            .clone()
+    }
+}
+
+impl<S> Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetrics<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RpcMetrics {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`RpcMetricsLayer`] makes.
+#[derive(Clone)]
+pub struct RpcMetrics<S> {
+    inner: S,
+    layer: RpcMetricsLayer,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RpcMetrics<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+{
+    type Response = http::Response<MeteredBody<ResBody>>;
+    type Error = S::Error;
+    type Future = Metered<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        let method = self.layer.method(request.uri().path());
+        method.started.increment(1);
+        Metered {
+            inner: self.inner.call(request),
+            call: Some(Call {
+                method,
+                started: Instant::now(),
+            }),
+        }
+    }
+}
+
+/// One call being measured; recorded once, as handled with the code it ended with.
+struct Call {
+    method: Arc<Method>,
+    started: Instant,
+}
+
+impl Call {
+    fn finish(self, code: Code) {
+        self.method.finish(code, self.started);
+    }
+}
+
+fn status_of(headers: &http::HeaderMap) -> Option<Code> {
+    let value = headers.get("grpc-status")?.to_str().ok()?;
+    Some(Code::from_i32(value.parse().ok()?))
+}
+
+pin_project_lite::pin_project! {
+    /// The response future: measures the call once the answer's headers are known.
+    pub struct Metered<F> {
+        #[pin]
+        inner: F,
+        call: Option<Call>,
+    }
+
+    impl<F> PinnedDrop for Metered<F> {
+        fn drop(this: Pin<&mut Self>) {
+            // Dropped before an answer: the client went away.
+            if let Some(call) = this.project().call.take() {
+                call.finish(Code::Cancelled);
+            }
+        }
+    }
+}
+
+impl<F, B, E> Future for Metered<F>
+where
+    F: Future<Output = Result<http::Response<B>, E>>,
+{
+    type Output = Result<http::Response<MeteredBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = ready!(this.inner.poll(cx));
+        let call = this.call.take();
+        Poll::Ready(match answer {
+            Ok(response) => {
+                // A refusal carries its status in the headers (trailers-only); an answer's comes
+                // in the trailers at the end of the body.
+                let call = match (status_of(response.headers()), call) {
+                    (Some(code), Some(call)) => {
+                        call.finish(code);
+                        None
+                    }
+                    (_, call) => call,
+                };
+                Ok(response.map(|inner| MeteredBody { inner, call }))
+            }
+            Err(e) => {
+                if let Some(call) = call {
+                    call.finish(Code::Internal);
+                }
+                Err(e)
+            }
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that records its call's status from the trailers.
+    pub struct MeteredBody<B> {
+        #[pin]
+        inner: B,
+        call: Option<Call>,
+    }
+
+    impl<B> PinnedDrop for MeteredBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            // Dropped before its trailers: the client cancelled the call (or the stream).
+            if let Some(call) = this.project().call.take() {
+                call.finish(Code::Cancelled);
+            }
+        }
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) => {
+                if let Some(trailers) = f.trailers_ref()
+                    && let Some(call) = this.call.take()
+                {
+                    call.finish(status_of(trailers).unwrap_or(Code::Unknown));
+                }
+            }
+            Some(Err(_)) => {
+                if let Some(call) = this.call.take() {
+                    call.finish(Code::Internal);
+                }
+            }
+            None => {
+                if let Some(call) = this.call.take() {
+                    call.finish(Code::Unknown);
+                }
+            }
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_spelled_as_grpc_spells_them() {
+        assert_eq!(to_upper_snake("Ok"), "OK");
+        assert_eq!(to_upper_snake("DeadlineExceeded"), "DEADLINE_EXCEEDED");
+        assert_eq!(to_upper_snake("ResourceExhausted"), "RESOURCE_EXHAUSTED");
+    }
+
+    #[test]
+    fn paths_split_into_service_and_method_and_the_label_set_is_bounded() {
+        assert_eq!(
+            split_path("/matchmaker.v1.ClientService/EnterQueue"),
+            Some(("matchmaker.v1.ClientService", "EnterQueue"))
+        );
+        assert_eq!(split_path("/nothing"), None);
+        assert_eq!(split_path("/a/b/c"), None);
+        let layer = RpcMetricsLayer::default();
+        for i in 0..MAX_METHODS + 50 {
+            layer.method(&format!("/svc/Method{i}"));
+        }
+        let methods = layer.methods.read().unwrap();
+        assert_eq!(methods.len(), MAX_METHODS + 1, "the rest share one entry");
+        assert!(methods.contains_key("/unknown/unknown"));
+    }
+}
