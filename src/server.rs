@@ -19,7 +19,7 @@ use tracing::{info, warn};
 
 use crate::api;
 use crate::api::layers::{
-    AnswerErrorsLayer, AuthLayer, DeadlineLayer, MessageSizeLayer, RateLimitLayer,
+    AnswerErrorsLayer, AuthLayer, DeadlineLayer, MessageSizeLayer, OpenPathsBypass, RateLimitLayer,
 };
 use crate::api::rpc_metrics::RpcMetricsLayer;
 use crate::auth::Verifier;
@@ -231,10 +231,10 @@ async fn serve(
         .layer(DeadlineLayer::new(Duration::from_millis(
             config.server.request_timeout_ms,
         )))
-        .map_err(count_shed)
-        .load_shed()
-        .layer(GlobalConcurrencyLimitLayer::new(
-            config.server.max_concurrent_requests,
+        .layer(OpenPathsBypass::new(
+            ServiceBuilder::new().map_err(count_shed).load_shed().layer(
+                GlobalConcurrencyLimitLayer::new(config.server.max_concurrent_requests),
+            ),
         ))
         .option_layer(verifier.map(|v| AuthLayer::new(Some(v))))
         .option_layer(

@@ -89,7 +89,7 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         .arg(&metrics_addr)
         .arg("--data-dir")
         .arg(dir.path().join("data"))
-        // One call in flight: 16 callers on a two-worker server are shed now and then.
+        // One call in flight: 16 EnterQueue callers on a two-worker server are shed now and then.
         .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1");
     let server = ServerProcess::spawn(command);
 
@@ -114,6 +114,13 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
     .unwrap();
     let refused = resource_exhausted(&report);
     assert!(refused > 0, "nothing was shed: {report:?}");
+    // Health checks skip the server-wide limit: 16 concurrent probes on a limit of 1 all pass,
+    // so an orchestrator never takes a busy server out of service for being busy.
+    assert_eq!(
+        report.baseline.errors, 0,
+        "health checks were shed: {report:?}"
+    );
+    assert!(report.baseline.requests > 0, "{report:?}");
     assert_eq!(
         report.target.errors + report.baseline.errors,
         refused,

@@ -17,7 +17,7 @@ use tonic::codegen::{Bytes, http};
 use tower::{Layer, Service};
 
 use super::error;
-use crate::auth::{Verifier, authorize};
+use crate::auth::{Verifier, authorize, is_open_path};
 use crate::limits::{Framing, RateLimiter};
 
 /// The tower layer: authenticate, role-check, attach the [`crate::auth::Identity`].
@@ -282,6 +282,96 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// Health and reflection skip the layers `L` stands for (the server-wide load shedding and
+/// concurrency limit): an orchestrator must not take a busy server out of service, or restart
+/// it, because its probes were shed with the calls that made it busy.
+#[derive(Clone, Debug)]
+pub struct OpenPathsBypass<L> {
+    limited: L,
+}
+
+impl<L> OpenPathsBypass<L> {
+    pub fn new(limited: L) -> Self {
+        Self { limited }
+    }
+}
+
+impl<L, S> Layer<S> for OpenPathsBypass<L>
+where
+    L: Layer<S>,
+    S: Clone,
+{
+    type Service = Bypass<L::Service, S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Bypass {
+            limited: self.limited.layer(inner.clone()),
+            open: inner,
+        }
+    }
+}
+
+/// The service [`OpenPathsBypass`] makes.
+#[derive(Clone)]
+pub struct Bypass<L, S> {
+    limited: L,
+    open: S,
+}
+
+impl<L, S, ReqBody, Res> Service<http::Request<ReqBody>> for Bypass<L, S>
+where
+    L: Service<http::Request<ReqBody>, Response = Res>,
+    L::Error: Into<tower::BoxError>,
+    S: Service<http::Request<ReqBody>, Response = Res> + Clone,
+    S::Error: Into<tower::BoxError>,
+{
+    type Response = Res;
+    type Error = tower::BoxError;
+    type Future = BypassFuture<L::Future, tower::util::Oneshot<S, http::Request<ReqBody>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.limited.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+        if is_open_path(request.uri().path()) {
+            BypassFuture::Open {
+                future: tower::ServiceExt::oneshot(self.open.clone(), request),
+            }
+        } else {
+            BypassFuture::Limited {
+                future: self.limited.call(request),
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of one of [`Bypass`]'s two paths, errors boxed alike.
+    #[project = BypassProjection]
+    pub enum BypassFuture<L, O> {
+        Limited { #[pin] future: L },
+        Open { #[pin] future: O },
+    }
+}
+
+impl<L, O, T, LE, OE> Future for BypassFuture<L, O>
+where
+    L: Future<Output = Result<T, LE>>,
+    LE: Into<tower::BoxError>,
+    O: Future<Output = Result<T, OE>>,
+    OE: Into<tower::BoxError>,
+{
+    type Output = Result<T, tower::BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            BypassProjection::Limited { future } => future.poll(cx).map_err(Into::into),
+            BypassProjection::Open { future } => future.poll(cx).map_err(Into::into),
+        }
     }
 }
 
