@@ -22,6 +22,10 @@ COPY proto/matchmaker ./proto/matchmaker
 COPY config ./config
 COPY benches ./benches
 COPY src ./src
+# The commit, for matchmaker_build_info (the build context has no .git):
+# docker build --build-arg MATCHMAKER_GIT_SHA="$(git rev-parse --short=12 HEAD)" .
+ARG MATCHMAKER_GIT_SHA=unknown
+ENV MATCHMAKER_GIT_SHA=${MATCHMAKER_GIT_SHA}
 # --locked: exactly the versions in Cargo.lock. The release profile keeps line tables for
 # profiling (debug = 1); the image has no use for them, so they are left out here. The caches
 # keep downloaded crates and compiled dependencies between builds; the target directory is a
@@ -36,6 +40,9 @@ LABEL org.opencontainers.image.title="matchmaker" \
       org.opencontainers.image.description="gRPC matchmaking server" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/matchmaker /usr/local/bin/matchmaker
+# Trust roots for fetching an identity provider's key set over HTTPS (auth.jwks_url), taken
+# from the build image, which has them for cargo.
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 # The server runs as uid/gid 10001 (numeric, so Kubernetes can check runAsNonRoot without a
 # passwd entry) and owns only the data directory.
 RUN mkdir /data && chown 10001:10001 /data

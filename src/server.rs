@@ -63,13 +63,21 @@ pub enum ServerError {
 /// parsed once) and the open store. A bad key or data dir fails here, before anything listens.
 struct Prepared {
     config: Config,
-    verifier: Option<Verifier>,
+    verifier: Option<Arc<Verifier>>,
     store: Store,
 }
 
 impl Prepared {
-    fn new(config: Config) -> Result<Self, ServerError> {
-        let verifier = Verifier::from_config(&config.auth)?;
+    async fn new(config: Config) -> Result<Self, ServerError> {
+        let verifier = Verifier::from_config(&config.auth)?.map(Arc::new);
+        if let Some(v) = &verifier {
+            v.refresh().await.map_err(|e| {
+                ServerError::Auth(crate::rejection::FieldError::new(
+                    "auth.jwks_url",
+                    e.to_string(),
+                ))
+            })?;
+        }
         let store = crate::store::open(&config.server.data_dir, &config.store)?;
         Ok(Self {
             config,
@@ -81,7 +89,7 @@ impl Prepared {
 
 /// Binds the configured address and serves until `shutdown` is cancelled.
 pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result<(), ServerError> {
-    let prepared = Prepared::new(config)?;
+    let prepared = Prepared::new(config).await?;
     let listener = TcpListener::bind(&prepared.config.server.addr)
         .await
         .map_err(|source| ServerError::Bind {
@@ -108,7 +116,7 @@ pub async fn run_with_clock(
     shutdown: CancellationToken,
     clock: Clock,
 ) -> Result<(), ServerError> {
-    serve(Prepared::new(config)?, listener, shutdown, clock).await
+    serve(Prepared::new(config).await?, listener, shutdown, clock).await
 }
 
 /// The health service name a liveness probe asks about: SERVING unless the store failed (a
@@ -151,6 +159,12 @@ async fn serve(
         Committer::spawn(store.clone(), last_seq, config.store.journal_buffer);
     let committer_failed = committer.failed();
     let ledger = Ledger::new(state.clone(), committer);
+    let key_refresh = verifier.clone().map(|v| {
+        tokio::spawn(v.refresh_periodically(
+            Duration::from_secs(config.auth.jwks_refresh_seconds),
+            shutdown.clone(),
+        ))
+    });
     let snapshots = tokio::spawn(ledger.clone().snapshot_periodically(
         Duration::from_secs(config.store.snapshot_interval_seconds),
         shutdown.clone(),
@@ -236,7 +250,7 @@ async fn serve(
                 GlobalConcurrencyLimitLayer::new(config.server.max_concurrent_requests),
             ),
         ))
-        .option_layer(verifier.map(|v| AuthLayer::new(Some(v))))
+        .option_layer(verifier.clone().map(|v| AuthLayer::new(Some(v))))
         .option_layer(
             RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
                 .map(RateLimitLayer::new),
@@ -330,6 +344,9 @@ async fn serve(
         let _ = exporter.await;
     }
     let _ = health_task.await;
+    if let Some(task) = key_refresh {
+        let _ = task.await;
+    }
     let persisted = final_snapshot?;
     store.flush()?;
     info!(players = persisted, "state flushed; stopped");

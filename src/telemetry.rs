@@ -33,6 +33,9 @@ pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
 pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
 /// Always 1, labelled with the build's `version` and `git_sha` (gauge).
 pub const BUILD_INFO: &str = "matchmaker_build_info";
+/// Fetches of `auth.jwks_url` that failed (counter): tokens signed with a new key are refused
+/// until one succeeds.
+pub const KEY_SET_REFRESH_FAILED: &str = "matchmaker_auth_key_set_refresh_failures_total";
 /// Calls answered DEADLINE_EXCEEDED because their deadline passed first (counter).
 pub const DEADLINES_EXCEEDED: &str = "matchmaker_deadlines_exceeded_total";
 
@@ -114,6 +117,11 @@ pub fn store_error(op: &'static str) {
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
 }
 
+/// Counts a failed fetch of the JWKS URL.
+pub fn key_set_refresh_failed() {
+    metrics::counter!(KEY_SET_REFRESH_FAILED).increment(1);
+}
+
 /// Registers descriptions with the installed recorder.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
@@ -181,6 +189,10 @@ pub fn describe() {
     );
     describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
     describe_counter!(GRPC_STARTED, "RPCs started on the server");
+    describe_counter!(
+        KEY_SET_REFRESH_FAILED,
+        "Fetches of auth.jwks_url that failed (the keys already known stay in use)"
+    );
     describe_counter!(GRPC_HANDLED, "RPCs completed on the server, by status code");
     describe_histogram!(
         GRPC_HANDLING_SECONDS,

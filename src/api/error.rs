@@ -33,6 +33,7 @@ impl From<AuthError> for Status {
         match e {
             AuthError::Unauthenticated(msg) => Status::unauthenticated(msg),
             AuthError::Denied(msg) => Status::permission_denied(msg),
+            AuthError::UnknownKey(_) => Status::unauthenticated(e.to_string()),
         }
     }
 }

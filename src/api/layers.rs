@@ -17,7 +17,7 @@ use tonic::codegen::{Bytes, http};
 use tower::{Layer, Service};
 
 use super::error;
-use crate::auth::{Verifier, authorize, is_open_path};
+use crate::auth::{AuthError, Verifier, authorize, is_open_path};
 use crate::limits::{Framing, RateLimiter};
 
 /// The tower layer: authenticate, role-check, attach the [`crate::auth::Identity`].
@@ -29,10 +29,8 @@ pub struct AuthLayer {
 impl AuthLayer {
     /// `None` passes everything through (the server leaves the layer out instead when auth is
     /// off).
-    pub fn new(verifier: Option<Verifier>) -> Self {
-        Self {
-            verifier: verifier.map(Arc::new),
-        }
+    pub fn new(verifier: Option<Arc<Verifier>>) -> Self {
+        Self { verifier }
     }
 }
 
@@ -72,21 +70,32 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
-        match authorize(self.verifier.as_deref(), req.uri().path(), req.headers()) {
-            Ok(Some(identity)) => {
-                req.extensions_mut().insert(identity);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::debug!(path = req.uri().path(), error = %e, "request refused");
-                let response = error::refusal(e);
-                return Box::pin(async move { Ok(response) });
-            }
-        }
         // The clone is not ready; the one that was polled ready serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(inner.call(req))
+        let verifier = self.verifier.clone();
+        let first = authorize(verifier.as_deref(), req.uri().path(), req.headers());
+        Box::pin(async move {
+            let outcome = match (first, &verifier) {
+                // A key the sets do not hold yet: the provider may have rotated its keys.
+                (Err(AuthError::UnknownKey(_)), Some(v)) if v.fetches_keys() => {
+                    v.refresh_for_unknown_key().await;
+                    authorize(Some(v), req.uri().path(), req.headers())
+                }
+                (first, _) => first,
+            };
+            match outcome {
+                Ok(Some(identity)) => {
+                    req.extensions_mut().insert(identity);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(path = req.uri().path(), error = %e, "request refused");
+                    return Ok(error::refusal(e));
+                }
+            }
+            inner.call(req).await
+        })
     }
 }
 

@@ -1,8 +1,9 @@
 //! Authentication and the role check for every call; the tower layer in `api::layers` applies
 //! them in front of every service.
 //!
-//! The layer reads `authorization: Bearer <JWT>`, verifies it (HS256 with `auth.jwt_secret`, or
-//! an RS256/EdDSA public key), checks the token's role against the method, and puts the caller's
+//! The layer reads `authorization: Bearer <JWT>`, verifies it against the configured keys
+//! (`keys`: an HS256 secret, a PEM public key, JSON Web Key Sets from a file or the identity
+//! provider's URL), checks its issuer, audience and role, and puts the caller's
 //! [`Identity`] into the request's extensions. Handlers read it only for the checks that need the
 //! request's data (whose ticket, whose match) through the `may_*` methods here.
 //!
@@ -11,68 +12,16 @@
 //!
 //! This module owns no business rule beyond "who may call what"; it must not touch state.
 
-use std::path::PathBuf;
+mod config;
+mod keys;
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+pub use config::AuthConfig;
+pub use keys::{KeySetError, MIN_REFETCH, Verifier};
+
 use serde::{Deserialize, Serialize};
 use tonic::codegen::http;
 
 use crate::ids::PlayerId;
-use crate::rejection::FieldError;
-
-/// `[auth]`: JWT bearer tokens. Off by default for local development.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthConfig {
-    pub enabled: bool,
-    pub jwt_secret: String,
-    pub allow_insecure: bool,
-    /// Optional PEM public key (RS256 or EdDSA) accepted besides the HS256 secret.
-    #[serde(default)]
-    pub public_key_file: PathBuf,
-    /// `RS256` or `EdDSA`: the algorithm of `public_key_file`.
-    #[serde(default = "default_public_key_algorithm")]
-    pub public_key_algorithm: String,
-}
-
-fn default_public_key_algorithm() -> String {
-    "RS256".into()
-}
-
-impl AuthConfig {
-    /// The rules a config must satisfy; reading and parsing the key file happens once, when the
-    /// server builds its [`Verifier`] (before it binds a port).
-    pub fn validate(&self) -> Result<(), FieldError> {
-        let has_public_key = !self.public_key_file.as_os_str().is_empty();
-        if self.enabled
-            && self.jwt_secret.len() < 16
-            && !(self.jwt_secret.is_empty() && has_public_key)
-        {
-            return Err(FieldError::new(
-                "auth.jwt_secret",
-                "must be at least 16 bytes when auth.enabled = true (or empty with auth.public_key_file set)",
-            ));
-        }
-        if self.enabled && has_public_key {
-            if !matches!(self.public_key_algorithm.as_str(), "RS256" | "EdDSA") {
-                return Err(FieldError::new(
-                    "auth.public_key_algorithm",
-                    format!(
-                        "must be RS256 or EdDSA (got {:?})",
-                        self.public_key_algorithm
-                    ),
-                ));
-            }
-            if !self.public_key_file.is_file() {
-                return Err(FieldError::new(
-                    "auth.public_key_file",
-                    format!("file {} does not exist", self.public_key_file.display()),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
 
 /// Why a call may not proceed. Mapped to gRPC codes in `api::error` (UNAUTHENTICATED and
 /// PERMISSION_DENIED).
@@ -84,10 +33,13 @@ pub enum AuthError {
     /// A valid token whose role or subject may not do this.
     #[error("{0}")]
     Denied(String),
+    /// Signed with a key id no key set holds (yet): after a key set refresh, try once more.
+    #[error("invalid token: its key id {0:?} is not in the key set")]
+    UnknownKey(String),
 }
 
 /// What a token may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Player,
@@ -101,12 +53,6 @@ pub struct Identity {
     /// The player id (role `player`) or the server's id (role `server`).
     pub sub: String,
     pub role: Role,
-}
-
-#[derive(Deserialize)]
-struct Claims {
-    sub: String,
-    role: Role,
 }
 
 /// Ownership checks for handlers. `None` (auth off) allows everything; an admin may do
@@ -152,71 +98,6 @@ impl MayAct for Option<Identity> {
                 id.role, id.sub
             ))),
         }
-    }
-}
-
-/// Verifies tokens. Built once from config.
-pub struct Verifier {
-    keys: Vec<(DecodingKey, Validation)>,
-}
-
-impl Verifier {
-    /// The verifier for `config`, or `None` when auth is off. Fails on an unreadable or invalid
-    /// public key (config validation names the key).
-    pub fn from_config(config: &AuthConfig) -> Result<Option<Self>, FieldError> {
-        if !config.enabled {
-            return Ok(None);
-        }
-        let mut keys = Vec::new();
-        if !config.jwt_secret.is_empty() {
-            keys.push((
-                DecodingKey::from_secret(config.jwt_secret.as_bytes()),
-                Validation::new(Algorithm::HS256),
-            ));
-        }
-        if !config.public_key_file.as_os_str().is_empty() {
-            let pem = std::fs::read(&config.public_key_file).map_err(|e| {
-                FieldError::new(
-                    "auth.public_key_file",
-                    format!("cannot read {}: {e}", config.public_key_file.display()),
-                )
-            })?;
-            let (key, alg) = match config.public_key_algorithm.as_str() {
-                "RS256" => (DecodingKey::from_rsa_pem(&pem), Algorithm::RS256),
-                "EdDSA" => (DecodingKey::from_ed_pem(&pem), Algorithm::EdDSA),
-                other => {
-                    return Err(FieldError::new(
-                        "auth.public_key_algorithm",
-                        format!("must be RS256 or EdDSA (got {other:?})"),
-                    ));
-                }
-            };
-            let key = key.map_err(|e| FieldError::new("auth.public_key_file", e.to_string()))?;
-            keys.push((key, Validation::new(alg)));
-        }
-        Ok(Some(Self { keys }))
-    }
-
-    /// The identity in a bearer token, or why it is not acceptable.
-    pub fn verify(&self, token: &str) -> Result<Identity, AuthError> {
-        let mut last = String::from("no verification key is configured");
-        for (key, validation) in &self.keys {
-            match jsonwebtoken::decode::<Claims>(token, key, validation) {
-                Ok(data) => {
-                    if data.claims.sub.is_empty() || data.claims.sub.len() > 128 {
-                        return Err(AuthError::Unauthenticated(
-                            "token sub must be 1-128 bytes".into(),
-                        ));
-                    }
-                    return Ok(Identity {
-                        sub: data.claims.sub,
-                        role: data.claims.role,
-                    });
-                }
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(AuthError::Unauthenticated(format!("invalid token: {last}")))
     }
 }
 

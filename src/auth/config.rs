@@ -1,0 +1,152 @@
+//! `[auth]`: where the keys come from and what a token must say.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::Role;
+use crate::rejection::FieldError;
+
+/// `[auth]`: JWT bearer tokens. Off by default for local development.
+///
+/// Keys, any combination: an HS256 secret inline (`jwt_secret`) or in a file
+/// (`jwt_secret_file`, e.g. a mounted Kubernetes secret), a PEM public key
+/// (`public_key_file`), and JSON Web Key Sets from a file (`jwks_file`) or from the identity
+/// provider (`jwks_url`, refreshed every `jwks_refresh_seconds` and when a token names a key id
+/// the set does not have, so keys rotate without a restart).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    pub enabled: bool,
+    /// HS256 secret, at least 16 bytes; empty when the keys come from elsewhere.
+    pub jwt_secret: String,
+    /// A file holding the HS256 secret (surrounding whitespace ignored).
+    #[serde(default)]
+    pub jwt_secret_file: PathBuf,
+    pub allow_insecure: bool,
+    /// Optional PEM public key (RS256 or EdDSA) accepted besides the HS256 secret.
+    #[serde(default)]
+    pub public_key_file: PathBuf,
+    /// `RS256` or `EdDSA`: the algorithm of `public_key_file`.
+    #[serde(default = "default_public_key_algorithm")]
+    pub public_key_algorithm: String,
+    /// A JSON Web Key Set file (RSA, EC, Ed25519 or symmetric keys, picked by `kid`).
+    #[serde(default)]
+    pub jwks_file: PathBuf,
+    /// The identity provider's JWKS endpoint (`https://.../.well-known/jwks.json`).
+    #[serde(default)]
+    pub jwks_url: String,
+    /// Seconds between refreshes of `jwks_url`.
+    #[serde(default = "default_jwks_refresh_seconds")]
+    pub jwks_refresh_seconds: u64,
+    /// The `iss` every token must carry; empty accepts any issuer.
+    #[serde(default)]
+    pub issuer: String,
+    /// Accepted `aud` values: a token must name one of them. Empty: `aud` is not checked
+    /// (a token may carry one or not).
+    #[serde(default)]
+    pub audience: Vec<String>,
+    /// The claim that holds the caller's role (`player`, `server` or `admin`), as a string or a
+    /// list of strings (the first that is a role counts), e.g. `role`,
+    /// `https://example.com/role` or `cognito:groups`.
+    #[serde(default = "default_role_claim")]
+    pub role_claim: String,
+    /// The role of a token without the role claim (identity providers issue player tokens
+    /// without one); unset: such a token is refused.
+    #[serde(default)]
+    pub default_role: Option<Role>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds.
+    #[serde(default = "default_leeway_seconds")]
+    pub leeway_seconds: u64,
+}
+
+fn default_public_key_algorithm() -> String {
+    "RS256".into()
+}
+
+fn default_jwks_refresh_seconds() -> u64 {
+    300
+}
+
+fn default_role_claim() -> String {
+    "role".into()
+}
+
+fn default_leeway_seconds() -> u64 {
+    30
+}
+
+impl AuthConfig {
+    /// The rules a config must satisfy. Reading the key files and fetching the key set happen
+    /// once, when the server builds its verifier (before it binds a port).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let secret_file = !self.jwt_secret_file.as_os_str().is_empty();
+        let public_key = !self.public_key_file.as_os_str().is_empty();
+        let jwks_file = !self.jwks_file.as_os_str().is_empty();
+        if !self.jwt_secret.is_empty() && self.jwt_secret.len() < 16 {
+            return Err(FieldError::new(
+                "auth.jwt_secret",
+                "must be at least 16 bytes when auth.enabled = true",
+            ));
+        }
+        if self.jwt_secret.is_empty()
+            && !secret_file
+            && !public_key
+            && !jwks_file
+            && self.jwks_url.is_empty()
+        {
+            return Err(FieldError::new(
+                "auth.jwt_secret",
+                "must be at least 16 bytes when auth.enabled = true (or set auth.jwt_secret_file, \
+                 auth.public_key_file, auth.jwks_file or auth.jwks_url)",
+            ));
+        }
+        for (key, on, path) in [
+            ("auth.jwt_secret_file", secret_file, &self.jwt_secret_file),
+            ("auth.public_key_file", public_key, &self.public_key_file),
+            ("auth.jwks_file", jwks_file, &self.jwks_file),
+        ] {
+            if on && !path.is_file() {
+                return Err(FieldError::new(
+                    key,
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+        }
+        if public_key && !matches!(self.public_key_algorithm.as_str(), "RS256" | "EdDSA") {
+            return Err(FieldError::new(
+                "auth.public_key_algorithm",
+                format!(
+                    "must be RS256 or EdDSA (got {:?})",
+                    self.public_key_algorithm
+                ),
+            ));
+        }
+        let http = |url: &str| url.starts_with("https://") || url.starts_with("http://");
+        if !self.jwks_url.is_empty() && !http(&self.jwks_url) {
+            return Err(FieldError::new(
+                "auth.jwks_url",
+                format!("must be an http(s) URL (got {:?})", self.jwks_url),
+            ));
+        }
+        if !(10..=86_400).contains(&self.jwks_refresh_seconds) {
+            return Err(FieldError::new(
+                "auth.jwks_refresh_seconds",
+                format!("must be in 10..=86400 (got {})", self.jwks_refresh_seconds),
+            ));
+        }
+        if self.role_claim.is_empty() {
+            return Err(FieldError::new("auth.role_claim", "must name a claim"));
+        }
+        if self.leeway_seconds > 600 {
+            return Err(FieldError::new(
+                "auth.leeway_seconds",
+                format!("must be at most 600 (got {})", self.leeway_seconds),
+            ));
+        }
+        Ok(())
+    }
+}
