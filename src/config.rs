@@ -95,6 +95,13 @@ pub struct ServerConfig {
     /// How long a PING may go unanswered before the connection is closed.
     #[serde(default = "default_keepalive_timeout_ms")]
     pub http2_keepalive_timeout_ms: u64,
+    /// Also accept grpc-web (HTTP/1.1 and HTTP/2), for browser and WebGL clients.
+    #[serde(default)]
+    pub grpc_web: bool,
+    /// Origins a browser may call from with grpc-web (CORS), e.g. `https://play.example.com`;
+    /// `["*"]` allows any. Empty: no CORS headers (same-origin pages and non-browser clients).
+    #[serde(default)]
+    pub grpc_web_origins: Vec<String>,
     pub command_buffer: usize,
     pub stream_buffer: usize,
     /// Matches buffered per `ServeMatches` stream: the most one game server (or director) can
@@ -352,6 +359,22 @@ impl Config {
             if value == 0 {
                 return Err(ConfigError::invalid(key, "must be at least 1"));
             }
+        }
+        for (i, origin) in s.grpc_web_origins.iter().enumerate() {
+            if origin != "*" && origin.parse::<tonic::codegen::http::HeaderValue>().is_err() {
+                return Err(ConfigError::invalid(
+                    format!("server.grpc_web_origins[{i}]"),
+                    format!(
+                        "must be an origin like https://play.example.com or \"*\" (got {origin:?})"
+                    ),
+                ));
+            }
+        }
+        if !s.grpc_web_origins.is_empty() && !s.grpc_web {
+            return Err(ConfigError::invalid(
+                "server.grpc_web_origins",
+                "needs server.grpc_web = true",
+            ));
         }
         if s.http2_keepalive_timeout_ms == 0 {
             return Err(ConfigError::invalid(

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tonic::codegen::http;
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
@@ -240,6 +241,8 @@ async fn serve(
     // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
     // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
     let limits = ServiceBuilder::new()
+        .option_layer(cors(&config.server.grpc_web_origins))
+        .option_layer(config.server.grpc_web.then(tonic_web::GrpcWebLayer::new))
         .layer(RpcMetricsLayer::default())
         .layer(AnswerErrorsLayer)
         .layer(DeadlineLayer::new(Duration::from_millis(
@@ -272,6 +275,8 @@ async fn serve(
         info!("TLS on");
     }
     let serve = builder
+        // grpc-web clients may speak HTTP/1.1.
+        .accept_http1(config.server.grpc_web)
         .http2_keepalive_interval(
             (config.server.http2_keepalive_interval_ms > 0)
                 .then(|| Duration::from_millis(config.server.http2_keepalive_interval_ms)),
@@ -411,6 +416,30 @@ async fn watch_health(
         }
     }
     shutdown.cancel();
+}
+
+/// CORS for grpc-web calls from browser pages on `origins` (`*` = any); `None` for none.
+fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_headers(Any)
+            .allow_methods([http::Method::POST, http::Method::OPTIONS])
+            .expose_headers([
+                http::HeaderName::from_static("grpc-status"),
+                http::HeaderName::from_static("grpc-message"),
+                http::HeaderName::from_static("grpc-status-details-bin"),
+            ]),
+    )
 }
 
 /// How often the process metrics (memory, CPU, descriptors) are read.

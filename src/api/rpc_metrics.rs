@@ -132,8 +132,10 @@ pub struct RpcMetrics<S> {
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for RpcMetrics<S>
 where
     S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<tower::BoxError>,
 {
-    type Response = http::Response<MeteredBody<ResBody>>;
+    type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
     type Future = Metered<S::Future>;
 
@@ -192,8 +194,10 @@ pin_project_lite::pin_project! {
 impl<F, B, E> Future for Metered<F>
 where
     F: Future<Output = Result<http::Response<B>, E>>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
 {
-    type Output = Result<http::Response<MeteredBody<B>>, E>;
+    type Output = Result<http::Response<tonic::body::Body>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -210,7 +214,7 @@ where
                     }
                     (_, call) => call,
                 };
-                Ok(response.map(|inner| MeteredBody { inner, call }))
+                Ok(response.map(|inner| tonic::body::Body::new(MeteredBody { inner, call })))
             }
             Err(e) => {
                 if let Some(call) = call {
