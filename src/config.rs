@@ -18,6 +18,7 @@ use crate::ranking::{RankingConfig, RankingKind};
 use crate::rating::SystemConfig;
 use crate::rejection::FieldError;
 use crate::store::StoreConfig;
+use crate::telemetry::TelemetryConfig;
 
 /// The top-level sections of the config, as environment variables name them.
 pub const SECTIONS: &[&str] = &[
@@ -29,6 +30,7 @@ pub const SECTIONS: &[&str] = &[
     "ranking",
     "season",
     "queues",
+    "telemetry",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -71,6 +73,9 @@ pub struct Config {
     #[serde(default)]
     pub season: crate::ranking::season::SeasonConfig,
     pub queues: BTreeMap<String, QueueConfig>,
+    /// Traces over OTLP (off by default).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// Network, timing and limit settings of the server process.
@@ -466,6 +471,7 @@ impl Config {
             ));
         }
         self.rate_limit.validate()?;
+        self.telemetry.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

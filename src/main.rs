@@ -164,20 +164,6 @@ enum Command {
     },
 }
 
-fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -191,7 +177,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    init_tracing(cli.log_json);
+    // `serve` starts tracing once its config (and so its trace exporter) is known.
+    let _tracing = match &cli.command {
+        Command::Serve { .. } => None,
+        _ => Some(matchmaker::telemetry::tracing::init(cli.log_json, None)?),
+    };
     match cli.command {
         Command::Serve {
             config,
@@ -206,14 +196,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             // Config is loaded and validated before anything binds a port.
             let config = Config::load(config.as_deref(), &overrides)?;
+            let json = cli.log_json;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("starting the tokio runtime")?;
             runtime.block_on(async move {
+                let _tracing = matchmaker::telemetry::tracing::init(json, Some(&config.telemetry))?;
                 let shutdown = CancellationToken::new();
                 tokio::spawn(signal_shutdown(shutdown.clone()));
-                matchmaker::server::bind_and_run(config, shutdown).await
+                matchmaker::server::bind_and_run(config, shutdown).await?;
+                anyhow::Ok(())
             })?;
         }
         Command::BenchMatcher {

@@ -290,7 +290,7 @@ async fn serve(
         .max_concurrent_streams(
             u32::try_from(config.server.max_concurrent_requests_per_connection).unwrap_or(u32::MAX),
         )
-        .trace_fn(|req| tracing::info_span!("rpc", method = %req.uri().path()))
+        .trace_fn(crate::telemetry::tracing::rpc_span)
         .layer(limits)
         .add_service(health_service)
         .add_service(reflection_v1)

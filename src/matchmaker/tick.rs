@@ -29,7 +29,12 @@ impl Loop {
                 self.run_backfills(qi, now);
             }
             let q = &mut self.queues[qi];
-            let span = info_span!("tick", queue = %q.id, waiting = q.pool.len());
+            let span = info_span!(
+                "tick",
+                otel.name = "matchmaker.tick",
+                queue = %q.id,
+                waiting = q.pool.len()
+            );
             let _enter = span.enter();
             let outcome = q.pool.tick(now, &SystemModel(&q.system));
             for expired in outcome.expired {

@@ -1,4 +1,9 @@
-//! Metric names (one place, so dashboards and code agree) and their descriptions.
+//! Metric names (one place, so dashboards and code agree) and their descriptions; logs and
+//! traces in `tracing`.
+
+pub mod tracing;
+
+pub use self::tracing::{TelemetryConfig, TracingGuard};
 
 /// Tickets waiting, per queue (gauge).
 pub const TICKETS_WAITING: &str = "matchmaker_tickets_waiting";
