@@ -46,7 +46,8 @@ impl TelemetryConfig {
     /// The endpoint is an http(s) URL, the name is set, the ratio is a probability.
     pub fn validate(&self) -> Result<(), FieldError> {
         let url = &self.otlp_endpoint;
-        if !url.is_empty() && !(url.starts_with("http://") || url.starts_with("https://")) {
+        let http = url.starts_with("http://") || url.starts_with("https://");
+        if !url.is_empty() && !http {
             return Err(FieldError::new(
                 "telemetry.otlp_endpoint",
                 format!("must be an http(s) URL such as http://collector:4317 (got {url:?})"),
