@@ -34,6 +34,7 @@ fn input(placements: &[u32], abandoned: &[&str]) -> ResultInput {
         placements: placements.to_vec(),
         performance: BTreeMap::new(),
         abandoned: abandoned.iter().map(|&a| PlayerId::from(a)).collect(),
+        team_scores: Vec::new(),
     }
 }
 
@@ -193,11 +194,11 @@ fn a_party_that_wins_rises_as_a_unit_and_its_mates_are_untouched() {
     };
     let teams = ids(&[&["a", "b", "c"], &["d", "e", "f"]]);
     let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), 0.0);
-    let won = rate_party(&system, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0).unwrap();
-    let lost = rate_party(&system, &inputs, &[2, 1], 0, &[0, 1], &party, 0.0).unwrap();
+    let won = rate_party(&system, &inputs, &[1, 2], &[], 0, &[0, 1], &party, 0.0).unwrap();
+    let lost = rate_party(&system, &inputs, &[2, 1], &[], 0, &[0, 1], &party, 0.0).unwrap();
     assert!(won.mean > party.skill.mean && lost.mean < party.skill.mean);
     assert!(won.deviation < party.skill.deviation);
-    let e = rate_party(&system, &inputs, &[1], 0, &[0], &party, 0.0).unwrap_err();
+    let e = rate_party(&system, &inputs, &[1], &[], 0, &[0], &party, 0.0).unwrap_err();
     assert!(e.to_string().contains("placements"), "{e}");
 }
 
@@ -225,6 +226,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
         &system,
         &inputs,
         &[1, 2],
+        &[],
         0,
         &[0, 1],
         &party(Some(now as i64)),
@@ -235,6 +237,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
         &system,
         &inputs,
         &[1, 2],
+        &[],
         0,
         &[0, 1],
         &party(Some((now - 365.0 * 86_400.0) as i64)),
@@ -270,7 +273,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
     }
     let gain = |input: &ResultInput| {
         let inputs = player_inputs(&teams, &before, input, 0.0);
-        rate_party(&elo, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0)
+        rate_party(&elo, &inputs, &[1, 2], &[], 0, &[0, 1], &party, 0.0)
             .unwrap()
             .mean
             - 1500.0
@@ -418,6 +421,7 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
         placements: &[2, 1],
         performance: &none,
         abandoned: &[],
+        team_scores: &[],
     };
     let out = compute(&system, &NoRanking, &facts, &report, &before, 0.0).unwrap();
     let after: BTreeMap<&str, &PoolRecord> =

@@ -88,7 +88,7 @@ impl Sim<'_> {
     /// Runs the clock from 0 to `days`: snapshots, new days (`on_day` is told each one), timed
     /// events, then an optimizer tick with the queue's own win model.
     pub(super) fn run(&mut self, on_day: &dyn Fn(u64)) {
-        let model = SystemModel(&self.q.system);
+        let model = SystemModel::new(&self.q.system);
         let end = self.p.days * DAY;
         let ticks = (end / self.p.tick_seconds).ceil() as u64;
         let mut next_day = DAY;

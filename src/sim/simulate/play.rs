@@ -124,6 +124,7 @@ impl Sim<'_> {
                     &self.q.system,
                     &inputs,
                     placements,
+                    &[],
                     ti,
                     &members,
                     &party,
