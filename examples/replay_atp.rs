@@ -237,6 +237,8 @@ fn measure(
         json: true,
         plot: None,
         png: false,
+        peers: None,
+        baseline: None,
     };
     let mut out = BTreeMap::new();
     let defaults = replay_reports(&args(false, vec![elo_k32.to_path_buf()]), &mut |_| Ok(()))?;

@@ -318,6 +318,8 @@ fn rating_files_and_plots() {
         json: true,
         plot: Some(dir.path().to_path_buf()),
         png: false,
+        peers: None,
+        baseline: None,
     })
     .unwrap();
     assert!(dir.path().join("calibration.svg").is_file());
@@ -344,6 +346,8 @@ fn unknown_systems_missing_files_and_bad_dates_are_named() {
         json: true,
         plot: None,
         png: false,
+        peers: None,
+        baseline: None,
     };
     let err = replay_main(args(FIXTURE, "2010/01/01"))
         .unwrap_err()
