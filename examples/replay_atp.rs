@@ -239,6 +239,7 @@ fn measure(
         png: false,
         peers: None,
         baseline: None,
+        references: Vec::new(),
     };
     let mut out = BTreeMap::new();
     let defaults = replay_reports(&args(false, vec![elo_k32.to_path_buf()]), &mut |_| Ok(()))?;

@@ -320,6 +320,7 @@ fn rating_files_and_plots() {
         png: false,
         peers: None,
         baseline: None,
+        references: Vec::new(),
     })
     .unwrap();
     assert!(dir.path().join("calibration.svg").is_file());
@@ -348,6 +349,7 @@ fn unknown_systems_missing_files_and_bad_dates_are_named() {
         png: false,
         peers: None,
         baseline: None,
+        references: Vec::new(),
     };
     let err = replay_main(args(FIXTURE, "2010/01/01"))
         .unwrap_err()

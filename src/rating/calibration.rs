@@ -193,6 +193,32 @@ impl Calibration {
         }
     }
 
+    /// [`Calibration::observe`] for a two-team match without building an [`Observation`]:
+    /// team 0's uncalibrated probability and its outcome (1, ½, 0). The same numbers.
+    #[must_use]
+    #[inline]
+    pub fn observe_two(&self, p0: f64, y0: f64, config: &CalibrationConfig) -> Self {
+        if !(p0.is_finite() && (0.0..=1.0).contains(&p0) && y0.is_finite()) {
+            return *self;
+        }
+        // ℓ_0 − ℓ_1 = logit p0; with two teams Var_q(ℓ) = q0·q1·z² and the residual is
+        // (y0 − q0)·z.
+        let (l0, l1) = (p0.max(P_FLOOR).ln(), (1.0 - p0).max(P_FLOOR).ln());
+        let z = l0 - l1;
+        let q0 = 1.0 / (1.0 + (-self.slope * z).exp());
+        let information = q0 * (1.0 - q0) * z * z;
+        let variance = 1.0 / (1.0 / (self.variance + config.drift) + information);
+        let slope = self.slope + variance * (y0 - q0) * z;
+        if !(slope.is_finite() && variance.is_finite()) {
+            return *self;
+        }
+        Self {
+            slope: slope.clamp(SLOPE_RANGE.0, SLOPE_RANGE.1),
+            variance,
+            results: self.results.saturating_add(1),
+        }
+    }
+
     /// Folds one result in (the Laplace step of the module docs). An observation that cannot
     /// be read (NaN, wrong shape) leaves the state as it is.
     #[must_use]
@@ -335,6 +361,22 @@ mod tests {
             c = c.observe(&o, &config);
         }
         assert!((c.slope - 2.0).abs() < 0.1, "slope {}", c.slope);
+    }
+
+    #[test]
+    fn the_two_team_step_is_the_general_step() {
+        let config = CalibrationConfig::default();
+        let mut a = config.initial();
+        let mut b = a;
+        for (i, p) in [0.7, 0.2, 0.55, 0.93, 0.5, 0.01].iter().enumerate() {
+            let y = [1.0, 0.0, 0.5, 1.0, 0.0, 1.0][i];
+            a = a.observe(&Observation::two(*p, y), &config);
+            b = b.observe_two(*p, y, &config);
+            assert!((a.slope - b.slope).abs() < 1e-12, "{a:?} {b:?}");
+            assert!((a.variance - b.variance).abs() < 1e-15);
+            assert_eq!(a.results, b.results);
+        }
+        assert_eq!(b.observe_two(f64::NAN, 1.0, &config), b);
     }
 
     #[test]

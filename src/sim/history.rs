@@ -85,7 +85,7 @@ impl History {
     pub fn parse(text: &str) -> Result<History, HistoryError> {
         let mut b = Builder {
             h: History::default(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         };
         let lines = text.len() / 80 + 1;
         b.h.matches.reserve(lines);
@@ -141,7 +141,9 @@ impl History {
 
 struct Builder {
     h: History,
-    index: HashMap<Box<str>, u32>,
+    /// Ids to dense indices, with the fast multiplicative hasher of the matcher's id maps (a
+    /// history is the user's own file: no need for SipHash's resistance to chosen keys).
+    index: HashMap<Box<str>, u32, crate::matching::IdHash>,
 }
 
 impl Builder {

@@ -23,7 +23,7 @@
 
 use super::history::{DAY, History};
 use super::measures::{Accumulator, Scored, score, score_two};
-use crate::rating::calibration::{Calibration, Observation};
+use crate::rating::calibration::{Calibration, CalibrationConfig, Observation};
 use crate::rating::margin::PairOutcome;
 use crate::rating::{MatchInput, Mode, PlayerInput, RatingError, Skill, SystemConfig, glicko2};
 
@@ -103,6 +103,11 @@ pub fn replay_range(
         predicted: Vec::new(),
         first_error: None,
     };
+    if keep_predictions {
+        let scored = end.min(history.matches.len()).saturating_sub(score_from);
+        out.predictions.reserve(scored);
+        out.predicted.reserve(scored);
+    }
     let fast_glicko2 = match system {
         SystemConfig::Glicko2(c) if c.mode == Mode::Streaming => Some(c),
         _ => None,
@@ -134,9 +139,7 @@ pub fn replay_range(
                         out.predicted.push(i as u32);
                     }
                 }
-                if let Some(o) = prediction.observation(placements) {
-                    calibration = calibration.observe(&o, &calibration_config);
-                }
+                calibration = prediction.observe(calibration, &calibration_config, placements);
             }
             Err(e) => {
                 out.skipped += 1;
@@ -178,14 +181,21 @@ impl Prediction {
         }
     }
 
-    /// What the calibration learns from this match.
-    fn observation(&self, placements: &[u32]) -> Option<Observation> {
+    /// The calibration after learning from this match.
+    fn observe(
+        &self,
+        calibration: Calibration,
+        config: &CalibrationConfig,
+        placements: &[u32],
+    ) -> Calibration {
         match self {
-            Prediction::Two(p0) => Some(Observation::two(
+            Prediction::Two(p0) => calibration.observe_two(
                 *p0,
                 crate::rating::pair_outcome(placements[0], placements[1]),
-            )),
-            Prediction::Many(p) => Observation::new(p, placements),
+                config,
+            ),
+            Prediction::Many(p) => Observation::new(p, placements)
+                .map_or(calibration, |o| calibration.observe(&o, config)),
         }
     }
 }

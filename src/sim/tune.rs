@@ -179,10 +179,11 @@ macro_rules! weng_lin_params {
 /// (for histories with scores).
 #[must_use]
 pub fn tunable(system: &SystemConfig, margin: bool) -> Vec<Param> {
-    let mut params = own_params(system);
-    if margin {
-        params.extend(margin_params());
-    }
+    // The margin first: whether a system learns from margins changes what its other
+    // parameters should be (a partial outcome moves ratings less than a win), so they are
+    // searched given the margin rather than the other way round.
+    let mut params = if margin { margin_params() } else { Vec::new() };
+    params.extend(own_params(system));
     params
 }
 
@@ -247,6 +248,9 @@ fn own_params(system: &SystemConfig) -> Vec<Param> {
     }
 }
 
+/// Most rounds of the coordinate search.
+const ROUNDS: usize = 4;
+
 /// What [`tune`] chose.
 #[derive(Clone, Debug, Serialize)]
 pub struct TuneResult {
@@ -289,7 +293,7 @@ impl TuneResult {
 
 /// Coordinate search on the matches before `score_from` only: replay `[0, score_from)`, judge
 /// the log loss of its second half, and for each parameter in turn keep the grid value that
-/// lowers it; up to three rounds, stopping early when a round changes nothing. `on_eval` is
+/// lowers it; up to four rounds, stopping early when a round changes nothing. `on_eval` is
 /// called after each replay (for a progress bar).
 #[must_use]
 pub fn tune(
@@ -316,7 +320,7 @@ pub fn tune(
     let mut best_loss = eval(&best);
     let log_loss_start = best_loss;
     let mut evaluations = 1;
-    for _round in 0..3 {
+    for _round in 0..ROUNDS {
         let mut changed = false;
         for p in &params {
             let current = (p.get)(&best);
@@ -361,10 +365,11 @@ pub fn tune(
 /// bar).
 #[must_use]
 pub fn tune_budget(system: &SystemConfig, history: &History, score_from: usize) -> usize {
-    1 + 3 * tunable(system, has_scores(history, score_from))
-        .iter()
-        .map(|p| p.grid.len() + 1)
-        .sum::<usize>()
+    1 + ROUNDS
+        * tunable(system, has_scores(history, score_from))
+            .iter()
+            .map(|p| p.grid.len() + 1)
+            .sum::<usize>()
 }
 
 /// Whether any match the tuner sees (before `score_from`) has scores: only then is the margin

@@ -45,7 +45,7 @@ pub struct ReplayArgs {
     pub file: PathBuf,
     /// Rating system with its default parameters: glicko2, glicko, weng-lin-bt, weng-lin-pl,
     /// weng-lin-tm, elo, or `all`. Repeat to compare several side by side.
-    #[arg(long = "system", required_unless_present_any = ["rating_files", "peers"])]
+    #[arg(long = "system", required_unless_present_any = ["rating_files", "references", "peers"])]
     pub systems: Vec<String>,
     /// A rating system with parameters, as TOML in the form of a queue's `[rating]` table
     /// (`system = "glicko2"`, `tau = 0.3`, ...), e.g. the values `--tune` printed. Repeatable;
@@ -53,6 +53,11 @@ pub struct ReplayArgs {
     /// extension.
     #[arg(long = "rating")]
     pub rating_files: Vec<PathBuf>,
+    /// A rating file like --rating, replayed exactly as written even under --tune: a fixed
+    /// reference to compare with (`--baseline elo-k32` for `--reference elo-k32.toml`).
+    /// Repeatable; these run after the --rating ones.
+    #[arg(long = "reference")]
+    pub references: Vec<PathBuf>,
     /// Score only matches on or after this date (YYYY-MM-DD); earlier ones warm the ratings up.
     #[arg(long)]
     pub score_from: Option<String>,
@@ -90,6 +95,7 @@ impl ReplayArgs {
             file,
             systems: Vec::new(),
             rating_files: Vec::new(),
+            references: Vec::new(),
             score_from: None,
             tune: false,
             peers: None,
@@ -250,7 +256,7 @@ pub fn replay_main(args: ReplayArgs) -> Result<(), ToolError> {
 }
 
 /// Everything `matchmaker replay` computes for `args`, one report per row in order (the
-/// `--system` ones, then the `--rating` files, then the peers), without printing or plotting;
+/// `--system` ones, then the `--rating` files, the `--reference` files, then the peers), without printing or plotting;
 /// `on_report` sees each report once every row (and so the comparison with `--baseline`) is
 /// ready. Reads the history, the `--rating` files and `--peers`; the progress bar shows on
 /// stderr while tuning unless `args.json`.
@@ -258,18 +264,24 @@ pub fn replay_reports(
     args: &ReplayArgs,
     on_report: &mut dyn FnMut(&ReplayReport) -> Result<(), ToolError>,
 ) -> Result<Vec<ReplayReport>, ToolError> {
-    let mut systems: Vec<(String, SystemConfig)> = Vec::new();
+    // (label, system, tuned under --tune)
+    let mut systems: Vec<(String, SystemConfig, bool)> = Vec::new();
     for s in &args.systems {
         if s == "all" {
             for name in SYSTEM_NAMES {
-                systems.push((name.to_string(), system_by_name(name)?));
+                systems.push((name.to_string(), system_by_name(name)?, true));
             }
         } else {
-            systems.push((s.clone(), system_by_name(s)?));
+            systems.push((s.clone(), system_by_name(s)?, true));
         }
     }
-    for path in &args.rating_files {
-        let what = || format!("--rating {}", path.display());
+    let files = args
+        .rating_files
+        .iter()
+        .map(|p| (p, "--rating", true))
+        .chain(args.references.iter().map(|p| (p, "--reference", false)));
+    for (path, flag, tunable) in files {
+        let what = || format!("{flag} {}", path.display());
         let text = std::fs::read_to_string(path).map_err(ToolError::read(what()))?;
         let system: SystemConfig = toml::from_str(&text).map_err(ToolError::toml(what()))?;
         system
@@ -279,7 +291,7 @@ pub fn replay_reports(
             || system.name().to_string(),
             |s| s.to_string_lossy().into_owned(),
         );
-        systems.push((label, system));
+        systems.push((label, system, tunable));
     }
     let score_from_day = args
         .score_from
@@ -300,8 +312,8 @@ pub fn replay_reports(
     }
 
     let mut reports = Vec::new();
-    for (label, system) in systems {
-        let (system, tuned, tune_seconds) = if args.tune {
+    for (label, system, tunable) in systems {
+        let (system, tuned, tune_seconds) = if args.tune && tunable {
             let bar = progress(
                 replay::tune_budget(&system, &history, score_from) as u64,
                 args.json,
@@ -539,7 +551,7 @@ fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(),
         .max(6);
     writeln!(
         out,
-        "{:<width$} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8} {:>8} {:>6} {:>8}",
+        "{:<width$} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} | {:>8} {:>7} | {:>8} {:>7} {:>6} | {:>7}",
         "system",
         "n",
         "logloss",
@@ -547,15 +559,17 @@ fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(),
         "accuracy",
         "ece",
         "ece-noise",
-        "raw-ll",
-        "raw-ece",
+        "own-ll",
+        "own-ece",
+        "cal-ll",
+        "cal-ece",
         "slope",
         "seconds"
     )?;
     for r in reports {
         writeln!(
             out,
-            "{:<width$} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>9.4} {:>8.4} {:>8.4} {:>6.3} {:>8.3}",
+            "{:<width$} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>9.4} | {:>8.4} {:>7.4} | {:>8.4} {:>7.4} {:>6.3} | {:>7.3}",
             r.label,
             r.n,
             r.log_loss,
@@ -565,10 +579,17 @@ fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(),
             r.ece_noise,
             r.uncalibrated.log_loss,
             r.uncalibrated.ece,
+            r.calibrated.log_loss,
+            r.calibrated.ece,
             r.calibration_slope,
             r.seconds
         )?;
     }
+    writeln!(
+        out,
+        "(own: the system's probabilities; cal: through the pool's online calibration, slope = \
+         its final temperature; the first columns show what the pool shows)"
+    )?;
     if let Some(base) = reports.iter().find_map(|r| r.vs_baseline.as_ref()) {
         writeln!(
             out,
