@@ -240,6 +240,7 @@ fn measure(
         peers: None,
         baseline: None,
         references: Vec::new(),
+        calibrate: false,
     };
     let mut out = BTreeMap::new();
     let defaults = replay_reports(&args(false, vec![elo_k32.to_path_buf()]), &mut |_| Ok(()))?;

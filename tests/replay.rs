@@ -321,6 +321,7 @@ fn rating_files_and_plots() {
         peers: None,
         baseline: None,
         references: Vec::new(),
+        calibrate: false,
     })
     .unwrap();
     assert!(dir.path().join("calibration.svg").is_file());
@@ -350,6 +351,7 @@ fn unknown_systems_missing_files_and_bad_dates_are_named() {
         peers: None,
         baseline: None,
         references: Vec::new(),
+        calibrate: false,
     };
     let err = replay_main(args(FIXTURE, "2010/01/01"))
         .unwrap_err()

@@ -46,7 +46,7 @@ impl Default for CalibrationConfig {
         Self {
             enabled: false,
             prior_sd: 0.5,
-            drift: 1e-7,
+            drift: 1e-6,
         }
     }
 }

@@ -448,3 +448,93 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
     let e = compute(&system, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
     assert!(e.to_string().starts_with("abandoned_player_ids[0]"), "{e}");
 }
+
+/// Scores reach the rating system (a margin option changes the result), are validated naming
+/// the field, and a calibrating pool gets the result's observation from the skills before the
+/// match; an abandoned match teaches the calibration nothing.
+#[test]
+fn team_scores_and_the_calibration_observation() {
+    use crate::rating::calibration::CalibrationConfig;
+    use crate::rating::margin::{Margin, MarginKind};
+    let teams = ids(&[&["a"], &["b"]]);
+    let before = Before {
+        players: vec![vec![record(1600.0, 80.0)], vec![record(1500.0, 80.0)]],
+        parties: Vec::new(),
+    };
+    let none = BTreeMap::new();
+    let facts = MatchFacts {
+        queue: "1v1",
+        teams: &teams,
+        parties: &[],
+        left: &[],
+    };
+    let report = |scores: &'static [f64]| Report {
+        placements: &[1, 2],
+        performance: &none,
+        abandoned: &[],
+        team_scores: scores,
+    };
+    let plain = SystemConfig::Glicko2(glicko2::Config::default());
+    let margin = SystemConfig::Glicko2(glicko2::Config {
+        margin: Margin {
+            kind: MarginKind::Weighted,
+            ..Margin::default()
+        },
+        calibration: CalibrationConfig {
+            enabled: true,
+            ..CalibrationConfig::default()
+        },
+        ..glicko2::Config::default()
+    });
+    let a_after = |system: &SystemConfig, scores: &'static [f64]| {
+        compute(system, &NoRanking, &facts, &report(scores), &before, 0.0)
+            .unwrap()
+            .records[0]
+            .1
+            .skill
+            .mean
+    };
+    // Without a margin option the scores change nothing; with one, a narrow win moves less.
+    assert_eq!(a_after(&plain, &[12.0, 10.0]), a_after(&plain, &[]));
+    assert!(a_after(&margin, &[12.0, 10.0]) < a_after(&margin, &[]));
+    // The observation: the system's own probability of the match before it, and who won.
+    let out = compute(
+        &margin,
+        &NoRanking,
+        &facts,
+        &report(&[12.0, 10.0]),
+        &before,
+        0.0,
+    )
+    .unwrap();
+    let o = out.calibration.unwrap();
+    let p = margin
+        .predict(&[&[before.players[0][0].skill], &[before.players[1][0].skill]])
+        .unwrap();
+    assert_eq!(o.p, p.win_probability);
+    assert_eq!(o.y, vec![1.0, 0.0]);
+    let out = compute(&plain, &NoRanking, &facts, &report(&[]), &before, 0.0).unwrap();
+    assert_eq!(out.calibration, None, "the pool does not calibrate");
+    let quit = Report {
+        abandoned: &["b".to_string()],
+        ..report(&[])
+    };
+    let out = compute(&margin, &NoRanking, &facts, &quit, &before, 0.0).unwrap();
+    assert_eq!(
+        out.calibration, None,
+        "an abandoned match is not a result to learn from"
+    );
+    // Bad scores are refused naming the field.
+    for (scores, field) in [
+        (&[1.0][..], "team_scores"),
+        (&[1.0, f64::INFINITY][..], "team_scores[1]"),
+        (&[-2.0, 1.0][..], "team_scores[0]"),
+    ] {
+        let bad = Report {
+            team_scores: scores,
+            ..report(&[])
+        };
+        let e = compute(&plain, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
+        assert!(e.to_string().starts_with(field), "{e}");
+    }
+}

@@ -243,7 +243,9 @@ fn own_params(system: &SystemConfig) -> Vec<Param> {
                 k,
                 &[8.0, 12.0, 16.0, 20.0, 24.0, 28.0, 32.0, 40.0, 48.0, 64.0]
             ),
-            param!(Elo, inflation_per_win, &[0.0, 1.0]),
+            param!(Elo, inflation_per_win, &[0.0, 0.5, 1.0, 2.0]),
+            param!(Elo, normalization_exponent, &[0.5, 0.75, 1.0]),
+            flag_param!(Elo, round_adjustment),
         ],
     }
 }
@@ -293,8 +295,10 @@ impl TuneResult {
 
 /// Coordinate search on the matches before `score_from` only: replay `[0, score_from)`, judge
 /// the log loss of its second half, and for each parameter in turn keep the grid value that
-/// lowers it; up to four rounds, stopping early when a round changes nothing. `on_eval` is
-/// called after each replay (for a progress bar).
+/// lowers it; up to four rounds, stopping early when a round changes nothing. On a history
+/// with scores and a start without a margin, a second search starts from the partial outcome
+/// and the better of the two is kept. `on_eval` is called after each replay (for a progress
+/// bar).
 #[must_use]
 pub fn tune(
     history: &History,
@@ -316,36 +320,58 @@ pub fn tune(
         out.measures.summary().log_loss
     };
     let params = tunable(start, margin);
-    let mut best = start.clone();
-    let mut best_loss = eval(&best);
-    let log_loss_start = best_loss;
-    let mut evaluations = 1;
-    for _round in 0..ROUNDS {
-        let mut changed = false;
-        for p in &params {
-            let current = (p.get)(&best);
-            let mut grid: Vec<f64> = p.grid.to_vec();
-            if !grid.iter().any(|v| (v - current).abs() < 1e-12) {
-                grid.push(current);
+    let search = |from: &SystemConfig, evaluations: &mut usize| -> (SystemConfig, f64) {
+        let mut best = from.clone();
+        let mut best_loss = eval(&best);
+        *evaluations += 1;
+        for _round in 0..ROUNDS {
+            let mut changed = false;
+            for p in &params {
+                let current = (p.get)(&best);
+                let mut grid: Vec<f64> = p.grid.to_vec();
+                if !grid.iter().any(|v| (v - current).abs() < 1e-12) {
+                    grid.push(current);
+                }
+                for v in grid {
+                    if (v - (p.get)(&best)).abs() < 1e-12 {
+                        continue;
+                    }
+                    let mut cand = best.clone();
+                    (p.set)(&mut cand, v);
+                    let loss = eval(&cand);
+                    *evaluations += 1;
+                    // Require a real improvement so float noise cannot flip-flop the choice.
+                    if loss < best_loss - 1e-7 {
+                        best_loss = loss;
+                        best = cand;
+                        changed = true;
+                    }
+                }
             }
-            for v in grid {
-                if (v - (p.get)(&best)).abs() < 1e-12 {
-                    continue;
-                }
-                let mut cand = best.clone();
-                (p.set)(&mut cand, v);
-                let loss = eval(&cand);
-                evaluations += 1;
-                // Require a real improvement so float noise cannot flip-flop the choice.
-                if loss < best_loss - 1e-7 {
-                    best_loss = loss;
-                    best = cand;
-                    changed = true;
-                }
+            if !changed {
+                break;
             }
         }
-        if !changed {
-            break;
+        (best, best_loss)
+    };
+    let mut evaluations = 0;
+    let mut starts = vec![start.clone()];
+    if margin && start.margin().kind == MarginKind::None {
+        // A coordinate search that starts without a margin tunes the other parameters for
+        // placements first and may stay there; a second start from the partial outcome lets
+        // the margin's own optimum compete.
+        let mut partial = start.clone();
+        partial.margin_mut().kind = MarginKind::Partial;
+        starts.push(partial);
+    }
+    let log_loss_start = eval(start);
+    evaluations += 1;
+    let (mut best, mut best_loss) = (start.clone(), log_loss_start);
+    for from in &starts {
+        let (system, loss) = search(from, &mut evaluations);
+        if loss < best_loss - 1e-7 {
+            best = system;
+            best_loss = loss;
         }
     }
     let chosen = params

@@ -81,3 +81,72 @@ impl State {
         self.inner.store.put_calibrations(&refs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ids::MatchId;
+    use crate::rating::calibration::Observation;
+    use crate::records::ResultAck;
+    use crate::store::{EntryKind, JournalEntry, MemoryStore};
+
+    fn entry(observation: Option<Observation>) -> JournalEntry {
+        JournalEntry {
+            match_id: MatchId::new("m"),
+            applied_unix: 1.0,
+            pool: "1v1".into(),
+            records: Vec::new(),
+            parties: Vec::new(),
+            ack: ResultAck {
+                queue: "1v1".into(),
+                changes: Vec::new(),
+            },
+            kind: EntryKind::Result,
+            season: None,
+            calibration: observation,
+        }
+    }
+
+    /// A calibrating pool learns from applied entries, writes its state with a snapshot, and
+    /// comes back after a restart with the snapshot's state plus the entries journaled after
+    /// it; a pool that does not calibrate has no state at all.
+    #[test]
+    fn the_calibration_learns_persists_and_recovers() {
+        let config = Arc::new(
+            crate::config::Config::from_toml_str(
+                "[queues.1v1.rating]\nsystem = \"glicko2\"\ncalibration = { enabled = true }\n",
+            )
+            .unwrap(),
+        );
+        let store: Store = Arc::new(MemoryStore::default());
+        let state = State::load(config.clone(), store.clone()).unwrap();
+        assert_eq!(state.calibration("2v2"), None);
+        let start = state.calibration("1v1").unwrap();
+        assert_eq!(start.slope, 1.0);
+        // A timid system: favourites at 0.6 win 90% of the time.
+        for i in 0..200 {
+            let y = if i % 10 == 0 { 0.0 } else { 1.0 };
+            state.apply_records(&entry(Some(Observation::two(0.6, y))));
+        }
+        state.apply_records(&entry(None));
+        let learnt = state.calibration("1v1").unwrap();
+        assert_eq!(learnt.results, 200);
+        assert!(learnt.slope > 2.0, "{learnt:?}");
+        state.snapshot(0).unwrap();
+
+        let again = State::load(config.clone(), store.clone()).unwrap();
+        assert_eq!(again.calibration("1v1"), Some(learnt));
+        // One more result journaled after the snapshot is folded in at recovery, once.
+        let late = entry(Some(Observation::two(0.6, 1.0)));
+        store
+            .append_journal(1, std::slice::from_ref(&late))
+            .unwrap();
+        let recovered = State::load(config, store).unwrap();
+        recovered.recover().unwrap();
+        let after = recovered.calibration("1v1").unwrap();
+        assert_eq!(after, learnt.observe_two(0.6, 1.0, &Default::default()));
+        assert_eq!(after.results, 201);
+    }
+}

@@ -65,6 +65,11 @@ pub struct ReplayArgs {
     /// the tuned system; the chosen values are printed.
     #[arg(long)]
     pub tune: bool,
+    /// Turn on the pool's calibration for every --system and --rating row (as
+    /// `calibration.enabled = true` would), so the first columns, the tuning objective and the
+    /// comparison with --baseline are the calibrated probabilities.
+    #[arg(long)]
+    pub calibrate: bool,
     /// Other libraries' predictions of the same history, one JSON object per system
     /// (`scripts/peers_replay.py --write-predictions FILE`): scored here exactly like ours and
     /// reported as rows labelled by their name.
@@ -98,6 +103,7 @@ impl ReplayArgs {
             references: Vec::new(),
             score_from: None,
             tune: false,
+            calibrate: false,
             peers: None,
             baseline: None,
             json: false,
@@ -312,7 +318,10 @@ pub fn replay_reports(
     }
 
     let mut reports = Vec::new();
-    for (label, system, tunable) in systems {
+    for (label, mut system, tunable) in systems {
+        if args.calibrate && tunable {
+            system.calibration_mut().enabled = true;
+        }
         let (system, tuned, tune_seconds) = if args.tune && tunable {
             let bar = progress(
                 replay::tune_budget(&system, &history, score_from) as u64,
