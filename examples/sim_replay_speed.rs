@@ -8,7 +8,7 @@
 //! (docs/replay-results.md); a missing file stops with exit status 2 and its path.
 //!
 //! - **Whole processes** (the headline): `matchmaker replay FILE --system glicko2` (the
-//!   release binary next to this example's folder), everything a user waits for — start-up,
+//!   release binary next to this example's folder, or `MATCHMAKER_BIN`), everything a user waits for — start-up,
 //!   reading, parsing, interning, the replay, the calibration, the report — against this
 //!   example run as `sim_replay_speed --skillratings-loop FILE`, a process that does the plain
 //!   loop below once and prints its log loss. The two alternate, round by round, so load on a
@@ -140,11 +140,16 @@ fn main() -> ExitCode {
         .and_then(|r| r.to_str()?.parse().ok())
         .unwrap_or(15);
     let exe = std::env::current_exe().unwrap_or_default();
-    let matchmaker = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("matchmaker"))
-        .unwrap_or_default();
+    // `MATCHMAKER_BIN` times another build (an older one, to compare).
+    let matchmaker = std::env::var_os("MATCHMAKER_BIN").map_or_else(
+        || {
+            exe.parent()
+                .and_then(Path::parent)
+                .map(|dir| dir.join("matchmaker"))
+                .unwrap_or_default()
+        },
+        PathBuf::from,
+    );
     if !matchmaker.is_file() {
         eprintln!(
             "sim_replay_speed: {} is missing: build it with `cargo build --release --bin \

@@ -124,7 +124,9 @@ impl Observation {
             return None;
         }
         let total: f64 = win_probability.iter().sum();
-        if !(total.is_finite() && total > 0.0) || win_probability.iter().any(|p| !(*p >= 0.0)) {
+        if !(total.is_finite() && total > 0.0)
+            || win_probability.iter().any(|p| p.is_nan() || *p < 0.0)
+        {
             return None;
         }
         let best = placements.iter().copied().min()?;
@@ -303,7 +305,11 @@ mod tests {
     #[test]
     fn a_known_distortion_is_recovered() {
         for (distortion, want) in [(2.5, 2.5), (0.5, 0.5)] {
-            let config = CalibrationConfig::default();
+            // No drift: every result weighs alike, as for a population that does not change.
+            let config = CalibrationConfig {
+                drift: 0.0,
+                ..CalibrationConfig::default()
+            };
             let mut c = config.initial();
             let mut rng = SplitMix64(11);
             let (mut raw, mut calibrated, mut truth) = (0.0, 0.0, 0.0);
@@ -334,6 +340,32 @@ mod tests {
                 "close to the truth: {calibrated} vs {truth}"
             );
         }
+    }
+
+    /// With drift, the map follows a population that changes: a system that is right and
+    /// becomes 2.5 times too timid halfway is followed to a ≈ 2.5, where a map without drift
+    /// stays between the two.
+    #[test]
+    fn drift_follows_a_change() {
+        let run = |drift: f64| {
+            let config = CalibrationConfig {
+                drift,
+                ..CalibrationConfig::default()
+            };
+            let mut c = config.initial();
+            let mut rng = SplitMix64(21);
+            for i in 0..40_000 {
+                let z = 4.0 * (rng.uniform() - 0.5);
+                let y = if rng.uniform() < sigmoid(z) { 1.0 } else { 0.0 };
+                let distortion = if i < 20_000 { 1.0 } else { 2.5 };
+                c = c.observe_two(sigmoid(z / distortion), y, &config);
+            }
+            c.slope
+        };
+        let followed = run(CalibrationConfig::default().drift);
+        let stuck = run(0.0);
+        assert!((followed - 2.5).abs() < 0.3, "with drift: {followed}");
+        assert!(stuck < 2.0, "without drift: {stuck}");
     }
 
     /// Free-for-alls: a four-player system twice too timid (reports p ∝ s^0.5) is sharpened

@@ -116,7 +116,7 @@ impl Margin {
     pub fn pair(&self, y: f64, score_a: f64, score_b: f64, gap_a: f64) -> PairOutcome {
         let plain = PairOutcome { s: y, w: 1.0 };
         let total = score_a + score_b;
-        if self.kind == MarginKind::None || !(total > 0.0) {
+        if self.kind == MarginKind::None || total.is_nan() || total <= 0.0 {
             return plain;
         }
         let won = y > 0.5;

@@ -569,10 +569,10 @@ mod margin_known_answers {
             volatility: 0.0,
         };
         for (kind, after) in [
-            (MarginKind::None, 1525.513_638),
-            (MarginKind::Weighted, 1518.009_627),
-            (MarginKind::Multiplier, 1553.054_118),
-            (MarginKind::Partial, 1522.759_872),
+            (MarginKind::None, 1_525.513_638),
+            (MarginKind::Weighted, 1_518.009_627),
+            (MarginKind::Multiplier, 1_553.054_118),
+            (MarginKind::Partial, 1_522.759_872),
         ] {
             let system = SystemConfig::Glicko(glicko::Config {
                 margin: margin(kind),

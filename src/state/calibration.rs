@@ -122,7 +122,7 @@ mod tests {
         );
         let store: Store = Arc::new(MemoryStore::default());
         let state = State::load(config.clone(), store.clone()).unwrap();
-        assert_eq!(state.calibration("2v2"), None);
+        assert_eq!(state.calibration("5v5"), None, "5v5 does not calibrate");
         let start = state.calibration("1v1").unwrap();
         assert_eq!(start.slope, 1.0);
         // A timid system: favourites at 0.6 win 90% of the time.
