@@ -8,12 +8,15 @@
 //! `DATA_DIR` holds `atp_singles_2000_2014.jsonl` and `atp_doubles_2000_2014.jsonl`: the first
 //! argument, else the `ATP_DATA_DIR` environment variable, else `../shared/data` next to the
 //! repository. For each table of the document marked `<!-- replay-atp: file=... -->`, it runs
-//! what `matchmaker replay FILE --system all --score-from DATE` runs (`tools::sim::replay_reports`),
-//! once with the defaults plus our plain Elo K = 32 from a `--rating` file, and once with
-//! `--tune`, and compares every cell with the published value: numbers within one unit of their
-//! last printed digit, tuned parameters exactly. Rows of the Python peers (`peer: ...`, from
-//! `scripts/peers_replay.py`) are reported, not re-run. It also checks the document's claim that
-//! the best of ours beats the best peer with an ECE of at most 0.02.
+//! what `matchmaker replay FILE --system all --score-from DATE --reference REF.toml --baseline
+//! REF` runs (`tools::sim::replay_reports`), once as is and once with `--tune --calibrate`, where
+//! REF is the marker's `baseline`: our plain Elo K = 32 (`elo-k32`, or `elo-k32-mean` with the
+//! mean team for doubles), whose predictions are the best peer's. It compares every cell with
+//! the published value: numbers within one unit of their last printed digit, the paired
+//! difference and its interval likewise, tuned parameters exactly. Rows of the Python peers
+//! (`peer: ...`, from `scripts/peers_replay.py`) are reported, not re-run. It also checks the
+//! document's claim: the best of ours has a lower log loss than the best peer, its interval
+//! against it is entirely below zero, and its ECE is at most 0.015.
 //!
 //! Exit status: 0 when everything is reproduced, 1 when a figure differs, 2 when the data or the
 //! document cannot be read (the message names the missing path).
@@ -23,20 +26,28 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use matchmaker::tools::sim::{ReplayArgs, ReplayReport, SYSTEM_NAMES, replay_reports};
+use matchmaker::sim::bootstrap::PairedDifference;
+use matchmaker::tools::sim::{ReplayArgs, ReplayReport, replay_reports};
 
 /// Where the data is looked for when neither an argument nor `ATP_DATA_DIR` names it.
 const DEFAULT_DATA_DIR: &str = "../shared/data";
 
-/// The label of our plain Elo K = 32 row, run from a `--rating` file.
-const ELO_K32: &str = "elo (plain, k=32)";
-
-/// The `--rating` file of plain Elo K = 32 (no rounding, no inflation).
-const ELO_K32_TOML: &str = "system = \"elo\"\nk = 32.0\nround_adjustment = false\n\
-                            inflation_per_win = 0.0\n";
+/// The `--reference` files a marker's `baseline` may name: plain Elo K = 32 (no rounding, no
+/// inflation), with White's √N team or with the mean team of the peer's Elo.
+const REFERENCES: [(&str, &str); 2] = [
+    (
+        "elo-k32",
+        "system = \"elo\"\nk = 32.0\nround_adjustment = false\ninflation_per_win = 0.0\n",
+    ),
+    (
+        "elo-k32-mean",
+        "system = \"elo\"\nk = 32.0\nround_adjustment = false\ninflation_per_win = 0.0\n\
+         normalization_exponent = 1.0\n",
+    ),
+];
 
 /// Largest ECE the document's headline claim allows.
-const CLAIM_ECE: f64 = 0.02;
+const CLAIM_ECE: f64 = 0.015;
 
 /// One marked table of the document.
 struct Figure {
@@ -47,18 +58,29 @@ struct Figure {
     matches: usize,
     players: usize,
     scored: u64,
+    /// The `--reference` row every other row is compared with.
+    baseline: String,
     rows: Vec<Row>,
 }
 
-/// One row: the system's label, log loss, Brier, accuracy, ECE, and parameters as printed.
+/// One row: the system's label, its numbers, the paired difference with its interval (or
+/// `baseline`), and parameters as printed.
 struct Row {
     line: usize,
     label: String,
-    numbers: [String; 4],
+    numbers: [String; 6],
+    difference: String,
     parameters: String,
 }
 
-const COLUMNS: [&str; 4] = ["log loss", "Brier", "accuracy", "ECE"];
+const COLUMNS: [&str; 6] = [
+    "log loss",
+    "Brier",
+    "accuracy",
+    "ECE",
+    "own log loss",
+    "own ECE",
+];
 
 fn main() -> ExitCode {
     let started = Instant::now();
@@ -98,10 +120,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let elo_k32 = rating_dir.path().join("elo_k32.toml");
-    if let Err(e) = std::fs::write(&elo_k32, ELO_K32_TOML) {
-        eprintln!("replay_atp: {}: {e}", elo_k32.display());
-        return ExitCode::from(2);
+    for (name, toml) in REFERENCES {
+        let path = rating_dir.path().join(format!("{name}.toml"));
+        if let Err(e) = std::fs::write(&path, toml) {
+            eprintln!("replay_atp: {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
     }
 
     let mut failures = 0;
@@ -114,7 +138,15 @@ fn main() -> ExitCode {
             f.line
         );
         let t = Instant::now();
-        let measured = match measure(&path, &f.score_from, &elo_k32) {
+        let reference = rating_dir.path().join(format!("{}.toml", f.baseline));
+        if !REFERENCES.iter().any(|(name, _)| *name == f.baseline) {
+            eprintln!(
+                "replay_atp: docs/replay-results.md line {}: unknown baseline {:?}",
+                f.line, f.baseline
+            );
+            return ExitCode::from(2);
+        }
+        let measured = match measure(&path, &f.score_from, &reference, &f.baseline) {
             Ok(m) => m,
             Err(e) => {
                 eprintln!("replay_atp: {}: {e:#}", path.display());
@@ -175,6 +207,7 @@ fn parse_figures(text: &str) -> Result<Vec<Figure>, String> {
             matches: number("matches")? as usize,
             players: number("players")? as usize,
             scored: number("scored")?,
+            baseline: get("baseline")?.to_string(),
             rows: Vec::new(),
         };
         i += 1;
@@ -190,9 +223,9 @@ fn parse_figures(text: &str) -> Result<Vec<Figure>, String> {
                 .split('|')
                 .map(|c| c.trim().replace(['*', '`'], ""))
                 .collect();
-            if cells.len() != 6 {
+            if cells.len() != 9 {
                 return Err(format!(
-                    "line {}: expected 6 cells (system, {}, parameters), got {}",
+                    "line {}: expected 9 cells (system, {}, vs best peer, parameters), got {}",
                     i + 1,
                     COLUMNS.join(", "),
                     cells.len()
@@ -206,8 +239,11 @@ fn parse_figures(text: &str) -> Result<Vec<Figure>, String> {
                     cells[2].clone(),
                     cells[3].clone(),
                     cells[4].clone(),
+                    cells[5].clone(),
+                    cells[6].clone(),
                 ],
-                parameters: cells[5].clone(),
+                difference: cells[7].clone(),
+                parameters: cells[8].clone(),
             });
             i += 1;
         }
@@ -222,48 +258,65 @@ fn parse_figures(text: &str) -> Result<Vec<Figure>, String> {
     Ok(figures)
 }
 
-/// Every report of one history by the label the document uses.
+/// Every report of one history by the label the document uses: the systems as published and
+/// the reference, then the systems tuned for calibrated predictions, each compared with the
+/// reference.
 fn measure(
     path: &Path,
     score_from: &str,
-    elo_k32: &Path,
+    reference: &Path,
+    baseline: &str,
 ) -> anyhow::Result<BTreeMap<String, ReplayReport>> {
-    let args = |tune: bool, rating_files: Vec<PathBuf>| ReplayArgs {
-        file: path.to_path_buf(),
+    let args = |tune: bool| ReplayArgs {
         systems: vec!["all".into()],
-        rating_files,
+        references: vec![reference.to_path_buf()],
         score_from: Some(score_from.into()),
         tune,
+        calibrate: tune,
+        baseline: Some(baseline.to_string()),
         json: true,
-        plot: None,
-        png: false,
+        ..ReplayArgs::new(path.to_path_buf())
     };
     let mut out = BTreeMap::new();
-    let defaults = replay_reports(&args(false, vec![elo_k32.to_path_buf()]), &mut |_| Ok(()))?;
-    for (i, r) in defaults.into_iter().enumerate() {
-        let label = if i < SYSTEM_NAMES.len() {
-            r.label()
-        } else {
-            ELO_K32.to_string()
-        };
-        out.insert(label, r);
-    }
-    for r in replay_reports(&args(true, Vec::new()), &mut |_| Ok(()))? {
-        out.insert(r.label(), r);
+    for tune in [false, true] {
+        for r in replay_reports(&args(tune), &mut |_| Ok(()))? {
+            out.insert(r.label(), r);
+        }
     }
     Ok(out)
 }
 
 /// The `k=v k=v` list `--tune` prints.
 fn chosen(r: &ReplayReport) -> Option<String> {
-    let t = r.tuned.as_ref()?;
-    Some(
-        t.chosen
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
+    Some(r.tuned.as_ref()?.printed())
+}
+
+/// A difference of exactly nothing (the baseline against itself).
+fn sim_zero() -> PairedDifference {
+    PairedDifference {
+        baseline: String::new(),
+        mean: 0.0,
+        low: 0.0,
+        high: 0.0,
+        matches: 0,
+        weeks: 0,
+        resamples: 0,
+    }
+}
+
+/// The three numbers of a `-0.0066 [-0.0090, -0.0042]` cell.
+fn difference_cell(cell: &str) -> Option<[String; 3]> {
+    let (mean, rest) = cell.split_once(" [")?;
+    let (low, high) = rest.strip_suffix(']')?.split_once(", ")?;
+    Some([mean.to_string(), low.to_string(), high.to_string()])
+}
+
+/// Whether `value` prints as `published` to within one unit of its last digit.
+fn agrees(published: &str, value: f64) -> Option<bool> {
+    let p = published.parse::<f64>().ok()?;
+    let decimals = published.split_once('.').map_or(0, |(_, d)| d.len());
+    let unit = 10f64.powi(-(decimals as i32));
+    Some((value - p).abs() <= unit + 1e-12)
 }
 
 /// Compares one figure with the measurements; returns the number of failures.
@@ -282,8 +335,8 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
         ));
     }
     println!(
-        "  {:<28} {:>17} {:>17} {:>17} {:>17}",
-        "system", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3]
+        "  {:<36} {:>17} {:>17} {:>17} {:>17} {:>17} {:>17}",
+        "system", COLUMNS[0], COLUMNS[1], COLUMNS[2], COLUMNS[3], COLUMNS[4], COLUMNS[5]
     );
     let mut best_peer = f64::INFINITY;
     for row in &f.rows {
@@ -294,7 +347,7 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
         }
         let Some(m) = measured.get(&row.label) else {
             if row.label.starts_with("peer:") {
-                println!("  {:<28} (Python peer, not re-run)", row.label);
+                println!("  {:<36} (Python peer, not re-run)", row.label);
             } else {
                 fail(format!(
                     "line {}: no run is labelled {:?}",
@@ -303,10 +356,17 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
             }
             continue;
         };
-        let values = [m.log_loss, m.brier, m.accuracy, m.ece];
+        let values = [
+            m.log_loss,
+            m.brier,
+            m.accuracy,
+            m.ece,
+            m.uncalibrated.log_loss,
+            m.uncalibrated.ece,
+        ];
         let mut cells = Vec::new();
         for ((published, value), column) in row.numbers.iter().zip(values).zip(COLUMNS) {
-            let Ok(p) = published.parse::<f64>() else {
+            let Some(ok) = agrees(published, value) else {
                 fail(format!(
                     "line {}: {column} {published:?} is not a number",
                     row.line
@@ -314,8 +374,6 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
                 continue;
             };
             let decimals = published.split_once('.').map_or(0, |(_, d)| d.len());
-            let unit = 10f64.powi(-(decimals as i32));
-            let ok = (value - p).abs() <= unit + 1e-12;
             cells.push(format!(
                 "{published} {}{value:.prec$}",
                 if ok { "= " } else { "≠ " },
@@ -329,13 +387,43 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
             }
         }
         println!(
-            "  {:<28} {:>17} {:>17} {:>17} {:>17}",
+            "  {:<36} {}",
             row.label,
-            cells.first().map_or("", String::as_str),
-            cells.get(1).map_or("", String::as_str),
-            cells.get(2).map_or("", String::as_str),
-            cells.get(3).map_or("", String::as_str)
+            cells
+                .iter()
+                .map(|c| format!("{c:>17}"))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
+        // The reference is the baseline here (its predictions are the best peer's): the
+        // document's difference for it must be zero.
+        let vs_baseline = if row.label == f.baseline {
+            Some(sim_zero())
+        } else {
+            m.vs_baseline.clone()
+        };
+        match (difference_cell(&row.difference), &vs_baseline) {
+            (Some(published), Some(d)) => {
+                for (p, v) in published.iter().zip([d.mean, d.low, d.high]) {
+                    if agrees(p, v) != Some(true) {
+                        fail(format!(
+                            "line {}: {} vs the best peer: published {}, measured {:+.4} \
+                             [{:+.4}, {:+.4}]",
+                            row.line, row.label, row.difference, d.mean, d.low, d.high
+                        ));
+                        break;
+                    }
+                }
+            }
+            (None, None) => {}
+            _ => fail(format!(
+                "line {}: {} vs the best peer: published {:?}, measured {:?}",
+                row.line,
+                row.label,
+                row.difference,
+                vs_baseline.as_ref().map(|d| d.mean)
+            )),
+        }
         if let Some(c) = chosen(m)
             && c != row.parameters
         {
@@ -355,10 +443,11 @@ fn check(f: &Figure, measured: &BTreeMap<String, ReplayReport>) -> usize {
         .filter(|(label, _)| !label.starts_with("peer:"))
         .min_by(|a, b| a.1.log_loss.total_cmp(&b.1.log_loss));
     if let Some((label, r)) = best {
-        let holds = r.log_loss < best_peer && r.ece <= CLAIM_ECE;
+        let high = r.vs_baseline.as_ref().map_or(f64::INFINITY, |d| d.high);
+        let holds = r.log_loss < best_peer && high < 0.0 && r.ece <= CLAIM_ECE;
         println!(
-            "  claim: best of ours {label} {:.4} (ECE {:.3}) beats the best peer {best_peer:.4} \
-             with ECE <= {CLAIM_ECE}: {}",
+            "  claim: best of ours {label} {:.4} (ECE {:.3}, interval up to {high:+.4}) beats the \
+             best peer {best_peer:.4} outside the noise with ECE <= {CLAIM_ECE}: {}",
             r.log_loss,
             r.ece,
             if holds { "holds" } else { "FAILS" }

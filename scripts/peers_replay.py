@@ -21,18 +21,30 @@ docs/replay-results.md.
 
 Usage: pip install -r scripts/peers-requirements.txt
        python3 scripts/peers_replay.py HISTORY.jsonl \
-           --score-from 2010-01-01 [--json] [--ours "target/release/matchmaker" [--tune]]
+           --score-from 2010-01-01 [--json] [--write-predictions FILE]
+           [--ours "target/release/matchmaker" [--tune] [-- OURS REPLAY ARGUMENTS...]]
 
-With --ours, the same run also calls `OURS replay FILE --system all --score-from DATE --json`
-(plus --tune if given) and prints our systems and the peers in one table.
+--write-predictions FILE writes every peer's prediction of every match (one JSON object per
+peer: {"system": "peer: ...", "win_probability": [[p_team0, p_team1, ...], ...]}, in file
+order), the input of `matchmaker replay --peers FILE`.
+
+With --ours, the same run also calls
+`OURS replay FILE --score-from DATE --json --peers PREDICTIONS --baseline best-peer` with the
+arguments after `--` (default `--system all`; plus --tune if given): our systems are scored
+next to the peers by the same code, each with its paired difference in log loss against the
+best peer and that difference's 95% interval (matches resampled in blocks by week), and all
+rows print in one table.
 """
 
 import argparse
 import datetime
 import json
 import math
+import os
 import sys
+import tempfile
 import time
+from importlib import metadata
 
 BINS = 10
 EPS = 1e-15
@@ -105,11 +117,21 @@ def read(path):
     return out
 
 
+def version(package):
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
 class OpenSkill:
     def __init__(self, model_name):
         from openskill import models
         self.model = getattr(models, model_name)()
         self.name = "openskill-" + {"PlackettLuce": "pl", "BradleyTerryFull": "bt"}[model_name]
+        self.label = "peer: openskill %s %s" % (
+            version("openskill"),
+            {"PlackettLuce": "plackett-luce", "BradleyTerryFull": "bradley-terry"}[model_name])
         self.ratings = {}
 
     def get(self, pid):
@@ -133,6 +155,7 @@ class TrueSkill:
     name = "trueskill"
 
     def __init__(self):
+        self.label = "peer: trueskill %s" % version("trueskill")
         import trueskill
         self.ts = trueskill
         self.env = trueskill.TrueSkill()
@@ -178,6 +201,7 @@ class Elo:
     def __init__(self, k):
         self.k = k
         self.name = "elo-k%g" % k
+        self.label = "peer: elo k=%g" % k
         self.ratings = {}
 
     def step(self, teams, placements):
@@ -201,14 +225,19 @@ class Elo:
         return pred
 
 
-def run(system, matches, score_from):
+def run(system, matches, score_from, predictions=None):
     acc = Accumulator()
     t = time.perf_counter()
+    kept = []
     for i, (day, teams, placements) in enumerate(matches):
         pred = system.step(teams, placements)
+        if predictions is not None:
+            kept.append([float(p) for p in pred])
         if day >= score_from:
             acc.add(*score(pred, placements))
     out = dict(system=system.name, **acc.summary(), seconds=time.perf_counter() - t)
+    if predictions is not None:
+        predictions.append(dict(system=system.label, win_probability=kept))
     return out
 
 
@@ -220,36 +249,57 @@ def main():
     ap.add_argument("--only", help="comma-separated subset: openskill-pl,openskill-bt,trueskill,elo-k32")
     ap.add_argument("--ours", help="command that runs matchmaker (e.g. target/release/matchmaker)")
     ap.add_argument("--tune", action="store_true", help="pass --tune to our replay")
-    args = ap.parse_args()
-    rows_ours = []
-    if args.ours:
-        import shlex
-        import subprocess
-        cmd = shlex.split(args.ours) + ["replay", args.file, "--system", "all", "--json"]
-        if args.score_from != "0000-00-00":
-            cmd += ["--score-from", args.score_from]
-        if args.tune:
-            cmd.append("--tune")
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            r = json.loads(line)
-            if args.tune:
-                r["system"] += " (tuned)"
-            rows_ours.append(r)
+    ap.add_argument("--write-predictions", metavar="FILE",
+                    help="write every peer's per-match predictions (input of replay --peers)")
+    argv = sys.argv[1:]
+    ours_args = ["--system", "all"]
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, ours_args = argv[:cut], argv[cut + 1:]
+    args = ap.parse_args(argv)
     matches = read(args.file)
     systems = [OpenSkill("PlackettLuce"), OpenSkill("BradleyTerryFull"), TrueSkill(), Elo(32.0)]
     if args.only:
         keep = set(args.only.split(","))
         systems = [s for s in systems if s.name in keep]
-    rows = rows_ours + [run(s, matches, args.score_from) for s in systems]
+    keep_predictions = args.write_predictions or args.ours
+    predictions = [] if keep_predictions else None
+    rows = [run(s, matches, args.score_from, predictions) for s in systems]
+    written = None
+    if keep_predictions:
+        if args.write_predictions:
+            written = args.write_predictions
+        else:
+            fd, written = tempfile.mkstemp(suffix=".jsonl", prefix="peers-")
+            os.close(fd)
+        with open(written, "w") as f:
+            for p in predictions:
+                f.write(json.dumps(p) + "\n")
+    if args.ours:
+        import shlex
+        import subprocess
+        cmd = shlex.split(args.ours) + ["replay", args.file, "--json", "--peers", written,
+                                        "--baseline", "best-peer"] + ours_args
+        if args.score_from != "0000-00-00":
+            cmd += ["--score-from", args.score_from]
+        if args.tune:
+            cmd.append("--tune")
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        rows = [json.loads(line) for line in out.splitlines()]
+        if not args.write_predictions:
+            os.remove(written)
     if args.json:
         for r in rows:
             print(json.dumps(r))
     else:
-        print("%-22s %7s %8s %7s %8s %7s %8s" % ("system", "n", "logloss", "brier", "accuracy", "ece", "seconds"))
+        print("%-34s %7s %8s %7s %8s %7s  %s" % (
+            "system", "n", "logloss", "brier", "accuracy", "ece", "vs best peer (95% interval)"))
         for r in rows:
-            print("%-22s %7d %8.4f %7.4f %8.4f %7.4f %8.3f" % (
-                r["system"], r["n"], r["log_loss"], r["brier"], r["accuracy"], r["ece"], r["seconds"]))
+            d = r.get("vs_baseline")
+            vs = "%+.4f [%+.4f, %+.4f]" % (d["mean"], d["low"], d["high"]) if d else ""
+            print("%-34s %7d %8.4f %7.4f %8.4f %7.4f  %s" % (
+                r.get("label", r["system"]), r["n"], r["log_loss"], r["brier"], r["accuracy"],
+                r["ece"], vs))
     return 0
 
 

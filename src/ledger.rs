@@ -76,6 +76,7 @@ impl Ledger {
         &self,
         match_id: &MatchId,
         placements: Vec<u32>,
+        team_scores: Vec<f64>,
         performance: std::collections::BTreeMap<String, f64>,
         abandoned: Vec<String>,
     ) -> Result<Reported, ReportError> {
@@ -97,9 +98,13 @@ impl Ledger {
             .get_or_try_init(|| async {
                 ran.store(true, Ordering::Relaxed);
                 let _gate = self.gate.read().await;
-                let (entry, claimed) =
-                    self.state
-                        .prepare_result(&slot, &placements, &performance, &abandoned)?;
+                let (entry, claimed) = self.state.prepare_result(
+                    &slot,
+                    &placements,
+                    &team_scores,
+                    &performance,
+                    &abandoned,
+                )?;
                 let seq = match self.committer.commit(entry.clone()).await {
                     Ok(seq) => seq,
                     Err(e) => {

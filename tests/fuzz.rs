@@ -66,6 +66,7 @@ async fn one(
             placements,
             performance: performance.into_iter().collect(),
             abandoned_player_ids: abandoned,
+            team_scores: Vec::new(),
         }
     };
     match rng.random_range(0..19) {

@@ -257,7 +257,19 @@ fn the_json_report_of_a_tuned_system_says_what_was_chosen() {
     let tuned = &r["tuned"];
     let chosen = tuned["chosen"].as_array().unwrap();
     let keys: Vec<&str> = chosen.iter().map(|c| c[0].as_str().unwrap()).collect();
-    assert_eq!(keys, ["k", "inflation_per_win"]);
+    // The fixture has scores, so the margin option is searched first, then Elo's own keys.
+    assert_eq!(
+        keys,
+        [
+            "margin.kind",
+            "margin.weight",
+            "margin.scale",
+            "k",
+            "inflation_per_win",
+            "normalization_exponent",
+            "round_adjustment"
+        ]
+    );
     assert!(chosen.iter().all(|c| c[1].is_f64()));
     let (start, end) = (
         tuned["log_loss_start"].as_f64().unwrap(),
@@ -318,6 +330,10 @@ fn rating_files_and_plots() {
         json: true,
         plot: Some(dir.path().to_path_buf()),
         png: false,
+        peers: None,
+        baseline: None,
+        references: Vec::new(),
+        calibrate: false,
     })
     .unwrap();
     assert!(dir.path().join("calibration.svg").is_file());
@@ -344,6 +360,10 @@ fn unknown_systems_missing_files_and_bad_dates_are_named() {
         json: true,
         plot: None,
         png: false,
+        peers: None,
+        baseline: None,
+        references: Vec::new(),
+        calibrate: false,
     };
     let err = replay_main(args(FIXTURE, "2010/01/01"))
         .unwrap_err()
@@ -353,4 +373,144 @@ fn unknown_systems_missing_files_and_bad_dates_are_named() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("/nonexistent/history.jsonl"), "{err}");
+}
+
+/// Writes plain Elo K = 32 as a rating file in `dir`.
+fn elo_k32_file(dir: &Path) -> PathBuf {
+    let path = dir.join("elo-k32.toml");
+    std::fs::write(
+        &path,
+        "system = \"elo\"\nk = 32.0\nround_adjustment = false\ninflation_per_win = 0.0\n",
+    )
+    .unwrap();
+    path
+}
+
+/// Peers' predictions come in through a file and are scored by our own measures; every row
+/// gets its paired difference against the baseline, a better system's interval lies below
+/// zero, and two rows that predict alike differ by exactly nothing.
+#[test]
+fn peers_references_and_paired_intervals() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = elo_k32_file(dir.path());
+    let copy = dir.path().join("same-as-elo-k32.toml");
+    std::fs::copy(&reference, &copy).unwrap();
+    let h = fixture();
+    // A peer that always says every team is as likely to win.
+    let coin: Vec<Vec<f64>> = h
+        .matches
+        .iter()
+        .map(|m| vec![1.0 / f64::from(m.teams); m.teams as usize])
+        .collect();
+    let peers = dir.path().join("peers.jsonl");
+    std::fs::write(
+        &peers,
+        serde_json::json!({"system": "peer: coin", "win_probability": coin}).to_string() + "\n",
+    )
+    .unwrap();
+    let args = ReplayArgs {
+        systems: vec!["glicko2".into()],
+        rating_files: vec![copy],
+        references: vec![reference],
+        score_from: Some(SCORE_FROM.into()),
+        peers: Some(peers),
+        baseline: Some("best-peer".into()),
+        calibrate: true,
+        json: true,
+        ..ReplayArgs::new(PathBuf::from(FIXTURE))
+    };
+    let reports = matchmaker::tools::sim::replay_reports(&args, &mut |_| Ok(())).unwrap();
+    let labels: Vec<&str> = reports.iter().map(|r| r.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["glicko2", "same-as-elo-k32", "elo-k32", "peer: coin"]
+    );
+    let coin = &reports[3];
+    // A two-team coin flip scores ln 2, a free-for-all's favourite-versus-field less: the
+    // coin's log loss is what the measures give it, and no row is its own baseline.
+    assert!(coin.log_loss <= COIN + 1e-12 && coin.vs_baseline.is_none());
+    for r in &reports[..3] {
+        let d = r.vs_baseline.as_ref().unwrap();
+        assert_eq!(d.baseline, "peer: coin");
+        assert_eq!(d.matches, r.n);
+        assert!(
+            (d.mean - (r.log_loss - coin.log_loss)).abs() < 1e-9,
+            "{}: {d:?}",
+            r.label
+        );
+        assert!(
+            d.low <= d.mean && d.mean <= d.high && d.high < 0.0,
+            "{}: {d:?}",
+            r.label
+        );
+    }
+    // --calibrate shows the calibrated predictions of the rows it may tune, not a reference's.
+    let g = &reports[0];
+    assert_eq!(g.log_loss, g.calibrated.log_loss);
+    assert_ne!(g.calibrated.log_loss, g.uncalibrated.log_loss);
+    let r = &reports[2];
+    assert_eq!(r.log_loss, r.uncalibrated.log_loss);
+    // Against the reference, its uncalibrated copy differs by nothing, interval included.
+    let same = matchmaker::tools::sim::replay_reports(
+        &ReplayArgs {
+            baseline: Some("elo-k32".into()),
+            calibrate: false,
+            ..args.clone()
+        },
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+    let d = same[1].vs_baseline.as_ref().unwrap();
+    assert_eq!((d.mean, d.low, d.high), (0.0, 0.0, 0.0));
+    // A baseline that is no row is named.
+    let err = matchmaker::tools::sim::replay_reports(
+        &ReplayArgs {
+            baseline: Some("nope".into()),
+            ..args.clone()
+        },
+        &mut |_| Ok(()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("--baseline") && err.contains("nope"), "{err}");
+}
+
+/// The fixture's scores follow the true performance gap, so a margin option that reads them
+/// predicts the scored half better than the same system without it; the calibration brings a
+/// system's probabilities back to the truth's scale.
+#[test]
+fn the_margin_and_the_calibration_learn_from_the_fixtures_scores() {
+    let h = fixture();
+    let from = score_from(&h);
+    let plain: SystemConfig = toml::from_str("system = \"weng-lin-bt\"\n").unwrap();
+    let margin: SystemConfig = toml::from_str(
+        "system = \"weng-lin-bt\"\nmargin = { kind = \"partial\", weight = 0.5, scale = 3.0 }\n",
+    )
+    .unwrap();
+    let a = replay(&h, &plain, from, false).measures.summary();
+    let b = replay(&h, &margin, from, false);
+    println!(
+        "weng-lin-bt log loss: placements {:.4}, partial margin {:.4} (calibrated {:.4}, slope {:.3})",
+        a.log_loss,
+        b.measures.summary().log_loss,
+        b.calibrated.summary().log_loss,
+        b.calibration.slope
+    );
+    assert!(b.measures.summary().log_loss < a.log_loss);
+    // Learning from the share of points alone pulls ratings together (a 10–8 win is worth
+    // little more than a draw), so the raw probabilities are timid and the calibration
+    // sharpens them.
+    let points_only: SystemConfig = toml::from_str(
+        "system = \"weng-lin-bt\"\nmargin = { kind = \"partial\", weight = 1.0, scale = 1.0 }\n",
+    )
+    .unwrap();
+    let c = replay(&h, &points_only, from, false);
+    let (raw, calibrated) = (c.uncalibrated.summary(), c.calibrated.summary());
+    println!(
+        "points only: {:.4} raw, {:.4} calibrated (slope {:.3})",
+        raw.log_loss, calibrated.log_loss, c.calibration.slope
+    );
+    assert!(c.calibration.slope > 1.3, "{}", c.calibration.slope);
+    assert!(calibrated.log_loss < raw.log_loss);
+    assert!(calibrated.ece < raw.ece);
 }

@@ -397,6 +397,7 @@ async fn a_periodic_queue_moves_ratings_when_the_period_ends_and_keeps_them() {
             &[matchmaker::rating::teams::PeriodResult {
                 opponent: initial,
                 score: 1.0,
+                weight: 1.0,
             }],
             0.0,
         )

@@ -422,10 +422,11 @@ impl ClientService for Client {
             );
         }
         let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
+        let calibration = self.state.calibration(&queue.pool);
         let p = queue
             .config
             .rating
-            .predict(&refs)
+            .predict_calibrated(&refs, calibration.as_ref())
             .map_err(|e| Rejection::invalid("teams", e.to_string()))?;
         Ok(Response::new(proto::Prediction {
             win_probability: p.win_probability,

@@ -70,6 +70,7 @@ impl GameServerService for GameServer {
                 .report(
                     &match_id,
                     req.placements,
+                    req.team_scores,
                     performance,
                     req.abandoned_player_ids,
                 )

@@ -105,7 +105,10 @@ impl Loop {
                 region: assignment.region.clone(),
             };
             let q = &mut self.queues[qi];
-            let fills = q.pool.fill(now, &open, &SystemModel(&q.system));
+            let calibration = self.state.queue_calibration(&q.id);
+            let fills = q
+                .pool
+                .fill(now, &open, &SystemModel::calibrated(&q.system, calibration));
             let mut additions: Vec<Vec<PlayerId>> = vec![Vec::new(); job.open.len()];
             let mut latest = None;
             let mut ended = false;

@@ -36,7 +36,10 @@ impl Loop {
                 waiting = q.pool.len()
             );
             let _enter = span.enter();
-            let outcome = q.pool.tick(now, &SystemModel(&q.system));
+            let calibration = self.state.queue_calibration(&q.id);
+            let outcome = q
+                .pool
+                .tick(now, &SystemModel::calibrated(&q.system, calibration));
             for expired in outcome.expired {
                 if let Some(w) = self.waiting.remove(&expired.id) {
                     self.state.end_ticket(

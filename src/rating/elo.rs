@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::rejection::FieldError;
 
+use super::calibration::CalibrationConfig;
+use super::margin::{Margin, PairOutcome};
 use super::{
     DisplayRating, InputRules, MatchInput, PlayerInput, Prediction, RatingError, RatingSystem,
     Skill, check_non_negative, check_positive, ensure_finite, validate_match, validate_skill,
@@ -56,6 +58,10 @@ pub struct Config {
     pub inflation_wins: u32,
     /// Round each adjustment to a whole rating point, as White does.
     pub round_adjustment: bool,
+    /// Margin of victory from the reported team scores ([`super::margin`]); off by default.
+    pub margin: Margin,
+    /// Calibration of the pool's predictions ([`super::calibration`]); off by default.
+    pub calibration: CalibrationConfig,
 }
 
 impl Default for Config {
@@ -70,6 +76,8 @@ impl Default for Config {
             inflation_per_win: 1.0,
             inflation_wins: 800,
             round_adjustment: true,
+            margin: Margin::default(),
+            calibration: CalibrationConfig::default(),
         }
     }
 }
@@ -187,11 +195,14 @@ fn share(total: f64, weights: &[f64], config: &Config) -> Vec<f64> {
 }
 
 /// Per-player rating changes from one pair of teams, `a` placed `ord` relative to `b`, added
-/// into `da`, `db`.
+/// into `da`, `db`. `scores` are the two teams' scores, if reported (the margin option reads
+/// them).
+#[allow(clippy::too_many_arguments)]
 fn rate_pair(
     a: &[PlayerInput],
     b: &[PlayerInput],
     ord: std::cmp::Ordering,
+    scores: Option<(f64, f64)>,
     k: f64,
     config: &Config,
     da: &mut [f64],
@@ -199,29 +210,44 @@ fn rate_pair(
 ) {
     let ra = team_rating(a.iter().map(|p| p.skill.mean), config);
     let rb = team_rating(b.iter().map(|p| p.skill.mean), config);
+    let y = match ord {
+        std::cmp::Ordering::Less => 1.0,
+        std::cmp::Ordering::Equal => 0.5,
+        std::cmp::Ordering::Greater => 0.0,
+    };
+    let o = match scores {
+        Some((sa, sb)) => config.margin.pair(y, sa, sb, ra - rb),
+        None => PairOutcome { s: y, w: 1.0 },
+    };
+    let flip = PairOutcome {
+        s: 1.0 - o.s,
+        w: o.w,
+    };
     match ord {
         // Oriented by rating, not by position, so the order of teams cannot matter.
-        std::cmp::Ordering::Equal if ra <= rb => draw(a, b, ra, rb, k, config, da, db),
-        std::cmp::Ordering::Equal => draw(b, a, rb, ra, k, config, db, da),
-        std::cmp::Ordering::Less => win(a, b, ra, rb, k, config, da, db),
-        std::cmp::Ordering::Greater => win(b, a, rb, ra, k, config, db, da),
+        std::cmp::Ordering::Equal if ra <= rb => draw(a, b, ra, rb, o, k, config, da, db),
+        std::cmp::Ordering::Equal => draw(b, a, rb, ra, flip, k, config, db, da),
+        std::cmp::Ordering::Less => win(a, b, ra, rb, o, k, config, da, db),
+        std::cmp::Ordering::Greater => win(b, a, rb, ra, flip, k, config, db, da),
     }
 }
 
 /// A draw: each underdog gains K·(½ − E_underdog) (≥ 0), the favourites share that total
-/// equally.
+/// equally. With a margin, the underdog's outcome `o.s` replaces ½ and `o.w` scales the change
+/// (a draw the favourite dominated on points can cost the underdog).
 #[allow(clippy::too_many_arguments)]
 fn draw(
     underdogs: &[PlayerInput],
     favourites: &[PlayerInput],
     ru: f64,
     rf: f64,
+    o: PairOutcome,
     k: f64,
     config: &Config,
     du: &mut [f64],
     df: &mut [f64],
 ) {
-    let per = maybe_round(k * (0.5 - loss_rate(rf, ru)), config);
+    let per = maybe_round(k * o.w * (o.s - loss_rate(rf, ru)), config);
     for d in du.iter_mut() {
         *d += per;
     }
@@ -234,19 +260,24 @@ fn draw(
     }
 }
 
+/// A win: each winner gains K·f·m with f the winner's expected loss rate and m the
+/// productivity multiplier, the losers share the total. With a margin, the winners' outcome
+/// `o.s` replaces 1 (the residual is `o.s − E_w = f − (1 − o.s)`) and `o.w` scales it.
 #[allow(clippy::too_many_arguments)]
 fn win(
     winners: &[PlayerInput],
     losers: &[PlayerInput],
     rw: f64,
     rl: f64,
+    o: PairOutcome,
     k: f64,
     config: &Config,
     dw: &mut [f64],
     dl: &mut [f64],
 ) {
     let (m, weights) = losing_team_terms(losers, config);
-    let adjustment = maybe_round(k * loss_rate(rw, rl) * m, config);
+    let residual = loss_rate(rw, rl) - (1.0 - o.s);
+    let adjustment = maybe_round(k * o.w * residual * m, config);
     for d in dw.iter_mut() {
         *d += adjustment;
     }
@@ -263,6 +294,19 @@ pub fn rate_teams(
     placements: &[u32],
     config: &Config,
 ) -> Vec<Vec<Skill>> {
+    rate_teams_scored(teams, placements, &[], config)
+}
+
+/// [`rate_teams`] with the teams' reported scores (one per team, or none), which the margin
+/// option reads.
+#[must_use]
+pub fn rate_teams_scored(
+    teams: &[Vec<PlayerInput>],
+    placements: &[u32],
+    scores: &[f64],
+    config: &Config,
+) -> Vec<Vec<Skill>> {
+    let margin = config.margin.is_active() && scores.len() == teams.len();
     let n = teams.len();
     let k = config.k / (n.max(2) - 1) as f64;
     let mut deltas: Vec<Vec<f64>> = teams.iter().map(|t| vec![0.0; t.len()]).collect();
@@ -273,6 +317,7 @@ pub fn rate_teams(
                 &teams[i],
                 &teams[j],
                 placements[i].cmp(&placements[j]),
+                margin.then(|| (scores[i], scores[j])),
                 k,
                 config,
                 &mut left[i],
@@ -338,6 +383,8 @@ impl RatingSystem for Config {
         check_positive("blowout_multiplier", self.blowout_multiplier)?;
         check_positive("blowout_threshold", self.blowout_threshold)?;
         check_non_negative("inflation_per_win", self.inflation_per_win)?;
+        self.margin.validate()?;
+        self.calibration.validate()?;
         if self.k > 1000.0 {
             return Err(FieldError::new(
                 "k",
@@ -376,9 +423,17 @@ impl RatingSystem for Config {
         })
     }
 
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
-        ensure_finite("elo", rate_teams(m.teams, m.placements, self))
+        super::margin::validate_scores(scores, m.teams.len())?;
+        ensure_finite(
+            "elo",
+            rate_teams_scored(m.teams, m.placements, scores, self),
+        )
     }
 
     fn decay(&self, s: &Skill, elapsed_seconds: f64) -> Result<Skill, RatingError> {

@@ -24,7 +24,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::rejection::FieldError;
 
+use super::calibration::CalibrationConfig;
 use super::glicko2::{display_glicko, predict_glicko, skills_unchanged};
+use super::margin::Margin;
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
@@ -57,6 +59,13 @@ pub struct Config {
     pub mode: Mode,
     /// How team matches become per-player results.
     pub team_strategy: TeamStrategy,
+    /// Glickman's c per day: RD² grows by `c_per_day²` for each day without a match. 0 (the
+    /// default) derives c from `typical_deviation` and `periods_to_unrated` instead.
+    pub c_per_day: f64,
+    /// Margin of victory from the reported team scores ([`super::margin`]); off by default.
+    pub margin: Margin,
+    /// Calibration of the pool's predictions ([`super::calibration`]); off by default.
+    pub calibration: CalibrationConfig,
 }
 
 impl Default for Config {
@@ -71,6 +80,9 @@ impl Default for Config {
             periods_to_unrated: 26.0,
             mode: Mode::Streaming,
             team_strategy: TeamStrategy::CompositeTeam,
+            c_per_day: 0.0,
+            margin: Margin::default(),
+            calibration: CalibrationConfig::default(),
         }
     }
 }
@@ -86,9 +98,13 @@ impl Config {
         }
     }
 
-    /// c = sqrt((RD_max² − RD_typical²) / t): deviation growth per period (≈ 68.0 by default).
+    /// c = sqrt((RD_max² − RD_typical²) / t): deviation growth per period (≈ 68.0 by default),
+    /// or `c_per_day · sqrt(rating_period_days)` when `c_per_day` is set.
     #[must_use]
     pub fn c(&self) -> f64 {
+        if self.c_per_day > 0.0 {
+            return self.c_per_day * self.rating_period_days.sqrt();
+        }
         let d = self.max_deviation.min(self.initial_deviation);
         ((d * d - self.typical_deviation * self.typical_deviation).max(0.0)
             / self.periods_to_unrated)
@@ -120,6 +136,13 @@ fn e(r: f64, r_j: f64, g_j: f64) -> f64 {
 #[must_use]
 pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
     e(a.mean, b.mean, g(a.deviation.hypot(b.deviation)))
+}
+
+/// The log-odds of [`expected_score`]: `g(sqrt(RD_a² + RD_b²))·q·(r_a − r_b)`.
+#[must_use]
+#[inline]
+pub fn expected_logit(a: &Skill, b: &Skill) -> f64 {
+    g(a.deviation.hypot(b.deviation)) * Q * (a.mean - b.mean)
 }
 
 /// Deviation growth for `periods` (fractional) periods of inactivity, closed form:
@@ -154,6 +177,20 @@ fn update(s: &Skill, inv_d2: f64, g_score_sum: f64, config: &Config) -> Skill {
 #[must_use]
 #[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    rate_1v1_weighted(a, b, score_a, 1.0, config)
+}
+
+/// [`rate_1v1`] with a margin's outcome: `score_a` may be partial and `weight` scales both
+/// players' residuals ([`super::margin`]).
+#[must_use]
+#[inline]
+pub fn rate_1v1_weighted(
+    a: &Skill,
+    b: &Skill,
+    score_a: f64,
+    weight: f64,
+    config: &Config,
+) -> (Skill, Skill) {
     let ga = g(b.deviation);
     let gb = g(a.deviation);
     let ea = e(a.mean, b.mean, ga);
@@ -161,13 +198,13 @@ pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, 
     let na = update(
         a,
         Q * Q * ga * ga * ea * (1.0 - ea),
-        ga * (score_a - ea),
+        weight * ga * (score_a - ea),
         config,
     );
     let nb = update(
         b,
         Q * Q * gb * gb * eb * (1.0 - eb),
-        gb * ((1.0 - score_a) - eb),
+        weight * gb * ((1.0 - score_a) - eb),
         config,
     );
     (na, nb)
@@ -182,7 +219,7 @@ pub fn rate_period(player: &Skill, results: &[PeriodResult], config: &Config) ->
         let gj = g(r.opponent.deviation);
         let ej = e(player.mean, r.opponent.mean, gj);
         inv_d2 += Q * Q * gj * gj * ej * (1.0 - ej);
-        gs += gj * (r.score - ej);
+        gs += r.weight * gj * (r.score - ej);
     }
     update(player, inv_d2, gs, config)
 }
@@ -208,6 +245,7 @@ pub fn rate_period_checked(
                 r.score,
             ));
         }
+        super::check_weight(r.weight, k)?;
     }
     let p = decay(
         player,
@@ -262,6 +300,9 @@ impl RatingSystem for Config {
                 ),
             ));
         }
+        super::check_non_negative("c_per_day", self.c_per_day)?;
+        self.margin.validate()?;
+        self.calibration.validate()?;
         Ok(())
     }
 
@@ -281,8 +322,13 @@ impl RatingSystem for Config {
         predict_glicko(teams, &input_rules(), expected_score)
     }
 
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
+        super::margin::validate_scores(scores, m.teams.len())?;
         if self.mode == Mode::Periodic {
             return Ok(skills_unchanged(m));
         }
@@ -297,8 +343,13 @@ impl RatingSystem for Config {
         if let ([a], [b]) = (m.teams[0].as_slice(), m.teams[1].as_slice())
             && m.teams.len() == 2
         {
-            let score = pair_score(m.placements[0], m.placements[1]);
-            let (na, nb) = rate_1v1(&prepared(a), &prepared(b), score, self);
+            let (pa, pb) = (prepared(a), prepared(b));
+            let y = pair_score(m.placements[0], m.placements[1]);
+            let o = match scores {
+                [sa, sb] => self.margin.pair(y, *sa, *sb, pa.mean - pb.mean),
+                _ => super::margin::PairOutcome { s: y, w: 1.0 },
+            };
+            let (na, nb) = rate_1v1_weighted(&pa, &pb, o.s, o.w, self);
             return ensure_finite("glicko", vec![vec![na], vec![nb]]);
         }
         let decayed: Vec<Vec<Skill>> = m
@@ -306,7 +357,13 @@ impl RatingSystem for Config {
             .iter()
             .map(|t| t.iter().map(prepared).collect())
             .collect();
-        let results = teams::pairwise(&decayed, m.placements, self.team_strategy);
+        let results = teams::pairwise_scored(
+            &decayed,
+            m.placements,
+            scores,
+            &self.margin,
+            self.team_strategy,
+        );
         let out = decayed
             .iter()
             .zip(&results)
@@ -353,14 +410,17 @@ mod tests {
             PeriodResult {
                 opponent: skill(1400.0, 30.0),
                 score: 1.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1550.0, 100.0),
                 score: 0.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1700.0, 300.0),
                 score: 0.0,
+                weight: 1.0,
             },
         ];
         let out = rate_period(&skill(1500.0, 200.0), &results, &Config::default());

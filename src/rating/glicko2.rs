@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::rejection::FieldError;
 
+use super::calibration::CalibrationConfig;
+use super::margin::Margin;
 use super::teams::{self, PeriodResult, TeamStrategy};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Mode, Prediction, RatingError,
@@ -74,6 +76,15 @@ pub struct Config {
     pub mode: Mode,
     /// How team matches become per-player results.
     pub team_strategy: TeamStrategy,
+    /// Streaming mode: grow φ by the new volatility at every match (Glickman's step 6, each
+    /// match being a period). `false` measures drift in time only: φ grows by σ² per rating
+    /// period of the days since the player's last match, and not again per match, so a player
+    /// who plays ten matches in a day drifts as much as one who plays one.
+    pub per_match_drift: bool,
+    /// Margin of victory from the reported team scores ([`super::margin`]); off by default.
+    pub margin: Margin,
+    /// Calibration of the pool's predictions ([`super::calibration`]); off by default.
+    pub calibration: CalibrationConfig,
 }
 
 impl Default for Config {
@@ -93,6 +104,9 @@ impl Default for Config {
             inactivity_granularity_seconds: DAY_SECONDS,
             mode: Mode::Streaming,
             team_strategy: TeamStrategy::CompositeTeam,
+            per_match_drift: true,
+            margin: Margin::default(),
+            calibration: CalibrationConfig::default(),
         }
     }
 }
@@ -205,6 +219,15 @@ pub fn expected_score(a: &Skill, b: &Skill) -> f64 {
     e(ia.mu, ib.mu, g(ia.phi.hypot(ib.phi)))
 }
 
+/// The log-odds of [`expected_score`]: `g(sqrt(φ_a² + φ_b²))·(μ_a − μ_b)`, so a calibrated
+/// probability is one `exp` away ([`super::calibration::Calibration::two_from_logit`]).
+#[must_use]
+#[inline]
+pub fn expected_logit(a: &Skill, b: &Skill) -> f64 {
+    let (ia, ib) = (to_internal(a), to_internal(b));
+    g(ia.phi.hypot(ib.phi)) * (ia.mu - ib.mu)
+}
+
 /// The second end B of the volatility root's initial bracket, and f(B), where `gap` is
 /// Δ² − φ² − v: Glickman's ln(Δ² − φ² − v) when that is defined (not the INVERSUS code's
 /// `deltaSqr - variance - volatility`), else the first A − kτ where f is not negative.
@@ -288,7 +311,11 @@ fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Interna
         config.convergence_tolerance,
     );
     // φ*² = φ² + σ'² directly: no `hypot` libm call (values are O(1), no overflow risk).
-    let phi_star2 = p.phi * p.phi + sigma * sigma;
+    let phi_star2 = if config.per_match_drift {
+        p.phi * p.phi + sigma * sigma
+    } else {
+        p.phi * p.phi
+    };
     let phi = 1.0 / (1.0 / phi_star2 + v_inv).sqrt();
     let mu = p.mu + phi * phi * g_score_sum;
     apply_bounds(Internal { mu, phi, sigma }, config)
@@ -299,8 +326,22 @@ fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Interna
 #[must_use]
 #[inline]
 pub fn rate_1v1(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    rate_1v1_weighted(a, b, score_a, 1.0, config)
+}
+
+/// [`rate_1v1`] with a margin's outcome: `score_a` may be partial and `weight` scales both
+/// players' residuals ([`super::margin`]).
+#[must_use]
+#[inline]
+pub fn rate_1v1_weighted(
+    a: &Skill,
+    b: &Skill,
+    score_a: f64,
+    weight: f64,
+    config: &Config,
+) -> (Skill, Skill) {
     let (ia, ib) = (to_internal(a), to_internal(b));
-    let (na, nb) = rate_1v1_internal(ia, ib, score_a, config);
+    let (na, nb) = rate_1v1_internal(ia, ib, score_a, weight, config);
     (to_skill(na), to_skill(nb))
 }
 
@@ -309,17 +350,23 @@ fn rate_1v1_internal(
     a: Internal,
     b: Internal,
     score_a: f64,
+    weight: f64,
     config: &Config,
 ) -> (Internal, Internal) {
     let ga = g(b.phi);
     let gb = g(a.phi);
     let ea = e(a.mu, b.mu, ga);
     let eb = e(b.mu, a.mu, gb);
-    let na = update(a, ga * ga * ea * (1.0 - ea), ga * (score_a - ea), config);
+    let na = update(
+        a,
+        ga * ga * ea * (1.0 - ea),
+        weight * ga * (score_a - ea),
+        config,
+    );
     let nb = update(
         b,
         gb * gb * eb * (1.0 - eb),
-        gb * ((1.0 - score_a) - eb),
+        weight * gb * ((1.0 - score_a) - eb),
         config,
     );
     (na, nb)
@@ -340,7 +387,7 @@ fn rate_period_internal(p: Internal, results: &[PeriodResult], config: &Config) 
         let gj = g(o.phi);
         let ej = e(p.mu, o.mu, gj);
         v_inv += gj * gj * ej * (1.0 - ej);
-        gs += gj * (r.score - ej);
+        gs += r.weight * gj * (r.score - ej);
     }
     update(p, v_inv, gs, config)
 }
@@ -371,6 +418,7 @@ pub fn rate_period_checked(
                 r.score,
             ));
         }
+        super::check_weight(r.weight, k)?;
     }
     let p = decay_internal(
         apply_bounds(to_internal(player), config),
@@ -439,6 +487,8 @@ impl RatingSystem for Config {
                 "internal-scale bounds, must be <= 100 / 1000",
             ));
         }
+        self.margin.validate()?;
+        self.calibration.validate()?;
         Ok(())
     }
 
@@ -461,8 +511,13 @@ impl RatingSystem for Config {
         predict_glicko(teams, &input_rules(), expected_score)
     }
 
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
+        super::margin::validate_scores(scores, m.teams.len())?;
         if self.mode == Mode::Periodic {
             return Ok(skills_unchanged(m));
         }
@@ -476,8 +531,13 @@ impl RatingSystem for Config {
         if let ([a], [b]) = (m.teams[0].as_slice(), m.teams[1].as_slice())
             && m.teams.len() == 2
         {
-            let score = pair_score(m.placements[0], m.placements[1]);
-            let (na, nb) = rate_1v1_internal(prepared(a), prepared(b), score, self);
+            let (ia, ib) = (prepared(a), prepared(b));
+            let y = pair_score(m.placements[0], m.placements[1]);
+            let o = match scores {
+                [sa, sb] => self.margin.pair(y, *sa, *sb, SCALE * (ia.mu - ib.mu)),
+                _ => super::margin::PairOutcome { s: y, w: 1.0 },
+            };
+            let (na, nb) = rate_1v1_internal(ia, ib, o.s, o.w, self);
             return ensure_finite("glicko2", vec![vec![to_skill(na)], vec![to_skill(nb)]]);
         }
         let decayed: Vec<Vec<Skill>> = m
@@ -485,7 +545,13 @@ impl RatingSystem for Config {
             .iter()
             .map(|t| t.iter().map(|p| to_skill(prepared(p))).collect())
             .collect();
-        let results = teams::pairwise(&decayed, m.placements, self.team_strategy);
+        let results = teams::pairwise_scored(
+            &decayed,
+            m.placements,
+            scores,
+            &self.margin,
+            self.team_strategy,
+        );
         let out = decayed
             .iter()
             .zip(&results)
@@ -586,14 +652,17 @@ mod tests {
             PeriodResult {
                 opponent: skill(1400.0, 30.0, 0.06),
                 score: 1.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1550.0, 100.0, 0.06),
                 score: 0.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1700.0, 300.0, 0.06),
                 score: 0.0,
+                weight: 1.0,
             },
         ];
         let out = rate_period(&player, &results, &Config::unbounded());
@@ -622,14 +691,17 @@ mod tests {
             PeriodResult {
                 opponent: skill(1400.0, 30.0, 0.06),
                 score: 1.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1550.0, 100.0, 0.06),
                 score: 0.0,
+                weight: 1.0,
             },
             PeriodResult {
                 opponent: skill(1700.0, 300.0, 0.06),
                 score: 0.0,
+                weight: 1.0,
             },
         ];
         let out = sys

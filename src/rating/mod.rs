@@ -39,9 +39,11 @@
 //! configured bounds; non-finite or out-of-domain input is a [`RatingError`], never a panic or NaN.
 //! `rate` is all-or-nothing: it is pure, so an `Err` leaves nothing changed.
 
+pub mod calibration;
 pub mod elo;
 pub mod glicko;
 pub mod glicko2;
+pub mod margin;
 pub mod party;
 pub mod teams;
 pub mod weng_lin;
@@ -182,7 +184,17 @@ pub trait RatingSystem {
     /// Win probability per team and draw probability, for any number of teams of any size.
     fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError>;
     /// New skills after one match, same shape as `m.teams`.
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError>;
+    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+        self.rate_scored(m, &[])
+    }
+    /// [`RatingSystem::rate`] with the teams' reported scores (`team_scores`: one finite,
+    /// non-negative number per team, or none), which the system's margin option reads
+    /// ([`margin`]). Without a margin option the scores are validated and change nothing.
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        team_scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError>;
     /// Deviation growth for `elapsed_seconds` of inactivity.
     fn decay(&self, skill: &Skill, elapsed_seconds: f64) -> Result<Skill, RatingError>;
     /// Length of one rating period in seconds.
@@ -300,7 +312,74 @@ impl SystemConfig {
     /// [`SystemConfig::period_results`] in each record and calls [`SystemConfig::rate_period`]
     /// at period end (`results::close_period`).
     pub fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
-        dispatch!(self, s => RatingSystem::rate(s, m))
+        dispatch!(self, s => RatingSystem::rate_scored(s, m, &[]))
+    }
+
+    /// [`SystemConfig::rate`] with the teams' reported scores (one per team, or none): the
+    /// margin of victory the system's `margin` option learns from ([`margin`]).
+    pub fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        team_scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
+        dispatch!(self, s => RatingSystem::rate_scored(s, m, team_scores))
+    }
+
+    /// The system's margin-of-victory option.
+    #[must_use]
+    pub fn margin(&self) -> &margin::Margin {
+        match self {
+            Self::Glicko2(c) => &c.margin,
+            Self::Glicko(c) => &c.margin,
+            Self::WengLinBt(c) | Self::WengLinPl(c) | Self::WengLinTm(c) => &c.margin,
+            Self::Elo(c) => &c.margin,
+        }
+    }
+
+    /// Mutable access to the margin option (the tuner searches it).
+    pub fn margin_mut(&mut self) -> &mut margin::Margin {
+        match self {
+            Self::Glicko2(c) => &mut c.margin,
+            Self::Glicko(c) => &mut c.margin,
+            Self::WengLinBt(c) | Self::WengLinPl(c) | Self::WengLinTm(c) => &mut c.margin,
+            Self::Elo(c) => &mut c.margin,
+        }
+    }
+
+    /// The pool's calibration settings.
+    #[must_use]
+    pub fn calibration(&self) -> &calibration::CalibrationConfig {
+        match self {
+            Self::Glicko2(c) => &c.calibration,
+            Self::Glicko(c) => &c.calibration,
+            Self::WengLinBt(c) | Self::WengLinPl(c) | Self::WengLinTm(c) => &c.calibration,
+            Self::Elo(c) => &c.calibration,
+        }
+    }
+
+    /// Mutable access to the calibration settings (replay switches them on and off).
+    pub fn calibration_mut(&mut self) -> &mut calibration::CalibrationConfig {
+        match self {
+            Self::Glicko2(c) => &mut c.calibration,
+            Self::Glicko(c) => &mut c.calibration,
+            Self::WengLinBt(c) | Self::WengLinPl(c) | Self::WengLinTm(c) => &mut c.calibration,
+            Self::Elo(c) => &mut c.calibration,
+        }
+    }
+
+    /// The win probabilities the pool shows: [`SystemConfig::predict`], then the pool's
+    /// calibration when `calibration` is given (its map is monotone, so the favourite stays
+    /// the favourite; a draw probability keeps its share).
+    pub fn predict_calibrated(
+        &self,
+        teams: &[&[Skill]],
+        calibration: Option<&calibration::Calibration>,
+    ) -> Result<Prediction, RatingError> {
+        let mut p = self.predict(teams)?;
+        if let Some(c) = calibration {
+            c.apply(&mut p.win_probability);
+        }
+        Ok(p)
     }
 
     /// Deviation growth for `elapsed_seconds` of inactivity (used by the season soft reset: one
@@ -358,15 +437,28 @@ impl SystemConfig {
     pub fn period_results(
         &self,
         m: &MatchInput<'_>,
+        team_scores: &[f64],
     ) -> Result<Vec<Vec<Vec<teams::PeriodResult>>>, RatingError> {
         match self {
             Self::Glicko2(c) => {
                 validate_match(m, &glicko2::input_rules())?;
-                Ok(teams::pairwise_results(m, c.team_strategy))
+                margin::validate_scores(team_scores, m.teams.len())?;
+                Ok(teams::pairwise_results(
+                    m,
+                    team_scores,
+                    &c.margin,
+                    c.team_strategy,
+                ))
             }
             Self::Glicko(c) => {
                 validate_match(m, &glicko::input_rules())?;
-                Ok(teams::pairwise_results(m, c.team_strategy))
+                margin::validate_scores(team_scores, m.teams.len())?;
+                Ok(teams::pairwise_results(
+                    m,
+                    team_scores,
+                    &c.margin,
+                    c.team_strategy,
+                ))
             }
             _ => Err(RatingError::InvalidConfig(format!(
                 "{}: has no rating periods (period_results is for glicko and glicko2)",
@@ -411,8 +503,12 @@ impl RatingSystem for SystemConfig {
     fn predict(&self, teams: &[&[Skill]]) -> Result<Prediction, RatingError> {
         SystemConfig::predict(self, teams)
     }
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
-        SystemConfig::rate(self, m)
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        team_scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
+        SystemConfig::rate_scored(self, m, team_scores)
     }
     fn decay(&self, skill: &Skill, elapsed_seconds: f64) -> Result<Skill, RatingError> {
         SystemConfig::decay(self, skill, elapsed_seconds)
@@ -651,6 +747,14 @@ pub(crate) fn ensure_finite(
 
 /// Score of team `a` against team `b` from placements: 1 ahead, ½ tied, 0 behind.
 #[must_use]
+#[inline]
+pub fn pair_outcome(placement_a: u32, placement_b: u32) -> f64 {
+    pair_score(placement_a, placement_b)
+}
+
+/// Score of team `a` against team `b` from placements: 1 ahead, ½ tied, 0 behind.
+#[must_use]
+#[inline]
 pub(crate) fn pair_score(placement_a: u32, placement_b: u32) -> f64 {
     match placement_a.cmp(&placement_b) {
         std::cmp::Ordering::Less => 1.0,
@@ -667,6 +771,20 @@ pub(crate) fn pair_score(placement_a: u32, placement_b: u32) -> f64 {
 pub(crate) fn bound(x: f64, lo: f64, hi: f64) -> f64 {
     let x = if x > lo { x } else { lo };
     if x < hi { x } else { hi }
+}
+
+/// Checks a stored period result's margin weight: finite and >= 0 (the margin rules give
+/// weights in [0, 15]).
+pub(crate) fn check_weight(weight: f64, k: usize) -> Result<(), RatingError> {
+    if weight.is_finite() && (0.0..=1e3).contains(&weight) {
+        Ok(())
+    } else {
+        Err(invalid(
+            format!("results[{k}].weight"),
+            "must be finite and in [0, 1000]",
+            weight,
+        ))
+    }
 }
 
 /// Checks a config number that must be finite and > 0; the error names `key`.

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::margin::Margin;
 use super::{MatchInput, Skill, pair_score};
 
 /// How a team match becomes per-player results.
@@ -34,8 +35,21 @@ pub enum TeamStrategy {
 pub struct PeriodResult {
     /// The opponent in display units (only mean and deviation are read).
     pub opponent: Skill,
-    /// 1 win, ½ draw, 0 loss.
+    /// 1 win, ½ draw, 0 loss; a partial outcome under a `partial` margin option.
     pub score: f64,
+    /// Factor on this result's residual `score − E` from a margin option (1 without one;
+    /// records written before margins existed read as 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_one(w: &f64) -> bool {
+    *w == 1.0
 }
 
 /// Mean rating and mean deviation of a team: the virtual player of the composite strategies.
@@ -56,7 +70,21 @@ pub fn pairwise(
     placements: &[u32],
     strategy: TeamStrategy,
 ) -> Vec<Vec<Vec<PeriodResult>>> {
+    pairwise_scored(teams, placements, &[], &Margin::default(), strategy)
+}
+
+/// [`pairwise`] with the teams' scores (one per team, or none) read by `margin`: each pair's
+/// score and weight come from [`Margin::pair`], with the teams' mean ratings as the gap.
+#[must_use]
+pub fn pairwise_scored(
+    teams: &[Vec<Skill>],
+    placements: &[u32],
+    scores: &[f64],
+    margin: &Margin,
+    strategy: TeamStrategy,
+) -> Vec<Vec<Vec<PeriodResult>>> {
     let averages: Vec<(f64, f64)> = teams.iter().map(|t| team_average(t)).collect();
+    let scored = margin.is_active() && scores.len() == teams.len();
     teams
         .iter()
         .enumerate()
@@ -68,12 +96,20 @@ pub fn pairwise(
                         if j == i {
                             continue;
                         }
-                        let score = pair_score(placements[i], placements[j]);
+                        let y = pair_score(placements[i], placements[j]);
+                        let (score, weight) = if scored {
+                            let o =
+                                margin.pair(y, scores[i], scores[j], averages[i].0 - averages[j].0);
+                            (o.s, o.w)
+                        } else {
+                            (y, 1.0)
+                        };
                         match strategy {
                             TeamStrategy::Individual => {
                                 results.extend(other.iter().map(|o| PeriodResult {
                                     opponent: *o,
                                     score,
+                                    weight,
                                 }));
                             }
                             TeamStrategy::CompositeOpponent => {
@@ -85,6 +121,7 @@ pub fn pairwise(
                                         volatility: 0.0,
                                     },
                                     score,
+                                    weight,
                                 });
                             }
                             TeamStrategy::CompositeTeam => {
@@ -97,6 +134,7 @@ pub fn pairwise(
                                         volatility: 0.0,
                                     },
                                     score,
+                                    weight,
                                 });
                             }
                         }
@@ -108,15 +146,21 @@ pub fn pairwise(
         .collect()
 }
 
-/// [`pairwise`] on the skills of a match as reported (no decay): what a periodic queue stores.
+/// [`pairwise_scored`] on the skills of a match as reported (no decay): what a periodic queue
+/// stores.
 #[must_use]
-pub fn pairwise_results(m: &MatchInput<'_>, strategy: TeamStrategy) -> Vec<Vec<Vec<PeriodResult>>> {
+pub fn pairwise_results(
+    m: &MatchInput<'_>,
+    scores: &[f64],
+    margin: &Margin,
+    strategy: TeamStrategy,
+) -> Vec<Vec<Vec<PeriodResult>>> {
     let skills: Vec<Vec<Skill>> = m
         .teams
         .iter()
         .map(|t| t.iter().map(|p| p.skill).collect())
         .collect();
-    pairwise(&skills, m.placements, strategy)
+    pairwise_scored(&skills, m.placements, scores, margin, strategy)
 }
 
 #[cfg(test)]
@@ -147,7 +191,8 @@ mod tests {
                     deviation: 100.0,
                     volatility: 0.0
                 },
-                score: 1.0
+                score: 1.0,
+                weight: 1.0
             }]
         );
         assert_eq!(r[0][1][0].opponent.mean, 1450.0);
@@ -175,7 +220,8 @@ mod tests {
                     deviation: 100.0,
                     volatility: 0.0
                 },
-                score: 0.5
+                score: 0.5,
+                weight: 1.0
             }]
         );
     }

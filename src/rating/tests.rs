@@ -267,7 +267,7 @@ fn periodic_mode_leaves_ratings_until_rate_period() {
     };
     let out = sys.rate(&m).unwrap();
     assert_eq!(out[0][0], teams[0][0].skill);
-    let results = sys.period_results(&m).unwrap();
+    let results = sys.period_results(&m, &[]).unwrap();
     assert_eq!(results[0][0].len(), 1);
     assert_eq!(results[0][0][0].score, 1.0);
     let after = sys
@@ -276,7 +276,7 @@ fn periodic_mode_leaves_ratings_until_rate_period() {
     assert!(after.mean > 1500.0);
     assert!(
         SystemConfig::Elo(elo::Config::default())
-            .period_results(&m)
+            .period_results(&m, &[])
             .is_err()
     );
 }
@@ -499,4 +499,189 @@ fn free_for_all_win_probability_is_the_chance_of_finishing_first() {
     let dominant = win_shares(8, |i, _| if i == 0 { 1.0 } else { 0.5 });
     assert!(dominant[0] > 0.99, "{dominant:?}");
     assert!((dominant.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+}
+
+/// Known answers for every margin option on one hand-computed case: two equal players (so the
+/// expected score is ½), team a wins 12 games to 5. The options give
+/// weighted: w = 12/17; multiplier: w = ln(7 + 1) · 2.2/(0.001 · 0 + 2.2) = ln 8 = 2.079442;
+/// partial (κ = 3, λ = 0.8): s = 0.2 + 0.8 · σ(3 · ln(12/5)) = 0.946033.
+mod margin_known_answers {
+    use super::*;
+    use crate::rating::margin::{Margin, MarginKind};
+
+    const SCORES: [f64; 2] = [12.0, 5.0];
+
+    fn margin(kind: MarginKind) -> Margin {
+        Margin {
+            kind,
+            scale: 3.0,
+            weight: 0.8,
+        }
+    }
+
+    fn one_v_one(system: &SystemConfig, a: Skill, b: Skill) -> (Skill, Skill) {
+        let teams = vec![vec![PlayerInput::new(a)], vec![PlayerInput::new(b)]];
+        let out = system
+            .rate_scored(
+                &MatchInput {
+                    teams: &teams,
+                    placements: &[1, 2],
+                },
+                &SCORES,
+            )
+            .unwrap();
+        (out[0][0], out[1][0])
+    }
+
+    /// Plain Elo K = 32: the winner gains K · w · (s − ½).
+    #[test]
+    fn elo() {
+        let p = Skill {
+            mean: 1500.0,
+            deviation: 0.0,
+            volatility: 0.0,
+        };
+        for (kind, gain) in [
+            (MarginKind::None, 16.0),
+            (MarginKind::Weighted, 11.294_118),
+            (MarginKind::Multiplier, 33.271_065),
+            (MarginKind::Partial, 14.273_071),
+        ] {
+            let system = SystemConfig::Elo(elo::Config {
+                k: 32.0,
+                margin: margin(kind),
+                ..elo::Config::plain()
+            });
+            let (a, b) = one_v_one(&system, p, p);
+            assert_close(a.mean - 1500.0, gain, 1e-6);
+            assert_close(b.mean - 1500.0, -gain, 1e-6);
+        }
+    }
+
+    /// Glicko-1, both at 1500 / RD 100: g = 1/√(1 + 3q²·100²/π²) = 0.953498,
+    /// 1/d² = q²g²/4, r' = 1500 + q/(1/RD² + 1/d²) · w · g · (s − ½), RD' = 96.436835 whatever
+    /// the margin.
+    #[test]
+    fn glicko() {
+        let p = Skill {
+            mean: 1500.0,
+            deviation: 100.0,
+            volatility: 0.0,
+        };
+        for (kind, after) in [
+            (MarginKind::None, 1_525.513_638),
+            (MarginKind::Weighted, 1_518.009_627),
+            (MarginKind::Multiplier, 1_553.054_118),
+            (MarginKind::Partial, 1_522.759_872),
+        ] {
+            let system = SystemConfig::Glicko(glicko::Config {
+                margin: margin(kind),
+                ..glicko::Config::default()
+            });
+            let (a, b) = one_v_one(&system, p, p);
+            assert_close(a.mean, after, 1e-5);
+            assert_close(b.mean, 3000.0 - after, 1e-5);
+            assert_close(a.deviation, 96.436_835, 1e-5);
+        }
+    }
+
+    /// Glicko-2 with drift measured in time only (no per-match volatility step) and no
+    /// bounds, both at μ = 0, φ = 1: g = 1/√(1 + 3/π²), 1/v = g²/4, φ' = 1/√(1 + 1/v),
+    /// μ' = φ'² · w · g · (s − ½).
+    #[test]
+    fn glicko2() {
+        let p = Skill {
+            mean: 1500.0,
+            deviation: glicko2::SCALE,
+            volatility: 0.06,
+        };
+        let g = 1.0 / (1.0 + 3.0 / (std::f64::consts::PI * std::f64::consts::PI)).sqrt();
+        let phi2 = 1.0 / (1.0 + g * g / 4.0);
+        for (kind, s, w) in [
+            (MarginKind::None, 1.0, 1.0),
+            (MarginKind::Weighted, 1.0, 12.0 / 17.0),
+            (MarginKind::Multiplier, 1.0, 8f64.ln()),
+            (MarginKind::Partial, 0.946_033, 1.0),
+        ] {
+            let system = SystemConfig::Glicko2(glicko2::Config {
+                per_match_drift: false,
+                margin: margin(kind),
+                ..glicko2::Config::unbounded()
+            });
+            let (a, _) = one_v_one(&system, p, p);
+            let mu = phi2 * w * g * (s - 0.5);
+            assert_close(a.mean, 1500.0 + glicko2::SCALE * mu, 1e-3);
+            assert_close(a.deviation, glicko2::SCALE * phi2.sqrt(), 1e-9);
+        }
+        // With the per-match step (the default) φ also grows by the new volatility.
+        let system = SystemConfig::Glicko2(glicko2::Config::unbounded());
+        let (a, _) = one_v_one(&system, p, p);
+        assert!(a.deviation > glicko2::SCALE * phi2.sqrt());
+    }
+
+    /// Weng-Lin Bradley-Terry, both at μ 25, σ 25/3, β 25/6: c = √(2σ² + 2β²) = 13.176157,
+    /// μ' = 25 + w · σ²/c · (s − ½); σ' does not depend on the margin.
+    #[test]
+    fn weng_lin() {
+        let p = Skill {
+            mean: 25.0,
+            deviation: 25.0 / 3.0,
+            volatility: 0.0,
+        };
+        let mut sigma = None;
+        for (kind, after) in [
+            (MarginKind::None, 27.635_231),
+            (MarginKind::Weighted, 26.860_163),
+            (MarginKind::Multiplier, 30.479_810),
+            (MarginKind::Partial, 27.350_803),
+        ] {
+            for system in [
+                SystemConfig::WengLinBt(weng_lin::Config {
+                    margin: margin(kind),
+                    ..weng_lin::Config::default()
+                }),
+                SystemConfig::WengLinPl(weng_lin::Config {
+                    margin: margin(kind),
+                    ..weng_lin::Config::default()
+                }),
+            ] {
+                let (a, b) = one_v_one(&system, p, p);
+                assert_close(a.mean, after, 1e-5);
+                assert_close(b.mean, 50.0 - after, 1e-5);
+                assert_close(a.deviation, *sigma.get_or_insert(a.deviation), 1e-12);
+            }
+        }
+        // Thurstone-Mosteller mixes the updates for finishing ahead and behind: a partial
+        // outcome moves the winner less than a plain win, and a weight scales the move.
+        let tm = |kind| {
+            let system = SystemConfig::WengLinTm(weng_lin::Config {
+                margin: margin(kind),
+                ..weng_lin::Config::default()
+            });
+            one_v_one(&system, p, p).0.mean - 25.0
+        };
+        let plain = tm(MarginKind::None);
+        assert!(0.0 < tm(MarginKind::Partial) && tm(MarginKind::Partial) < plain);
+        assert_close(tm(MarginKind::Weighted), plain * 12.0 / 17.0, 1e-9);
+    }
+
+    /// Scores must be one finite, non-negative number per team; the error names the field.
+    #[test]
+    fn bad_scores_are_named() {
+        let system = SystemConfig::Elo(elo::Config::default());
+        let p = PlayerInput::new(system.initial());
+        let teams = vec![vec![p], vec![p]];
+        let m = MatchInput {
+            teams: &teams,
+            placements: &[1, 2],
+        };
+        for (scores, field) in [
+            (&[1.0][..], "team_scores"),
+            (&[1.0, f64::NAN][..], "team_scores[1]"),
+            (&[-1.0, 2.0][..], "team_scores[0]"),
+        ] {
+            let e = system.rate_scored(&m, scores).unwrap_err().to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+    }
 }

@@ -80,7 +80,11 @@ fn glicko2_rating_period_and_decay_match_skillratings() {
         for _ in 0..n {
             let (o, to) = g2(&mut rng);
             let score = random_score(&mut rng);
-            results.push(PeriodResult { opponent: o, score });
+            results.push(PeriodResult {
+                opponent: o,
+                score,
+                weight: 1.0,
+            });
             their_results.push((to, outcome(score)));
         }
         let out = glicko2::rate_period(&p, &results, &ours);
@@ -141,7 +145,11 @@ fn glicko_matches_skillratings() {
         for _ in 0..rng.random_range(1..8) {
             let (o, to) = g1(&mut rng);
             let score = random_score(&mut rng);
-            results.push(PeriodResult { opponent: o, score });
+            results.push(PeriodResult {
+                opponent: o,
+                score,
+                weight: 1.0,
+            });
             their_results.push((to, outcome(score)));
         }
         let out = glicko::rate_period(&p, &results, &ours);

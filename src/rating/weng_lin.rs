@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::rejection::FieldError;
 
+use super::calibration::CalibrationConfig;
+use super::margin::{Margin, PairOutcome};
 use super::numeric::{phi_major, phi_minor};
 use super::{
     DAY_SECONDS, DisplayRating, InputRules, MatchInput, Prediction, RatingError, RatingSystem,
@@ -68,6 +70,14 @@ pub struct Config {
     pub sigma_decay_per_period: f64,
     /// Length of the inactivity period in days (for `sigma_decay_per_period` and season rolls).
     pub rating_period_days: f64,
+    /// τ per day: σ² grows by `tau_per_day²` for each day without a match (capped like
+    /// `sigma_decay_per_period`), so skill drifts with time rather than with matches played.
+    /// 0 = off.
+    pub tau_per_day: f64,
+    /// Margin of victory from the reported team scores ([`super::margin`]); off by default.
+    pub margin: Margin,
+    /// Calibration of the pool's predictions ([`super::calibration`]); off by default.
+    pub calibration: CalibrationConfig,
 }
 
 impl Default for Config {
@@ -84,6 +94,9 @@ impl Default for Config {
             min_sigma: 1e-6,
             sigma_decay_per_period: 0.0,
             rating_period_days: 7.0,
+            tau_per_day: 0.0,
+            margin: Margin::default(),
+            calibration: CalibrationConfig::default(),
         }
     }
 }
@@ -105,19 +118,20 @@ impl<'a> WengLin<'a> {
     }
 }
 
-/// σ added for `periods` of inactivity, capped at the unrated σ (never below `min_sigma`).
+/// σ added for `periods` of inactivity (`sigma_decay_per_period` per period and `tau_per_day`
+/// per day), capped at the unrated σ (never below `min_sigma`).
 #[must_use]
 pub fn decay(s: &Skill, periods: f64, config: &Config) -> Skill {
     let sigma = s.deviation.max(config.min_sigma);
-    if config.sigma_decay_per_period <= 0.0 || periods <= 0.0 {
+    let per_period = config.sigma_decay_per_period * config.sigma_decay_per_period
+        + config.rating_period_days * config.tau_per_day * config.tau_per_day;
+    if per_period <= 0.0 || periods <= 0.0 {
         return Skill {
             deviation: sigma,
             ..*s
         };
     }
-    let grown = (sigma * sigma
-        + periods * config.sigma_decay_per_period * config.sigma_decay_per_period)
-        .sqrt();
+    let grown = (sigma * sigma + periods * per_period).sqrt();
     Skill {
         deviation: grown.min(config.sigma.max(sigma)),
         ..*s
@@ -131,9 +145,48 @@ struct TeamSum {
     rank: u32,
 }
 
-/// Ω and Δ for every team under `model`. `teams` are team sums.
-fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f64)> {
+/// Every pair's outcome under a margin option, `outcomes[i][q]` for team i against team q, or
+/// `None` when the placements alone decide (no margin, or no scores).
+type Outcomes = Option<Vec<Vec<PairOutcome>>>;
+
+/// The pairs' outcomes of a match with `scores` under `config.margin` ([`Outcomes`]).
+fn outcomes(teams: &[TeamSum], scores: &[f64], config: &Config) -> Outcomes {
+    if !config.margin.is_active() || scores.len() != teams.len() {
+        return None;
+    }
+    let to_elo = 400.0 / (std::f64::consts::SQRT_2 * config.beta * std::f64::consts::LN_10);
+    Some(
+        teams
+            .iter()
+            .enumerate()
+            .map(|(i, ti)| {
+                teams
+                    .iter()
+                    .enumerate()
+                    .map(|(q, tq)| {
+                        config.margin.pair(
+                            pair_score(ti.rank, tq.rank),
+                            scores[i],
+                            scores[q],
+                            to_elo * (ti.mu - tq.mu),
+                        )
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// Ω and Δ for every team under `model`. `teams` are team sums; `outcomes` the margin's pair
+/// outcomes, if any (Plackett-Luce with more than two teams reads placements only).
+fn omega_delta(
+    model: Model,
+    teams: &[TeamSum],
+    outcomes: &Outcomes,
+    config: &Config,
+) -> Vec<(f64, f64)> {
     let beta2 = config.beta * config.beta;
+    let pair = |i: usize, q: usize| -> Option<PairOutcome> { outcomes.as_ref().map(|o| o[i][q]) };
     match model {
         Model::BradleyTerry => teams
             .iter()
@@ -144,7 +197,7 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
                     if q == i {
                         continue;
                     }
-                    let (o, d) = bt_pair(ti, tq, beta2);
+                    let (o, d) = bt_pair(ti, tq, beta2, pair(i, q));
                     omega += o;
                     delta += d;
                 }
@@ -165,12 +218,29 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
                     let t = config.draw_margin / c;
                     let s2_c = ti.s2 / c;
                     let gamma = ti.s2.sqrt() / c;
-                    let (o, w_) = if tq.rank > ti.rank {
-                        (s2_c * v(x, t), w(x, t))
+                    let ahead = || (s2_c * v(x, t), w(x, t));
+                    let behind = || (-s2_c * v(-x, t), w(-x, t));
+                    let placed = if tq.rank > ti.rank {
+                        ahead()
                     } else if tq.rank < ti.rank {
-                        (-s2_c * v(-x, t), w(-x, t))
+                        behind()
                     } else {
                         (s2_c * vt(x, t), wt(x, t))
+                    };
+                    // A margin's partial outcome mixes the updates for finishing ahead and
+                    // behind; its weight scales the mean's move.
+                    let (o, w_) = match pair(i, q) {
+                        Some(m) if m.s == pair_score(ti.rank, tq.rank) => {
+                            (m.w * placed.0, placed.1)
+                        }
+                        Some(m) => {
+                            let (a, b) = (ahead(), behind());
+                            (
+                                m.w * (m.s * a.0 + (1.0 - m.s) * b.0),
+                                m.s * a.1 + (1.0 - m.s) * b.1,
+                            )
+                        }
+                        None => placed,
                     };
                     omega += o;
                     delta += gamma * s2_c / c * w_;
@@ -219,15 +289,19 @@ fn omega_delta(model: Model, teams: &[TeamSum], config: &Config) -> Vec<(f64, f6
     }
 }
 
-/// Bradley-Terry contribution of opponent `q` to team `i`: (δ_q, η_q).
+/// Bradley-Terry contribution of opponent `q` to team `i`: (δ_q, η_q), from the placements or
+/// from a margin's outcome of the pair.
 #[inline]
-fn bt_pair(ti: &TeamSum, tq: &TeamSum, beta2: f64) -> (f64, f64) {
+fn bt_pair(ti: &TeamSum, tq: &TeamSum, beta2: f64, margin: Option<PairOutcome>) -> (f64, f64) {
     let c = (ti.s2 + tq.s2 + 2.0 * beta2).sqrt();
     let p = 1.0 / (1.0 + ((tq.mu - ti.mu) / c).exp());
-    let s = pair_score(ti.rank, tq.rank);
+    let o = margin.unwrap_or(PairOutcome {
+        s: pair_score(ti.rank, tq.rank),
+        w: 1.0,
+    });
     let s2_c = ti.s2 / c;
     let gamma = ti.s2.sqrt() / c;
-    (s2_c * (s - p), gamma * s2_c / c * p * (1.0 - p))
+    (o.w * s2_c * (o.s - p), gamma * s2_c / c * p * (1.0 - p))
 }
 
 /// Weng-Lin's V(x, t) = φ(x − t)/Φ(x − t), with openskill's tail fallback.
@@ -335,10 +409,36 @@ pub fn rate(
     placements: &[u32],
     config: &Config,
 ) -> Vec<Vec<Skill>> {
+    rate_scored(model, teams, placements, &[], config)
+}
+
+/// [`rate`] with the teams' scores (one per team, or none) for the margin option.
+#[must_use]
+pub fn rate_scored(
+    model: Model,
+    teams: &[&[Skill]],
+    placements: &[u32],
+    scores: &[f64],
+    config: &Config,
+) -> Vec<Vec<Skill>> {
     if let ([a, b], [pa, pb]) = (teams, placements)
         && model != Model::ThurstoneMosteller
     {
-        let (na, nb) = rate_two_teams(model, a, b, super::pair_score(*pa, *pb), config);
+        let y = super::pair_score(*pa, *pb);
+        let o = match scores {
+            [sa, sb] if config.margin.is_active() => {
+                let gap = team_mean_sum(a) - team_mean_sum(b);
+                config.margin.pair(
+                    y,
+                    *sa,
+                    *sb,
+                    400.0 * gap
+                        / (std::f64::consts::SQRT_2 * config.beta * std::f64::consts::LN_10),
+                )
+            }
+            _ => PairOutcome { s: y, w: 1.0 },
+        };
+        let (na, nb) = rate_two_teams_weighted(model, a, b, o.s, o.w, config);
         return vec![na, nb];
     }
     let prepared: Vec<Vec<Skill>> = teams
@@ -354,7 +454,8 @@ pub fn rate(
             rank,
         })
         .collect();
-    let od = omega_delta(model, &sums, config);
+    let pair_outcomes = outcomes(&sums, scores, config);
+    let od = omega_delta(model, &sums, &pair_outcomes, config);
     prepared
         .iter()
         .zip(teams)
@@ -368,6 +469,11 @@ pub fn rate(
         .collect()
 }
 
+/// Σ μ of a team (the team mean Weng-Lin compares).
+fn team_mean_sum(team: &[Skill]) -> f64 {
+    team.iter().map(|s| s.mean).sum()
+}
+
 /// Bradley-Terry 1v1, allocation-free: `score_a` is 1 if `a` won, ½ draw, 0 loss.
 ///
 /// The one-player-per-team special case of the team update: each player's variance share is 1,
@@ -375,6 +481,20 @@ pub fn rate(
 #[must_use]
 #[inline]
 pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skill, Skill) {
+    rate_1v1_bt_weighted(a, b, score_a, 1.0, config)
+}
+
+/// [`rate_1v1_bt`] with a margin's outcome: `score_a` may be partial and `weight` scales both
+/// players' mean moves ([`super::margin`]).
+#[must_use]
+#[inline]
+pub fn rate_1v1_bt_weighted(
+    a: &Skill,
+    b: &Skill,
+    score_a: f64,
+    weight: f64,
+    config: &Config,
+) -> (Skill, Skill) {
     let (sa, sb) = if config.tau > 0.0 {
         let t2 = config.tau * config.tau;
         (
@@ -392,7 +512,7 @@ pub fn rate_1v1_bt(a: &Skill, b: &Skill, score_a: f64, config: &Config) -> (Skil
     let p_b = 1.0 - p_a;
     let pp = p_a * p_b;
     let one = |orig: &Skill, sd: f64, s2: f64, score: f64, p: f64| {
-        let mean = orig.mean + s2 * inv_c * (score - p);
+        let mean = orig.mean + weight * s2 * inv_c * (score - p);
         let r = sd * inv_c;
         let delta = r * r * r * pp;
         let mut deviation = at_least(
@@ -434,10 +554,25 @@ pub fn rate_two_teams(
     score_a: f64,
     config: &Config,
 ) -> (Vec<Skill>, Vec<Skill>) {
+    rate_two_teams_weighted(model, a, b, score_a, 1.0, config)
+}
+
+/// [`rate_two_teams`] with a margin's outcome: `score_a` may be partial (BT and PL take it as
+/// it is) and `weight` scales the mean moves. Thurstone-Mosteller goes through [`rate`] on the
+/// placements of the side the outcome favours (a partial TM outcome is [`rate_scored`]'s).
+#[must_use]
+pub fn rate_two_teams_weighted(
+    model: Model,
+    a: &[Skill],
+    b: &[Skill],
+    score_a: f64,
+    weight: f64,
+    config: &Config,
+) -> (Vec<Skill>, Vec<Skill>) {
     if model == Model::ThurstoneMosteller || a.is_empty() || b.is_empty() {
-        let placements = if score_a == 1.0 {
+        let placements = if score_a > 0.5 {
             [1, 2]
-        } else if score_a == 0.0 {
+        } else if score_a < 0.5 {
             [2, 1]
         } else {
             [1, 1]
@@ -457,8 +592,8 @@ pub fn rate_two_teams(
     let c = (s2a + s2b + 2.0 * config.beta * config.beta).sqrt();
     let p_a = 1.0 / (1.0 + ((mu_b - mu_a) / c).exp());
     let p_b = 1.0 - p_a;
-    let omega_a = s2a / c * (score_a - p_a);
-    let omega_b = s2b / c * ((1.0 - score_a) - p_b);
+    let omega_a = weight * s2a / c * (score_a - p_a);
+    let omega_b = weight * s2b / c * ((1.0 - score_a) - p_b);
     let delta_a = s2a.sqrt() / c * s2a / (c * c) * p_a * p_b;
     let delta_b = s2b.sqrt() / c * s2b / (c * c) * p_a * p_b;
     let apply = |team: &[Skill], s2: f64, omega: f64, delta: f64| -> Vec<Skill> {
@@ -519,6 +654,9 @@ impl RatingSystem for WengLin<'_> {
         check_positive("min_sigma", c.min_sigma)?;
         check_non_negative("sigma_decay_per_period", c.sigma_decay_per_period)?;
         check_positive("rating_period_days", c.rating_period_days)?;
+        check_non_negative("tau_per_day", c.tau_per_day)?;
+        c.margin.validate()?;
+        c.calibration.validate()?;
         Ok(())
     }
 
@@ -577,14 +715,20 @@ impl RatingSystem for WengLin<'_> {
         }
     }
 
-    fn rate(&self, m: &MatchInput<'_>) -> Result<Vec<Vec<Skill>>, RatingError> {
+    fn rate_scored(
+        &self,
+        m: &MatchInput<'_>,
+        scores: &[f64],
+    ) -> Result<Vec<Vec<Skill>>, RatingError> {
         validate_match(m, &input_rules())?;
+        super::margin::validate_scores(scores, m.teams.len())?;
         let period = self.rating_period_seconds();
         let prepared =
             |p: &super::PlayerInput| decay(&p.skill, p.elapsed_seconds / period, self.config);
         if let ([a], [b]) = (m.teams[0].as_slice(), m.teams[1].as_slice())
             && m.teams.len() == 2
             && self.model != Model::ThurstoneMosteller
+            && (scores.is_empty() || !self.config.margin.is_active())
         {
             let score = pair_score(m.placements[0], m.placements[1]);
             let f = if self.model == Model::BradleyTerry {
@@ -603,7 +747,7 @@ impl RatingSystem for WengLin<'_> {
         let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
         ensure_finite(
             self.name(),
-            rate(self.model, &refs, m.placements, self.config),
+            rate_scored(self.model, &refs, m.placements, scores, self.config),
         )
     }
 

@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::PlayerId;
 use crate::ranking::Outcome;
-use crate::rating::{MatchInput, PlayerInput, SystemConfig};
+use crate::rating::calibration::Observation;
+use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
 use crate::records::{PartyRecord, PendingPeriod, PlayerChange, PoolRecord, ResultAck};
 use crate::rejection::Rejection;
 
@@ -47,6 +48,9 @@ pub struct Report<'a> {
     pub performance: &'a BTreeMap<String, f64>,
     /// Players the server says abandoned.
     pub abandoned: &'a [String],
+    /// Optional per-team scores (rounds, kills, games), same order as `placements`; empty when
+    /// the server reported none. Read by the queue's margin-of-victory option.
+    pub team_scores: &'a [f64],
 }
 
 /// The records a result starts from.
@@ -66,6 +70,9 @@ pub struct Computed {
     pub records: Vec<(PlayerId, PoolRecord)>,
     pub parties: Vec<(String, PartyRecord)>,
     pub ack: ResultAck,
+    /// What the pool's calibration learns from this result ([`calibration_observation`]):
+    /// present when the queue calibrates and the match was played out.
+    pub calibration: Option<Observation>,
 }
 
 /// The result of `report` for the match: validation (every error names the field), the
@@ -85,7 +92,14 @@ pub fn compute(
             abandoned.push(p.to_string());
         }
     }
-    let input = validate(m.teams, report.placements, report.performance, &abandoned)?;
+    let input = validate_scored(
+        m.teams,
+        report.placements,
+        report.team_scores,
+        report.performance,
+        &abandoned,
+    )?;
+    let calibration = calibration_observation(system, &before.players, &input);
     let (after, ack) = rate_players(
         m.queue,
         system,
@@ -115,7 +129,30 @@ pub fn compute(
         records,
         parties,
         ack,
+        calibration,
     })
+}
+
+/// What a calibrating pool learns from a result: the system's uncalibrated win probabilities
+/// from the players' skills before the match (what `PredictMatch` and the matchmaker showed,
+/// before calibration) and the placements. `None` when the pool does not calibrate, when
+/// anyone abandoned (the match was not played out) or when the prediction cannot be made.
+#[must_use]
+pub fn calibration_observation(
+    system: &SystemConfig,
+    before: &[Vec<PoolRecord>],
+    input: &ResultInput,
+) -> Option<Observation> {
+    if !system.calibration().enabled || !input.abandoned.is_empty() {
+        return None;
+    }
+    let skills: Vec<Vec<Skill>> = before
+        .iter()
+        .map(|team| team.iter().map(|r| r.skill).collect())
+        .collect();
+    let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
+    let p = system.predict(&refs).ok()?;
+    Observation::new(&p.win_probability, &input.placements)
 }
 
 /// A validated report.
@@ -127,12 +164,26 @@ pub struct ResultInput {
     pub performance: BTreeMap<PlayerId, f64>,
     /// Players who left before the end.
     pub abandoned: BTreeSet<PlayerId>,
+    /// Per-team scores, same order as `placements`, or empty.
+    pub team_scores: Vec<f64>,
 }
 
 /// Checks a report against the match's teams; every error names the field and the rule.
 pub fn validate(
     teams: &[Vec<PlayerId>],
     placements: &[u32],
+    performance: &BTreeMap<String, f64>,
+    abandoned: &[String],
+) -> Result<ResultInput, Rejection> {
+    validate_scored(teams, placements, &[], performance, abandoned)
+}
+
+/// [`validate`] with the report's `team_scores`: none, or one finite, non-negative score per
+/// team (errors name `team_scores` or `team_scores[i]`).
+pub fn validate_scored(
+    teams: &[Vec<PlayerId>],
+    placements: &[u32],
+    team_scores: &[f64],
     performance: &BTreeMap<String, f64>,
     abandoned: &[String],
 ) -> Result<ResultInput, Rejection> {
@@ -151,6 +202,25 @@ pub fn validate(
             return Err(Rejection::invalid(
                 format!("placements[{i}]"),
                 format!("must be in 1..={} (got {p})", teams.len()),
+            ));
+        }
+    }
+    if !team_scores.is_empty() && team_scores.len() != teams.len() {
+        return Err(Rejection::invalid(
+            "team_scores",
+            format!(
+                "must be empty or have one entry per team: the match has {} teams (got {})",
+                teams.len(),
+                team_scores.len()
+            ),
+        ));
+    }
+    for (i, &score) in team_scores.iter().enumerate() {
+        // The rating systems' own rule, checked here so the error names this field.
+        if !(score.is_finite() && (0.0..=1e9).contains(&score)) {
+            return Err(Rejection::invalid(
+                format!("team_scores[{i}]"),
+                format!("must be finite and in [0, 1e9] (got {score})"),
             ));
         }
     }
@@ -191,6 +261,7 @@ pub fn validate(
         placements: placements.to_vec(),
         performance: perf,
         abandoned: gone,
+        team_scores: team_scores.to_vec(),
     })
 }
 
@@ -256,13 +327,17 @@ pub fn rate_players(
     };
     let inputs = player_inputs(teams, before, input, now_unix);
     let rated = system
-        .rate(&MatchInput {
-            teams: &inputs,
-            placements: &input.placements,
-        })
+        .rate_scored(
+            &MatchInput {
+                teams: &inputs,
+                placements: &input.placements,
+            },
+            &input.team_scores,
+        )
         .map_err(|e| Rejection::invalid("result", e.to_string()))?;
 
-    // Abandoners are rated as if their team had placed last.
+    // Abandoners are rated as if their team had placed last, from placements alone (the
+    // scores of a match someone left say nothing about the margin).
     let abandoned_placements = (!input.abandoned.is_empty()).then(|| {
         let last = input.placements.iter().copied().max().unwrap_or(1) + 1;
         teams
@@ -290,16 +365,22 @@ pub fn rate_players(
     // Periodic Glicko: each player's results of this match, kept until the period ends.
     let period_results = match current_period {
         Some(_) => {
-            let results = |placements: &[u32]| {
+            let results = |placements: &[u32], scores: &[f64]| {
                 system
-                    .period_results(&MatchInput {
-                        teams: &inputs,
-                        placements,
-                    })
+                    .period_results(
+                        &MatchInput {
+                            teams: &inputs,
+                            placements,
+                        },
+                        scores,
+                    )
                     .map_err(|e| Rejection::invalid("result", e.to_string()))
             };
-            let quit = abandoned_placements.as_deref().map(results).transpose()?;
-            Some((results(&input.placements)?, quit))
+            let quit = abandoned_placements
+                .as_deref()
+                .map(|p| results(p, &[]))
+                .transpose()?;
+            Some((results(&input.placements, &input.team_scores)?, quit))
         }
         None => None,
     };

@@ -59,6 +59,7 @@ pub(super) fn rate_parties(
             system,
             &inputs,
             &input.placements,
+            &input.team_scores,
             team,
             &indices,
             &party,
@@ -79,13 +80,15 @@ pub(super) fn rate_parties(
 /// A party's new skill: the match rated with the inputs the players' own update
 /// used ([`player_inputs`]), except that the party's members (`members`, indices into `team`)
 /// play at the party's skill and with the time since the party last played; the party's new
-/// skill is the mean of its members' new skills. Each member keeps its own productivity and
+/// skill is the mean of its members' new skills; `team_scores` are the match's (or empty). Each member keeps its own productivity and
 /// win count. Works for a party that fills a team and for one that shares a team with solo
 /// players.
+#[allow(clippy::too_many_arguments)]
 pub fn rate_party(
     system: &SystemConfig,
     inputs: &[Vec<PlayerInput>],
     placements: &[u32],
+    team_scores: &[f64],
     team: usize,
     members: &[usize],
     party: &PartyRecord,
@@ -99,10 +102,13 @@ pub fn rate_party(
         }
     }
     let rated = system
-        .rate(&MatchInput {
-            teams: &inputs,
-            placements,
-        })
+        .rate_scored(
+            &MatchInput {
+                teams: &inputs,
+                placements,
+            },
+            team_scores,
+        )
         .map_err(|e| Rejection::invalid("result", e.to_string()))?;
     let n = members.len().max(1) as f64;
     let mean = |f: fn(&Skill) -> f64| members.iter().map(|&i| f(&rated[team][i])).sum::<f64>() / n;

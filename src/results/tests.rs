@@ -34,6 +34,7 @@ fn input(placements: &[u32], abandoned: &[&str]) -> ResultInput {
         placements: placements.to_vec(),
         performance: BTreeMap::new(),
         abandoned: abandoned.iter().map(|&a| PlayerId::from(a)).collect(),
+        team_scores: Vec::new(),
     }
 }
 
@@ -193,11 +194,11 @@ fn a_party_that_wins_rises_as_a_unit_and_its_mates_are_untouched() {
     };
     let teams = ids(&[&["a", "b", "c"], &["d", "e", "f"]]);
     let inputs = player_inputs(&teams, &before, &input(&[1, 2], &[]), 0.0);
-    let won = rate_party(&system, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0).unwrap();
-    let lost = rate_party(&system, &inputs, &[2, 1], 0, &[0, 1], &party, 0.0).unwrap();
+    let won = rate_party(&system, &inputs, &[1, 2], &[], 0, &[0, 1], &party, 0.0).unwrap();
+    let lost = rate_party(&system, &inputs, &[2, 1], &[], 0, &[0, 1], &party, 0.0).unwrap();
     assert!(won.mean > party.skill.mean && lost.mean < party.skill.mean);
     assert!(won.deviation < party.skill.deviation);
-    let e = rate_party(&system, &inputs, &[1], 0, &[0], &party, 0.0).unwrap_err();
+    let e = rate_party(&system, &inputs, &[1], &[], 0, &[0], &party, 0.0).unwrap_err();
     assert!(e.to_string().contains("placements"), "{e}");
 }
 
@@ -225,6 +226,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
         &system,
         &inputs,
         &[1, 2],
+        &[],
         0,
         &[0, 1],
         &party(Some(now as i64)),
@@ -235,6 +237,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
         &system,
         &inputs,
         &[1, 2],
+        &[],
         0,
         &[0, 1],
         &party(Some((now - 365.0 * 86_400.0) as i64)),
@@ -270,7 +273,7 @@ fn a_party_is_rated_with_its_own_inactivity_and_its_members_productivity() {
     }
     let gain = |input: &ResultInput| {
         let inputs = player_inputs(&teams, &before, input, 0.0);
-        rate_party(&elo, &inputs, &[1, 2], 0, &[0, 1], &party, 0.0)
+        rate_party(&elo, &inputs, &[1, 2], &[], 0, &[0, 1], &party, 0.0)
             .unwrap()
             .mean
             - 1500.0
@@ -418,6 +421,7 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
         placements: &[2, 1],
         performance: &none,
         abandoned: &[],
+        team_scores: &[],
     };
     let out = compute(&system, &NoRanking, &facts, &report, &before, 0.0).unwrap();
     let after: BTreeMap<&str, &PoolRecord> =
@@ -443,4 +447,94 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
     };
     let e = compute(&system, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
     assert!(e.to_string().starts_with("abandoned_player_ids[0]"), "{e}");
+}
+
+/// Scores reach the rating system (a margin option changes the result), are validated naming
+/// the field, and a calibrating pool gets the result's observation from the skills before the
+/// match; an abandoned match teaches the calibration nothing.
+#[test]
+fn team_scores_and_the_calibration_observation() {
+    use crate::rating::calibration::CalibrationConfig;
+    use crate::rating::margin::{Margin, MarginKind};
+    let teams = ids(&[&["a"], &["b"]]);
+    let before = Before {
+        players: vec![vec![record(1600.0, 80.0)], vec![record(1500.0, 80.0)]],
+        parties: Vec::new(),
+    };
+    let none = BTreeMap::new();
+    let facts = MatchFacts {
+        queue: "1v1",
+        teams: &teams,
+        parties: &[],
+        left: &[],
+    };
+    let report = |scores: &'static [f64]| Report {
+        placements: &[1, 2],
+        performance: &none,
+        abandoned: &[],
+        team_scores: scores,
+    };
+    let plain = SystemConfig::Glicko2(glicko2::Config::default());
+    let margin = SystemConfig::Glicko2(glicko2::Config {
+        margin: Margin {
+            kind: MarginKind::Weighted,
+            ..Margin::default()
+        },
+        calibration: CalibrationConfig {
+            enabled: true,
+            ..CalibrationConfig::default()
+        },
+        ..glicko2::Config::default()
+    });
+    let a_after = |system: &SystemConfig, scores: &'static [f64]| {
+        compute(system, &NoRanking, &facts, &report(scores), &before, 0.0)
+            .unwrap()
+            .records[0]
+            .1
+            .skill
+            .mean
+    };
+    // Without a margin option the scores change nothing; with one, a narrow win moves less.
+    assert_eq!(a_after(&plain, &[12.0, 10.0]), a_after(&plain, &[]));
+    assert!(a_after(&margin, &[12.0, 10.0]) < a_after(&margin, &[]));
+    // The observation: the system's own probability of the match before it, and who won.
+    let out = compute(
+        &margin,
+        &NoRanking,
+        &facts,
+        &report(&[12.0, 10.0]),
+        &before,
+        0.0,
+    )
+    .unwrap();
+    let o = out.calibration.unwrap();
+    let p = margin
+        .predict(&[&[before.players[0][0].skill], &[before.players[1][0].skill]])
+        .unwrap();
+    assert_eq!(o.p, p.win_probability);
+    assert_eq!(o.y, vec![1.0, 0.0]);
+    let out = compute(&plain, &NoRanking, &facts, &report(&[]), &before, 0.0).unwrap();
+    assert_eq!(out.calibration, None, "the pool does not calibrate");
+    let quit = Report {
+        abandoned: &["b".to_string()],
+        ..report(&[])
+    };
+    let out = compute(&margin, &NoRanking, &facts, &quit, &before, 0.0).unwrap();
+    assert_eq!(
+        out.calibration, None,
+        "an abandoned match is not a result to learn from"
+    );
+    // Bad scores are refused naming the field.
+    for (scores, field) in [
+        (&[1.0][..], "team_scores"),
+        (&[1.0, f64::INFINITY][..], "team_scores[1]"),
+        (&[-2.0, 1.0][..], "team_scores[0]"),
+    ] {
+        let bad = Report {
+            team_scores: scores,
+            ..report(&[])
+        };
+        let e = compute(&plain, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
+        assert!(e.to_string().starts_with(field), "{e}");
+    }
 }

@@ -3,8 +3,9 @@
 //! One JSON object per line, in play order:
 //! `{"time":"2010-05-09","teams":[["a","b"],["c","d"]],"placements":[1,2],"scores":[12,7]}`.
 //! `time` is a date (`YYYY-MM-DD`, optionally followed by a time of day, which is ignored) or a
-//! number of unix seconds; `placements` are 1 = first, equal = tie; `scores` and any other key are
-//! ignored. Blank lines are skipped.
+//! number of unix seconds; `placements` are 1 = first, equal = tie; `scores` (optional: one
+//! non-negative number per team, or `null`) are the margin a system's margin option reads; any
+//! other key is ignored. Blank lines are skipped.
 //!
 //! Player ids are interned to dense indices while parsing, and every match lives in flat
 //! vectors, so the replay loop indexes plain slices and allocates nothing. Parsing goes through
@@ -66,6 +67,8 @@ pub struct History {
     pub team_ends: Vec<u32>,
     /// For each team (global team index), its placement.
     pub placements: Vec<u32>,
+    /// For each team (global team index), its score, or NaN for a match without scores.
+    pub scores: Vec<f64>,
 }
 
 impl History {
@@ -82,13 +85,14 @@ impl History {
     pub fn parse(text: &str) -> Result<History, HistoryError> {
         let mut b = Builder {
             h: History::default(),
-            index: HashMap::new(),
+            index: HashMap::default(),
         };
         let lines = text.len() / 80 + 1;
         b.h.matches.reserve(lines);
         b.h.players.reserve(lines * 2);
         b.h.team_ends.reserve(lines * 2);
         b.h.placements.reserve(lines * 2);
+        b.h.scores.reserve(lines * 2);
         for (i, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -119,6 +123,14 @@ impl History {
         &self.players[start..self.team_ends[t] as usize]
     }
 
+    /// The scores of `teams` teams from global team `first`, when the match has them.
+    #[must_use]
+    #[inline]
+    pub fn scores(&self, first: usize, teams: usize) -> Option<&[f64]> {
+        let s = self.scores.get(first..first + teams)?;
+        (!s[0].is_nan()).then_some(s)
+    }
+
     /// Index of the first match on or after `day` (matches are in time order), or the number of
     /// matches if there is none.
     #[must_use]
@@ -129,7 +141,9 @@ impl History {
 
 struct Builder {
     h: History,
-    index: HashMap<Box<str>, u32>,
+    /// Ids to dense indices, with the fast multiplicative hasher of the matcher's id maps (a
+    /// history is the user's own file: no need for SipHash's resistance to chosen keys).
+    index: HashMap<Box<str>, u32, crate::matching::IdHash>,
 }
 
 impl Builder {
@@ -139,6 +153,7 @@ impl Builder {
             self.h.players.len(),
             self.h.team_ends.len(),
             self.h.placements.len(),
+            self.h.scores.len(),
         );
         let mut de = serde_json::Deserializer::from_str(line);
         let parsed = LineSeed { b: self }
@@ -152,6 +167,7 @@ impl Builder {
             self.h.players.truncate(mark.0);
             self.h.team_ends.truncate(mark.1);
             self.h.placements.truncate(mark.2);
+            self.h.scores.truncate(mark.3);
         }
         result
     }
@@ -169,6 +185,14 @@ impl Builder {
         if placements != teams {
             return Err(format!(
                 "placements: need one per team ({teams} teams, {placements} placements)"
+            ));
+        }
+        let scores = self.h.scores.len() - first_team;
+        if scores == 0 {
+            self.h.scores.resize(first_team + teams, f64::NAN);
+        } else if scores != teams {
+            return Err(format!(
+                "scores: need one per team or none ({teams} teams, {scores} scores)"
             ));
         }
         let start = if first_team == 0 {
@@ -237,6 +261,7 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LineFields, A::Error> {
         let mut fields = LineFields::default();
         let mut saw_placements = false;
+        let mut saw_scores = false;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
                 "time" => fields.day = Some(map.next_value::<TimeValue>()?.0),
@@ -254,6 +279,15 @@ impl<'de> Visitor<'de> for LineSeed<'_> {
                     saw_placements = true;
                     map.next_value_seed(PlacementsSeed {
                         out: &mut self.b.h.placements,
+                    })?;
+                }
+                "scores" => {
+                    if saw_scores {
+                        return Err(de::Error::duplicate_field("scores"));
+                    }
+                    saw_scores = true;
+                    map.next_value_seed(ScoresSeed {
+                        out: &mut self.b.h.scores,
                     })?;
                 }
                 _ => {
@@ -407,6 +441,45 @@ impl<'de> Visitor<'de> for PlacementsSeed<'_> {
     }
 }
 
+/// `scores`: `null`, or a list of non-negative numbers (checked against the teams in `finish`).
+struct ScoresSeed<'o> {
+    out: &'o mut Vec<f64>,
+}
+
+impl<'de> DeserializeSeed<'de> for ScoresSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ScoresSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("scores: a list of non-negative numbers, one per team, or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(s) = seq.next_element::<f64>()? {
+            if !(s.is_finite() && s >= 0.0) {
+                return Err(de::Error::custom(format!(
+                    "scores: must be non-negative numbers (got {s})"
+                )));
+            }
+            self.out.push(s);
+        }
+        Ok(())
+    }
+}
+
 /// Days since 1970-01-01 of a `YYYY-MM-DD` date (anything after the tenth character, such as a
 /// time of day, is ignored). Howard Hinnant's `days_from_civil`.
 pub fn parse_date(s: &str) -> Result<i32, String> {
@@ -493,6 +566,10 @@ mod tests {
         assert_eq!(h.matches[2].teams, 3);
         assert_eq!(&h.placements[4..7], &[1, 1, 3]);
         assert_eq!(h.first_on_or_after(h.matches[0].day + 1), 1);
+        assert_eq!(h.scores(0, 2), Some(&[12.0, 7.0][..]));
+        assert_eq!(h.scores(2, 2), None);
+        assert_eq!(h.scores(4, 3), None);
+        assert_eq!(h.scores.len(), h.placements.len());
     }
 
     #[test]
@@ -529,6 +606,18 @@ mod tests {
             (
                 r#"{"time":"2010-05-09","teams":[["a"],["b"]],"placements":[1,2]} x"#,
                 "trailing",
+            ),
+            (
+                r#"{"time":"2010-05-09","teams":[["a"],["b"]],"placements":[1,2],"scores":[3]}"#,
+                "scores: need one per team",
+            ),
+            (
+                r#"{"time":"2010-05-09","teams":[["a"],["b"]],"placements":[1,2],"scores":[3,-1]}"#,
+                "scores: must be non-negative",
+            ),
+            (
+                r#"{"time":"2010-05-09","teams":[["a"],["b"]],"placements":[1,2],"scores":"6-3"}"#,
+                "scores",
             ),
         ];
         for (line, want) in cases {

@@ -260,6 +260,34 @@ pub struct CalibrationBin {
     pub actual: f64,
 }
 
+/// The ECE a perfectly calibrated forecaster would show on these same predictions, in
+/// expectation, without drawing: if each outcome were a coin with its predicted probability,
+/// a bucket's gap `mean p − mean y` would be close to normal with variance
+/// `Σ p(1 − p) / n_b²`, whose absolute value has mean `√(2/π)·sd`; the buckets are weighted by
+/// their share of the matches as in the ECE. One pass, no randomness: it agrees with
+/// [`ece_noise_floor`]'s redraws to within their own noise once buckets hold a few dozen
+/// matches. An ECE near this floor is sampling noise, not miscalibration.
+#[must_use]
+pub fn ece_noise_expected(predictions: &[Scored]) -> f64 {
+    if predictions.is_empty() {
+        return 0.0;
+    }
+    let mut bins = [(0u64, 0.0f64); BINS];
+    for s in predictions {
+        let b = &mut bins[bin_of(s.p)];
+        b.0 += 1;
+        b.1 += s.p * (1.0 - s.p);
+    }
+    let n = predictions.len() as f64;
+    let root_two_over_pi = (2.0 / std::f64::consts::PI).sqrt();
+    bins.iter()
+        .filter(|b| b.0 > 0)
+        .map(|&(count, variance)| {
+            (count as f64 / n) * root_two_over_pi * variance.sqrt() / count as f64
+        })
+        .sum()
+}
+
 /// The ECE a perfectly calibrated forecaster would show on these same predictions: each
 /// outcome is redrawn as a coin with the predicted probability, `draws` times, and the mean ECE
 /// is returned. An ECE near this floor is sampling noise, not miscalibration (on 6,000 matches the
@@ -410,5 +438,15 @@ mod tests {
         assert!(small > 0.0 && large > 0.0);
         // Four times the root: 16× the matches.
         assert!((small / large - 4.0).abs() < 1.2, "{small} {large}");
+        // The closed form agrees with the redraws.
+        for n in [1000, 16_000] {
+            let drawn = ece_noise_floor(&preds(n), 200, &mut uniform);
+            let expected = ece_noise_expected(&preds(n));
+            assert!(
+                (drawn / expected - 1.0).abs() < 0.1,
+                "{n}: {drawn} vs {expected}"
+            );
+        }
+        assert_eq!(ece_noise_expected(&[]), 0.0);
     }
 }

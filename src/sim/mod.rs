@@ -14,9 +14,11 @@
 //! print, or import the server's shell (tonic, tokio, sled, metrics, `store`). Its only file
 //! I/O is [`history::History::read_file`] and [`plot`]'s output files.
 
+pub mod bootstrap;
 pub mod history;
 pub mod measures;
 pub mod plot;
 pub mod replay;
 pub mod simulate;
 pub mod synthetic;
+pub mod tune;

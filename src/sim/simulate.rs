@@ -250,7 +250,7 @@ mod tests {
                 let low = predict(0.04);
                 assert_eq!(low, predict(0.08), "{}", system.name());
                 assert_eq!(low, predict(init.volatility.max(0.01)), "{}", system.name());
-                let model = SystemModel(system);
+                let model = SystemModel::new(system);
                 assert_eq!(
                     model.win_probabilities(&[vec![a], vec![b]]),
                     predict(init.volatility),

@@ -160,6 +160,7 @@ impl State {
             },
             kind: EntryKind::Admin,
             season: None,
+            calibration: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! transitions can never deadlock. No lock here is ever held across an `.await`.
 
 mod admin;
+mod calibration;
 mod leaderboard;
 mod live;
 mod matches;
@@ -70,6 +71,8 @@ struct Inner {
     /// The rating system of each pool (validated equal across the pool's queues).
     pool_systems: BTreeMap<String, crate::rating::SystemConfig>,
     pool_names: PoolNames,
+    /// The calibration of each pool that calibrates its predictions.
+    calibrations: BTreeMap<String, Mutex<crate::rating::calibration::Calibration>>,
 }
 
 impl State {
@@ -123,6 +126,7 @@ impl State {
                 }),
             );
         }
+        let calibrations = calibration::load(&pool_systems, &store)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -137,6 +141,7 @@ impl State {
                 ranks,
                 pool_systems,
                 pool_names,
+                calibrations,
             }),
         })
     }

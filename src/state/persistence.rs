@@ -241,6 +241,7 @@ impl State {
                 .map(|(k, v)| (k.as_str(), v))
                 .collect::<Vec<_>>(),
         )?;
+        self.persist_calibrations()?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(slots.len())
     }

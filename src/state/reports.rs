@@ -25,13 +25,21 @@ impl State {
         &self,
         m: &MatchSlot,
         placements: &[u32],
+        team_scores: &[f64],
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
     ) -> Result<(JournalEntry, MatchPhase), Rejection> {
         const ATTEMPTS: usize = 8;
         for _ in 0..ATTEMPTS {
             let assignment = Self::resultable(m)?;
-            let entry = self.compute_result(m, &assignment, placements, performance, abandoned)?;
+            let entry = self.compute_result(
+                m,
+                &assignment,
+                placements,
+                team_scores,
+                performance,
+                abandoned,
+            )?;
             let mut inner = m.lock();
             if Arc::ptr_eq(&inner.assignment, &assignment)
                 && matches!(
@@ -85,6 +93,7 @@ impl State {
         m: &MatchSlot,
         assignment: &Assignment,
         placements: &[u32],
+        team_scores: &[f64],
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
     ) -> Result<JournalEntry, Rejection> {
@@ -130,6 +139,7 @@ impl State {
                 placements,
                 performance,
                 abandoned,
+                team_scores,
             },
             &before,
             now,
@@ -143,6 +153,7 @@ impl State {
             ack: computed.ack,
             kind: crate::store::EntryKind::Result,
             season: None,
+            calibration: computed.calibration,
         })
     }
 
@@ -207,6 +218,9 @@ impl State {
         }
         drop(index);
         drop(guards);
+        if let Some(observation) = &entry.calibration {
+            self.observe_calibration(&entry.pool, observation);
+        }
         for (key, record) in &entry.parties {
             self.inner
                 .parties
@@ -269,14 +283,14 @@ mod tests {
     fn a_result_being_journaled_holds_its_match_until_applied_or_given_back() {
         let (state, m) = state_with_a_match();
         let none = BTreeMap::new();
-        let (entry, previous) = state.prepare_result(&m, &[1, 2], &none, &[]).unwrap();
+        let (entry, previous) = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
         assert_eq!(previous, MatchPhase::Formed);
         assert_eq!(m.phase(), MatchPhase::Completing);
         // While it is journaled: no cancel, no second result, no dissolving it.
         let cancel = state.cancel_match(&m, "test").unwrap_err().to_string();
         assert!(cancel.contains("result being applied"), "{cancel}");
         let again = state
-            .prepare_result(&m, &[2, 1], &none, &[])
+            .prepare_result(&m, &[2, 1], &[], &none, &[])
             .unwrap_err()
             .to_string();
         assert!(again.contains("result being applied"), "{again}");
@@ -289,7 +303,7 @@ mod tests {
         // Journaling failed: the match is as it was and can be cancelled.
         state.unclaim(&m, previous);
         assert_eq!(m.phase(), MatchPhase::Formed);
-        let (entry2, previous) = state.prepare_result(&m, &[1, 2], &none, &[]).unwrap();
+        let (entry2, previous) = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
         assert_eq!(
             entry2.records, entry.records,
             "same records from the same state"

@@ -204,6 +204,7 @@ mod tests {
             },
             kind: EntryKind::Result,
             season: None,
+            calibration: None,
         }
     }
 

@@ -43,6 +43,7 @@ fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
         },
         kind: EntryKind::Result,
         season: None,
+        calibration: None,
     }
 }
 
@@ -252,6 +253,42 @@ fn live_matches_load_newest_copy_without_ended_ones_across_a_reopen(reopen: Reop
     assert_eq!(store.load_matches().unwrap(), (Vec::new(), 0));
 }
 
+fn pool_calibrations_survive_a_reopen_and_the_latest_wins(reopen: Reopen<'_>) {
+    use crate::rating::calibration::Calibration;
+    let first = Calibration {
+        slope: 1.25,
+        variance: 0.001,
+        results: 40,
+    };
+    let later = Calibration {
+        slope: 1.5,
+        variance: 0.000_5,
+        results: 90,
+    };
+    {
+        let store = reopen();
+        assert_eq!(store.load_calibrations().unwrap(), Vec::new());
+        store
+            .put_calibrations(&[("1v1", &first), ("5v5", &first)])
+            .unwrap();
+        store.put_calibrations(&[("1v1", &later)]).unwrap();
+        // A snapshot's trim of the journal leaves them alone.
+        store.finish_snapshot(0).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_eq!(
+        store.load_calibrations().unwrap(),
+        vec![("1v1".to_string(), later), ("5v5".to_string(), first)]
+    );
+    // A journal entry carries its observation through the store unchanged.
+    let mut e = entry("m-cal", "p1", 1500.0);
+    e.calibration = Some(crate::rating::calibration::Observation::two(0.7, 1.0));
+    store.append_journal(1, std::slice::from_ref(&e)).unwrap();
+    let back: Vec<JournalEntry> = store.journal_after(0).map(|r| r.unwrap().1).collect();
+    assert_eq!(back, vec![e]);
+}
+
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
     move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
 }
@@ -288,4 +325,5 @@ on_every_backend!(
     the_journal_replays_in_order_and_a_snapshot_trims_it_but_keeps_acknowledgements,
     an_admin_entry_writes_season_state_but_no_acknowledgement,
     live_matches_load_newest_copy_without_ended_ones_across_a_reopen,
+    pool_calibrations_survive_a_reopen_and_the_latest_wins,
 );

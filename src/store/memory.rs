@@ -12,6 +12,7 @@ use super::{
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// Everything the store holds, under one lock.
@@ -33,6 +34,7 @@ struct Data {
     player_ranks: BTreeMap<(String, String, u32), SeasonRank>,
     segments: BTreeMap<u64, Vec<StoredMatch>>,
     ended: HashSet<MatchId>,
+    calibrations: BTreeMap<String, Calibration>,
 }
 
 /// The in-memory backend.
@@ -230,6 +232,23 @@ impl Storage for MemoryStore {
 
     fn season_ranks(&self, pool: &str, season: u32) -> Result<Option<Vec<SeasonRank>>, StoreError> {
         Ok(self.data().ranks.get(&(pool.to_string(), season)).cloned())
+    }
+
+    fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (pool, state) in states {
+            data.calibrations.insert((*pool).to_string(), **state);
+        }
+        Ok(())
+    }
+
+    fn load_calibrations(&self) -> Result<Vec<(String, Calibration)>, StoreError> {
+        Ok(self
+            .data()
+            .calibrations
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect())
     }
 
     fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {

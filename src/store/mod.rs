@@ -34,6 +34,7 @@ pub(crate) use memory::MemoryStore;
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::rating::calibration::{Calibration, Observation};
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// `[store]`: the embedded store's settings.
@@ -164,6 +165,14 @@ pub trait Storage: Send + Sync + 'static {
     /// Season ranks of `pool` recorded by `EndSeason` for `season`, if any.
     fn season_ranks(&self, pool: &str, season: u32) -> Result<Option<Vec<SeasonRank>>, StoreError>;
 
+    // Calibration: one value per rating pool.
+
+    /// Writes each pool's calibration state in one atomic batch (snapshots), replacing the
+    /// pool's previous value.
+    fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError>;
+    /// Every stored pool calibration, in pool order.
+    fn load_calibrations(&self) -> Result<Vec<(String, Calibration)>, StoreError>;
+
     // Live matches, in segments (see [`segment_bounds`]).
 
     /// Writes each `(id, matches)` as a segment and drops the segments in `dropped`, in one
@@ -230,6 +239,10 @@ pub struct JournalEntry {
     /// Season bookkeeping written in the same atomic batch as the entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub season: Option<SeasonWrite>,
+    /// What the pool's calibration learns from this result (calibrating pools only), folded
+    /// into the pool's calibration when the entry is applied or replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Observation>,
 }
 
 /// What a journal entry is.
@@ -322,6 +335,7 @@ mod tests {
                       "ack":{"queue":"1v1","changes":[]}}"#;
         let entry: JournalEntry = serde_json::from_str(old).unwrap();
         assert_eq!((entry.kind, entry.season), (EntryKind::Result, None));
+        assert_eq!(entry.calibration, None);
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::{
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// The format marker written into every store this server creates.
@@ -45,6 +46,8 @@ const ENDED_PREFIX: u8 = 0x01;
 const PARTIES_TREE: &str = "parties";
 /// `meta` key: the journal sequence number the players tree is known to include.
 const SNAPSHOT_SEQ: &str = "snapshot_seq";
+/// `meta` keys `calibration/<pool>` → JSON [`Calibration`]: each rating pool's calibration.
+const CALIBRATION_PREFIX: &str = "calibration/";
 
 /// The open sled store. Cheap to clone (sled handles are reference counted).
 #[derive(Clone)]
@@ -335,6 +338,30 @@ impl Storage for SledStore {
     /// Writes each `(id, matches)` as a segment and drops the segments in `dropped` (no live
     /// match left in them), in one atomic batch. Durable with the next flush (sled flushes every
     /// 500 ms). The matches are [`encode_match`]'s output; split them with [`segment_bounds`].
+    fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (pool, state) in states {
+            batch.insert(
+                format!("{CALIBRATION_PREFIX}{pool}").as_bytes(),
+                encode(state)?,
+            );
+        }
+        self.meta.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn load_calibrations(&self) -> Result<Vec<(String, Calibration)>, StoreError> {
+        self.meta
+            .scan_prefix(CALIBRATION_PREFIX)
+            .map(|item| {
+                let (k, v) = item?;
+                let key = String::from_utf8_lossy(&k).into_owned();
+                let pool = key[CALIBRATION_PREFIX.len()..].to_string();
+                Ok((pool, decode(&v, &key)?))
+            })
+            .collect()
+    }
+
     fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (id, matches) in segments {

@@ -14,15 +14,14 @@ use std::time::Instant;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::ToolError;
 use crate::config::{Config, Overrides};
 use crate::rating::SystemConfig;
+use crate::sim::bootstrap::{self, PairedDifference};
 use crate::sim::history::{History, parse_date};
-use crate::sim::measures::{self, CalibrationBin};
+use crate::sim::measures::{self, CalibrationBin, Scored, Summary};
 use crate::sim::plot::{self, Format};
 use crate::sim::replay::{self, TuneResult};
 use crate::sim::simulate::{self, SimParams};
@@ -37,21 +36,28 @@ pub const SYSTEM_NAMES: [&str; 6] = [
     "elo",
 ];
 
-/// `matchmaker replay FILE --system NAME [--system NAME ...] [--score-from DATE] [--tune]
-/// [--json] [--plot DIR]`: how well each rating system would have predicted a real history.
+/// `matchmaker replay FILE --system NAME [--system NAME ...] [--rating FILE ...]
+/// [--score-from DATE] [--tune] [--peers FILE] [--baseline LABEL] [--json] [--plot DIR]`: how
+/// well each rating system would have predicted a real history.
 #[derive(Args, Clone, Debug)]
 pub struct ReplayArgs {
     /// A match history, one JSON object per line (the format of docs/match-history.md).
     pub file: PathBuf,
     /// Rating system with its default parameters: glicko2, glicko, weng-lin-bt, weng-lin-pl,
     /// weng-lin-tm, elo, or `all`. Repeat to compare several side by side.
-    #[arg(long = "system", required_unless_present = "rating_files")]
+    #[arg(long = "system", required_unless_present_any = ["rating_files", "references", "peers"])]
     pub systems: Vec<String>,
     /// A rating system with parameters, as TOML in the form of a queue's `[rating]` table
     /// (`system = "glicko2"`, `tau = 0.3`, ...), e.g. the values `--tune` printed. Repeatable;
-    /// these run after the `--system` ones.
+    /// these run after the `--system` ones and are labelled by the file's name without its
+    /// extension.
     #[arg(long = "rating")]
     pub rating_files: Vec<PathBuf>,
+    /// A rating file like --rating, replayed exactly as written even under --tune: a fixed
+    /// reference to compare with (`--baseline elo-k32` for `--reference elo-k32.toml`).
+    /// Repeatable; these run after the --rating ones.
+    #[arg(long = "reference")]
+    pub references: Vec<PathBuf>,
     /// Score only matches on or after this date (YYYY-MM-DD); earlier ones warm the ratings up.
     #[arg(long)]
     pub score_from: Option<String>,
@@ -59,6 +65,22 @@ pub struct ReplayArgs {
     /// the tuned system; the chosen values are printed.
     #[arg(long)]
     pub tune: bool,
+    /// Turn on the pool's calibration for every --system and --rating row (as
+    /// `calibration.enabled = true` would), so the first columns, the tuning objective and the
+    /// comparison with --baseline are the calibrated probabilities.
+    #[arg(long)]
+    pub calibrate: bool,
+    /// Other libraries' predictions of the same history, one JSON object per system
+    /// (`scripts/peers_replay.py --write-predictions FILE`): scored here exactly like ours and
+    /// reported as rows labelled by their name.
+    #[arg(long)]
+    pub peers: Option<PathBuf>,
+    /// Compare every row with this one: the paired difference in log loss on the matches both
+    /// scored, with a 95% bootstrap interval (matches resampled in blocks by week). A row's
+    /// label as printed (`glicko2`, `elo (tuned)`, a --rating file's name, `peer: ...`), or
+    /// `best-peer` for the peer with the lowest log loss.
+    #[arg(long)]
+    pub baseline: Option<String>,
     /// Print one JSON object per system on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -70,14 +92,39 @@ pub struct ReplayArgs {
     pub png: bool,
 }
 
+impl ReplayArgs {
+    /// `replay FILE` with nothing else set: fill in the fields a caller needs.
+    #[must_use]
+    pub fn new(file: PathBuf) -> Self {
+        Self {
+            file,
+            systems: Vec::new(),
+            rating_files: Vec::new(),
+            references: Vec::new(),
+            score_from: None,
+            tune: false,
+            calibrate: false,
+            peers: None,
+            baseline: None,
+            json: false,
+            plot: None,
+            png: false,
+        }
+    }
+}
+
 /// One system's replay report: what `--json` prints per system.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplayReport {
-    /// System name.
+    /// The row's label: the system's name, a --rating file's name, or a peer's; " (tuned)"
+    /// when `--tune` chose its parameters.
+    pub label: String,
+    /// System name (`peer` for a peer's row).
     pub system: String,
     /// Matches scored.
     pub n: u64,
-    /// Mean log loss.
+    /// Mean log loss of the predictions as the pool would show them (calibrated when the
+    /// system calibrates).
     pub log_loss: f64,
     /// Mean Brier score.
     pub brier: f64,
@@ -86,8 +133,19 @@ pub struct ReplayReport {
     /// Expected calibration error (10 bins).
     pub ece: f64,
     /// The ECE a perfectly calibrated system would show on the same predictions (sampling
-    /// noise, 100 redraws): compare `ece` with it.
+    /// noise, [`measures::ece_noise_expected`]): compare `ece` with it.
     pub ece_noise: f64,
+    /// The system's own predictions, before calibration.
+    pub uncalibrated: Summary,
+    /// The same predictions through the pool's online calibration, refitted on past matches
+    /// only.
+    pub calibrated: Summary,
+    /// The calibration's slope after the last match (1 = the system's own probabilities).
+    pub calibration_slope: f64,
+    /// The paired difference in log loss against `--baseline` (absent without one, and on
+    /// the baseline's own row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_baseline: Option<PairedDifference>,
     /// Wall-clock seconds of the scored replay (predict + update of every match; parsing is
     /// `parse_seconds`, shared by all systems).
     pub seconds: f64,
@@ -107,20 +165,21 @@ pub struct ReplayReport {
     /// Wall-clock seconds spent tuning.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tune_seconds: Option<f64>,
-    /// Predicted vs actual per bucket of the favourite's probability.
+    /// Predicted vs actual per bucket of the favourite's probability, as shown.
     pub calibration: Vec<CalibrationBin>,
+    /// The same table for the system's own (uncalibrated) predictions.
+    pub calibration_uncalibrated: Vec<CalibrationBin>,
+    /// The scored predictions as shown and their match indices, for paired comparisons.
+    #[serde(skip)]
+    predictions: Vec<(u32, Scored)>,
 }
 
 impl ReplayReport {
-    /// The system's name, with " (tuned)" when `--tune` chose its parameters: how tables, plots
-    /// and `docs/replay-results.md` name a row.
+    /// How tables, plots and `docs/replay-results.md` name a row: the system's name (or a
+    /// --rating file's, or a peer's), with " (tuned)" when `--tune` chose its parameters.
     #[must_use]
     pub fn label(&self) -> String {
-        if self.tuned.is_some() {
-            format!("{} (tuned)", self.system)
-        } else {
-            self.system.clone()
-        }
+        self.label.clone()
     }
 }
 
@@ -159,7 +218,9 @@ fn progress(len: u64, hidden: bool, what: &str) -> ProgressBar {
 pub fn replay_main(args: ReplayArgs) -> Result<(), ToolError> {
     let reports = replay_reports(&args, &mut |report| {
         if args.json {
-            println!("{}", serde_json::to_string(report)?);
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(&mut out, report)?;
+            writeln!(out)?;
         }
         Ok(())
     })?;
@@ -178,10 +239,16 @@ pub fn replay_main(args: ReplayArgs) -> Result<(), ToolError> {
                 .as_deref()
                 .map_or_else(String::new, |d| format!(", from {d}"))
         );
-        let curves: Vec<(String, Vec<CalibrationBin>)> = reports
-            .iter()
-            .map(|r| (r.label(), r.calibration.clone()))
-            .collect();
+        let mut curves: Vec<(String, Vec<CalibrationBin>)> = Vec::new();
+        for r in &reports {
+            if r.system != "peer" && r.calibration_uncalibrated != r.calibration {
+                curves.push((
+                    format!("{} uncalibrated", r.label),
+                    r.calibration_uncalibrated.clone(),
+                ));
+            }
+            curves.push((r.label.clone(), r.calibration.clone()));
+        }
         let path = dir.join("calibration.svg");
         plot::calibration(&path, &title, &curves, Format::Svg)?;
         if args.png {
@@ -194,34 +261,43 @@ pub fn replay_main(args: ReplayArgs) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// Everything `matchmaker replay` computes for `args`, one report per system in order (the
-/// `--system` ones, then the `--rating` files), without printing or plotting; `on_report` sees
-/// each report as soon as it is ready. Reads the history and the `--rating` files; the progress
-/// bar shows on stderr while tuning unless `args.json`.
+/// Everything `matchmaker replay` computes for `args`, one report per row in order (the
+/// `--system` ones, then the `--rating` files, the `--reference` files, then the peers), without printing or plotting;
+/// `on_report` sees each report once every row (and so the comparison with `--baseline`) is
+/// ready. Reads the history, the `--rating` files and `--peers`; the progress bar shows on
+/// stderr while tuning unless `args.json`.
 pub fn replay_reports(
     args: &ReplayArgs,
     on_report: &mut dyn FnMut(&ReplayReport) -> Result<(), ToolError>,
 ) -> Result<Vec<ReplayReport>, ToolError> {
-    let mut names: Vec<String> = Vec::new();
+    // (label, system, tuned under --tune)
+    let mut systems: Vec<(String, SystemConfig, bool)> = Vec::new();
     for s in &args.systems {
         if s == "all" {
-            names.extend(SYSTEM_NAMES.iter().map(|s| s.to_string()));
+            for name in SYSTEM_NAMES {
+                systems.push((name.to_string(), system_by_name(name)?, true));
+            }
         } else {
-            names.push(s.clone());
+            systems.push((s.clone(), system_by_name(s)?, true));
         }
     }
-    let mut systems: Vec<SystemConfig> = names
+    let files = args
+        .rating_files
         .iter()
-        .map(|n| system_by_name(n))
-        .collect::<Result<_, _>>()?;
-    for path in &args.rating_files {
-        let what = || format!("--rating {}", path.display());
+        .map(|p| (p, "--rating", true))
+        .chain(args.references.iter().map(|p| (p, "--reference", false)));
+    for (path, flag, tunable) in files {
+        let what = || format!("{flag} {}", path.display());
         let text = std::fs::read_to_string(path).map_err(ToolError::read(what()))?;
         let system: SystemConfig = toml::from_str(&text).map_err(ToolError::toml(what()))?;
         system
             .validate()
             .map_err(|e| ToolError::flag(&what(), e.to_string()))?;
-        systems.push(system);
+        let label = path.file_stem().map_or_else(
+            || system.name().to_string(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        systems.push((label, system, tunable));
     }
     let score_from_day = args
         .score_from
@@ -242,10 +318,13 @@ pub fn replay_reports(
     }
 
     let mut reports = Vec::new();
-    for system in systems {
-        let (system, tuned, tune_seconds) = if args.tune {
+    for (label, mut system, tunable) in systems {
+        if args.calibrate && tunable {
+            system.calibration_mut().enabled = true;
+        }
+        let (system, tuned, tune_seconds) = if args.tune && tunable {
             let bar = progress(
-                replay::tune_budget(&system) as u64,
+                replay::tune_budget(&system, &history, score_from) as u64,
                 args.json,
                 system.name(),
             );
@@ -263,10 +342,6 @@ pub fn replay_reports(
         let t = Instant::now();
         let out = replay::replay(&history, &system, score_from, true);
         let seconds = t.elapsed().as_secs_f64();
-        let mut rng = StdRng::seed_from_u64(7);
-        let ece_noise =
-            measures::ece_noise_floor(&out.predictions, 100, &mut || rng.random::<f64>());
-        let s = out.measures.summary();
         if let Some((i, e)) = &out.first_error {
             eprintln!(
                 "warning: {}: {} matches refused; first at line {}: {e}",
@@ -275,14 +350,24 @@ pub fn replay_reports(
                 i + 1
             );
         }
-        let report = ReplayReport {
+        let s = out.measures.summary();
+        reports.push(ReplayReport {
+            label: if tuned.is_some() {
+                format!("{label} (tuned)")
+            } else {
+                label
+            },
             system: system.name().to_string(),
             n: s.n,
             log_loss: s.log_loss,
             brier: s.brier,
             accuracy: s.accuracy,
             ece: s.ece,
-            ece_noise,
+            ece_noise: measures::ece_noise_expected(&out.predictions),
+            uncalibrated: out.uncalibrated.summary(),
+            calibrated: out.calibrated.summary(),
+            calibration_slope: out.calibration.slope,
+            vs_baseline: None,
             seconds,
             parse_seconds,
             skipped: out.skipped,
@@ -292,11 +377,170 @@ pub fn replay_reports(
             tuned,
             tune_seconds,
             calibration: out.measures.calibration(),
-        };
-        on_report(&report)?;
-        reports.push(report);
+            calibration_uncalibrated: out.uncalibrated.calibration(),
+            predictions: out.predicted.iter().copied().zip(out.predictions).collect(),
+        });
+    }
+    if let Some(path) = &args.peers {
+        reports.extend(peer_reports(
+            path,
+            &history,
+            score_from,
+            args,
+            parse_seconds,
+        )?);
+    }
+    if let Some(name) = &args.baseline {
+        compare_with_baseline(&mut reports, name, &history)?;
+    }
+    for r in &reports {
+        on_report(r)?;
     }
     Ok(reports)
+}
+
+/// One line of a `--peers` file: a system's name and its win probabilities per team for every
+/// match of the history, in order.
+#[derive(serde::Deserialize)]
+struct PeerLine {
+    system: String,
+    win_probability: Vec<Vec<f64>>,
+}
+
+/// The `--peers` rows: each peer's predictions scored on the matches from the scoring start.
+fn peer_reports(
+    path: &std::path::Path,
+    history: &History,
+    score_from: usize,
+    args: &ReplayArgs,
+    parse_seconds: f64,
+) -> Result<Vec<ReplayReport>, ToolError> {
+    let what = || format!("--peers {}", path.display());
+    let text = std::fs::read_to_string(path).map_err(ToolError::read(what()))?;
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let peer: PeerLine = serde_json::from_str(line).map_err(|source| ToolError::Json {
+            what: what(),
+            source,
+        })?;
+        if peer.win_probability.len() != history.matches.len() {
+            return Err(ToolError::flag(
+                &what(),
+                format!(
+                    "{}: {} predictions for {} matches",
+                    peer.system,
+                    peer.win_probability.len(),
+                    history.matches.len()
+                ),
+            ));
+        }
+        let mut acc = measures::Accumulator::new();
+        let mut predictions = Vec::new();
+        let mut skipped = 0;
+        for (i, (m, p)) in history
+            .matches
+            .iter()
+            .zip(&peer.win_probability)
+            .enumerate()
+            .skip(score_from)
+        {
+            let t0 = m.first_team as usize;
+            match measures::score(p, &history.placements[t0..t0 + m.teams as usize]) {
+                Some(s) => {
+                    acc.add(s);
+                    predictions.push((i as u32, s));
+                }
+                None => skipped += 1,
+            }
+        }
+        let s = acc.summary();
+        let shown: Vec<Scored> = predictions.iter().map(|p| p.1).collect();
+        out.push(ReplayReport {
+            label: peer.system,
+            system: "peer".to_string(),
+            n: s.n,
+            log_loss: s.log_loss,
+            brier: s.brier,
+            accuracy: s.accuracy,
+            ece: s.ece,
+            ece_noise: measures::ece_noise_expected(&shown),
+            uncalibrated: s,
+            calibrated: s,
+            calibration_slope: 1.0,
+            vs_baseline: None,
+            seconds: 0.0,
+            parse_seconds,
+            skipped,
+            matches: history.matches.len(),
+            players: history.player_count(),
+            score_from: args.score_from.clone(),
+            tuned: None,
+            tune_seconds: None,
+            calibration: acc.calibration(),
+            calibration_uncalibrated: acc.calibration(),
+            predictions,
+        });
+    }
+    Ok(out)
+}
+
+/// Fills every row's `vs_baseline`: the paired difference with the row named `name` (or the
+/// best peer) on the matches both scored.
+fn compare_with_baseline(
+    reports: &mut [ReplayReport],
+    name: &str,
+    history: &History,
+) -> Result<(), ToolError> {
+    let index = if name == "best-peer" {
+        reports
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.system == "peer")
+            .min_by(|a, b| a.1.log_loss.total_cmp(&b.1.log_loss))
+            .map(|(i, _)| i)
+    } else {
+        reports
+            .iter()
+            .position(|r| r.label == name)
+            .or_else(|| reports.iter().position(|r| r.system == name))
+    };
+    let Some(index) = index else {
+        let known: Vec<&str> = reports.iter().map(|r| r.label.as_str()).collect();
+        return Err(ToolError::flag(
+            "--baseline",
+            format!(
+                "no row is {name:?} (rows: {}; or best-peer with --peers)",
+                known.join(", ")
+            ),
+        ));
+    };
+    let baseline_label = reports[index].label.clone();
+    let baseline: std::collections::HashMap<u32, Scored> =
+        reports[index].predictions.iter().copied().collect();
+    for (i, r) in reports.iter_mut().enumerate() {
+        if i == index {
+            continue;
+        }
+        let differences: Vec<(i32, f64)> = r
+            .predictions
+            .iter()
+            .filter_map(|(m, s)| {
+                let b = baseline.get(m)?;
+                let day = history.matches[*m as usize].day;
+                Some((
+                    day,
+                    measures::log_loss(s.p, s.y) - measures::log_loss(b.p, b.y),
+                ))
+            })
+            .collect();
+        r.vs_baseline = bootstrap::paired_difference(
+            &baseline_label,
+            &differences,
+            bootstrap::RESAMPLES,
+            bootstrap::SEED,
+        );
+    }
+    Ok(())
 }
 
 fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(), ToolError> {
@@ -308,26 +552,86 @@ fn print_replay_table(args: &ReplayArgs, reports: &[ReplayReport]) -> Result<(),
         args.file.display(),
         args.score_from.as_deref().unwrap_or("the start")
     )?;
+    let width = reports
+        .iter()
+        .map(|r| r.label.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
     writeln!(
         out,
-        "{:<12} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} {:>8}",
-        "system", "n", "logloss", "brier", "accuracy", "ece", "ece-noise", "seconds"
+        "{:<width$} {:>7} {:>8} {:>7} {:>8} {:>7} {:>9} | {:>8} {:>7} | {:>8} {:>7} {:>6} | {:>7}",
+        "system",
+        "n",
+        "logloss",
+        "brier",
+        "accuracy",
+        "ece",
+        "ece-noise",
+        "own-ll",
+        "own-ece",
+        "cal-ll",
+        "cal-ece",
+        "slope",
+        "seconds"
     )?;
     for r in reports {
         writeln!(
             out,
-            "{:<12} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>9.4} {:>8.3}",
-            r.system, r.n, r.log_loss, r.brier, r.accuracy, r.ece, r.ece_noise, r.seconds
+            "{:<width$} {:>7} {:>8.4} {:>7.4} {:>8.4} {:>7.4} {:>9.4} | {:>8.4} {:>7.4} | {:>8.4} {:>7.4} {:>6.3} | {:>7.3}",
+            r.label,
+            r.n,
+            r.log_loss,
+            r.brier,
+            r.accuracy,
+            r.ece,
+            r.ece_noise,
+            r.uncalibrated.log_loss,
+            r.uncalibrated.ece,
+            r.calibrated.log_loss,
+            r.calibrated.ece,
+            r.calibration_slope,
+            r.seconds
         )?;
+    }
+    writeln!(
+        out,
+        "(own: the system's probabilities; cal: through the pool's online calibration, slope = \
+         its final temperature; the first columns show what the pool shows)"
+    )?;
+    if let Some(base) = reports.iter().find_map(|r| r.vs_baseline.as_ref()) {
+        writeln!(
+            out,
+            "log loss minus {} (95% interval, {} weeks resampled {} times):",
+            base.baseline, base.weeks, base.resamples
+        )?;
+        for r in reports {
+            if let Some(d) = &r.vs_baseline {
+                writeln!(
+                    out,
+                    "  {:<width$} {:+.4} [{:+.4}, {:+.4}]{}",
+                    r.label,
+                    d.mean,
+                    d.low,
+                    d.high,
+                    if d.high < 0.0 {
+                        "  better"
+                    } else if d.low > 0.0 {
+                        "  worse"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
+        }
     }
     for r in reports {
         if let Some(t) = &r.tuned {
-            let chosen: Vec<String> = t.chosen.iter().map(|(k, v)| format!("{k}={v}")).collect();
             writeln!(
                 out,
                 "tuned {}: {} (tuning log loss {:.4} -> {:.4}, {} replays)",
                 r.system,
-                chosen.join(" "),
+                t.printed(),
                 t.log_loss_start,
                 t.log_loss_tuned,
                 t.evaluations

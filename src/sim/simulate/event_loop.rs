@@ -49,6 +49,9 @@ pub(super) struct Sim<'a> {
     playing: Vec<Option<Vec<usize>>>,
     /// What the report is built from.
     pub(super) tally: Tally,
+    /// The pool's calibration, when the queue calibrates: the win model reads it and every
+    /// played match refits it, as on the server.
+    pub(super) calibration: Option<crate::rating::calibration::Calibration>,
 }
 
 /// The ticket id of unit `unit`'s `n`th ticket.
@@ -80,6 +83,11 @@ impl<'a> Sim<'a> {
             pool: Pool::new(queue.shape, queue.matching.clone()),
             playing: Vec::new(),
             tally: Tally::default(),
+            calibration: queue
+                .system
+                .calibration()
+                .enabled
+                .then(|| queue.system.calibration().initial()),
         }
     }
 }
@@ -88,7 +96,7 @@ impl Sim<'_> {
     /// Runs the clock from 0 to `days`: snapshots, new days (`on_day` is told each one), timed
     /// events, then an optimizer tick with the queue's own win model.
     pub(super) fn run(&mut self, on_day: &dyn Fn(u64)) {
-        let model = SystemModel(&self.q.system);
+        let q = self.q;
         let end = self.p.days * DAY;
         let ticks = (end / self.p.tick_seconds).ceil() as u64;
         let mut next_day = DAY;
@@ -106,6 +114,7 @@ impl Sim<'_> {
             }
             self.run_events(now);
             if !self.pool.is_empty() {
+                let model = SystemModel::calibrated(&q.system, self.calibration);
                 let out = self.pool.tick(now, &model);
                 for t in out.expired {
                     self.tally.expired += 1;

@@ -47,10 +47,19 @@ impl Sim<'_> {
             .collect();
         let placements = draw_placements(&truths, self.p.performance_sd, &mut self.rng);
         let refs: Vec<&[Skill]> = skills.iter().map(Vec::as_slice).collect();
-        if let Ok(pred) = self.q.system.predict(&refs)
-            && let Some(s) = score(&pred.win_probability, &placements)
-        {
-            self.tally.predictions.add(s);
+        if let Ok(mut pred) = self.q.system.predict(&refs) {
+            // Scored as the pool shows it (calibrated when the queue calibrates); the
+            // calibration then learns from the system's own prediction.
+            if let Some(c) = self.calibration {
+                let raw = pred.win_probability.clone();
+                c.apply(&mut pred.win_probability);
+                if let Some(o) = crate::rating::calibration::Observation::new(&raw, &placements) {
+                    self.calibration = Some(c.observe(&o, self.q.system.calibration()));
+                }
+            }
+            if let Some(s) = score(&pred.win_probability, &placements) {
+                self.tally.predictions.add(s);
+            }
         }
         let oracle_p0 = match truths.as_slice() {
             [a, b] => Some(oracle_two_team(a, b, self.p.performance_sd)),
@@ -124,6 +133,7 @@ impl Sim<'_> {
                     &self.q.system,
                     &inputs,
                     placements,
+                    &[],
                     ti,
                     &members,
                     &party,
