@@ -420,7 +420,7 @@ async fn watch_health(
 
 /// CORS for grpc-web calls from browser pages on `origins` (`*` = any); `None` for none.
 fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
-    use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
     if origins.is_empty() {
         return None;
     }
@@ -432,7 +432,15 @@ fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     Some(
         CorsLayer::new()
             .allow_origin(allow)
-            .allow_headers(Any)
+            // Named: the Fetch standard does not count `authorization` under `*`.
+            .allow_headers([
+                http::header::CONTENT_TYPE,
+                http::header::AUTHORIZATION,
+                http::HeaderName::from_static("x-grpc-web"),
+                http::HeaderName::from_static("x-user-agent"),
+                http::HeaderName::from_static("grpc-timeout"),
+                http::HeaderName::from_static("traceparent"),
+            ])
             .allow_methods([http::Method::POST, http::Method::OPTIONS])
             .expose_headers([
                 http::HeaderName::from_static("grpc-status"),

@@ -110,6 +110,19 @@ async fn a_browser_client_calls_over_http1_and_reads_the_status_trailer() {
         ok.headers()["access-control-allow-origin"],
         "https://play.example.com"
     );
+    // Headers are named, `authorization` among them (browsers do not count it under `*`).
+    let allowed = ok.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_lowercase();
+    for header in [
+        "authorization",
+        "content-type",
+        "x-grpc-web",
+        "grpc-timeout",
+    ] {
+        assert!(allowed.contains(header), "{allowed}");
+    }
     let other = preflight("https://evil.example").await.unwrap();
     assert!(other.headers().get("access-control-allow-origin").is_none());
 }

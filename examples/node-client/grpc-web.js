@@ -206,10 +206,10 @@ async function preflight() {
     );
   }
   if (wanted.includes('authorization') && !listed('authorization')) {
-    // Chromium still lets `*` cover it; browsers that follow the standard refuse the call.
-    console.error(
-      `warning: the preflight allows authorization only through "*", which the Fetch standard ` +
-        `does not let cover authorization; browsers that enforce this refuse calls with a token`,
+    // `*` does not cover authorization in the Fetch standard: browsers that enforce it refuse.
+    throw new Error(
+      `CORS preflight from ${origin}: authorization is not named in access-control-allow-headers ` +
+        `(${allowHeaders.join(',') || 'none'}); browsers would refuse calls with a token`,
     );
   }
   console.log(`${mode} preflight from ${origin}: allowed (access-control-allow-origin: ${allowedOrigin}, headers: ${wanted.join(',')})`);
