@@ -31,7 +31,7 @@ pub use committer::{CommitError, Committer};
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
 
-use crate::ids::{MatchId, PlayerId};
+use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::{Calibration, Observation};
@@ -188,6 +188,27 @@ pub trait Storage: Send + Sync + 'static {
     /// Replaces every live match and mark with `segments`, in one atomic batch.
     fn compact_matches(&self, segments: &[Segment<'_>]) -> Result<(), StoreError>;
 
+    // Waiting tickets (cluster stores only: the embedded server keeps them in memory, and a
+    // restart ends them).
+
+    /// Whether this backend keeps waiting tickets. When it does, `EnterQueue` answers only once
+    /// the ticket is durable, and a new owner of the queues continues with the stored tickets.
+    fn keeps_tickets(&self) -> bool {
+        false
+    }
+    /// Writes a waiting ticket (replacing one with the same id). Not durable until a flush.
+    fn put_ticket(&self, _ticket: &StoredTicket) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Drops tickets that stopped waiting (matched, cancelled, expired), in one atomic batch.
+    fn remove_tickets(&self, _ids: &[TicketId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Every stored waiting ticket, oldest first.
+    fn load_tickets(&self) -> Result<Vec<StoredTicket>, StoreError> {
+        Ok(Vec::new())
+    }
+
     // Durability.
 
     /// Makes every write so far durable, through power loss (blocking).
@@ -297,6 +318,23 @@ pub struct StoredMatch {
     /// a restart still keeps every team's role minimums.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<PlayerId, Vec<String>>,
+}
+
+/// A waiting ticket as a cluster store keeps it: what the queue's next owner needs to put it
+/// back in its pool with its wait kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredTicket {
+    pub ticket_id: TicketId,
+    pub queue: String,
+    pub players: Vec<PlayerId>,
+    /// Unix seconds when it entered: the wait survives a change of owner.
+    pub entered_unix: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub party_skill: Option<(f64, f64)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub region_latency_ms: Vec<(String, u32)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Vec<String>>,
 }
 
 /// One live match as a segment holds it (JSON, as [`Storage::load_matches`] reads it).
