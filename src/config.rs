@@ -31,6 +31,7 @@ pub const SECTIONS: &[&str] = &[
     "season",
     "queues",
     "telemetry",
+    "cluster",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -76,6 +77,9 @@ pub struct Config {
     /// Traces over OTLP (off by default).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Cluster mode on Redis/Valkey (off by default: one embedded node).
+    #[serde(default)]
+    pub cluster: crate::store::ClusterConfig,
 }
 
 /// Network, timing and limit settings of the server process.
@@ -472,6 +476,7 @@ impl Config {
         }
         self.rate_limit.validate()?;
         self.telemetry.validate()?;
+        self.cluster.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

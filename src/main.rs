@@ -76,6 +76,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A cluster node against the embedded server in the same run (EnterQueue and durable
+    /// results per second, through the owner and through a forwarding node), then failover
+    /// times over repeated kill -9 of the owner. Starts its own redis-server and servers on
+    /// loopback.
+    BenchCluster {
+        /// Cluster nodes.
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+        /// Seconds of load per side and RPC, over the rounds.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Sides alternate this many times.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Concurrent callers.
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// Times the owner is killed with SIGKILL.
+        #[arg(long, default_value_t = 10)]
+        kills: usize,
+        /// The nodes' lease (milliseconds).
+        #[arg(long, default_value_t = 3000)]
+        lease_ms: u64,
+        /// Where the scratch stores go.
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        scratch: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Resident memory of a server holding N rated players in one pool, loaded as `serve` does
     /// it, measured in a fresh process against that process's own baseline.
     BenchMemory {
@@ -117,7 +147,8 @@ enum Command {
     /// A bounded load against a running server, with a health-check baseline measured in the
     /// same run at the same concurrency.
     Loadgen {
-        /// Server address (HOST:PORT, or a full http:// URI).
+        /// Server address (HOST:PORT, or a full http:// URI); several separated by commas
+        /// (cluster nodes) spread the connections and game servers over them.
         #[arg(long, default_value = "127.0.0.1:50051")]
         addr: String,
         /// The RPC under load.
@@ -205,7 +236,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let _tracing = matchmaker::telemetry::tracing::init(json, Some(&config.telemetry))?;
                 let shutdown = CancellationToken::new();
                 tokio::spawn(signal_shutdown(shutdown.clone()));
-                matchmaker::server::bind_and_run(config, shutdown).await?;
+                if config.cluster.enabled() {
+                    matchmaker::cluster::run_node(config, shutdown).await?;
+                } else {
+                    matchmaker::server::bind_and_run(config, shutdown).await?;
+                }
                 anyhow::Ok(())
             })?;
         }
@@ -253,6 +288,38 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 results,
                 concurrency,
                 scratch,
+            ))?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", toml::to_string_pretty(&report)?);
+            }
+        }
+        Command::BenchCluster {
+            nodes,
+            seconds,
+            rounds,
+            concurrency,
+            kills,
+            lease_ms,
+            scratch,
+            json,
+        } => {
+            anyhow::ensure!(rounds > 0, "--rounds: must be at least 1");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the tokio runtime")?;
+            let report = runtime.block_on(matchmaker::tools::bench_cluster::run(
+                matchmaker::tools::bench_cluster::Options {
+                    nodes,
+                    seconds,
+                    rounds,
+                    concurrency,
+                    kills,
+                    lease_ms,
+                    scratch,
+                },
             ))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);

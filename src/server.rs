@@ -97,7 +97,14 @@ pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result
             addr: prepared.config.server.addr.clone(),
             source,
         })?;
-    serve(prepared, listener, shutdown, Clock::start()).await
+    serve(
+        prepared,
+        listener,
+        shutdown,
+        Clock::start(),
+        Engine::default(),
+    )
+    .await
 }
 
 /// Serves on an already-bound listener (tests bind 127.0.0.1:0 themselves).
@@ -117,7 +124,51 @@ pub async fn run_with_clock(
     shutdown: CancellationToken,
     clock: Clock,
 ) -> Result<(), ServerError> {
-    serve(Prepared::new(config).await?, listener, shutdown, clock).await
+    serve(
+        Prepared::new(config).await?,
+        listener,
+        shutdown,
+        clock,
+        Engine::default(),
+    )
+    .await
+}
+
+/// Runs the whole server on `store` as a cluster node's engine while `ownership` holds: the
+/// node's front forwards every call to `listener`. Stored waiting tickets are put back in their
+/// queues first. Ends when `shutdown` is cancelled (the lease was lost, or the node stops).
+pub async fn run_engine(
+    config: Config,
+    store: Store,
+    ownership: Arc<crate::state::Ownership>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), ServerError> {
+    let verifier = Verifier::from_config(&config.auth)?.map(Arc::new);
+    if let Some(v) = &verifier {
+        v.refresh().await.map_err(|e| {
+            ServerError::Auth(crate::rejection::FieldError::new(
+                "auth.jwks_url",
+                e.to_string(),
+            ))
+        })?;
+    }
+    let prepared = Prepared {
+        config,
+        verifier,
+        store,
+    };
+    let engine = Engine {
+        ownership: Some(ownership),
+    };
+    serve(prepared, listener, shutdown, Clock::start(), engine).await
+}
+
+/// What differs when the server runs as a cluster node's engine.
+#[derive(Default)]
+struct Engine {
+    /// The queues' lease: the optimizer runs only while it holds.
+    ownership: Option<Arc<crate::state::Ownership>>,
 }
 
 /// The health service name a liveness probe asks about: SERVING unless the store failed (a
@@ -130,6 +181,7 @@ async fn serve(
     listener: TcpListener,
     signal: CancellationToken,
     clock: Clock,
+    engine: Engine,
 ) -> Result<(), ServerError> {
     let Prepared {
         config,
@@ -146,6 +198,10 @@ async fn serve(
         None => None,
     };
     let state = State::load(config.clone(), store.clone())?;
+    let is_engine = engine.ownership.is_some();
+    if let Some(ownership) = engine.ownership {
+        state.set_ownership(ownership);
+    }
     let (replayed, restored, last_seq) = state.recover()?;
     state.rebuild_rank_indexes();
     metrics::gauge!(crate::telemetry::STORE_BYTES).set(state.store_bytes() as f64);
@@ -187,6 +243,17 @@ async fn serve(
     let (handle, loop_task) =
         matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored)
             .map_err(ServerError::LoopThread)?;
+    let tickets = state.restore_tickets(clock.now())?;
+    if !tickets.is_empty() {
+        info!(tickets = tickets.len(), "waiting tickets restored");
+    }
+    for (ticket, entry) in tickets {
+        let Ok(permit) = handle.reserve(Duration::from_secs(5)).await else {
+            warn!("the matchmaker loop stopped while tickets were restored");
+            break;
+        };
+        permit.send(matchmaker::Command::Enter { ticket, entry });
+    }
 
     let (health, health_service) = tonic_health::server::health_reporter();
     set_ready(&health, ServingStatus::Serving).await;
@@ -231,7 +298,11 @@ async fn serve(
         addr: config.server.addr.clone(),
         source,
     })?;
-    info!(addr = %local, "serving gRPC");
+    if is_engine {
+        info!(addr = %local, "engine serving the node's front on loopback");
+    } else {
+        info!(addr = %local, "serving gRPC");
+    }
 
     let max_message = config.server.max_message_bytes;
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
@@ -419,7 +490,7 @@ async fn watch_health(
 }
 
 /// CORS for grpc-web calls from browser pages on `origins` (`*` = any); `None` for none.
-fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+pub(crate) fn cors(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
     use tower_http::cors::{AllowOrigin, CorsLayer};
     if origins.is_empty() {
         return None;
@@ -463,7 +534,7 @@ fn count_shed(e: tower::BoxError) -> tower::BoxError {
 }
 
 /// The rustls identity from the configured PEM files (validated to exist at load).
-fn tls_config(
+pub(crate) fn tls_config(
     tls: &crate::config::TlsConfig,
 ) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
     let read = |path: &std::path::Path| {
@@ -480,7 +551,7 @@ fn tls_config(
 /// Installs the global Prometheus recorder and serves its HTTP endpoint until `shutdown`; returns
 /// the endpoint's task. A second server in the same process (tests) keeps the first recorder
 /// and serves no second endpoint.
-fn install_metrics(
+pub(crate) fn install_metrics(
     addr: std::net::SocketAddr,
     shutdown: CancellationToken,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, ServerError> {

@@ -207,18 +207,21 @@ impl ClientService for Client {
             self.state
                 .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
         let skills = skills.iter().map(|s| (s.mean, s.deviation)).collect();
+        let entry = matching::Ticket {
+            id: ticket_id.clone(),
+            players,
+            skills,
+            party_skill,
+            entered_at: now,
+            region_latency_ms,
+            roles,
+        };
+        // A cluster store keeps waiting tickets: answer only once this one is durable.
+        self.state.persist_ticket(&slot, &entry, now).await?;
         admitted.keep();
         permit.send(Command::Enter {
             ticket: slot,
-            entry: matching::Ticket {
-                id: ticket_id.clone(),
-                players,
-                skills,
-                party_skill,
-                entered_at: now,
-                region_latency_ms,
-                roles,
-            },
+            entry,
         });
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
         Ok(Response::new(proto::EnterQueueResponse {
@@ -241,6 +244,10 @@ impl ClientService for Client {
             .matchmaker
             .ask(|reply| Command::Cancel { ticket: id, reply })
             .await?;
+        if self.state.store().keeps_tickets() {
+            // The cancel is durable before it is acknowledged.
+            self.state.store().flush_async().await?;
+        }
         if state == crate::state::TicketState::Matched {
             return Err(Rejection::Ticket {
                 ticket: TicketId::new(req.ticket_id.as_str()),

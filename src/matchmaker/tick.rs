@@ -15,6 +15,10 @@ use crate::telemetry as m;
 
 impl Loop {
     pub(super) fn tick(&mut self) {
+        // A cluster node whose lease ran out forms nothing (the store would refuse it anyway).
+        if !self.state.may_act() {
+            return;
+        }
         let now = self.clock.now();
         self.expire_ready_checks(now);
         for qi in 0..self.queues.len() {
@@ -246,6 +250,9 @@ impl Loop {
     }
 
     pub(super) fn finish_tickets(&mut self, tickets: &[(usize, matching::Ticket)], now: f64) {
+        // Their match is written in the same batch (or ended): no longer waiting in the store.
+        let ids: Vec<_> = tickets.iter().map(|(_, t)| t.id.clone()).collect();
+        self.state.forget_stored_tickets(&ids);
         self.finished
             .extend(tickets.iter().map(|(_, t)| (now, t.id.clone())));
     }

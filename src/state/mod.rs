@@ -11,6 +11,7 @@ mod calibration;
 mod leaderboard;
 mod live;
 mod matches;
+mod ownership;
 mod persistence;
 mod players;
 mod reports;
@@ -33,6 +34,7 @@ use crate::store::{Store, StoreError};
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
+pub use ownership::Ownership;
 pub use players::{PlayerSlot, PlayerState, PlayerStatus, PoolRecords};
 pub use servers::{Placement, ServerHandle, ServerRegistry};
 pub use tickets::{ReadyView, TicketSlot, TicketState, TicketView};
@@ -73,6 +75,8 @@ struct Inner {
     pool_names: PoolNames,
     /// The calibration of each pool that calibrates its predictions.
     calibrations: BTreeMap<String, Mutex<crate::rating::calibration::Calibration>>,
+    /// Set on a cluster node: the queues' lease, without which the optimizer does not run.
+    ownership: std::sync::OnceLock<Arc<Ownership>>,
 }
 
 impl State {
@@ -142,6 +146,7 @@ impl State {
                 pool_systems,
                 pool_names,
                 calibrations,
+                ownership: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -149,6 +154,17 @@ impl State {
     /// The validated config the server runs on.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Makes the optimizer depend on `lease` (cluster nodes; set once, before the loop starts).
+    pub fn set_ownership(&self, lease: Arc<Ownership>) {
+        let _ = self.inner.ownership.set(lease);
+    }
+
+    /// Whether this process may form matches now: always on an embedded server, while the
+    /// lease holds on a cluster node.
+    pub fn may_act(&self) -> bool {
+        self.inner.ownership.get().is_none_or(|o| o.holds())
     }
 
     /// The durable store.

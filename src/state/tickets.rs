@@ -10,6 +10,7 @@ use super::{Assignment, PlayerStatus, QueueInfo, State};
 use crate::ids::{PlayerId, QueueId, TicketId};
 use crate::rating::Skill;
 use crate::rejection::Rejection;
+use crate::store::{StoreError, StoredTicket};
 
 /// The lifecycle of a ticket as clients see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +261,100 @@ impl State {
             reason,
             ..TicketView::searching(now - ticket.entered_at, String::new())
         });
+        self.forget_stored_tickets(std::slice::from_ref(&ticket.id));
+    }
+
+    /// Drops tickets that stopped waiting from a store that keeps tickets (durable with the
+    /// store's next flush).
+    pub fn forget_stored_tickets(&self, ids: &[TicketId]) {
+        let store = &self.inner.store;
+        if ids.is_empty() || !store.keeps_tickets() {
+            return;
+        }
+        if let Err(e) = store.remove_tickets(ids) {
+            tracing::warn!(error = %e, "could not drop finished tickets from the store");
+        }
+    }
+
+    /// Makes a new ticket durable in a store that keeps tickets, before `EnterQueue` answers;
+    /// on failure the ticket is ended (its players idle again) and the error returned.
+    pub async fn persist_ticket(
+        &self,
+        ticket: &TicketSlot,
+        entry: &crate::matching::Ticket,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        if !store.keeps_tickets() {
+            return Ok(());
+        }
+        let stored = StoredTicket {
+            ticket_id: ticket.id.clone(),
+            queue: ticket.queue.to_string(),
+            players: ticket.players.clone(),
+            entered_unix: super::unix_now(),
+            party_skill: entry.party_skill,
+            region_latency_ms: entry.region_latency_ms.clone(),
+            roles: entry.roles.clone(),
+        };
+        let written = match store.put_ticket(&stored) {
+            Ok(()) => store.flush_async().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            self.end_ticket(
+                ticket,
+                TicketState::Cancelled,
+                now,
+                format!("not stored: {e}"),
+            );
+            self.forget_ticket(&ticket.id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Puts the stored waiting tickets back (a new owner of the queues): each becomes SEARCHING
+    /// again with its wait kept, if its queue still exists and all its players are idle; the
+    /// rest are dropped from the store. Returns the tickets and pool entries to hand to the
+    /// matchmaker loop, oldest first.
+    pub fn restore_tickets(
+        &self,
+        now: f64,
+    ) -> Result<Vec<(Arc<TicketSlot>, crate::matching::Ticket)>, StoreError> {
+        let store = self.inner.store.clone();
+        let mut restored = Vec::new();
+        let mut dropped = Vec::new();
+        let unix = super::unix_now();
+        for t in store.load_tickets()? {
+            let Some(queue) = self.queue_of(&QueueId::new(t.queue.as_str())) else {
+                dropped.push(t.ticket_id);
+                continue;
+            };
+            let entered_at = now - (unix - t.entered_unix).max(0.0);
+            let Ok((slot, skills)) =
+                self.create_ticket(&queue, t.players.clone(), t.ticket_id.clone(), entered_at)
+            else {
+                // A player is in a match (its match was stored after the ticket) or queued.
+                dropped.push(t.ticket_id);
+                continue;
+            };
+            slot.touch(now);
+            let entry = crate::matching::Ticket {
+                id: t.ticket_id,
+                players: t.players,
+                skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
+                party_skill: t.party_skill,
+                entered_at,
+                region_latency_ms: t.region_latency_ms,
+                roles: t.roles,
+            };
+            restored.push((slot, entry));
+        }
+        if !dropped.is_empty() {
+            store.remove_tickets(&dropped)?;
+        }
+        Ok(restored)
     }
 
     /// Forgets a finished ticket (called by the loop after the retention time).

@@ -289,6 +289,74 @@ fn pool_calibrations_survive_a_reopen_and_the_latest_wins(reopen: Reopen<'_>) {
     assert_eq!(back, vec![e]);
 }
 
+fn waiting_tickets_survive_a_reopen_oldest_first(reopen: Reopen<'_>) {
+    let store = reopen();
+    if !store.keeps_tickets() {
+        // The embedded store keeps no tickets: every call is a no-op and nothing loads.
+        store.put_ticket(&ticket("t-x", 1.0)).unwrap();
+        assert!(store.load_tickets().unwrap().is_empty());
+        return;
+    }
+    store.put_ticket(&ticket("t-late", 30.0)).unwrap();
+    store.put_ticket(&ticket("t-early", 10.0)).unwrap();
+    store.put_ticket(&ticket("t-gone", 20.0)).unwrap();
+    store.remove_tickets(&[TicketId::new("t-gone")]).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let back = reopen().load_tickets().unwrap();
+    assert_eq!(back, vec![ticket("t-early", 10.0), ticket("t-late", 30.0)]);
+}
+
+fn ticket(id: &str, entered_unix: f64) -> StoredTicket {
+    StoredTicket {
+        ticket_id: TicketId::new(id),
+        queue: "2v2".into(),
+        players: vec![PlayerId::from("a"), PlayerId::from("b")],
+        entered_unix,
+        party_skill: Some((1500.0, 120.0)),
+        region_latency_ms: vec![("eu".into(), 30)],
+        roles: vec![vec!["tank".into()], Vec::new()],
+    }
+}
+
+fn history_exports_and_imports_every_result_and_season_record(reopen: Reopen<'_>) {
+    let store = reopen();
+    let p1 = PlayerId::from("p1");
+    let rank = SeasonRank {
+        player: "p1".into(),
+        tier: "Master".into(),
+        rank_points: 1350,
+        mean_week_rp: Some(1300.0),
+        place: Some(1),
+    };
+    let history = History {
+        results: vec![
+            (MatchId::new("m-1"), entry("m-1", "p1", 1.0).ack),
+            (MatchId::new("m-2"), entry("m-2", "p1", 1.0).ack),
+        ],
+        seasons: vec![("lad".into(), SeasonState { season: 2, week: 3 })],
+        weeks: vec![("lad".into(), 2, 3, vec![(p1.clone(), 1200)])],
+        ranks: vec![("lad".into(), 1, vec![rank.clone()])],
+    };
+    store.import_history(&history).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let store = reopen();
+    assert_eq!(store.export_history().unwrap(), history);
+    assert!(store.result_of(&MatchId::new("m-2")).unwrap().is_some());
+    assert_eq!(store.season_state("lad").unwrap().week, 3);
+    assert_eq!(store.player_weeks("lad", &p1).unwrap(), vec![(2, 3, 1200)]);
+    assert_eq!(
+        store.player_season_ranks("lad", &p1).unwrap(),
+        vec![(1, rank)]
+    );
+    // A journaled result joins the history.
+    store
+        .append_journal(1, &[entry("m-3", "p2", 1500.0)])
+        .unwrap();
+    assert_eq!(store.export_history().unwrap().results.len(), 3);
+}
+
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
     move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
 }
@@ -296,6 +364,43 @@ fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
 fn memory_reopen() -> impl FnMut() -> Store {
     let store: Store = Arc::new(MemoryStore::default());
     move || store.clone()
+}
+
+/// A fresh handle on the same Redis data, holding the lease's token 1.
+fn redis_reopen(
+    server: &RedisServer,
+    runtime: tokio::runtime::Handle,
+) -> impl FnMut() -> Store + '_ {
+    let url = server.url();
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let () = ::redis::cmd("SET")
+        .arg("{mm}:lease")
+        .arg("1|contract|127.0.0.1:1")
+        .query(&mut conn)
+        .unwrap();
+    move || {
+        let store = runtime
+            .block_on(RedisStore::open(&url, 1, &RedisOptions::default()))
+            .unwrap();
+        Arc::new(store) as Store
+    }
+}
+
+/// Runs `test` on a blocking thread of a multi-threaded runtime that outlives it, as the
+/// server calls the store (its connection's task runs on that runtime).
+pub(super) fn with_redis(
+    test: impl FnOnce(&mut RedisServer, tokio::runtime::Handle) + Send + 'static,
+) {
+    let mut server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let task = runtime.spawn_blocking(move || test(&mut server, handle));
+    runtime.block_on(task).unwrap();
 }
 
 macro_rules! on_every_backend {
@@ -317,6 +422,16 @@ macro_rules! on_every_backend {
                 }
             )*
         }
+        mod redis_backend {
+            $(
+                #[test]
+                fn $name() {
+                    super::with_redis(|server, runtime| {
+                        super::$name(&mut super::redis_reopen(server, runtime))
+                    });
+                }
+            )*
+        }
     };
 }
 
@@ -326,4 +441,6 @@ on_every_backend!(
     an_admin_entry_writes_season_state_but_no_acknowledgement,
     live_matches_load_newest_copy_without_ended_ones_across_a_reopen,
     pool_calibrations_survive_a_reopen_and_the_latest_wins,
+    waiting_tickets_survive_a_reopen_oldest_first,
+    history_exports_and_imports_every_result_and_season_record,
 );

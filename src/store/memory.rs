@@ -1,15 +1,15 @@
-//! A backend in memory, for tests: the same contract as the embedded store without a disk
-//! (a flush makes nothing more durable). It proves that the state needs nothing of sled and
-//! that the contract tests say what a backend must do.
+//! A backend in memory: the same contract as the embedded store without a disk (a flush makes
+//! nothing more durable). It proves that the state needs nothing of sled and that the contract
+//! tests say what a backend must do, and it is the Redis backend's mirror that answers reads.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use super::{
-    EntryKind, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
-    StoredPlayer,
+    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
+    StoredParty, StoredPlayer, StoredTicket,
 };
-use crate::ids::{MatchId, PlayerId};
+use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
@@ -17,24 +17,25 @@ use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// Everything the store holds, under one lock.
 #[derive(Default)]
-struct Data {
-    players: BTreeMap<PlayerId, BTreeMap<String, PoolRecord>>,
-    parties: BTreeMap<String, BTreeMap<String, PartyRecord>>,
-    journal: BTreeMap<u64, JournalEntry>,
-    acks: HashMap<MatchId, ResultAck>,
-    snapshot_seq: u64,
-    seasons: BTreeMap<String, SeasonState>,
+pub(super) struct Data {
+    pub(super) players: BTreeMap<PlayerId, BTreeMap<String, PoolRecord>>,
+    pub(super) parties: BTreeMap<String, BTreeMap<String, PartyRecord>>,
+    pub(super) journal: BTreeMap<u64, JournalEntry>,
+    pub(super) acks: HashMap<MatchId, ResultAck>,
+    pub(super) snapshot_seq: u64,
+    pub(super) seasons: BTreeMap<String, SeasonState>,
     /// (pool, season, week) → end-of-week RP.
-    weeks: BTreeMap<(String, u32, u32), Vec<(PlayerId, RankPoints)>>,
+    pub(super) weeks: BTreeMap<(String, u32, u32), Vec<(PlayerId, RankPoints)>>,
     /// (pool, player, season, week) → RP.
-    player_weeks: BTreeMap<(String, PlayerId, u32, u32), RankPoints>,
+    pub(super) player_weeks: BTreeMap<(String, PlayerId, u32, u32), RankPoints>,
     /// (pool, season) → ranks.
-    ranks: BTreeMap<(String, u32), Vec<SeasonRank>>,
+    pub(super) ranks: BTreeMap<(String, u32), Vec<SeasonRank>>,
     /// (pool, player, season) → rank.
-    player_ranks: BTreeMap<(String, String, u32), SeasonRank>,
-    segments: BTreeMap<u64, Vec<StoredMatch>>,
-    ended: HashSet<MatchId>,
-    calibrations: BTreeMap<String, Calibration>,
+    pub(super) player_ranks: BTreeMap<(String, String, u32), SeasonRank>,
+    pub(super) segments: BTreeMap<u64, Vec<StoredMatch>>,
+    pub(super) ended: HashSet<MatchId>,
+    pub(super) calibrations: BTreeMap<String, Calibration>,
+    pub(super) tickets: BTreeMap<TicketId, StoredTicket>,
 }
 
 /// The in-memory backend.
@@ -47,7 +48,7 @@ impl MemoryStore {
         self.1.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn data(&self) -> std::sync::MutexGuard<'_, Data> {
+    pub(super) fn data(&self) -> std::sync::MutexGuard<'_, Data> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -298,6 +299,83 @@ impl Storage for MemoryStore {
         let mut data = self.data();
         data.segments = decoded.into_iter().collect();
         data.ended.clear();
+        Ok(())
+    }
+
+    fn keeps_tickets(&self) -> bool {
+        true
+    }
+
+    fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {
+        self.data()
+            .tickets
+            .insert(ticket.ticket_id.clone(), ticket.clone());
+        Ok(())
+    }
+
+    fn remove_tickets(&self, ids: &[TicketId]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for id in ids {
+            data.tickets.remove(id);
+        }
+        Ok(())
+    }
+
+    fn load_tickets(&self) -> Result<Vec<StoredTicket>, StoreError> {
+        let mut tickets: Vec<StoredTicket> = self.data().tickets.values().cloned().collect();
+        tickets.sort_by(|a, b| a.entered_unix.total_cmp(&b.entered_unix));
+        Ok(tickets)
+    }
+
+    fn export_history(&self) -> Result<History, StoreError> {
+        let data = self.data();
+        let mut results: Vec<(MatchId, ResultAck)> = data
+            .acks
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(History {
+            results,
+            seasons: data.seasons.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            weeks: data
+                .weeks
+                .iter()
+                .map(|((pool, season, week), rp)| (pool.clone(), *season, *week, rp.clone()))
+                .collect(),
+            ranks: data
+                .ranks
+                .iter()
+                .map(|((pool, season), ranks)| (pool.clone(), *season, ranks.clone()))
+                .collect(),
+        })
+    }
+
+    fn import_history(&self, history: &History) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (match_id, ack) in &history.results {
+            data.acks.insert(match_id.clone(), ack.clone());
+        }
+        for (pool, state) in &history.seasons {
+            data.seasons.insert(pool.clone(), *state);
+        }
+        for (pool, season, week, rp) in &history.weeks {
+            data.weeks
+                .insert((pool.clone(), *season, *week), rp.clone());
+            for (player, points) in rp {
+                data.player_weeks
+                    .insert((pool.clone(), player.clone(), *season, *week), *points);
+            }
+        }
+        for (pool, season, ranks) in &history.ranks {
+            data.ranks.insert((pool.clone(), *season), ranks.clone());
+            for rank in ranks {
+                data.player_ranks.insert(
+                    (pool.clone(), rank.player.to_string(), *season),
+                    rank.clone(),
+                );
+            }
+        }
         Ok(())
     }
 

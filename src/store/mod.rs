@@ -12,11 +12,12 @@
 //! - journal entries and their acknowledgements (`r/<match>`) and season writes are one batch;
 //! - reads see every write made before them, flushed or not.
 
+mod cluster_config;
 mod committer;
 #[cfg(test)]
 mod contract;
-#[cfg(test)]
 mod memory;
+mod redis_store;
 mod sled;
 
 use std::collections::BTreeMap;
@@ -27,9 +28,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committer};
-#[cfg(test)]
-pub(crate) use memory::MemoryStore;
+pub use memory::MemoryStore;
+pub use redis_store::{Durability, RedisOptions, RedisServer, RedisStore, check_durability};
 
 use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
@@ -73,6 +75,12 @@ pub enum StoreError {
     Decode { key: String, detail: String },
     #[error("store: a background write failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// Redis unreachable, refusing, or misconfigured (the message names the URL, no password).
+    #[error("redis {0}")]
+    Redis(String),
+    /// Another node holds the queues' lease now: this node's writes are refused for good.
+    #[error("store fenced: another node owns the queues now, so this node's writes are refused")]
+    Fenced,
 }
 
 /// One decoded player record: its id and its per-pool standing.
@@ -209,6 +217,15 @@ pub trait Storage: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    // Moving a deployment (`admin migrate-store`).
+
+    /// Every acknowledged result and every season record: what the journal keeps after
+    /// snapshots trimmed its entries.
+    fn export_history(&self) -> Result<History, StoreError>;
+    /// Writes `history` (results' acknowledgements, season clocks, end-of-week rank points,
+    /// season ranks with their per-player indexes) in one atomic batch. Not durable until a flush.
+    fn import_history(&self, history: &History) -> Result<(), StoreError>;
+
     // Durability.
 
     /// Makes every write so far durable, through power loss (blocking).
@@ -318,6 +335,19 @@ pub struct StoredMatch {
     /// a restart still keeps every team's role minimums.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<PlayerId, Vec<String>>,
+}
+
+/// What a store keeps besides players, parties, journal entries and live matches: every
+/// result's acknowledgement and the season records, in key order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    pub results: Vec<(MatchId, ResultAck)>,
+    /// Each pool's season clock.
+    pub seasons: Vec<(String, SeasonState)>,
+    /// End-of-week rank points: (pool, season, week, player → RP).
+    pub weeks: Vec<(String, u32, u32, Vec<(PlayerId, RankPoints)>)>,
+    /// Season ranks: (pool, season, ranks).
+    pub ranks: Vec<(String, u32, Vec<SeasonRank>)>,
 }
 
 /// A waiting ticket as a cluster store keeps it: what the queue's next owner needs to put it

@@ -75,6 +75,19 @@ pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
 /// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
+/// Queues this cluster node owns now: all of them while it holds the lease, else 0 (gauge).
+pub const CLUSTER_QUEUES_OWNED: &str = "matchmaker_cluster_queues_owned";
+/// Lease renewals that succeeded (counter).
+pub const CLUSTER_LEASE_RENEWALS: &str = "matchmaker_cluster_lease_renewals_total";
+/// Leases this node lost while holding them (renewal refused or too late) (counter).
+pub const CLUSTER_LEASE_LOSSES: &str = "matchmaker_cluster_lease_losses_total";
+/// Leases this node took (counter).
+pub const CLUSTER_LEASE_ACQUIRED: &str = "matchmaker_cluster_lease_acquired_total";
+/// Calls this node's front sent on to the owner on another node (counter).
+pub const CLUSTER_FORWARDED: &str = "matchmaker_cluster_forwarded_calls_total";
+/// Seconds of one round trip to Redis, per operation (lease | flush) (histogram).
+pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
+
 /// Bucket bounds of every histogram, so Prometheus gets `_bucket` series: quantiles that can
 /// be aggregated across servers and over any window (the exporter's default is a summary,
 /// whose quantiles are per process and over its own rolling window).
@@ -98,6 +111,7 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
         ],
     ),
     (JOURNAL_FLUSH_SECONDS, SECONDS_FAST),
+    (CLUSTER_REDIS_SECONDS, SECONDS_FAST),
     (
         JOURNAL_BATCH_SIZE,
         &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
@@ -180,6 +194,22 @@ pub fn describe() {
     );
     describe_counter!(STORE_ERRORS, "Store writes that failed, by operation");
     describe_counter!(MATCHES_CANCELLED, "Matches cancelled");
+    describe_gauge!(
+        CLUSTER_QUEUES_OWNED,
+        "Queues this cluster node owns (all while it holds the lease)"
+    );
+    describe_counter!(CLUSTER_LEASE_RENEWALS, "Lease renewals that succeeded");
+    describe_counter!(CLUSTER_LEASE_LOSSES, "Leases lost while held");
+    describe_counter!(CLUSTER_LEASE_ACQUIRED, "Leases taken by this node");
+    describe_counter!(
+        CLUSTER_FORWARDED,
+        "Calls forwarded to the owner on another node"
+    );
+    describe_histogram!(
+        CLUSTER_REDIS_SECONDS,
+        metrics::Unit::Seconds,
+        "Round trips to Redis, by operation"
+    );
     describe_counter!(READY_CHECKS, "Ready-checks ended, by outcome");
     describe_counter!(BACKFILL_REQUESTS, "Backfill requests received");
     describe_counter!(BACKFILL_SLOTS_FILLED, "Backfill slots filled");

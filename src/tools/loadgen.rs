@@ -181,6 +181,11 @@ impl Options {
             )?;
         }
         rule(!self.queue.is_empty(), "--queue", "must name a queue")?;
+        rule(
+            self.addr.split(',').all(|a| !a.trim().is_empty()),
+            "--addr",
+            "must be HOST:PORT, or several separated by commas",
+        )?;
         if let Some(deadline) = self.deadline {
             rule(
                 self.rate.is_some(),
@@ -200,18 +205,27 @@ impl Options {
 /// Runs the baseline and the target RPC for `seconds` each, alternating in `rounds` slices.
 pub async fn run(opts: Options) -> Result<Report, ToolError> {
     opts.validate()?;
-    let uri = if opts.addr.contains("://") {
-        opts.addr.clone()
-    } else {
-        format!("http://{}", opts.addr)
-    };
-    let endpoint = Endpoint::from_shared(uri)?
-        .connect_timeout(CALL_TIMEOUT)
-        .tcp_nodelay(true);
-    let connections = opts.concurrency.div_ceil(WORKERS_PER_CONNECTION);
+    // Several addresses (cluster nodes): connections and game servers go round-robin over them.
+    let mut endpoints = Vec::new();
+    for addr in opts.addr.split(',').map(str::trim) {
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        endpoints.push(
+            Endpoint::from_shared(uri)?
+                .connect_timeout(CALL_TIMEOUT)
+                .tcp_nodelay(true),
+        );
+    }
+    let connections = opts
+        .concurrency
+        .div_ceil(WORKERS_PER_CONNECTION)
+        .max(endpoints.len());
     let mut channels = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        channels.push(endpoint.connect().await?);
+    for i in 0..connections {
+        channels.push(endpoints[i % endpoints.len()].connect().await?);
     }
     let run_id = crate::ids::new_id("lg");
     let work = std::sync::Arc::new(std::sync::Mutex::new(
@@ -227,7 +241,7 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
         for i in 0..DRAIN_SERVERS {
             // Each game server on its own connection, as in production: its match batches do
             // not queue in front of the players' answers on a shared HTTP/2 connection.
-            let channel = endpoint.connect().await?;
+            let channel = endpoints[i % endpoints.len()].connect().await?;
             let mut assignments = GameServerServiceClient::new(channel)
                 .serve_matches(stream_request(
                     proto::ServeMatchesRequest {

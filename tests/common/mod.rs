@@ -315,8 +315,10 @@ impl ServerProcess {
     /// returns once it logged its address.
     pub fn spawn(mut command: std::process::Command) -> Self {
         use std::io::{BufRead, BufReader};
+        if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            command.env("RUST_LOG", "info");
+        }
         let mut child = command
-            .env("RUST_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()

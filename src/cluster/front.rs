@@ -1,0 +1,601 @@
+//! The front of a cluster node: every gRPC call that reaches the node goes to the owner of the
+//! queues, as it came (headers, token, deadline and body), so any node serves any call behind a
+//! plain load balancer. On the owner the call goes to its own engine; elsewhere to the owner's
+//! advertised address, marked as forwarded so it is never forwarded twice.
+//!
+//! Every request of the API is one message, so the front keeps it until the call is answered:
+//! when the owner cannot be reached, or answers that it is no longer the owner, the call is sent
+//! again to the next owner, for up to twice the lease (a failover's bound) and never past the
+//! caller's deadline. Every call is safe to send again after its owner died, being idempotent
+//! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, reads), except
+//! `SeasonReset` and `RequestBackfill`: those are answered UNAVAILABLE instead when the owner
+//! went away after they were sent, and the caller checks before calling again.
+//!
+//! Streams are relayed by a task. `WatchTicket` and `ServeMatches` outlive owners: when the
+//! owner changes or its connection breaks between two messages, the relay sends the same
+//! request to the next owner and goes on, so a watcher keeps its updates and a game server its
+//! registration through a failover without noticing. Other streams (`ExportPlayers`) end with
+//! UNAVAILABLE then, since sending them again would repeat what was already sent.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use tokio::sync::watch;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::transport::{Channel, Endpoint};
+use tower::{Service, ServiceExt};
+
+use super::lease::Owner;
+
+/// Marks a call forwarded by another node's front (its value: that node's id).
+pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
+/// Set on the answer of a node that received a forwarded call but does not own the queues.
+const NOT_OWNER: &str = "x-matchmaker-not-owner";
+/// Streams that continue on the next owner.
+const RESUMABLE: &[&str] = &[
+    "/matchmaker.v1.ClientService/WatchTicket",
+    "/matchmaker.v1.GameServerService/ServeMatches",
+];
+/// Calls that are not sent again once they may have reached an engine.
+const ONCE: &[&str] = &[
+    "/matchmaker.v1.AdminService/SeasonReset",
+    "/matchmaker.v1.GameServerService/RequestBackfill",
+];
+/// Streams that end when the owner changes.
+const STREAMS: &[&str] = &["/matchmaker.v1.AdminService/ExportPlayers"];
+
+/// Where calls go, as the node's lease task sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Route {
+    /// The lease holder.
+    pub owner: Option<Owner>,
+    /// This node's engine, while this node owns the queues and its engine is up.
+    pub engine: Option<String>,
+}
+
+/// The front service.
+#[derive(Clone)]
+pub struct Front {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    node_id: String,
+    route: watch::Receiver<Route>,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// How long a call may wait for an owner.
+    patience: Duration,
+    /// Largest request body kept for sending again.
+    max_body: usize,
+}
+
+impl Front {
+    pub fn new(
+        node_id: String,
+        route: watch::Receiver<Route>,
+        patience: Duration,
+        max_body: usize,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                node_id,
+                route,
+                channels: Mutex::new(HashMap::new()),
+                patience,
+                max_body,
+            }),
+        }
+    }
+}
+
+/// Where one attempt goes, and the lease token of the owner it goes to.
+enum Target {
+    Engine(Channel, u64),
+    Node(Channel, u64),
+}
+
+impl Target {
+    fn token(&self) -> u64 {
+        match self {
+            Self::Engine(_, t) | Self::Node(_, t) => *t,
+        }
+    }
+}
+
+impl Inner {
+    fn channel(&self, addr: &str) -> Option<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(addr) {
+            return Some(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_millis(500))
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect_lazy();
+        channels.insert(addr.to_string(), channel.clone());
+        Some(channel)
+    }
+
+    /// Where a call goes now, or why it cannot go anywhere yet.
+    fn target(&self, forwarded: bool) -> Result<Target, &'static str> {
+        let route = self.route.borrow().clone();
+        let token = route.owner.as_ref().map_or(0, |o| o.token);
+        if let Some(engine) = route.engine {
+            return self
+                .channel(&engine)
+                .map(|c| Target::Engine(c, token))
+                .ok_or("bad engine");
+        }
+        if forwarded {
+            return Err("this node does not own the queues");
+        }
+        match route.owner {
+            Some(owner) if owner.node_id != self.node_id => self
+                .channel(&owner.addr)
+                .map(|c| Target::Node(c, token))
+                .ok_or("the owner's advertised address is not a valid URI authority"),
+            // Ours but the engine is still loading, or nobody's yet.
+            _ => Err("no node owns the queues yet"),
+        }
+    }
+
+    async fn forward(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
+        let forwarded = request.headers().contains_key(FORWARDED);
+        let patience =
+            caller_timeout(request.headers()).map_or(self.patience, |t| t.min(self.patience));
+        let (mut parts, body) = request.into_parts();
+        if !forwarded && let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
+            parts.headers.insert(FORWARDED, v);
+        }
+        let bytes = match collect(body, self.max_body).await {
+            Ok(b) => b,
+            Err(message) => return status(tonic::Code::InvalidArgument, &message, false),
+        };
+        let path = parts.uri.path();
+        let resumable = RESUMABLE.contains(&path);
+        if !resumable && !STREAMS.contains(&path) {
+            return match self.call(&parts, &bytes, forwarded, patience).await {
+                Ok((response, _)) => response,
+                Err(answer) => answer,
+            };
+        }
+        let (response, token) = match self.call(&parts, &bytes, forwarded, patience).await {
+            Ok(answered) => answered,
+            Err(answer) => return answer,
+        };
+        if response.headers().contains_key("grpc-status") {
+            // Trailers-only: the call failed or ended at once.
+            return response;
+        }
+        let (head, upstream) = response.into_parts();
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let relay = Relay {
+            front: self,
+            parts,
+            bytes,
+            forwarded,
+            resumable,
+            tx,
+        };
+        tokio::spawn(relay.run(upstream, token));
+        let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+        http::Response::from_parts(head, Body::new(body))
+    }
+
+    /// Sends the call to the owner until it is answered by one, waiting out a failover for up to
+    /// `patience`; the answer and the token of the owner that gave it, or the UNAVAILABLE to
+    /// return.
+    async fn call(
+        &self,
+        parts: &http::request::Parts,
+        bytes: &Bytes,
+        forwarded: bool,
+        patience: Duration,
+    ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut route = self.route.clone();
+        let once = ONCE.contains(&parts.uri.path());
+        loop {
+            let why = match self.target(forwarded) {
+                Ok(target) => {
+                    let token = target.token();
+                    let request = http::Request::from_parts(
+                        parts.clone(),
+                        Body::new(http_body_util::Full::new(bytes.clone())),
+                    );
+                    let mut watch = self.route.clone();
+                    // A stalled owner never answers: give up on it when the lease moves on.
+                    let sent = tokio::select! {
+                        sent = send(target, request) => Some(sent),
+                        () = moved(&mut watch, token) => None,
+                        () = tokio::time::sleep_until(deadline) => {
+                            return Err(status(
+                                tonic::Code::Unavailable,
+                                "the owner did not answer in time",
+                                false,
+                            ));
+                        }
+                    };
+                    match sent {
+                        Some(Ok(response)) if !is_not_owner(&response) => {
+                            return Ok((response, token));
+                        }
+                        Some(Ok(_)) => "the node forwarded to no longer owns the queues",
+                        Some(Err(_)) | None if once => {
+                            return Err(status(
+                                tonic::Code::Unavailable,
+                                "the owner went away during the call; check whether it took effect before calling again",
+                                false,
+                            ));
+                        }
+                        Some(Err(_)) => "the owner cannot be reached",
+                        None => "the owner changed during the call",
+                    }
+                }
+                Err(why) => why,
+            };
+            if forwarded && self.route.borrow().engine.is_none() {
+                return Err(status(tonic::Code::Unavailable, why, true));
+            }
+            // Wait for the route to change (a new owner, an engine up), a little at most.
+            let pause = tokio::time::Instant::now() + Duration::from_millis(100);
+            if pause >= deadline {
+                return Err(status(
+                    tonic::Code::Unavailable,
+                    &format!("{why}; retry (cluster failover in progress)"),
+                    false,
+                ));
+            }
+            let _ = tokio::time::timeout_at(pause, route.changed()).await;
+        }
+    }
+}
+
+/// Returns once the owner with `token` no longer owns the queues (as this node sees it).
+async fn moved(route: &mut watch::Receiver<Route>, token: u64) {
+    loop {
+        if route
+            .borrow_and_update()
+            .owner
+            .as_ref()
+            .is_none_or(|o| o.token != token)
+        {
+            return;
+        }
+        if route.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The frames of a stream's response body, as the relay sends them on.
+type Frames = tokio::sync::mpsc::Sender<Result<http_body::Frame<Bytes>, tonic::Status>>;
+
+/// Relays one stream's response from the owner to the caller, moving to the next owner when
+/// the stream is resumable.
+struct Relay {
+    front: Arc<Inner>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    forwarded: bool,
+    resumable: bool,
+    tx: Frames,
+}
+
+/// Why a relayed upstream stopped.
+enum Stop {
+    /// It ended (its trailers were sent on) or the caller went away: done.
+    Done,
+    /// The owner changed or the connection broke; `at_boundary`: between two messages.
+    Moved { at_boundary: bool },
+}
+
+impl Relay {
+    async fn run(self, mut upstream: Body, mut token: u64) {
+        loop {
+            let at_boundary = match self.pipe(upstream, token).await {
+                Stop::Done => return,
+                Stop::Moved { at_boundary } => at_boundary,
+            };
+            if !self.resumable || !at_boundary {
+                self.end(
+                    tonic::Code::Unavailable,
+                    "the matchmaker owner changed; call again",
+                )
+                .await;
+                return;
+            }
+            let patience = self.front.patience;
+            match self
+                .front
+                .call(&self.parts, &self.bytes, self.forwarded, patience)
+                .await
+            {
+                Ok((response, t)) => {
+                    if let Some(s) = tonic::Status::from_header_map(response.headers()) {
+                        self.end(s.code(), s.message()).await;
+                        return;
+                    }
+                    token = t;
+                    upstream = response.into_body();
+                }
+                Err(_) => {
+                    self.end(tonic::Code::Unavailable, "no matchmaker owner; call again")
+                        .await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends `upstream`'s frames on until it ends, the caller leaves, or the owner `token`
+    /// stops being the owner.
+    async fn pipe(&self, mut upstream: Body, token: u64) -> Stop {
+        let mut route = self.front.route.clone();
+        let mut framing = Framing::default();
+        loop {
+            let moved = |route: &watch::Receiver<Route>| {
+                route
+                    .borrow()
+                    .owner
+                    .as_ref()
+                    .is_none_or(|o| o.token != token)
+            };
+            if moved(&route) {
+                return Stop::Moved {
+                    at_boundary: framing.at_boundary(),
+                };
+            }
+            tokio::select! {
+                frame = upstream.frame() => match frame {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            framing.feed(data);
+                        } else if self.resumable && moved(&route) {
+                            // The old owner's engine ended the stream as it stopped.
+                            return Stop::Moved { at_boundary: framing.at_boundary() };
+                        }
+                        let last = frame.is_trailers();
+                        if self.tx.send(Ok(frame)).await.is_err() || last {
+                            return Stop::Done;
+                        }
+                    }
+                    Some(Err(_)) | None => {
+                        return Stop::Moved { at_boundary: framing.at_boundary() };
+                    }
+                },
+                changed = route.changed() => {
+                    if changed.is_err() {
+                        return Stop::Moved { at_boundary: framing.at_boundary() };
+                    }
+                }
+                () = self.tx.closed() => return Stop::Done,
+            }
+        }
+    }
+
+    /// Ends the caller's stream with a status in the trailers.
+    async fn end(&self, code: tonic::Code, message: &str) {
+        let mut trailers = http::HeaderMap::new();
+        if tonic::Status::new(code, message)
+            .add_header(&mut trailers)
+            .is_ok()
+        {
+            let _ = self.tx.send(Ok(http_body::Frame::trailers(trailers))).await;
+        }
+    }
+}
+
+/// Where a gRPC body is in its length-prefixed messages (1 flag byte, 4 length bytes, then the
+/// message), so a stream is only moved between two messages.
+#[derive(Default)]
+struct Framing {
+    /// Bytes of the current prefix seen (0..5).
+    prefix: [u8; 5],
+    prefix_len: usize,
+    /// Message bytes still to come.
+    remaining: usize,
+}
+
+impl Framing {
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.remaining > 0 {
+                let n = self.remaining.min(data.len());
+                self.remaining -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.prefix_len).min(data.len());
+            self.prefix[self.prefix_len..self.prefix_len + n].copy_from_slice(&data[..n]);
+            self.prefix_len += n;
+            data = &data[n..];
+            if self.prefix_len == 5 {
+                let len = u32::from_be_bytes([
+                    self.prefix[1],
+                    self.prefix[2],
+                    self.prefix[3],
+                    self.prefix[4],
+                ]);
+                self.remaining = len as usize;
+                self.prefix_len = 0;
+            }
+        }
+    }
+
+    fn at_boundary(&self) -> bool {
+        self.prefix_len == 0 && self.remaining == 0
+    }
+}
+
+async fn send(
+    target: Target,
+    request: http::Request<Body>,
+) -> Result<http::Response<Body>, tonic::transport::Error> {
+    let (mut channel, remote) = match target {
+        Target::Engine(c, _) => (c, false),
+        Target::Node(c, _) => (c, true),
+    };
+    if remote {
+        metrics::counter!(crate::telemetry::CLUSTER_FORWARDED).increment(1);
+    }
+    let ready = channel.ready().await?;
+    ready.call(request).await
+}
+
+/// The request body, at most `limit` bytes.
+async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
+    http_body_util::Limited::new(body, limit)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| format!("request body: {e}"))
+}
+
+/// The caller's `grpc-timeout`, if it sent one.
+fn caller_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+fn is_not_owner(response: &http::Response<Body>) -> bool {
+    response.headers().contains_key(NOT_OWNER)
+}
+
+/// A trailers-only gRPC answer.
+fn status(code: tonic::Code, message: &str, not_owner: bool) -> http::Response<Body> {
+    let (mut parts, ()) = tonic::Status::new(code, message)
+        .into_http::<()>()
+        .into_parts();
+    if not_owner {
+        parts
+            .headers
+            .insert(NOT_OWNER, http::HeaderValue::from_static("1"));
+    }
+    http::Response::from_parts(parts, Body::empty())
+}
+
+impl Service<http::Request<axum::body::Body>> for Front {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(inner.forward(request.map(Body::new)).await) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_callers_deadline_is_read_in_every_unit() {
+        let at = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-timeout", v.parse().unwrap());
+            caller_timeout(&h)
+        };
+        assert_eq!(at("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(at("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(at("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(at("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(at("x"), None);
+        assert_eq!(at(""), None);
+        assert_eq!(caller_timeout(&http::HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn framing_knows_message_boundaries_across_chunks() {
+        let mut f = Framing::default();
+        assert!(f.at_boundary());
+        // A 3-byte message split over three chunks, then a 0-byte one.
+        f.feed(&[0, 0, 0]);
+        assert!(!f.at_boundary());
+        f.feed(&[0, 3, 7]);
+        assert!(!f.at_boundary());
+        f.feed(&[8, 9]);
+        assert!(f.at_boundary());
+        f.feed(&[0, 0, 0, 0, 0]);
+        assert!(f.at_boundary());
+        // Two whole messages in one chunk, the second cut short.
+        f.feed(&[0, 0, 0, 0, 1, 5, 0, 0, 0, 0, 2, 1]);
+        assert!(!f.at_boundary());
+        f.feed(&[2]);
+        assert!(f.at_boundary());
+    }
+
+    #[tokio::test]
+    async fn a_forwarded_call_to_a_node_without_the_queues_is_refused_as_not_owner() {
+        let (_tx, rx) = watch::channel(Route {
+            owner: Some(Owner {
+                token: 1,
+                node_id: "other".into(),
+                addr: "127.0.0.1:1".into(),
+            }),
+            engine: None,
+        });
+        let front = Front::new("me".into(), rx, Duration::from_millis(300), 1 << 20);
+        let request = http::Request::builder()
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .header(FORWARDED, "other")
+            .body(Body::empty())
+            .unwrap();
+        let response = front.inner.clone().forward(request).await;
+        assert!(
+            is_not_owner(&response),
+            "the forwarding node learns to retry"
+        );
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn with_no_owner_a_call_waits_then_is_unavailable_naming_the_failover() {
+        let (_tx, rx) = watch::channel(Route::default());
+        let front = Front::new("me".into(), rx, Duration::from_millis(250), 1 << 20);
+        let request = http::Request::builder()
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .body(Body::empty())
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let response = front.inner.clone().forward(request).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "it waited for an owner"
+        );
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            status.message().contains("failover"),
+            "{}",
+            status.message()
+        );
+    }
+}

@@ -1,0 +1,431 @@
+//! One cluster node: the front on the configured address, the lease task, and the engine while
+//! this node owns the queues.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+use tracing::{error, info, warn};
+
+use super::front::{Front, Route};
+use super::lease::{self, Acquired, LeaseClient, Owner};
+use crate::config::Config;
+use crate::server::{self, ServerError};
+use crate::state::Ownership;
+use crate::store::{RedisOptions, RedisStore, Store, redact};
+use crate::telemetry as m;
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error("cluster.redis_url {url}: {detail}")]
+    Redis { url: String, detail: String },
+}
+
+/// Runs a cluster node until `signal` is cancelled (then: health NOT_SERVING for
+/// `server.drain_ms`, the front stops, the engine, if any, stops and writes its last state, and
+/// the lease is given up so another node takes the queues at once).
+pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), NodeError> {
+    let cluster = config.cluster.clone();
+    let url = redact(&cluster.redis_url);
+    let redis_error = |detail: String| NodeError::Redis {
+        url: url.clone(),
+        detail,
+    };
+    let durability = crate::store::check_durability(&cluster.redis_url, cluster.allow_volatile)
+        .await
+        .map_err(|e| redis_error(e.to_string()))?;
+    info!(redis = %url, durability = ?durability, "cluster store checked");
+    let client =
+        redis::Client::open(cluster.redis_url.as_str()).map_err(|e| redis_error(e.to_string()))?;
+    let conn = client
+        .get_connection_manager()
+        .await
+        .map_err(|e| redis_error(e.to_string()))?;
+    let listener = TcpListener::bind(&config.server.addr)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.server.addr.clone(),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| ServerError::Bind {
+        addr: config.server.addr.clone(),
+        source,
+    })?;
+    let node_id = if cluster.node_id.is_empty() {
+        default_node_id()
+    } else {
+        cluster.node_id.clone()
+    };
+    let advertise = if cluster.advertise_addr.is_empty() {
+        bound.to_string()
+    } else {
+        cluster.advertise_addr.clone()
+    };
+    let lease_time = Duration::from_millis(cluster.lease_ms);
+    info!(addr = %bound, node = %node_id, advertise = %advertise, lease_ms = cluster.lease_ms, "serving gRPC");
+
+    let shutdown = CancellationToken::new();
+    let exporter = match config.metrics_addr() {
+        Some(addr) => server::install_metrics(addr, shutdown.clone())?,
+        None => None,
+    };
+    let (route_tx, route_rx) = watch::channel(Route::default());
+    let node = Arc::new(Node {
+        config: Arc::new(config),
+        node_id: node_id.clone(),
+        advertise,
+        lease: LeaseClient::new(conn, lease_time),
+        lease_time,
+        route: route_tx,
+    });
+    let lease_stop = CancellationToken::new();
+    let lease_task = tokio::spawn(node.clone().hold_lease(lease_stop.clone()));
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status(server::LIVENESS, ServingStatus::Serving)
+        .await;
+    let health_task = tokio::spawn(report_health(
+        health,
+        route_rx.clone(),
+        signal.clone(),
+        shutdown.clone(),
+        Duration::from_millis(node.config.server.drain_ms),
+    ));
+    let config = &node.config;
+    let front = Front::new(
+        node_id,
+        route_rx,
+        lease_time * 2 + Duration::from_secs(1),
+        config.server.max_message_bytes,
+    );
+    let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front))
+        .add_service(health_service);
+    let mut builder = Server::builder();
+    if config.tls.enabled {
+        builder = builder
+            .tls_config(server::tls_config(&config.tls)?)
+            .map_err(ServerError::from)?;
+    }
+    let open_files = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| crate::listener::open_file_limit(&l));
+    let max_connections =
+        crate::listener::effective_max_connections(config.server.max_connections, open_files);
+    let served = builder
+        .accept_http1(config.server.grpc_web)
+        .http2_keepalive_interval(
+            (config.server.http2_keepalive_interval_ms > 0)
+                .then(|| Duration::from_millis(config.server.http2_keepalive_interval_ms)),
+        )
+        .http2_keepalive_timeout(Some(Duration::from_millis(
+            config.server.http2_keepalive_timeout_ms,
+        )))
+        .max_concurrent_streams(
+            u32::try_from(config.server.max_concurrent_requests_per_connection).unwrap_or(u32::MAX),
+        )
+        .layer(
+            tower::ServiceBuilder::new()
+                .option_layer(server::cors(&config.server.grpc_web_origins))
+                .option_layer(config.server.grpc_web.then(tonic_web::GrpcWebLayer::new)),
+        )
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(
+            crate::listener::incoming(listener, max_connections),
+            shutdown.clone().cancelled_owned(),
+        )
+        .await;
+    // The front is closed: stop the engine (it writes its last state under the lease), then
+    // give the lease up.
+    shutdown.cancel();
+    lease_stop.cancel();
+    match lease_task.await {
+        Ok(()) => {}
+        Err(e) => error!(error = %e, "the lease task failed"),
+    }
+    let _ = health_task.await;
+    if let Some(exporter) = exporter {
+        let _ = exporter.await;
+    }
+    info!("cluster node stopped");
+    served.map_err(|e| NodeError::Server(e.into()))
+}
+
+/// The host name plus a random suffix: unique even for two nodes on one host.
+fn default_node_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().replace(['|', ' '], "-"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into());
+    format!("{host}-{:04x}", rand::random::<u16>())
+}
+
+struct Node {
+    config: Arc<Config>,
+    node_id: String,
+    advertise: String,
+    lease: LeaseClient,
+    lease_time: Duration,
+    route: watch::Sender<Route>,
+}
+
+/// The engine while this node owns the queues.
+struct Running {
+    owner: Owner,
+    ownership: Arc<Ownership>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Node {
+    /// Takes the lease when it is free and renews it while held; starts the engine on taking it
+    /// and stops it on losing it. On `stop`, stops the engine (renewing meanwhile, so its last
+    /// writes are accepted), then releases the lease.
+    async fn hold_lease(self: Arc<Self>, stop: CancellationToken) {
+        let every = lease::renew_every(self.lease_time);
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut running: Option<Running> = None;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+            running = match running.take() {
+                Some(r) => self.renew(r, every).await,
+                None => self.try_acquire(every).await,
+            };
+        }
+        let Some(mut r) = running else {
+            return;
+        };
+        r.stop.cancel();
+        loop {
+            tokio::select! {
+                _ = &mut r.task => break,
+                _ = ticker.tick() => {
+                    let Some(renewed) = self.renew(r, every).await else {
+                        return;
+                    };
+                    r = renewed;
+                }
+            }
+        }
+        self.route.send_modify(|route| route.engine = None);
+        match self.lease.release(&r.owner).await {
+            Ok(true) => info!(token = r.owner.token, "lease released"),
+            Ok(false) => warn!("the lease had already passed to another node"),
+            Err(e) => warn!(error = %e, "could not release the lease; it expires on its own"),
+        }
+        metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(0.0);
+    }
+
+    async fn try_acquire(&self, within: Duration) -> Option<Running> {
+        let sent = Instant::now();
+        let acquired =
+            tokio::time::timeout(within, self.lease.acquire(&self.node_id, &self.advertise)).await;
+        record_round_trip(sent);
+        match acquired {
+            Ok(Ok(Acquired::Mine(owner))) => {
+                let ownership = Arc::new(Ownership::new());
+                ownership.extend(lease::valid_until(sent, self.lease_time));
+                metrics::counter!(m::CLUSTER_LEASE_ACQUIRED).increment(1);
+                metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(self.config.queues.len() as f64);
+                info!(token = owner.token, "this node owns the queues now");
+                self.route.send_modify(|route| {
+                    route.owner = Some(owner.clone());
+                    route.engine = None;
+                });
+                Some(self.start_engine(owner, ownership))
+            }
+            Ok(Ok(Acquired::Theirs(owner))) => {
+                self.route.send_if_modified(|route| {
+                    let changed = route.owner != owner;
+                    route.owner = owner;
+                    changed
+                });
+                None
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot reach Redis for the lease");
+                None
+            }
+            Err(_) => {
+                warn!("Redis did not answer the lease request in time");
+                None
+            }
+        }
+    }
+
+    async fn renew(&self, r: Running, within: Duration) -> Option<Running> {
+        if r.task.is_finished() {
+            // The engine stopped on its own (its store failed): let another node take over.
+            warn!("the engine stopped; giving the lease up");
+            let _ = self.lease.release(&r.owner).await;
+            self.lost(&r);
+            return None;
+        }
+        let sent = Instant::now();
+        let renewed = tokio::time::timeout(within, self.lease.renew(&r.owner)).await;
+        record_round_trip(sent);
+        match renewed {
+            Ok(Ok(true)) => {
+                r.ownership
+                    .extend(lease::valid_until(sent, self.lease_time));
+                metrics::counter!(m::CLUSTER_LEASE_RENEWALS).increment(1);
+                Some(r)
+            }
+            Ok(Ok(false)) => {
+                warn!(token = r.owner.token, "the lease passed to another node");
+                self.lost(&r);
+                None
+            }
+            Ok(Err(_)) | Err(_) if r.ownership.holds() => Some(r),
+            Ok(Err(e)) => {
+                warn!(error = %e, "lease not renewed in time");
+                self.lost(&r);
+                None
+            }
+            Err(_) => {
+                warn!("lease not renewed in time (Redis did not answer)");
+                self.lost(&r);
+                None
+            }
+        }
+    }
+
+    /// Stops acting at once; the engine winds down in the background (its writes are fenced).
+    fn lost(&self, r: &Running) {
+        r.ownership.revoke();
+        r.stop.cancel();
+        metrics::counter!(m::CLUSTER_LEASE_LOSSES).increment(1);
+        metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(0.0);
+        self.route.send_modify(|route| {
+            route.engine = None;
+            if route.owner.as_ref() == Some(&r.owner) {
+                route.owner = None;
+            }
+        });
+    }
+
+    /// Opens the store under `owner`'s token and runs the engine on a loopback port.
+    fn start_engine(&self, owner: Owner, ownership: Arc<Ownership>) -> Running {
+        let stop = CancellationToken::new();
+        let config = engine_config(&self.config);
+        let cluster = self.config.cluster.clone();
+        let route = self.route.clone();
+        let token = owner.token;
+        let task = tokio::spawn({
+            let ownership = ownership.clone();
+            let stop = stop.clone();
+            async move {
+                let options = RedisOptions {
+                    wait_replicas: cluster.wait_replicas,
+                    wait_timeout_ms: cluster.wait_timeout_ms,
+                };
+                let opened = tokio::select! {
+                    r = RedisStore::open(&cluster.redis_url, token, &options) => r,
+                    () = stop.cancelled() => return,
+                };
+                let store: Store = match opened {
+                    Ok(s) => Arc::new(s),
+                    Err(e) => {
+                        error!(error = %e, "cannot open the cluster store");
+                        return;
+                    }
+                };
+                let listener = match TcpListener::bind("127.0.0.1:0").await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        error!(error = %e, "cannot bind the engine's loopback port");
+                        return;
+                    }
+                };
+                if let Ok(addr) = listener.local_addr() {
+                    route.send_modify(|r| {
+                        if r.owner.as_ref().is_some_and(|o| o.token == token) {
+                            r.engine = Some(addr.to_string());
+                        }
+                    });
+                }
+                if let Err(e) = server::run_engine(config, store, ownership, listener, stop).await {
+                    warn!(error = %e, "the engine stopped");
+                }
+            }
+        });
+        Running {
+            owner,
+            ownership,
+            stop,
+            task,
+        }
+    }
+}
+
+fn record_round_trip(sent: Instant) {
+    metrics::histogram!(m::CLUSTER_REDIS_SECONDS, "op" => "lease")
+        .record(sent.elapsed().as_secs_f64());
+}
+
+/// The engine serves only its node's front, on loopback: no TLS, grpc-web, CORS or metrics
+/// endpoint of its own, and it stops at once when told.
+fn engine_config(config: &Config) -> Config {
+    let mut c = config.clone();
+    c.server.addr = "127.0.0.1:0".into();
+    c.server.metrics_addr = String::new();
+    c.server.drain_ms = 0;
+    c.server.grpc_web = false;
+    c.server.grpc_web_origins = Vec::new();
+    c.tls.enabled = false;
+    c
+}
+
+/// Readiness (`""`) is SERVING while some node owns the queues and the node is not draining;
+/// on `signal`, NOT_SERVING for `drain`, then the node stops (`shutdown`).
+async fn report_health(
+    health: HealthReporter,
+    mut route: watch::Receiver<Route>,
+    signal: CancellationToken,
+    shutdown: CancellationToken,
+    drain: Duration,
+) {
+    loop {
+        let ready = route.borrow_and_update().owner.is_some();
+        let status = if ready {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        health.set_service_status("", status).await;
+        tokio::select! {
+            changed = route.changed() => if changed.is_err() { return },
+            () = signal.cancelled() => break,
+            () = shutdown.cancelled() => return,
+        }
+    }
+    health
+        .set_service_status("", ServingStatus::NotServing)
+        .await;
+    if !drain.is_zero() {
+        info!(
+            drain_ms = drain.as_millis() as u64,
+            "draining: health is NOT_SERVING"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(drain) => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+    shutdown.cancel();
+}

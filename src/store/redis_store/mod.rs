@@ -1,0 +1,878 @@
+//! The cluster backend: everything in Redis (≥ 7) or Valkey (≥ 7.2), written only by the holder
+//! of the queues' lease.
+//!
+//! - **Reads** are answered by an in-memory mirror ([`MemoryStore`]) loaded from Redis when the
+//!   store opens: the owner is the only writer, so the mirror is exactly what Redis holds plus
+//!   what is waiting for the next flush.
+//! - **Writes** update the mirror and queue the equivalent Redis commands as one batch per
+//!   trait call. A flush sends every queued batch in **one Lua script** that first checks that
+//!   the lease still carries this store's fencing token: all of it is applied, in order, or none
+//!   (Redis runs a script alone). Concurrent flushes coalesce: one is in flight at a time and
+//!   takes everything queued, and a flush whose batches are already in flight waits for that
+//!   flight (group commit).
+//! - **Fencing**: a refused script means another node owns the queues now; the store is then
+//!   fenced for good and every later write and flush fails with [`StoreError::Fenced`].
+//! - **Durable** means what Redis' own persistence makes of an executed script (see
+//!   docs/cluster.md), plus `WAIT` for `wait_replicas` replicas when configured.
+//! - **One hash tag**, `{mm}`, on every key: a script may only touch keys of one slot in Redis
+//!   Cluster, and each flush touches several of them.
+//!
+//! A journal entry also writes the players' and parties' full records (they are absolute redo
+//! records), so the `players` hash is always current and snapshots rewrite nothing that did not
+//! change since the last write.
+
+mod server;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use ::redis::Script;
+use ::redis::aio::MultiplexedConnection;
+
+pub use server::RedisServer;
+
+use super::memory::{Data, MemoryStore};
+use super::{
+    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
+    StoredParty, StoredPlayer, StoredTicket, redact,
+};
+use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ranking::RankPoints;
+use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::rating::calibration::Calibration;
+use crate::records::{PartyRecord, PoolRecord, ResultAck};
+
+/// The lease key the fencing check reads (written by `cluster::lease`).
+const LEASE: &str = "{mm}:lease";
+
+/// The hashes, in the order the script receives them (`KEYS[2..]`; `KEYS[1]` is the lease).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hash {
+    Players = 2,
+    Parties,
+    Journal,
+    Acks,
+    Meta,
+    Seasons,
+    Weeks,
+    Ranks,
+    Segments,
+    Ended,
+    Calibrations,
+    Tickets,
+}
+
+const HASHES: [(Hash, &str); 12] = [
+    (Hash::Players, "{mm}:players"),
+    (Hash::Parties, "{mm}:parties"),
+    (Hash::Journal, "{mm}:journal"),
+    (Hash::Acks, "{mm}:acks"),
+    (Hash::Meta, "{mm}:meta"),
+    (Hash::Seasons, "{mm}:seasons"),
+    (Hash::Weeks, "{mm}:weeks"),
+    (Hash::Ranks, "{mm}:ranks"),
+    (Hash::Segments, "{mm}:segments"),
+    (Hash::Ended, "{mm}:ended"),
+    (Hash::Calibrations, "{mm}:calibrations"),
+    (Hash::Tickets, "{mm}:tickets"),
+];
+
+/// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
+/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL) or `x KEY` (DEL), KEY an index into KEYS.
+const APPLY: &str = r"
+local lease = redis.call('GET', KEYS[1])
+local token = ARGV[1]
+if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
+  return redis.error_reply('FENCED the lease no longer carries token ' .. token)
+end
+local i = 2
+local n = #ARGV
+while i <= n do
+  local op = ARGV[i]
+  local key = KEYS[tonumber(ARGV[i + 1])]
+  if op == 's' then
+    redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
+    i = i + 4
+  elseif op == 'd' then
+    redis.call('HDEL', key, ARGV[i + 2])
+    i = i + 3
+  elseif op == 'x' then
+    redis.call('DEL', key)
+    i = i + 2
+  else
+    return redis.error_reply('bad operation ' .. tostring(op))
+  end
+end
+return n
+";
+
+/// One queued Redis write.
+#[derive(Clone, Debug)]
+enum Op {
+    Set(Hash, String, Vec<u8>),
+    Del(Hash, String),
+    Clear(Hash),
+}
+
+/// Writes not yet sent, as batches (one per trait call), and the sequence of the last one.
+#[derive(Default)]
+struct Pending {
+    batches: Vec<Vec<Op>>,
+    /// Batches queued since the store opened.
+    queued: u64,
+}
+
+/// Options of the Redis store.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Replicas that must acknowledge each flush (`WAIT`); 0: none.
+    pub wait_replicas: u32,
+    /// How long a flush waits for them (milliseconds).
+    pub wait_timeout_ms: u64,
+}
+
+/// The Redis backend. See the module documentation.
+pub struct RedisStore {
+    url: String,
+    token: u64,
+    options: RedisOptions,
+    mirror: MemoryStore,
+    conn: MultiplexedConnection,
+    pending: Mutex<Pending>,
+    /// Batches known durable (a prefix of `queued`).
+    flushed: AtomicU64,
+    /// One flight at a time.
+    flight: tokio::sync::Mutex<()>,
+    fenced: AtomicBool,
+    apply: Script,
+}
+
+fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
+    move |e| StoreError::Redis(format!("{}: {e}", redact(url)))
+}
+
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError> {
+    Ok(serde_json::to_vec(value)?)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], key: &str) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Decode {
+        key: key.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// `pool␟season␟week` and `pool␟season`: fields of the weeks and ranks hashes.
+fn week_field(pool: &str, season: u32, week: u32) -> String {
+    format!("{pool}\u{1f}{season}\u{1f}{week}")
+}
+
+fn ranks_field(pool: &str, season: u32) -> String {
+    format!("{pool}\u{1f}{season}")
+}
+
+impl RedisStore {
+    /// Connects to `url` and loads everything into the mirror; writes will carry `token`.
+    pub async fn open(url: &str, token: u64, options: &RedisOptions) -> Result<Self, StoreError> {
+        let err = redis_error(url);
+        let client = ::redis::Client::open(url).map_err(&err)?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(&err)?;
+        let mirror = MemoryStore::default();
+        {
+            let loaded = load_all(&mut conn, url).await?;
+            let mut data = mirror.data();
+            fill(&mut data, loaded)?;
+        }
+        Ok(Self {
+            url: url.to_string(),
+            token,
+            options: options.clone(),
+            mirror,
+            conn,
+            pending: Mutex::new(Pending::default()),
+            flushed: AtomicU64::new(0),
+            flight: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            apply: Script::new(APPLY),
+        })
+    }
+
+    /// The fencing token this store writes with.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    fn check_fence(&self) -> Result<(), StoreError> {
+        if self.fenced.load(Ordering::Acquire) {
+            return Err(StoreError::Fenced);
+        }
+        Ok(())
+    }
+
+    fn queue(&self, batch: Vec<Op>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.batches.push(batch);
+        pending.queued += 1;
+    }
+
+    fn queued(&self) -> u64 {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .queued
+    }
+
+    /// Sends every queued batch (one script) unless a flight already made batch `target`
+    /// durable.
+    async fn flush_through(&self, target: u64) -> Result<(), StoreError> {
+        if self.flushed.load(Ordering::Acquire) >= target {
+            return self.check_fence();
+        }
+        let _flight = self.flight.lock().await;
+        if self.flushed.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
+        self.check_fence()?;
+        let (batches, upto) = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            (std::mem::take(&mut pending.batches), pending.queued)
+        };
+        if batches.is_empty() {
+            self.flushed.store(upto, Ordering::Release);
+            return Ok(());
+        }
+        let started = Instant::now();
+        let sent = self.send(&batches).await;
+        metrics::histogram!(crate::telemetry::CLUSTER_REDIS_SECONDS, "op" => "flush")
+            .record(started.elapsed().as_secs_f64());
+        match sent {
+            Ok(()) => {
+                self.flushed.store(upto, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                if !matches!(e, StoreError::Fenced) {
+                    // Put them back in front: a later flush tries again, in order.
+                    let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                    let later = std::mem::take(&mut pending.batches);
+                    pending.batches = batches;
+                    pending.batches.extend(later);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn send(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
+        let mut invocation = self.apply.prepare_invoke();
+        invocation.key(LEASE);
+        for (_, name) in HASHES {
+            invocation.key(name);
+        }
+        invocation.arg(self.token.to_string());
+        for op in batches.iter().flatten() {
+            match op {
+                Op::Set(h, field, value) => {
+                    invocation.arg("s").arg(*h as usize).arg(field).arg(value);
+                }
+                Op::Del(h, field) => {
+                    invocation.arg("d").arg(*h as usize).arg(field);
+                }
+                Op::Clear(h) => {
+                    invocation.arg("x").arg(*h as usize);
+                }
+            }
+        }
+        let mut conn = self.conn.clone();
+        let result: Result<i64, ::redis::RedisError> = invocation.invoke_async(&mut conn).await;
+        if let Err(e) = result {
+            if e.to_string().contains("FENCED") {
+                self.fenced.store(true, Ordering::Release);
+                tracing::warn!(
+                    token = self.token,
+                    "store fenced: another node owns the queues"
+                );
+                return Err(StoreError::Fenced);
+            }
+            return Err(redis_error(&self.url)(e));
+        }
+        if self.options.wait_replicas > 0 {
+            let acked: i64 = ::redis::cmd("WAIT")
+                .arg(self.options.wait_replicas)
+                .arg(self.options.wait_timeout_ms)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_error(&self.url))?;
+            if acked < i64::from(self.options.wait_replicas) {
+                return Err(StoreError::Redis(format!(
+                    "{}: {acked} of {} replicas acknowledged within {} ms",
+                    redact(&self.url),
+                    self.options.wait_replicas,
+                    self.options.wait_timeout_ms
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything read from Redis at open: each hash's fields and values.
+type Loaded = BTreeMap<&'static str, Vec<(Vec<u8>, Vec<u8>)>>;
+
+async fn load_all(conn: &mut MultiplexedConnection, url: &str) -> Result<Loaded, StoreError> {
+    let mut loaded = Loaded::new();
+    for (_, name) in HASHES {
+        let mut cursor: u64 = 0;
+        let mut fields = Vec::new();
+        loop {
+            let (next, page): (u64, Vec<(Vec<u8>, Vec<u8>)>) = ::redis::cmd("HSCAN")
+                .arg(name)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(conn)
+                .await
+                .map_err(redis_error(url))?;
+            fields.extend(page);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        loaded.insert(name, fields);
+    }
+    Ok(loaded)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
+/// and every copy is the same value).
+fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
+    let mut take = |h: Hash| {
+        let name = HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n);
+        loaded.remove(name).unwrap_or_default()
+    };
+    for (k, v) in take(Hash::Players) {
+        let id = text(&k);
+        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
+        data.players.insert(PlayerId::new(id.as_str()), pools);
+    }
+    for (k, v) in take(Hash::Parties) {
+        let key = text(&k);
+        let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;
+        data.parties.insert(key, pools);
+    }
+    for (k, v) in take(Hash::Journal) {
+        let seq: u64 = text(&k).parse().map_err(|_| StoreError::Decode {
+            key: format!("journal {}", text(&k)),
+            detail: "not a sequence number".into(),
+        })?;
+        data.journal
+            .insert(seq, decode(&v, &format!("journal {seq}"))?);
+    }
+    for (k, v) in take(Hash::Acks) {
+        let id = text(&k);
+        let ack: ResultAck = decode(&v, &format!("ack {id}"))?;
+        data.acks.insert(MatchId::new(id.as_str()), ack);
+    }
+    for (k, v) in take(Hash::Meta) {
+        if text(&k) == "snapshot_seq" {
+            data.snapshot_seq = text(&v).parse().unwrap_or(0);
+        }
+    }
+    for (k, v) in take(Hash::Seasons) {
+        let pool = text(&k);
+        let state: SeasonState = decode(&v, &format!("season {pool}"))?;
+        data.seasons.insert(pool, state);
+    }
+    for (k, v) in take(Hash::Weeks) {
+        let key = text(&k);
+        let parts: Vec<&str> = key.split('\u{1f}').collect();
+        let [pool, season, week] = parts[..] else {
+            continue;
+        };
+        let (season, week) = (season.parse().unwrap_or(0), week.parse().unwrap_or(0));
+        let rp: Vec<(PlayerId, RankPoints)> = decode(&v, &format!("week {key}"))?;
+        for (player, points) in &rp {
+            data.player_weeks
+                .insert((pool.to_string(), player.clone(), season, week), *points);
+        }
+        data.weeks.insert((pool.to_string(), season, week), rp);
+    }
+    for (k, v) in take(Hash::Ranks) {
+        let key = text(&k);
+        let Some((pool, season)) = key.split_once('\u{1f}') else {
+            continue;
+        };
+        let season: u32 = season.parse().unwrap_or(0);
+        let ranks: Vec<SeasonRank> = decode(&v, &format!("ranks {key}"))?;
+        for rank in &ranks {
+            data.player_ranks.insert(
+                (pool.to_string(), rank.player.to_string(), season),
+                rank.clone(),
+            );
+        }
+        data.ranks.insert((pool.to_string(), season), ranks);
+    }
+    for (k, v) in take(Hash::Segments) {
+        let id: u64 = text(&k).parse().unwrap_or(0);
+        let matches: Vec<StoredMatch> = decode(&v, &format!("segment {id}"))?;
+        data.segments.insert(id, matches);
+    }
+    for (k, _) in take(Hash::Ended) {
+        data.ended.insert(MatchId::new(text(&k).as_str()));
+    }
+    for (k, v) in take(Hash::Calibrations) {
+        let pool = text(&k);
+        let c: Calibration = decode(&v, &format!("calibration {pool}"))?;
+        data.calibrations.insert(pool, c);
+    }
+    for (k, v) in take(Hash::Tickets) {
+        let id = text(&k);
+        let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
+        data.tickets.insert(TicketId::new(id.as_str()), t);
+    }
+    Ok(())
+}
+
+/// The JSON array of a segment's matches, from their encodings.
+fn segment_value(matches: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(matches.iter().map(|m| m.len() + 1).sum::<usize>() + 2);
+    v.push(b'[');
+    for (i, m) in matches.iter().enumerate() {
+        if i > 0 {
+            v.push(b',');
+        }
+        v.extend_from_slice(m);
+    }
+    v.push(b']');
+    v
+}
+
+impl Storage for RedisStore {
+    fn location(&self) -> String {
+        redact(&self.url)
+    }
+
+    fn load_players(&self) -> Result<Box<dyn Iterator<Item = StoredPlayer> + '_>, StoreError> {
+        self.mirror.load_players()
+    }
+
+    fn put_players(
+        &self,
+        records: &[(&PlayerId, &BTreeMap<String, PoolRecord>)],
+    ) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        {
+            let mut data = self.mirror.data();
+            for (id, pools) in records {
+                // Journal entries already wrote changed records: only what differs goes out.
+                if data.players.get(*id) == Some(*pools) {
+                    continue;
+                }
+                batch.push(Op::Set(Hash::Players, id.to_string(), json(pools)?));
+                data.players.insert((*id).clone(), (*pools).clone());
+            }
+        }
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn player_count(&self) -> usize {
+        self.mirror.player_count()
+    }
+
+    fn load_parties(&self) -> Result<Vec<StoredParty>, StoreError> {
+        self.mirror.load_parties()
+    }
+
+    fn put_parties(
+        &self,
+        records: &[(&str, &BTreeMap<String, PartyRecord>)],
+    ) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        {
+            let mut data = self.mirror.data();
+            for (key, pools) in records {
+                if data.parties.get(*key) == Some(*pools) {
+                    continue;
+                }
+                batch.push(Op::Set(Hash::Parties, (*key).to_string(), json(pools)?));
+                data.parties.insert((*key).to_string(), (*pools).clone());
+            }
+        }
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let seq = first_seq + i as u64;
+            batch.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
+            batch.push(Op::Set(
+                Hash::Meta,
+                "last_seq".into(),
+                seq.to_string().into(),
+            ));
+            if entry.kind == EntryKind::Result {
+                batch.push(Op::Set(
+                    Hash::Acks,
+                    entry.match_id.to_string(),
+                    json(&entry.ack)?,
+                ));
+            }
+            if let Some(season) = &entry.season {
+                batch.push(Op::Set(
+                    Hash::Seasons,
+                    entry.pool.clone(),
+                    json(&season.state)?,
+                ));
+                if let Some((n, week, rp)) = &season.week_rp {
+                    batch.push(Op::Set(
+                        Hash::Weeks,
+                        week_field(&entry.pool, *n, *week),
+                        json(rp)?,
+                    ));
+                }
+                if let Some((n, ranks)) = &season.ranks {
+                    batch.push(Op::Set(
+                        Hash::Ranks,
+                        ranks_field(&entry.pool, *n),
+                        json(ranks)?,
+                    ));
+                }
+            }
+        }
+        self.mirror.append_journal(first_seq, entries)?;
+        // The players' and parties' whole records, current in the `players` hash at once.
+        {
+            let mut data = self.mirror.data();
+            for entry in entries {
+                for (player, record) in &entry.records {
+                    let pools = data.players.entry(player.clone()).or_default();
+                    pools.insert(entry.pool.clone(), record.clone());
+                    batch.push(Op::Set(Hash::Players, player.to_string(), json(pools)?));
+                }
+                for (party, record) in &entry.parties {
+                    let pools = data.parties.entry(party.clone()).or_default();
+                    pools.insert(entry.pool.clone(), record.clone());
+                    batch.push(Op::Set(Hash::Parties, party.clone(), json(pools)?));
+                }
+            }
+        }
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn journal_after(
+        &self,
+        seq: u64,
+    ) -> Box<dyn Iterator<Item = Result<(u64, JournalEntry), StoreError>> + '_> {
+        self.mirror.journal_after(seq)
+    }
+
+    fn last_seq(&self) -> Result<u64, StoreError> {
+        self.mirror.last_seq()
+    }
+
+    fn snapshot_seq(&self) -> Result<u64, StoreError> {
+        self.mirror.snapshot_seq()
+    }
+
+    fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let trimmed: Vec<u64> = self
+            .mirror
+            .data()
+            .journal
+            .range(..=seq)
+            .map(|(s, _)| *s)
+            .collect();
+        let mut batch = vec![Op::Set(
+            Hash::Meta,
+            "snapshot_seq".into(),
+            seq.to_string().into(),
+        )];
+        batch.extend(
+            trimmed
+                .iter()
+                .map(|s| Op::Del(Hash::Journal, s.to_string())),
+        );
+        // The mark is durable first; trimming the mirror after cannot lose an entry.
+        self.queue(batch);
+        self.flush()?;
+        self.mirror.finish_snapshot(seq)
+    }
+
+    fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError> {
+        self.mirror.result_of(match_id)
+    }
+
+    fn season_state(&self, pool: &str) -> Result<SeasonState, StoreError> {
+        self.mirror.season_state(pool)
+    }
+
+    fn week_rp(
+        &self,
+        pool: &str,
+        season: u32,
+    ) -> Result<Vec<Vec<(PlayerId, RankPoints)>>, StoreError> {
+        self.mirror.week_rp(pool, season)
+    }
+
+    fn player_weeks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, u32, RankPoints)>, StoreError> {
+        self.mirror.player_weeks(pool, player)
+    }
+
+    fn player_season_ranks(
+        &self,
+        pool: &str,
+        player: &PlayerId,
+    ) -> Result<Vec<(u32, SeasonRank)>, StoreError> {
+        self.mirror.player_season_ranks(pool, player)
+    }
+
+    fn season_ranks(&self, pool: &str, season: u32) -> Result<Option<Vec<SeasonRank>>, StoreError> {
+        self.mirror.season_ranks(pool, season)
+    }
+
+    fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = states
+            .iter()
+            .map(|(pool, c)| Ok(Op::Set(Hash::Calibrations, (*pool).to_string(), json(c)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.mirror.put_calibrations(states)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn load_calibrations(&self) -> Result<Vec<(String, Calibration)>, StoreError> {
+        self.mirror.load_calibrations()
+    }
+
+    fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch: Vec<Op> = segments
+            .iter()
+            .map(|(id, m)| Op::Set(Hash::Segments, id.to_string(), segment_value(m)))
+            .collect();
+        batch.extend(
+            dropped
+                .iter()
+                .map(|d| Op::Del(Hash::Segments, d.to_string())),
+        );
+        self.mirror.put_segments(segments, dropped)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn end_matches(&self, ended: &[MatchId], dropped: &[u64]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch: Vec<Op> = ended
+            .iter()
+            .map(|m| Op::Set(Hash::Ended, m.to_string(), b"1".to_vec()))
+            .collect();
+        batch.extend(
+            dropped
+                .iter()
+                .map(|d| Op::Del(Hash::Segments, d.to_string())),
+        );
+        self.mirror.end_matches(ended, dropped)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn load_matches(&self) -> Result<(Vec<StoredMatch>, u64), StoreError> {
+        self.mirror.load_matches()
+    }
+
+    fn compact_matches(&self, segments: &[Segment<'_>]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = vec![Op::Clear(Hash::Segments), Op::Clear(Hash::Ended)];
+        batch.extend(
+            segments
+                .iter()
+                .map(|(id, m)| Op::Set(Hash::Segments, id.to_string(), segment_value(m))),
+        );
+        self.mirror.compact_matches(segments)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn keeps_tickets(&self) -> bool {
+        true
+    }
+
+    fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = vec![Op::Set(
+            Hash::Tickets,
+            ticket.ticket_id.to_string(),
+            json(ticket)?,
+        )];
+        self.mirror.put_ticket(ticket)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn remove_tickets(&self, ids: &[TicketId]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = ids
+            .iter()
+            .map(|id| Op::Del(Hash::Tickets, id.to_string()))
+            .collect();
+        self.mirror.remove_tickets(ids)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn load_tickets(&self) -> Result<Vec<StoredTicket>, StoreError> {
+        self.mirror.load_tickets()
+    }
+
+    fn export_history(&self) -> Result<History, StoreError> {
+        self.mirror.export_history()
+    }
+
+    fn import_history(&self, history: &History) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        for (match_id, ack) in &history.results {
+            batch.push(Op::Set(Hash::Acks, match_id.to_string(), json(ack)?));
+        }
+        for (pool, state) in &history.seasons {
+            batch.push(Op::Set(Hash::Seasons, pool.clone(), json(state)?));
+        }
+        for (pool, season, week, rp) in &history.weeks {
+            batch.push(Op::Set(
+                Hash::Weeks,
+                week_field(pool, *season, *week),
+                json(rp)?,
+            ));
+        }
+        for (pool, season, ranks) in &history.ranks {
+            batch.push(Op::Set(
+                Hash::Ranks,
+                ranks_field(pool, *season),
+                json(ranks)?,
+            ));
+        }
+        self.mirror.import_history(history)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        let target = self.queued();
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| handle.block_on(self.flush_through(target)))
+            }
+            _ => std::thread::scope(|s| {
+                s.spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| StoreError::Redis(format!("flush runtime: {e}")))?
+                        .block_on(self.flush_through(target))
+                })
+                .join()
+                .unwrap_or_else(|_| Err(StoreError::Redis("flush thread panicked".into())))
+            }),
+        }
+    }
+
+    fn flush_async(&self) -> StoreFuture<'_, ()> {
+        let target = self.queued();
+        Box::pin(self.flush_through(target))
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}
+
+/// What a Redis server keeps across a crash, read at start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Durability {
+    /// `appendonly yes`.
+    pub aof: bool,
+    /// `appendfsync` (`always`, `everysec`, `no`), when CONFIG GET is allowed.
+    pub appendfsync: Option<String>,
+    /// Connected replicas.
+    pub replicas: u32,
+}
+
+/// Reads the server's persistence and replication settings; refuses a Redis with neither an
+/// append-only file nor a replica unless `allow_volatile`.
+pub async fn check_durability(url: &str, allow_volatile: bool) -> Result<Durability, StoreError> {
+    let err = redis_error(url);
+    let client = ::redis::Client::open(url).map_err(&err)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(&err)?;
+    let info = |section: &'static str| ::redis::cmd("INFO").arg(section).clone();
+    let persistence: String = info("persistence")
+        .query_async(&mut conn)
+        .await
+        .map_err(&err)?;
+    let replication: String = info("replication")
+        .query_async(&mut conn)
+        .await
+        .map_err(&err)?;
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
+    let replicas = field(&replication, "connected_slaves")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let appendfsync = ::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendfsync")
+        .query_async::<Vec<String>>(&mut conn)
+        .await
+        .ok()
+        .and_then(|v| v.get(1).cloned());
+    let found = Durability {
+        aof,
+        appendfsync,
+        replicas,
+    };
+    if !aof && replicas == 0 && !allow_volatile {
+        return Err(StoreError::Redis(format!(
+            "{} has neither an append-only file nor replicas, so acknowledged results would not \
+             survive its restart: set `appendonly yes` and `appendfsync everysec` (or `always`) \
+             in redis.conf, or run replicas with [cluster] wait_replicas, or set \
+             [cluster] allow_volatile = true for tests",
+            redact(url)
+        )));
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! A real `redis-server` (or `valkey-server`) for tests and benchmarks: started on 127.0.0.1 on
+//! a free port, in a fresh temporary directory, with the append-only file on; killed when
+//! dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a started server gets to answer PING.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running Redis server owned by this process.
+pub struct RedisServer {
+    child: Option<Child>,
+    binary: PathBuf,
+    port: u16,
+    dir: PathBuf,
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisServerError {
+    #[error(
+        "neither redis-server nor valkey-server is on PATH: install it (Debian/Ubuntu: \
+         apt-get install -y redis-server; scripts/test.sh does this when run as root)"
+    )]
+    Missing,
+    #[error("redis-server: {0}")]
+    Start(String),
+}
+
+fn find_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["redis-server", "valkey-server"].iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+impl RedisServer {
+    /// Starts a server on a free loopback port in a new temporary directory.
+    pub fn start() -> Result<Self, RedisServerError> {
+        let binary = find_binary().ok_or(RedisServerError::Missing)?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| RedisServerError::Start(format!("no free port: {e}")))?
+            .port();
+        let dir =
+            std::env::temp_dir().join(format!("matchmaker-redis-{}", crate::ids::new_id("r")));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RedisServerError::Start(format!("{}: {e}", dir.display())))?;
+        let mut server = Self {
+            child: None,
+            binary,
+            port,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> Result<(), RedisServerError> {
+        let child = Command::new(&self.binary)
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+                "--logfile",
+                "",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| RedisServerError::Start(format!("{}: {e}", self.binary.display())))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let ping = ::redis::Client::open(self.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c));
+            match ping {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(RedisServerError::Start(format!(
+                        "no answer on port {} within {START_TIMEOUT:?}: {e}",
+                        self.port
+                    )));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// SIGKILL: Redis dies as in a crash (its AOF keeps what it synced).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (the AOF is replayed).
+    pub fn restart(&mut self) -> Result<(), RedisServerError> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,159 @@
+//! What the Redis backend adds to the contract every backend passes (`store::contract`):
+//! fencing, group commit, Redis restarts and the durability check, against a real server.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::store::contract::{record, with_redis};
+
+fn set_lease(url: &str, value: &str) {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let () = ::redis::cmd("SET")
+        .arg(LEASE)
+        .arg(value)
+        .query(&mut conn)
+        .unwrap();
+}
+
+fn hlen(url: &str, key: &str) -> usize {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    ::redis::cmd("HLEN").arg(key).query(&mut conn).unwrap()
+}
+
+fn open(runtime: &tokio::runtime::Handle, url: &str, token: u64) -> RedisStore {
+    runtime
+        .block_on(RedisStore::open(url, token, &RedisOptions::default()))
+        .unwrap()
+}
+
+#[test]
+fn a_store_whose_token_lost_the_lease_writes_nothing_ever_again() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "7|a|127.0.0.1:1");
+        let old = open(&runtime, &url, 7);
+        let p1 = PlayerId::new("p1");
+        old.put_players(&[(&p1, &record(1500.0))]).unwrap();
+        old.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), 1);
+        // Another node takes the lease with a larger token.
+        set_lease(&url, "8|b|127.0.0.1:2");
+        let p2 = PlayerId::new("p2");
+        old.put_players(&[(&p2, &record(1600.0))]).unwrap();
+        assert!(matches!(old.flush(), Err(StoreError::Fenced)));
+        assert_eq!(
+            hlen(&url, "{mm}:players"),
+            1,
+            "nothing of the refused batch landed"
+        );
+        // Fenced for good: later writes and flushes fail at once.
+        assert!(matches!(
+            old.put_players(&[(&p2, &record(1700.0))]),
+            Err(StoreError::Fenced)
+        ));
+        assert!(matches!(old.flush(), Err(StoreError::Fenced)));
+        // A token that merely starts with the same digits is not the same token.
+        set_lease(&url, "70|c|127.0.0.1:3");
+        let prefix = open(&runtime, &url, 7);
+        prefix.put_players(&[(&p2, &record(1800.0))]).unwrap();
+        assert!(matches!(prefix.flush(), Err(StoreError::Fenced)));
+        // The new owner writes.
+        let new = open(&runtime, &url, 70);
+        new.put_players(&[(&p2, &record(1900.0))]).unwrap();
+        new.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), 2);
+    });
+}
+
+#[test]
+fn concurrent_flushes_share_round_trips_and_all_succeed() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = Arc::new(open(&runtime, &url, 1));
+        let calls_before = script_calls(&url);
+        const FLUSHES: usize = 400;
+        let tasks: Vec<_> = (0..FLUSHES)
+            .map(|i| {
+                let store = store.clone();
+                runtime.spawn(async move {
+                    let id = PlayerId::new(format!("p{i}").as_str());
+                    store.put_players(&[(&id, &record(1000.0 + i as f64))])?;
+                    store.flush_async().await
+                })
+            })
+            .collect();
+        for t in tasks {
+            runtime.block_on(t).unwrap().unwrap();
+        }
+        assert_eq!(hlen(&url, "{mm}:players"), FLUSHES);
+        let calls = script_calls(&url) - calls_before;
+        assert!(
+            calls < FLUSHES as u64 / 2,
+            "{calls} scripts for {FLUSHES} flushes: no group commit"
+        );
+    });
+}
+
+/// Scripts Redis ran so far (EVAL and EVALSHA).
+fn script_calls(url: &str) -> u64 {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let stats: String = ::redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| {
+            l.split(|c| c == ':' || c == ',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+#[test]
+fn flushed_writes_survive_a_redis_crash_and_restart() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = open(&runtime, &url, 1);
+        let p1 = PlayerId::new("p1");
+        store.put_players(&[(&p1, &record(1234.5))]).unwrap();
+        store.flush().unwrap();
+        drop(store);
+        // Redis writes its AOF before it answers (appendfsync only decides when the disk syncs),
+        // so a process crash right after the flush loses nothing.
+        server.kill();
+        server.restart().unwrap();
+        let back = open(&runtime, &url, 1);
+        let players: Vec<_> = back.load_players().unwrap().map(|p| p.unwrap()).collect();
+        assert_eq!(players, vec![(p1, record(1234.5))]);
+    });
+}
+
+#[test]
+fn a_volatile_redis_is_refused_unless_allowed() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        let found = runtime.block_on(check_durability(&url, false)).unwrap();
+        assert!(found.aof, "the test server runs with appendonly yes");
+        assert_eq!(found.appendfsync.as_deref(), Some("everysec"));
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let () = ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendonly")
+            .arg("no")
+            .query(&mut conn)
+            .unwrap();
+        let refused = runtime.block_on(check_durability(&url, false)).unwrap_err();
+        assert!(refused.to_string().contains("appendonly yes"), "{refused}");
+        let allowed = runtime.block_on(check_durability(&url, true)).unwrap();
+        assert!(!allowed.aof);
+    });
+}

@@ -1,0 +1,307 @@
+//! `matchmaker bench-cluster`: a cluster node against the embedded server in the same run, and
+//! failover times. It starts a real `redis-server` (append-only file, `appendfsync everysec`) on
+//! a free loopback port in a temporary directory, one embedded server and `--nodes` cluster
+//! nodes, all as child processes of this binary; then, in alternating rounds, the load generator
+//! runs `EnterQueue` and `ReportMatchResult` against the embedded server, against the owner of
+//! the queues and against a node that forwards to it. Last, it kills the owner with SIGKILL
+//! `--kills` times and measures how long the cluster takes to answer again through another node.
+//! Everything runs on loopback, bounded in time, and is stopped at the end.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::ToolError;
+use super::loadgen::{self, Rpc};
+use crate::cluster::lease::{LEASE_KEY, Owner};
+use crate::proto;
+use crate::store::RedisServer;
+
+/// What `bench-cluster --json` prints.
+#[derive(Debug, Serialize)]
+pub struct ClusterBench {
+    pub nodes: usize,
+    pub lease_ms: u64,
+    pub seconds_per_side: f64,
+    pub concurrency: usize,
+    pub enter_queue: Sides,
+    pub report_result: Sides,
+    /// Kill of the owner → lease held by another node (ms), per kill.
+    pub lease_handover_ms: Vec<f64>,
+    /// Kill of the owner → a call through another node answered OK (ms), per kill.
+    pub failover_ms: Vec<f64>,
+    pub failover_p50_ms: f64,
+    pub failover_max_ms: f64,
+}
+
+/// One RPC's throughput on each side, calls per second.
+#[derive(Debug, Default, Serialize)]
+pub struct Sides {
+    pub embedded_rps: f64,
+    /// Through the node that owns the queues.
+    pub owner_rps: f64,
+    /// Through a node that forwards every call to the owner.
+    pub forwarding_rps: f64,
+    /// `owner_rps / embedded_rps`.
+    pub owner_ratio: f64,
+    /// `forwarding_rps / embedded_rps`.
+    pub forwarding_ratio: f64,
+    pub embedded_errors: u64,
+    pub owner_errors: u64,
+    pub forwarding_errors: u64,
+}
+
+/// The benchmark's settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub nodes: usize,
+    pub seconds: f64,
+    pub rounds: usize,
+    pub concurrency: usize,
+    pub kills: usize,
+    pub lease_ms: u64,
+    pub scratch: PathBuf,
+}
+
+/// A server child process; killed when dropped.
+struct Process {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Process {
+    /// Runs `matchmaker serve` with `env`; returns once it logged the address it serves on.
+    fn start(config: &Path, env: &[(&str, String)]) -> Result<Self, ToolError> {
+        let exe = std::env::current_exe().map_err(ToolError::read("this binary".into()))?;
+        let mut command = Command::new(exe);
+        command
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "",
+                "--config",
+            ])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(ToolError::read("start a server".into()))?;
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if !sent && let Some(rest) = line.split("serving gRPC addr=").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_string();
+                    sent = tx.send(addr).is_ok();
+                }
+            }
+        });
+        let mut process = Self {
+            child,
+            addr: String::new(),
+        };
+        process.addr = rx
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| ToolError::Run("a server did not start within 60 s".into()))?;
+        Ok(process)
+    }
+}
+
+/// Runs the benchmark.
+pub async fn run(opts: Options) -> Result<ClusterBench, ToolError> {
+    if opts.nodes < 2 {
+        return Err(ToolError::flag("--nodes", "must be at least 2"));
+    }
+    if !(300..=60_000).contains(&opts.lease_ms) {
+        return Err(ToolError::flag("--lease-ms", "must be in 300..=60000"));
+    }
+    let redis = RedisServer::start().map_err(|e| ToolError::Run(e.to_string()))?;
+    let dir = opts.scratch.join(format!(
+        "matchmaker-bench-cluster-{}",
+        crate::ids::new_id("b")
+    ));
+    std::fs::create_dir_all(&dir).map_err(ToolError::read(format!("{}", dir.display())))?;
+    let result = measure(&opts, &redis, &dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn measure(
+    opts: &Options,
+    redis: &RedisServer,
+    dir: &Path,
+) -> Result<ClusterBench, ToolError> {
+    let config = dir.join("bench.toml");
+    std::fs::write(&config, "").map_err(ToolError::read(format!("{}", config.display())))?;
+    let embedded = Process::start(
+        &config,
+        &[(
+            "MATCHMAKER_SERVER__DATA_DIR",
+            dir.join("embedded").display().to_string(),
+        )],
+    )?;
+    let node_env = |i: usize| {
+        vec![
+            ("MATCHMAKER_CLUSTER__REDIS_URL", redis.url().to_string()),
+            ("MATCHMAKER_CLUSTER__NODE_ID", format!("bench-{i}")),
+            ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
+        ]
+    };
+    let mut nodes = Vec::new();
+    for i in 0..opts.nodes {
+        nodes.push(Process::start(&config, &node_env(i))?);
+    }
+    let owner_id = wait_for_owner(redis, None, Duration::from_secs(30)).await?;
+    let owner_index = nodes_index(&owner_id)?;
+    let forwarding_index = (owner_index + 1) % nodes.len();
+    let mut enter = Sides::default();
+    let mut report = Sides::default();
+    let slice = opts.seconds / opts.rounds as f64;
+    for _ in 0..opts.rounds {
+        for (rpc, sides) in [
+            (Rpc::EnterQueue, &mut enter),
+            (Rpc::ReportResult, &mut report),
+        ] {
+            let e = load(&embedded.addr, rpc, slice, opts.concurrency).await?;
+            let o = load(&nodes[owner_index].addr, rpc, slice, opts.concurrency).await?;
+            let f = load(&nodes[forwarding_index].addr, rpc, slice, opts.concurrency).await?;
+            sides.embedded_rps += e.0 / opts.rounds as f64;
+            sides.owner_rps += o.0 / opts.rounds as f64;
+            sides.forwarding_rps += f.0 / opts.rounds as f64;
+            sides.embedded_errors += e.1;
+            sides.owner_errors += o.1;
+            sides.forwarding_errors += f.1;
+        }
+    }
+    for s in [&mut enter, &mut report] {
+        s.owner_ratio = s.owner_rps / s.embedded_rps.max(f64::MIN_POSITIVE);
+        s.forwarding_ratio = s.forwarding_rps / s.embedded_rps.max(f64::MIN_POSITIVE);
+    }
+    drop(embedded);
+
+    let mut handover = Vec::new();
+    let mut failover = Vec::new();
+    for _ in 0..opts.kills {
+        let owner = wait_for_owner(redis, None, Duration::from_secs(30)).await?;
+        let i = nodes_index(&owner)?;
+        let survivor = nodes[(i + 1) % nodes.len()].addr.clone();
+        // The survivor answers before the kill, so what is measured is the failover alone.
+        answer(&survivor, Duration::from_secs(30)).await?;
+        let killed = Instant::now();
+        let _ = nodes[i].child.kill();
+        let _ = nodes[i].child.wait();
+        wait_for_owner(redis, Some(&owner), Duration::from_secs(60)).await?;
+        handover.push(killed.elapsed().as_secs_f64() * 1e3);
+        answer(&survivor, Duration::from_secs(60)).await?;
+        failover.push(killed.elapsed().as_secs_f64() * 1e3);
+        nodes[i] = Process::start(&config, &node_env(i))?;
+    }
+    let mut sorted = failover.clone();
+    sorted.sort_by(f64::total_cmp);
+    Ok(ClusterBench {
+        nodes: opts.nodes,
+        lease_ms: opts.lease_ms,
+        seconds_per_side: opts.seconds,
+        concurrency: opts.concurrency,
+        enter_queue: enter,
+        report_result: report,
+        lease_handover_ms: handover,
+        failover_p50_ms: crate::math::percentile(&sorted, 0.5),
+        failover_max_ms: sorted.last().copied().unwrap_or(0.0),
+        failover_ms: failover,
+    })
+}
+
+/// The node index in a `bench-N` node id.
+fn nodes_index(node_id: &str) -> Result<usize, ToolError> {
+    node_id
+        .strip_prefix("bench-")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| ToolError::Run(format!("unexpected lease holder {node_id:?}")))
+}
+
+/// Calls per second and errors of one closed-loop load slice.
+async fn load(
+    addr: &str,
+    rpc: Rpc,
+    seconds: f64,
+    concurrency: usize,
+) -> Result<(f64, u64), ToolError> {
+    let mut opts = loadgen::Options::new(addr, rpc);
+    opts.seconds = seconds;
+    opts.rounds = 1;
+    opts.concurrency = concurrency;
+    let report = loadgen::run(opts).await?;
+    Ok((report.rps, report.errors))
+}
+
+/// Waits until the lease names a node other than `not` (any node for `None`); its id.
+async fn wait_for_owner(
+    redis: &RedisServer,
+    not: Option<&str>,
+    within: Duration,
+) -> Result<String, ToolError> {
+    let run = |e: redis::RedisError| ToolError::Run(format!("redis: {e}"));
+    let client = redis::Client::open(redis.url()).map_err(run)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(run)?;
+    let deadline = Instant::now() + within;
+    loop {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(LEASE_KEY)
+            .query_async(&mut conn)
+            .await
+            .map_err(run)?;
+        if let Some(owner) = value.as_deref().and_then(Owner::parse)
+            && Some(owner.node_id.as_str()) != not
+        {
+            return Ok(owner.node_id);
+        }
+        if Instant::now() > deadline {
+            return Err(ToolError::Run(format!("no new owner within {within:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until `GetQueueStats` through `addr` answers OK.
+async fn answer(addr: &str, within: Duration) -> Result<(), ToolError> {
+    let deadline = Instant::now() + within;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
+    let mut admin = proto::admin_service_client::AdminServiceClient::new(channel);
+    loop {
+        let mut request = tonic::Request::new(proto::GetQueueStatsRequest::default());
+        request.set_timeout(Duration::from_secs(5));
+        if admin.get_queue_stats(request).await.is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ToolError::Run(format!(
+                "{addr} did not answer within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,377 @@
+//! Cluster mode against a real `redis-server` started by each test on 127.0.0.1 on a free port,
+//! in a temporary directory, with the append-only file on; the nodes are the real binary, so
+//! they can be killed with SIGKILL and stopped with SIGSTOP. A machine without `redis-server`
+//! fails these tests with the command that installs it.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::ServerProcess;
+use matchmaker::proto;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::store::RedisServer;
+use tonic::transport::Channel;
+
+/// The lease the tests run with: failovers take about a second.
+const LEASE_MS: u64 = 1000;
+
+/// A config file for nodes on `redis`, with `extra` TOML after it.
+fn config(dir: &Path, redis: &RedisServer, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n{extra}",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Starts node `name` of the cluster.
+fn node(config: &Path, name: &str) -> ServerProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(config)
+        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+    ServerProcess::spawn(command)
+}
+
+fn redis() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The node that owns the queues, as the lease says (`None` while nobody does).
+fn lease_holder(redis: &RedisServer) -> Option<String> {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().ok()?;
+    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
+    Some(value?.split('|').nth(1)?.to_string())
+}
+
+/// Waits until some node owns the queues and answers through `channel`.
+async fn ready(channel: &Channel) {
+    let mut admin = AdminServiceClient::new(channel.clone());
+    common::poll_until("the cluster answers", || {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    let _ = &mut admin;
+}
+
+async fn rating(channel: &Channel, player: &str) -> proto::PlayerView {
+    ClientServiceClient::new(channel.clone())
+        .get_player(proto::GetPlayerRequest {
+            player_id: player.into(),
+            queue: "1v1".into(),
+        })
+        .await
+        .expect("get_player")
+        .into_inner()
+}
+
+/// Next match offered on `stream` in `queue`.
+async fn next_match(
+    stream: &mut tonic::Streaming<proto::MatchAssignment>,
+) -> proto::MatchAssignment {
+    common::next(stream).await
+}
+
+fn players_of(m: &proto::MatchAssignment) -> BTreeSet<String> {
+    m.teams.iter().flat_map(|t| t.player_ids.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_node_serves_any_call_and_a_result_is_seen_from_every_node() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let nodes: Vec<ServerProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| node(&config, n))
+        .collect();
+    let mut channels = Vec::new();
+    for n in &nodes {
+        channels.push(n.channel().await);
+    }
+    ready(&channels[2]).await;
+    // The game server's stream is on the third node; the players enter through the first two.
+    let mut gs = GameServerServiceClient::new(channels[2].clone());
+    let mut offers = common::serve(&mut gs, "gs-3:7777").await;
+    let alice = common::enter(
+        &mut ClientServiceClient::new(channels[0].clone()),
+        "1v1",
+        &["alice"],
+    )
+    .await;
+    let bob = common::enter(
+        &mut ClientServiceClient::new(channels[1].clone()),
+        "1v1",
+        &["bob"],
+    )
+    .await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(
+        players_of(&m),
+        BTreeSet::from(["alice".into(), "bob".into()])
+    );
+    // Each ticket's watcher, on a node it was not entered through, sees the same match.
+    for (ticket, channel) in [(&alice, &channels[1]), (&bob, &channels[2])] {
+        let updates =
+            common::watch_to_end(&mut ClientServiceClient::new(channel.clone()), ticket).await;
+        let last = updates.last().expect("an update");
+        assert_eq!(last.state, proto::TicketState::Matched as i32);
+        assert_eq!(last.assignment.as_ref().unwrap().match_id, m.match_id);
+        assert_eq!(
+            last.assignment.as_ref().unwrap().server_address,
+            "gs-3:7777"
+        );
+    }
+    // The result goes in through the first node; every node sees the new ratings.
+    let ack = GameServerServiceClient::new(channels[0].clone())
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: common::placements_with_winner(&m, "alice"),
+            ..Default::default()
+        })
+        .await
+        .expect("report through a node that does not own the queues")
+        .into_inner();
+    assert!(!ack.duplicate);
+    // Reported again through another node: the same acknowledgement, applied once.
+    let again = GameServerServiceClient::new(channels[1].clone())
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: common::placements_with_winner(&m, "alice"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    let mut seen = Vec::new();
+    for channel in &channels {
+        let view = rating(channel, "alice").await;
+        assert_eq!(view.games, 1);
+        assert_eq!(view.wins, 1);
+        seen.push(view.rating.unwrap().mean);
+    }
+    assert!(seen[0] > 1500.0, "the winner gained: {seen:?}");
+    assert!(seen.iter().all(|m| *m == seen[0]), "{seen:?}");
+    let board = ClientServiceClient::new(channels[1].clone())
+        .get_leaderboard(proto::GetLeaderboardRequest {
+            queue: "1v1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        board.entries.first().map(|e| e.player_id.as_str()),
+        Some("alice")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_owner_hands_its_waiting_tickets_to_another_node() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    let first = nodes["n1"].channel().await;
+    ready(&first).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let survivor = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let survivor_channel = nodes[&survivor].channel().await;
+    // Tickets wait (no game server: their matches form but stay unallocated, so the tickets
+    // stay waiting in the store), entered through every node.
+    let players: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let mut tickets = BTreeMap::new();
+    for (i, p) in players.iter().enumerate() {
+        let name = ["n1", "n2", "n3"][i % 3];
+        let ch = nodes[name].channel().await;
+        let t = common::enter(&mut ClientServiceClient::new(ch), "1v1", &[p.as_str()]).await;
+        tickets.insert(p.clone(), t);
+    }
+    let killed = Instant::now();
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    // Another node holds the lease within two lease periods.
+    let new_owner = common::poll_until("a new owner", || {
+        let holder = lease_holder(&redis);
+        let owner = owner.clone();
+        async move {
+            match holder {
+                Some(h) if h != owner => Ok(h),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let failover = killed.elapsed();
+    assert!(
+        failover <= Duration::from_millis(2 * LEASE_MS),
+        "{new_owner} took over after {failover:?}"
+    );
+    // The same tickets are matched once a game server connects, each exactly once.
+    let mut gs = GameServerServiceClient::new(survivor_channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-1:7777").await;
+    let mut matched: BTreeMap<String, String> = BTreeMap::new();
+    while matched.len() < players.len() {
+        let m = next_match(&mut offers).await;
+        for p in players_of(&m) {
+            assert!(
+                matched.insert(p.clone(), m.match_id.clone()).is_none(),
+                "{p} was matched twice"
+            );
+        }
+    }
+    assert_eq!(matched.keys().cloned().collect::<Vec<_>>(), {
+        let mut p = players.clone();
+        p.sort();
+        p
+    });
+    // A watcher on a surviving node follows a ticket entered through the dead one.
+    let mut client = ClientServiceClient::new(survivor_channel);
+    for (p, t) in &tickets {
+        let updates = common::watch_to_end(&mut client, t).await;
+        let last = updates.last().unwrap();
+        assert_eq!(last.state, proto::TicketState::Matched as i32, "{p}");
+        assert_eq!(last.assignment.as_ref().unwrap().match_id, matched[p]);
+    }
+    eprintln!("failover: {failover:?} to {new_owner}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    // Two far-apart players become matchable only after four seconds of waiting.
+    let config = config(
+        dir.path(),
+        &redis,
+        "[queues.1v1.matching]\nexpansion = [{ after_seconds = 4.0, window = 100000.0, min_quality = 0.0, max_latency_ms = 100000 }]\n",
+    );
+    // "match formed" is a debug line of the optimizer's tick.
+    let debug_ticks = |name: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+        command
+            .args([
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--metrics-addr",
+                "",
+                "--config",
+            ])
+            .arg(&config)
+            .env("MATCHMAKER_CLUSTER__NODE_ID", name)
+            .env("RUST_LOG", "info,matchmaker::matchmaker::tick=debug");
+        ServerProcess::spawn(command)
+    };
+    let a = debug_ticks("a");
+    let a_channel = a.channel().await;
+    ready(&a_channel).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("a"));
+    let b = debug_ticks("b");
+    let b_channel = b.channel().await;
+    let mut admin = AdminServiceClient::new(b_channel.clone());
+    for (p, mean) in [("low", 1000.0), ("high", 2500.0)] {
+        admin
+            .set_rating(proto::SetRatingRequest {
+                player_id: p.into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean,
+                    deviation: 50.0,
+                    volatility: 0.06,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let mut client = ClientServiceClient::new(a_channel.clone());
+    let low = common::enter(&mut client, "1v1", &["low"]).await;
+    common::enter(&mut client, "1v1", &["high"]).await;
+    // Stall the owner while both wait; past its lease, b takes over with the same tickets.
+    let pid = a.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut gs = GameServerServiceClient::new(b_channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-b:7777").await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(
+        players_of(&m),
+        BTreeSet::from(["low".into(), "high".into()])
+    );
+    assert_eq!(lease_holder(&redis).as_deref(), Some("b"));
+    assert!(
+        b.logged("match formed"),
+        "the debug line the check below relies on"
+    );
+    // The stalled owner wakes with both tickets ripe in its own pool; it forms nothing.
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    common::poll_until("a notices it lost the lease", || {
+        let lost = a.logged("the lease passed to another node") || a.logged("lease not renewed");
+        async move {
+            if lost {
+                Ok(())
+            } else {
+                Err("still acting as owner")
+            }
+        }
+    })
+    .await;
+    assert!(
+        !a.logged("match formed"),
+        "the stale owner formed a match: {:?}",
+        a.log_lines()
+    );
+    // Nothing more reaches the game server, and the ticket stays in b's one match.
+    let extra = tokio::time::timeout(Duration::from_millis(3 * LEASE_MS), offers.message()).await;
+    assert!(extra.is_err(), "a second match was offered: {extra:?}");
+    let view = common::watch_to_end(&mut ClientServiceClient::new(a_channel), &low).await;
+    assert_eq!(
+        view.last().unwrap().assignment.as_ref().unwrap().match_id,
+        m.match_id
+    );
+}
