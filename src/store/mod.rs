@@ -337,6 +337,9 @@ pub struct StoredMatch {
     pub roles: BTreeMap<PlayerId, Vec<String>>,
 }
 
+/// One pool's end-of-week rank points: (pool, season, week, player → RP).
+pub type PoolWeek = (String, u32, u32, Vec<(PlayerId, RankPoints)>);
+
 /// What a store keeps besides players, parties, journal entries and live matches: every
 /// result's acknowledgement and the season records, in key order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -345,7 +348,7 @@ pub struct History {
     /// Each pool's season clock.
     pub seasons: Vec<(String, SeasonState)>,
     /// End-of-week rank points: (pool, season, week, player → RP).
-    pub weeks: Vec<(String, u32, u32, Vec<(PlayerId, RankPoints)>)>,
+    pub weeks: Vec<PoolWeek>,
     /// Season ranks: (pool, season, ranks).
     pub ranks: Vec<(String, u32, Vec<SeasonRank>)>,
 }

@@ -324,8 +324,10 @@ impl RedisStore {
     }
 }
 
+/// A hash's fields and values as Redis returns them.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 /// Everything read from Redis at open: each hash's fields and values.
-type Loaded = BTreeMap<&'static str, Vec<(Vec<u8>, Vec<u8>)>>;
+type Loaded = BTreeMap<&'static str, Fields>;
 
 async fn load_all(conn: &mut MultiplexedConnection, url: &str) -> Result<Loaded, StoreError> {
     let mut loaded = Loaded::new();
@@ -333,7 +335,7 @@ async fn load_all(conn: &mut MultiplexedConnection, url: &str) -> Result<Loaded,
         let mut cursor: u64 = 0;
         let mut fields = Vec::new();
         loop {
-            let (next, page): (u64, Vec<(Vec<u8>, Vec<u8>)>) = ::redis::cmd("HSCAN")
+            let (next, page): (u64, Fields) = ::redis::cmd("HSCAN")
                 .arg(name)
                 .arg(cursor)
                 .arg("COUNT")

@@ -109,7 +109,7 @@ fn script_calls(url: &str) -> u64 {
         .lines()
         .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
         .filter_map(|l| {
-            l.split(|c| c == ':' || c == ',')
+            l.split([':', ','])
                 .find_map(|kv| kv.strip_prefix("calls="))
                 .and_then(|n| n.parse::<u64>().ok())
         })
