@@ -215,6 +215,20 @@ async fn serve(
     let (committer, committer_task) =
         Committer::spawn(store.clone(), last_seq, config.store.journal_buffer);
     let committer_failed = committer.failed();
+    if is_engine {
+        // A cluster engine whose store failed stops, so the node gives the lease up and the
+        // queues restart from what Redis holds (on a single node, health says restart).
+        let (failed, stop) = (committer_failed.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = failed.cancelled() => {
+                    warn!("the store failed: the engine stops so the queues restart from Redis");
+                    stop.cancel();
+                }
+                () = stop.cancelled() => {}
+            }
+        });
+    }
     let ledger = Ledger::new(state.clone(), committer);
     let key_refresh = verifier.clone().map(|v| {
         tokio::spawn(v.refresh_periodically(

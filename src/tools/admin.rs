@@ -98,6 +98,19 @@ pub enum AdminCommand {
     },
     /// Write a snapshot now and trim the journal.
     Snapshot,
+    /// Move a stopped embedded server's data dir into a cluster's Redis (no node running):
+    /// resumable, verified by counts and a checksum. Talks to no server.
+    MigrateStore {
+        /// The embedded server's data directory.
+        #[arg(long)]
+        from_data_dir: PathBuf,
+        /// The cluster's Redis: redis://HOST:PORT/DB.
+        #[arg(long)]
+        to_redis: String,
+        /// Records per write.
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+    },
     /// Stream every player of a queue in id order; resume with `--after LAST_ID`.
     Export {
         #[arg(long)]
@@ -219,9 +232,43 @@ fn player_line(v: &proto::PlayerView) -> String {
 }
 
 async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
-    let mut client = connect(&args.addr, args.token.as_deref()).await?;
     let mut out = std::io::stdout().lock();
     let json = args.json;
+    if let AdminCommand::MigrateStore {
+        from_data_dir,
+        to_redis,
+        batch,
+    } = &args.command
+    {
+        let report =
+            crate::tools::migrate_store::migrate(from_data_dir, to_redis, *batch, |line| {
+                if !json {
+                    eprintln!("{line}");
+                } else {
+                    eprintln!(
+                        "{{\"progress\":{}}}",
+                        serde_json::Value::String(line.into())
+                    );
+                }
+            })
+            .await
+            .map_err(|e| AdminCliError::Usage(e.to_string()))?;
+        if json {
+            writeln!(out, "{}", json!(report))?;
+        } else {
+            writeln!(
+                out,
+                "migrated {} players, {} parties, {} results, {} live matches; checksum {} verified",
+                report.counts.players,
+                report.counts.parties,
+                report.counts.results,
+                report.counts.live_matches,
+                report.counts.checksum
+            )?;
+        }
+        return Ok(());
+    }
+    let mut client = connect(&args.addr, args.token.as_deref()).await?;
     match args.command {
         AdminCommand::SetRating {
             player,
@@ -384,6 +431,8 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                 )?;
             }
         }
+        // Answered above, without a server.
+        AdminCommand::MigrateStore { .. } => {}
         AdminCommand::Export {
             queue,
             after,

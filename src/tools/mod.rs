@@ -8,6 +8,7 @@ pub mod bench_matcher;
 pub mod bench_memory;
 pub mod bench_results;
 pub mod loadgen;
+pub mod migrate_store;
 
 /// Why a tool could not finish: a bad flag, a server or store that failed, or a run that did not
 /// go as the tool needs (a stream that ended early). Printed to the operator by `main`.

@@ -182,6 +182,14 @@ impl RedisStore {
             .get_multiplexed_async_connection()
             .await
             .map_err(&err)?;
+        let lease: Option<String> = ::redis::cmd("GET")
+            .arg(LEASE)
+            .query_async(&mut conn)
+            .await
+            .map_err(&err)?;
+        if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
+            return Err(StoreError::Fenced);
+        }
         let mirror = MemoryStore::default();
         {
             let loaded = load_all(&mut conn, url).await?;
@@ -249,29 +257,52 @@ impl RedisStore {
             self.flushed.store(upto, Ordering::Release);
             return Ok(());
         }
+        // Until the flight is known applied, its batches go back in front of the queue if this
+        // future fails or is dropped (a caller that gave up): a later flush sends them again,
+        // in order, and whole-value writes applied twice leave the same result.
+        let mut flight = Flight {
+            store: self,
+            batches: Some(batches),
+        };
         let started = Instant::now();
-        let sent = self.send(&batches).await;
+        let sent = self.send(flight.batches()).await;
         metrics::histogram!(crate::telemetry::CLUSTER_REDIS_SECONDS, "op" => "flush")
             .record(started.elapsed().as_secs_f64());
         match sent {
             Ok(()) => {
+                flight.batches = None;
                 self.flushed.store(upto, Ordering::Release);
                 Ok(())
             }
             Err(e) => {
-                if !matches!(e, StoreError::Fenced) {
-                    // Put them back in front: a later flush tries again, in order.
-                    let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                    let later = std::mem::take(&mut pending.batches);
-                    pending.batches = batches;
-                    pending.batches.extend(later);
+                if matches!(e, StoreError::Fenced) {
+                    flight.batches = None;
                 }
                 Err(e)
             }
         }
     }
 
+    /// Sends `batches` in as few scripts as keep each under [`MAX_SCRIPT_ARGS`] arguments; a
+    /// batch is never split, so each stays atomic.
     async fn send(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
+        let mut start = 0;
+        while start < batches.len() {
+            let mut end = start;
+            let mut args = 0;
+            while end < batches.len()
+                && (end == start || args + batches[end].len() * 4 <= MAX_SCRIPT_ARGS)
+            {
+                args += batches[end].len() * 4;
+                end += 1;
+            }
+            self.send_script(&batches[start..end]).await?;
+            start = end;
+        }
+        self.wait_for_replicas().await
+    }
+
+    async fn send_script(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
         let mut invocation = self.apply.prepare_invoke();
         invocation.key(LEASE);
         for (_, name) in HASHES {
@@ -304,6 +335,11 @@ impl RedisStore {
             }
             return Err(redis_error(&self.url)(e));
         }
+        Ok(())
+    }
+
+    async fn wait_for_replicas(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
         if self.options.wait_replicas > 0 {
             let acked: i64 = ::redis::cmd("WAIT")
                 .arg(self.options.wait_replicas)
@@ -326,6 +362,32 @@ impl RedisStore {
 
 /// A hash's fields and values as Redis returns them.
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+/// Most arguments one script gets (a snapshot of many players is sent in several).
+const MAX_SCRIPT_ARGS: usize = 200_000;
+
+/// Batches being sent; back in front of the queue unless the send is known applied.
+struct Flight<'a> {
+    store: &'a RedisStore,
+    batches: Option<Vec<Vec<Op>>>,
+}
+
+impl Flight<'_> {
+    fn batches(&self) -> &[Vec<Op>] {
+        self.batches.as_deref().unwrap_or(&[])
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        if let Some(batches) = self.batches.take() {
+            let mut pending = self.store.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let later = std::mem::take(&mut pending.batches);
+            pending.batches = batches;
+            pending.batches.extend(later);
+        }
+    }
+}
+
 /// Everything read from Redis at open: each hash's fields and values.
 type Loaded = BTreeMap<&'static str, Fields>;
 

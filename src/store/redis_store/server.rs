@@ -107,6 +107,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: Redis dies as in a crash (its AOF keeps what it synced).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

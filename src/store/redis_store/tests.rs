@@ -56,9 +56,8 @@ fn a_store_whose_token_lost_the_lease_writes_nothing_ever_again() {
         assert!(matches!(old.flush(), Err(StoreError::Fenced)));
         // A token that merely starts with the same digits is not the same token.
         set_lease(&url, "70|c|127.0.0.1:3");
-        let prefix = open(&runtime, &url, 7);
-        prefix.put_players(&[(&p2, &record(1800.0))]).unwrap();
-        assert!(matches!(prefix.flush(), Err(StoreError::Fenced)));
+        let stale = runtime.block_on(RedisStore::open(&url, 7, &RedisOptions::default()));
+        assert!(matches!(stale, Err(StoreError::Fenced)), "a store opens only under the lease");
         // The new owner writes.
         let new = open(&runtime, &url, 70);
         new.put_players(&[(&p2, &record(1900.0))]).unwrap();
@@ -155,5 +154,25 @@ fn a_volatile_redis_is_refused_unless_allowed() {
         assert!(refused.to_string().contains("appendonly yes"), "{refused}");
         let allowed = runtime.block_on(check_durability(&url, true)).unwrap();
         assert!(!allowed.aof);
+    });
+}
+
+#[test]
+fn a_flush_given_up_by_its_caller_loses_no_write() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = open(&runtime, &url, 1);
+        for round in 0..20 {
+            let id = PlayerId::new(format!("p{round}").as_str());
+            store.put_players(&[(&id, &record(1500.0))]).unwrap();
+            // The caller gives up at once, most likely while the script is on the wire.
+            let _ = runtime.block_on(tokio::time::timeout(
+                std::time::Duration::from_micros(1),
+                store.flush_async(),
+            ));
+        }
+        store.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), 20);
     });
 }

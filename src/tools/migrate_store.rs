@@ -1,0 +1,345 @@
+//! `matchmaker admin migrate-store --from-data-dir DIR --to-redis URL`: moves an embedded
+//! deployment (players, parties, the result journal and every result's acknowledgement,
+//! seasons and their history, live matches, calibrations) into a cluster's Redis.
+//!
+//! The server on DIR must be stopped (its data dir lock says so) and no cluster node may run on
+//! the Redis: the migration holds the queues' lease itself, so its writes are fenced like an
+//! owner's and no node starts meanwhile. Every step is idempotent and flushed before the next,
+//! and records already in Redis with the same value are not written again, so a migration that
+//! was interrupted continues where it stopped when run again. At the end it reads everything
+//! back from Redis into a fresh store and compares counts and a SHA-1 checksum of every record
+//! with the source.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::cluster::lease::{Acquired, LeaseClient, Owner};
+use crate::ids::PlayerId;
+use crate::records::{PartyRecord, PoolRecord};
+use crate::store::{
+    History, RedisOptions, RedisStore, Storage, StoreError, encode_match, redact, segment_bounds,
+};
+
+/// The migration's own lease: a node cannot start while it runs, and an interrupted migration's
+/// lease is gone after this long.
+const LEASE: Duration = Duration::from_secs(5);
+/// The lease holder's name while a migration runs.
+const NODE_ID: &str = "migrate-store";
+
+/// Why a migration stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("--to-redis {url}: {detail}")]
+    Redis { url: String, detail: String },
+    #[error(
+        "--to-redis: cluster node {0} owns this Redis: stop every node before migrating into it"
+    )]
+    NodeRunning(String),
+    #[error("verification failed: {0}")]
+    Mismatch(String),
+}
+
+/// What a migration moved, and the checksum both sides agree on.
+#[derive(Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub players: usize,
+    pub parties: usize,
+    pub journal_entries: usize,
+    pub results: usize,
+    pub seasons: usize,
+    pub weeks: usize,
+    pub season_ranks: usize,
+    pub live_matches: usize,
+    pub calibrations: usize,
+    /// SHA-1 over every record above, in a canonical order.
+    pub checksum: String,
+}
+
+/// `migrate-store --json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub from: String,
+    pub to: String,
+    /// Players whose records were already in Redis (a resumed migration).
+    pub players_already_there: usize,
+    pub counts: Counts,
+    pub verified: bool,
+}
+
+/// Counts and checksum of everything `store` holds that a migration moves.
+pub fn digest(store: &dyn Storage) -> Result<Counts, StoreError> {
+    let mut sha = sha1_smol::Sha1::new();
+    let mut add = |label: &str, value: &[u8]| {
+        sha.update(label.as_bytes());
+        sha.update(&(value.len() as u64).to_be_bytes());
+        sha.update(value);
+    };
+    let mut counts = Counts::default();
+    // Records as the server sees them after start-up: the snapshot with the journal's entries
+    // after it laid over (a cluster store writes them through at once; sled at the next
+    // snapshot), so both sides compare what players are rated, however it is stored.
+    let mut players: BTreeMap<PlayerId, BTreeMap<String, PoolRecord>> =
+        store.load_players()?.collect::<Result<_, _>>()?;
+    let mut parties: BTreeMap<String, BTreeMap<String, PartyRecord>> =
+        store.load_parties()?.into_iter().collect();
+    add("snapshot", &store.snapshot_seq()?.to_be_bytes());
+    for entry in store.journal_after(store.snapshot_seq()?) {
+        let (seq, entry) = entry?;
+        add("entry", &seq.to_be_bytes());
+        add("entry", &serde_json::to_vec(&entry)?);
+        counts.journal_entries += 1;
+        for (player, record) in entry.records {
+            players
+                .entry(player)
+                .or_default()
+                .insert(entry.pool.clone(), record);
+        }
+        for (party, record) in entry.parties {
+            parties
+                .entry(party)
+                .or_default()
+                .insert(entry.pool.clone(), record);
+        }
+    }
+    for (id, pools) in &players {
+        add("player", id.as_str().as_bytes());
+        add("pools", &serde_json::to_vec(pools)?);
+    }
+    counts.players = players.len();
+    for (key, pools) in &parties {
+        add("party", key.as_bytes());
+        add("pools", &serde_json::to_vec(pools)?);
+    }
+    counts.parties = parties.len();
+    let mut history = store.export_history()?;
+    history.results.sort_by(|a, b| a.0.cmp(&b.0));
+    history.seasons.sort_by(|a, b| a.0.cmp(&b.0));
+    history
+        .weeks
+        .sort_by(|a, b| (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2)));
+    history.ranks.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    add("history", &serde_json::to_vec(&history)?);
+    counts.results = history.results.len();
+    counts.seasons = history.seasons.len();
+    counts.weeks = history.weeks.len();
+    counts.season_ranks = history.ranks.len();
+    let (mut matches, _) = store.load_matches()?;
+    matches.sort_by(|a, b| a.match_id.cmp(&b.match_id));
+    add("matches", &serde_json::to_vec(&matches)?);
+    counts.live_matches = matches.len();
+    let mut calibrations = store.load_calibrations()?;
+    calibrations.sort_by(|a, b| a.0.cmp(&b.0));
+    add("calibrations", &serde_json::to_vec(&calibrations)?);
+    counts.calibrations = calibrations.len();
+    counts.checksum = sha.digest().to_string();
+    Ok(counts)
+}
+
+/// Runs a migration; `progress` gets a line per step.
+pub async fn migrate(
+    from: &Path,
+    to: &str,
+    batch: usize,
+    mut progress: impl FnMut(&str),
+) -> Result<Report, MigrateError> {
+    let redis_error = |detail: String| MigrateError::Redis {
+        url: redact(to),
+        detail,
+    };
+    let config = crate::config::Config::from_toml_str("")
+        .map_err(|e| redis_error(format!("default config: {e}")))?;
+    let source = crate::store::open(from, &config.store)?;
+    let client = ::redis::Client::open(to).map_err(|e| redis_error(e.to_string()))?;
+    let conn = client
+        .get_connection_manager()
+        .await
+        .map_err(|e| redis_error(e.to_string()))?;
+    let lease = LeaseClient::new(conn, LEASE);
+    let owner = take_lease(&lease, &mut progress).await?;
+    let renewal = tokio::spawn({
+        let (lease, owner) = (lease.clone(), owner.clone());
+        async move {
+            loop {
+                tokio::time::sleep(crate::cluster::lease::renew_every(LEASE)).await;
+                if !matches!(lease.renew(&owner).await, Ok(true)) {
+                    return;
+                }
+            }
+        }
+    });
+    let result = copy_and_verify(source.as_ref(), to, owner.token, batch, &mut progress).await;
+    renewal.abort();
+    let _ = lease.release(&owner).await;
+    let (players_already_there, counts) = result?;
+    Ok(Report {
+        from: from.display().to_string(),
+        to: redact(to),
+        players_already_there,
+        counts,
+        verified: true,
+    })
+}
+
+/// The lease, or an error naming the running node; waits out an interrupted migration's lease.
+async fn take_lease(
+    lease: &LeaseClient,
+    progress: &mut impl FnMut(&str),
+) -> Result<Owner, MigrateError> {
+    let deadline = tokio::time::Instant::now() + LEASE * 2;
+    loop {
+        match lease.acquire(NODE_ID, "-").await {
+            Ok(Acquired::Mine(owner)) => return Ok(owner),
+            Ok(Acquired::Theirs(Some(o))) if o.node_id != NODE_ID => {
+                return Err(MigrateError::NodeRunning(o.node_id));
+            }
+            Ok(Acquired::Theirs(_)) if tokio::time::Instant::now() < deadline => {
+                progress(
+                    "an interrupted migration's lease is still held; waiting for it to expire",
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(Acquired::Theirs(_)) => {
+                return Err(MigrateError::NodeRunning("another migration".into()));
+            }
+            Err(e) => {
+                return Err(MigrateError::Redis {
+                    url: String::new(),
+                    detail: e.to_string(),
+                });
+            }
+        }
+    }
+}
+
+async fn copy_and_verify(
+    source: &dyn Storage,
+    to: &str,
+    token: u64,
+    batch: usize,
+    progress: &mut impl FnMut(&str),
+) -> Result<(usize, Counts), MigrateError> {
+    let expected = digest(source)?;
+    progress(&format!(
+        "source: {} players, {} parties, {} results, {} live matches",
+        expected.players, expected.parties, expected.results, expected.live_matches
+    ));
+    let target = RedisStore::open(to, token, &RedisOptions::default()).await?;
+    let batch = batch.max(1);
+
+    // Players, a batch at a time; the ones already there with the same records cost nothing.
+    let before: BTreeMap<_, _> = target.load_players()?.collect::<Result<_, _>>()?;
+    let mut already = 0;
+    let mut chunk = Vec::with_capacity(batch);
+    let mut done = 0;
+    for player in source.load_players()? {
+        let (id, pools) = player?;
+        if before.get(&id) == Some(&pools) {
+            already += 1;
+            continue;
+        }
+        chunk.push((id, pools));
+        if chunk.len() == batch {
+            done += write_players(&target, &mut chunk).await?;
+            progress(&format!(
+                "players: {} of {}",
+                done + already,
+                expected.players
+            ));
+        }
+    }
+    done += write_players(&target, &mut chunk).await?;
+    drop(before);
+    progress(&format!(
+        "players: {} written, {already} already there",
+        done
+    ));
+
+    let parties = source.load_parties()?;
+    let refs: Vec<_> = parties.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    for part in refs.chunks(batch) {
+        target.put_parties(part)?;
+        target.flush_async().await?;
+    }
+
+    // The journal: the same snapshot mark and the entries after it.
+    let snapshot = source.snapshot_seq()?;
+    if target.snapshot_seq()? != snapshot {
+        target.finish_snapshot(snapshot)?;
+    }
+    let have = target.last_seq()?;
+    let entries: Vec<_> = source
+        .journal_after(snapshot.max(have))
+        .collect::<Result<_, _>>()?;
+    for part in entries.chunks(batch) {
+        let first = part[0].0;
+        let part: Vec<_> = part.iter().map(|(_, e)| e.clone()).collect();
+        target.append_journal(first, &part)?;
+        target.flush_async().await?;
+    }
+
+    // Every acknowledgement and season record.
+    let history = source.export_history()?;
+    for part in history.results.chunks(batch) {
+        target.import_history(&History {
+            results: part.to_vec(),
+            ..History::default()
+        })?;
+        target.flush_async().await?;
+    }
+    target.import_history(&History {
+        results: Vec::new(),
+        ..history
+    })?;
+    target.flush_async().await?;
+    progress(&format!(
+        "results and seasons: {} acknowledgements",
+        expected.results
+    ));
+
+    // Live matches, rewritten as the source's segments would be at start.
+    let (matches, _) = source.load_matches()?;
+    let encoded = matches
+        .iter()
+        .map(encode_match)
+        .collect::<Result<Vec<_>, _>>()?;
+    let sizes: Vec<usize> = encoded.iter().map(Vec::len).collect();
+    let segments: Vec<(u64, &[Vec<u8>])> = segment_bounds(&sizes)
+        .into_iter()
+        .enumerate()
+        .map(|(i, range)| (i as u64 + 1, &encoded[range]))
+        .collect();
+    target.compact_matches(&segments)?;
+    let calibrations = source.load_calibrations()?;
+    let refs: Vec<_> = calibrations.iter().map(|(p, c)| (p.as_str(), c)).collect();
+    target.put_calibrations(&refs)?;
+    target.flush_async().await?;
+    drop(target);
+
+    // Read everything back from Redis, not from the mirror, and compare.
+    let written = RedisStore::open(to, token, &RedisOptions::default()).await?;
+    let found = digest(&written)?;
+    if found != expected {
+        return Err(MigrateError::Mismatch(format!(
+            "source {expected:?}, Redis {found:?}; run the migration again"
+        )));
+    }
+    progress(&format!("verified: checksum {}", found.checksum));
+    Ok((already, found))
+}
+
+async fn write_players(
+    target: &RedisStore,
+    chunk: &mut Vec<(PlayerId, BTreeMap<String, PoolRecord>)>,
+) -> Result<usize, StoreError> {
+    let refs: Vec<_> = chunk.iter().map(|(id, pools)| (id, pools)).collect();
+    target.put_players(&refs)?;
+    target.flush_async().await?;
+    let n = chunk.len();
+    chunk.clear();
+    Ok(n)
+}

@@ -1,0 +1,389 @@
+//! Cluster chaos against a real `redis-server` (started by the test on a free loopback port, in
+//! a temporary directory, with the append-only file on): repeated `kill -9` of random nodes, and
+//! a crash of Redis itself, while results are reported and players queue. Every acknowledged
+//! result is there exactly once afterwards, and every rating equals a replay of the applied
+//! results through the rating library.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use common::ServerProcess;
+use matchmaker::config::Config;
+use matchmaker::proto;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::rating::{MatchInput, PlayerInput, Skill};
+use matchmaker::store::RedisServer;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{Mutex, Notify};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const PLAYERS: usize = 12;
+/// Kill once this many results of the round are acknowledged (the rest are in flight).
+const KILL_AFTER_ACKS: usize = 2;
+
+fn same_skill(a: &Skill, b: &Skill) -> bool {
+    a.mean.to_bits() == b.mean.to_bits()
+        && a.deviation.to_bits() == b.deviation.to_bits()
+        && a.volatility.to_bits() == b.volatility.to_bits()
+}
+
+fn skill(r: &proto::Rating) -> Skill {
+    Skill {
+        mean: r.mean,
+        deviation: r.deviation,
+        volatility: r.volatility,
+    }
+}
+
+fn same_changes(a: &[proto::PlayerChange], b: &[proto::PlayerChange]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.player_id == y.player_id
+                && x.rank_points_after == y.rank_points_after
+                && match (&x.after, &y.after) {
+                    (Some(r), Some(s)) => same_skill(&skill(r), &skill(s)),
+                    (None, None) => true,
+                    _ => false,
+                }
+        })
+}
+
+fn config(dir: &Path, redis: &RedisServer) -> std::path::PathBuf {
+    let path = dir.join("chaos.toml");
+    // Any two waiting players pair at once; frequent snapshots so kills land around them.
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 10\n[store]\nsnapshot_interval_seconds = 1\n\
+             [cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n\
+             [queues.1v1.matching]\nwindow = 100000.0\nmin_quality = 0.0\nmax_latency_ms = 100000\nexpansion = []\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn node(config: &Path, name: &str) -> ServerProcess {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(config)
+        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+    ServerProcess::spawn(command)
+}
+
+/// A result known to be applied: its players (one per team) and placements.
+struct Applied {
+    teams: Vec<String>,
+    placements: Vec<u32>,
+}
+
+/// One round: every player queues through some node, a game server takes the matches, every
+/// match is reported concurrently through random nodes, and `crash` strikes once a few results
+/// are acknowledged. Returns the matches, their placements and the acknowledgements.
+async fn round(
+    channels: &[Channel],
+    players: &[String],
+    reporters: usize,
+    rng: &mut StdRng,
+    crash: impl FnOnce(),
+) -> (
+    Vec<proto::MatchAssignment>,
+    BTreeMap<String, Vec<u32>>,
+    BTreeMap<String, proto::MatchResultAck>,
+) {
+    for p in players {
+        let ch = channels[rng.random_range(0..channels.len())].clone();
+        common::poll_until(&format!("{p} queues"), || {
+            let mut c = ClientServiceClient::new(ch.clone());
+            let p = p.clone();
+            async move {
+                c.enter_queue(proto::EnterQueueRequest {
+                    queue: "1v1".into(),
+                    player_ids: vec![p],
+                    ..Default::default()
+                })
+                .await
+            }
+        })
+        .await;
+    }
+    let mut gs = GameServerServiceClient::new(channels[0].clone());
+    let mut offers = common::serve(&mut gs, "chaos:1").await;
+    let mut matches = Vec::new();
+    while matches.len() < players.len() / 2 {
+        let m = common::next(&mut offers).await;
+        if m.queue == "1v1" {
+            matches.push(m);
+        }
+    }
+    // Load beside the reports: fresh players queueing in 5v5 through every node.
+    let noise: Vec<_> = channels
+        .iter()
+        .enumerate()
+        .map(|(n, ch)| {
+            let mut c = ClientServiceClient::new(ch.clone());
+            let tag = rng.random::<u32>();
+            tokio::spawn(async move {
+                for i in 0..300 {
+                    let _ = c
+                        .enter_queue(proto::EnterQueueRequest {
+                            queue: "5v5".into(),
+                            player_ids: vec![format!("noise-{tag}-{n}-{i}")],
+                            ..Default::default()
+                        })
+                        .await;
+                }
+            })
+        })
+        .collect();
+    let acked: Arc<Mutex<BTreeMap<String, proto::MatchResultAck>>> = Arc::default();
+    let count = Arc::new(AtomicUsize::new(0));
+    let notify = Arc::new(Notify::new());
+    let mut placements_of = BTreeMap::new();
+    // `reporters` game servers, each reporting its share of the matches one after another, so
+    // the crash lands in the middle of the stream of reports.
+    let mut shares: Vec<Vec<(String, Vec<u32>)>> = vec![Vec::new(); reporters];
+    for (i, m) in matches.iter().enumerate() {
+        let placements = if rng.random() { vec![1, 2] } else { vec![2, 1] };
+        placements_of.insert(m.match_id.clone(), placements.clone());
+        shares[i % reporters].push((m.match_id.clone(), placements));
+    }
+    let mut tasks = Vec::new();
+    for share in shares {
+        let mut gs =
+            GameServerServiceClient::new(channels[rng.random_range(0..channels.len())].clone());
+        let (acked, count, notify) = (acked.clone(), count.clone(), notify.clone());
+        tasks.push(tokio::spawn(async move {
+            for (id, placements) in share {
+                let r = gs
+                    .report_match_result(proto::MatchResult {
+                        match_id: id.clone(),
+                        placements,
+                        ..Default::default()
+                    })
+                    .await;
+                if let Ok(ack) = r {
+                    acked.lock().await.insert(id, ack.into_inner());
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+                notify.notify_one();
+            }
+        }));
+    }
+    tokio::time::timeout(common::EVENT_TIMEOUT, async {
+        while count.load(Ordering::SeqCst) < KILL_AFTER_ACKS {
+            notify.notified().await;
+        }
+    })
+    .await
+    .expect("some results acknowledged");
+    crash();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for n in noise {
+        n.abort();
+    }
+    let acked = acked.lock().await.clone();
+    (matches, placements_of, acked)
+}
+
+/// After a crash: every acknowledged result is there once (a report again is a duplicate with
+/// the same changes); an unacknowledged one is applied now or was already. Returns the applied.
+async fn settle(
+    channel: &Channel,
+    matches: &[proto::MatchAssignment],
+    placements_of: &BTreeMap<String, Vec<u32>>,
+    acked: &BTreeMap<String, proto::MatchResultAck>,
+) -> Vec<Applied> {
+    let mut applied = Vec::new();
+    for m in matches {
+        let placements = placements_of[&m.match_id].clone();
+        let again = common::poll_until(&format!("{} answers", m.match_id), || {
+            let mut gs = GameServerServiceClient::new(channel.clone());
+            let req = proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: placements.clone(),
+                ..Default::default()
+            };
+            async move {
+                match gs.report_match_result(req).await {
+                    Err(e) if e.code() == Code::Unavailable => Err(e),
+                    other => Ok(other),
+                }
+            }
+        })
+        .await;
+        match (acked.get(&m.match_id), again) {
+            (Some(first), Ok(ack)) => {
+                let ack = ack.into_inner();
+                assert!(ack.duplicate, "{} applied twice", m.match_id);
+                assert!(same_changes(&ack.changes, &first.changes), "{}", m.match_id);
+            }
+            (Some(_), Err(e)) => panic!("acknowledged result of {} lost: {e}", m.match_id),
+            (None, Ok(_)) => {}
+            (None, Err(e)) => panic!("a served match of {} is gone: {e}", m.match_id),
+        }
+        applied.push(Applied {
+            teams: m.teams.iter().map(|t| t.player_ids[0].clone()).collect(),
+            placements,
+        });
+    }
+    applied
+}
+
+/// Every player's rating through `channel` equals the replay of `applied` in order.
+async fn ratings_equal_a_replay(channel: &Channel, players: &[String], applied: &[Applied]) {
+    let system = Config::from_toml_str("").unwrap().queues["1v1"]
+        .rating
+        .clone();
+    let mut skills: BTreeMap<String, Skill> = players
+        .iter()
+        .map(|p| (p.clone(), system.initial()))
+        .collect();
+    let mut games: BTreeMap<String, u32> = BTreeMap::new();
+    for a in applied {
+        let teams: Vec<Vec<PlayerInput>> = a
+            .teams
+            .iter()
+            .map(|p| vec![PlayerInput::new(skills[p])])
+            .collect();
+        let rated = system
+            .rate(&MatchInput {
+                teams: &teams,
+                placements: &a.placements,
+            })
+            .unwrap();
+        for (p, after) in a.teams.iter().zip(&rated) {
+            skills.insert(p.clone(), after[0]);
+            *games.entry(p.clone()).or_default() += 1;
+        }
+    }
+    let mut client = ClientServiceClient::new(channel.clone());
+    for p in players {
+        let view = client
+            .get_player(proto::GetPlayerRequest {
+                player_id: p.clone(),
+                queue: "1v1".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(view.games, games.get(p).copied().unwrap_or(0), "{p}");
+        let got = skill(view.rating.as_ref().unwrap());
+        assert!(
+            same_skill(&got, &skills[p]),
+            "{p}: {got:?} != {:?}",
+            skills[p]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis);
+    let names = ["n1", "n2", "n3"];
+    let mut nodes: Vec<ServerProcess> = names.iter().map(|n| node(&config, n)).collect();
+    let players: Vec<String> = (0..PLAYERS).map(|i| format!("c{i}")).collect();
+    let mut rng = StdRng::seed_from_u64(19);
+    let mut applied = Vec::new();
+    let (mut acked_total, mut kills) = (0, 0);
+    for r in 0..4 {
+        let mut channels = Vec::new();
+        for n in &nodes {
+            channels.push(n.channel().await);
+        }
+        // Every other round kills the owner; the others a random node.
+        let victim = if r % 2 == 0 {
+            let owner = lease_holder(&redis);
+            names
+                .iter()
+                .position(|n| Some(*n) == owner.as_deref())
+                .unwrap_or(0)
+        } else {
+            rng.random_range(0..nodes.len())
+        };
+        let pid = nodes[victim].child.id();
+        let (matches, placements, acked) = round(&channels, &players, 3, &mut rng, || {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        })
+        .await;
+        kills += 1;
+        acked_total += acked.len();
+        let _ = nodes[victim].child.wait();
+        nodes[victim] = node(&config, names[victim]);
+        let survivor = nodes[(victim + 1) % nodes.len()].channel().await;
+        applied.extend(settle(&survivor, &matches, &placements, &acked).await);
+    }
+    let channel = nodes[rng.random_range(0..nodes.len())].channel().await;
+    ratings_equal_a_replay(&channel, &players, &applied).await;
+    eprintln!(
+        "cluster chaos: {kills} kill -9s, {acked_total} acknowledged, {} applied",
+        applied.len()
+    );
+    assert!(acked_total >= 4 * KILL_AFTER_ACKS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_results_survive_a_redis_crash_under_load() {
+    let mut redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"].iter().map(|n| node(&config, n)).collect();
+    let mut channels = Vec::new();
+    for n in &nodes {
+        channels.push(n.channel().await);
+    }
+    let players: Vec<String> = (0..60).map(|i| format!("r{i}")).collect();
+    let mut rng = StdRng::seed_from_u64(20);
+    let pid = redis.pid().expect("redis runs");
+    let (matches, placements, acked) = round(&channels, &players, 2, &mut rng, || {
+        // SIGKILL Redis with reports in flight, then start it again on its AOF.
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    })
+    .await;
+    redis.restart().unwrap();
+    let applied = settle(&channels[1], &matches, &placements, &acked).await;
+    ratings_equal_a_replay(&channels[0], &players, &applied).await;
+    eprintln!(
+        "redis crash: {} of {} acknowledged, {} applied",
+        acked.len(),
+        matches.len(),
+        applied.len()
+    );
+    assert!(
+        acked.len() < matches.len(),
+        "the crash hit no report in flight; the test proved nothing"
+    );
+}
+
+fn lease_holder(redis: &RedisServer) -> Option<String> {
+    let client = redis::Client::open(redis.url()).ok()?;
+    let mut conn = client.get_connection().ok()?;
+    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
+    Some(value?.split('|').nth(1)?.to_string())
+}
