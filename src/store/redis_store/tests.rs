@@ -57,7 +57,10 @@ fn a_store_whose_token_lost_the_lease_writes_nothing_ever_again() {
         // A token that merely starts with the same digits is not the same token.
         set_lease(&url, "70|c|127.0.0.1:3");
         let stale = runtime.block_on(RedisStore::open(&url, 7, &RedisOptions::default()));
-        assert!(matches!(stale, Err(StoreError::Fenced)), "a store opens only under the lease");
+        assert!(
+            matches!(stale, Err(StoreError::Fenced)),
+            "a store opens only under the lease"
+        );
         // The new owner writes.
         let new = open(&runtime, &url, 70);
         new.put_players(&[(&p2, &record(1900.0))]).unwrap();

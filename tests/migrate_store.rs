@@ -1,0 +1,273 @@
+//! `matchmaker admin migrate-store`: an embedded deployment, populated through the real server
+//! (results, rating edits, a season reset, an end of season, a live match) and with tens of
+//! thousands of stored players, moves into a real `redis-server` (started by the test on a free
+//! loopback port). The first run is killed part-way; the second continues and verifies; a
+//! cluster node on that Redis then serves the same players, seasons and live match.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{ServerProcess, TestServer};
+use matchmaker::config::Config;
+use matchmaker::proto;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::store::RedisServer;
+
+/// Stored players beside the ones that played, so the copy takes many batches.
+const BULK_PLAYERS: usize = 30_000;
+
+fn migrate_command(data: &std::path::Path, url: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "admin",
+            "migrate-store",
+            "--batch",
+            "1000",
+            "--from-data-dir",
+        ])
+        .arg(data)
+        .args(["--to-redis", url]);
+    command
+}
+
+async fn view(channel: &tonic::transport::Channel, player: &str, queue: &str) -> proto::PlayerView {
+    ClientServiceClient::new(channel.clone())
+        .get_player(proto::GetPlayerRequest {
+            player_id: player.into(),
+            queue: queue.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+
+    // Play on the embedded server: results, rating edits, a soft reset and an end of season.
+    let mut server = TestServer::start_in(&data, "").await;
+    let ch = server.channel().await;
+    let mut client = ClientServiceClient::new(ch.clone());
+    let mut gs = GameServerServiceClient::new(ch.clone());
+    let mut offers = common::serve(&mut gs, "gs:1").await;
+    let mut reported = Vec::new();
+    for i in 0..3 {
+        let (a, b) = (format!("a{i}"), format!("b{i}"));
+        common::enter(&mut client, "1v1", &[a.as_str()]).await;
+        common::enter(&mut client, "1v1", &[b.as_str()]).await;
+        let m = common::next(&mut offers).await;
+        let ack = gs
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: common::placements_with_winner(&m, &a),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        reported.push((m, ack));
+    }
+    // A match still running when the deployment moves.
+    common::enter(&mut client, "1v1", &["live-a"]).await;
+    common::enter(&mut client, "1v1", &["live-b"]).await;
+    let live = common::next(&mut offers).await;
+    let mut admin = server.admin().await;
+    for (p, rp) in [("m-high", 1350), ("m-low", 1100)] {
+        admin
+            .set_rating(proto::SetRatingRequest {
+                player_id: p.into(),
+                queue: "5v5".into(),
+                rating: Some(proto::Rating {
+                    mean: 30.0,
+                    deviation: 4.0,
+                    ..Default::default()
+                }),
+                rank_points: Some(rp),
+            })
+            .await
+            .unwrap();
+    }
+    admin
+        .season_reset(proto::SeasonResetRequest {
+            kind: proto::SeasonResetKind::Soft as i32,
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap();
+    admin
+        .end_season(proto::EndSeasonRequest {
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap();
+    let mut before = BTreeMap::new();
+    for p in ["a0", "b0", "a2", "live-a"] {
+        before.insert((p, "1v1"), view(&ch, p, "1v1").await);
+    }
+    for p in ["m-high", "m-low"] {
+        before.insert((p, "5v5"), view(&ch, p, "5v5").await);
+    }
+    assert_eq!(before[&("m-high", "5v5")].season_history.len(), 1);
+    drop((client, gs, offers, admin));
+    server.stop().await.unwrap();
+
+    // Many more stored players, written straight into the stopped server's store.
+    let config = Config::from_toml_str("").unwrap();
+    {
+        let store = matchmaker::store::open(&data, &config.store).unwrap();
+        let template = store.load_players().unwrap().next().unwrap().unwrap().1;
+        let bulk: Vec<_> = (0..BULK_PLAYERS)
+            .map(|i| {
+                (
+                    matchmaker::ids::PlayerId::new(format!("bulk-{i:06}").as_str()),
+                    template.clone(),
+                )
+            })
+            .collect();
+        let refs: Vec<_> = bulk.iter().map(|(id, r)| (id, r)).collect();
+        for part in refs.chunks(5000) {
+            store.put_players(part).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let expected = {
+        let store = matchmaker::store::open(&data, &config.store).unwrap();
+        matchmaker::tools::migrate_store::digest(store.as_ref()).unwrap()
+    };
+
+    // The first run is killed once it has written some players.
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let mut first = migrate_command(&data, &redis.url())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(first.stderr.take().unwrap()).lines();
+    let mut progress = Vec::new();
+    for line in lines {
+        let line = line.unwrap();
+        let copying = line.starts_with("players: ") && line.contains(" of ");
+        progress.push(line);
+        if copying {
+            break;
+        }
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(
+        progress.iter().any(|l| l.starts_with("players: ")),
+        "never copied a batch: {progress:?}"
+    );
+
+    // The second run continues and verifies.
+    let out = migrate_command(&data, &redis.url())
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verified"], true);
+    assert!(
+        report["players_already_there"].as_u64().unwrap() >= 1000,
+        "the second run started over: {report}"
+    );
+    assert_eq!(report["counts"]["checksum"], expected.checksum.as_str());
+    assert_eq!(
+        report["counts"]["players"].as_u64().unwrap() as usize,
+        expected.players
+    );
+    assert!(expected.players > BULK_PLAYERS);
+    assert_eq!(expected.live_matches, 1);
+    assert!(expected.results >= 3);
+    // Once more: nothing to write, the same checksum.
+    let again = migrate_command(&data, &redis.url())
+        .arg("--json")
+        .output()
+        .unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["counts"]["checksum"], expected.checksum.as_str());
+    assert_eq!(
+        again["players_already_there"].as_u64().unwrap() as usize,
+        expected.players
+    );
+
+    // A cluster node on that Redis serves what the embedded server did.
+    let cluster = dir.path().join("cluster.toml");
+    std::fs::write(
+        &cluster,
+        format!(
+            "[cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(&cluster);
+    let node = ServerProcess::spawn(command);
+    let ch = node.channel().await;
+    for ((player, queue), was) in &before {
+        let now = common::poll_until(&format!("{player} served"), || {
+            let ch = ch.clone();
+            async move {
+                ClientServiceClient::new(ch)
+                    .get_player(proto::GetPlayerRequest {
+                        player_id: player.to_string(),
+                        queue: queue.to_string(),
+                    })
+                    .await
+                    .map(|v| v.into_inner())
+            }
+        })
+        .await;
+        assert_eq!(&now, was, "{player} in {queue}");
+    }
+    let mut gs = GameServerServiceClient::new(ch.clone());
+    // Results reported before the move are duplicates, with the same changes.
+    for (m, ack) in &reported {
+        let again = gs
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: vec![1, 2],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(again.duplicate, "{}", m.match_id);
+        assert_eq!(again.changes, ack.changes);
+    }
+    // The live match's result applies now.
+    let ack = gs
+        .report_match_result(proto::MatchResult {
+            match_id: live.match_id.clone(),
+            placements: common::placements_with_winner(&live, "live-a"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+    assert_eq!(view(&ch, "live-a", "1v1").await.games, 1);
+}
