@@ -375,3 +375,33 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
         m.match_id
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_streams_than_one_connection_carries_pass_through_a_forwarding_node() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let owner = node(&config, "owner");
+    ready(&owner.channel().await).await;
+    let forwarder = node(&config, "forwarder");
+    // 2 × 200 watchers, each connection under the per-connection limit (256), all open at once
+    // through the forwarding node: more than one connection between the nodes could carry.
+    let mut streams = Vec::new();
+    for c in 0..2 {
+        let channel = forwarder.channel().await;
+        let mut client = ClientServiceClient::new(channel);
+        for i in 0..200 {
+            let player = format!("s{c}-{i}");
+            let ticket = common::enter(&mut client, "5v5", &[player.as_str()]).await;
+            let mut stream = client
+                .watch_ticket(proto::WatchTicketRequest { ticket_id: ticket })
+                .await
+                .expect("watch_ticket")
+                .into_inner();
+            // The first update arrives while every earlier stream is still open.
+            common::next(&mut stream).await;
+            streams.push(stream);
+        }
+    }
+    assert_eq!(streams.len(), 400);
+}

@@ -39,6 +39,8 @@ use super::lease::Owner;
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
 /// Set on the answer of a node that received a forwarded call but does not own the queues.
 const NOT_OWNER: &str = "x-matchmaker-not-owner";
+/// Connections a front keeps to each node (or engine) it forwards to.
+const CONNECTIONS: usize = 16;
 /// Streams that continue on the next owner.
 const RESUMABLE: &[&str] = &[
     "/matchmaker.v1.ClientService/WatchTicket",
@@ -70,7 +72,8 @@ pub struct Front {
 struct Inner {
     node_id: String,
     route: watch::Receiver<Route>,
-    channels: Mutex<HashMap<String, Channel>>,
+    channels: Mutex<HashMap<String, Vec<Channel>>>,
+    turn: std::sync::atomic::AtomicUsize,
     /// How long a call may wait for an owner.
     patience: Duration,
     /// Largest request body kept for sending again.
@@ -89,6 +92,7 @@ impl Front {
                 node_id,
                 route,
                 channels: Mutex::new(HashMap::new()),
+                turn: std::sync::atomic::AtomicUsize::new(0),
                 patience,
                 max_body,
             }),
@@ -111,10 +115,14 @@ impl Target {
 }
 
 impl Inner {
+    /// One of the connections to `addr`, in turn: calls and streams spread over
+    /// [`CONNECTIONS`] HTTP/2 connections, so neither a peer's per-connection stream limit
+    /// nor one connection's task caps what a node forwards.
     fn channel(&self, addr: &str) -> Option<Channel> {
+        let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = channels.get(addr) {
-            return Some(c.clone());
+        if let Some(pool) = channels.get(addr) {
+            return Some(pool[turn % pool.len()].clone());
         }
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .ok()?
@@ -122,8 +130,9 @@ impl Inner {
             .connect_timeout(Duration::from_millis(500))
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect_lazy();
-        channels.insert(addr.to_string(), channel.clone());
+        let pool: Vec<Channel> = (0..CONNECTIONS).map(|_| endpoint.connect_lazy()).collect();
+        let channel = pool[turn % pool.len()].clone();
+        channels.insert(addr.to_string(), pool);
         Some(channel)
     }
 

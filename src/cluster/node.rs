@@ -388,6 +388,9 @@ fn engine_config(config: &Config) -> Config {
     c.server.grpc_web = false;
     c.server.grpc_web_origins = Vec::new();
     c.tls.enabled = false;
+    // The front's few connections carry every client's calls and streams: the per-connection
+    // limit applies at the front, to each client.
+    c.server.max_concurrent_requests_per_connection = 1 << 16;
     c
 }
 

@@ -36,6 +36,23 @@ pub struct ClusterBench {
     pub failover_ms: Vec<f64>,
     pub failover_p50_ms: f64,
     pub failover_max_ms: f64,
+    /// What each durable write costs Redis itself, measured on the store alone.
+    pub redis_cost: RedisCost,
+}
+
+/// Redis CPU (user + system, from `INFO cpu`) per durable write, in microseconds, with 64
+/// writers flushing concurrently as under load; and the bytes each adds to Redis' memory.
+#[derive(Debug, Default, Serialize)]
+pub struct RedisCost {
+    pub writes: usize,
+    /// A waiting ticket written (EnterQueue).
+    pub ticket_cpu_us: f64,
+    /// A formed 1v1 match written and its two tickets removed (allocation).
+    pub match_cpu_us: f64,
+    /// A 1v1 result journaled with both players' records and its acknowledgement.
+    pub result_cpu_us: f64,
+    /// Redis memory per rated player (one 1v1 record), bytes.
+    pub player_bytes: f64,
 }
 
 /// One RPC's throughput on each side, calls per second.
@@ -216,6 +233,7 @@ async fn measure(
         failover.push(killed.elapsed().as_secs_f64() * 1e3);
         nodes[i] = Process::start(&config, &node_env(i))?;
     }
+    let redis_cost = redis_cost(redis, 20_000).await?;
     let mut sorted = failover.clone();
     sorted.sort_by(f64::total_cmp);
     Ok(ClusterBench {
@@ -229,6 +247,148 @@ async fn measure(
         failover_p50_ms: crate::math::percentile(&sorted, 0.5),
         failover_max_ms: sorted.last().copied().unwrap_or(0.0),
         failover_ms: failover,
+        redis_cost,
+    })
+}
+
+/// Redis' CPU seconds so far and its memory in use.
+async fn redis_usage(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> Result<(f64, f64), ToolError> {
+    let info: String = redis::cmd("INFO")
+        .arg("all")
+        .query_async(conn)
+        .await
+        .map_err(|e| ToolError::Run(format!("redis INFO: {e}")))?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((
+        field("used_cpu_user") + field("used_cpu_sys"),
+        field("used_memory"),
+    ))
+}
+
+/// Writes `n` tickets, then `n` matches (each removing two tickets), then `n` results through
+/// the Redis store on database 1 of `redis`, 64 flushes at a time, and divides Redis' CPU by
+/// the count.
+async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolError> {
+    use crate::ids::{MatchId, PlayerId, TicketId};
+    use crate::store::{EntryKind, JournalEntry, Storage, StoredMatch, StoredTicket};
+    let url = redis.url().replace("/0", "/1");
+    let run = |e: redis::RedisError| ToolError::Run(format!("redis: {e}"));
+    let client = redis::Client::open(url.as_str()).map_err(run)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(run)?;
+    let () = redis::cmd("SET")
+        .arg(LEASE_KEY)
+        .arg("1|bench|-")
+        .query_async(&mut conn)
+        .await
+        .map_err(run)?;
+    let store = std::sync::Arc::new(
+        crate::store::RedisStore::open(&url, 1, &crate::store::RedisOptions::default()).await?,
+    );
+    let config = crate::config::Config::from_toml_str("")?;
+    let q = &config.queues["1v1"];
+    let record = crate::records::PoolRecord::initial(&q.rating, q.ranking, &config.ranking);
+    let ticket = |i: usize| StoredTicket {
+        ticket_id: TicketId::new(format!("t-{i}").as_str()),
+        queue: "1v1".into(),
+        players: vec![PlayerId::new(format!("p-{i}").as_str())],
+        entered_unix: 1.7e9,
+        party_skill: None,
+        region_latency_ms: Vec::new(),
+        roles: Vec::new(),
+    };
+    let m = |i: usize| StoredMatch {
+        match_id: MatchId::new(format!("m-{i}").as_str()),
+        queue: "1v1".into(),
+        teams: vec![
+            vec![PlayerId::new(format!("p-{}", 2 * i).as_str())],
+            vec![PlayerId::new(format!("p-{}", 2 * i + 1).as_str())],
+        ],
+        win_probability: vec![0.5, 0.5],
+        region: None,
+        server_address: "10.0.0.1:7777".into(),
+        formed_unix: 1.7e9,
+        parties: Vec::new(),
+        backfill: Vec::new(),
+        left: Vec::new(),
+        roles: Default::default(),
+    };
+    let result = |i: usize| JournalEntry {
+        match_id: MatchId::new(format!("m-{i}").as_str()),
+        applied_unix: 1.7e9,
+        pool: "1v1".into(),
+        records: vec![
+            (
+                PlayerId::new(format!("p-{}", 2 * i).as_str()),
+                record.clone(),
+            ),
+            (
+                PlayerId::new(format!("p-{}", 2 * i + 1).as_str()),
+                record.clone(),
+            ),
+        ],
+        parties: Vec::new(),
+        ack: crate::records::ResultAck {
+            queue: "1v1".into(),
+            changes: Vec::new(),
+        },
+        kind: EntryKind::Result,
+        season: None,
+        calibration: None,
+    };
+    // One phase: `write(i)` then a flush, 64 at a time; Redis CPU per write.
+    async fn phase(
+        store: &std::sync::Arc<crate::store::RedisStore>,
+        conn: &mut redis::aio::MultiplexedConnection,
+        n: usize,
+        write: impl Fn(&crate::store::RedisStore, usize) -> Result<(), crate::store::StoreError>,
+    ) -> Result<(f64, f64), ToolError> {
+        let (cpu0, mem0) = redis_usage(conn).await?;
+        for start in (0..n).step_by(64) {
+            let mut flights = Vec::new();
+            for i in start..(start + 64).min(n) {
+                write(store, i)?;
+                flights.push(store.flush_async());
+            }
+            for f in flights {
+                f.await?;
+            }
+        }
+        let (cpu1, mem1) = redis_usage(conn).await?;
+        Ok(((cpu1 - cpu0) * 1e6 / n as f64, (mem1 - mem0) / n as f64))
+    }
+    let (ticket_cpu_us, _) = phase(&store, &mut conn, n, |s, i| s.put_ticket(&ticket(i))).await?;
+    let (match_cpu_us, _) = phase(&store, &mut conn, n, |s, i| {
+        let encoded = vec![crate::store::encode_match(&m(i))?];
+        s.put_segments(&[(i as u64 + 1, &encoded)], &[])?;
+        s.remove_tickets(&[TicketId::new(format!("t-{i}").as_str())])
+    })
+    .await?;
+    let (result_cpu_us, _) = phase(&store, &mut conn, n, |s, i| {
+        s.append_journal(i as u64 + 1, &[result(i)])
+    })
+    .await?;
+    let (_, player_bytes) = phase(&store, &mut conn, n, |s, i| {
+        let id = PlayerId::new(format!("q-{i}").as_str());
+        let pools = std::collections::BTreeMap::from([("1v1".to_string(), record.clone())]);
+        s.put_players(&[(&id, &pools)])
+    })
+    .await?;
+    Ok(RedisCost {
+        writes: n,
+        ticket_cpu_us,
+        match_cpu_us,
+        result_cpu_us,
+        player_bytes,
     })
 }
 
