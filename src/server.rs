@@ -99,7 +99,7 @@ pub async fn bind_and_run(config: Config, shutdown: CancellationToken) -> Result
         })?;
     serve(
         prepared,
-        listener,
+        Front::Listener(listener),
         shutdown,
         Clock::start(),
         Engine::default(),
@@ -126,7 +126,7 @@ pub async fn run_with_clock(
 ) -> Result<(), ServerError> {
     serve(
         Prepared::new(config).await?,
-        listener,
+        Front::Listener(listener),
         shutdown,
         clock,
         Engine::default(),
@@ -141,7 +141,7 @@ pub async fn run_engine(
     config: Config,
     store: Store,
     ownership: Arc<crate::state::Ownership>,
-    listener: TcpListener,
+    publish: Publish,
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
     let verifier = Verifier::from_config(&config.auth)?.map(Arc::new);
@@ -161,7 +161,60 @@ pub async fn run_engine(
     let engine = Engine {
         ownership: Some(ownership),
     };
-    serve(prepared, listener, shutdown, Clock::start(), engine).await
+    serve(
+        prepared,
+        Front::InProcess(publish),
+        shutdown,
+        Clock::start(),
+        engine,
+    )
+    .await
+}
+
+/// Receives the engine's service once its state is loaded.
+pub type Publish = Box<dyn FnOnce(EngineService) + Send>;
+
+/// A running engine's whole gRPC stack (the layers and every service), called in process by
+/// its node's front: no second HTTP/2 hop on the owner.
+#[derive(Clone)]
+pub struct EngineService(
+    tower::util::BoxCloneSyncService<
+        http::Request<tonic::body::Body>,
+        http::Response<tonic::body::Body>,
+        tower::BoxError,
+    >,
+);
+
+impl std::fmt::Debug for EngineService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EngineService")
+    }
+}
+
+impl EngineService {
+    /// Serves one call, in its per-RPC span as the listener would.
+    pub async fn call(
+        &self,
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, tower::BoxError> {
+        use tower::ServiceExt;
+        use tracing::Instrument;
+        let (parts, body) = request.into_parts();
+        let bodyless = http::Request::from_parts(parts, ());
+        let span = crate::telemetry::tracing::rpc_span(&bodyless);
+        let (parts, ()) = bodyless.into_parts();
+        self.0
+            .clone()
+            .oneshot(http::Request::from_parts(parts, body))
+            .instrument(span)
+            .await
+    }
+}
+
+/// Where calls come from: a listener, or a cluster node's front in process.
+enum Front {
+    Listener(TcpListener),
+    InProcess(Publish),
 }
 
 /// What differs when the server runs as a cluster node's engine.
@@ -178,7 +231,7 @@ pub const LIVENESS: &str = "liveness";
 
 async fn serve(
     prepared: Prepared,
-    listener: TcpListener,
+    front: Front,
     signal: CancellationToken,
     clock: Clock,
     engine: Engine,
@@ -308,16 +361,6 @@ async fn serve(
         ledger: ledger.clone(),
     };
 
-    let local = listener.local_addr().map_err(|source| ServerError::Bind {
-        addr: config.server.addr.clone(),
-        source,
-    })?;
-    if is_engine {
-        info!(addr = %local, "engine serving the node's front on loopback");
-    } else {
-        info!(addr = %local, "serving gRPC");
-    }
-
     let max_message = config.server.max_message_bytes;
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
     // request holds its slot only while it is answered. With auth off there is no auth layer at
@@ -345,39 +388,7 @@ async fn serve(
         )
         .layer(MessageSizeLayer::new(max_message))
         .into_inner();
-    let open_files = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|l| listener::open_file_limit(&l));
-    let max_connections =
-        listener::effective_max_connections(config.server.max_connections, open_files);
-    if let Some(warning) = listener::descriptor_shortfall(max_connections, open_files) {
-        warn!("{warning}");
-    }
-    info!(max_connections, open_files, "connection limit");
-    let mut builder = Server::builder();
-    if config.tls.enabled {
-        builder = builder.tls_config(tls_config(&config.tls)?)?;
-        info!("TLS on");
-    }
-    let serve = builder
-        // grpc-web clients may speak HTTP/1.1.
-        .accept_http1(config.server.grpc_web)
-        .http2_keepalive_interval(
-            (config.server.http2_keepalive_interval_ms > 0)
-                .then(|| Duration::from_millis(config.server.http2_keepalive_interval_ms)),
-        )
-        .http2_keepalive_timeout(Some(Duration::from_millis(
-            config.server.http2_keepalive_timeout_ms,
-        )))
-        .concurrency_limit_per_connection(config.server.max_concurrent_requests_per_connection)
-        // Announced to clients as SETTINGS_MAX_CONCURRENT_STREAMS, so calls beyond the limit wait
-        // in the client, not in server memory (tonic's default, None, lifts even hyper's 200).
-        .max_concurrent_streams(
-            u32::try_from(config.server.max_concurrent_requests_per_connection).unwrap_or(u32::MAX),
-        )
-        .trace_fn(crate::telemetry::tracing::rpc_span)
-        .layer(limits)
-        .add_service(health_service)
+    let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
@@ -391,29 +402,86 @@ async fn serve(
         .add_service(
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
-        )
-        .serve_with_incoming_shutdown(listener::incoming(listener, max_connections), {
-            let shutdown = shutdown.clone();
-            let state = state.clone();
-            async move {
-                shutdown.cancelled().await;
-                // Server streams end when their senders go; watcher tasks watch the token.
-                state.close_server_streams();
-            }
-        });
-
+        );
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    let mut serve = Box::pin(serve);
-    let served = tokio::select! {
-        r = &mut serve => r,
-        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace time; closing them");
+    let served = match front {
+        Front::InProcess(publish) => {
+            let service = ServiceBuilder::new()
+                .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new))
+                .map_err(Into::<tower::BoxError>::into)
+                .service(tower::Layer::layer(&limits, routes));
+            publish(EngineService(tower::util::BoxCloneSyncService::new(
+                service,
+            )));
+            info!("engine serving its node's front");
+            shutdown.cancelled().await;
+            state.close_server_streams();
             Ok(())
         }
+        Front::Listener(listener) => {
+            let local = listener.local_addr().map_err(|source| ServerError::Bind {
+                addr: config.server.addr.clone(),
+                source,
+            })?;
+            info!(addr = %local, "serving gRPC");
+            let open_files = std::fs::read_to_string("/proc/self/limits")
+                .ok()
+                .and_then(|l| listener::open_file_limit(&l));
+            let max_connections =
+                listener::effective_max_connections(config.server.max_connections, open_files);
+            if let Some(warning) = listener::descriptor_shortfall(max_connections, open_files) {
+                warn!("{warning}");
+            }
+            info!(max_connections, open_files, "connection limit");
+            let mut builder = Server::builder();
+            if config.tls.enabled {
+                builder = builder.tls_config(tls_config(&config.tls)?)?;
+                info!("TLS on");
+            }
+            let per_connection = config.server.max_concurrent_requests_per_connection;
+            let serve = builder
+                // grpc-web clients may speak HTTP/1.1.
+                .accept_http1(config.server.grpc_web)
+                .http2_keepalive_interval(
+                    (config.server.http2_keepalive_interval_ms > 0)
+                        .then(|| Duration::from_millis(config.server.http2_keepalive_interval_ms)),
+                )
+                .http2_keepalive_timeout(Some(Duration::from_millis(
+                    config.server.http2_keepalive_timeout_ms,
+                )))
+                .concurrency_limit_per_connection(per_connection)
+                // Announced to clients as SETTINGS_MAX_CONCURRENT_STREAMS, so calls beyond the
+                // limit wait in the client, not in server memory (tonic's default, None, lifts
+                // even hyper's 200).
+                .max_concurrent_streams(u32::try_from(per_connection).unwrap_or(u32::MAX))
+                .trace_fn(crate::telemetry::tracing::rpc_span)
+                .layer(limits)
+                .add_routes(routes)
+                .serve_with_incoming_shutdown(listener::incoming(listener, max_connections), {
+                    let shutdown = shutdown.clone();
+                    let state = state.clone();
+                    async move {
+                        shutdown.cancelled().await;
+                        // Server streams end when their senders go; watcher tasks watch the token.
+                        state.close_server_streams();
+                    }
+                });
+            let mut serve = Box::pin(serve);
+            let served = tokio::select! {
+                r = &mut serve => r,
+                () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                    warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace time; closing them");
+                    Ok(())
+                }
+            };
+            // Dropping the server drops the services.
+            shutdown.cancel();
+            drop(serve);
+            served
+        }
     };
-    // Whatever ended serving, everything else stops too; dropping the server drops the services.
+    // Whatever ended serving, everything else stops too.
     shutdown.cancel();
-    drop(serve);
     match tokio::time::timeout(grace, loop_task).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => warn!("matchmaker loop thread ended without stopping cleanly (panicked)"),

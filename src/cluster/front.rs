@@ -55,12 +55,12 @@ const ONCE: &[&str] = &[
 const STREAMS: &[&str] = &["/matchmaker.v1.AdminService/ExportPlayers"];
 
 /// Where calls go, as the node's lease task sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Route {
     /// The lease holder.
     pub owner: Option<Owner>,
-    /// This node's engine, while this node owns the queues and its engine is up.
-    pub engine: Option<String>,
+    /// This node's engine, while this node owns the queues and its state is loaded.
+    pub engine: Option<crate::server::EngineService>,
 }
 
 /// The front service.
@@ -102,7 +102,7 @@ impl Front {
 
 /// Where one attempt goes, and the lease token of the owner it goes to.
 enum Target {
-    Engine(Channel, u64),
+    Engine(crate::server::EngineService, u64),
     Node(Channel, u64),
 }
 
@@ -141,10 +141,7 @@ impl Inner {
         let route = self.route.borrow().clone();
         let token = route.owner.as_ref().map_or(0, |o| o.token);
         if let Some(engine) = route.engine {
-            return self
-                .channel(&engine)
-                .map(|c| Target::Engine(c, token))
-                .ok_or("bad engine");
+            return Ok(Target::Engine(engine, token));
         }
         if forwarded {
             return Err("this node does not own the queues");
@@ -451,16 +448,15 @@ impl Framing {
 async fn send(
     target: Target,
     request: http::Request<Body>,
-) -> Result<http::Response<Body>, tonic::transport::Error> {
-    let (mut channel, remote) = match target {
-        Target::Engine(c, _) => (c, false),
-        Target::Node(c, _) => (c, true),
-    };
-    if remote {
-        metrics::counter!(crate::telemetry::CLUSTER_FORWARDED).increment(1);
+) -> Result<http::Response<Body>, tower::BoxError> {
+    match target {
+        Target::Engine(engine, _) => engine.call(request).await,
+        Target::Node(mut channel, _) => {
+            metrics::counter!(crate::telemetry::CLUSTER_FORWARDED).increment(1);
+            let ready = channel.ready().await?;
+            Ok(ready.call(request).await?)
+        }
     }
-    let ready = channel.ready().await?;
-    ready.call(request).await
 }
 
 /// The request body, at most `limit` bytes.

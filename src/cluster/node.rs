@@ -319,7 +319,8 @@ impl Node {
         });
     }
 
-    /// Opens the store under `owner`'s token and runs the engine on a loopback port.
+    /// Opens the store under `owner`'s token and runs the engine; the front calls it in process
+    /// once its state is loaded.
     fn start_engine(&self, owner: Owner, ownership: Arc<Ownership>) -> Running {
         let stop = CancellationToken::new();
         let config = engine_config(&self.config);
@@ -345,21 +346,14 @@ impl Node {
                         return;
                     }
                 };
-                let listener = match TcpListener::bind("127.0.0.1:0").await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        error!(error = %e, "cannot bind the engine's loopback port");
-                        return;
-                    }
-                };
-                if let Ok(addr) = listener.local_addr() {
+                let publish: server::Publish = Box::new(move |engine| {
                     route.send_modify(|r| {
                         if r.owner.as_ref().is_some_and(|o| o.token == token) {
-                            r.engine = Some(addr.to_string());
+                            r.engine = Some(engine);
                         }
                     });
-                }
-                if let Err(e) = server::run_engine(config, store, ownership, listener, stop).await {
+                });
+                if let Err(e) = server::run_engine(config, store, ownership, publish, stop).await {
                     warn!(error = %e, "the engine stopped");
                 }
             }
@@ -378,19 +372,15 @@ fn record_round_trip(sent: Instant) {
         .record(sent.elapsed().as_secs_f64());
 }
 
-/// The engine serves only its node's front, on loopback: no TLS, grpc-web, CORS or metrics
+/// The engine serves only its node's front, in process: no TLS, grpc-web, CORS or metrics
 /// endpoint of its own, and it stops at once when told.
 fn engine_config(config: &Config) -> Config {
     let mut c = config.clone();
-    c.server.addr = "127.0.0.1:0".into();
     c.server.metrics_addr = String::new();
     c.server.drain_ms = 0;
     c.server.grpc_web = false;
     c.server.grpc_web_origins = Vec::new();
     c.tls.enabled = false;
-    // The front's few connections carry every client's calls and streams: the per-connection
-    // limit applies at the front, to each client.
-    c.server.max_concurrent_requests_per_connection = 1 << 16;
     c
 }
 
