@@ -18,7 +18,7 @@ use super::lease::{self, Acquired, LeaseClient, Owner};
 use crate::config::Config;
 use crate::server::{self, ServerError};
 use crate::state::Ownership;
-use crate::store::{RedisOptions, RedisStore, Store, redact};
+use crate::store::{RedisOptions, RedisStore, Storage, Store, redact};
 use crate::telemetry as m;
 
 /// Why a node could not start.
@@ -335,12 +335,20 @@ impl Node {
                     wait_replicas: cluster.wait_replicas,
                     wait_timeout_ms: cluster.wait_timeout_ms,
                 };
+                let started = Instant::now();
                 let opened = tokio::select! {
                     r = RedisStore::open(&cluster.redis_url, token, &options) => r,
                     () = stop.cancelled() => return,
                 };
                 let store: Store = match opened {
-                    Ok(s) => Arc::new(s),
+                    Ok(s) => {
+                        info!(
+                            players = s.player_count(),
+                            seconds = started.elapsed().as_secs_f64(),
+                            "cluster store loaded"
+                        );
+                        Arc::new(s)
+                    }
                     Err(e) => {
                         error!(error = %e, "cannot open the cluster store");
                         return;
