@@ -96,6 +96,9 @@ enum Command {
         /// Times the owner is killed with SIGKILL.
         #[arg(long, default_value_t = 10)]
         kills: usize,
+        /// Waiting tickets entered before each kill, which the next owner restores.
+        #[arg(long, default_value_t = 1000)]
+        waiting: usize,
         /// The nodes' lease (milliseconds).
         #[arg(long, default_value_t = 3000)]
         lease_ms: u64,
@@ -301,6 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rounds,
             concurrency,
             kills,
+            waiting,
             lease_ms,
             scratch,
             json,
@@ -317,6 +321,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     rounds,
                     concurrency,
                     kills,
+                    waiting,
                     lease_ms,
                     scratch,
                 },

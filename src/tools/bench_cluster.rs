@@ -3,8 +3,9 @@
 //! a free loopback port in a temporary directory, one embedded server and `--nodes` cluster
 //! nodes, all as child processes of this binary; then, in alternating rounds, the load generator
 //! runs `EnterQueue` and `ReportMatchResult` against the embedded server, against the owner of
-//! the queues and against a node that forwards to it. Last, it kills the owner with SIGKILL
-//! `--kills` times and measures how long the cluster takes to answer again through another node.
+//! the queues and against a node that forwards to it. Last, on a fresh cluster, it enters
+//! `--waiting` tickets and kills the owner with SIGKILL, `--kills` times, and measures how long
+//! the cluster takes to answer again through another node.
 //! Everything runs on loopback, bounded in time, and is stopped at the end.
 
 use std::io::{BufRead, BufReader};
@@ -32,8 +33,10 @@ pub struct ClusterBench {
     pub report_result: Sides,
     /// Kill of the owner → lease held by another node (ms), per kill.
     pub lease_handover_ms: Vec<f64>,
-    /// Kill of the owner → a call through another node answered OK (ms), per kill.
+    /// Kill of the owner → a call through another node answered OK (ms), per kill; measured on
+    /// a fresh cluster with `waiting_per_kill` more waiting tickets before each kill.
     pub failover_ms: Vec<f64>,
+    pub waiting_per_kill: usize,
     pub failover_p50_ms: f64,
     pub failover_max_ms: f64,
     /// What each durable write costs Redis itself, measured on the store alone.
@@ -80,6 +83,8 @@ pub struct Options {
     pub rounds: usize,
     pub concurrency: usize,
     pub kills: usize,
+    /// Tickets entered before each kill, for the next owner to restore.
+    pub waiting: usize,
     pub lease_ms: u64,
     pub scratch: PathBuf,
 }
@@ -188,7 +193,7 @@ async fn measure(
     for i in 0..opts.nodes {
         nodes.push(Process::start(&config, &node_env(i))?);
     }
-    let owner_id = wait_for_owner(redis, None, Duration::from_secs(30)).await?;
+    let owner_id = wait_for_owner(&redis.url(), None, Duration::from_secs(30)).await?;
     let owner_index = nodes_index(&owner_id)?;
     let forwarding_index = (owner_index + 1) % nodes.len();
     let mut enter = Sides::default();
@@ -215,23 +220,40 @@ async fn measure(
         s.forwarding_ratio = s.forwarding_rps / s.embedded_rps.max(f64::MIN_POSITIVE);
     }
     drop(embedded);
+    drop(nodes);
 
+    // Failover on a fresh cluster (its own database): the loaded one above holds every match
+    // the load formed, which no game server ever ended. Before each kill, waiting tickets are
+    // entered, which the next owner restores.
+    let fresh = redis.url().replace("/0", "/2");
+    let fresh_env = |i: usize| {
+        vec![
+            ("MATCHMAKER_CLUSTER__REDIS_URL", fresh.clone()),
+            ("MATCHMAKER_CLUSTER__NODE_ID", format!("bench-{i}")),
+            ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
+        ]
+    };
+    let mut nodes = Vec::new();
+    for i in 0..opts.nodes {
+        nodes.push(Process::start(&config, &fresh_env(i))?);
+    }
     let mut handover = Vec::new();
     let mut failover = Vec::new();
-    for _ in 0..opts.kills {
-        let owner = wait_for_owner(redis, None, Duration::from_secs(30)).await?;
+    for kill in 0..opts.kills {
+        let owner = wait_for_owner(&fresh, None, Duration::from_secs(30)).await?;
         let i = nodes_index(&owner)?;
         let survivor = nodes[(i + 1) % nodes.len()].addr.clone();
         // The survivor answers before the kill, so what is measured is the failover alone.
         answer(&survivor, Duration::from_secs(30)).await?;
+        enter_waiting(&survivor, kill, opts.waiting).await?;
         let killed = Instant::now();
         let _ = nodes[i].child.kill();
         let _ = nodes[i].child.wait();
-        wait_for_owner(redis, Some(&owner), Duration::from_secs(60)).await?;
+        wait_for_owner(&fresh, Some(&owner), Duration::from_secs(60)).await?;
         handover.push(killed.elapsed().as_secs_f64() * 1e3);
         answer(&survivor, Duration::from_secs(60)).await?;
         failover.push(killed.elapsed().as_secs_f64() * 1e3);
-        nodes[i] = Process::start(&config, &node_env(i))?;
+        nodes[i] = Process::start(&config, &fresh_env(i))?;
     }
     let redis_cost = redis_cost(redis, 20_000).await?;
     let mut sorted = failover.clone();
@@ -247,6 +269,7 @@ async fn measure(
         failover_p50_ms: crate::math::percentile(&sorted, 0.5),
         failover_max_ms: sorted.last().copied().unwrap_or(0.0),
         failover_ms: failover,
+        waiting_per_kill: opts.waiting,
         redis_cost,
     })
 }
@@ -417,12 +440,12 @@ async fn load(
 
 /// Waits until the lease names a node other than `not` (any node for `None`); its id.
 async fn wait_for_owner(
-    redis: &RedisServer,
+    url: &str,
     not: Option<&str>,
     within: Duration,
 ) -> Result<String, ToolError> {
     let run = |e: redis::RedisError| ToolError::Run(format!("redis: {e}"));
-    let client = redis::Client::open(redis.url()).map_err(run)?;
+    let client = redis::Client::open(url).map_err(run)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
@@ -444,6 +467,34 @@ async fn wait_for_owner(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Enters `n` solo 1v1 tickets through `addr`, 64 at a time.
+async fn enter_waiting(addr: &str, round: usize, n: usize) -> Result<(), ToolError> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+        .connect()
+        .await?;
+    for start in (0..n).step_by(64) {
+        let calls: Vec<_> = (start..(start + 64).min(n))
+            .map(|j| {
+                let mut client =
+                    proto::client_service_client::ClientServiceClient::new(channel.clone());
+                async move {
+                    client
+                        .enter_queue(proto::EnterQueueRequest {
+                            queue: "1v1".into(),
+                            player_ids: vec![format!("waiting-{round}-{j}")],
+                            ..Default::default()
+                        })
+                        .await
+                }
+            })
+            .collect();
+        for call in calls {
+            call.await?;
+        }
+    }
+    Ok(())
 }
 
 /// Waits until `GetQueueStats` through `addr` answers OK.
