@@ -31,39 +31,7 @@ const KILL_AFTER_ACKS: usize = 3;
 /// Background EnterQueue calls per round, at most (they stop when the server dies).
 const NOISE_CALLS: usize = 5_000;
 
-/// Ratings equal bit for bit: records are read back from disk exactly (serde_json with
-/// `float_roundtrip`), so a replay must reproduce the same numbers.
-fn close(a: f64, b: f64) -> bool {
-    a.to_bits() == b.to_bits()
-}
-
-fn same_skill(a: &Skill, b: &Skill) -> bool {
-    close(a.mean, b.mean) && close(a.deviation, b.deviation) && close(a.volatility, b.volatility)
-}
-
-fn same_changes(a: &[proto::PlayerChange], b: &[proto::PlayerChange]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.player_id == y.player_id
-                && x.rank_points_before == y.rank_points_before
-                && x.rank_points_after == y.rank_points_after
-                && [(&x.before, &y.before), (&x.after, &y.after)]
-                    .iter()
-                    .all(|(r, s)| match (r, s) {
-                        (Some(r), Some(s)) => same_skill(&skill(r), &skill(s)),
-                        (None, None) => true,
-                        _ => false,
-                    })
-        })
-}
-
-fn skill(r: &proto::Rating) -> Skill {
-    Skill {
-        mean: r.mean,
-        deviation: r.deviation,
-        volatility: r.volatility,
-    }
-}
+use common::{same_changes, same_skill, skill};
 
 /// A result known to be applied: its match and placements.
 struct Applied {

@@ -47,19 +47,7 @@ fn config_with_lease(
 
 /// Starts node `name` of the cluster.
 fn node(config: &Path, name: &str) -> ServerProcess {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-    command
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(config)
-        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
-    ServerProcess::spawn(command)
+    common::cluster_node(config, name, None)
 }
 
 fn redis() -> RedisServer {
@@ -292,20 +280,11 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
     );
     // "match formed" is a debug line of the optimizer's tick.
     let debug_ticks = |name: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-        command
-            .args([
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--metrics-addr",
-                "",
-                "--config",
-            ])
-            .arg(&config)
-            .env("MATCHMAKER_CLUSTER__NODE_ID", name)
-            .env("RUST_LOG", "info,matchmaker::matchmaker::tick=debug");
-        ServerProcess::spawn(command)
+        common::cluster_node(
+            &config,
+            name,
+            Some("info,matchmaker::matchmaker::tick=debug"),
+        )
     };
     let a = debug_ticks("a");
     let a_channel = a.channel().await;

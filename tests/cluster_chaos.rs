@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::ServerProcess;
+use common::{ServerProcess, same_changes, same_skill, skill};
 use matchmaker::config::Config;
 use matchmaker::proto;
 use matchmaker::proto::client_service_client::ClientServiceClient;
@@ -29,33 +29,6 @@ use tonic::transport::Channel;
 const PLAYERS: usize = 12;
 /// Kill once this many results of the round are acknowledged (the rest are in flight).
 const KILL_AFTER_ACKS: usize = 2;
-
-fn same_skill(a: &Skill, b: &Skill) -> bool {
-    a.mean.to_bits() == b.mean.to_bits()
-        && a.deviation.to_bits() == b.deviation.to_bits()
-        && a.volatility.to_bits() == b.volatility.to_bits()
-}
-
-fn skill(r: &proto::Rating) -> Skill {
-    Skill {
-        mean: r.mean,
-        deviation: r.deviation,
-        volatility: r.volatility,
-    }
-}
-
-fn same_changes(a: &[proto::PlayerChange], b: &[proto::PlayerChange]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.player_id == y.player_id
-                && x.rank_points_after == y.rank_points_after
-                && match (&x.after, &y.after) {
-                    (Some(r), Some(s)) => same_skill(&skill(r), &skill(s)),
-                    (None, None) => true,
-                    _ => false,
-                }
-        })
-}
 
 fn config(dir: &Path, redis: &RedisServer) -> std::path::PathBuf {
     let path = dir.join("chaos.toml");
@@ -74,19 +47,7 @@ fn config(dir: &Path, redis: &RedisServer) -> std::path::PathBuf {
 }
 
 fn node(config: &Path, name: &str) -> ServerProcess {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-    command
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(config)
-        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
-    ServerProcess::spawn(command)
+    common::cluster_node(config, name, None)
 }
 
 /// A result known to be applied: its players (one per team) and placements.

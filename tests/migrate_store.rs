@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::{ServerProcess, TestServer};
+use common::TestServer;
 use matchmaker::config::Config;
 use matchmaker::proto;
 use matchmaker::proto::client_service_client::ClientServiceClient;
@@ -214,18 +214,7 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         ),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-    command
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(&cluster);
-    let node = ServerProcess::spawn(command);
+    let node = common::cluster_node(&cluster, "after-migration", None);
     let ch = node.channel().await;
     for ((player, queue), was) in &before {
         let now = common::poll_until(&format!("{player} served"), || {

@@ -390,3 +390,58 @@ pub fn resource_exhausted(report: &matchmaker::tools::loadgen::Report) -> u64 {
         .map(|p| p.error_codes.get("ResourceExhausted").copied().unwrap_or(0))
         .sum()
 }
+
+/// Starts `matchmaker serve` as cluster node `name` on `config` (a file naming the Redis), at
+/// log level `rust_log` (`info` by default); returns once it logged its address.
+pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>) -> ServerProcess {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(config)
+        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+    if let Some(level) = rust_log {
+        command.env("RUST_LOG", level);
+    }
+    ServerProcess::spawn(command)
+}
+
+/// Skills equal bit for bit: records are read back exactly (serde_json with `float_roundtrip`),
+/// so a replay must reproduce the same numbers.
+pub fn same_skill(a: &matchmaker::rating::Skill, b: &matchmaker::rating::Skill) -> bool {
+    a.mean.to_bits() == b.mean.to_bits()
+        && a.deviation.to_bits() == b.deviation.to_bits()
+        && a.volatility.to_bits() == b.volatility.to_bits()
+}
+
+/// A proto rating as a skill.
+pub fn skill(r: &proto::Rating) -> matchmaker::rating::Skill {
+    matchmaker::rating::Skill {
+        mean: r.mean,
+        deviation: r.deviation,
+        volatility: r.volatility,
+    }
+}
+
+/// Two acknowledgements' changes are the same, bit for bit.
+pub fn same_changes(a: &[proto::PlayerChange], b: &[proto::PlayerChange]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.player_id == y.player_id
+                && x.rank_points_before == y.rank_points_before
+                && x.rank_points_after == y.rank_points_after
+                && [(&x.before, &y.before), (&x.after, &y.after)]
+                    .iter()
+                    .all(|(r, s)| match (r, s) {
+                        (Some(r), Some(s)) => same_skill(&skill(r), &skill(s)),
+                        (None, None) => true,
+                        _ => false,
+                    })
+        })
+}
