@@ -76,7 +76,8 @@ struct Inner {
     turn: std::sync::atomic::AtomicUsize,
     /// How long a call may wait for an owner.
     patience: Duration,
-    /// Largest request body kept for sending again.
+    /// Largest request message (`server.max_message_bytes`): the engine would refuse a larger
+    /// one anyway.
     max_body: usize,
 }
 
@@ -166,7 +167,7 @@ impl Inner {
         }
         let bytes = match collect(body, self.max_body).await {
             Ok(b) => b,
-            Err(message) => return status(tonic::Code::InvalidArgument, &message, false),
+            Err(message) => return status(tonic::Code::ResourceExhausted, &message, false),
         };
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
@@ -459,13 +460,13 @@ async fn send(
     }
 }
 
-/// The request body, at most `limit` bytes.
+/// The request body: one gRPC message of at most `limit` bytes and its 5-byte prefix.
 async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
-    http_body_util::Limited::new(body, limit)
+    http_body_util::Limited::new(body, limit.saturating_add(5))
         .collect()
         .await
         .map(|c| c.to_bytes())
-        .map_err(|e| format!("request body: {e}"))
+        .map_err(|e| format!("request message larger than server.max_message_bytes ({limit}): {e}"))
 }
 
 /// The caller's `grpc-timeout`, if it sent one.
@@ -554,6 +555,14 @@ mod tests {
         assert!(!f.at_boundary());
         f.feed(&[2]);
         assert!(f.at_boundary());
+    }
+
+    #[tokio::test]
+    async fn a_request_up_to_the_message_limit_is_kept_and_a_larger_one_refused() {
+        let body = |n: usize| Body::new(http_body_util::Full::new(Bytes::from(vec![0u8; n])));
+        assert_eq!(collect(body(105), 100).await.unwrap().len(), 105);
+        let refused = collect(body(106), 100).await.unwrap_err();
+        assert!(refused.contains("max_message_bytes (100)"), "{refused}");
     }
 
     #[tokio::test]
