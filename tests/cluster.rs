@@ -396,3 +396,30 @@ async fn more_streams_than_one_connection_carries_pass_through_a_forwarding_node
     }
     assert_eq!(streams.len(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_generator_spreads_over_every_node_without_errors() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let nodes: Vec<ServerProcess> = ["l1", "l2"].iter().map(|n| node(&config, n)).collect();
+    ready(&nodes[0].channel().await).await;
+    let addrs = format!("{},{}", nodes[0].addr, nodes[1].addr);
+    let report = matchmaker::tools::loadgen::run(matchmaker::tools::loadgen::Options {
+        seconds: 1.0,
+        rounds: 1,
+        concurrency: 8,
+        ..matchmaker::tools::loadgen::Options::new(
+            addrs,
+            matchmaker::tools::loadgen::Rpc::EnterQueue,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert!(report.rps > 0.0, "{report:?}");
+    assert!(
+        report.matches_served > 0,
+        "game servers on both nodes took matches: {report:?}"
+    );
+}
