@@ -423,3 +423,57 @@ async fn the_load_generator_spreads_over_every_node_without_errors() {
         "game servers on both nodes took matches: {report:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_backs_the_nodes_the_same_way() {
+    let redis = matchmaker::store::RedisCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    // Each node is pointed at a different primary: at most one of them owns the slot of the
+    // `{mm}` keys, so the others must follow the cluster's redirections.
+    let nodes: Vec<ServerProcess> = (0..2)
+        .map(|i| {
+            let path = dir.path().join(format!("node{i}.toml"));
+            std::fs::write(
+                &path,
+                format!(
+                    "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n",
+                    redis.url(i)
+                ),
+            )
+            .unwrap();
+            node(&path, &format!("c{i}"))
+        })
+        .collect();
+    let first = nodes[0].channel().await;
+    let second = nodes[1].channel().await;
+    ready(&second).await;
+    let mut gs = GameServerServiceClient::new(second.clone());
+    let mut offers = common::serve(&mut gs, "gs-c:7777").await;
+    common::enter(
+        &mut ClientServiceClient::new(first.clone()),
+        "1v1",
+        &["ann"],
+    )
+    .await;
+    common::enter(
+        &mut ClientServiceClient::new(second.clone()),
+        "1v1",
+        &["ben"],
+    )
+    .await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(players_of(&m), BTreeSet::from(["ann".into(), "ben".into()]));
+    let ack = GameServerServiceClient::new(first.clone())
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: common::placements_with_winner(&m, "ann"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+    let (a, b) = (rating(&first, "ann").await, rating(&second, "ann").await);
+    assert_eq!((a.games, a.wins), (1, 1));
+    assert_eq!(a.rating, b.rating);
+}

@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::store::RedisConn;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 /// The lease key. The hash tag keeps every cluster key in one slot (Redis Cluster).
 pub const LEASE_KEY: &str = "{mm}:lease";
@@ -93,12 +93,12 @@ impl From<redis::RedisError> for LeaseError {
 /// The lease operations on one connection.
 #[derive(Clone)]
 pub struct LeaseClient {
-    conn: ConnectionManager,
+    conn: RedisConn,
     lease: Duration,
 }
 
 impl LeaseClient {
-    pub fn new(conn: ConnectionManager, lease: Duration) -> Self {
+    pub fn new(conn: RedisConn, lease: Duration) -> Self {
         Self { conn, lease }
     }
 

@@ -44,10 +44,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     info!(redis = %url, durability = ?durability, "cluster store checked");
-    let client =
-        redis::Client::open(cluster.redis_url.as_str()).map_err(|e| redis_error(e.to_string()))?;
-    let conn = client
-        .get_connection_manager()
+    let conn = crate::store::RedisConn::connect(&cluster.redis_url)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let listener = TcpListener::bind(&config.server.addr)

@@ -31,7 +31,9 @@ use serde::{Deserialize, Serialize};
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committer};
 pub use memory::MemoryStore;
-pub use redis_store::{Durability, RedisOptions, RedisServer, RedisStore, check_durability};
+pub use redis_store::{
+    Durability, RedisCluster, RedisConn, RedisOptions, RedisServer, RedisStore, check_durability,
+};
 
 use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;

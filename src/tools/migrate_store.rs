@@ -154,9 +154,7 @@ pub async fn migrate(
     let config = crate::config::Config::from_toml_str("")
         .map_err(|e| redis_error(format!("default config: {e}")))?;
     let source = crate::store::open(from, &config.store)?;
-    let client = ::redis::Client::open(to).map_err(|e| redis_error(e.to_string()))?;
-    let conn = client
-        .get_connection_manager()
+    let conn = crate::store::RedisConn::connect(to)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let lease = LeaseClient::new(conn, LEASE);

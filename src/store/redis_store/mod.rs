@@ -21,6 +21,7 @@
 //! records), so the `players` hash is always current and snapshots rewrite nothing that did not
 //! change since the last write.
 
+mod conn;
 mod server;
 
 use std::collections::BTreeMap;
@@ -29,9 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use ::redis::Script;
-use ::redis::aio::MultiplexedConnection;
 
-pub use server::RedisServer;
+pub use conn::RedisConn;
+pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
 use super::{
@@ -139,7 +140,7 @@ pub struct RedisStore {
     token: u64,
     options: RedisOptions,
     mirror: MemoryStore,
-    conn: MultiplexedConnection,
+    conn: RedisConn,
     pending: Mutex<Pending>,
     /// Batches known durable (a prefix of `queued`).
     flushed: AtomicU64,
@@ -177,11 +178,14 @@ impl RedisStore {
     /// Connects to `url` and loads everything into the mirror; writes will carry `token`.
     pub async fn open(url: &str, token: u64, options: &RedisOptions) -> Result<Self, StoreError> {
         let err = redis_error(url);
-        let client = ::redis::Client::open(url).map_err(&err)?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(&err)?;
+        let mut conn = RedisConn::connect(url).await.map_err(&err)?;
+        if conn.is_cluster() && options.wait_replicas > 0 {
+            return Err(StoreError::Redis(format!(
+                "{}: [cluster] wait_replicas is not supported on a Redis Cluster (WAIT is per \
+                 primary); rely on the cluster's replicas and appendfsync instead",
+                redact(url)
+            )));
+        }
         let lease: Option<String> = ::redis::cmd("GET")
             .arg(LEASE)
             .query_async(&mut conn)
@@ -391,7 +395,7 @@ impl Drop for Flight<'_> {
 /// Everything read from Redis at open: each hash's fields and values.
 type Loaded = BTreeMap<&'static str, Fields>;
 
-async fn load_all(conn: &mut MultiplexedConnection, url: &str) -> Result<Loaded, StoreError> {
+async fn load_all(conn: &mut RedisConn, url: &str) -> Result<Loaded, StoreError> {
     let mut loaded = Loaded::new();
     for (_, name) in HASHES {
         let mut cursor: u64 = 0;

@@ -15,6 +15,8 @@ pub struct RedisServer {
     binary: PathBuf,
     port: u16,
     dir: PathBuf,
+    /// Extra command-line arguments (cluster mode).
+    extra: Vec<String>,
 }
 
 /// Why a server could not start.
@@ -41,6 +43,10 @@ fn find_binary() -> Option<PathBuf> {
 impl RedisServer {
     /// Starts a server on a free loopback port in a new temporary directory.
     pub fn start() -> Result<Self, RedisServerError> {
+        Self::start_with(Vec::new())
+    }
+
+    fn start_with(extra: Vec<String>) -> Result<Self, RedisServerError> {
         let binary = find_binary().ok_or(RedisServerError::Missing)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -55,6 +61,7 @@ impl RedisServer {
             binary,
             port,
             dir,
+            extra,
         };
         server.spawn()?;
         Ok(server)
@@ -79,6 +86,7 @@ impl RedisServer {
                 "--logfile",
                 "",
             ])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -131,5 +139,85 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three primaries on loopback, each owning a third of the slots; killed
+/// when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, assigns the slots and joins them, and returns once
+    /// every node reports `cluster_state:ok`.
+    pub fn start() -> Result<Self, RedisServerError> {
+        const SLOTS: u16 = 16384;
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(RedisServer::start_with(
+                [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ]
+                .iter()
+                .map(|a| (*a).to_string())
+                .collect(),
+            )?);
+        }
+        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("cluster: {e}"));
+        let per_node = SLOTS / 3 + 1;
+        for (i, node) in nodes.iter().enumerate() {
+            let mut conn = ::redis::Client::open(node.url())
+                .and_then(|c| c.get_connection())
+                .map_err(fail)?;
+            let first = i as u16 * per_node;
+            let last = ((i as u16 + 1) * per_node - 1).min(SLOTS - 1);
+            let () = ::redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(first)
+                .arg(last)
+                .query(&mut conn)
+                .map_err(fail)?;
+            if i > 0 {
+                let mut first_node = ::redis::Client::open(nodes[0].url())
+                    .and_then(|c| c.get_connection())
+                    .map_err(fail)?;
+                let () = ::redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(node.port)
+                    .query(&mut first_node)
+                    .map_err(fail)?;
+            }
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        for node in &nodes {
+            loop {
+                let info: Result<String, _> = ::redis::Client::open(node.url())
+                    .and_then(|c| c.get_connection())
+                    .and_then(|mut c| ::redis::cmd("CLUSTER").arg("INFO").query(&mut c));
+                if info
+                    .as_deref()
+                    .is_ok_and(|i| i.contains("cluster_state:ok"))
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(RedisServerError::Start(format!(
+                        "the cluster did not form within {START_TIMEOUT:?}: {info:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(Self { nodes })
+    }
+
+    /// The URL of node `i` (any node reaches the whole cluster).
+    pub fn url(&self, i: usize) -> String {
+        self.nodes[i % self.nodes.len()].url()
     }
 }
