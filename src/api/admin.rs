@@ -268,6 +268,7 @@ impl AdminService for Admin {
                 backfill_requests_expired: s.backfill_requests_expired,
                 backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
                 backfill_fill_p95_seconds: s.backfill_fill_p95_seconds,
+                waiting_by_value: Vec::new(),
             })
             .collect();
         Ok(Response::new(proto::QueueStats { queues }))

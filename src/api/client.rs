@@ -165,6 +165,12 @@ impl ClientService for Client {
                 .into());
             }
         }
+        let (attributes, avoid) = convert::ticket_rules(
+            &req.attributes,
+            &req.avoid_player_ids,
+            &q.matching.rules,
+            &players,
+        )?;
 
         // Room in the loop's queue first, so a full queue rejects before any state changes.
         let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
@@ -218,6 +224,8 @@ impl ClientService for Client {
                 entered_at: now,
                 region_latency_ms,
                 roles,
+                attributes,
+                avoid,
             },
         });
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");

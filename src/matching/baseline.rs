@@ -61,6 +61,8 @@ pub fn bench_pool(shape: Shape, config: &MatchingConfig, tickets: usize, seed: u
             entered_at,
             region_latency_ms: Vec::new(),
             roles: Vec::new(),
+            attributes: Default::default(),
+            avoid: Vec::new(),
         };
         // Ids are unique and values finite, so insertion cannot fail.
         let _ = pool.insert(ticket);

@@ -84,6 +84,7 @@ impl Loop {
                         .collect(),
                     backfill: Vec::new(),
                     left: Vec::new(),
+                    attributes: Default::default(),
                 };
                 debug!(match_id = %assignment.match_id, quality = formed.quality, "match formed");
                 let roles = if q.pool.config().roles.is_empty() {

@@ -166,6 +166,7 @@ impl State {
                 parties: m.parties.clone(),
                 backfill: m.backfill.clone(),
                 left: m.left.clone(),
+                attributes: Default::default(),
             });
             let slot = Arc::new(MatchSlot {
                 id: m.match_id.clone(),
