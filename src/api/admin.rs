@@ -248,6 +248,15 @@ impl AdminService for Admin {
             .filter(|s| req.queue.is_empty() || s.queue == req.queue)
             .map(|s| proto::QueueStat {
                 accept_rate: s.accept_rate(),
+                waiting_by_value: s
+                    .waiting_by_value
+                    .iter()
+                    .map(|(attribute, value, tickets)| proto::WaitingByValue {
+                        attribute: attribute.clone(),
+                        value: value.clone(),
+                        tickets: *tickets,
+                    })
+                    .collect(),
                 queue: s.queue,
                 tickets_waiting: s.tickets_waiting,
                 players_waiting: s.players_waiting,
@@ -268,7 +277,6 @@ impl AdminService for Admin {
                 backfill_requests_expired: s.backfill_requests_expired,
                 backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
                 backfill_fill_p95_seconds: s.backfill_fill_p95_seconds,
-                waiting_by_value: Vec::new(),
             })
             .collect();
         Ok(Response::new(proto::QueueStats { queues }))

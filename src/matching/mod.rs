@@ -49,6 +49,9 @@ mod one_v_one;
 mod pool;
 #[cfg(test)]
 mod properties;
+mod rule_index;
+#[cfg(test)]
+mod rule_properties;
 pub mod rules;
 mod system_model;
 mod teams;
@@ -59,6 +62,7 @@ pub use backfill::{BackfillConfig, Fill, OpenMatch};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub(crate) use pool::choose;
 pub use pool::{InsertError, Pool, PoolStats};
+pub use rule_index::{Member, Seated, holds, match_attributes};
 pub use rules::{AttributeValue, Attributes, MatchRule, RuleKind, RuleScope};
 pub use system_model::SystemModel;
 /// A fast hasher for maps keyed by server-minted ids (tickets, matches): no HashDoS concern,
@@ -275,6 +279,8 @@ pub struct FormedMatch {
     /// The chosen region (lowest worst-case latency among the regions every ticket accepts),
     /// if the queue has regions.
     pub region: Option<String>,
+    /// The values the match was formed under ([`match_attributes`]); empty without rules.
+    pub attributes: Attributes,
 }
 
 /// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like
