@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::AuthConfig;
 use crate::limits::RateLimitConfig;
-use crate::matching::{BackfillConfig, MatchingConfig, Shape};
+use crate::matching::{BackfillConfig, MatchRule, MatchingConfig, Shape};
 use crate::ranking::{RankingConfig, RankingKind};
 
 use crate::rating::SystemConfig;
@@ -183,6 +183,11 @@ pub struct QueueConfig {
     pub rating: SystemConfig,
     #[serde(default)]
     pub matching: MatchingConfig,
+    /// `[[queues.NAME.rules]]`: what every match of the queue must satisfy beyond skill (game
+    /// mode, maps, crossplay, avoid-lists); see `docs/rules.md`. Copied into `matching.rules`
+    /// at load.
+    #[serde(default)]
+    pub rules: Vec<MatchRule>,
     /// Ready-check: seconds every MATCHED ticket has to `AcceptMatch` before the
     /// match goes to a game server; 0 (the default) turns it off.
     #[serde(default)]
@@ -289,6 +294,9 @@ impl Config {
         }
         if let Some(dir) = &overrides.data_dir {
             config.server.data_dir = dir.clone();
+        }
+        for q in config.queues.values_mut() {
+            q.matching.rules = q.rules.clone();
         }
         for (name, q) in &mut config.queues {
             // The queue-level key is the one users set; the matcher reads its own copy.
@@ -529,6 +537,8 @@ impl Config {
                 ));
             }
             q.rating.validate().map_err(|e| e.under(&key("rating")))?;
+            crate::matching::rules::validate_rules(&q.rules, q.shape())
+                .map_err(|e| e.under(&format!("queues.{name}")))?;
             q.matching
                 .validate(q.shape())
                 .map_err(|e| e.under(&key("matching")))?;
@@ -636,6 +646,26 @@ mod tests {
     }
 
     #[test]
+    fn queue_rules_reach_the_matcher_config() {
+        let c = Config::from_toml_str(
+            "[[queues.5v5.rules]]\nkind = \"equal\"\nattribute = \"mode\"\n\
+             [[queues.5v5.rules]]\nkind = \"avoid\"\n",
+        )
+        .unwrap();
+        let rules = &c.queues["5v5"].matching.rules;
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0].attribute, "mode");
+        assert!(c.queues["1v1"].matching.rules.is_empty());
+        // The rules live beside `[queues.NAME.matching]`, never inside it.
+        assert!(
+            Config::from_toml_str(
+                "[[queues.5v5.matching.rules]]\nkind = \"equal\"\nattribute = \"m\"\n"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn a_nested_rule_names_the_whole_key_path() {
         let field = |user: &str| match Config::from_toml_str(user).unwrap_err() {
             ConfigError::Invalid(e) => e.field,
@@ -652,6 +682,17 @@ mod tests {
         assert_eq!(
             field("[queues.5v5.backfill]\ntimeout_seconds = 0.0\n"),
             "queues.5v5.backfill.timeout_seconds"
+        );
+        assert_eq!(
+            field("[[queues.5v5.rules]]\nkind = \"equal\"\nattribute = \"\"\n"),
+            "queues.5v5.rules[0].attribute"
+        );
+        assert_eq!(
+            field(
+                "[[queues.5v5.rules]]\nkind = \"avoid\"\n[[queues.5v5.rules]]\n\
+                 kind = \"difference\"\nattribute = \"level\"\n"
+            ),
+            "queues.5v5.rules[1].max"
         );
         assert_eq!(
             field("[auth]\nenabled = true\njwt_secret = \"short\"\n"),

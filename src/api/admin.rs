@@ -248,6 +248,15 @@ impl AdminService for Admin {
             .filter(|s| req.queue.is_empty() || s.queue == req.queue)
             .map(|s| proto::QueueStat {
                 accept_rate: s.accept_rate(),
+                waiting_by_value: s
+                    .waiting_by_value
+                    .iter()
+                    .map(|(attribute, value, tickets)| proto::WaitingByValue {
+                        attribute: attribute.clone(),
+                        value: value.clone(),
+                        tickets: *tickets,
+                    })
+                    .collect(),
                 queue: s.queue,
                 tickets_waiting: s.tickets_waiting,
                 players_waiting: s.players_waiting,

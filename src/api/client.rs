@@ -165,6 +165,12 @@ impl ClientService for Client {
                 .into());
             }
         }
+        let (attributes, avoid) = convert::ticket_rules(
+            &req.attributes,
+            &req.avoid_player_ids,
+            &q.matching.rules,
+            &players,
+        )?;
 
         // Room in the loop's queue first, so a full queue rejects before any state changes.
         let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
@@ -215,6 +221,8 @@ impl ClientService for Client {
             entered_at: now,
             region_latency_ms,
             roles,
+            attributes,
+            avoid,
         };
         // A cluster store keeps waiting tickets: answer only once this one is durable.
         self.state.persist_ticket(&slot, &entry, now).await?;

@@ -1,6 +1,7 @@
 //! Proto ↔ domain conversions and input validation shared by the services.
 
 use crate::ids::PlayerId;
+use crate::matching::rules::{self, AttributeValue, Attributes, MatchRule};
 use crate::proto;
 use crate::ranking::Tier;
 use crate::ranking::season::SeasonState;
@@ -62,6 +63,72 @@ pub fn player_ids(field: &str, ids: &[String]) -> Result<Vec<PlayerId>, Rejectio
     Ok(out)
 }
 
+/// A ticket's `attributes` and `avoid_player_ids`, validated into domain values and admitted to
+/// a queue with `rules` (see [`rules::admit`]): every error names the key
+/// (`attributes["maps"]`, `avoid_player_ids[3]`).
+pub fn ticket_rules(
+    attributes: &std::collections::HashMap<String, proto::AttributeValue>,
+    avoid_player_ids: &[String],
+    queue_rules: &[MatchRule],
+    players: &[PlayerId],
+) -> Result<(Attributes, Vec<PlayerId>), Rejection> {
+    if attributes.len() > rules::MAX_ATTRIBUTES {
+        return Err(Rejection::invalid(
+            "attributes",
+            format!(
+                "at most {} attributes (got {})",
+                rules::MAX_ATTRIBUTES,
+                attributes.len()
+            ),
+        ));
+    }
+    let mut out = Attributes::new();
+    for (key, value) in attributes {
+        let value = match &value.value {
+            Some(proto::attribute_value::Value::Text(t)) => AttributeValue::Text(t.clone()),
+            Some(proto::attribute_value::Value::Number(x)) => AttributeValue::Number(*x),
+            Some(proto::attribute_value::Value::Tags(list)) => {
+                AttributeValue::Tags(list.values.clone())
+            }
+            None => {
+                return Err(Rejection::invalid(
+                    format!("attributes[{key:?}]"),
+                    "must set text, number or tags",
+                ));
+            }
+        };
+        out.insert(key.clone(), value);
+    }
+    rules::normalize_attributes(&mut out)?;
+    if avoid_player_ids.len() > rules::MAX_AVOID {
+        return Err(Rejection::invalid(
+            "avoid_player_ids",
+            format!(
+                "at most {} players (got {})",
+                rules::MAX_AVOID,
+                avoid_player_ids.len()
+            ),
+        ));
+    }
+    let avoid = player_ids("avoid_player_ids", avoid_player_ids)?;
+    rules::admit(queue_rules, &mut out, &avoid, players)?;
+    Ok((out, avoid))
+}
+
+/// A domain attribute value on the wire.
+pub fn attribute(value: &AttributeValue) -> proto::AttributeValue {
+    use proto::attribute_value::Value;
+    proto::AttributeValue {
+        value: Some(match value {
+            AttributeValue::Text(t) => Value::Text(t.clone()),
+            AttributeValue::Number(x) => Value::Number(*x),
+            AttributeValue::Tags(tags) => Value::Tags(proto::StringList {
+                values: tags.clone(),
+            }),
+        }),
+    }
+}
+
 /// A domain ticket state on the wire.
 pub fn ticket_state(s: TicketState) -> proto::TicketState {
     match s {
@@ -99,6 +166,11 @@ pub fn assignment(a: &Assignment) -> proto::MatchAssignment {
             })
             .collect(),
         left_player_ids: a.left.iter().map(ToString::to_string).collect(),
+        attributes: a
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), attribute(v)))
+            .collect(),
     }
 }
 
@@ -186,6 +258,53 @@ mod tests {
             id_at("player_ids", 0, &long).unwrap_err().to_string(),
             format!("player_ids[0]: must be at most {MAX_ID_LEN} bytes (got 129)")
         );
+    }
+
+    fn text(t: &str) -> proto::AttributeValue {
+        proto::AttributeValue {
+            value: Some(proto::attribute_value::Value::Text(t.into())),
+        }
+    }
+
+    #[test]
+    fn bad_attributes_and_avoid_lists_name_the_key() {
+        use crate::matching::RuleKind;
+        let rules = vec![
+            MatchRule::new(RuleKind::Equal, "mode"),
+            MatchRule::new(RuleKind::Avoid, ""),
+        ];
+        let me = [PlayerId::new("me")];
+        let ok: std::collections::HashMap<String, proto::AttributeValue> =
+            [("mode".to_string(), text("ranked"))].into();
+        let (attrs, avoid) = ticket_rules(&ok, &["you".into()], &rules, &me).unwrap();
+        assert_eq!(attrs["mode"], AttributeValue::Text("ranked".into()));
+        assert_eq!(avoid, vec![PlayerId::new("you")]);
+        let nan = proto::AttributeValue {
+            value: Some(proto::attribute_value::Value::Number(f64::NAN)),
+        };
+        let unset = proto::AttributeValue { value: None };
+        let many: Vec<String> = (0..=rules::MAX_AVOID).map(|i| format!("p{i}")).collect();
+        for (attributes, avoid, field) in [
+            (vec![("mode", nan)], vec![], "attributes[\"mode\"]"),
+            (vec![("mode", unset)], vec![], "attributes[\"mode\"]"),
+            (vec![("mode", text("ranked"))], many, "avoid_player_ids"),
+            (
+                vec![("mode", text("ranked"))],
+                vec!["x".to_string(), "x".to_string()],
+                "avoid_player_ids[1]",
+            ),
+            (vec![("level", text("1"))], vec![], "attributes[\"mode\"]"),
+        ] {
+            let attributes = attributes
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            let err = ticket_rules(&attributes, &avoid, &rules, &me).unwrap_err();
+            match err {
+                Rejection::Invalid(e) => assert_eq!(e.field, field, "{e}"),
+                other => panic!("{other}"),
+            }
+        }
     }
 
     #[test]

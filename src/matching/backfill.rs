@@ -12,10 +12,14 @@
 //! target (at most [`NEAREST`]) are scored by the model with the team filled (slots still open
 //! counted at the target rating), and the best quality wins, the longest wait breaking ties.
 //! Slots nobody fits stay open for later ticks.
+//!
+//! Match rules hold as for a new match: a newcomer must satisfy every rule with the tickets
+//! already seated ([`OpenMatch::seated`]); when those are unknown (a match restored after a
+//! restart) a queue with rules fills nothing rather than guess.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Pool, RoleRequirement, Ticket, WinModel, quality_of};
+use super::{Member, Pool, RoleRequirement, Seated, Ticket, WinModel, quality_of};
 use crate::ids::TicketId;
 use crate::rejection::FieldError;
 
@@ -80,6 +84,8 @@ pub struct OpenMatch {
     pub roles: Vec<Vec<Vec<String>>>,
     /// The match's region, when the queue has regions.
     pub region: Option<String>,
+    /// Per team, the tickets seated so far as the match rules see them; `None` when unknown.
+    pub seated: Option<Vec<Vec<Seated>>>,
 }
 
 /// One ticket chosen for one team, removed from the pool.
@@ -96,6 +102,12 @@ impl Pool {
     /// slots (or none) when no waiting ticket meets the rules.
     pub fn fill(&mut self, now: f64, open: &OpenMatch, model: &dyn WinModel) -> Vec<Fill> {
         let config = self.config().clone();
+        let ruled = !config.rules.is_empty();
+        let mut seated = open.seated.clone().unwrap_or_default();
+        if ruled && open.seated.is_none() {
+            return Vec::new();
+        }
+        seated.resize(open.teams.len(), Vec::new());
         // Eligible by region, sorted by rating.
         let mut cands: Vec<(f64, &Ticket)> = self
             .tickets()
@@ -146,6 +158,9 @@ impl Pool {
                 if !lim.starving && (cands[i].0 - target).abs() > lim.window {
                     return None;
                 }
+                if ruled && !self.rules_hold(&with_newcomer(&seated, k, t, now)) {
+                    return None;
+                }
                 let after = remaining[k] - t.size() as u32;
                 if !roles_reachable(&config.roles, &roles[k], &declared(t), after) {
                     return None;
@@ -170,6 +185,9 @@ impl Pool {
                     let t = cands[i].1;
                     teams[k].extend(t.member_ratings());
                     roles[k].extend(declared(t));
+                    if ruled {
+                        seated[k].push(Seated::of(t));
+                    }
                     remaining[k] -= t.size() as u32;
                     taken.push(i);
                     chosen.push((k, t.id.clone(), quality));
@@ -189,6 +207,21 @@ impl Pool {
             })
             .collect()
     }
+}
+
+/// The seated tickets as rule members, with `t` added to team `k`.
+fn with_newcomer<'a>(
+    seated: &'a [Vec<Seated>],
+    k: usize,
+    t: &'a Ticket,
+    now: f64,
+) -> Vec<Vec<Member<'a>>> {
+    let mut teams: Vec<Vec<Member<'a>>> = seated
+        .iter()
+        .map(|team| team.iter().map(Seated::member).collect())
+        .collect();
+    teams[k].push(Member::of(t, now));
+    teams
 }
 
 /// Per player of `t`, the roles it declared (a missing entry means any role).
@@ -353,7 +386,47 @@ mod tests {
             open: vec![1, 0],
             roles: Vec::new(),
             region: None,
+            seated: None,
         }
+    }
+
+    #[test]
+    fn a_newcomer_keeps_the_rules_with_the_seated_tickets() {
+        use crate::matching::{AttributeValue, MatchRule, RuleKind};
+        let rules = vec![
+            MatchRule::new(RuleKind::Equal, "mode"),
+            MatchRule::new(RuleKind::Avoid, ""),
+        ];
+        let mut p = pool(MatchingConfig { rules, ..config() });
+        let with_mode = |id: &str, r: f64, mode: &str| {
+            let mut t = ticket(id, &[r], 0.0);
+            t.attributes
+                .insert("mode".into(), AttributeValue::Text(mode.into()));
+            t
+        };
+        // The best-balancing ticket is casual; the next one avoids a seated player; the last
+        // is seated-avoided; only "ok" fits.
+        p.insert(with_mode("casual", 1600.0, "casual")).unwrap();
+        let mut avoider = with_mode("avoider", 1601.0, "ranked");
+        avoider.avoid = vec![crate::ids::PlayerId::new("s1.0")];
+        p.insert(avoider).unwrap();
+        p.insert(with_mode("avoided", 1602.0, "ranked")).unwrap();
+        p.insert(with_mode("ok", 1610.0, "ranked")).unwrap();
+        let mut seated = crate::matching::Seated::of(&with_mode("s1", 1500.0, "ranked"));
+        let other = crate::matching::Seated {
+            avoid: vec![crate::ids::PlayerId::new("avoided.0")],
+            ..crate::matching::Seated::of(&with_mode("s2", 1500.0, "ranked"))
+        };
+        let mut open = open_one_slot();
+        assert!(
+            p.fill(1.0, &open, &model()).is_empty(),
+            "seated tickets unknown"
+        );
+        seated.players = vec![crate::ids::PlayerId::new("s1.0")];
+        open.seated = Some(vec![vec![seated], vec![other]]);
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.id.as_str(), "ok");
     }
 
     #[test]

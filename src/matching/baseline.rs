@@ -61,6 +61,8 @@ pub fn bench_pool(shape: Shape, config: &MatchingConfig, tickets: usize, seed: u
             entered_at,
             region_latency_ms: Vec::new(),
             roles: Vec::new(),
+            attributes: Default::default(),
+            avoid: Vec::new(),
         };
         // Ids are unique and values finite, so insertion cannot fail.
         let _ = pool.insert(ticket);
@@ -71,7 +73,7 @@ pub fn bench_pool(shape: Shape, config: &MatchingConfig, tickets: usize, seed: u
 /// One tick of `pool` at `now` with the first-come baseline in place of the optimizer: the same
 /// expiry and match construction as [`Pool::tick`].
 pub fn fifo_tick(pool: &mut Pool, now: f64, model: &dyn WinModel) -> TickOutcome {
-    pool.tick_with(now, |cands, _, shape, slots| {
+    pool.tick_with(now, |cands, _, shape, slots, _| {
         fifo_select(cands, shape, slots, model)
     })
 }

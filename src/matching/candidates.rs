@@ -119,6 +119,18 @@ impl Chosen {
         self.rating_spread.push(spread);
     }
 
+    /// Appends the matches of `other`, whose candidate indices count from `offset` (a
+    /// partition's selection, made on a sub-slice of the candidates).
+    pub fn append(&mut self, other: Chosen, offset: usize) {
+        let base = self.members.len();
+        self.members
+            .extend(other.members.into_iter().map(|c| c + offset));
+        self.team_ends
+            .extend(other.team_ends.into_iter().map(|e| e + base));
+        self.win_probability.extend(other.win_probability);
+        self.rating_spread.extend(other.rating_spread);
+    }
+
     /// Candidate indices of team `k` of match `m`.
     pub fn team(&self, m: usize, k: usize) -> &[usize] {
         let t = m * self.teams + k;

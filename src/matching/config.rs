@@ -15,6 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Shape;
+use super::rules::MatchRule;
 use crate::rejection::FieldError;
 
 /// One step of the expansion schedule, like a FlexMatch expansion: from `after_seconds` of wait
@@ -85,6 +86,10 @@ pub struct MatchingConfig {
     /// 1v1 only: how many sorted neighbours ahead a ticket may be paired with (skipped tickets
     /// stay waiting). 1 = strict neighbours; larger finds better pairs at O(n · span) cost.
     pub pair_span: u32,
+    /// The queue's match rules. Written as `[[queues.NAME.rules]]` beside this table (the
+    /// config loader copies them here, so the matcher has one config), never inside it.
+    #[serde(skip)]
+    pub rules: Vec<MatchRule>,
 }
 
 impl Default for MatchingConfig {
@@ -191,6 +196,7 @@ impl MatchingConfig {
             roles: Vec::new(),
             max_party_size: None,
             pair_span: 4,
+            rules: Vec::new(),
         }
     }
 

@@ -49,6 +49,10 @@ mod one_v_one;
 mod pool;
 #[cfg(test)]
 mod properties;
+mod rule_index;
+#[cfg(test)]
+mod rule_properties;
+pub mod rules;
 mod system_model;
 mod teams;
 #[cfg(test)]
@@ -58,6 +62,8 @@ pub use backfill::{BackfillConfig, Fill, OpenMatch};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub(crate) use pool::choose;
 pub use pool::{InsertError, Pool, PoolStats};
+pub use rule_index::{Member, Seated, holds, match_attributes};
+pub use rules::{AttributeValue, Attributes, MatchRule, RuleKind, RuleScope};
 pub use system_model::SystemModel;
 /// A fast hasher for maps keyed by server-minted ids (tickets, matches): no HashDoS concern,
 /// since clients cannot choose the keys that are stored.
@@ -196,6 +202,11 @@ pub struct Ticket {
     pub region_latency_ms: Vec<(String, u32)>,
     /// Per player, the roles it can fill; an empty inner list means any role.
     pub roles: Vec<Vec<String>>,
+    /// The values the queue's match rules read ([`rules::admit`] keeps only those). A party's
+    /// attributes are its ticket's.
+    pub attributes: Attributes,
+    /// Players this ticket is never matched with or against (queues with an `avoid` rule).
+    pub avoid: Vec<PlayerId>,
 }
 
 impl Ticket {
@@ -268,6 +279,8 @@ pub struct FormedMatch {
     /// The chosen region (lowest worst-case latency among the regions every ticket accepts),
     /// if the queue has regions.
     pub region: Option<String>,
+    /// The values the match was formed under ([`match_attributes`]); empty without rules.
+    pub attributes: Attributes,
 }
 
 /// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like

@@ -17,17 +17,22 @@
 //! brute-force test checks exactly that. With per-ticket windows (different waits) it is exact
 //! over non-crossing pairings of span ≤ `pair_span`.
 //!
+//! Match rules: the pool runs this once per partition of `equal` values; a pair must also
+//! satisfy the `intersect`, `difference` and `avoid` rules (in the programme and in the
+//! starvation pass alike: starving lifts windows and floors, never a rule).
+//!
 //! Regions: one pass per region (most popular first) over the tickets accepting it, then a
 //! starvation pass that pairs each starving ticket (oldest first) with its nearest unmatched
 //! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
 
 use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
+use super::rule_index::Checker;
 use super::{WinModel, quality_of};
 
 /// Whether `a` and `b` may be paired (both accept the match).
-pub(crate) fn legal(a: &Cand, b: &Cand, model: &dyn WinModel) -> bool {
-    if a.regions & b.regions == 0 {
+pub(crate) fn legal(a: &Cand, b: &Cand, model: &dyn WinModel, rules: &Checker<'_>) -> bool {
+    if a.regions & b.regions == 0 || !rules.pair_ok(a, b) {
         return false;
     }
     if a.lim.starving || b.lim.starving {
@@ -73,13 +78,22 @@ pub(crate) fn select(
     config: &MatchingConfig,
     model: &dyn WinModel,
     slots: &Slots,
+    rules: &Checker<'_>,
 ) -> Chosen {
     let order: Vec<usize> = (0..cands.len()).collect();
     let mut matched = vec![false; cands.len()];
     let mut pairs = Vec::with_capacity(cands.len() / 2);
 
     if config.regions.is_empty() {
-        dp_pass(cands, &order, config, model, &mut matched, &mut pairs);
+        dp_pass(
+            cands,
+            &order,
+            config,
+            model,
+            rules,
+            &mut matched,
+            &mut pairs,
+        );
     } else {
         let mut popularity: Vec<(usize, usize)> = (0..config.regions.len())
             .map(|r| (cands.iter().filter(|c| c.regions >> r & 1 == 1).count(), r))
@@ -97,10 +111,10 @@ pub(crate) fn select(
                     .copied()
                     .filter(|&i| !matched[i] && cands[i].regions >> r & 1 == 1),
             );
-            dp_pass(cands, &sub, config, model, &mut matched, &mut pairs);
+            dp_pass(cands, &sub, config, model, rules, &mut matched, &mut pairs);
         }
     }
-    starvation_pass(cands, &order, &mut matched, &mut pairs);
+    starvation_pass(cands, &order, rules, &mut matched, &mut pairs);
 
     let mut scratch = Vec::new();
     let mut chosen = Chosen::with_capacity(2, pairs.len(), 2 * pairs.len());
@@ -126,6 +140,7 @@ pub(crate) fn dp_pass(
     order: &[usize],
     config: &MatchingConfig,
     model: &dyn WinModel,
+    rules: &Checker<'_>,
     matched: &mut [bool],
     pairs: &mut Vec<(usize, usize)>,
 ) {
@@ -158,7 +173,7 @@ pub(crate) fn dp_pass(
             // The value needs no model call; legality (which may) is checked only for a pair
             // that would improve on the best so far.
             let v = before + value_with(a, b, urgent[i], urgent[j]);
-            if v > top && legal(a, b, model) {
+            if v > top && legal(a, b, model, rules) {
                 top = v;
                 how = s as u8;
             }
@@ -182,10 +197,11 @@ pub(crate) fn dp_pass(
 }
 
 /// Pairs every starving unmatched ticket, oldest first, with its nearest unmatched
-/// region-compatible ticket in rating.
+/// region- and rule-compatible ticket in rating.
 fn starvation_pass(
     cands: &[Cand],
     order: &[usize],
+    rules: &Checker<'_>,
     matched: &mut [bool],
     pairs: &mut Vec<(usize, usize)>,
 ) {
@@ -215,12 +231,16 @@ fn starvation_pass(
             continue;
         }
         let me = &cands[rest[p]];
+        let fits = |q: usize| {
+            let other = &cands[rest[q]];
+            other.regions & me.regions != 0 && rules.pair_ok(me, other)
+        };
         let mut down = prev[p];
-        while down != usize::MAX && cands[rest[down]].regions & me.regions == 0 {
+        while down != usize::MAX && !fits(down) {
             down = prev[down];
         }
         let mut up = next[p];
-        while up < n && cands[rest[up]].regions & me.regions == 0 {
+        while up < n && !fits(up) {
             up = next[up];
         }
         let gap = |q: usize| (cands[rest[q]].key - me.key).abs();
@@ -251,6 +271,12 @@ mod tests {
 
     const MODEL: LogisticModel = LogisticModel { scale: 400.0 };
 
+    fn no_rules() -> Checker<'static> {
+        static NONE: std::sync::LazyLock<crate::matching::rule_index::RuleIndex> =
+            std::sync::LazyLock::new(Default::default);
+        Checker::new(&NONE, &[])
+    }
+
     fn cand(i: usize, key: f64, wait: f64, config: &MatchingConfig) -> Cand {
         Cand {
             slot: i as u32,
@@ -271,7 +297,7 @@ mod tests {
         used[first] = true;
         let mut best = brute(cands, used, config);
         for j in first + 1..cands.len() {
-            if !used[j] && legal(&cands[first], &cands[j], &MODEL) {
+            if !used[j] && legal(&cands[first], &cands[j], &MODEL, &no_rules()) {
                 used[j] = true;
                 let v = value(&cands[first], &cands[j], config.max_wait_seconds)
                     + brute(cands, used, config);
@@ -300,11 +326,11 @@ mod tests {
             order.sort_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
             let mut matched = vec![false; cands.len()];
             let mut pairs = Vec::new();
-            dp_pass(&cands, &order, &config, &MODEL, &mut matched, &mut pairs);
+            dp_pass(&cands, &order, &config, &MODEL, &no_rules(), &mut matched, &mut pairs);
             let got: f64 = pairs
                 .iter()
                 .map(|&(a, b)| {
-                    assert!(legal(&cands[a], &cands[b], &MODEL));
+                    assert!(legal(&cands[a], &cands[b], &MODEL, &no_rules()));
                     value(&cands[a], &cands[b], config.max_wait_seconds)
                 })
                 .sum();

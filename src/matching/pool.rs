@@ -16,6 +16,7 @@ use thiserror::Error;
 
 use super::candidates::{Cand, Chosen, Slot, Slots};
 use super::config::{Limits, MatchingConfig};
+use super::rule_index::{Checker, RuleIndex, match_attributes};
 use super::{
     FormedMatch, IdHash, Shape, Teams, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams,
 };
@@ -47,6 +48,9 @@ pub enum InsertError {
     /// A rating, deviation or `entered_at` is NaN or infinite, or a deviation is negative.
     #[error("ticket {0}: ratings and entered_at must be finite, deviations non-negative")]
     NotFinite(TicketId),
+    /// The attributes or avoid-list do not fit the queue's match rules.
+    #[error("ticket {0}: {1}")]
+    Rules(TicketId, crate::rejection::FieldError),
 }
 
 /// Sizes the shell reports as gauges (waiting tickets/players, longest wait).
@@ -91,6 +95,8 @@ pub struct Pool {
     latency: Vec<u32>,
     live: usize,
     players: usize,
+    /// The match rules and each slot's rule values.
+    rules: RuleIndex,
 }
 
 impl Pool {
@@ -99,6 +105,7 @@ impl Pool {
     #[must_use]
     pub fn new(shape: Shape, config: MatchingConfig) -> Pool {
         Pool {
+            rules: RuleIndex::new(&config.rules),
             shape,
             config,
             slots: Vec::new(),
@@ -125,7 +132,7 @@ impl Pool {
 
     /// Adds a waiting ticket in amortised O(1). Returns a `Result` (rather than nothing) so a
     /// duplicate or malformed ticket is refused as a value instead of corrupting the pool.
-    pub fn insert(&mut self, ticket: Ticket) -> Result<(), InsertError> {
+    pub fn insert(&mut self, mut ticket: Ticket) -> Result<(), InsertError> {
         let id = ticket.id.clone();
         if self.lookup(&id).is_some() {
             return Err(InsertError::Duplicate(id));
@@ -147,6 +154,15 @@ impl Pool {
             || !ticket.party_skill.iter().all(finite)
         {
             return Err(InsertError::NotFinite(id));
+        }
+        if !self.config.rules.is_empty() || !ticket.avoid.is_empty() {
+            super::rules::admit(
+                &self.config.rules,
+                &mut ticket.attributes,
+                &ticket.avoid,
+                &ticket.players,
+            )
+            .map_err(|e| InsertError::Rules(id.clone(), e))?;
         }
         let meta = Meta {
             key: ticket.rating(),
@@ -176,6 +192,7 @@ impl Pool {
             }
         }
         self.meta[slot] = meta;
+        self.rules.store(slot, &ticket);
         let s = &mut self.slots[slot];
         s.ticket = Some(Box::new(ticket));
         s.generation = s.generation.wrapping_add(1);
@@ -211,11 +228,15 @@ impl Pool {
         s.generation = s.generation.wrapping_add(1);
         self.free.push(slot);
         self.live -= 1;
+        self.rules.release(slot);
         Some(t)
     }
 
-    /// Drops stale index entries once they outnumber live ones (plus slack).
+    /// Drops stale index entries once they outnumber live ones (plus slack), and the rules'
+    /// value entries no waiting ticket holds.
     fn compact_index(&mut self) {
+        let slots = &self.slots;
+        self.rules.compact(|s| slots[s].occupied());
         if self.index.len() > 2 * self.live + STALE_SLACK {
             let slots = &self.slots;
             self.index.retain(|_, &mut (slot, g)| {
@@ -247,6 +268,20 @@ impl Pool {
     /// Iterates over the waiting tickets in no particular order.
     pub fn tickets(&self) -> impl Iterator<Item = &Ticket> {
         self.slots.iter().filter_map(Slot::ticket)
+    }
+
+    /// Waiting tickets per value of each `equal` rule's attribute: `(attribute, value,
+    /// tickets)`, sorted (empty without `equal` rules).
+    #[must_use]
+    pub fn waiting_by_value(&self) -> Vec<(String, String, u64)> {
+        self.rules.waiting_by_value()
+    }
+
+    /// Whether `teams` (tickets waiting `now`) satisfy the queue's match rules; backfill asks
+    /// it with a running match's tickets plus a newcomer.
+    #[must_use]
+    pub fn rules_hold(&self, teams: &[Vec<super::rule_index::Member<'_>>]) -> bool {
+        super::rule_index::holds(&self.config.rules, teams)
     }
 
     /// Gauges for the shell's metrics.
@@ -281,22 +316,39 @@ impl Pool {
     /// One optimizer pass at time `now`: removes expired tickets, then chooses a set of
     /// disjoint matches that is good as a whole and removes their tickets.
     pub fn tick(&mut self, now: f64, model: &dyn WinModel) -> TickOutcome {
-        self.tick_with(now, |cands, config, shape, slots| {
-            choose(cands, config, shape, model, slots)
+        self.tick_with(now, |cands, config, shape, slots, rules| {
+            choose(cands, config, shape, model, slots, rules)
         })
     }
 
     /// A tick with another selection strategy (the benchmark's FIFO baseline, or the optimizer
     /// wrapped in a timer), sharing expiry and match construction with [`Pool::tick`] so their
-    /// times compare fairly.
+    /// times compare fairly. With `equal` rules `select` runs once per partition (candidates
+    /// with the same classes, a contiguous range of the sorted candidates).
     pub(crate) fn tick_with(
         &mut self,
         now: f64,
-        select: impl FnOnce(&[Cand], &MatchingConfig, Shape, &Slots) -> Chosen,
+        mut select: impl FnMut(&[Cand], &MatchingConfig, Shape, &Slots, &Checker<'_>) -> Chosen,
     ) -> TickOutcome {
         let expired = self.expire(now);
-        let cands = self.candidates(now);
-        let chosen = select(&cands, &self.config, self.shape, &self.slots);
+        let (cands, ranges) = self.candidates(now);
+        let checker = Checker::new(&self.rules, &self.slots);
+        let mut chosen = Chosen::new(self.shape.teams as usize);
+        for range in ranges {
+            let start = range.start;
+            let part = select(
+                &cands[range],
+                &self.config,
+                self.shape,
+                &self.slots,
+                &checker,
+            );
+            if start == 0 && chosen.len() == 0 {
+                chosen = part;
+            } else {
+                chosen.append(part, start);
+            }
+        }
         self.finish(&cands, chosen, expired)
     }
 
@@ -362,6 +414,13 @@ impl Pool {
                 ends.push(tickets.len());
             }
             let win_probability = probabilities.next().unwrap_or_default();
+            let teams = Teams::take_from(&mut tickets, &ends);
+            let attributes = if self.config.rules.is_empty() {
+                super::Attributes::new()
+            } else {
+                let all: Vec<&Ticket> = teams.tickets().iter().map(|t| &**t).collect();
+                match_attributes(&self.config.rules, &all)
+            };
             out.matches.push(FormedMatch {
                 quality: quality_of(&win_probability),
                 win_probability,
@@ -371,7 +430,8 @@ impl Pool {
                 } else {
                     None
                 },
-                teams: Teams::take_from(&mut tickets, &ends),
+                teams,
+                attributes,
             });
         }
         out.waiting = self.len();
@@ -380,15 +440,30 @@ impl Pool {
 
     /// The waiting tickets as candidates, sorted by rating key (both optimizers work on the
     /// sorted order; sorting compact `(key, index)` pairs and gathering once keeps the rest of
-    /// the tick sequential in memory).
-    fn candidates(&self, now: f64) -> Vec<Cand> {
+    /// the tick sequential in memory), and the ranges of its partitions: with `equal` rules the
+    /// candidates are sorted by partition first, each partition by rating.
+    fn candidates(&self, now: f64) -> (Vec<Cand>, Vec<std::ops::Range<usize>>) {
         let mut keys: Vec<(f64, u32)> = Vec::with_capacity(self.len());
         for (slot, (m, s)) in self.meta.iter().zip(&self.slots).enumerate() {
             if s.occupied() {
                 keys.push((m.key, slot as u32));
             }
         }
-        keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        let mut ranges = Vec::new();
+        if self.rules.partitioned() {
+            let part = |slot: u32| self.rules.part(slot as usize);
+            keys.sort_unstable_by(|a, b| part(a.1).cmp(&part(b.1)).then(a.0.total_cmp(&b.0)));
+            let mut start = 0;
+            for i in 1..=keys.len() {
+                if i == keys.len() || part(keys[i].1) != part(keys[start].1) {
+                    ranges.push(start..i);
+                    start = i;
+                }
+            }
+        } else {
+            keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+            ranges.push(0..keys.len());
+        }
         // Two passes. The first only copies each ticket's meta from its (random) slot, a loop
         // body small enough for the CPU to keep many of those cache misses in flight at once;
         // `wait` holds `entered_at` until the second pass, which computes the wait-dependent
@@ -424,7 +499,7 @@ impl Pool {
                 c.regions = latency_mask(&self.latency[s * r..(s + 1) * r], &c.lim);
             }
         }
-        cands
+        (cands, ranges)
     }
 
     /// The region in `mask` with the lowest worst-case latency over the match's tickets
@@ -453,11 +528,12 @@ pub(crate) fn choose(
     shape: Shape,
     model: &dyn WinModel,
     slots: &Slots,
+    rules: &Checker<'_>,
 ) -> Chosen {
     if shape.is_one_v_one() {
-        one_v_one::select(cands, config, model, slots)
+        one_v_one::select(cands, config, model, slots, rules)
     } else {
-        teams::select(cands, shape, config, model, slots)
+        teams::select(cands, shape, config, model, slots, rules)
     }
 }
 

@@ -18,6 +18,12 @@
 //! neighbours), unlike first-come greedy which mixes arbitrary ratings. An exact maximum-weight
 //! set packing is NP-hard for `P ≥ 3` and would not fit a 1 s tick at 100k tickets.
 //!
+//! Match rules: the pool runs this once per partition of `equal` values. Neighbours that break
+//! a match-scope rule with the anchor are skipped when its windows are gathered (within a bounded
+//! scan, unbounded for a starving anchor), every window must satisfy the match-scope rules as a
+//! whole, and the teams of a split the team-scope ones. A starving anchor whose windows all fail
+//! gathers rule-compatible tickets nearest first (as for roles). Rules are never lifted.
+//!
 //! Starvation: a window containing a ticket past `max_wait_seconds` ignores skill windows and
 //! quality floors (regions, roles and parties still hold). A starving anchor whose nearest
 //! neighbours fail looks further: region by region for tickets sharing a region with it, and in
@@ -27,12 +33,17 @@
 use super::balance::{self, Unit};
 use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
+use super::rule_index::Checker;
 use super::{Shape, Ticket, WinModel, quality_of};
 
 /// Candidate windows tried per anchor before it waits for the next tick.
 pub const TRIES: usize = 3;
 
 const NONE: usize = usize::MAX;
+
+/// Neighbours a fresh anchor looks past (per side, in players per match) for ones that satisfy
+/// the rules with it; a starving anchor looks as far as it takes.
+const RULE_SCAN: u32 = 8;
 
 /// What every window evaluation needs, bundled.
 #[derive(Clone, Copy)]
@@ -42,6 +53,7 @@ struct Ctx<'a> {
     config: &'a MatchingConfig,
     model: &'a dyn WinModel,
     slots: &'a Slots,
+    rules: &'a Checker<'a>,
 }
 
 /// A candidate window: its members are `buf[start..start + len]`, in rating order.
@@ -59,6 +71,7 @@ pub(crate) fn select(
     config: &MatchingConfig,
     model: &dyn WinModel,
     slots: &Slots,
+    rules: &Checker<'_>,
 ) -> Chosen {
     let n = cands.len();
     let need = shape.players_per_match();
@@ -83,8 +96,10 @@ pub(crate) fn select(
         config,
         model,
         slots,
+        rules,
     };
     let parties = cands.iter().any(|c| c.size > 1);
+    let ruled = rules.active();
     for &anchor in &age {
         if matched[anchor] {
             continue;
@@ -106,26 +121,37 @@ pub(crate) fn select(
             if region.is_some_and(|r| cands[anchor].regions >> r & 1 == 0) {
                 continue;
             }
-            let accept = |p: usize| region.is_none_or(|r| cands[p].regions >> r & 1 == 1);
-            // The anchor's unmatched neighbours in rating order (those accepting `region`).
+            let accept = |p: usize| {
+                region.is_none_or(|r| cands[p].regions >> r & 1 == 1)
+                    && rules.pair_ok(&cands[anchor], &cands[p])
+            };
+            // The anchor's unmatched neighbours in rating order (those accepting `region` and
+            // the rules with the anchor), looking past at most `scan` others.
+            let scan = if cands[anchor].lim.starving || !ruled {
+                usize::MAX
+            } else {
+                (RULE_SCAN * need) as usize
+            };
             left.clear();
             right.clear();
-            let mut players = 0;
+            let (mut players, mut seen) = (0, 0);
             let mut p = prev[anchor];
-            while p != NONE && players + 1 < need {
+            while p != NONE && players + 1 < need && seen < scan {
                 if accept(p) {
                     left.push(p);
                     players += cands[p].size;
                 }
+                seen += 1;
                 p = prev[p];
             }
-            players = 0;
+            (players, seen) = (0, 0);
             let mut p = next[anchor];
-            while p < n && players + 1 < need {
+            while p < n && players + 1 < need && seen < scan {
                 if accept(p) {
                     right.push(p);
                     players += cands[p].size;
                 }
+                seen += 1;
                 p = next[p];
             }
             nb.clear();
@@ -162,6 +188,7 @@ pub(crate) fn select(
                 if sum != need
                     || regions == 0
                     || (!starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)))
+                    || (ruled && !rules.group_ok(cands, members))
                 {
                     buf.truncate(start);
                     continue;
@@ -197,7 +224,7 @@ pub(crate) fn select(
             // a solo further away would. A starving anchor then gathers tickets nearest first,
             // skipping any that would overflow the match (O(n), for such anchors only).
             let role_retry = cands[anchor].lim.starving
-                && (!config.roles.is_empty() || parties)
+                && (!config.roles.is_empty() || parties || ruled)
                 && (config.regions.is_empty() || region.is_some());
             if !role_retry {
                 continue;
@@ -251,6 +278,7 @@ fn role_group(
         shape,
         config,
         slots,
+        rules,
         ..
     } = *ctx;
     let n = cands.len();
@@ -285,6 +313,17 @@ fn role_group(
     let mut members = vec![anchor];
     let mut players = cands[anchor].size as usize;
     let mut taken = vec![false; order.len()];
+    // A ticket joins only if the group still satisfies the match-scope rules with it.
+    let mut probe = Vec::with_capacity(need);
+    let mut fits = |members: &[usize], c: usize| {
+        if !rules.active() {
+            return true;
+        }
+        probe.clear();
+        probe.extend_from_slice(members);
+        probe.push(c);
+        rules.group_ok(cands, &probe)
+    };
     for (bit, req) in config.roles.iter().enumerate() {
         let want = req.min_per_team as usize * shape.teams as usize;
         let able = |c: usize| masks(c).iter().filter(|m| *m >> bit & 1 == 1).count();
@@ -294,7 +333,7 @@ fn role_group(
                 break;
             }
             let size = cands[c].size as usize;
-            if taken[i] || players + size > need || able(c) == 0 {
+            if taken[i] || players + size > need || able(c) == 0 || !fits(&members, c) {
                 continue;
             }
             taken[i] = true;
@@ -311,7 +350,7 @@ fn role_group(
             break;
         }
         let size = cands[c].size as usize;
-        if !taken[i] && players + size <= need {
+        if !taken[i] && players + size <= need && fits(&members, c) {
             taken[i] = true;
             members.push(c);
             players += size;
@@ -388,6 +427,7 @@ fn build(
         config,
         model,
         slots,
+        rules,
     } = *ctx;
     let units: Vec<Unit> = members
         .iter()
@@ -413,6 +453,9 @@ fn build(
     for team in &split {
         flat.extend(team.iter().map(|&u| members[u]));
         ends.push(flat.len());
+    }
+    if !rules.teams_ok(cands, flat, ends) {
+        return None;
     }
     let scored = score(cands, flat, ends, slots, model, scratch);
     if !starving {

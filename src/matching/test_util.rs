@@ -20,5 +20,7 @@ pub(crate) fn party(id: &str, ratings: &[f64], entered_at: f64) -> Ticket {
         entered_at,
         region_latency_ms: Vec::new(),
         roles: Vec::new(),
+        attributes: Default::default(),
+        avoid: Vec::new(),
     }
 }

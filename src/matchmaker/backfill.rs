@@ -76,6 +76,7 @@ impl Loop {
                 return true;
             }
             let Some((assignment, roster)) = self.state.running_roster(&job.slot) else {
+                self.seated.remove(&job.slot.id);
                 return false; // the match ended
             };
             if now - job.requested_at > timeout {
@@ -103,6 +104,7 @@ impl Loop {
                     .map(|team| self.state.roles_in(&job.slot, team))
                     .collect(),
                 region: assignment.region.clone(),
+                seated: self.seated.get(&job.slot.id).cloned(),
             };
             let q = &mut self.queues[qi];
             let calibration = self.state.queue_calibration(&q.id);
@@ -131,6 +133,13 @@ impl Loop {
                         let n = fill.ticket.players.len() as u32;
                         job.open[fill.team] = job.open[fill.team].saturating_sub(n);
                         additions[fill.team].extend(fill.ticket.players.iter().cloned());
+                        if let Some(team) = self
+                            .seated
+                            .get_mut(&job.slot.id)
+                            .and_then(|teams| teams.get_mut(fill.team))
+                        {
+                            team.push(matching::Seated::of(&fill.ticket));
+                        }
                         let q = &mut self.queues[qi];
                         q.stats.backfill_slots_filled += u64::from(n);
                         push_recent(&mut q.recent_waits, now - w.slot.entered_at);

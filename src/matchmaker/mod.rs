@@ -154,6 +154,9 @@ struct Loop {
     ready: HashMap<MatchId, ReadyCheck>,
     ready_by_ticket: HashMap<TicketId, MatchId>,
     backfills: Vec<BackfillJob>,
+    /// Per live match of a queue with match rules, its tickets as the rules see them, team by
+    /// team, so backfill holds newcomers to the rules (dropped when the match ends).
+    seated: HashMap<MatchId, Vec<Vec<matching::Seated>>>,
     /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
     runtime: tokio::runtime::Handle,
 }
@@ -238,6 +241,7 @@ pub fn spawn(
         ready: HashMap::new(),
         ready_by_ticket: HashMap::new(),
         backfills: Vec::new(),
+        seated: HashMap::new(),
         runtime: tokio::runtime::Handle::current(),
     };
     // Timers only: the loop's channels and the server's streams work across runtimes.
@@ -331,7 +335,11 @@ impl Loop {
                 let _ = reply.send(state);
             }
             Command::Stats { reply } => {
-                let _ = reply.send(self.queues.iter().map(|q| q.stats.clone()).collect());
+                let stats = self.queues.iter().map(|q| QueueStats {
+                    waiting_by_value: q.pool.waiting_by_value(),
+                    ..q.stats.clone()
+                });
+                let _ = reply.send(stats.collect());
             }
             Command::Accept {
                 ticket,

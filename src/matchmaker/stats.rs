@@ -31,6 +31,8 @@ pub struct QueueStats {
     pub backfill_requests_expired: u64,
     pub backfill_fill_p50_seconds: f64,
     pub backfill_fill_p95_seconds: f64,
+    /// Waiting tickets per value of each `equal` rule: `(attribute, value, tickets)`, sorted.
+    pub waiting_by_value: Vec<(String, String, u64)>,
 }
 
 impl QueueStats {

@@ -88,7 +88,16 @@ impl Loop {
                         .collect(),
                     backfill: Vec::new(),
                     left: Vec::new(),
+                    attributes: formed.attributes.clone(),
                 };
+                if !q.pool.config().rules.is_empty() {
+                    let seated = formed
+                        .teams
+                        .iter()
+                        .map(|team| team.iter().map(|t| matching::Seated::of(t)).collect())
+                        .collect();
+                    self.seated.insert(assignment.match_id.clone(), seated);
+                }
                 debug!(match_id = %assignment.match_id, quality = formed.quality, "match formed");
                 let roles = if q.pool.config().roles.is_empty() {
                     std::collections::BTreeMap::new()
@@ -182,6 +191,8 @@ impl Loop {
         self.state.deliver_when_durable(placements, &self.runtime);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
+            let state = &self.state;
+            self.seated.retain(|id, _| state.match_slot(id).is_ok());
             let timeout = self.state.config().server.match_timeout_seconds;
             let n = self
                 .state

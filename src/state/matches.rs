@@ -30,6 +30,8 @@ pub struct Assignment {
     pub backfill: Vec<Vec<PlayerId>>,
     /// Players who left (named by `RequestBackfill`); still in `teams`, rated as abandons.
     pub left: Vec<PlayerId>,
+    /// The values the match was formed under (its queue's match rules); empty without rules.
+    pub attributes: crate::matching::Attributes,
 }
 
 /// Match lifecycle: ready-check (if the queue has one) → formed → allocated → completing →

@@ -270,6 +270,7 @@ mod tests {
                 parties: vec![],
                 backfill: vec![vec![], vec![]],
                 left: vec![],
+                attributes: Default::default(),
             },
             1.0,
             0.0,

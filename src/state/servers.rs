@@ -162,6 +162,7 @@ mod tests {
             parties: vec![],
             backfill: vec![],
             left: vec![],
+            attributes: Default::default(),
         })
     }
 

@@ -296,6 +296,8 @@ impl State {
             party_skill: entry.party_skill,
             region_latency_ms: entry.region_latency_ms.clone(),
             roles: entry.roles.clone(),
+            attributes: entry.attributes.clone(),
+            avoid: entry.avoid.clone(),
         };
         let written = match store.put_ticket(&stored) {
             Ok(()) => store.flush_async().await,
@@ -348,6 +350,8 @@ impl State {
                 entered_at,
                 region_latency_ms: t.region_latency_ms,
                 roles: t.roles,
+                attributes: t.attributes,
+                avoid: t.avoid,
             };
             restored.push((slot, entry));
         }

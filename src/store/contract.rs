@@ -60,6 +60,10 @@ pub(super) fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
         backfill: Vec::new(),
         left: Vec::new(),
         roles: BTreeMap::new(),
+        attributes: BTreeMap::from([(
+            "mode".to_string(),
+            crate::matching::AttributeValue::Text("ranked".into()),
+        )]),
     }
 }
 
@@ -316,6 +320,21 @@ fn ticket(id: &str, entered_unix: f64) -> StoredTicket {
         party_skill: Some((1500.0, 120.0)),
         region_latency_ms: vec![("eu".into(), 30)],
         roles: vec![vec!["tank".into()], Vec::new()],
+        attributes: BTreeMap::from([
+            (
+                "mode".to_string(),
+                crate::matching::AttributeValue::Text("ranked".into()),
+            ),
+            (
+                "maps".to_string(),
+                crate::matching::AttributeValue::Tags(vec!["dust".into(), "nuke".into()]),
+            ),
+            (
+                "level".to_string(),
+                crate::matching::AttributeValue::Number(12.5),
+            ),
+        ]),
+        avoid: vec![PlayerId::from("griefer")],
     }
 }
 

@@ -337,6 +337,9 @@ pub struct StoredMatch {
     /// a restart still keeps every team's role minimums.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<PlayerId, Vec<String>>,
+    /// The values the match was formed under (its queue's match rules), sent again with it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: crate::matching::Attributes,
 }
 
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).
@@ -370,6 +373,12 @@ pub struct StoredTicket {
     pub region_latency_ms: Vec<(String, u32)>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roles: Vec<Vec<String>>,
+    /// The values the queue's match rules read.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: crate::matching::Attributes,
+    /// Players this ticket is never matched with or against.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid: Vec<PlayerId>,
 }
 
 /// One live match as a segment holds it (JSON, as [`Storage::load_matches`] reads it).

@@ -328,6 +328,8 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         party_skill: None,
         region_latency_ms: Vec::new(),
         roles: Vec::new(),
+        attributes: Default::default(),
+        avoid: Vec::new(),
     };
     let m = |i: usize| StoredMatch {
         match_id: MatchId::new(format!("m-{i}").as_str()),
@@ -344,6 +346,7 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         backfill: Vec::new(),
         left: Vec::new(),
         roles: Default::default(),
+        attributes: Default::default(),
     };
     let result = |i: usize| JournalEntry {
         match_id: MatchId::new(format!("m-{i}").as_str()),

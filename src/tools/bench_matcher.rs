@@ -96,10 +96,10 @@ pub fn run_bench(
 
         let mut p = pool.clone();
         let spent = Cell::new(0.0);
-        let _ = p.tick_with(NOW, |cands, config, shape, slots| {
+        let _ = p.tick_with(NOW, |cands, config, shape, slots, rules| {
             let start = Instant::now();
-            let chosen = matching::choose(cands, config, shape, &model, slots);
-            spent.set(ms(start));
+            let chosen = matching::choose(cands, config, shape, &model, slots, rules);
+            spent.set(spent.get() + ms(start));
             chosen
         });
         select_ms = select_ms.min(spent.get());

@@ -266,6 +266,8 @@ impl Sim<'_> {
             entered_at: now,
             region_latency_ms: Vec::new(),
             roles: Vec::new(),
+            attributes: Default::default(),
+            avoid: Vec::new(),
         };
         if self.pool.insert(ticket).is_ok() {
             self.units[u].state = UnitState::Queued;

@@ -1,0 +1,620 @@
+//! The optimizer's view of a queue's match rules: compact per-slot values kept beside the
+//! pool's other per-slot arrays, and the checks the selectors run on candidate matches.
+//!
+//! - `equal` rules become a partition id per ticket (the tuple of its classes): the pool sorts
+//!   candidates by partition, then rating, and runs the selector on each partition, so a
+//!   partition is an independent sub-pool and the optimizer stays global within it.
+//! - `intersect` tags become a 64-bit mask per rule (63 interned values per rule and pool; any
+//!   further value sets the overflow bit, and only a match whose common tags rely on it is
+//!   checked on the strings, so the answer is always exact).
+//! - `difference` numbers are stored as they are; `avoid` as a flag saying the ticket has a list
+//!   (a match with no flagged ticket cannot break the rule; one with a flagged ticket is checked
+//!   on the players, both directions).
+//!
+//! [`holds`] is the reference definition, on tickets; [`Checker`] answers the same question
+//! on candidates from the compact values (`rule_properties.rs` checks every formed match
+//! against [`holds`]). Backfill uses [`holds`] directly: it looks at a handful of tickets.
+
+use std::collections::HashMap;
+
+use super::Ticket;
+use super::candidates::{Cand, Slots};
+use super::rules::{AttributeValue, Attributes, MatchRule, RuleKind, RuleScope};
+use crate::ids::PlayerId;
+
+/// Bit of an intersect mask standing for every value past the 63 interned ones.
+const OVERFLOW: u64 = 1 << 63;
+
+/// Stale value entries tolerated beyond the live ones before they are dropped.
+const VALUE_SLACK: usize = 1024;
+
+/// One ticket as the rules see it: its players, attributes and avoid-list, and how long it
+/// waited (for optional rules and `difference` expansions).
+#[derive(Clone, Copy, Debug)]
+pub struct Member<'a> {
+    pub players: &'a [PlayerId],
+    pub attributes: &'a Attributes,
+    pub avoid: &'a [PlayerId],
+    pub wait: f64,
+}
+
+impl<'a> Member<'a> {
+    /// A waiting ticket at `now`.
+    #[must_use]
+    pub fn of(t: &'a Ticket, now: f64) -> Member<'a> {
+        Member {
+            players: &t.players,
+            attributes: &t.attributes,
+            avoid: &t.avoid,
+            wait: t.wait(now),
+        }
+    }
+}
+
+/// A ticket of a running match, kept so backfill can hold newcomers to the rules with it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seated {
+    pub players: Vec<PlayerId>,
+    pub attributes: Attributes,
+    pub avoid: Vec<PlayerId>,
+}
+
+impl Seated {
+    /// What the rules need of `t`.
+    #[must_use]
+    pub fn of(t: &Ticket) -> Seated {
+        Seated {
+            players: t.players.clone(),
+            attributes: t.attributes.clone(),
+            avoid: t.avoid.clone(),
+        }
+    }
+
+    /// As a rule member. A seated ticket counts as fresh (wait 0), so every optional rule and
+    /// the narrowest `difference` still bind a newcomer to it.
+    #[must_use]
+    pub fn member(&self) -> Member<'_> {
+        Member {
+            players: &self.players,
+            attributes: &self.attributes,
+            avoid: &self.avoid,
+            wait: 0.0,
+        }
+    }
+}
+
+/// Whether a match (`teams`, each a list of tickets) satisfies every rule: match-scope rules
+/// over all its tickets, team-scope rules within each team. An optional rule no longer binds a
+/// match whose tickets all waited past its `drop_after_seconds`.
+#[must_use]
+pub fn holds(rules: &[MatchRule], teams: &[Vec<Member<'_>>]) -> bool {
+    let all: Vec<Member<'_>> = teams.iter().flatten().copied().collect();
+    rules.iter().all(|r| match r.scope {
+        RuleScope::Match => rule_holds(r, &all),
+        RuleScope::Team => teams.iter().all(|t| rule_holds(r, t)),
+    })
+}
+
+/// One rule over one group of tickets.
+fn rule_holds(rule: &MatchRule, group: &[Member<'_>]) -> bool {
+    if group.len() < 2 && rule.kind != RuleKind::Intersect {
+        return true;
+    }
+    if !group.iter().any(|m| rule.binds(m.wait)) {
+        return true;
+    }
+    let value = |m: &Member<'_>| m.attributes.get(&rule.attribute).cloned();
+    match rule.kind {
+        RuleKind::Equal => {
+            let class = |m: &Member<'_>| match value(m) {
+                Some(AttributeValue::Text(t)) => Some(rule.class_of(&t).into_owned()),
+                _ => None,
+            };
+            let first = class(&group[0]);
+            first.is_some() && group.iter().all(|m| class(m) == first)
+        }
+        RuleKind::Intersect => {
+            let mut common: Option<Vec<String>> = None;
+            for m in group {
+                let Some(AttributeValue::Tags(tags)) = value(m) else {
+                    return false;
+                };
+                common = Some(match common {
+                    None => tags,
+                    Some(c) => c.into_iter().filter(|t| tags.contains(t)).collect(),
+                });
+            }
+            common.is_some_and(|c| c.len() >= rule.min_common() as usize)
+        }
+        RuleKind::Difference => {
+            let (mut lo, mut hi, mut allowed) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY);
+            for m in group {
+                let Some(AttributeValue::Number(x)) = value(m) else {
+                    return false;
+                };
+                (lo, hi) = (lo.min(x), hi.max(x));
+                allowed = allowed.min(rule.max_at(m.wait));
+            }
+            hi - lo <= allowed
+        }
+        RuleKind::Avoid => group.iter().enumerate().all(|(i, a)| {
+            group
+                .iter()
+                .enumerate()
+                .all(|(j, b)| i == j || !a.avoid.iter().any(|p| b.players.contains(p)))
+        }),
+    }
+}
+
+/// The values a match was formed under: for each `equal` rule the common value (the sorted
+/// distinct values as tags when a group mixed them), for each match-wide `intersect` rule the
+/// tags every ticket accepts. Empty without such rules.
+#[must_use]
+pub fn match_attributes(rules: &[MatchRule], tickets: &[&Ticket]) -> Attributes {
+    let mut out = Attributes::new();
+    for rule in rules {
+        let values = || {
+            tickets
+                .iter()
+                .filter_map(|t| t.attributes.get(&rule.attribute))
+        };
+        match (rule.kind, rule.scope) {
+            (RuleKind::Equal, _) => {
+                let mut distinct: Vec<String> = values()
+                    .filter_map(|v| match v {
+                        AttributeValue::Text(t) => Some(t.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                distinct.sort_unstable();
+                distinct.dedup();
+                let value = if distinct.len() == 1 {
+                    AttributeValue::Text(distinct.remove(0))
+                } else {
+                    AttributeValue::Tags(distinct)
+                };
+                out.insert(rule.attribute.clone(), value);
+            }
+            (RuleKind::Intersect, RuleScope::Match) => {
+                let mut common: Option<Vec<String>> = None;
+                for v in values() {
+                    if let AttributeValue::Tags(tags) = v {
+                        common = Some(match common {
+                            None => tags.clone(),
+                            Some(c) => c.into_iter().filter(|t| tags.contains(t)).collect(),
+                        });
+                    }
+                }
+                out.insert(
+                    rule.attribute.clone(),
+                    AttributeValue::Tags(common.unwrap_or_default()),
+                );
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// One interned tuple of `equal` values.
+#[derive(Clone, Debug)]
+struct ValueEntry {
+    values: Vec<String>,
+    part: u32,
+    live: u64,
+}
+
+/// A pool's rules and the compact per-slot values the checks read.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RuleIndex {
+    rules: Vec<MatchRule>,
+    equal: Vec<usize>,
+    intersect: Vec<usize>,
+    difference: Vec<usize>,
+    avoid: Option<usize>,
+    team_rules: bool,
+    /// Per intersect rule, value → bit (at most 63).
+    tag_bits: Vec<HashMap<String, u8>>,
+    /// Tuple of equal values → entry.
+    value_ids: HashMap<Vec<String>, u32>,
+    entries: Vec<ValueEntry>,
+    /// Tuple of equal classes → partition.
+    parts: HashMap<Vec<String>, u32>,
+    live_entries: usize,
+    /// Per slot.
+    value_of: Vec<u32>,
+    tags: Vec<u64>,
+    nums: Vec<f64>,
+    avoids: Vec<bool>,
+}
+
+impl RuleIndex {
+    pub(crate) fn new(rules: &[MatchRule]) -> RuleIndex {
+        let of = |k: RuleKind| -> Vec<usize> {
+            (0..rules.len()).filter(|&i| rules[i].kind == k).collect()
+        };
+        let intersect = of(RuleKind::Intersect);
+        RuleIndex {
+            rules: rules.to_vec(),
+            equal: of(RuleKind::Equal),
+            tag_bits: vec![HashMap::new(); intersect.len()],
+            intersect,
+            difference: of(RuleKind::Difference),
+            avoid: rules.iter().position(|r| r.kind == RuleKind::Avoid),
+            team_rules: rules.iter().any(|r| r.scope == RuleScope::Team),
+            ..RuleIndex::default()
+        }
+    }
+
+    /// True when the queue has `equal` rules (candidates are partitioned).
+    pub(crate) fn partitioned(&self) -> bool {
+        !self.equal.is_empty()
+    }
+
+    /// Records the rule values of `t`, stored in `slot`. The ticket was admitted by
+    /// [`super::rules::admit`], so every attribute a rule reads is there with its kind.
+    pub(crate) fn store(&mut self, slot: usize, t: &Ticket) {
+        if self.rules.is_empty() {
+            return;
+        }
+        let (ni, nd) = (self.intersect.len(), self.difference.len());
+        if self.avoids.len() <= slot {
+            self.value_of.resize(slot + 1, 0);
+            self.tags.resize((slot + 1) * ni, 0);
+            self.nums.resize((slot + 1) * nd, 0.0);
+            self.avoids.resize(slot + 1, false);
+        }
+        if !self.equal.is_empty() {
+            let values: Vec<String> = self
+                .equal
+                .iter()
+                .map(|&r| match t.attributes.get(&self.rules[r].attribute) {
+                    Some(AttributeValue::Text(v)) => v.clone(),
+                    _ => String::new(),
+                })
+                .collect();
+            let id = match self.value_ids.get(&values) {
+                Some(&id) => id,
+                None => self.intern(values),
+            };
+            let e = &mut self.entries[id as usize];
+            if e.live == 0 {
+                self.live_entries += 1;
+            }
+            e.live += 1;
+            self.value_of[slot] = id;
+        }
+        for (k, &r) in self.intersect.iter().enumerate() {
+            let bits = &mut self.tag_bits[k];
+            let mut mask = 0u64;
+            if let Some(AttributeValue::Tags(tags)) = t.attributes.get(&self.rules[r].attribute) {
+                for tag in tags {
+                    let next = bits.len();
+                    mask |= match bits.get(tag) {
+                        Some(&b) => 1 << b,
+                        None if next < 63 => {
+                            bits.insert(tag.clone(), next as u8);
+                            1 << next
+                        }
+                        None => OVERFLOW,
+                    };
+                }
+            }
+            self.tags[slot * ni + k] = mask;
+        }
+        for (k, &r) in self.difference.iter().enumerate() {
+            self.nums[slot * nd + k] = match t.attributes.get(&self.rules[r].attribute) {
+                Some(AttributeValue::Number(x)) => *x,
+                _ => f64::NAN,
+            };
+        }
+        self.avoids[slot] = !t.avoid.is_empty();
+    }
+
+    fn intern(&mut self, values: Vec<String>) -> u32 {
+        let classes: Vec<String> = self
+            .equal
+            .iter()
+            .zip(&values)
+            .map(|(&r, v)| self.rules[r].class_of(v).into_owned())
+            .collect();
+        let next = self.parts.len() as u32;
+        let part = *self.parts.entry(classes).or_insert(next);
+        let id = self.entries.len() as u32;
+        self.value_ids.insert(values.clone(), id);
+        self.entries.push(ValueEntry {
+            values,
+            part,
+            live: 0,
+        });
+        id
+    }
+
+    /// The ticket in `slot` left the pool.
+    pub(crate) fn release(&mut self, slot: usize) {
+        if self.equal.is_empty() {
+            return;
+        }
+        if let Some(&id) = self.value_of.get(slot) {
+            let e = &mut self.entries[id as usize];
+            e.live = e.live.saturating_sub(1);
+            if e.live == 0 {
+                self.live_entries -= 1;
+            }
+        }
+    }
+
+    /// Drops value tuples no waiting ticket holds once they outnumber the live ones (plus
+    /// slack), so a stream of distinct values cannot grow the index without bound.
+    pub(crate) fn compact(&mut self, occupied: impl Fn(usize) -> bool) {
+        if self.entries.len() <= 2 * self.live_entries + VALUE_SLACK {
+            return;
+        }
+        let old = std::mem::take(&mut self.entries);
+        self.value_ids.clear();
+        self.parts.clear();
+        let mut remap = vec![u32::MAX; old.len()];
+        for (i, e) in old.into_iter().enumerate() {
+            if e.live > 0 {
+                let id = self.intern(e.values);
+                self.entries[id as usize].live = e.live;
+                remap[i] = id;
+            }
+        }
+        for slot in 0..self.value_of.len() {
+            if occupied(slot) {
+                self.value_of[slot] = remap[self.value_of[slot] as usize];
+            }
+        }
+    }
+
+    /// The partition of the ticket in `slot` (0 without `equal` rules).
+    pub(crate) fn part(&self, slot: usize) -> u32 {
+        if self.equal.is_empty() {
+            return 0;
+        }
+        self.entries[self.value_of[slot] as usize].part
+    }
+
+    /// Waiting tickets per value of each `equal` rule's attribute, sorted.
+    pub(crate) fn waiting_by_value(&self) -> Vec<(String, String, u64)> {
+        let mut counts: std::collections::BTreeMap<(usize, &str), u64> =
+            std::collections::BTreeMap::new();
+        for e in self.entries.iter().filter(|e| e.live > 0) {
+            for (k, v) in e.values.iter().enumerate() {
+                *counts.entry((k, v)).or_default() += e.live;
+            }
+        }
+        counts
+            .into_iter()
+            .map(|((k, v), n)| (self.rules[self.equal[k]].attribute.clone(), v.to_owned(), n))
+            .collect()
+    }
+}
+
+/// The rules as the selectors ask them, on candidates.
+#[derive(Clone, Copy)]
+pub(crate) struct Checker<'a> {
+    index: &'a RuleIndex,
+    slots: &'a Slots,
+}
+
+impl<'a> Checker<'a> {
+    pub(crate) fn new(index: &'a RuleIndex, slots: &'a Slots) -> Checker<'a> {
+        Checker { index, slots }
+    }
+
+    /// True when the queue has rules a candidate match could break.
+    pub(crate) fn active(&self) -> bool {
+        !self.index.rules.is_empty()
+    }
+
+    /// True when some rule binds teammates only (checked after the split into teams).
+    pub(crate) fn team_rules(&self) -> bool {
+        self.index.team_rules
+    }
+
+    /// Whether two tickets may be in one match (as teammates or opponents): the match-scope
+    /// rules between them.
+    pub(crate) fn pair_ok(&self, a: &Cand, b: &Cand) -> bool {
+        !self.active() || self.scope_ok(&[a, b], RuleScope::Match)
+    }
+
+    /// Whether a group of candidates may form one match: the match-scope rules over all of it.
+    pub(crate) fn group_ok(&self, cands: &[Cand], members: &[usize]) -> bool {
+        if !self.active() {
+            return true;
+        }
+        let group: Vec<&Cand> = members.iter().map(|&c| &cands[c]).collect();
+        self.scope_ok(&group, RuleScope::Match)
+    }
+
+    /// Whether each team (`flat` split at `ends`) satisfies the team-scope rules.
+    pub(crate) fn teams_ok(&self, cands: &[Cand], flat: &[usize], ends: &[usize]) -> bool {
+        if !self.team_rules() {
+            return true;
+        }
+        let mut start = 0;
+        ends.iter().all(|&end| {
+            let team: Vec<&Cand> = flat[start..end].iter().map(|&c| &cands[c]).collect();
+            start = end;
+            self.scope_ok(&team, RuleScope::Team)
+        })
+    }
+
+    /// Every rule of `scope` over `group`.
+    fn scope_ok(&self, group: &[&Cand], scope: RuleScope) -> bool {
+        let ix = self.index;
+        if scope == RuleScope::Match && !ix.equal.is_empty() {
+            let part = ix.part(group[0].slot());
+            if group.iter().any(|c| ix.part(c.slot()) != part) {
+                return false;
+            }
+        }
+        let binds = |r: &MatchRule| r.scope == scope && group.iter().any(|c| r.binds(c.wait));
+        let ni = ix.intersect.len();
+        for (k, &r) in ix.intersect.iter().enumerate() {
+            let rule = &ix.rules[r];
+            if !binds(rule) {
+                continue;
+            }
+            let mask = group
+                .iter()
+                .fold(u64::MAX, |m, c| m & ix.tags[c.slot() * ni + k]);
+            let need = rule.min_common();
+            if (mask & !OVERFLOW).count_ones() >= need {
+                continue;
+            }
+            if mask & OVERFLOW == 0 || !self.exact(group, rule) {
+                return false;
+            }
+        }
+        let nd = ix.difference.len();
+        for (k, &r) in ix.difference.iter().enumerate() {
+            let rule = &ix.rules[r];
+            if !binds(rule) {
+                continue;
+            }
+            let (mut lo, mut hi, mut allowed) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY);
+            for c in group {
+                let x = ix.nums[c.slot() * nd + k];
+                (lo, hi) = (lo.min(x), hi.max(x));
+                allowed = allowed.min(rule.max_at(c.wait));
+            }
+            // A NaN (never admitted) compares as nothing, and fails.
+            if (hi - lo).partial_cmp(&allowed) != Some(std::cmp::Ordering::Less)
+                && hi - lo != allowed
+            {
+                return false;
+            }
+        }
+        if let Some(r) = ix.avoid
+            && ix.rules[r].scope == scope
+            && group.iter().any(|c| ix.avoids[c.slot()])
+            && !self.exact(group, &ix.rules[r])
+        {
+            return false;
+        }
+        true
+    }
+
+    /// `rule` over `group` on the tickets themselves.
+    fn exact(&self, group: &[&Cand], rule: &MatchRule) -> bool {
+        let members: Option<Vec<Member<'_>>> = group
+            .iter()
+            .map(|c| {
+                self.slots[c.slot()].ticket().map(|t| Member {
+                    players: &t.players,
+                    attributes: &t.attributes,
+                    avoid: &t.avoid,
+                    wait: c.wait,
+                })
+            })
+            .collect();
+        members.is_some_and(|m| rule_holds(rule, &m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matching::test_util::solo;
+
+    fn with(t: Ticket, key: &str, value: AttributeValue) -> Ticket {
+        let mut t = t;
+        t.attributes.insert(key.into(), value);
+        t
+    }
+
+    fn tags(n: std::ops::Range<usize>) -> AttributeValue {
+        let mut v: Vec<String> = n.map(|i| format!("v{i:03}")).collect();
+        v.sort();
+        AttributeValue::Tags(v)
+    }
+
+    #[test]
+    fn intersect_masks_stay_exact_past_the_interned_values() {
+        let rules = vec![MatchRule::new(RuleKind::Intersect, "maps")];
+        let mut index = RuleIndex::new(&rules);
+        // Fill the 63 bits, then two tickets sharing only values past them.
+        let tickets = [
+            with(solo("a", 1500.0, 0.0), "maps", tags(0..63)),
+            with(solo("b", 1500.0, 0.0), "maps", tags(100..102)),
+            with(solo("c", 1500.0, 0.0), "maps", tags(101..103)),
+            with(solo("d", 1500.0, 0.0), "maps", tags(200..201)),
+        ];
+        let mut slots: Vec<crate::matching::candidates::Slot> = Vec::new();
+        for (i, t) in tickets.iter().enumerate() {
+            index.store(i, t);
+            slots.push(crate::matching::candidates::Slot {
+                ticket: Some(Box::new(t.clone())),
+                generation: 1,
+            });
+        }
+        let cand = |i: u32| Cand {
+            slot: i,
+            size: 1,
+            key: 1500.0,
+            dev: 50.0,
+            wait: 0.0,
+            lim: crate::matching::MatchingConfig::default().limits(0.0),
+            regions: 1,
+        };
+        let checker = Checker::new(&index, &slots);
+        assert!(checker.pair_ok(&cand(1), &cand(2)), "share v101");
+        assert!(!checker.pair_ok(&cand(1), &cand(3)));
+        assert!(!checker.pair_ok(&cand(0), &cand(1)));
+        for (a, b) in [(0, 1), (1, 2), (1, 3), (2, 3)] {
+            let want = holds(
+                &rules,
+                &[
+                    vec![Member::of(&tickets[a], 0.0)],
+                    vec![Member::of(&tickets[b], 0.0)],
+                ],
+            );
+            assert_eq!(checker.pair_ok(&cand(a as u32), &cand(b as u32)), want);
+        }
+    }
+
+    #[test]
+    fn match_attributes_report_the_common_values() {
+        let rules = vec![
+            MatchRule {
+                groups: vec![vec!["xbox".into(), "playstation".into()]],
+                ..MatchRule::new(RuleKind::Equal, "platform")
+            },
+            MatchRule::new(RuleKind::Intersect, "maps"),
+            MatchRule::new(RuleKind::Equal, "mode"),
+        ];
+        let text = |s: &str| AttributeValue::Text(s.into());
+        let a = with(
+            with(
+                with(solo("a", 1.0, 0.0), "platform", text("xbox")),
+                "maps",
+                tags(0..3),
+            ),
+            "mode",
+            text("ranked"),
+        );
+        let b = with(
+            with(
+                with(solo("b", 1.0, 0.0), "platform", text("playstation")),
+                "maps",
+                tags(2..5),
+            ),
+            "mode",
+            text("ranked"),
+        );
+        let got = match_attributes(&rules, &[&a, &b]);
+        assert_eq!(got["mode"], text("ranked"));
+        assert_eq!(got["maps"], tags(2..3));
+        assert_eq!(
+            got["platform"],
+            AttributeValue::Tags(vec!["playstation".into(), "xbox".into()])
+        );
+        assert!(holds(
+            &rules,
+            &[vec![Member::of(&a, 0.0)], vec![Member::of(&b, 0.0)]]
+        ));
+    }
+}
