@@ -335,3 +335,40 @@ fn a_ticket_missing_a_rule_attribute_is_refused_by_the_pool() {
     let err = pool.insert(party("x", &[1500.0], 0.0)).unwrap_err();
     assert!(err.to_string().contains("attributes[\"mode\"]"), "{err}");
 }
+
+#[test]
+fn a_starving_ticket_meets_a_fresh_one_sharing_one_map() {
+    let shape = Shape {
+        teams: 2,
+        team_size: 1,
+    };
+    let rules = vec![
+        MatchRule::new(RuleKind::Equal, "mode"),
+        MatchRule::new(RuleKind::Intersect, "maps"),
+        MatchRule::new(RuleKind::Avoid, ""),
+    ];
+    let mut pool = Pool::new(shape, config(shape, rules));
+    for (id, maps, at) in [
+        ("m1", &["dust", "nuke"][..], 0.0),
+        ("m2", &["inferno", "mirage"], 0.0),
+        ("m3", &["nuke", "vertigo"], 130.0),
+    ] {
+        let mut t = party(id, &[1500.0], at);
+        t.attributes
+            .insert("mode".into(), AttributeValue::Text("ranked".into()));
+        t.attributes.insert(
+            "maps".into(),
+            AttributeValue::Tags(maps.iter().map(|m| m.to_string()).collect()),
+        );
+        pool.insert(t).unwrap();
+    }
+    let out = pool.tick(130.5, &MODEL);
+    assert_eq!(out.matches.len(), 1);
+    let ids: Vec<&str> = out.matches[0]
+        .teams
+        .tickets()
+        .iter()
+        .map(|t| t.id.as_str())
+        .collect();
+    assert!(ids.contains(&"m1") && ids.contains(&"m3"), "{ids:?}");
+}
