@@ -56,6 +56,11 @@ enum Command {
         /// A TOML file merged over the defaults (for custom queues).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Give every ticket a mode, a platform and map preferences, and the queue match rules
+        /// on them (mode equal, three crossplay groups, a common map); the report compares the
+        /// tick and each partition's quality with the same tickets without rules.
+        #[arg(long)]
+        rules: bool,
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -252,6 +257,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tickets,
             seed,
             config,
+            rules,
             json,
         } => {
             let config = Config::load(config.as_deref(), &Overrides::default())?;
@@ -269,6 +275,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 &q.matching,
                 tickets,
                 seed,
+                rules,
             );
             if json {
                 println!("{}", serde_json::to_string(&report)?);

@@ -265,3 +265,92 @@ async fn bad_attributes_are_invalid_argument_naming_the_key() {
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("avoid_player_ids"), "{status:?}");
 }
+
+/// The worked example in `config/rules-5v5.toml`: twelve tickets, of which exactly ten can
+/// meet (a PC player cannot cross into the console group, a casual player cannot meet ranked
+/// ones). The ten speak two languages and the language rule binds teammates, so the teams
+/// split by language; each team gets its tank and its support; the match reports the mode and
+/// the one map everybody accepts.
+#[tokio::test]
+async fn the_worked_5v5_example_forms_language_teams_on_the_common_map() {
+    let example = include_str!("../config/rules-5v5.toml");
+    let server = TestServer::start(example).await;
+    let mut game_server = server.game_server().await;
+    let mut assignments = serve(&mut game_server, "gs-5v5:7777").await;
+    let mut client = server.client().await;
+    let maps = [
+        &["bind", "haven"][..],
+        &["bind", "ascent"],
+        &["ascent", "bind", "lotus"],
+        &["bind"],
+        &["bind", "haven", "split"],
+    ];
+    let mut tickets = Vec::new();
+    for (language, platform) in [("en", "xbox"), ("de", "playstation")] {
+        for (i, role) in ["tank", "support", "", "", ""].iter().enumerate() {
+            let player = format!("{language}{i}");
+            let ticket = client
+                .enter_queue(proto::EnterQueueRequest {
+                    queue: "5v5".into(),
+                    player_ids: vec![player.clone()],
+                    roles: if role.is_empty() {
+                        vec![]
+                    } else {
+                        vec![role.to_string()]
+                    },
+                    attributes: [
+                        ("mode".into(), text("ranked")),
+                        ("platform".into(), text(platform)),
+                        ("maps".into(), tags(maps[i])),
+                        ("language".into(), tags(&[language])),
+                    ]
+                    .into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("enter_queue")
+                .into_inner()
+                .ticket_id;
+            tickets.push((player, ticket));
+        }
+    }
+    for (player, mode, platform) in [("pc0", "ranked", "pc"), ("casual0", "casual", "xbox")] {
+        client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "5v5".into(),
+                player_ids: vec![player.into()],
+                roles: vec!["tank".into()],
+                attributes: [
+                    ("mode".into(), text(mode)),
+                    ("platform".into(), text(platform)),
+                    ("maps".into(), tags(&["bind"])),
+                    ("language".into(), tags(&["en"])),
+                ]
+                .into(),
+                ..Default::default()
+            })
+            .await
+            .expect("enter_queue");
+    }
+    let mut updates = watch(&mut client, &tickets[0].1).await;
+    let a = matched(&mut updates).await;
+    let mut expected: Vec<String> = tickets.iter().map(|(p, _)| p.clone()).collect();
+    expected.sort();
+    assert_eq!(players(&a), expected);
+    for team in &a.teams {
+        let language = &team.player_ids[0][..2];
+        assert!(
+            team.player_ids.iter().all(|p| p.starts_with(language)),
+            "teams split by language: {:?}",
+            a.teams
+        );
+        // Players 0 and 1 of each language are its tank and its support.
+        assert!(team.player_ids.contains(&format!("{language}0")), "{a:?}");
+        assert!(team.player_ids.contains(&format!("{language}1")), "{a:?}");
+    }
+    assert_eq!(a.attributes["mode"], text("ranked"));
+    assert_eq!(a.attributes["maps"], tags(&["bind"]));
+    let on_server = next(&mut assignments).await;
+    assert_eq!(on_server.match_id, a.match_id);
+    assert_eq!(on_server.attributes["maps"], tags(&["bind"]));
+}

@@ -6,12 +6,18 @@
 //! The timing itself (best-of-5 runs, the sort floor, the report) lives in
 //! `tools::bench_matcher`, outside the pure core: nothing here reads a clock. The rating
 //! population is drawn from a seeded RNG.
+//!
+//! With rules ([`bench_rules`], [`bench_attributes`]) the same tickets (same ratings, waits and
+//! parties) also carry a game mode, a platform and map preferences, drawn from a second seeded
+//! RNG so the rating draws do not move: the rule-free pool is the same population, which is
+//! what makes the two ticks comparable.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, StandardNormal};
 
 use super::candidates::{Cand, Chosen, Slots, score};
+use super::rules::{AttributeValue, Attributes, MatchRule, RuleKind};
 use super::{MatchingConfig, Pool, Shape, TickOutcome, Ticket, WinModel};
 use crate::ids::{PlayerId, TicketId};
 
@@ -28,8 +34,23 @@ const ENTRY_SPREAD: f64 = 90.0;
 /// 15% of tickets are duos and 5% trios (within the party limit).
 #[must_use]
 pub fn bench_pool(shape: Shape, config: &MatchingConfig, tickets: usize, seed: u64) -> Pool {
+    bench_pool_with(shape, config, tickets, seed, false)
+}
+
+/// [`bench_pool`], and with `attributes` every ticket also carries [`bench_attributes`]
+/// (the pool then needs `config.rules` to keep them: a pool keeps only the attributes its rules
+/// read).
+#[must_use]
+pub fn bench_pool_with(
+    shape: Shape,
+    config: &MatchingConfig,
+    tickets: usize,
+    seed: u64,
+    attributes: bool,
+) -> Pool {
     let scale = config.rating_scale;
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut attribute_rng = StdRng::seed_from_u64(seed ^ ATTRIBUTE_SEED);
     let max_party = config.party_limit(shape);
     let mut pool = Pool::new(shape, config.clone());
     for i in 0..tickets {
@@ -61,13 +82,103 @@ pub fn bench_pool(shape: Shape, config: &MatchingConfig, tickets: usize, seed: u
             entered_at,
             region_latency_ms: Vec::new(),
             roles: Vec::new(),
-            attributes: Default::default(),
+            attributes: if attributes {
+                bench_attributes(&mut attribute_rng)
+            } else {
+                Attributes::new()
+            },
             avoid: Vec::new(),
         };
-        // Ids are unique and values finite, so insertion cannot fail.
+        // Ids are unique and values finite (and attributes fit the bench rules), so insertion
+        // cannot fail.
         let _ = pool.insert(ticket);
     }
     pool
+}
+
+/// Mixed into the seed of the attribute RNG, so attributes never shift the rating draws.
+const ATTRIBUTE_SEED: u64 = 0x6d61_7463_6872_756c;
+
+/// The game modes of the rules benchmark and the share of tickets in each.
+pub const BENCH_MODES: [(&str, f64); 4] = [
+    ("ranked", 0.40),
+    ("casual", 0.30),
+    ("arcade", 0.20),
+    ("tournament", 0.10),
+];
+/// Platforms and their shares; [`bench_rules`] puts them in three crossplay groups.
+pub const BENCH_PLATFORMS: [(&str, f64); 4] = [
+    ("pc", 0.45),
+    ("xbox", 0.20),
+    ("playstation", 0.25),
+    ("switch", 0.10),
+];
+/// The map pool.
+pub const BENCH_MAPS: [&str; 8] = [
+    "ancient", "anubis", "dust2", "inferno", "mirage", "nuke", "overpass", "vertigo",
+];
+
+/// The rules benchmark's rule set: the mode is equal, the platform is equal up to three
+/// crossplay groups (PC alone, the two home consoles together, the handheld alone), and
+/// every ticket of a match accepts at least one common map.
+#[must_use]
+pub fn bench_rules() -> Vec<MatchRule> {
+    let mut platform = MatchRule::new(RuleKind::Equal, "platform");
+    platform.groups = vec![
+        vec!["pc".into()],
+        vec!["xbox".into(), "playstation".into()],
+        vec!["switch".into()],
+    ];
+    vec![
+        MatchRule::new(RuleKind::Equal, "mode"),
+        platform,
+        MatchRule::new(RuleKind::Intersect, "maps"),
+    ]
+}
+
+/// One ticket's attributes for [`bench_rules`]: a mode and a platform by the shares above, and
+/// map preferences as a player states them in a veto screen: all eight maps less up to three
+/// vetoes (0–3 uniformly, each a uniformly drawn map), so preferences overlap mostly but not
+/// always.
+pub fn bench_attributes(rng: &mut StdRng) -> Attributes {
+    let pick = |rng: &mut StdRng, table: &[(&str, f64)]| {
+        let mut roll: f64 = rng.random();
+        for &(name, share) in table {
+            if roll < share {
+                return name.to_string();
+            }
+            roll -= share;
+        }
+        table[table.len() - 1].0.to_string()
+    };
+    let mode = pick(rng, &BENCH_MODES);
+    let platform = pick(rng, &BENCH_PLATFORMS);
+    let vetoes: usize = rng.random_range(0..=3);
+    let mut maps: Vec<String> = BENCH_MAPS.iter().map(|m| m.to_string()).collect();
+    for _ in 0..vetoes {
+        let v = rng.random_range(0..maps.len());
+        maps.remove(v);
+    }
+    Attributes::from([
+        ("mode".to_string(), AttributeValue::Text(mode)),
+        ("platform".to_string(), AttributeValue::Text(platform)),
+        ("maps".to_string(), AttributeValue::Tags(maps)),
+    ])
+}
+
+/// The partition a ticket of [`bench_rules`] falls in: its mode and its platform's crossplay
+/// group (the key the optimizer partitions by), as text for reports.
+#[must_use]
+pub fn bench_partition(t: &Ticket) -> String {
+    let text = |name: &str| match t.attributes.get(name) {
+        Some(AttributeValue::Text(v)) => v.as_str(),
+        _ => "",
+    };
+    let group = match text("platform") {
+        "xbox" | "playstation" => "console",
+        other => other,
+    };
+    format!("{}/{}", text("mode"), group)
 }
 
 /// One tick of `pool` at `now` with the first-come baseline in place of the optimizer: the same
@@ -147,5 +258,40 @@ mod tests {
             .map(Ticket::rating)
             .collect();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn attributes_keep_the_ratings_and_fit_the_rules() {
+        let shape = Shape {
+            teams: 2,
+            team_size: 5,
+        };
+        let free = MatchingConfig::default();
+        let mut ruled = free.clone();
+        ruled.rules = bench_rules();
+        let plain = bench_pool(shape, &free, 2_000, 9);
+        let with = bench_pool_with(shape, &ruled, 2_000, 9, true);
+        // Every ticket was admitted and the population is the same.
+        assert_eq!(with.len(), 2_000);
+        let ratings = |p: &Pool| {
+            let mut r: Vec<(String, f64)> = p
+                .tickets()
+                .map(|t| (t.id.as_str().to_string(), t.rating()))
+                .collect();
+            r.sort_by(|a, b| a.0.cmp(&b.0));
+            r
+        };
+        assert_eq!(ratings(&plain), ratings(&with));
+        // Twelve partitions at most (4 modes x 3 groups), all populated at this size, with
+        // every ticket keeping five to eight maps.
+        let parts: std::collections::BTreeSet<String> =
+            with.tickets().map(bench_partition).collect();
+        assert_eq!(parts.len(), 12, "{parts:?}");
+        for t in with.tickets() {
+            let Some(AttributeValue::Tags(maps)) = t.attributes.get("maps") else {
+                panic!("no maps on {t:?}");
+            };
+            assert!((5..=8).contains(&maps.len()), "{maps:?}");
+        }
     }
 }
