@@ -137,9 +137,9 @@ pub fn bench_rules() -> Vec<MatchRule> {
 }
 
 /// One ticket's attributes for [`bench_rules`]: a mode and a platform by the shares above, and
-/// map preferences as a player states them in a veto screen: all eight maps less up to three
-/// vetoes (0–3 uniformly, each a uniformly drawn map), so preferences overlap mostly but not
-/// always.
+/// map preferences of two kinds: three tickets in four veto maps (all eight less 0–3 uniformly
+/// drawn), the fourth picks its favourites (2–4 uniformly drawn maps). Two veto sets always
+/// share a map; favourites often share none, so the rule binds.
 pub fn bench_attributes(rng: &mut StdRng) -> Attributes {
     let pick = |rng: &mut StdRng, table: &[(&str, f64)]| {
         let mut roll: f64 = rng.random();
@@ -153,9 +153,13 @@ pub fn bench_attributes(rng: &mut StdRng) -> Attributes {
     };
     let mode = pick(rng, &BENCH_MODES);
     let platform = pick(rng, &BENCH_PLATFORMS);
-    let vetoes: usize = rng.random_range(0..=3);
     let mut maps: Vec<String> = BENCH_MAPS.iter().map(|m| m.to_string()).collect();
-    for _ in 0..vetoes {
+    let keep = if rng.random_bool(0.25) {
+        rng.random_range(2..=4)
+    } else {
+        maps.len() - rng.random_range(0..=3)
+    };
+    while maps.len() > keep {
         let v = rng.random_range(0..maps.len());
         maps.remove(v);
     }
@@ -283,7 +287,7 @@ mod tests {
         };
         assert_eq!(ratings(&plain), ratings(&with));
         // Twelve partitions at most (4 modes x 3 groups), all populated at this size, with
-        // every ticket keeping five to eight maps.
+        // every ticket keeping two to eight maps, and some pairs of tickets sharing none.
         let parts: std::collections::BTreeSet<String> =
             with.tickets().map(bench_partition).collect();
         assert_eq!(parts.len(), 12, "{parts:?}");
@@ -291,7 +295,19 @@ mod tests {
             let Some(AttributeValue::Tags(maps)) = t.attributes.get("maps") else {
                 panic!("no maps on {t:?}");
             };
-            assert!((5..=8).contains(&maps.len()), "{maps:?}");
+            assert!((2..=8).contains(&maps.len()), "{maps:?}");
         }
+        let maps = |t: &Ticket| match t.attributes.get("maps") {
+            Some(AttributeValue::Tags(m)) => m.clone(),
+            _ => Vec::new(),
+        };
+        let all: Vec<Vec<String>> = with.tickets().take(200).map(maps).collect();
+        let disjoint = all
+            .iter()
+            .enumerate()
+            .flat_map(|(i, a)| all[i + 1..].iter().map(move |b| (a, b)))
+            .filter(|(a, b)| !a.iter().any(|m| b.contains(m)))
+            .count();
+        assert!(disjoint > 0);
     }
 }

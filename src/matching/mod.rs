@@ -280,7 +280,9 @@ pub struct FormedMatch {
     /// if the queue has regions.
     pub region: Option<String>,
     /// The values the match was formed under ([`match_attributes`]); empty without rules.
-    pub attributes: Attributes,
+    /// Shared: the matches of one tick formed under the same values hold one copy, and the
+    /// shell's records of the match share it too.
+    pub attributes: std::sync::Arc<Attributes>,
 }
 
 /// Per-team win probabilities of a formed match. It dereferences to `[f64]`, so it reads like

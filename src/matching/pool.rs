@@ -11,12 +11,13 @@
 //! next tick drops them in one sequential pass, amortised O(1) per matched ticket.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use thiserror::Error;
 
 use super::candidates::{Cand, Chosen, Slot, Slots};
 use super::config::{Limits, MatchingConfig};
-use super::rule_index::{Checker, RuleIndex, match_attributes};
+use super::rule_index::{AttributeCache, Checker, RuleIndex, match_attributes};
 use super::{
     FormedMatch, IdHash, Shape, Teams, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams,
 };
@@ -379,6 +380,19 @@ impl Pool {
         // First move every matched ticket (a box) out of its slot in one tight loop whose
         // iterations are independent, so the CPU keeps many slot misses in flight; the matches
         // are then built from this sequential list.
+        // The match attributes come from the rules' compact values, read before the slots are
+        // released (`None`: read the tickets, below).
+        let mut fast: Vec<Option<Arc<super::Attributes>>> = Vec::new();
+        if !self.config.rules.is_empty() {
+            let mut slots = Vec::new();
+            let mut cache = AttributeCache::default();
+            fast.reserve(chosen.len());
+            for m in 0..chosen.len() {
+                slots.clear();
+                slots.extend(chosen.members(m).iter().map(|&c| cands[c].slot()));
+                fast.push(self.rules.shared_attributes_of(&slots, &mut cache));
+            }
+        }
         let mut taken = Vec::with_capacity(chosen.members.len());
         out.matched_waits.reserve(chosen.members.len());
         for &c in &chosen.members {
@@ -399,6 +413,8 @@ impl Pool {
         let mut ends = Vec::with_capacity(chosen.teams);
         // Without regions the mask is unused, and reading it was a cache miss per ticket.
         let regional = !self.config.regions.is_empty();
+        // One empty map shared by the tick's rule-free matches: no allocation per match.
+        let no_attributes = Arc::new(super::Attributes::new());
         for m in 0..chosen.len() {
             let mut mask = u64::MAX;
             ends.clear();
@@ -415,11 +431,13 @@ impl Pool {
             }
             let win_probability = probabilities.next().unwrap_or_default();
             let teams = Teams::take_from(&mut tickets, &ends);
-            let attributes = if self.config.rules.is_empty() {
-                super::Attributes::new()
-            } else {
-                let all: Vec<&Ticket> = teams.tickets().iter().map(|t| &**t).collect();
-                match_attributes(&self.config.rules, &all)
+            let attributes = match fast.get_mut(m).map(Option::take) {
+                None => no_attributes.clone(),
+                Some(Some(a)) => a,
+                Some(None) => {
+                    let all: Vec<&Ticket> = teams.tickets().iter().map(|t| &**t).collect();
+                    Arc::new(match_attributes(&self.config.rules, &all))
+                }
             };
             out.matches.push(FormedMatch {
                 quality: quality_of(&win_probability),
@@ -451,15 +469,21 @@ impl Pool {
         }
         let mut ranges = Vec::new();
         if self.rules.partitioned() {
-            let part = |slot: u32| self.rules.part(slot as usize);
-            keys.sort_unstable_by(|a, b| part(a.1).cmp(&part(b.1)).then(a.0.total_cmp(&b.0)));
+            // The partition is looked up once per ticket, not once per comparison.
+            let mut parted: Vec<(u32, f64, u32)> = keys
+                .iter()
+                .map(|&(key, slot)| (self.rules.part(slot as usize), key, slot))
+                .collect();
+            parted.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
             let mut start = 0;
-            for i in 1..=keys.len() {
-                if i == keys.len() || part(keys[i].1) != part(keys[start].1) {
+            for i in 1..=parted.len() {
+                if i == parted.len() || parted[i].0 != parted[start].0 {
                     ranges.push(start..i);
                     start = i;
                 }
             }
+            keys.clear();
+            keys.extend(parted.iter().map(|&(_, key, slot)| (key, slot)));
         } else {
             keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
             ranges.push(0..keys.len());

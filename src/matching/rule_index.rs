@@ -16,6 +16,7 @@
 //! against [`holds`]). Backfill uses [`holds`] directly: it looks at a handful of tickets.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::Ticket;
 use super::candidates::{Cand, Slots};
@@ -148,7 +149,7 @@ fn rule_holds(rule: &MatchRule, group: &[Member<'_>]) -> bool {
 
 /// The values a match was formed under: for each `equal` rule the common value (the sorted
 /// distinct values as tags when a group mixed them), for each match-wide `intersect` rule the
-/// tags every ticket accepts. Empty without such rules.
+/// tags every ticket accepts, sorted. Empty without such rules.
 #[must_use]
 pub fn match_attributes(rules: &[MatchRule], tickets: &[&Ticket]) -> Attributes {
     let mut out = Attributes::new();
@@ -158,42 +159,59 @@ pub fn match_attributes(rules: &[MatchRule], tickets: &[&Ticket]) -> Attributes 
                 .iter()
                 .filter_map(|t| t.attributes.get(&rule.attribute))
         };
+        // Borrowed until the end: a match's values are cloned once, for the answer (this runs
+        // once per formed match, inside the tick).
         match (rule.kind, rule.scope) {
             (RuleKind::Equal, _) => {
-                let mut distinct: Vec<String> = values()
-                    .filter_map(|v| match v {
-                        AttributeValue::Text(t) => Some(t.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                distinct.sort_unstable();
-                distinct.dedup();
-                let value = if distinct.len() == 1 {
-                    AttributeValue::Text(distinct.remove(0))
-                } else {
-                    AttributeValue::Tags(distinct)
-                };
-                out.insert(rule.attribute.clone(), value);
-            }
-            (RuleKind::Intersect, RuleScope::Match) => {
-                let mut common: Option<Vec<String>> = None;
+                let mut distinct: Vec<&str> = Vec::with_capacity(1);
                 for v in values() {
-                    if let AttributeValue::Tags(tags) = v {
-                        common = Some(match common {
-                            None => tags.clone(),
-                            Some(c) => c.into_iter().filter(|t| tags.contains(t)).collect(),
-                        });
+                    if let AttributeValue::Text(t) = v
+                        && !distinct.contains(&t.as_str())
+                    {
+                        distinct.push(t);
                     }
                 }
+                out.insert(rule.attribute.clone(), equal_value(distinct));
+            }
+            (RuleKind::Intersect, RuleScope::Match) => {
+                let mut common: Option<Vec<&str>> = None;
+                for v in values() {
+                    if let AttributeValue::Tags(tags) = v {
+                        match &mut common {
+                            None => common = Some(tags.iter().map(String::as_str).collect()),
+                            Some(c) => c.retain(|t| tags.iter().any(|x| x == t)),
+                        }
+                    }
+                }
+                let mut common = common.unwrap_or_default();
+                common.sort_unstable();
                 out.insert(
                     rule.attribute.clone(),
-                    AttributeValue::Tags(common.unwrap_or_default()),
+                    AttributeValue::Tags(common.into_iter().map(str::to_owned).collect()),
                 );
             }
             _ => {}
         }
     }
     out
+}
+
+/// An `equal` rule's reported value: the one value, or the sorted distinct values of a group.
+fn equal_value(mut distinct: Vec<&str>) -> AttributeValue {
+    if let [one] = distinct[..] {
+        AttributeValue::Text(one.to_owned())
+    } else {
+        distinct.sort_unstable();
+        AttributeValue::Tags(distinct.into_iter().map(str::to_owned).collect())
+    }
+}
+
+/// The attributes one tick has built, by what decided them (see
+/// [`RuleIndex::shared_attributes_of`]).
+#[derive(Debug, Default)]
+pub(crate) struct AttributeCache {
+    built: HashMap<Vec<u64>, Arc<Attributes>>,
+    key: Vec<u64>,
 }
 
 /// One interned tuple of `equal` values.
@@ -215,6 +233,8 @@ pub(crate) struct RuleIndex {
     team_rules: bool,
     /// Per intersect rule, value → bit (at most 63).
     tag_bits: Vec<HashMap<String, u8>>,
+    /// Per intersect rule, bit → value (the inverse of `tag_bits`).
+    tag_names: Vec<Vec<String>>,
     /// Tuple of equal values → entry.
     value_ids: HashMap<Vec<String>, u32>,
     entries: Vec<ValueEntry>,
@@ -238,6 +258,7 @@ impl RuleIndex {
             rules: rules.to_vec(),
             equal: of(RuleKind::Equal),
             tag_bits: vec![HashMap::new(); intersect.len()],
+            tag_names: vec![Vec::new(); intersect.len()],
             intersect,
             difference: of(RuleKind::Difference),
             avoid: rules.iter().position(|r| r.kind == RuleKind::Avoid),
@@ -294,6 +315,7 @@ impl RuleIndex {
                         Some(&b) => 1 << b,
                         None if next < 63 => {
                             bits.insert(tag.clone(), next as u8);
+                            self.tag_names[k].push(tag.clone());
                             1 << next
                         }
                         None => OVERFLOW,
@@ -366,6 +388,82 @@ impl RuleIndex {
                 self.value_of[slot] = remap[self.value_of[slot] as usize];
             }
         }
+    }
+
+    /// [`match_attributes`] of the match of the tickets in `slots`, from the compact values
+    /// (a tick builds one per formed match: reading the tickets' own maps and strings costs a
+    /// cache miss per pointer). `None` when a rule's common tags may include a value past the
+    /// 63 interned ones; then the caller reads the tickets.
+    pub(crate) fn attributes_of(&self, slots: &[usize]) -> Option<Attributes> {
+        let mut out = Attributes::new();
+        for (k, &r) in self.equal.iter().enumerate() {
+            let mut distinct: Vec<&str> = Vec::with_capacity(1);
+            for &s in slots {
+                let v = self.entries[self.value_of[s] as usize].values[k].as_str();
+                if !distinct.contains(&v) {
+                    distinct.push(v);
+                }
+            }
+            out.insert(self.rules[r].attribute.clone(), equal_value(distinct));
+        }
+        let ni = self.intersect.len();
+        for (k, &r) in self.intersect.iter().enumerate() {
+            if self.rules[r].scope != RuleScope::Match {
+                continue;
+            }
+            let mask = slots
+                .iter()
+                .fold(u64::MAX, |m, &s| m & self.tags[s * ni + k]);
+            if mask & OVERFLOW != 0 && !slots.is_empty() {
+                return None;
+            }
+            let names = &self.tag_names[k];
+            let mut common: Vec<String> = (0..names.len())
+                .filter(|&b| mask >> b & 1 == 1)
+                .map(|b| names[b].clone())
+                .collect();
+            common.sort_unstable();
+            out.insert(
+                self.rules[r].attribute.clone(),
+                AttributeValue::Tags(common),
+            );
+        }
+        Some(out)
+    }
+
+    /// [`Self::attributes_of`] through `cache`, which maps what decides a match's attributes
+    /// (the distinct `equal` value tuples and each match-wide intersect's common mask) to the
+    /// attributes built once: in a tick most matches share a few combinations, and a hit
+    /// costs a lookup instead of a map and its strings. `key` is scratch space.
+    pub(crate) fn shared_attributes_of(
+        &self,
+        slots: &[usize],
+        cache: &mut AttributeCache,
+    ) -> Option<Arc<Attributes>> {
+        let key = &mut cache.key;
+        key.clear();
+        if !self.equal.is_empty() {
+            key.extend(slots.iter().map(|&s| u64::from(self.value_of[s])));
+            key.sort_unstable();
+            key.dedup();
+        }
+        key.push(u64::MAX);
+        let ni = self.intersect.len();
+        for (k, &r) in self.intersect.iter().enumerate() {
+            if self.rules[r].scope == RuleScope::Match {
+                key.push(
+                    slots
+                        .iter()
+                        .fold(u64::MAX, |m, &s| m & self.tags[s * ni + k]),
+                );
+            }
+        }
+        if let Some(hit) = cache.built.get(key.as_slice()) {
+            return Some(hit.clone());
+        }
+        let built = Arc::new(self.attributes_of(slots)?);
+        cache.built.insert(cache.key.clone(), built.clone());
+        Some(built)
     }
 
     /// The partition of the ticket in `slot` (0 without `equal` rules).
@@ -574,6 +672,17 @@ mod tests {
             );
             assert_eq!(checker.pair_ok(&cand(a as u32), &cand(b as u32)), want);
         }
+        // The compact attributes agree with the tickets' where the common tags are interned,
+        // and defer to the tickets where they may not be.
+        assert_eq!(
+            index.attributes_of(&[0, 1]),
+            Some(match_attributes(&rules, &[&tickets[0], &tickets[1]]))
+        );
+        assert_eq!(index.attributes_of(&[1, 2]), None);
+        assert_eq!(
+            match_attributes(&rules, &[&tickets[1], &tickets[2]])["maps"],
+            tags(101..102)
+        );
     }
 
     #[test]
@@ -606,6 +715,10 @@ mod tests {
             text("ranked"),
         );
         let got = match_attributes(&rules, &[&a, &b]);
+        let mut index = RuleIndex::new(&rules);
+        index.store(0, &a);
+        index.store(1, &b);
+        assert_eq!(index.attributes_of(&[0, 1]).as_ref(), Some(&got));
         assert_eq!(got["mode"], text("ranked"));
         assert_eq!(got["maps"], tags(2..3));
         assert_eq!(

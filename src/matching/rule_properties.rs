@@ -174,7 +174,7 @@ fn tick_and_check(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> 
                 .collect::<Vec<_>>()
         );
         let all: Vec<&Ticket> = m.teams.tickets().iter().map(|t| &**t).collect();
-        assert_eq!(m.attributes, match_attributes(&config.rules, &all));
+        assert_eq!(*m.attributes, match_attributes(&config.rules, &all));
         let Some(AttributeValue::Text(mode)) = m.attributes.get("mode") else {
             panic!("no common mode reported: {:?}", m.attributes);
         };

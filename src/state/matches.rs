@@ -31,7 +31,7 @@ pub struct Assignment {
     /// Players who left (named by `RequestBackfill`); still in `teams`, rated as abandons.
     pub left: Vec<PlayerId>,
     /// The values the match was formed under (its queue's match rules); empty without rules.
-    pub attributes: crate::matching::Attributes,
+    pub attributes: std::sync::Arc<crate::matching::Attributes>,
 }
 
 /// Match lifecycle: ready-check (if the queue has one) → formed → allocated → completing →

@@ -123,7 +123,7 @@ impl State {
             backfill: a.backfill.clone(),
             left: a.left.clone(),
             roles: inner.roles.clone(),
-            attributes: a.attributes.clone(),
+            attributes: (*a.attributes).clone(),
         }
     }
 
@@ -167,7 +167,7 @@ impl State {
                 parties: m.parties.clone(),
                 backfill: m.backfill.clone(),
                 left: m.left.clone(),
-                attributes: m.attributes.clone(),
+                attributes: Arc::new(m.attributes.clone()),
             });
             let slot = Arc::new(MatchSlot {
                 id: m.match_id.clone(),

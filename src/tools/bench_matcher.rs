@@ -358,7 +358,7 @@ mod tests {
         for p in &rules.partitions {
             assert!(p.free_quality > 0.0 && p.quality > 0.0, "{p:?}");
         }
-        // A map veto leaves most 1v1 pairs legal: quality stays close to the rule-free one.
+        // Most 1v1 pairs share a map: quality stays close to the rule-free one.
         assert!(rules.worst_quality_ratio > 0.9, "{rules:?}");
     }
 }
