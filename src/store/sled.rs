@@ -11,15 +11,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::history::HistoryPlan;
 use super::{
-    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
-    StoredParty, StoredPlayer,
+    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
+    StoredMatch, StoredParty, StoredPlayer,
 };
-use crate::ids::{MatchId, PlayerId};
+use crate::ids::{MatchId, PartyId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PoolRecord, ResultAck};
+use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord, ResultAck};
 
 /// The format marker written into every store this server creates.
 const FORMAT: &[u8] = b"matchmaker-store/1";
@@ -44,6 +45,8 @@ const SEGMENT_PREFIX: u8 = 0x00;
 const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
+/// `PartyService` parties: party id → [`PartyRoster`].
+const ROSTERS_TREE: &str = "rosters";
 /// `meta` key: the journal sequence number the players tree is known to include.
 const SNAPSHOT_SEQ: &str = "snapshot_seq";
 /// `meta` keys `calibration/<pool>` → JSON [`Calibration`]: each rating pool's calibration.
@@ -59,6 +62,7 @@ pub struct SledStore {
     journal: sled::Tree,
     matches: sled::Tree,
     parties: sled::Tree,
+    rosters: sled::Tree,
     /// sled's data file, to fsync after sled's flush. On Linux sled makes a flush durable with
     /// `sync_file_range`, which writes the pages and waits for them but neither commits the
     /// file's metadata (its grown size) nor flushes the disk's write cache: enough for
@@ -134,6 +138,7 @@ impl SledStore {
         let journal = db.open_tree(JOURNAL_TREE)?;
         let matches = db.open_tree(MATCHES_TREE)?;
         let parties = db.open_tree(PARTIES_TREE)?;
+        let rosters = db.open_tree(ROSTERS_TREE)?;
         let data_file = std::fs::File::open(dir.join("db")).map_err(|source| StoreError::Io {
             path: dir.join("db"),
             source,
@@ -148,6 +153,7 @@ impl SledStore {
             journal,
             matches,
             parties,
+            rosters,
         })
     }
 
@@ -159,6 +165,47 @@ impl SledStore {
         pools: &BTreeMap<String, PoolRecord>,
     ) -> Result<(), StoreError> {
         self.players.insert(id.as_str(), encode(pools)?)?;
+        Ok(())
+    }
+
+    /// Adds history writes to a journal-tree batch (keys `h/…`, see [`history_key`]), planned
+    /// against what the tree holds now.
+    fn history_into(
+        &self,
+        batch: &mut sled::Batch,
+        writes: &[&HistoryWrite],
+    ) -> Result<(), StoreError> {
+        let mut plan = HistoryPlan::default();
+        for w in writes {
+            plan.add(
+                w,
+                &mut |p| {
+                    let key = history_key(b'p', p.as_str());
+                    self.journal
+                        .get(&key)?
+                        .map_or(Ok(Vec::new()), |v| decode(&v, &history_name(&key)))
+                },
+                &mut |m| {
+                    let key = history_key(b'c', m.as_str());
+                    Ok(self.journal.get(&key)?.map_or(0, |v| decode_seq(&v) as u32))
+                },
+            )?;
+        }
+        for r in &plan.records {
+            batch.insert(history_key(b'm', r.match_id.as_str()), encode(r)?);
+        }
+        for (player, list) in &plan.lists {
+            batch.insert(history_key(b'p', player.as_str()), encode(list)?);
+        }
+        for (id, n) in &plan.refs {
+            let count = history_key(b'c', id.as_str());
+            if *n == 0 {
+                batch.remove(count);
+                batch.remove(history_key(b'm', id.as_str()));
+            } else {
+                batch.insert(count, &u64::from(*n).to_be_bytes());
+            }
+        }
         Ok(())
     }
 
@@ -303,6 +350,9 @@ impl Storage for SledStore {
     /// state drops their segments; a stale copy is ignored at start because its result is here.)
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
+        let history: Vec<&HistoryWrite> =
+            entries.iter().filter_map(|e| e.history.as_ref()).collect();
+        self.history_into(&mut batch, &history)?;
         for (i, entry) in entries.iter().enumerate() {
             batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
             if entry.kind == EntryKind::Result {
@@ -601,6 +651,77 @@ impl Storage for SledStore {
         Ok(())
     }
 
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        let writes: Vec<&HistoryWrite> = writes.iter().collect();
+        self.history_into(&mut batch, &writes)?;
+        self.journal.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
+        let key = history_key(b'm', id.as_str());
+        let found = self
+            .journal
+            .get(&key)
+            .map_err(StoreError::from)
+            .and_then(|v| v.map(|v| decode(&v, &history_name(&key))).transpose());
+        Box::pin(std::future::ready(found))
+    }
+
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        let key = history_key(b'p', player.as_str());
+        let found = self
+            .journal
+            .get(&key)
+            .map_err(StoreError::from)
+            .and_then(|v| v.map_or(Ok(Vec::new()), |v| decode(&v, &history_name(&key))));
+        Box::pin(std::future::ready(found))
+    }
+
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
+        let found = ids
+            .iter()
+            .filter_map(|id| {
+                let key = history_key(b'm', id.as_str());
+                match self.journal.get(&key) {
+                    Ok(Some(v)) => Some(decode(&v, &history_name(&key))),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e.into())),
+                }
+            })
+            .collect();
+        Box::pin(std::future::ready(found))
+    }
+
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for r in rosters {
+            batch.insert(r.party_id.as_str().as_bytes(), encode(r)?);
+        }
+        self.rosters.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for id in ids {
+            batch.remove(id.as_str().as_bytes());
+        }
+        self.rosters.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
+        self.rosters
+            .iter()
+            .map(|item| {
+                let (k, v) = item?;
+                decode(&v, &format!("rosters/{}", String::from_utf8_lossy(&k)))
+            })
+            .collect()
+    }
+
     fn flush(&self) -> Result<(), StoreError> {
         self.db.flush()?;
         self.sync_data_file()
@@ -614,6 +735,22 @@ impl Storage for SledStore {
             Ok(())
         })
     }
+}
+
+/// Match history in the journal tree (so a result's record is in its entry's batch):
+/// `h/m/<match id>` → [`MatchRecord`], `h/c/<match id>` → how many lists hold it (big-endian
+/// u64), `h/p/<player>` → JSON list of match ids, most recently ended first.
+fn history_key(kind: u8, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + id.len());
+    k.extend_from_slice(b"h/");
+    k.push(kind);
+    k.push(b'/');
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+fn history_name(key: &[u8]) -> String {
+    format!("history/{}", String::from_utf8_lossy(key))
 }
 
 /// `s/pw/<pool>␟<player>␟<season>/<week>` → that player's end-of-week RP (big-endian u32).

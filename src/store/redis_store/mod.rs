@@ -36,14 +36,14 @@ pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
 use super::{
-    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
-    StoredParty, StoredPlayer, StoredTicket, redact,
+    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
+    StoredMatch, StoredParty, StoredPlayer, StoredTicket, redact,
 };
-use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PoolRecord, ResultAck};
+use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord, ResultAck};
 
 /// The lease key the fencing check reads (written by `cluster::lease`).
 const LEASE: &str = "{mm}:lease";
@@ -63,9 +63,15 @@ enum Hash {
     Ended,
     Calibrations,
     Tickets,
+    // --- Records ---
+    Rosters,
+    /// Match history records (read from Redis, never loaded into the mirror).
+    MatchRecords,
+    /// How many players' history lists hold each record (likewise never loaded).
+    MatchRefs,
 }
 
-const HASHES: [(Hash, &str); 12] = [
+const HASHES: [(Hash, &str); 15] = [
     (Hash::Players, "{mm}:players"),
     (Hash::Parties, "{mm}:parties"),
     (Hash::Journal, "{mm}:journal"),
@@ -78,10 +84,32 @@ const HASHES: [(Hash, &str); 12] = [
     (Hash::Ended, "{mm}:ended"),
     (Hash::Calibrations, "{mm}:calibrations"),
     (Hash::Tickets, "{mm}:tickets"),
+    (Hash::Rosters, "{mm}:rosters"),
+    (Hash::MatchRecords, "{mm}:match_records"),
+    (Hash::MatchRefs, "{mm}:match_refs"),
 ];
 
+/// Hashes read into the mirror when the store opens: all but the match history, which can
+/// grow to every player's `[history] matches_per_player` matches and is read from Redis.
+fn loaded_hash(h: Hash) -> bool {
+    !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
+}
+
+/// The key of a player's history list: match ids, most recently ended first.
+fn history_list(player: &PlayerId) -> String {
+    format!("{{mm}}:history:{player}")
+}
+
+fn hash_name(h: Hash) -> &'static str {
+    HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n)
+}
+
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
-/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL) or `x KEY` (DEL), KEY an index into KEYS.
+/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL), `x KEY` (DEL) or `p LIST MEMBER KEEP
+/// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
+/// off loses a holder in REFS and goes from RECORDS with its last), KEY an index into KEYS.
+/// Sending the same batches again in order (a flight whose answer was lost) leaves the same
+/// history: a record's write resets its holder count before its pushes.
 const APPLY: &str = r"
 local lease = redis.call('GET', KEYS[1])
 local token = ARGV[1]
@@ -102,6 +130,24 @@ while i <= n do
   elseif op == 'x' then
     redis.call('DEL', key)
     i = i + 2
+  elseif op == 'p' then
+    local member = ARGV[i + 2]
+    local keep = tonumber(ARGV[i + 3])
+    local records = KEYS[tonumber(ARGV[i + 4])]
+    local refs = KEYS[tonumber(ARGV[i + 5])]
+    redis.call('LREM', key, 0, member)
+    redis.call('LPUSH', key, member)
+    local evicted = redis.call('LRANGE', key, keep, -1)
+    if #evicted > 0 then
+      redis.call('LTRIM', key, 0, keep - 1)
+      for _, old in ipairs(evicted) do
+        if redis.call('HINCRBY', refs, old, -1) <= 0 then
+          redis.call('HDEL', refs, old)
+          redis.call('HDEL', records, old)
+        end
+      end
+    end
+    i = i + 6
   else
     return redis.error_reply('bad operation ' .. tostring(op))
   end
@@ -115,6 +161,42 @@ enum Op {
     Set(Hash, String, Vec<u8>),
     Del(Hash, String),
     Clear(Hash),
+    /// A match id to the head of a player's history list (its key), which keeps `keep`.
+    Push(String, String, u32),
+}
+
+impl Op {
+    /// Arguments the op takes in the script.
+    fn args(&self) -> usize {
+        match self {
+            Self::Set(..) => 4,
+            Self::Del(..) => 3,
+            Self::Clear(..) => 2,
+            Self::Push(..) => 6,
+        }
+    }
+}
+
+/// The ops that add `writes` to the history: each record and its holder count, then its
+/// players' pushes.
+fn history_ops<'a>(
+    writes: impl IntoIterator<Item = &'a HistoryWrite>,
+) -> Result<Vec<Op>, StoreError> {
+    let mut ops = Vec::new();
+    for w in writes {
+        let id = w.record.match_id.to_string();
+        let players = w.record.players();
+        ops.push(Op::Set(Hash::MatchRecords, id.clone(), json(&w.record)?));
+        ops.push(Op::Set(
+            Hash::MatchRefs,
+            id.clone(),
+            players.len().to_string().into(),
+        ));
+        for p in &players {
+            ops.push(Op::Push(history_list(p), id.clone(), w.keep.max(1)));
+        }
+    }
+    Ok(ops)
 }
 
 /// Writes not yet sent, as batches (one per trait call), and the sequence of the last one.
@@ -194,7 +276,7 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        let mirror = MemoryStore::default();
+        let mirror = MemoryStore::mirror();
         {
             let loaded = load_all(&mut conn, url).await?;
             let mut data = mirror.data();
@@ -212,6 +294,12 @@ impl RedisStore {
             fenced: AtomicBool::new(false),
             apply: Script::new(APPLY),
         })
+    }
+
+    /// Sends what is queued, so a read from Redis sees every write made before it (reads that
+    /// go to Redis rather than the mirror: the match history).
+    async fn flush_pending(&self) -> Result<(), StoreError> {
+        self.flush_through(self.queued()).await
     }
 
     /// The fencing token this store writes with.
@@ -294,10 +382,11 @@ impl RedisStore {
         while start < batches.len() {
             let mut end = start;
             let mut args = 0;
+            let size = |b: &Vec<Op>| b.iter().map(Op::args).sum::<usize>();
             while end < batches.len()
-                && (end == start || args + batches[end].len() * 4 <= MAX_SCRIPT_ARGS)
+                && (end == start || args + size(&batches[end]) <= MAX_SCRIPT_ARGS)
             {
-                args += batches[end].len() * 4;
+                args += size(&batches[end]);
                 end += 1;
             }
             self.send_script(&batches[start..end]).await?;
@@ -312,9 +401,28 @@ impl RedisStore {
         for (_, name) in HASHES {
             invocation.key(name);
         }
+        // History lists are keys of their own (same `{mm}` slot), declared after the hashes.
+        let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for op in batches.iter().flatten() {
+            if let Op::Push(list, _, _) = op
+                && !lists.contains_key(list.as_str())
+            {
+                lists.insert(list, 2 + HASHES.len() + lists.len());
+                invocation.key(list);
+            }
+        }
         invocation.arg(self.token.to_string());
         for op in batches.iter().flatten() {
             match op {
+                Op::Push(list, member, keep) => {
+                    invocation
+                        .arg("p")
+                        .arg(lists[list.as_str()])
+                        .arg(member)
+                        .arg(*keep)
+                        .arg(Hash::MatchRecords as usize)
+                        .arg(Hash::MatchRefs as usize);
+                }
                 Op::Set(h, field, value) => {
                     invocation.arg("s").arg(*h as usize).arg(field).arg(value);
                 }
@@ -397,7 +505,7 @@ type Loaded = BTreeMap<&'static str, Fields>;
 
 async fn load_all(conn: &mut RedisConn, url: &str) -> Result<Loaded, StoreError> {
     let mut loaded = Loaded::new();
-    for (_, name) in HASHES {
+    for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
         let mut cursor: u64 = 0;
         let mut fields = Vec::new();
         loop {
@@ -427,10 +535,7 @@ fn text(bytes: &[u8]) -> String {
 /// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
 /// and every copy is the same value).
 fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
-    let mut take = |h: Hash| {
-        let name = HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n);
-        loaded.remove(name).unwrap_or_default()
-    };
+    let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
     for (k, v) in take(Hash::Players) {
         let id = text(&k);
         let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
@@ -510,6 +615,11 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         let id = text(&k);
         let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
         data.tickets.insert(TicketId::new(id.as_str()), t);
+    }
+    for (k, v) in take(Hash::Rosters) {
+        let id = text(&k);
+        let r: PartyRoster = decode(&v, &format!("party {id}"))?;
+        data.rosters.insert(PartyId::new(id.as_str()), r);
     }
     Ok(())
 }
@@ -626,6 +736,9 @@ impl Storage for RedisStore {
                 }
             }
         }
+        batch.extend(history_ops(
+            entries.iter().filter_map(|e| e.history.as_ref()),
+        )?);
         self.mirror.append_journal(first_seq, entries)?;
         // The players' and parties' whole records, current in the `players` hash at once.
         {
@@ -848,6 +961,90 @@ impl Storage for RedisStore {
         self.mirror.import_history(history)?;
         self.queue(batch);
         Ok(())
+    }
+
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        self.queue(history_ops(writes)?);
+        Ok(())
+    }
+
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
+        Box::pin(async move {
+            self.flush_pending().await?;
+            let value: Option<Vec<u8>> = ::redis::cmd("HGET")
+                .arg(hash_name(Hash::MatchRecords))
+                .arg(id.as_str())
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            value
+                .map(|v| decode(&v, &format!("match record {id}")))
+                .transpose()
+        })
+    }
+
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        Box::pin(async move {
+            self.flush_pending().await?;
+            let ids: Vec<String> = ::redis::cmd("LRANGE")
+                .arg(history_list(player))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            Ok(ids.iter().map(|m| MatchId::new(m.as_str())).collect())
+        })
+    }
+
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.flush_pending().await?;
+            let mut cmd = ::redis::cmd("HMGET");
+            cmd.arg(hash_name(Hash::MatchRecords));
+            for id in ids {
+                cmd.arg(id.as_str());
+            }
+            let values: Vec<Option<Vec<u8>>> = cmd
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            values
+                .iter()
+                .zip(ids)
+                .filter_map(|(v, id)| v.as_ref().map(|v| decode(v, &format!("match record {id}"))))
+                .collect()
+        })
+    }
+
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = rosters
+            .iter()
+            .map(|r| Ok(Op::Set(Hash::Rosters, r.party_id.to_string(), json(r)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        self.mirror.put_rosters(rosters)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = ids
+            .iter()
+            .map(|id| Op::Del(Hash::Rosters, id.to_string()))
+            .collect();
+        self.mirror.remove_rosters(ids)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
+        self.mirror.load_rosters()
     }
 
     fn flush(&self) -> Result<(), StoreError> {
