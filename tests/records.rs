@@ -210,7 +210,12 @@ async fn the_active_ticket_follows_a_player_from_queue_to_match_to_result() {
 
 #[tokio::test]
 async fn matches_are_recorded_from_formed_to_completed_newest_first_and_bounded_per_player() {
-    let server = TestServer::start("[history]\nmatches_per_player = 3\n").await;
+    // Ratings move with every result: a wide window keeps the same players matching at once.
+    let server = TestServer::start(
+        "[history]\nmatches_per_player = 3\n[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.01\n\
+         expansion = []\n",
+    )
+    .await;
     let mut client = server.client().await;
     let mut gs = server.game_server().await;
     let mut offers = common::serve(&mut gs, "gs-h:1").await;
