@@ -416,7 +416,11 @@ async fn party_rosters_and_match_records_survive_kill_9() {
         })
         .await
         .unwrap_err();
-    assert_eq!(gone.code(), tonic::Code::NotFound, "an ended party stays ended");
+    assert_eq!(
+        gone.code(),
+        tonic::Code::NotFound,
+        "an ended party stays ended"
+    );
 
     let mut client = ClientServiceClient::new(ch.clone());
     let get = |id: &str| proto::GetMatchRequest {

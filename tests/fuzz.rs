@@ -477,7 +477,11 @@ async fn one(
                 match rng.random_range(0..3) {
                     0 => (junk_id(rng), Vec::new(), invalid),
                     1 => ("party-any".into(), vec!["fz-u".into()], invalid),
-                    _ => (format!("party-nope-{}", rng.random::<u64>()), Vec::new(), not_found),
+                    _ => (
+                        format!("party-nope-{}", rng.random::<u64>()),
+                        Vec::new(),
+                        not_found,
+                    ),
                 };
             Case {
                 what: "enter by party id: malformed, with player ids too, or unknown",
@@ -601,9 +605,8 @@ async fn malformed_requests_get_the_right_status_and_change_nothing() {
     for p in ["fz-u", "fz-dup", "fz-r", "fz-p"] {
         common::enter(&mut client, "5v5", &[p]).await;
     }
-    let mut parties = matchmaker::proto::party_service_client::PartyServiceClient::new(
-        server.channel().await,
-    );
+    let mut parties =
+        matchmaker::proto::party_service_client::PartyServiceClient::new(server.channel().await);
     parties
         .create_party(proto::CreatePartyRequest {
             player_id: "fz-p".into(),
