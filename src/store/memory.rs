@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use super::history::HistoryPlan;
 use super::{
-    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
-    StoredMatch, StoredParty, StoredPlayer, StoredTicket,
+    EntryKind, History, HistoryWrite, JournalEntry, RecordStorage, Segment, Storage, StoreError,
+    StoreFuture, StoredMatch, StoredParty, StoredPlayer, StoredTicket,
 };
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
@@ -430,6 +430,20 @@ impl Storage for MemoryStore {
         Ok(())
     }
 
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn flush_async(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn size_on_disk(&self) -> u64 {
+        0
+    }
+}
+
+impl RecordStorage for MemoryStore {
     fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
         self.data().append_history(writes);
         Ok(())
@@ -477,17 +491,5 @@ impl Storage for MemoryStore {
 
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
         Ok(self.data().rosters.values().cloned().collect())
-    }
-
-    fn flush(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn flush_async(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn size_on_disk(&self) -> u64 {
-        0
     }
 }

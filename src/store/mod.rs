@@ -107,8 +107,9 @@ pub const SEGMENT_BYTES: usize = 6 * 1024;
 pub type Segment<'a> = (u64, &'a [Vec<u8>]);
 
 /// The storage interface. Methods are synchronous and short (the embedded backend answers from
-/// its page cache); [`Storage::flush_async`] is the one wait for the disk.
-pub trait Storage: Send + Sync + 'static {
+/// its page cache); [`Storage::flush_async`] is the one wait for the disk. The records clients
+/// read back (match history, party rosters) are [`RecordStorage`]'s.
+pub trait Storage: RecordStorage + Send + Sync + 'static {
     /// Where the data lives, for messages (a directory, a URL).
     fn location(&self) -> String;
 
@@ -230,8 +231,24 @@ pub trait Storage: Send + Sync + 'static {
     /// season ranks with their per-player indexes) in one atomic batch. Not durable until a flush.
     fn import_history(&self, history: &History) -> Result<(), StoreError>;
 
-    // --- Records: match history and party rosters ---
+    // Durability.
 
+    /// Makes every write so far durable, through power loss (blocking).
+    fn flush(&self) -> Result<(), StoreError>;
+    /// Makes every write so far durable, through power loss, without blocking the runtime.
+    fn flush_async(&self) -> StoreFuture<'_, ()>;
+    /// Bytes the store uses on disk.
+    fn size_on_disk(&self) -> u64;
+}
+
+// --- Records: match history and party rosters ---
+
+/// The part of [`Storage`] that keeps the records clients read back: the match history (each
+/// player's newest ended matches and the records they name) and `PartyService` rosters. Same
+/// guarantees as the rest: each batch method is atomic, durable once a later flush returned,
+/// and reads see every write made before them. History reads are asynchronous: a cluster store
+/// answers them from Redis, not from memory.
+pub trait RecordStorage {
     /// Adds ended matches to the match history in one atomic batch: each record goes at the
     /// head of each of its players' lists, each list is cut to its write's `keep` newest, and a
     /// record no list holds any more is dropped. A result's record goes with its journal entry
@@ -250,15 +267,6 @@ pub trait Storage: Send + Sync + 'static {
     fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError>;
     /// Every stored party roster, in party id order.
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError>;
-
-    // Durability.
-
-    /// Makes every write so far durable, through power loss (blocking).
-    fn flush(&self) -> Result<(), StoreError>;
-    /// Makes every write so far durable, through power loss, without blocking the runtime.
-    fn flush_async(&self) -> StoreFuture<'_, ()>;
-    /// Bytes the store uses on disk.
-    fn size_on_disk(&self) -> u64;
 }
 
 /// The shared handle the server holds.

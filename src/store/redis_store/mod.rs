@@ -22,6 +22,8 @@
 //! change since the last write.
 
 mod conn;
+mod durability;
+mod records;
 mod server;
 
 use std::collections::BTreeMap;
@@ -32,18 +34,20 @@ use std::time::Instant;
 use ::redis::Script;
 
 pub use conn::RedisConn;
+pub use durability::{Durability, check_durability};
 pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
 use super::{
-    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
-    StoredMatch, StoredParty, StoredPlayer, StoredTicket, redact,
+    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
+    StoredParty, StoredPlayer, StoredTicket, redact,
 };
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use records::history_ops;
 
 /// The lease key the fencing check reads (written by `cluster::lease`).
 const LEASE: &str = "{mm}:lease";
@@ -93,11 +97,6 @@ const HASHES: [(Hash, &str); 15] = [
 /// grow to every player's `[history] matches_per_player` matches and is read from Redis.
 fn loaded_hash(h: Hash) -> bool {
     !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
-}
-
-/// The key of a player's history list: match ids, most recently ended first.
-fn history_list(player: &PlayerId) -> String {
-    format!("{{mm}}:history:{player}")
 }
 
 fn hash_name(h: Hash) -> &'static str {
@@ -175,28 +174,6 @@ impl Op {
             Self::Push(..) => 6,
         }
     }
-}
-
-/// The ops that add `writes` to the history: each record and its holder count, then its
-/// players' pushes.
-fn history_ops<'a>(
-    writes: impl IntoIterator<Item = &'a HistoryWrite>,
-) -> Result<Vec<Op>, StoreError> {
-    let mut ops = Vec::new();
-    for w in writes {
-        let id = w.record.match_id.to_string();
-        let players = w.record.players();
-        ops.push(Op::Set(Hash::MatchRecords, id.clone(), json(&w.record)?));
-        ops.push(Op::Set(
-            Hash::MatchRefs,
-            id.clone(),
-            players.len().to_string().into(),
-        ));
-        for p in &players {
-            ops.push(Op::Push(history_list(p), id.clone(), w.keep.max(1)));
-        }
-    }
-    Ok(ops)
 }
 
 /// Writes not yet sent, as batches (one per trait call), and the sequence of the last one.
@@ -963,90 +940,6 @@ impl Storage for RedisStore {
         Ok(())
     }
 
-    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
-        self.check_fence()?;
-        self.queue(history_ops(writes)?);
-        Ok(())
-    }
-
-    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
-        Box::pin(async move {
-            self.flush_pending().await?;
-            let value: Option<Vec<u8>> = ::redis::cmd("HGET")
-                .arg(hash_name(Hash::MatchRecords))
-                .arg(id.as_str())
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(redis_error(&self.url))?;
-            value
-                .map(|v| decode(&v, &format!("match record {id}")))
-                .transpose()
-        })
-    }
-
-    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
-        Box::pin(async move {
-            self.flush_pending().await?;
-            let ids: Vec<String> = ::redis::cmd("LRANGE")
-                .arg(history_list(player))
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(redis_error(&self.url))?;
-            Ok(ids.iter().map(|m| MatchId::new(m.as_str())).collect())
-        })
-    }
-
-    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
-        Box::pin(async move {
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            self.flush_pending().await?;
-            let mut cmd = ::redis::cmd("HMGET");
-            cmd.arg(hash_name(Hash::MatchRecords));
-            for id in ids {
-                cmd.arg(id.as_str());
-            }
-            let values: Vec<Option<Vec<u8>>> = cmd
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(redis_error(&self.url))?;
-            values
-                .iter()
-                .zip(ids)
-                .filter_map(|(v, id)| v.as_ref().map(|v| decode(v, &format!("match record {id}"))))
-                .collect()
-        })
-    }
-
-    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
-        self.check_fence()?;
-        let batch = rosters
-            .iter()
-            .map(|r| Ok(Op::Set(Hash::Rosters, r.party_id.to_string(), json(r)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        self.mirror.put_rosters(rosters)?;
-        self.queue(batch);
-        Ok(())
-    }
-
-    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
-        self.check_fence()?;
-        let batch = ids
-            .iter()
-            .map(|id| Op::Del(Hash::Rosters, id.to_string()))
-            .collect();
-        self.mirror.remove_rosters(ids)?;
-        self.queue(batch);
-        Ok(())
-    }
-
-    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
-        self.mirror.load_rosters()
-    }
-
     fn flush(&self) -> Result<(), StoreError> {
         let target = self.queued();
         match tokio::runtime::Handle::try_current() {
@@ -1075,68 +968,6 @@ impl Storage for RedisStore {
     fn size_on_disk(&self) -> u64 {
         0
     }
-}
-
-/// What a Redis server keeps across a crash, read at start-up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Durability {
-    /// `appendonly yes`.
-    pub aof: bool,
-    /// `appendfsync` (`always`, `everysec`, `no`), when CONFIG GET is allowed.
-    pub appendfsync: Option<String>,
-    /// Connected replicas.
-    pub replicas: u32,
-}
-
-/// Reads the server's persistence and replication settings; refuses a Redis with neither an
-/// append-only file nor a replica unless `allow_volatile`.
-pub async fn check_durability(url: &str, allow_volatile: bool) -> Result<Durability, StoreError> {
-    let err = redis_error(url);
-    let client = ::redis::Client::open(url).map_err(&err)?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(&err)?;
-    let info = |section: &'static str| ::redis::cmd("INFO").arg(section).clone();
-    let persistence: String = info("persistence")
-        .query_async(&mut conn)
-        .await
-        .map_err(&err)?;
-    let replication: String = info("replication")
-        .query_async(&mut conn)
-        .await
-        .map_err(&err)?;
-    let field = |text: &str, name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| v.trim().to_string())
-    };
-    let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
-    let replicas = field(&replication, "connected_slaves")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let appendfsync = ::redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendfsync")
-        .query_async::<Vec<String>>(&mut conn)
-        .await
-        .ok()
-        .and_then(|v| v.get(1).cloned());
-    let found = Durability {
-        aof,
-        appendfsync,
-        replicas,
-    };
-    if !aof && replicas == 0 && !allow_volatile {
-        return Err(StoreError::Redis(format!(
-            "{} has neither an append-only file nor replicas, so acknowledged results would not \
-             survive its restart: set `appendonly yes` and `appendfsync everysec` (or `always`) \
-             in redis.conf, or run replicas with [cluster] wait_replicas, or set \
-             [cluster] allow_volatile = true for tests",
-            redact(url)
-        )));
-    }
-    Ok(found)
 }
 
 #[cfg(test)]
