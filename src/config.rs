@@ -32,6 +32,8 @@ pub const SECTIONS: &[&str] = &[
     "queues",
     "telemetry",
     "cluster",
+    "history",
+    "parties",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -80,6 +82,13 @@ pub struct Config {
     /// Cluster mode on Redis/Valkey (off by default: one embedded node).
     #[serde(default)]
     pub cluster: crate::store::ClusterConfig,
+    // --- Records ---
+    /// The match history kept per player.
+    #[serde(default)]
+    pub history: crate::records::HistoryConfig,
+    /// `PartyService` parties.
+    #[serde(default)]
+    pub parties: crate::records::PartyConfig,
 }
 
 /// Network, timing and limit settings of the server process.
@@ -485,6 +494,8 @@ impl Config {
         self.rate_limit.validate()?;
         self.telemetry.validate()?;
         self.cluster.validate()?;
+        self.history.validate()?;
+        self.parties.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

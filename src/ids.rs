@@ -60,6 +60,10 @@ string_id!(
     /// A formed match.
     MatchId
 );
+string_id!(
+    /// A party made with `PartyService`.
+    PartyId
+);
 
 /// An id with a readable prefix: 48 bits of unix milliseconds then 80 random bits (ULID-like),
 /// so ids never repeat across restarts and ids minted close in time sort close together. That

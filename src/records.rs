@@ -1,13 +1,15 @@
 //! The durable records shared by the result computation, the in-memory state and the store:
-//! a player's standing in a rating pool, a party's, and the acknowledgement of a result. Plain
+//! a player's standing in a rating pool, a party's, and the acknowledgement of a result; and
+//! the records clients read back: ended matches (the match history) and party rosters. Plain
 //! data, so every layer can name them without depending on another.
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::PlayerId;
+use crate::ids::{MatchId, PartyId, PlayerId};
 use crate::ranking::{LadderState, RankPoints, RankingConfig, RankingKind};
 use crate::rating::teams::PeriodResult;
 use crate::rating::{Skill, SystemConfig};
+use crate::rejection::FieldError;
 
 /// A player's standing in one rating pool. Persisted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -98,4 +100,150 @@ pub struct PlayerChange {
 pub struct ResultAck {
     pub queue: String,
     pub changes: Vec<PlayerChange>,
+}
+
+// --- Records: match history and party rosters ---
+
+/// How a match in the history ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndedPhase {
+    Completed,
+    Cancelled,
+}
+
+/// An ended match as the match history keeps it (per player, the newest
+/// `[history] matches_per_player`). Written with the result's journal entry (completed) or when
+/// a match a game server took is cancelled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatchRecord {
+    pub match_id: MatchId,
+    pub queue: String,
+    pub phase: EndedPhase,
+    /// Every player who played for each team: leavers and backfilled players included.
+    pub teams: Vec<Vec<PlayerId>>,
+    /// Completed: per team, 1 = first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<u32>,
+    /// Completed: each player's change, as acknowledged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<PlayerChange>,
+    /// Empty when no game server took the match.
+    #[serde(default)]
+    pub server_address: String,
+    pub formed_unix: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix: Option<f64>,
+    pub ended_unix: f64,
+}
+
+impl MatchRecord {
+    /// Every player of the match once, in team order: whose history holds it.
+    pub fn players(&self) -> Vec<PlayerId> {
+        let mut seen = std::collections::HashSet::new();
+        self.teams
+            .iter()
+            .flatten()
+            .filter(|p| seen.insert(*p))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A `PartyService` party. Persisted whole on every change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PartyRoster {
+    pub party_id: PartyId,
+    /// Upper case, from an alphabet without look-alikes (no 0/O, 1/I).
+    pub invite_code: String,
+    /// In the order they joined.
+    pub members: Vec<PlayerId>,
+    pub leader: PlayerId,
+    pub created_unix: f64,
+    /// Unix seconds of the last call naming the party or a member queued or playing: the party
+    /// expires `[parties] idle_expiry_seconds` after it.
+    pub active_unix: f64,
+}
+
+/// `[history]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Ended matches kept per player (`ListPlayerMatches`); older ones are dropped, and a
+    /// match goes once no player's history keeps it.
+    #[serde(default = "default_matches_per_player")]
+    pub matches_per_player: u32,
+}
+
+fn default_matches_per_player() -> u32 {
+    100
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self {
+            matches_per_player: default_matches_per_player(),
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// Every rule `[history]` must satisfy.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(1..=1000).contains(&self.matches_per_player) {
+            return Err(FieldError::new(
+                "history.matches_per_player",
+                format!("must be in 1..=1000 (got {})", self.matches_per_player),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[parties]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartyConfig {
+    /// A party with no call naming it and no member queued or in a match for this long ends.
+    #[serde(default = "default_idle_expiry_seconds")]
+    pub idle_expiry_seconds: f64,
+    /// Most members of one party (a queue's `max_party_size` still bounds what it may enter).
+    #[serde(default = "default_max_members")]
+    pub max_members: u32,
+}
+
+fn default_idle_expiry_seconds() -> f64 {
+    3600.0
+}
+
+fn default_max_members() -> u32 {
+    5
+}
+
+impl Default for PartyConfig {
+    fn default() -> Self {
+        Self {
+            idle_expiry_seconds: default_idle_expiry_seconds(),
+            max_members: default_max_members(),
+        }
+    }
+}
+
+impl PartyConfig {
+    /// Every rule `[parties]` must satisfy.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.idle_expiry_seconds.is_finite() && self.idle_expiry_seconds > 0.0) {
+            return Err(FieldError::new(
+                "parties.idle_expiry_seconds",
+                format!("must be finite and > 0 (got {})", self.idle_expiry_seconds),
+            ));
+        }
+        if !(2..=100).contains(&self.max_members) {
+            return Err(FieldError::new(
+                "parties.max_members",
+                format!("must be in 2..=100 (got {})", self.max_members),
+            ));
+        }
+        Ok(())
+    }
 }

@@ -2,7 +2,7 @@
 //! code in `api::error`. Storage failures are a different type (`store::StoreError`): a refusal
 //! changes nothing and the caller can fix its request; a storage failure is the server's.
 
-use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 
 /// A field of a request (or a config key) and the rule its value broke.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -73,6 +73,14 @@ pub enum Rejection {
     /// The queue holds as many waiting tickets as it may (RESOURCE_EXHAUSTED).
     #[error("queue {queue:?} is full ({max} waiting tickets, server.max_tickets_per_queue)")]
     QueueFull { queue: String, max: usize },
+    // --- Records ---
+    /// The party, or the player's membership of another, does not allow the request
+    /// (FAILED_PRECONDITION).
+    #[error("party {party} {refusal}")]
+    Party {
+        party: PartyId,
+        refusal: PartyRefusal,
+    },
 }
 
 impl Rejection {
@@ -121,4 +129,13 @@ pub enum TicketRefusal {
         match_id: MatchId,
         state: &'static str,
     },
+}
+
+/// Why a party refused a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PartyRefusal {
+    #[error("already has player {0}, who must leave it first")]
+    HasPlayer(PlayerId),
+    #[error("is full ({0} members, [parties] max_members)")]
+    Full(u32),
 }

@@ -360,6 +360,9 @@ async fn serve(
         matchmaker: handle,
         ledger: ledger.clone(),
     };
+    let parties = api::Parties {
+        state: state.clone(),
+    };
 
     let max_message = config.server.max_message_bytes;
     // Auth inside the limit: a flood of bad tokens is shed like any other overload, and a refused
@@ -401,6 +404,10 @@ async fn serve(
         )
         .add_service(
             proto::admin_service_server::AdminServiceServer::new(admin)
+                .max_decoding_message_size(max_message),
+        )
+        .add_service(
+            proto::party_service_server::PartyServiceServer::new(parties)
                 .max_decoding_message_size(max_message),
         );
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
@@ -529,6 +536,12 @@ async fn set_ready(health: &HealthReporter, status: ServingStatus) {
     health
         .set_service_status(
             <proto::admin_service_server::AdminServiceServer<api::Admin> as NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <proto::party_service_server::PartyServiceServer<api::Parties> as NamedService>::NAME,
             status,
         )
         .await;

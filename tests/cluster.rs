@@ -477,3 +477,156 @@ async fn a_redis_cluster_backs_the_nodes_the_same_way() {
     assert_eq!((a.games, a.wins), (1, 1));
     assert_eq!(a.rating, b.rating);
 }
+
+/// Records written through the node that owns the queues are read through the other node, by
+/// forwarding while the writer owns them, and from Redis once the writer is killed and the
+/// other node took over: party rosters, completed and cancelled matches in the match history,
+/// and a started match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_written_through_one_node_are_read_through_the_other_after_it_died() {
+    use matchmaker::proto::party_service_client::PartyServiceClient;
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let writer = nodes[&owner].channel().await;
+    let reader = nodes[&other].channel().await;
+
+    let mut parties = PartyServiceClient::new(writer.clone());
+    let party = parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "cr-lead".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let party = parties
+        .join_party(proto::JoinPartyRequest {
+            invite_code: party.invite_code,
+            player_id: "cr-mate".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut gs = GameServerServiceClient::new(writer.clone());
+    let mut offers = common::serve(&mut gs, "gs-cr:7777").await;
+    let mut client = ClientServiceClient::new(writer.clone());
+    let mut served = Vec::new();
+    for pair in [["cr-a", "cr-b"], ["cr-c", "cr-d"], ["cr-e", "cr-f"]] {
+        for p in pair {
+            common::enter(&mut client, "1v1", &[p]).await;
+        }
+        served.push(next_match(&mut offers).await);
+    }
+    let start = |id: &str| proto::StartMatchRequest {
+        match_id: id.into(),
+    };
+    let ack = gs
+        .report_match_result(proto::MatchResult {
+            match_id: served[0].match_id.clone(),
+            placements: common::placements_with_winner(&served[0], "cr-a"),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let started = gs
+        .start_match(start(&served[1].match_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .started_unix;
+    gs.start_match(start(&served[2].match_id)).await.unwrap();
+    let requeued = gs
+        .cancel_match(proto::CancelMatchRequest {
+            match_id: served[2].match_id.clone(),
+            reason: "crashed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .requeued_ticket_ids;
+    assert!(requeued.is_empty(), "a started match ends");
+
+    // What the reader must see, first forwarded to the writer, then from Redis.
+    let check = |channel: Channel| {
+        let (party, ack, served) = (party.clone(), ack.clone(), served.clone());
+        async move {
+            let mut client = ClientServiceClient::new(channel.clone());
+            let get = |id: &str| proto::GetMatchRequest {
+                match_id: id.into(),
+            };
+            let done = client
+                .get_match(get(&served[0].match_id))
+                .await
+                .expect("the completed match")
+                .into_inner();
+            assert_eq!(done.phase, proto::MatchPhase::Completed as i32);
+            assert!(common::same_changes(&done.changes, &ack.changes));
+            let history = client
+                .list_player_matches(proto::ListPlayerMatchesRequest {
+                    player_id: "cr-a".into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(history.matches, vec![done]);
+            let live = client
+                .get_match(get(&served[1].match_id))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(
+                (live.phase, live.started_unix),
+                (proto::MatchPhase::Started as i32, started)
+            );
+            let u = client
+                .get_active_ticket(proto::GetActiveTicketRequest {
+                    player_id: "cr-c".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(u.assignment.unwrap().match_id, served[1].match_id);
+            let cancelled = client
+                .get_match(get(&served[2].match_id))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(cancelled.phase, proto::MatchPhase::Cancelled as i32);
+            let again = PartyServiceClient::new(channel)
+                .get_party(proto::GetPartyRequest {
+                    party_id: party.party_id.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(again, party);
+        }
+    };
+    check(reader.clone()).await;
+
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until("the other node owns the queues", || {
+        let holder = lease_holder(&redis);
+        let other = other.clone();
+        async move {
+            match holder {
+                Some(h) if h == other => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&reader).await;
+    check(reader).await;
+}

@@ -301,3 +301,172 @@ async fn serve_as_gs1(ch: &tonic::transport::Channel) -> tonic::Streaming<proto:
         .unwrap()
         .into_inner()
 }
+
+/// `kill -9` right after acknowledged records changes: party rosters (made, joined, ended) and
+/// match records (completed with its changes, started, cancelled) are all there after the
+/// restart, exactly as acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn party_rosters_and_match_records_survive_kill_9() {
+    use matchmaker::proto::party_service_client::PartyServiceClient;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("records.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let mut server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
+    let mut parties = PartyServiceClient::new(ch.clone());
+    let party = parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "kp-lead".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let party = parties
+        .join_party(proto::JoinPartyRequest {
+            invite_code: party.invite_code,
+            player_id: "kp-mate".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let ended = parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "kp-solo".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    parties
+        .leave_party(proto::LeavePartyRequest {
+            party_id: ended.party_id.clone(),
+            player_id: "kp-solo".into(),
+        })
+        .await
+        .unwrap();
+
+    let mut offers = serve_as_gs1(&ch).await;
+    let mut client = ClientServiceClient::new(ch.clone());
+    let mut gs = GameServerServiceClient::new(ch.clone());
+    let mut served = Vec::new();
+    for pair in [["kr-a", "kr-b"], ["kr-c", "kr-d"], ["kr-e", "kr-f"]] {
+        for p in pair {
+            client
+                .enter_queue(proto::EnterQueueRequest {
+                    queue: "1v1".into(),
+                    player_ids: vec![p.into()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        served.push(common::next(&mut offers).await);
+    }
+    let start = |id: &str| proto::StartMatchRequest {
+        match_id: id.into(),
+    };
+    let ack = gs
+        .report_match_result(proto::MatchResult {
+            match_id: served[0].match_id.clone(),
+            placements: vec![1, 2],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let started = gs
+        .start_match(start(&served[1].match_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .started_unix;
+    gs.start_match(start(&served[2].match_id)).await.unwrap();
+    gs.cancel_match(proto::CancelMatchRequest {
+        match_id: served[2].match_id.clone(),
+        reason: "crashed".into(),
+    })
+    .await
+    .unwrap();
+    server.child.kill().unwrap(); // SIGKILL right after the last acknowledgement
+    server.child.wait().unwrap();
+
+    let server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
+    let mut parties = PartyServiceClient::new(ch.clone());
+    let again = parties
+        .get_party(proto::GetPartyRequest {
+            party_id: party.party_id.clone(),
+        })
+        .await
+        .expect("the party survived")
+        .into_inner();
+    assert_eq!(again, party);
+    let joined = parties
+        .join_party(proto::JoinPartyRequest {
+            invite_code: party.invite_code.clone(),
+            player_id: "kp-third".into(),
+        })
+        .await
+        .expect("its invite code still works")
+        .into_inner();
+    assert_eq!(joined.member_ids, ["kp-lead", "kp-mate", "kp-third"]);
+    let gone = parties
+        .get_party(proto::GetPartyRequest {
+            party_id: ended.party_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        gone.code(),
+        tonic::Code::NotFound,
+        "an ended party stays ended"
+    );
+
+    let mut client = ClientServiceClient::new(ch.clone());
+    let get = |id: &str| proto::GetMatchRequest {
+        match_id: id.into(),
+    };
+    let done = client
+        .get_match(get(&served[0].match_id))
+        .await
+        .expect("the completed match is in the history")
+        .into_inner();
+    assert_eq!(done.phase, proto::MatchPhase::Completed as i32);
+    assert!(common::same_changes(&done.changes, &ack.changes));
+    let history = client
+        .list_player_matches(proto::ListPlayerMatchesRequest {
+            player_id: "kr-a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(history.matches.len(), 1);
+    assert_eq!(history.matches[0], done);
+    let live = client
+        .get_match(get(&served[1].match_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (live.phase, live.started_unix),
+        (proto::MatchPhase::Started as i32, started),
+        "restored STARTED"
+    );
+    let cancelled = client
+        .get_match(get(&served[2].match_id))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.phase, proto::MatchPhase::Cancelled as i32);
+    // Still started after the restart: a cancel ends it, requeueing nothing.
+    let after = GameServerServiceClient::new(ch)
+        .cancel_match(proto::CancelMatchRequest {
+            match_id: served[1].match_id.clone(),
+            reason: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(after.requeued_ticket_ids.is_empty());
+}

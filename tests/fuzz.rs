@@ -1,6 +1,6 @@
 //! Malformed and random requests through the real service: huge repeated
 //! fields, NaN/inf, unknown ids, duplicate players across teams, empty teams, placements out of
-//! range. Each gets the status its malformation calls for; the server never panics, stays
+//! range, and every records request (active ticket, match, history, start, parties). Each gets the status its malformation calls for; the server never panics, stays
 //! healthy, and its state is consistent afterwards (every rejected report changed nothing, the
 //! real matches still take exactly one valid result).
 
@@ -22,6 +22,16 @@ fn junk_id(rng: &mut StdRng) -> String {
         1 => "x".repeat(rng.random_range(129..2000)),
         2 => format!("bad\u{0}id-{}", rng.random::<u32>()),
         _ => "é".repeat(rng.random_range(65..200)),
+    }
+}
+
+/// A malformed id that is not empty (an empty one means "none" in optional fields).
+fn junk_filled(rng: &mut StdRng) -> String {
+    loop {
+        let id = junk_id(rng);
+        if !id.is_empty() {
+            return id;
+        }
     }
 }
 
@@ -49,6 +59,8 @@ async fn one(
     use matchmaker::proto::game_server_service_client::GameServerServiceClient;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut parties =
+        matchmaker::proto::party_service_client::PartyServiceClient::new(channel.clone());
     let invalid: &'static [Code] = &[Code::InvalidArgument];
     let not_found: &'static [Code] = &[Code::NotFound];
     let enter =
@@ -69,7 +81,7 @@ async fn one(
             team_scores: Vec::new(),
         }
     };
-    match rng.random_range(0..19) {
+    match rng.random_range(0..30) {
         0 => Case {
             what: "enter: no players",
             expect: invalid,
@@ -314,6 +326,178 @@ async fn one(
                 .await,
             ),
         },
+        // --- Records ---
+        19 => Case {
+            what: "active ticket: malformed player id",
+            expect: invalid,
+            got: drop_ok(
+                client
+                    .get_active_ticket(proto::GetActiveTicketRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        20 => Case {
+            what: "active ticket: an idle player",
+            expect: not_found,
+            got: drop_ok(
+                client
+                    .get_active_ticket(proto::GetActiveTicketRequest {
+                        player_id: format!("fz-idle-{}", rng.random::<u32>()),
+                    })
+                    .await,
+            ),
+        },
+        21 => Case {
+            what: "get match: malformed or unknown id",
+            expect: &[Code::InvalidArgument, Code::NotFound],
+            got: drop_ok(
+                client
+                    .get_match(proto::GetMatchRequest {
+                        match_id: if rng.random() {
+                            junk_id(rng)
+                        } else {
+                            format!("m-nope-{}", rng.random::<u64>())
+                        },
+                    })
+                    .await,
+            ),
+        },
+        22 => {
+            let (player_id, queue, page_token) = match rng.random_range(0..3) {
+                0 => (junk_id(rng), String::new(), String::new()),
+                1 => ("fz-h".to_string(), junk_filled(rng), String::new()),
+                _ => (
+                    "fz-h".to_string(),
+                    String::new(),
+                    if rng.random() {
+                        junk_filled(rng)
+                    } else {
+                        format!("m-nope-{}", rng.random::<u64>())
+                    },
+                ),
+            };
+            Case {
+                what: "list matches: malformed player, queue or page token",
+                expect: invalid,
+                got: drop_ok(
+                    client
+                        .list_player_matches(proto::ListPlayerMatchesRequest {
+                            player_id,
+                            queue,
+                            page_token,
+                            limit: rng.random(),
+                        })
+                        .await,
+                ),
+            }
+        }
+        23 => Case {
+            what: "start match: malformed or unknown id",
+            expect: &[Code::InvalidArgument, Code::NotFound],
+            got: drop_ok(
+                gs.start_match(proto::StartMatchRequest {
+                    match_id: if rng.random() {
+                        junk_id(rng)
+                    } else {
+                        format!("m-nope-{}", rng.random::<u64>())
+                    },
+                })
+                .await,
+            ),
+        },
+        24 => Case {
+            what: "create party: malformed player id",
+            expect: invalid,
+            got: drop_ok(
+                parties
+                    .create_party(proto::CreatePartyRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        25 => {
+            let (invite_code, player_id, expect): (String, String, &'static [Code]) =
+                match rng.random_range(0..3) {
+                    0 => (junk_id(rng), "fz-p".into(), invalid),
+                    1 => ("ABCD2345".into(), junk_id(rng), invalid),
+                    _ => ("ZZZZZZZZ".into(), "fz-p".into(), not_found),
+                };
+            Case {
+                what: "join party: malformed or unknown code, malformed player",
+                expect,
+                got: drop_ok(
+                    parties
+                        .join_party(proto::JoinPartyRequest {
+                            invite_code,
+                            player_id,
+                        })
+                        .await,
+                ),
+            }
+        }
+        26 => {
+            let (party_id, expect) = if rng.random() {
+                (junk_id(rng), invalid)
+            } else {
+                (format!("party-nope-{}", rng.random::<u64>()), not_found)
+            };
+            Case {
+                what: "leave party: malformed or unknown party",
+                expect,
+                got: drop_ok(
+                    parties
+                        .leave_party(proto::LeavePartyRequest {
+                            party_id,
+                            player_id: "fz-p".into(),
+                        })
+                        .await,
+                ),
+            }
+        }
+        27 => Case {
+            what: "get party: malformed or unknown party",
+            expect: &[Code::InvalidArgument, Code::NotFound],
+            got: drop_ok(
+                parties
+                    .get_party(proto::GetPartyRequest {
+                        party_id: if rng.random() {
+                            junk_id(rng)
+                        } else {
+                            format!("party-nope-{}", rng.random::<u64>())
+                        },
+                    })
+                    .await,
+            ),
+        },
+        28 => {
+            let (party_id, player_ids, expect): (String, Vec<String>, &'static [Code]) =
+                match rng.random_range(0..3) {
+                    0 => (junk_id(rng), Vec::new(), invalid),
+                    1 => ("party-any".into(), vec!["fz-u".into()], invalid),
+                    _ => (
+                        format!("party-nope-{}", rng.random::<u64>()),
+                        Vec::new(),
+                        not_found,
+                    ),
+                };
+            Case {
+                what: "enter by party id: malformed, with player ids too, or unknown",
+                expect,
+                got: drop_ok(
+                    client
+                        .enter_queue(proto::EnterQueueRequest {
+                            queue: "2v2".into(),
+                            player_ids,
+                            party_id,
+                            ..Default::default()
+                        })
+                        .await,
+                ),
+            }
+        }
         _ => Case {
             what: "cancel match: unknown",
             expect: not_found,
@@ -416,8 +600,28 @@ async fn malformed_requests_get_the_right_status_and_change_nothing() {
             assert_eq!(common::player(&server, p, "1v1").await.games, 1, "{p}");
         }
     }
-    // Players never queued by a rejected request: the fuzz ids are all idle.
-    for p in ["fz-u", "fz-dup", "fz-r"] {
+    // Players never queued by a rejected request: the fuzz ids are all idle, and none is in a
+    // party.
+    for p in ["fz-u", "fz-dup", "fz-r", "fz-p"] {
         common::enter(&mut client, "5v5", &[p]).await;
+    }
+    let mut parties =
+        matchmaker::proto::party_service_client::PartyServiceClient::new(server.channel().await);
+    parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "fz-p".into(),
+        })
+        .await
+        .expect("fz-p joined no party");
+    // Each real match is in its players' history once, completed.
+    for m in matches.iter() {
+        let record = client
+            .get_match(proto::GetMatchRequest {
+                match_id: m.match_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(record.phase, proto::MatchPhase::Completed as i32);
     }
 }

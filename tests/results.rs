@@ -312,14 +312,26 @@ async fn an_abandoner_takes_a_loss_and_the_player_who_stayed_does_not_move() {
 async fn cancel_match_frees_the_players_and_refuses_a_result() {
     let server = TestServer::start("").await;
     let mut client = server.client().await;
-    let a = form_match(&mut client, "1v1", &[&["x1"], &["x2"]]).await;
     let mut gs = server.game_server().await;
-    gs.cancel_match(proto::CancelMatchRequest {
+    let mut offers = common::serve(&mut gs, "gs-x:1").await;
+    common::enter(&mut client, "1v1", &["x1"]).await;
+    common::enter(&mut client, "1v1", &["x2"]).await;
+    let a = common::next(&mut offers).await;
+    // Once started, a cancel ends the match (before, it would requeue its tickets).
+    gs.start_match(proto::StartMatchRequest {
         match_id: a.match_id.clone(),
-        reason: "server crashed".into(),
     })
     .await
     .unwrap();
+    let cancelled = gs
+        .cancel_match(proto::CancelMatchRequest {
+            match_id: a.match_id.clone(),
+            reason: "server crashed".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.requeued_ticket_ids.is_empty());
     assert_eq!(rating_of(&server, "x1", "1v1").await.status, "idle");
     let err = gs
         .report_match_result(report(&a.match_id, vec![1, 2]))

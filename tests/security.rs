@@ -163,10 +163,46 @@ async fn a_player_acts_only_on_tickets_that_contain_it() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
-    // A party ticket is entered by one of its members.
-    let party = enter_as(&mut client, &alice, "2v2", &["alice", "carol"])
+    // A player names only itself: a party ticket is a PartyService party, entered by its leader.
+    let e = enter_as(&mut client, &alice, "2v2", &["alice", "carol"])
         .await
-        .expect("alice enters her party");
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let mut parties =
+        matchmaker::proto::party_service_client::PartyServiceClient::new(server.channel().await);
+    let made = parties
+        .create_party(with(
+            proto::CreatePartyRequest {
+                player_id: "alice".into(),
+            },
+            &alice,
+        ))
+        .await
+        .expect("alice makes a party")
+        .into_inner();
+    parties
+        .join_party(with(
+            proto::JoinPartyRequest {
+                invite_code: made.invite_code,
+                player_id: "carol".into(),
+            },
+            &token("carol", "player"),
+        ))
+        .await
+        .expect("carol joins it");
+    let party = client
+        .enter_queue(with(
+            proto::EnterQueueRequest {
+                queue: "2v2".into(),
+                party_id: made.party_id,
+                ..Default::default()
+            },
+            &alice,
+        ))
+        .await
+        .expect("alice enters her party")
+        .into_inner()
+        .ticket_id;
 
     for tok in [&bob, &token("carolyn", "player")] {
         let e = client

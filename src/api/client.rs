@@ -126,23 +126,53 @@ impl ClientService for Client {
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
         let q = &queue.config;
-        if req.player_ids.is_empty() {
+        // A PartyService party enters by id: its members, leader first.
+        let (party_ids, party_leader) = if req.party_id.is_empty() {
+            (None, None)
+        } else {
+            if !req.player_ids.is_empty() {
+                return Err(Rejection::invalid(
+                    "player_ids",
+                    "must be empty when party_id names the party",
+                )
+                .into());
+            }
+            convert::id("party_id", &req.party_id)?;
+            let roster = self.state.party_roster(
+                &crate::ids::PartyId::new(req.party_id.as_str()),
+                crate::state::unix_now(),
+            )?;
+            let mut ids = vec![roster.leader.to_string()];
+            ids.extend(
+                roster
+                    .members
+                    .iter()
+                    .filter(|m| **m != roster.leader)
+                    .map(ToString::to_string),
+            );
+            (Some(ids), Some(roster.leader))
+        };
+        let (field, player_ids) = match &party_ids {
+            Some(ids) => ("party_id", ids),
+            None => ("player_ids", &req.player_ids),
+        };
+        if player_ids.is_empty() {
             return Err(Rejection::invalid("player_ids", "must name at least one player").into());
         }
-        if req.player_ids.len() > q.max_party_size as usize {
+        if player_ids.len() > q.max_party_size as usize {
             return Err(Rejection::invalid(
-                "player_ids",
+                field,
                 format!(
                     "a party of {} exceeds queue {:?}'s max_party_size {}",
-                    req.player_ids.len(),
+                    player_ids.len(),
                     req.queue,
                     q.max_party_size
                 ),
             )
             .into());
         }
-        let players = convert::player_ids("player_ids", &req.player_ids)?;
-        identity.may_act_for(&players, "enter a ticket for these players")?;
+        let players = convert::player_ids(field, player_ids)?;
+        identity.may_enter(&players, party_leader.as_ref())?;
         let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
         for (region, ms) in &req.region_latency_ms {
             convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;
@@ -447,6 +477,38 @@ impl ClientService for Client {
             win_probability: p.win_probability,
             draw_probability: p.draw_probability,
         }))
+    }
+
+    // --- Records ---
+
+    async fn get_active_ticket(
+        &self,
+        request: Request<proto::GetActiveTicketRequest>,
+    ) -> Result<Response<proto::TicketUpdate>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let now = self.clock.now();
+        super::records::get_active_ticket(&self.state, &identity, request.get_ref(), now)
+            .map(Response::new)
+    }
+
+    async fn get_match(
+        &self,
+        request: Request<proto::GetMatchRequest>,
+    ) -> Result<Response<proto::MatchRecord>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        super::records::get_match(&self.state, &identity, request.get_ref())
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_player_matches(
+        &self,
+        request: Request<proto::ListPlayerMatchesRequest>,
+    ) -> Result<Response<proto::ListPlayerMatchesResponse>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        super::records::list_player_matches(&self.state, &identity, request.get_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn accept_match(

@@ -22,7 +22,8 @@ impl From<Rejection> for Status {
             | Rejection::Match { .. }
             | Rejection::Ticket { .. }
             | Rejection::Unsupported { .. }
-            | Rejection::Rating { .. } => Status::failed_precondition(r.to_string()),
+            | Rejection::Rating { .. }
+            | Rejection::Party { .. } => Status::failed_precondition(r.to_string()),
             Rejection::QueueFull { .. } => Status::resource_exhausted(r.to_string()),
         }
     }
@@ -58,6 +59,15 @@ fn store_failure(e: &StoreError) -> Status {
     tracing::error!(error = %e, "store failure");
     crate::telemetry::store_error("request");
     Status::internal(format!("storage failure: {e}"))
+}
+
+impl From<crate::state::PartyError> for Status {
+    fn from(e: crate::state::PartyError) -> Self {
+        match e {
+            crate::state::PartyError::Rejected(r) => r.into(),
+            crate::state::PartyError::Store(s) => s.into(),
+        }
+    }
 }
 
 impl From<ReportError> for Status {

@@ -14,7 +14,7 @@ use crate::ledger::Ledger;
 use crate::matchmaker::{Command, Handle};
 use crate::proto;
 use crate::proto::game_server_service_server::GameServerService;
-use crate::rejection::Rejection;
+use crate::rejection::{MatchRefusal, Rejection};
 use crate::state::State;
 
 /// The server-facing service.
@@ -107,13 +107,57 @@ impl GameServerService for GameServer {
         if req.reason.len() > 1024 {
             return Err(Rejection::invalid("reason", "must be at most 1024 bytes").into());
         }
-        let slot = self
-            .state
-            .match_slot(&MatchId::new(req.match_id.as_str()))?;
+        let match_id = MatchId::new(req.match_id.as_str());
+        let slot = match self.state.match_slot(&match_id) {
+            Ok(slot) => slot,
+            Err(not_found) => {
+                // A cancel repeated after it went through is answered OK (nothing requeued
+                // now); a completed match refuses it.
+                ended(&self.state, &identity, &match_id, not_found).await?;
+                return Ok(Response::new(proto::CancelMatchResponse::default()));
+            }
+        };
         identity.may_serve_as(&slot.assignment().server_address, "cancel this match")?;
-        self.state.cancel_match(&slot, &req.reason)?;
+        let requeued = self
+            .matchmaker
+            .ask(|reply| Command::CancelMatch {
+                match_id,
+                reason: req.reason,
+                reply,
+            })
+            .await??;
+        // The cancel, its record and the requeued tickets are durable before the answer.
+        self.state.store().flush_async().await?;
         Ok(Response::new(proto::CancelMatchResponse {
-            requeued_ticket_ids: Vec::new(),
+            requeued_ticket_ids: requeued.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    async fn start_match(
+        &self,
+        request: Request<proto::StartMatchRequest>,
+    ) -> Result<Response<proto::StartMatchResponse>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("match_id", &req.match_id)?;
+        let match_id = MatchId::new(req.match_id.as_str());
+        let slot = match self.state.match_slot(&match_id) {
+            Ok(slot) => slot,
+            Err(not_found) => {
+                ended(&self.state, &identity, &match_id, not_found).await?;
+                return Err(Rejection::for_match(&match_id, MatchRefusal::Cancelled).into());
+            }
+        };
+        identity.may_serve_as(&slot.assignment().server_address, "start this match")?;
+        let (started, now) = self.state.start_match(&slot)?;
+        if now {
+            // Rewritten with its start, so a restart keeps it STARTED.
+            self.state.persist_matches(std::slice::from_ref(&slot));
+            tracing::info!(match_id = %slot.id, "match started");
+        }
+        self.state.store().flush_async().await?;
+        Ok(Response::new(proto::StartMatchResponse {
+            started_unix: started as i64,
         }))
     }
 
@@ -145,4 +189,28 @@ impl GameServerService for GameServer {
             .await??;
         Ok(Response::new(proto::BackfillResponse { backfill_id }))
     }
+}
+
+/// A match no longer live, for a call that needs a live one: `Ok` when it ended cancelled (the
+/// caller may answer a repeat of a cancel), FAILED_PRECONDITION when it completed, else
+/// `not_found`. Only the match's server (or an admin) learns which.
+async fn ended(
+    state: &State,
+    identity: &Option<Identity>,
+    id: &MatchId,
+    not_found: Rejection,
+) -> Result<(), Status> {
+    if let Some(record) = state.store().match_record(id).await? {
+        identity.may_serve_as(&record.server_address, "cancel or start this match")?;
+        return match record.phase {
+            crate::records::EndedPhase::Cancelled => Ok(()),
+            crate::records::EndedPhase::Completed => {
+                Err(Rejection::for_match(id, MatchRefusal::Completed).into())
+            }
+        };
+    }
+    if state.store().result_of(id)?.is_some() {
+        return Err(Rejection::for_match(id, MatchRefusal::Completed).into());
+    }
+    Err(not_found.into())
 }

@@ -9,8 +9,11 @@ pub mod convert;
 mod error;
 mod game_server;
 pub mod layers;
+mod party;
+pub mod records;
 pub mod rpc_metrics;
 
 pub use admin::Admin;
 pub use client::{Client, QueueLoad};
 pub use game_server::GameServer;
+pub use party::Parties;

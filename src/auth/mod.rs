@@ -63,6 +63,23 @@ pub trait MayAct {
     /// A server may report or cancel only a match assigned to it (`server_address` = its `sub`),
     /// and may register for matches only under its own `sub`.
     fn may_serve_as(&self, server_address: &str, what: &str) -> Result<(), AuthError>;
+
+    // --- Records ---
+
+    /// A player may enter a ticket that names only itself, or the party it leads
+    /// (`party_leader`: the leader of the party the ticket names by id).
+    fn may_enter(
+        &self,
+        players: &[PlayerId],
+        party_leader: Option<&PlayerId>,
+    ) -> Result<(), AuthError>;
+    /// A player may act as (or ask about) only itself.
+    fn may_be(&self, player: &str, what: &str) -> Result<(), AuthError>;
+    /// A match record is readable by its players, its game server and admins.
+    fn may_read_match(&self, players: &[PlayerId], server_address: &str) -> Result<(), AuthError>;
+    /// Whose matches in `player`'s history the caller may read: `Ok(None)` all of them (the
+    /// player itself, an admin, auth off), `Ok(Some(server))` only those that server hosted.
+    fn history_reader(&self, player: &str) -> Result<Option<String>, AuthError>;
 }
 
 impl MayAct for Option<Identity> {
@@ -99,6 +116,86 @@ impl MayAct for Option<Identity> {
             ))),
         }
     }
+
+    fn may_enter(
+        &self,
+        players: &[PlayerId],
+        party_leader: Option<&PlayerId>,
+    ) -> Result<(), AuthError> {
+        match self {
+            None
+            | Some(Identity {
+                role: Role::Admin, ..
+            }) => Ok(()),
+            Some(Identity {
+                role: Role::Player,
+                sub,
+            }) => match party_leader {
+                Some(leader) if leader.as_str() == sub => Ok(()),
+                Some(leader) => Err(AuthError::Denied(format!(
+                    "player {sub:?} may not enter this party: only its leader {leader:?} may"
+                ))),
+                None if players.len() == 1 && players[0].as_str() == sub => Ok(()),
+                None => Err(AuthError::Denied(format!(
+                    "player {sub:?} may name only itself in player_ids; a party enters by \
+                     party_id (PartyService), entered by its leader"
+                ))),
+            },
+            Some(id) => Err(AuthError::Denied(format!(
+                "{:?} {:?} may not enter tickets",
+                id.role, id.sub
+            ))),
+        }
+    }
+
+    fn may_be(&self, player: &str, what: &str) -> Result<(), AuthError> {
+        match self {
+            None
+            | Some(Identity {
+                role: Role::Admin, ..
+            }) => Ok(()),
+            Some(Identity {
+                role: Role::Player,
+                sub,
+            }) if sub == player => Ok(()),
+            Some(id) => Err(AuthError::Denied(format!(
+                "{:?} {:?} may not {what} for player {player:?}: a player acts only as itself",
+                id.role, id.sub
+            ))),
+        }
+    }
+
+    fn may_read_match(&self, players: &[PlayerId], server_address: &str) -> Result<(), AuthError> {
+        match self {
+            None
+            | Some(Identity {
+                role: Role::Admin, ..
+            }) => Ok(()),
+            Some(Identity {
+                role: Role::Player,
+                sub,
+            }) if players.iter().any(|p| p.as_str() == sub) => Ok(()),
+            Some(Identity {
+                role: Role::Server,
+                sub,
+            }) if !server_address.is_empty() && sub == server_address => Ok(()),
+            Some(id) => Err(AuthError::Denied(format!(
+                "{:?} {:?} may not read this match: only its players, its game server and \
+                 admins may",
+                id.role, id.sub
+            ))),
+        }
+    }
+
+    fn history_reader(&self, player: &str) -> Result<Option<String>, AuthError> {
+        match self {
+            Some(Identity {
+                role: Role::Server,
+                sub,
+            }) => Ok(Some(sub.clone())),
+            _ => self.may_be(player, "list matches").map(|()| None),
+        }
+    }
 }
 
 /// Health and reflection: open to everyone, and exempt from the rate limit too (`limits`), so
@@ -119,8 +216,14 @@ fn required_roles(path: &str) -> Option<&'static [Role]> {
     if let Some(method) = path.strip_prefix("/matchmaker.v1.ClientService/") {
         return Some(match method {
             "EnterQueue" | "CancelTicket" | "WatchTicket" | "AcceptMatch" => PLAYER,
+            // Records: a player asks about itself; GetMatch and ListPlayerMatches check the
+            // record's players and server in the handler.
+            "GetActiveTicket" => PLAYER,
             _ => ANY,
         });
+    }
+    if path.starts_with("/matchmaker.v1.PartyService/") {
+        return Some(PLAYER);
     }
     if path.starts_with("/matchmaker.v1.GameServerService/") {
         return Some(SERVER);
@@ -200,5 +303,49 @@ mod tests {
         assert!(s.may_serve_as("gs-1", "x").is_ok());
         assert!(s.may_serve_as("gs-2", "x").is_err());
         assert!(s.may_act_for(&ids, "x").is_err());
+    }
+
+    #[test]
+    fn records_rules() {
+        let p = |s: &str| {
+            Some(Identity {
+                sub: s.into(),
+                role: Role::Player,
+            })
+        };
+        let server = Some(Identity {
+            sub: "gs-1".into(),
+            role: Role::Server,
+        });
+        let admin = Some(Identity {
+            sub: "root".into(),
+            role: Role::Admin,
+        });
+        let (a, b) = (PlayerId::new("a"), PlayerId::new("b"));
+        // Tickets name only the caller, or the party it leads.
+        assert!(p("a").may_enter(std::slice::from_ref(&a), None).is_ok());
+        assert!(p("a").may_enter(&[a.clone(), b.clone()], None).is_err());
+        assert!(p("a").may_enter(std::slice::from_ref(&b), None).is_err());
+        assert!(p("a").may_enter(&[a.clone(), b.clone()], Some(&a)).is_ok());
+        assert!(p("b").may_enter(&[a.clone(), b.clone()], Some(&a)).is_err());
+        assert!(admin.may_enter(&[a.clone(), b.clone()], None).is_ok());
+        assert!(server.may_enter(std::slice::from_ref(&a), None).is_err());
+        // A player asks only about itself.
+        assert!(p("a").may_be("a", "x").is_ok());
+        assert!(p("a").may_be("b", "x").is_err());
+        assert!(server.may_be("a", "x").is_err());
+        // A match: its players, its server, admins.
+        let players = [a.clone(), b.clone()];
+        assert!(p("b").may_read_match(&players, "gs-1").is_ok());
+        assert!(p("c").may_read_match(&players, "gs-1").is_err());
+        assert!(server.may_read_match(&players, "gs-1").is_ok());
+        assert!(server.may_read_match(&players, "gs-2").is_err());
+        assert!(server.may_read_match(&players, "").is_err());
+        assert!(admin.may_read_match(&players, "").is_ok());
+        // History: the player, admins; a server sees what it hosted.
+        assert_eq!(p("a").history_reader("a"), Ok(None));
+        assert!(p("a").history_reader("b").is_err());
+        assert_eq!(server.history_reader("a"), Ok(Some("gs-1".into())));
+        assert_eq!(None::<Identity>.history_reader("a"), Ok(None));
     }
 }

@@ -7,9 +7,11 @@
 //! when the owner cannot be reached, or answers that it is no longer the owner, the call is sent
 //! again to the next owner, for up to twice the lease (a failover's bound) and never past the
 //! caller's deadline. Every call is safe to send again after its owner died, being idempotent
-//! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, reads), except
-//! `SeasonReset` and `RequestBackfill`: those are answered UNAVAILABLE instead when the owner
-//! went away after they were sent, and the caller checks before calling again.
+//! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, `StartMatch`,
+//! `CancelMatch` of a cancelled match, `JoinParty` of one's own party, reads), except
+//! `SeasonReset`, `RequestBackfill`, `CreateParty` and `LeaveParty`: those are answered
+//! UNAVAILABLE instead when the owner went away after they were sent, and the caller checks
+//! before calling again.
 //!
 //! Streams are relayed by a task. `WatchTicket` and `ServeMatches` outlive owners: when the
 //! owner changes or its connection breaks between two messages, the relay sends the same
@@ -50,6 +52,9 @@ const RESUMABLE: &[&str] = &[
 const ONCE: &[&str] = &[
     "/matchmaker.v1.AdminService/SeasonReset",
     "/matchmaker.v1.GameServerService/RequestBackfill",
+    // Records: a second party, or leaving the party one rejoined meanwhile.
+    "/matchmaker.v1.PartyService/CreateParty",
+    "/matchmaker.v1.PartyService/LeaveParty",
 ];
 /// Streams that end when the owner changes.
 const STREAMS: &[&str] = &["/matchmaker.v1.AdminService/ExportPlayers"];

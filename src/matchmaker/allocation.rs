@@ -61,6 +61,8 @@ impl Loop {
                         // not from when the match formed, so a match that waits for a server
                         // longer than the retention still finds its tickets to requeue.
                         self.finish_tickets(&u.tickets, now);
+                        // Kept until it starts: a cancel before then requeues them.
+                        self.unstarted.insert(u.slot.id.clone(), u.tickets);
                         allocated.push(u.slot);
                         placements.push(placement);
                         continue;

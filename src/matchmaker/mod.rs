@@ -73,6 +73,14 @@ pub enum Command {
         leavers: Vec<Vec<PlayerId>>,
         reply: oneshot::Sender<Result<String, Rejection>>,
     },
+    // --- Records ---
+    /// `CancelMatch`: before its start the match's tickets go back to the front of their
+    /// queues (the reply lists them), after it the match ends as a cancel always did.
+    CancelMatch {
+        match_id: MatchId,
+        reason: String,
+        reply: oneshot::Sender<Result<Vec<TicketId>, Rejection>>,
+    },
 }
 
 /// The cloneable sender side.
@@ -157,6 +165,10 @@ struct Loop {
     /// Per live match of a queue with match rules, its tickets as the rules see them, team by
     /// team, so backfill holds newcomers to the rules (dropped when the match ends).
     seated: HashMap<MatchId, Vec<Vec<matching::Seated>>>,
+    /// Per allocated match that has not started, its tickets' pool entries, so a `CancelMatch`
+    /// before `StartMatch` can put them back in their queues (dropped by the stale sweep once
+    /// the match started or ended).
+    unstarted: HashMap<MatchId, Vec<(usize, matching::Ticket)>>,
     /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
     runtime: tokio::runtime::Handle,
 }
@@ -242,6 +254,7 @@ pub fn spawn(
         ready_by_ticket: HashMap::new(),
         backfills: Vec::new(),
         seated: HashMap::new(),
+        unstarted: HashMap::new(),
         runtime: tokio::runtime::Handle::current(),
     };
     // Timers only: the loop's channels and the server's streams work across runtimes.
@@ -356,7 +369,79 @@ impl Loop {
             } => {
                 let _ = reply.send(self.open_backfill(&match_id, &leavers));
             }
+            Command::CancelMatch {
+                match_id,
+                reason,
+                reply,
+            } => {
+                let _ = reply.send(self.cancel_match(&match_id, &reason));
+            }
         }
+    }
+
+    /// `CancelMatch`: a match that has not started is dissolved with its tickets back at the
+    /// front of their queues, wait kept (those whose entries this loop still holds: a match
+    /// restored after a restart has none and frees its players); a started one ends.
+    fn cancel_match(&mut self, id: &MatchId, reason: &str) -> Result<Vec<TicketId>, Rejection> {
+        let slot = self.state.match_slot(id)?;
+        let reason = if reason.is_empty() {
+            "the game server cancelled the match before it started"
+        } else {
+            reason
+        };
+        let entries: Option<Vec<(usize, &matching::Ticket)>> = match slot.phase() {
+            crate::state::MatchPhase::ReadyCheck => self
+                .ready
+                .get(id)
+                .map(|rc| rc.tickets.iter().map(|(_, t, _)| (rc.queue, t)).collect()),
+            crate::state::MatchPhase::Formed => self
+                .unallocated
+                .iter()
+                .find(|u| u.slot.id == *id)
+                .map(|u| u.tickets.iter().map(|(q, t)| (*q, t)).collect()),
+            crate::state::MatchPhase::Allocated => Some(
+                self.unstarted
+                    .get(id)
+                    .map(|ts| ts.iter().map(|(q, t)| (*q, t)).collect())
+                    .unwrap_or_default(),
+            ),
+            _ => None,
+        };
+        if let Some(entries) = entries {
+            let named: Vec<(QueueId, &matching::Ticket)> = entries
+                .iter()
+                .map(|(q, t)| (self.queues[*q].id.clone(), *t))
+                .collect();
+            let now = self.clock.now();
+            if let Some(slots) = self.state.requeue_match(&slot, &named, now, reason) {
+                // Only now, with the match dissolved, do its entries leave where they waited.
+                let entries: Vec<(usize, matching::Ticket)> = if self.ready.contains_key(id) {
+                    self.remove_ready(id)
+                        .map(|rc| {
+                            let q = rc.queue;
+                            rc.tickets.into_iter().map(|(_, t, _)| (q, t)).collect()
+                        })
+                        .unwrap_or_default()
+                } else if let Some(at) = self.unallocated.iter().position(|u| u.slot.id == *id) {
+                    self.unallocated
+                        .remove(at)
+                        .map(|u| u.tickets)
+                        .unwrap_or_default()
+                } else {
+                    self.unstarted.remove(id).unwrap_or_default()
+                };
+                let mut ids = Vec::with_capacity(slots.len());
+                for (ticket, (qi, entry)) in slots.into_iter().zip(entries) {
+                    ids.push(ticket.id.clone());
+                    self.state.store_ticket_again(&ticket, &entry, now);
+                    self.requeue(qi, ticket, entry);
+                }
+                return Ok(ids);
+            }
+        }
+        self.unstarted.remove(id);
+        self.state.cancel_match(&slot, reason)?;
+        Ok(Vec::new())
     }
 
     /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves

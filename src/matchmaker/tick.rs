@@ -193,6 +193,15 @@ impl Loop {
             self.last_stale_sweep = now;
             let state = &self.state;
             self.seated.retain(|id, _| state.match_slot(id).is_ok());
+            self.unstarted.retain(|id, _| {
+                state
+                    .match_slot(id)
+                    .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
+            });
+            if let Err(e) = state.expire_parties(crate::state::unix_now()) {
+                tracing::error!(error = %e, "could not expire idle parties");
+                crate::telemetry::store_error("parties");
+            }
             let timeout = self.state.config().server.match_timeout_seconds;
             let n = self
                 .state
@@ -274,7 +283,10 @@ impl Loop {
                 break;
             }
             let (_, id) = self.finished.pop_front().expect("front exists");
-            self.state.forget_ticket(&id);
+            // A ticket requeued since (its match was cancelled before it started) waits again.
+            if !self.waiting.contains_key(&id) {
+                self.state.forget_ticket(&id);
+            }
         }
     }
 }

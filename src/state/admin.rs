@@ -161,6 +161,7 @@ impl State {
             kind: EntryKind::Admin,
             season: None,
             calibration: None,
+            history: None,
         }
     }
 

@@ -106,6 +106,7 @@ mod tests {
             kind: EntryKind::Result,
             season: None,
             calibration: observation,
+            history: None,
         }
     }
 

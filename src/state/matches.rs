@@ -105,6 +105,8 @@ pub(super) struct MatchInner {
     /// Roles each player declared, for backfill under role rules (empty in queues without
     /// roles; a player who declared none counts as "any role"). Stored with the match.
     pub(super) roles: BTreeMap<PlayerId, Vec<String>>,
+    /// Unix seconds of its game server's `StartMatch` (stored with the match).
+    pub(super) started_unix: Option<f64>,
 }
 
 impl MatchSlot {
@@ -158,6 +160,7 @@ impl State {
                 assignment: assignment.clone(),
                 tickets: tickets.iter().map(|t| t.id.clone()).collect(),
                 roles,
+                started_unix: None,
             }),
             segment: AtomicU64::new(segments::NOT_STORED),
             result: tokio::sync::OnceCell::new(),
@@ -348,6 +351,7 @@ impl State {
                 .unwrap_or_else(|p| p.into_inner())
                 .release(&assignment.server_address);
         }
+        self.record_cancelled(m, &assignment);
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         tracing::info!(match_id = %m.id, reason, "match cancelled");

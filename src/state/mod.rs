@@ -8,6 +8,7 @@
 
 mod admin;
 mod calibration;
+mod history;
 mod leaderboard;
 mod live;
 mod matches;
@@ -15,6 +16,7 @@ mod ownership;
 mod persistence;
 mod players;
 mod reports;
+mod rosters;
 mod segments;
 mod servers;
 mod tickets;
@@ -32,10 +34,12 @@ use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
+pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
 pub use ownership::Ownership;
 pub use players::{PlayerSlot, PlayerState, PlayerStatus, PoolRecords};
+pub use rosters::{INVITE_CODE_LEN, PartyError};
 pub use servers::{Placement, ServerHandle, ServerRegistry};
 pub use tickets::{ReadyView, TicketSlot, TicketState, TicketView};
 
@@ -77,6 +81,9 @@ struct Inner {
     calibrations: BTreeMap<String, Mutex<crate::rating::calibration::Calibration>>,
     /// Set on a cluster node: the queues' lease, without which the optimizer does not run.
     ownership: std::sync::OnceLock<Arc<Ownership>>,
+    // --- Records ---
+    /// `PartyService` parties.
+    rosters: Mutex<rosters::Rosters>,
 }
 
 impl State {
@@ -140,6 +147,7 @@ impl State {
                 matches: DashMap::default(),
                 servers: Mutex::new(ServerRegistry::default()),
                 parties: store.load_parties()?.into_iter().collect(),
+                rosters: Mutex::new(rosters::Rosters::load(store.load_rosters()?)),
                 store,
                 segments: Mutex::new(segments::Segments::after(0)),
                 ranks,

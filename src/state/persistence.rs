@@ -124,6 +124,7 @@ impl State {
             left: a.left.clone(),
             roles: inner.roles.clone(),
             attributes: (*a.attributes).clone(),
+            started_unix: inner.started_unix,
         }
     }
 
@@ -154,6 +155,8 @@ impl State {
             };
             let phase = if m.server_address.is_empty() {
                 MatchPhase::Formed
+            } else if m.started_unix.is_some() {
+                MatchPhase::Started
             } else {
                 MatchPhase::Allocated
             };
@@ -180,6 +183,7 @@ impl State {
                     assignment,
                     tickets: Vec::new(),
                     roles: m.roles.clone(),
+                    started_unix: m.started_unix,
                 }),
                 segment: AtomicU64::new(segments::NOT_STORED),
                 result: tokio::sync::OnceCell::new(),
@@ -244,6 +248,7 @@ impl State {
                 .collect::<Vec<_>>(),
         )?;
         self.persist_calibrations()?;
+        self.persist_rosters()?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(slots.len())
     }

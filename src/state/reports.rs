@@ -144,6 +144,14 @@ impl State {
             &before,
             now,
         )?;
+        let history = self.history_write(
+            m,
+            assignment,
+            crate::records::EndedPhase::Completed,
+            placements,
+            &computed.ack.changes,
+            now,
+        );
         Ok(JournalEntry {
             match_id: m.id.clone(),
             applied_unix: now,
@@ -154,6 +162,7 @@ impl State {
             kind: crate::store::EntryKind::Result,
             season: None,
             calibration: computed.calibration,
+            history: Some(history),
         })
     }
 

@@ -205,6 +205,7 @@ mod tests {
             kind: EntryKind::Result,
             season: None,
             calibration: None,
+            history: None,
         }
     }
 

@@ -7,6 +7,7 @@ use super::memory::MemoryStore;
 use super::sled::SledStore;
 use super::*;
 use crate::rating::Skill;
+use crate::records::MatchRecord;
 
 type Reopen<'a> = &'a mut dyn FnMut() -> Store;
 
@@ -44,6 +45,7 @@ fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
         kind: EntryKind::Result,
         season: None,
         calibration: None,
+        history: None,
     }
 }
 
@@ -64,6 +66,7 @@ pub(super) fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
             "mode".to_string(),
             crate::matching::AttributeValue::Text("ranked".into()),
         )]),
+        started_unix: None,
     }
 }
 
@@ -376,6 +379,118 @@ fn history_exports_and_imports_every_result_and_season_record(reopen: Reopen<'_>
     assert_eq!(store.export_history().unwrap().results.len(), 3);
 }
 
+/// Waits for a store future: on the runtime when there is one (Redis reads need its
+/// connection), else by polling it once (sled and memory answer at once).
+fn wait<T>(f: StoreFuture<'_, T>) -> T {
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        return handle.block_on(f).unwrap();
+    }
+    let mut f = f;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r.unwrap(),
+        std::task::Poll::Pending => panic!("an embedded store's read waited"),
+    }
+}
+
+fn history(id: &str, teams: &[&[&str]], keep: u32) -> HistoryWrite {
+    HistoryWrite {
+        record: MatchRecord {
+            match_id: MatchId::from(id),
+            queue: "1v1".into(),
+            phase: crate::records::EndedPhase::Completed,
+            teams: teams
+                .iter()
+                .map(|t| t.iter().map(|p| PlayerId::from(*p)).collect())
+                .collect(),
+            placements: vec![1, 2],
+            changes: Vec::new(),
+            server_address: "gs-1".into(),
+            formed_unix: 1_700_000_000.25,
+            started_unix: Some(1_700_000_010.5),
+            ended_unix: 1_700_000_100.75,
+        },
+        keep,
+    }
+}
+
+fn ids(store: &Store, player: &str) -> Vec<String> {
+    wait(store.player_matches(&PlayerId::from(player)))
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+fn match_history_keeps_each_players_newest_and_survives_a_reopen(reopen: Reopen<'_>) {
+    {
+        let store = reopen();
+        store
+            .append_history(&[history("a", &[&["p1"], &["p2"]], 2)])
+            .unwrap();
+        // A result's record rides in its journal entry's batch.
+        let mut e = entry("b", "p1", 1500.0);
+        e.history = Some(history("b", &[&["p1"], &["p3"]], 2));
+        store.append_journal(1, std::slice::from_ref(&e)).unwrap();
+        store
+            .append_history(&[history("c", &[&["p1"]], 2), history("d", &[&["p2"]], 2)])
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_eq!(ids(&store, "p1"), ["c", "b"]);
+    assert_eq!(ids(&store, "p2"), ["d", "a"]);
+    assert_eq!(ids(&store, "p3"), ["b"]);
+    assert!(ids(&store, "nobody").is_empty());
+    // p1 no longer holds a, p2 still does.
+    let a = wait(store.match_record(&MatchId::from("a"))).expect("a is p2's");
+    assert_eq!(a, history("a", &[&["p1"], &["p2"]], 2).record);
+    // A snapshot's trim of the journal leaves the history alone.
+    store.finish_snapshot(1).unwrap();
+    store
+        .append_history(&[history("e", &[&["p2"]], 2)])
+        .unwrap();
+    assert_eq!(ids(&store, "p2"), ["e", "d"]);
+    assert_eq!(
+        wait(store.match_record(&MatchId::from("a"))),
+        None,
+        "held by nobody"
+    );
+    let wanted: Vec<MatchId> = ["c", "a", "b"].into_iter().map(MatchId::from).collect();
+    let found: Vec<String> = wait(store.match_records(&wanted))
+        .iter()
+        .map(|r| r.match_id.to_string())
+        .collect();
+    assert_eq!(found, ["c", "b"]);
+    assert!(wait(store.match_records(&[])).is_empty());
+}
+
+fn party_rosters_survive_a_reopen(reopen: Reopen<'_>) {
+    let roster = |id: &str, members: &[&str]| PartyRoster {
+        party_id: PartyId::from(id),
+        invite_code: format!("CODE{id}"),
+        members: members.iter().map(|m| PlayerId::from(*m)).collect(),
+        leader: PlayerId::from(members[0]),
+        created_unix: 1_700_000_000.5,
+        active_unix: 1_700_000_100.5,
+    };
+    {
+        let store = reopen();
+        assert!(store.load_rosters().unwrap().is_empty());
+        store
+            .put_rosters(&[&roster("x1", &["a"]), &roster("x2", &["b", "c"])])
+            .unwrap();
+        store.put_rosters(&[&roster("x1", &["a", "d"])]).unwrap();
+        store.put_rosters(&[&roster("x3", &["e"])]).unwrap();
+        store.remove_rosters(&[PartyId::from("x3")]).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_eq!(
+        store.load_rosters().unwrap(),
+        vec![roster("x1", &["a", "d"]), roster("x2", &["b", "c"])]
+    );
+}
+
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
     move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
 }
@@ -462,4 +577,6 @@ on_every_backend!(
     pool_calibrations_survive_a_reopen_and_the_latest_wins,
     waiting_tickets_survive_a_reopen_oldest_first,
     history_exports_and_imports_every_result_and_season_record,
+    match_history_keeps_each_players_newest_and_survives_a_reopen,
+    party_rosters_survive_a_reopen,
 );

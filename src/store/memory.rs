@@ -5,15 +5,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
+use super::history::HistoryPlan;
 use super::{
-    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
-    StoredParty, StoredPlayer, StoredTicket,
+    EntryKind, History, HistoryWrite, JournalEntry, RecordStorage, Segment, Storage, StoreError,
+    StoreFuture, StoredMatch, StoredParty, StoredPlayer, StoredTicket,
 };
-use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PoolRecord, ResultAck};
+use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord, ResultAck};
 
 /// Everything the store holds, under one lock.
 #[derive(Default)]
@@ -36,6 +37,48 @@ pub(super) struct Data {
     pub(super) ended: HashSet<MatchId>,
     pub(super) calibrations: BTreeMap<String, Calibration>,
     pub(super) tickets: BTreeMap<TicketId, StoredTicket>,
+    // --- Records ---
+    pub(super) rosters: BTreeMap<PartyId, PartyRoster>,
+    /// Set on the Redis store's mirror: the match history stays in Redis (it is read from
+    /// there), so the mirror does not hold it in memory.
+    pub(super) history_off: bool,
+    /// Per player, the history's match ids, most recently ended first.
+    pub(super) history_lists: HashMap<PlayerId, Vec<MatchId>>,
+    /// Per record, how many lists hold it.
+    pub(super) history_refs: HashMap<MatchId, u32>,
+    pub(super) history_records: HashMap<MatchId, MatchRecord>,
+}
+
+impl Data {
+    /// Adds history writes (see [`Storage::append_history`]).
+    fn append_history<'a>(&mut self, writes: impl IntoIterator<Item = &'a HistoryWrite>) {
+        if self.history_off {
+            return;
+        }
+        let mut plan = HistoryPlan::default();
+        for w in writes {
+            let (lists, refs) = (&self.history_lists, &self.history_refs);
+            plan.add(
+                w,
+                &mut |p| Ok(lists.get(p).cloned().unwrap_or_default()),
+                &mut |m| Ok(refs.get(m).copied().unwrap_or(0)),
+            )
+            .expect("memory reads do not fail");
+        }
+        if plan.is_empty() {
+            return;
+        }
+        let dropped: Vec<MatchId> = plan.dropped().cloned().collect();
+        for r in plan.records {
+            self.history_records.insert(r.match_id.clone(), r);
+        }
+        self.history_lists.extend(plan.lists);
+        self.history_refs.extend(plan.refs);
+        for d in dropped {
+            self.history_refs.remove(&d);
+            self.history_records.remove(&d);
+        }
+    }
 }
 
 /// The in-memory backend.
@@ -43,6 +86,13 @@ pub(super) struct Data {
 pub struct MemoryStore(Mutex<Data>, std::sync::atomic::AtomicBool);
 
 impl MemoryStore {
+    /// The Redis store's mirror: everything but the match history, which Redis answers.
+    pub(super) fn mirror() -> Self {
+        let store = Self::default();
+        store.data().history_off = true;
+        store
+    }
+
     /// From now on every journal write fails, as a full or broken disk would.
     pub fn fail_journal_writes(&self) {
         self.1.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -128,6 +178,7 @@ impl Storage for MemoryStore {
             if entry.kind == EntryKind::Result {
                 data.acks.insert(entry.match_id.clone(), entry.ack.clone());
             }
+            data.append_history(entry.history.as_ref());
             let Some(season) = &entry.season else {
                 continue;
             };
@@ -389,5 +440,56 @@ impl Storage for MemoryStore {
 
     fn size_on_disk(&self) -> u64 {
         0
+    }
+}
+
+impl RecordStorage for MemoryStore {
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        self.data().append_history(writes);
+        Ok(())
+    }
+
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
+        let found = self.data().history_records.get(id).cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        let ids = self
+            .data()
+            .history_lists
+            .get(player)
+            .cloned()
+            .unwrap_or_default();
+        Box::pin(std::future::ready(Ok(ids)))
+    }
+
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
+        let data = self.data();
+        let found = ids
+            .iter()
+            .filter_map(|id| data.history_records.get(id).cloned())
+            .collect();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for r in rosters {
+            data.rosters.insert(r.party_id.clone(), (*r).clone());
+        }
+        Ok(())
+    }
+
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for id in ids {
+            data.rosters.remove(id);
+        }
+        Ok(())
+    }
+
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
+        Ok(self.data().rosters.values().cloned().collect())
     }
 }

@@ -16,6 +16,7 @@ mod cluster_config;
 mod committer;
 #[cfg(test)]
 mod contract;
+mod history;
 mod memory;
 mod redis_store;
 mod sled;
@@ -30,16 +31,17 @@ use serde::{Deserialize, Serialize};
 
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committer};
+pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
     Durability, RedisCluster, RedisConn, RedisOptions, RedisServer, RedisStore, check_durability,
 };
 
-use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::{Calibration, Observation};
-use crate::records::{PartyRecord, PoolRecord, ResultAck};
+use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord, ResultAck};
 
 /// `[store]`: the embedded store's settings.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -105,8 +107,9 @@ pub const SEGMENT_BYTES: usize = 6 * 1024;
 pub type Segment<'a> = (u64, &'a [Vec<u8>]);
 
 /// The storage interface. Methods are synchronous and short (the embedded backend answers from
-/// its page cache); [`Storage::flush_async`] is the one wait for the disk.
-pub trait Storage: Send + Sync + 'static {
+/// its page cache); [`Storage::flush_async`] is the one wait for the disk. The records clients
+/// read back (match history, party rosters) are [`RecordStorage`]'s.
+pub trait Storage: RecordStorage + Send + Sync + 'static {
     /// Where the data lives, for messages (a directory, a URL).
     fn location(&self) -> String;
 
@@ -238,6 +241,34 @@ pub trait Storage: Send + Sync + 'static {
     fn size_on_disk(&self) -> u64;
 }
 
+// --- Records: match history and party rosters ---
+
+/// The part of [`Storage`] that keeps the records clients read back: the match history (each
+/// player's newest ended matches and the records they name) and `PartyService` rosters. Same
+/// guarantees as the rest: each batch method is atomic, durable once a later flush returned,
+/// and reads see every write made before them. History reads are asynchronous: a cluster store
+/// answers them from Redis, not from memory.
+pub trait RecordStorage {
+    /// Adds ended matches to the match history in one atomic batch: each record goes at the
+    /// head of each of its players' lists, each list is cut to its write's `keep` newest, and a
+    /// record no list holds any more is dropped. A result's record goes with its journal entry
+    /// instead ([`JournalEntry::history`], same rules). Not durable until a flush.
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError>;
+    /// One ended match, while some player's history still holds it.
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>>;
+    /// The matches a player's history holds, most recently ended first.
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>>;
+    /// The records of `ids` that are still held, in `ids`' order.
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>>;
+    /// Writes party rosters (replacing those with the same id) in one atomic batch. Not durable
+    /// until a flush.
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError>;
+    /// Drops party rosters in one atomic batch. Not durable until a flush.
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError>;
+    /// Every stored party roster, in party id order.
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError>;
+}
+
 /// The shared handle the server holds.
 pub type Store = Arc<dyn Storage>;
 
@@ -283,6 +314,18 @@ pub struct JournalEntry {
     /// into the pool's calibration when the entry is applied or replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Observation>,
+    /// The match's record for the match history, written in the entry's own atomic batch (as
+    /// [`Storage::append_history`] writes it). Replaying the entry does not write it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryWrite>,
+}
+
+/// One ended match to add to the match history, and how many matches each player's history
+/// keeps (`[history] matches_per_player`, at least 1).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryWrite {
+    pub record: MatchRecord,
+    pub keep: u32,
 }
 
 /// What a journal entry is.
@@ -340,6 +383,9 @@ pub struct StoredMatch {
     /// The values the match was formed under (its queue's match rules), sent again with it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: crate::matching::Attributes,
+    /// Unix seconds when its game server called `StartMatch` (absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_unix: Option<f64>,
 }
 
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).

@@ -12,14 +12,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
-    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
-    StoredParty, StoredPlayer,
+    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
+    StoredMatch, StoredParty, StoredPlayer,
 };
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
+
+mod records;
 
 /// The format marker written into every store this server creates.
 const FORMAT: &[u8] = b"matchmaker-store/1";
@@ -44,6 +46,8 @@ const SEGMENT_PREFIX: u8 = 0x00;
 const ENDED_PREFIX: u8 = 0x01;
 /// Party skills: party key → pool → record.
 const PARTIES_TREE: &str = "parties";
+/// `PartyService` parties: party id → [`PartyRoster`].
+const ROSTERS_TREE: &str = "rosters";
 /// `meta` key: the journal sequence number the players tree is known to include.
 const SNAPSHOT_SEQ: &str = "snapshot_seq";
 /// `meta` keys `calibration/<pool>` → JSON [`Calibration`]: each rating pool's calibration.
@@ -59,6 +63,7 @@ pub struct SledStore {
     journal: sled::Tree,
     matches: sled::Tree,
     parties: sled::Tree,
+    rosters: sled::Tree,
     /// sled's data file, to fsync after sled's flush. On Linux sled makes a flush durable with
     /// `sync_file_range`, which writes the pages and waits for them but neither commits the
     /// file's metadata (its grown size) nor flushes the disk's write cache: enough for
@@ -134,6 +139,7 @@ impl SledStore {
         let journal = db.open_tree(JOURNAL_TREE)?;
         let matches = db.open_tree(MATCHES_TREE)?;
         let parties = db.open_tree(PARTIES_TREE)?;
+        let rosters = db.open_tree(ROSTERS_TREE)?;
         let data_file = std::fs::File::open(dir.join("db")).map_err(|source| StoreError::Io {
             path: dir.join("db"),
             source,
@@ -148,6 +154,7 @@ impl SledStore {
             journal,
             matches,
             parties,
+            rosters,
         })
     }
 
@@ -303,6 +310,9 @@ impl Storage for SledStore {
     /// state drops their segments; a stale copy is ignored at start because its result is here.)
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
+        let history: Vec<&HistoryWrite> =
+            entries.iter().filter_map(|e| e.history.as_ref()).collect();
+        self.history_into(&mut batch, &history)?;
         for (i, entry) in entries.iter().enumerate() {
             batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
             if entry.kind == EntryKind::Result {

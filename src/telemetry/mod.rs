@@ -55,9 +55,10 @@ pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
 /// Bytes the store uses on disk, measured at start and after each snapshot (gauge).
 pub const STORE_BYTES: &str = "matchmaker_store_bytes";
 /// Store writes that failed, per operation (journal | persist_matches | end_match | snapshot |
-/// request) (counter). Any is worth an alert: a journal failure stops results until a restart.
+/// request | history | parties) (counter). Any is worth an alert: a journal failure stops results until a restart.
 pub const STORE_ERRORS: &str = "matchmaker_store_errors_total";
-/// Matches cancelled, per queue and reason (counter).
+/// Matches cancelled, per queue and reason (server: voided by its game server or an admin |
+/// server_requeue: cancelled before it started, tickets requeued | allocation_timeout) (counter).
 pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
 
 /// Ready-checks ended, per queue and outcome (passed | declined | timed_out) (counter).

@@ -122,6 +122,57 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 0)]
         limit: u32,
     },
+    // --- Records: matches, live tickets and parties (ClientService, GameServerService and
+    // PartyService calls made with the admin's token) ---
+    /// One match: live (formed, allocated, started) or ended, from the match history.
+    Match {
+        #[arg(long)]
+        id: String,
+    },
+    /// A player's ended matches, most recently ended first; page on with `--page-token`.
+    Matches {
+        #[arg(long)]
+        player: String,
+        #[arg(long)]
+        queue: Option<String>,
+        /// Matches per page (at most 100).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long)]
+        page_token: Option<String>,
+    },
+    /// A player's live ticket, or the match it is in.
+    ActiveTicket {
+        #[arg(long)]
+        player: String,
+    },
+    /// A party's members, leader and invite code.
+    Party {
+        #[arg(long)]
+        id: String,
+    },
+    /// Cancel a match: before it started its tickets go back to their queues (listed), after
+    /// it the match is void.
+    CancelMatch {
+        #[arg(long)]
+        id: String,
+        #[arg(long, default_value = "cancelled by an admin")]
+        reason: String,
+    },
+}
+
+impl AdminCommand {
+    /// The records commands, answered by `admin_records`.
+    fn is_records(&self) -> bool {
+        matches!(
+            self,
+            Self::Match { .. }
+                | Self::Matches { .. }
+                | Self::ActiveTicket { .. }
+                | Self::Party { .. }
+                | Self::CancelMatch { .. }
+        )
+    }
 }
 
 /// Why an admin command failed.
@@ -172,6 +223,15 @@ pub fn run(args: AdminArgs) -> Result<(), AdminCliError> {
 }
 
 async fn connect(addr: &str, token: Option<&str>) -> Result<Client, AdminCliError> {
+    let (channel, bearer) = channel(addr, token).await?;
+    Ok(AdminServiceClient::with_interceptor(channel, bearer))
+}
+
+/// A channel to `addr` and the interceptor that sends `token`.
+pub(super) async fn channel(
+    addr: &str,
+    token: Option<&str>,
+) -> Result<(Channel, Bearer), AdminCliError> {
     let url = if addr.contains("://") {
         addr.to_owned()
     } else {
@@ -194,13 +254,10 @@ async fn connect(addr: &str, token: Option<&str>) -> Result<Client, AdminCliErro
                 .map_err(|e| AdminCliError::Token(e.to_string()))
         })
         .transpose()?;
-    Ok(AdminServiceClient::with_interceptor(
-        channel,
-        Bearer(bearer),
-    ))
+    Ok((channel, Bearer(bearer)))
 }
 
-fn rating_json(r: Option<&proto::Rating>) -> serde_json::Value {
+pub(super) fn rating_json(r: Option<&proto::Rating>) -> serde_json::Value {
     r.map_or(serde_json::Value::Null, |r| {
         json!({"mean": r.mean, "deviation": r.deviation, "volatility": r.volatility,
                "display": r.display, "display_low": r.display_low, "display_high": r.display_high})
@@ -267,6 +324,10 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
             )?;
         }
         return Ok(());
+    }
+    if args.command.is_records() {
+        let (channel, bearer) = channel(&args.addr, args.token.as_deref()).await?;
+        return super::admin_records::run(channel, bearer, json, args.command, &mut out).await;
     }
     let mut client = connect(&args.addr, args.token.as_deref()).await?;
     match args.command {
@@ -431,8 +492,13 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                 )?;
             }
         }
-        // Answered above, without a server.
-        AdminCommand::MigrateStore { .. } => {}
+        // Answered above, without a server, or by `admin_records`.
+        AdminCommand::MigrateStore { .. }
+        | AdminCommand::Match { .. }
+        | AdminCommand::Matches { .. }
+        | AdminCommand::ActiveTicket { .. }
+        | AdminCommand::Party { .. }
+        | AdminCommand::CancelMatch { .. } => {}
         AdminCommand::Export {
             queue,
             after,

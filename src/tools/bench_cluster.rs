@@ -347,6 +347,7 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         left: Vec::new(),
         roles: Default::default(),
         attributes: Default::default(),
+        started_unix: None,
     };
     let result = |i: usize| JournalEntry {
         match_id: MatchId::new(format!("m-{i}").as_str()),
@@ -370,6 +371,7 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         kind: EntryKind::Result,
         season: None,
         calibration: None,
+        history: None,
     };
     // One phase: `write(i)` then a flush, 64 at a time; Redis CPU per write.
     async fn phase(

@@ -22,6 +22,8 @@
 //! change since the last write.
 
 mod conn;
+mod durability;
+mod records;
 mod server;
 
 use std::collections::BTreeMap;
@@ -32,6 +34,7 @@ use std::time::Instant;
 use ::redis::Script;
 
 pub use conn::RedisConn;
+pub use durability::{Durability, check_durability};
 pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
@@ -39,11 +42,12 @@ use super::{
     EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
     StoredParty, StoredPlayer, StoredTicket, redact,
 };
-use crate::ids::{MatchId, PlayerId, TicketId};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PoolRecord, ResultAck};
+use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use records::history_ops;
 
 /// The lease key the fencing check reads (written by `cluster::lease`).
 const LEASE: &str = "{mm}:lease";
@@ -63,9 +67,15 @@ enum Hash {
     Ended,
     Calibrations,
     Tickets,
+    // --- Records ---
+    Rosters,
+    /// Match history records (read from Redis, never loaded into the mirror).
+    MatchRecords,
+    /// How many players' history lists hold each record (likewise never loaded).
+    MatchRefs,
 }
 
-const HASHES: [(Hash, &str); 12] = [
+const HASHES: [(Hash, &str); 15] = [
     (Hash::Players, "{mm}:players"),
     (Hash::Parties, "{mm}:parties"),
     (Hash::Journal, "{mm}:journal"),
@@ -78,10 +88,27 @@ const HASHES: [(Hash, &str); 12] = [
     (Hash::Ended, "{mm}:ended"),
     (Hash::Calibrations, "{mm}:calibrations"),
     (Hash::Tickets, "{mm}:tickets"),
+    (Hash::Rosters, "{mm}:rosters"),
+    (Hash::MatchRecords, "{mm}:match_records"),
+    (Hash::MatchRefs, "{mm}:match_refs"),
 ];
 
+/// Hashes read into the mirror when the store opens: all but the match history, which can
+/// grow to every player's `[history] matches_per_player` matches and is read from Redis.
+fn loaded_hash(h: Hash) -> bool {
+    !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
+}
+
+fn hash_name(h: Hash) -> &'static str {
+    HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n)
+}
+
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
-/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL) or `x KEY` (DEL), KEY an index into KEYS.
+/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL), `x KEY` (DEL) or `p LIST MEMBER KEEP
+/// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
+/// off loses a holder in REFS and goes from RECORDS with its last), KEY an index into KEYS.
+/// Sending the same batches again in order (a flight whose answer was lost) leaves the same
+/// history: a record's write resets its holder count before its pushes.
 const APPLY: &str = r"
 local lease = redis.call('GET', KEYS[1])
 local token = ARGV[1]
@@ -102,6 +129,24 @@ while i <= n do
   elseif op == 'x' then
     redis.call('DEL', key)
     i = i + 2
+  elseif op == 'p' then
+    local member = ARGV[i + 2]
+    local keep = tonumber(ARGV[i + 3])
+    local records = KEYS[tonumber(ARGV[i + 4])]
+    local refs = KEYS[tonumber(ARGV[i + 5])]
+    redis.call('LREM', key, 0, member)
+    redis.call('LPUSH', key, member)
+    local evicted = redis.call('LRANGE', key, keep, -1)
+    if #evicted > 0 then
+      redis.call('LTRIM', key, 0, keep - 1)
+      for _, old in ipairs(evicted) do
+        if redis.call('HINCRBY', refs, old, -1) <= 0 then
+          redis.call('HDEL', refs, old)
+          redis.call('HDEL', records, old)
+        end
+      end
+    end
+    i = i + 6
   else
     return redis.error_reply('bad operation ' .. tostring(op))
   end
@@ -115,6 +160,20 @@ enum Op {
     Set(Hash, String, Vec<u8>),
     Del(Hash, String),
     Clear(Hash),
+    /// A match id to the head of a player's history list (its key), which keeps `keep`.
+    Push(String, String, u32),
+}
+
+impl Op {
+    /// Arguments the op takes in the script.
+    fn args(&self) -> usize {
+        match self {
+            Self::Set(..) => 4,
+            Self::Del(..) => 3,
+            Self::Clear(..) => 2,
+            Self::Push(..) => 6,
+        }
+    }
 }
 
 /// Writes not yet sent, as batches (one per trait call), and the sequence of the last one.
@@ -194,7 +253,7 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        let mirror = MemoryStore::default();
+        let mirror = MemoryStore::mirror();
         {
             let loaded = load_all(&mut conn, url).await?;
             let mut data = mirror.data();
@@ -212,6 +271,12 @@ impl RedisStore {
             fenced: AtomicBool::new(false),
             apply: Script::new(APPLY),
         })
+    }
+
+    /// Sends what is queued, so a read from Redis sees every write made before it (reads that
+    /// go to Redis rather than the mirror: the match history).
+    async fn flush_pending(&self) -> Result<(), StoreError> {
+        self.flush_through(self.queued()).await
     }
 
     /// The fencing token this store writes with.
@@ -294,10 +359,11 @@ impl RedisStore {
         while start < batches.len() {
             let mut end = start;
             let mut args = 0;
+            let size = |b: &Vec<Op>| b.iter().map(Op::args).sum::<usize>();
             while end < batches.len()
-                && (end == start || args + batches[end].len() * 4 <= MAX_SCRIPT_ARGS)
+                && (end == start || args + size(&batches[end]) <= MAX_SCRIPT_ARGS)
             {
-                args += batches[end].len() * 4;
+                args += size(&batches[end]);
                 end += 1;
             }
             self.send_script(&batches[start..end]).await?;
@@ -312,9 +378,28 @@ impl RedisStore {
         for (_, name) in HASHES {
             invocation.key(name);
         }
+        // History lists are keys of their own (same `{mm}` slot), declared after the hashes.
+        let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for op in batches.iter().flatten() {
+            if let Op::Push(list, _, _) = op
+                && !lists.contains_key(list.as_str())
+            {
+                lists.insert(list, 2 + HASHES.len() + lists.len());
+                invocation.key(list);
+            }
+        }
         invocation.arg(self.token.to_string());
         for op in batches.iter().flatten() {
             match op {
+                Op::Push(list, member, keep) => {
+                    invocation
+                        .arg("p")
+                        .arg(lists[list.as_str()])
+                        .arg(member)
+                        .arg(*keep)
+                        .arg(Hash::MatchRecords as usize)
+                        .arg(Hash::MatchRefs as usize);
+                }
                 Op::Set(h, field, value) => {
                     invocation.arg("s").arg(*h as usize).arg(field).arg(value);
                 }
@@ -397,7 +482,7 @@ type Loaded = BTreeMap<&'static str, Fields>;
 
 async fn load_all(conn: &mut RedisConn, url: &str) -> Result<Loaded, StoreError> {
     let mut loaded = Loaded::new();
-    for (_, name) in HASHES {
+    for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
         let mut cursor: u64 = 0;
         let mut fields = Vec::new();
         loop {
@@ -427,10 +512,7 @@ fn text(bytes: &[u8]) -> String {
 /// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
 /// and every copy is the same value).
 fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
-    let mut take = |h: Hash| {
-        let name = HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n);
-        loaded.remove(name).unwrap_or_default()
-    };
+    let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
     for (k, v) in take(Hash::Players) {
         let id = text(&k);
         let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
@@ -510,6 +592,11 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         let id = text(&k);
         let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
         data.tickets.insert(TicketId::new(id.as_str()), t);
+    }
+    for (k, v) in take(Hash::Rosters) {
+        let id = text(&k);
+        let r: PartyRoster = decode(&v, &format!("party {id}"))?;
+        data.rosters.insert(PartyId::new(id.as_str()), r);
     }
     Ok(())
 }
@@ -626,6 +713,9 @@ impl Storage for RedisStore {
                 }
             }
         }
+        batch.extend(history_ops(
+            entries.iter().filter_map(|e| e.history.as_ref()),
+        )?);
         self.mirror.append_journal(first_seq, entries)?;
         // The players' and parties' whole records, current in the `players` hash at once.
         {
@@ -878,68 +968,6 @@ impl Storage for RedisStore {
     fn size_on_disk(&self) -> u64 {
         0
     }
-}
-
-/// What a Redis server keeps across a crash, read at start-up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Durability {
-    /// `appendonly yes`.
-    pub aof: bool,
-    /// `appendfsync` (`always`, `everysec`, `no`), when CONFIG GET is allowed.
-    pub appendfsync: Option<String>,
-    /// Connected replicas.
-    pub replicas: u32,
-}
-
-/// Reads the server's persistence and replication settings; refuses a Redis with neither an
-/// append-only file nor a replica unless `allow_volatile`.
-pub async fn check_durability(url: &str, allow_volatile: bool) -> Result<Durability, StoreError> {
-    let err = redis_error(url);
-    let client = ::redis::Client::open(url).map_err(&err)?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(&err)?;
-    let info = |section: &'static str| ::redis::cmd("INFO").arg(section).clone();
-    let persistence: String = info("persistence")
-        .query_async(&mut conn)
-        .await
-        .map_err(&err)?;
-    let replication: String = info("replication")
-        .query_async(&mut conn)
-        .await
-        .map_err(&err)?;
-    let field = |text: &str, name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| v.trim().to_string())
-    };
-    let aof = field(&persistence, "aof_enabled").as_deref() == Some("1");
-    let replicas = field(&replication, "connected_slaves")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let appendfsync = ::redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendfsync")
-        .query_async::<Vec<String>>(&mut conn)
-        .await
-        .ok()
-        .and_then(|v| v.get(1).cloned());
-    let found = Durability {
-        aof,
-        appendfsync,
-        replicas,
-    };
-    if !aof && replicas == 0 && !allow_volatile {
-        return Err(StoreError::Redis(format!(
-            "{} has neither an append-only file nor replicas, so acknowledged results would not \
-             survive its restart: set `appendonly yes` and `appendfsync everysec` (or `always`) \
-             in redis.conf, or run replicas with [cluster] wait_replicas, or set \
-             [cluster] allow_volatile = true for tests",
-            redact(url)
-        )));
-    }
-    Ok(found)
 }
 
 #[cfg(test)]

@@ -1,0 +1,107 @@
+//! `PartyService`: validate, change the party (written through the store under the parties'
+//! lock), make it durable, answer.
+
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use super::records::party;
+use crate::auth::{Identity, MayAct};
+use crate::ids::{PartyId, PlayerId};
+use crate::proto;
+use crate::proto::party_service_server::PartyService;
+use crate::rejection::Rejection;
+use crate::state::{INVITE_CODE_LEN, State, unix_now};
+
+/// The party service.
+pub struct Parties {
+    pub state: State,
+}
+
+impl Parties {
+    /// A change is durable before it is answered.
+    async fn durable(
+        &self,
+        roster: crate::records::PartyRoster,
+    ) -> Result<Response<proto::Party>, Status> {
+        self.state.store().flush_async().await?;
+        Ok(Response::new(party(&roster)))
+    }
+}
+
+fn invite_code(code: &str) -> Result<(), Rejection> {
+    if code.len() != INVITE_CODE_LEN || !code.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(Rejection::invalid(
+            "invite_code",
+            format!(
+                "must be {INVITE_CODE_LEN} letters and digits (got {:?})",
+                code.chars().take(32).collect::<String>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl PartyService for Parties {
+    async fn create_party(
+        &self,
+        request: Request<proto::CreatePartyRequest>,
+    ) -> Result<Response<proto::Party>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        identity.may_be(&req.player_id, "create a party")?;
+        let roster = self
+            .state
+            .create_party(&PlayerId::new(req.player_id.as_str()), unix_now())?;
+        self.durable(roster).await
+    }
+
+    async fn join_party(
+        &self,
+        request: Request<proto::JoinPartyRequest>,
+    ) -> Result<Response<proto::Party>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        invite_code(&req.invite_code)?;
+        convert::id("player_id", &req.player_id)?;
+        identity.may_be(&req.player_id, "join a party")?;
+        let roster = self.state.join_party(
+            &req.invite_code,
+            &PlayerId::new(req.player_id.as_str()),
+            unix_now(),
+        )?;
+        self.durable(roster).await
+    }
+
+    async fn leave_party(
+        &self,
+        request: Request<proto::LeavePartyRequest>,
+    ) -> Result<Response<proto::Party>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("party_id", &req.party_id)?;
+        convert::id("player_id", &req.player_id)?;
+        identity.may_be(&req.player_id, "leave a party")?;
+        let roster = self.state.leave_party(
+            &PartyId::new(req.party_id.as_str()),
+            &PlayerId::new(req.player_id.as_str()),
+            unix_now(),
+        )?;
+        self.durable(roster).await
+    }
+
+    async fn get_party(
+        &self,
+        request: Request<proto::GetPartyRequest>,
+    ) -> Result<Response<proto::Party>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
+        let req = request.into_inner();
+        convert::id("party_id", &req.party_id)?;
+        let roster = self
+            .state
+            .party_roster(&PartyId::new(req.party_id.as_str()), unix_now())?;
+        identity.may_act_for(&roster.members, "read this party")?;
+        Ok(Response::new(party(&roster)))
+    }
+}

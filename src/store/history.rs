@@ -1,0 +1,178 @@
+//! The match history's bookkeeping, shared by the backends that can read their current values
+//! while they build a batch (sled and memory; Redis runs the same rules in its Lua script):
+//! each player's list of match ids, most recently ended first and at most `keep` long, and
+//! per record the number of lists that hold it, so a record goes once no player's history
+//! names it.
+
+use std::collections::HashMap;
+
+use super::{HistoryWrite, StoreError};
+use crate::ids::{MatchId, PlayerId};
+use crate::records::MatchRecord;
+
+/// What one batch does to the history, computed from the backend's current values.
+#[derive(Debug, Default)]
+pub(super) struct HistoryPlan {
+    /// The new list of every player the batch touches, most recent first.
+    pub(super) lists: HashMap<PlayerId, Vec<MatchId>>,
+    /// The new holder count of every record the batch touches; 0 = drop the record.
+    pub(super) refs: HashMap<MatchId, u32>,
+    /// Records to write, in order (a record dropped later in the same batch is dropped after).
+    pub(super) records: Vec<MatchRecord>,
+}
+
+/// A backend's current list of a player's matches.
+pub(super) type ReadList<'a> = dyn FnMut(&PlayerId) -> Result<Vec<MatchId>, StoreError> + 'a;
+/// A backend's current holder count of a record (0 when absent).
+pub(super) type ReadRefs<'a> = dyn FnMut(&MatchId) -> Result<u32, StoreError> + 'a;
+
+impl HistoryPlan {
+    /// Adds `write`: its record at the head of each of its players' lists (once: a list that
+    /// already holds it moves it to the head), every list cut to `keep`, evicted records'
+    /// holder counts lowered.
+    pub(super) fn add(
+        &mut self,
+        write: &HistoryWrite,
+        list: &mut ReadList<'_>,
+        refs: &mut ReadRefs<'_>,
+    ) -> Result<(), StoreError> {
+        let record = &write.record;
+        let id = &record.match_id;
+        let players = record.players();
+        let keep = write.keep.max(1) as usize;
+        self.refs.insert(id.clone(), players.len() as u32);
+        self.records.push(record.clone());
+        for player in players {
+            let current = match self.lists.remove(&player) {
+                Some(l) => l,
+                None => list(&player)?,
+            };
+            let mut next = Vec::with_capacity(current.len() + 1);
+            next.push(id.clone());
+            next.extend(current.into_iter().filter(|m| m != id));
+            for evicted in next.split_off(keep.min(next.len())) {
+                let count = match self.refs.get(&evicted) {
+                    Some(&n) => n,
+                    None => refs(&evicted)?,
+                };
+                self.refs.insert(evicted, count.saturating_sub(1));
+            }
+            self.lists.insert(player, next);
+        }
+        Ok(())
+    }
+
+    /// Records no list holds any more.
+    pub(super) fn dropped(&self) -> impl Iterator<Item = &MatchId> {
+        self.refs.iter().filter(|(_, n)| **n == 0).map(|(id, _)| id)
+    }
+
+    /// Whether the batch changes nothing.
+    pub(super) fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// The page of a player's history after `after` (exclusive; `None` = from the most recent):
+/// the ids in order, or `None` when `after` is not in the list.
+pub fn page_after<'a>(ids: &'a [MatchId], after: Option<&MatchId>) -> Option<&'a [MatchId]> {
+    match after {
+        None => Some(ids),
+        Some(after) => ids.iter().position(|m| m == after).map(|at| &ids[at + 1..]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::EndedPhase;
+
+    fn record(id: &str, teams: &[&[&str]]) -> MatchRecord {
+        MatchRecord {
+            match_id: MatchId::from(id),
+            queue: "1v1".into(),
+            phase: EndedPhase::Cancelled,
+            teams: teams
+                .iter()
+                .map(|t| t.iter().map(|p| PlayerId::from(*p)).collect())
+                .collect(),
+            placements: Vec::new(),
+            changes: Vec::new(),
+            server_address: "gs".into(),
+            formed_unix: 1.0,
+            started_unix: None,
+            ended_unix: 2.0,
+        }
+    }
+
+    #[derive(Default)]
+    struct Backend {
+        lists: HashMap<PlayerId, Vec<MatchId>>,
+        refs: HashMap<MatchId, u32>,
+    }
+
+    impl Backend {
+        /// Applies one write; returns the records dropped.
+        fn apply(&mut self, id: &str, teams: &[&[&str]]) -> Vec<MatchId> {
+            let w = HistoryWrite {
+                record: record(id, teams),
+                keep: 2,
+            };
+            let mut plan = HistoryPlan::default();
+            plan.add(
+                &w,
+                &mut |p| Ok(self.lists.get(p).cloned().unwrap_or_default()),
+                &mut |m| Ok(self.refs.get(m).copied().unwrap_or(0)),
+            )
+            .unwrap();
+            let dropped: Vec<MatchId> = plan.dropped().cloned().collect();
+            self.lists.extend(plan.lists);
+            self.refs.extend(plan.refs);
+            for d in &dropped {
+                self.refs.remove(d);
+            }
+            dropped
+        }
+
+        fn list(&self, p: &str) -> Vec<&str> {
+            self.lists[&PlayerId::from(p)]
+                .iter()
+                .map(MatchId::as_str)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn lists_keep_the_newest_and_records_go_with_their_last_holder() {
+        let mut b = Backend::default();
+        assert!(b.apply("a", &[&["p1"], &["p2"]]).is_empty());
+        assert!(b.apply("b", &[&["p1"], &["p3"]]).is_empty());
+        // p1 keeps b and c; a is still p2's.
+        assert!(b.apply("c", &[&["p1"]]).is_empty());
+        assert_eq!(b.refs[&MatchId::from("a")], 1);
+        // p2's two newer matches push a out of its last list.
+        assert!(b.apply("d", &[&["p2"]]).is_empty());
+        assert_eq!(b.apply("e", &[&["p2"]]), vec![MatchId::from("a")]);
+        assert_eq!(b.list("p1"), ["c", "b"]);
+        assert!(!b.refs.contains_key(&MatchId::from("a")));
+        // The same record again moves to the head, held once per player.
+        b.apply("b", &[&["p1"], &["p3"]]);
+        assert_eq!(b.list("p1"), ["b", "c"]);
+        assert_eq!(b.refs[&MatchId::from("b")], 2);
+    }
+
+    #[test]
+    fn pages_continue_after_their_token() {
+        let ids: Vec<MatchId> = ["c", "b", "a"].into_iter().map(MatchId::from).collect();
+        assert_eq!(page_after(&ids, None).unwrap().len(), 3);
+        assert_eq!(
+            page_after(&ids, Some(&MatchId::from("b"))).unwrap(),
+            &ids[2..]
+        );
+        assert_eq!(
+            page_after(&ids, Some(&MatchId::from("a"))).unwrap().len(),
+            0
+        );
+        assert!(page_after(&ids, Some(&MatchId::from("z"))).is_none());
+    }
+}

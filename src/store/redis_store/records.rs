@@ -1,0 +1,130 @@
+//! The cluster store's records: `PartyService` rosters in the `{mm}:rosters` hash (mirrored,
+//! like everything else) and the match history, which stays in Redis and is read from there:
+//! `{mm}:match_records` (match id → record), `{mm}:match_refs` (match id → how many players'
+//! lists hold it) and one list per player, `{mm}:history:<player>`, most recently ended first.
+//! The script's `p` op keeps the lists and counts (see `APPLY`).
+
+use super::{Hash, Op, RedisStore, decode, hash_name, json, redis_error};
+use crate::ids::{MatchId, PartyId, PlayerId};
+use crate::records::{MatchRecord, PartyRoster};
+use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
+
+/// The key of a player's history list: match ids, most recently ended first.
+fn history_list(player: &PlayerId) -> String {
+    format!("{{mm}}:history:{player}")
+}
+
+/// The ops that add `writes` to the history: each record and its holder count, then its
+/// players' pushes.
+pub(super) fn history_ops<'a>(
+    writes: impl IntoIterator<Item = &'a HistoryWrite>,
+) -> Result<Vec<Op>, StoreError> {
+    let mut ops = Vec::new();
+    for w in writes {
+        let id = w.record.match_id.to_string();
+        let players = w.record.players();
+        ops.push(Op::Set(Hash::MatchRecords, id.clone(), json(&w.record)?));
+        ops.push(Op::Set(
+            Hash::MatchRefs,
+            id.clone(),
+            players.len().to_string().into(),
+        ));
+        for p in &players {
+            ops.push(Op::Push(history_list(p), id.clone(), w.keep.max(1)));
+        }
+    }
+    Ok(ops)
+}
+
+impl RecordStorage for RedisStore {
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        self.queue(history_ops(writes)?);
+        Ok(())
+    }
+
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
+        Box::pin(async move {
+            self.flush_pending().await?;
+            let value: Option<Vec<u8>> = ::redis::cmd("HGET")
+                .arg(hash_name(Hash::MatchRecords))
+                .arg(id.as_str())
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            value
+                .map(|v| decode(&v, &format!("match record {id}")))
+                .transpose()
+        })
+    }
+
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        Box::pin(async move {
+            self.flush_pending().await?;
+            let ids: Vec<String> = ::redis::cmd("LRANGE")
+                .arg(history_list(player))
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            Ok(ids.iter().map(|m| MatchId::new(m.as_str())).collect())
+        })
+    }
+
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            self.flush_pending().await?;
+            let mut cmd = ::redis::cmd("HMGET");
+            cmd.arg(hash_name(Hash::MatchRecords));
+            for id in ids {
+                cmd.arg(id.as_str());
+            }
+            let values: Vec<Option<Vec<u8>>> = cmd
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            values
+                .iter()
+                .zip(ids)
+                .filter_map(|(v, id)| v.as_ref().map(|v| decode(v, &format!("match record {id}"))))
+                .collect()
+        })
+    }
+
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        {
+            let mut data = self.mirror.data();
+            for r in rosters {
+                // Snapshots write every party: only what changed goes out.
+                if data.rosters.get(&r.party_id) == Some(*r) {
+                    continue;
+                }
+                batch.push(Op::Set(Hash::Rosters, r.party_id.to_string(), json(r)?));
+                data.rosters.insert(r.party_id.clone(), (*r).clone());
+            }
+        }
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = ids
+            .iter()
+            .map(|id| Op::Del(Hash::Rosters, id.to_string()))
+            .collect();
+        self.mirror.remove_rosters(ids)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
+        self.mirror.load_rosters()
+    }
+}

@@ -1,0 +1,140 @@
+//! The embedded store's records: the match history in the journal tree (so a result's record
+//! is in its entry's atomic batch) and `PartyService` rosters in their own tree.
+
+use super::{SledStore, decode, decode_seq, encode};
+use crate::ids::{MatchId, PartyId, PlayerId};
+use crate::records::{MatchRecord, PartyRoster};
+use crate::store::history::HistoryPlan;
+use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
+
+impl SledStore {
+    /// Adds history writes to a journal-tree batch (keys `h/…`, see [`history_key`]), planned
+    /// against what the tree holds now.
+    pub(super) fn history_into(
+        &self,
+        batch: &mut sled::Batch,
+        writes: &[&HistoryWrite],
+    ) -> Result<(), StoreError> {
+        let mut plan = HistoryPlan::default();
+        for w in writes {
+            plan.add(
+                w,
+                &mut |p| {
+                    let key = history_key(b'p', p.as_str());
+                    self.journal
+                        .get(&key)?
+                        .map_or(Ok(Vec::new()), |v| decode(&v, &history_name(&key)))
+                },
+                &mut |m| {
+                    let key = history_key(b'c', m.as_str());
+                    Ok(self.journal.get(&key)?.map_or(0, |v| decode_seq(&v) as u32))
+                },
+            )?;
+        }
+        for r in &plan.records {
+            batch.insert(history_key(b'm', r.match_id.as_str()), encode(r)?);
+        }
+        for (player, list) in &plan.lists {
+            batch.insert(history_key(b'p', player.as_str()), encode(list)?);
+        }
+        for (id, n) in &plan.refs {
+            let count = history_key(b'c', id.as_str());
+            if *n == 0 {
+                batch.remove(count);
+                batch.remove(history_key(b'm', id.as_str()));
+            } else {
+                batch.insert(count, &u64::from(*n).to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RecordStorage for SledStore {
+    fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        let writes: Vec<&HistoryWrite> = writes.iter().collect();
+        self.history_into(&mut batch, &writes)?;
+        self.journal.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>> {
+        let key = history_key(b'm', id.as_str());
+        let found = self
+            .journal
+            .get(&key)
+            .map_err(StoreError::from)
+            .and_then(|v| v.map(|v| decode(&v, &history_name(&key))).transpose());
+        Box::pin(std::future::ready(found))
+    }
+
+    fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        let key = history_key(b'p', player.as_str());
+        let found = self
+            .journal
+            .get(&key)
+            .map_err(StoreError::from)
+            .and_then(|v| v.map_or(Ok(Vec::new()), |v| decode(&v, &history_name(&key))));
+        Box::pin(std::future::ready(found))
+    }
+
+    fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
+        let found = ids
+            .iter()
+            .filter_map(|id| {
+                let key = history_key(b'm', id.as_str());
+                match self.journal.get(&key) {
+                    Ok(Some(v)) => Some(decode(&v, &history_name(&key))),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e.into())),
+                }
+            })
+            .collect();
+        Box::pin(std::future::ready(found))
+    }
+
+    fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for r in rosters {
+            batch.insert(r.party_id.as_str().as_bytes(), encode(r)?);
+        }
+        self.rosters.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for id in ids {
+            batch.remove(id.as_str().as_bytes());
+        }
+        self.rosters.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
+        self.rosters
+            .iter()
+            .map(|item| {
+                let (k, v) = item?;
+                decode(&v, &format!("rosters/{}", String::from_utf8_lossy(&k)))
+            })
+            .collect()
+    }
+}
+
+/// Match history in the journal tree (so a result's record is in its entry's batch):
+/// `h/m/<match id>` → [`MatchRecord`], `h/c/<match id>` → how many lists hold it (big-endian
+/// u64), `h/p/<player>` → JSON list of match ids, most recently ended first.
+fn history_key(kind: u8, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + id.len());
+    k.extend_from_slice(b"h/");
+    k.push(kind);
+    k.push(b'/');
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+fn history_name(key: &[u8]) -> String {
+    format!("history/{}", String::from_utf8_lossy(key))
+}
