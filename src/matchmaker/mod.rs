@@ -15,6 +15,7 @@ mod allocation;
 mod backfill;
 mod clock;
 mod ready_check;
+mod reconfigure;
 mod stats;
 mod tick;
 
@@ -72,6 +73,12 @@ pub enum Command {
         match_id: MatchId,
         leavers: Vec<Vec<PlayerId>>,
         reply: oneshot::Sender<Result<String, Rejection>>,
+    },
+    /// New settings for some queues (a config reload): every pool is rebuilt with its waiting
+    /// tickets, and only if every one fits are the new settings taken, in the state too.
+    Reconfigure {
+        queues: Vec<(QueueId, crate::config::QueueConfig)>,
+        reply: oneshot::Sender<Result<(), String>>,
     },
 }
 
@@ -188,6 +195,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
     let queues: Vec<QueueRuntime> = state
         .queues()
+        .iter()
         .map(|q| QueueRuntime {
             id: q.id.clone(),
             pool: Pool::new(q.config.shape(), q.config.matching.clone()),
@@ -215,6 +223,7 @@ pub fn spawn(
     // The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
     let tick_ms = state
         .queues()
+        .iter()
         .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
         .min()
         .unwrap_or(state.config().server.tick_interval_ms);
@@ -355,6 +364,9 @@ impl Loop {
                 reply,
             } => {
                 let _ = reply.send(self.open_backfill(&match_id, &leavers));
+            }
+            Command::Reconfigure { queues, reply } => {
+                let _ = reply.send(self.reconfigure(&queues));
             }
         }
     }

@@ -7,6 +7,8 @@
 //! stops and snapshot checksum mismatches (a corrupt directory is refused with a message naming
 //! it, never panicked on), and page-cache memory above `cache_capacity` (bounded by config).
 
+mod admin;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,6 +61,8 @@ pub struct SledStore {
     journal: sled::Tree,
     matches: sled::Tree,
     parties: sled::Tree,
+    /// Bans, the audit log and the event log (see `admin.rs`).
+    admin: admin::AdminTree,
     /// sled's data file, to fsync after sled's flush. On Linux sled makes a flush durable with
     /// `sync_file_range`, which writes the pages and waits for them but neither commits the
     /// file's metadata (its grown size) nor flushes the disk's write cache: enough for
@@ -134,6 +138,7 @@ impl SledStore {
         let journal = db.open_tree(JOURNAL_TREE)?;
         let matches = db.open_tree(MATCHES_TREE)?;
         let parties = db.open_tree(PARTIES_TREE)?;
+        let admin = admin::AdminTree::open(&db)?;
         let data_file = std::fs::File::open(dir.join("db")).map_err(|source| StoreError::Io {
             path: dir.join("db"),
             source,
@@ -148,6 +153,7 @@ impl SledStore {
             journal,
             matches,
             parties,
+            admin,
         })
     }
 

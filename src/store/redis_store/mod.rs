@@ -21,6 +21,7 @@
 //! records), so the `players` hash is always current and snapshots rewrite nothing that did not
 //! change since the last write.
 
+mod admin;
 mod conn;
 mod server;
 
@@ -63,9 +64,10 @@ enum Hash {
     Ended,
     Calibrations,
     Tickets,
+    Admin,
 }
 
-const HASHES: [(Hash, &str); 12] = [
+const HASHES: [(Hash, &str); 13] = [
     (Hash::Players, "{mm}:players"),
     (Hash::Parties, "{mm}:parties"),
     (Hash::Journal, "{mm}:journal"),
@@ -78,6 +80,7 @@ const HASHES: [(Hash, &str); 12] = [
     (Hash::Ended, "{mm}:ended"),
     (Hash::Calibrations, "{mm}:calibrations"),
     (Hash::Tickets, "{mm}:tickets"),
+    (Hash::Admin, "{mm}:admin"),
 ];
 
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
@@ -511,7 +514,7 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
         data.tickets.insert(TicketId::new(id.as_str()), t);
     }
-    Ok(())
+    admin::fill(data, take(Hash::Admin))
 }
 
 /// The JSON array of a segment's matches, from their encodings.

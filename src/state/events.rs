@@ -1,0 +1,232 @@
+//! The event log's hub: state changes emit events here; one writer task appends them to the
+//! store in batches, flushes, and only then publishes the new last cursor, so a watcher never
+//! sees an event a crash could take back (cursors are never reused). Admin changes append and
+//! flush their event themselves before they answer ([`State::emit_durable`]).
+//!
+//! Emitting never blocks and never takes a player or match lock: the pending list is its own
+//! small lock, drained by the writer every time it is woken.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::State;
+use super::matches::Assignment;
+use crate::records::ResultAck;
+use crate::store::{EventKind, EventRecord, StoreError};
+
+/// The hub inside the state.
+pub(super) struct Events {
+    pending: Mutex<Vec<EventRecord>>,
+    wake: Notify,
+    /// The last durable cursor.
+    published: watch::Sender<u64>,
+}
+
+impl Events {
+    pub(super) fn new(last: u64) -> Self {
+        Self {
+            pending: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            published: watch::Sender::new(last),
+        }
+    }
+
+    fn take(&self) -> Vec<EventRecord> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A match event's record (pure).
+pub fn match_event(kind: EventKind, a: &Assignment, unix: f64, extra: &str) -> EventRecord {
+    let mut detail = json!({
+        "queue": a.queue.as_str(),
+        "teams": a.teams.iter().map(|t| t.iter().map(|p| p.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+    });
+    if !a.server_address.is_empty() {
+        detail["server_address"] = json!(a.server_address);
+    }
+    if !extra.is_empty() {
+        detail["reason"] = json!(extra);
+    }
+    EventRecord {
+        kind,
+        unix,
+        match_id: a.match_id.to_string(),
+        player_id: String::new(),
+        detail_json: detail.to_string(),
+    }
+}
+
+/// A result's events (pure): the match completed, then each player's rating change.
+pub fn result_events(match_id: &str, ack: &ResultAck, unix: f64) -> Vec<EventRecord> {
+    let mut events = vec![EventRecord {
+        kind: EventKind::MatchCompleted,
+        unix,
+        match_id: match_id.to_string(),
+        player_id: String::new(),
+        detail_json: json!({ "queue": ack.queue }).to_string(),
+    }];
+    events.extend(ack.changes.iter().map(|c| {
+        EventRecord {
+            kind: EventKind::RatingChanged,
+            unix,
+            match_id: match_id.to_string(),
+            player_id: c.player_id.to_string(),
+            detail_json: json!({
+                "queue": ack.queue,
+                "mean_before": c.before.mean,
+                "mean_after": c.after.mean,
+                "deviation_before": c.before.deviation,
+                "deviation_after": c.after.deviation,
+                "rank_points_before": c.rank_points_before,
+                "rank_points_after": c.rank_points_after,
+            })
+            .to_string(),
+        }
+    }));
+    events
+}
+
+impl State {
+    /// Queues an event for the writer task (durable within one of its flushes).
+    pub fn emit(&self, events: impl IntoIterator<Item = EventRecord>) {
+        let mut pending = self
+            .inner
+            .events
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = pending.len();
+        pending.extend(events);
+        if pending.len() > before {
+            self.inner.events.wake.notify_one();
+        }
+    }
+
+    /// Appends events and makes them durable now (admin changes, before they answer).
+    pub async fn emit_durable(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let last = self.inner.store.append_events(events)?;
+        self.inner.store.flush_async().await?;
+        self.publish(last);
+        Ok(())
+    }
+
+    fn publish(&self, last: u64) {
+        self.inner
+            .events
+            .published
+            .send_if_modified(|p| (last > *p).then(|| *p = last).is_some());
+    }
+
+    /// The last durable cursor, updated as events become durable.
+    pub fn event_cursor(&self) -> watch::Receiver<u64> {
+        self.inner.events.published.subscribe()
+    }
+
+    /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
+    /// left; every `trim_every` drops events older than `retention`.
+    pub async fn write_events(
+        self,
+        retention: Duration,
+        trim_every: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut trim = tokio::time::interval(trim_every);
+        trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let stop = tokio::select! {
+                () = shutdown.cancelled() => true,
+                () = self.inner.events.wake.notified() => false,
+                _ = trim.tick() => {
+                    let before = super::unix_now() - retention.as_secs_f64();
+                    match self.inner.store.trim_events(before) {
+                        Ok(n) if n > 0 => tracing::debug!(events = n, "old events trimmed"),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "trimming events failed"),
+                    }
+                    false
+                }
+            };
+            let batch = self.inner.events.take();
+            if !batch.is_empty() {
+                let written = match self.inner.store.append_events(&batch) {
+                    Ok(last) => self.inner.store.flush_async().await.map(|()| last),
+                    Err(e) => Err(e),
+                };
+                match written {
+                    Ok(last) => self.publish(last),
+                    Err(e) => {
+                        tracing::error!(error = %e, events = batch.len(), "events not written");
+                        crate::telemetry::store_error("events");
+                    }
+                }
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{MatchId, PlayerId, QueueId};
+    use crate::rating::Skill;
+    use crate::records::PlayerChange;
+
+    #[test]
+    fn a_result_gives_one_completed_event_then_one_rating_change_per_player() {
+        let skill = |mean| Skill {
+            mean,
+            deviation: 50.0,
+            volatility: 0.06,
+        };
+        let ack = ResultAck {
+            queue: "1v1".into(),
+            changes: vec![PlayerChange {
+                player_id: PlayerId::new("p1"),
+                before: skill(1500.0),
+                after: skill(1516.0),
+                rank_points_before: 10,
+                rank_points_after: 30,
+            }],
+        };
+        let events = result_events("m1", &ack, 7.0);
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![EventKind::MatchCompleted, EventKind::RatingChanged]
+        );
+        assert_eq!(events[1].player_id, "p1");
+        let detail: serde_json::Value = serde_json::from_str(&events[1].detail_json).unwrap();
+        assert_eq!(detail["mean_after"], 1516.0);
+        assert_eq!(detail["rank_points_after"], 30);
+    }
+
+    #[test]
+    fn a_match_event_names_its_queue_teams_and_server() {
+        let a = Assignment {
+            match_id: MatchId::new("m9"),
+            queue: QueueId::new("2v2"),
+            teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
+            win_probability: vec![0.5, 0.5],
+            region: None,
+            server_address: "gs-1:7777".into(),
+            parties: Vec::new(),
+            backfill: Vec::new(),
+            left: Vec::new(),
+            attributes: Default::default(),
+        };
+        let e = match_event(EventKind::MatchAllocated, &a, 1.0, "");
+        assert_eq!(e.match_id, "m9");
+        let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+        assert_eq!(detail["queue"], "2v2");
+        assert_eq!(detail["teams"], json!([["a"], ["b"]]));
+        assert_eq!(detail["server_address"], "gs-1:7777");
+    }
+}
