@@ -2,7 +2,8 @@
 //! fields, NaN/inf, unknown ids, duplicate players across teams, empty teams, placements out of
 //! range. Each gets the status its malformation calls for; the server never panics, stays
 //! healthy, and its state is consistent afterwards (every rejected report changed nothing, the
-//! real matches still take exactly one valid result).
+//! real matches still take exactly one valid result). The admin record calls (bans, erasure,
+//! audit log, events, reload) are fuzzed the same way: a refused ban bans nobody.
 
 mod common;
 
@@ -49,6 +50,8 @@ async fn one(
     use matchmaker::proto::game_server_service_client::GameServerServiceClient;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut admin =
+        matchmaker::proto::admin_service_client::AdminServiceClient::new(channel.clone());
     let invalid: &'static [Code] = &[Code::InvalidArgument];
     let not_found: &'static [Code] = &[Code::NotFound];
     let enter =
@@ -69,7 +72,7 @@ async fn one(
             team_scores: Vec::new(),
         }
     };
-    match rng.random_range(0..19) {
+    match rng.random_range(0..28) {
         0 => Case {
             what: "enter: no players",
             expect: invalid,
@@ -314,6 +317,118 @@ async fn one(
                 .await,
             ),
         },
+        19 => Case {
+            what: "ban: malformed player id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: junk_id(rng),
+                        until_unix: 0,
+                        reason: "fuzz".into(),
+                    })
+                    .await,
+            ),
+        },
+        20 => Case {
+            what: "ban: an end in the past",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: "fz-ban".into(),
+                        until_unix: if rng.random() {
+                            -rng.random_range(1..i64::MAX)
+                        } else {
+                            rng.random_range(1..1_000_000_000)
+                        },
+                        reason: "fuzz".into(),
+                    })
+                    .await,
+            ),
+        },
+        21 => Case {
+            what: "ban: empty, huge or control-character reason",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: "fz-ban".into(),
+                        until_unix: 0,
+                        reason: match rng.random_range(0..3) {
+                            0 => " \t ".repeat(rng.random_range(0..10)),
+                            1 => "r".repeat(rng.random_range(501..5000)),
+                            _ => format!("bad\u{0}reason{}", rng.random::<u32>()),
+                        },
+                    })
+                    .await,
+            ),
+        },
+        22 => Case {
+            what: "delete player: malformed id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .delete_player(proto::DeletePlayerRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        23 => Case {
+            what: "unban: malformed id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .unban_player(proto::UnbanPlayerRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        24 => Case {
+            what: "audit log: bad page token or limit",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .list_audit_log(if rng.random() {
+                        proto::ListAuditLogRequest {
+                            page_token: format!("t{}", rng.random::<u64>()),
+                            limit: 0,
+                        }
+                    } else {
+                        proto::ListAuditLogRequest {
+                            page_token: String::new(),
+                            limit: rng.random_range(1001..=u32::MAX),
+                        }
+                    })
+                    .await,
+            ),
+        },
+        25 => Case {
+            what: "watch events: unknown or unspecified kinds",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .watch_events(proto::WatchEventsRequest {
+                        after_cursor: rng.random(),
+                        kinds: vec![
+                            1,
+                            if rng.random() {
+                                0
+                            } else {
+                                rng.random_range(11..i32::MAX)
+                            },
+                        ],
+                    })
+                    .await,
+            ),
+        },
+        26 => Case {
+            what: "reload: a server started without a file",
+            expect: &[Code::FailedPrecondition],
+            got: drop_ok(admin.reload_config(proto::ReloadConfigRequest {}).await),
+        },
         _ => Case {
             what: "cancel match: unknown",
             expect: not_found,
@@ -417,7 +532,7 @@ async fn malformed_requests_get_the_right_status_and_change_nothing() {
         }
     }
     // Players never queued by a rejected request: the fuzz ids are all idle.
-    for p in ["fz-u", "fz-dup", "fz-r"] {
+    for p in ["fz-u", "fz-dup", "fz-r", "fz-ban"] {
         common::enter(&mut client, "5v5", &[p]).await;
     }
 }
