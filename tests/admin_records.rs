@@ -653,3 +653,96 @@ async fn only_admins_may_call_the_record_calls_and_the_audit_names_them() {
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied);
 }
+
+async fn cli(server: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .arg("admin")
+        .args(args)
+        .args(["--addr", &format!("http://{}", server.addr), "--json"])
+        .output()
+        .await
+        .expect("run matchmaker admin");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[tokio::test]
+async fn the_admin_cli_runs_every_record_command_with_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("matchmaker.toml");
+    std::fs::write(&file, RELOADABLE).unwrap();
+    let config = Config::load(Some(&file), &Overrides::default()).unwrap();
+    let server = TestServer::start_with(&dir.path().join("data"), config).await;
+    play(&server, "c1", "c2", "c1").await;
+
+    let (ok, out, err) = cli(&server, &["ban", "--player", "c2", "--reason", "griefing"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"player_id": "c2", "until_unix": 0, "ticket_cancelled": false})
+    );
+    let (ok, out, _) = cli(&server, &["unban", "--player", "c2"]).await;
+    assert!(ok);
+    assert_eq!(json(&out)["was_banned"], true);
+    let (ok, out, err) = cli(&server, &["delete-player", "--player", "c1"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(json(&out)["pools"], serde_json::json!(["1v1"]));
+    let (ok, out, _) = cli(&server, &["reload-config"]).await;
+    assert!(ok);
+    assert_eq!(json(&out), serde_json::json!({"changed_queues": []}));
+
+    let (ok, out, _) = cli(&server, &["audit-log", "--limit", "2"]).await;
+    assert!(ok);
+    let page = json(&out);
+    let actions: Vec<&str> = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, vec!["BanPlayer", "UnbanPlayer"]);
+    let token = page["next_page_token"].as_str().unwrap().to_string();
+    let (ok, out, _) = cli(&server, &["audit-log", "--page-token", &token]).await;
+    assert!(ok);
+    let rest: Vec<String> = json(&out)["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(rest, vec!["DeletePlayer", "ReloadConfig", "ListAuditLog"]);
+
+    // One JSON object per event line; the kind filter and the count both apply.
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "events",
+            "--kind",
+            "player-banned",
+            "--kind",
+            "player-deleted",
+            "--count",
+            "2",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(json).collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["kind"], "PLAYER_BANNED");
+    assert_eq!(lines[0]["detail"]["reason"], "griefing");
+    assert_eq!(lines[1]["kind"], "PLAYER_DELETED");
+    assert_eq!(lines[1]["player_id"], "c1");
+
+    // A refusal exits non-zero with the server's message.
+    let (ok, _, err) = cli(&server, &["ban", "--player", "c2", "--reason", " "]).await;
+    assert!(!ok);
+    assert!(err.contains("reason"), "{err}");
+}

@@ -122,6 +122,8 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 0)]
         limit: u32,
     },
+    #[command(flatten)]
+    Records(super::admin_records::RecordsCommand),
 }
 
 /// Why an admin command failed.
@@ -159,7 +161,8 @@ impl Interceptor for Bearer {
     }
 }
 
-type Client = AdminServiceClient<InterceptedService<Channel, Bearer>>;
+/// The admin client every command uses.
+pub type Client = AdminServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Runs one admin command to completion on its own runtime.
 pub fn run(args: AdminArgs) -> Result<(), AdminCliError> {
@@ -433,6 +436,9 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
         }
         // Answered above, without a server.
         AdminCommand::MigrateStore { .. } => {}
+        AdminCommand::Records(command) => {
+            super::admin_records::run(command, &mut client, json, &mut out).await?;
+        }
         AdminCommand::Export {
             queue,
             after,

@@ -3,6 +3,7 @@
 //! imports them.
 
 pub mod admin;
+pub mod admin_records;
 pub mod bench_cluster;
 pub mod bench_matcher;
 pub mod bench_memory;
