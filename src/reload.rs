@@ -164,6 +164,7 @@ impl Reloader {
     }
 
     /// Reloads on every SIGHUP until `shutdown`, logging the outcome.
+    #[cfg(unix)]
     pub async fn on_sighup(self, shutdown: CancellationToken) {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         else {
@@ -184,6 +185,12 @@ impl Reloader {
                 }
             }
         }
+    }
+
+    /// No SIGHUP here: reload with the `ReloadConfig` call.
+    #[cfg(not(unix))]
+    pub async fn on_sighup(self, shutdown: CancellationToken) {
+        shutdown.cancelled().await;
     }
 }
 

@@ -507,6 +507,14 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
     let n1 = nodes["n1"].channel().await;
     let n2 = nodes["n2"].channel().await;
     ready(&n1).await;
+    // SIGHUP on the node that does not own the queues is harmless (it runs no engine to reload).
+    let owner = lease_holder(&redis).expect("an owner");
+    let survivor = if owner == "n1" { "n2" } else { "n1" };
+    let status = Command::new("kill")
+        .args(["-HUP", &nodes[survivor].child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
     AdminServiceClient::new(n1.clone())
         .ban_player(proto::BanPlayerRequest {
             player_id: "cheat".into(),
@@ -531,8 +539,7 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
     assert_eq!(before[0].kind, proto::EventKind::PlayerBanned as i32);
 
     // The owner dies; the survivor owns the queues with the same records.
-    let owner = lease_holder(&redis).expect("an owner");
-    let survivor = if owner == "n1" { "n2" } else { "n1" };
+    assert_eq!(lease_holder(&redis).as_deref(), Some(owner.as_str()));
     let survivor_channel = nodes[survivor].channel().await;
     let mut dead = nodes.remove(&owner).unwrap();
     dead.child.kill().unwrap();

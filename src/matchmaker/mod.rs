@@ -316,6 +316,18 @@ impl Loop {
                     return;
                 };
                 self.queues[qi].metrics.entered.increment(1);
+                // A ban set while the ticket was on its way: the ban is in the state before
+                // `BanPlayer` cancels waiting tickets, so checking here closes that window.
+                if let Err(banned) = self
+                    .state
+                    .check_bans(&ticket.players, crate::state::unix_now())
+                {
+                    let now = self.clock.now();
+                    self.state
+                        .end_ticket(&ticket, TicketState::Cancelled, now, banned.to_string());
+                    self.finished.push_back((now, ticket.id.clone()));
+                    return;
+                }
                 if let Err(e) = self.queues[qi].pool.insert(entry) {
                     // The API validated the ticket, so this is a shell bug; end the ticket
                     // rather than leave it SEARCHING outside any pool.
