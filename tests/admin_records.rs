@@ -348,8 +348,8 @@ async fn deleting_a_player_erases_ratings_and_leaderboard_across_a_restart() {
     drop(server);
     let server = TestServer::start_in(dir.path(), "").await;
     check(&server).await;
-    // The id starts again as a new player.
-    play(&server, "gone", "stays", "stays").await;
+    // The id starts again as a new player (against another new one: same rating, no wait).
+    play(&server, "gone", "fresh", "fresh").await;
     assert_eq!(common::player(&server, "gone", "1v1").await.games, 1);
 }
 
