@@ -499,6 +499,26 @@ async fn a_reload_changes_queue_settings_keeps_tickets_and_refuses_bad_files_who
     .unwrap();
     let changed = reload(&mut admin).await.unwrap().into_inner();
     assert_eq!(changed.changed_queues, vec!["1v1", "2v2"]);
+    // The new ready-check applies to 2v2's next match (it had none).
+    let mut firsts = Vec::new();
+    for p in ["r1", "r2", "r3", "r4"] {
+        firsts.push(enter(&mut client, "2v2", &[p]).await);
+    }
+    let mut watch = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: firsts[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let matched = loop {
+        let u = next(&mut watch).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            break u;
+        }
+    };
+    let ready = matched.ready_check.expect("a ready-check after the reload");
+    assert!(ready.seconds_left > 0.0 && ready.seconds_left <= 12.0, "{ready:?}");
 
     for (body, says) in [
         (
