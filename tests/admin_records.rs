@@ -518,7 +518,27 @@ async fn a_reload_changes_queue_settings_keeps_tickets_and_refuses_bad_files_who
         }
     };
     let ready = matched.ready_check.expect("a ready-check after the reload");
-    assert!(ready.seconds_left > 0.0 && ready.seconds_left <= 12.0, "{ready:?}");
+    assert!(
+        ready.seconds_left > 0.0 && ready.seconds_left <= 12.0,
+        "{ready:?}"
+    );
+    // Declining it dissolves the match, and the event stream says so.
+    let match_id = matched.assignment.unwrap().match_id;
+    client
+        .accept_match(proto::AcceptMatchRequest {
+            ticket_id: firsts[0].clone(),
+            match_id: match_id.clone(),
+            accept: false,
+        })
+        .await
+        .unwrap();
+    let cancelled = events_after(&server, 0, vec![proto::EventKind::MatchCancelled], 1).await;
+    assert_eq!(cancelled[0].match_id, match_id);
+    assert!(
+        cancelled[0].detail_json.contains("ready-check failed"),
+        "{:?}",
+        cancelled[0]
+    );
 
     for (body, says) in [
         (
