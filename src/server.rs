@@ -365,6 +365,7 @@ async fn serve(
     let events_stop = CancellationToken::new();
     let events_task = tokio::spawn(state.clone().write_events(
         Duration::from_secs(config.events.retention_seconds),
+        config.events.max_events,
         EVENT_TRIM_INTERVAL,
         events_stop.clone(),
     ));

@@ -128,10 +128,12 @@ impl State {
     }
 
     /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
-    /// left; every `trim_every` drops events older than `retention`.
+    /// left; every `trim_every` drops events older than `retention` or beyond the newest
+    /// `max_events`.
     pub async fn write_events(
         self,
         retention: Duration,
+        max_events: u64,
         trim_every: Duration,
         shutdown: CancellationToken,
     ) {
@@ -143,7 +145,7 @@ impl State {
                 () = self.inner.events.wake.notified() => false,
                 _ = trim.tick() => {
                     let before = super::unix_now() - retention.as_secs_f64();
-                    match self.inner.store.trim_events(before) {
+                    match self.inner.store.trim_events(before, max_events) {
                         Ok(n) if n > 0 => tracing::debug!(events = n, "old events trimmed"),
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "trimming events failed"),

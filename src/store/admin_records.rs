@@ -28,12 +28,16 @@ pub struct EventsConfig {
     /// Events older than this are dropped (checked every minute); a watcher that was away
     /// longer resumes at the oldest event kept.
     pub retention_seconds: u64,
+    /// At most this many events are kept (the oldest go first): bounds the disk, and in
+    /// cluster mode the memory of each owner's mirror of Redis (~300 bytes per event).
+    pub max_events: u64,
 }
 
 impl Default for EventsConfig {
     fn default() -> Self {
         Self {
-            retention_seconds: 7 * 24 * 3600,
+            retention_seconds: 24 * 3600,
+            max_events: 1_000_000,
         }
     }
 }
@@ -48,6 +52,12 @@ impl EventsConfig {
                     "must be in 60..=31622400 (one minute to a year; got {})",
                     self.retention_seconds
                 ),
+            ));
+        }
+        if !(1_000..=1_000_000_000).contains(&self.max_events) {
+            return Err(crate::rejection::FieldError::new(
+                "events.max_events",
+                format!("must be in 1000..=1000000000 (got {})", self.max_events),
             ));
         }
         Ok(())
@@ -139,8 +149,9 @@ pub trait AdminRecords {
     /// Up to `limit` events after cursor `after`, oldest first.
     fn events_after(&self, after: u64, limit: usize)
     -> Result<Vec<(u64, EventRecord)>, StoreError>;
-    /// Drops events older than `before_unix`; how many.
-    fn trim_events(&self, before_unix: f64) -> Result<usize, StoreError>;
+    /// Drops events older than `before_unix`, and the oldest beyond the newest `keep_at_most`;
+    /// how many.
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
 
     // Erasure.
 
@@ -269,13 +280,15 @@ impl Data {
         first
     }
 
-    /// Events older than `before_unix`, removed; their cursors.
-    pub(super) fn trim_events(&mut self, before_unix: f64) -> Vec<u64> {
+    /// Events older than `before_unix` or beyond the newest `keep_at_most`, removed; their
+    /// cursors. Events are appended in time order, so both are a prefix.
+    pub(super) fn trim_events(&mut self, before_unix: f64, keep_at_most: u64) -> Vec<u64> {
+        let floor = self.admin.last_event.saturating_sub(keep_at_most);
         let old: Vec<u64> = self
             .admin
             .events
             .iter()
-            .filter(|(_, e)| e.unix < before_unix)
+            .take_while(|(s, e)| **s <= floor || e.unix < before_unix)
             .map(|(s, _)| *s)
             .collect();
         for s in &old {

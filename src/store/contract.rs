@@ -440,10 +440,14 @@ fn bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused(reopen: R
     let events = store.events_after(1, 10).unwrap();
     assert_eq!(events.len(), 2);
     assert_eq!((events[0].0, events[0].1.kind), (2, EventKind::MatchFormed));
-    // Trimming drops the old events, and a later event still gets a new number.
-    assert_eq!(store.trim_events(25.0).unwrap(), 2);
+    // Trimming drops the events beyond a count, then the old ones, and a later event still
+    // gets a new number.
+    assert_eq!(store.trim_events(0.0, 2).unwrap(), 1);
+    assert_eq!(store.events_after(0, 10).unwrap()[0].0, 2);
+    assert_eq!(store.trim_events(25.0, 100).unwrap(), 1);
     assert_eq!(store.events_after(0, 10).unwrap().len(), 1);
-    assert_eq!(store.trim_events(1e12).unwrap(), 1);
+    assert_eq!(store.trim_events(0.0, 100).unwrap(), 0);
+    assert_eq!(store.trim_events(1e12, 100).unwrap(), 1);
     store.flush().unwrap();
     drop(store);
     let store = reopen();

@@ -105,8 +105,8 @@ impl super::AdminRecords for MemoryStore {
         ))
     }
 
-    fn trim_events(&self, before_unix: f64) -> Result<usize, StoreError> {
-        Ok(self.data().trim_events(before_unix).len())
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        Ok(self.data().trim_events(before_unix, keep_at_most).len())
     }
 
     fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {

@@ -119,9 +119,9 @@ impl AdminRecords for RedisStore {
         self.mirror.events_after(after, limit)
     }
 
-    fn trim_events(&self, before_unix: f64) -> Result<usize, StoreError> {
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
         self.check_fence()?;
-        let old = self.mirror.data().trim_events(before_unix);
+        let old = self.mirror.data().trim_events(before_unix, keep_at_most);
         self.queue(
             old.iter()
                 .map(|s| Op::Del(Hash::Admin, seq_field('e', *s)))

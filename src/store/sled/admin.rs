@@ -135,15 +135,26 @@ impl AdminRecords for SledStore {
         self.admin.page(b'e', after, limit)
     }
 
-    fn trim_events(&self, before_unix: f64) -> Result<usize, StoreError> {
-        // Events are appended in time order, so the old ones are a prefix.
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        // Events are appended in time order, so the old ones are a prefix: read one at a time
+        // and stop at the first one kept.
+        let floor = self.admin.last(LAST_EVENT)?.saturating_sub(keep_at_most);
         let mut batch = sled::Batch::default();
         let mut n = 0;
-        for (seq, event) in self.admin.page::<EventRecord>(b'e', 0, usize::MAX)? {
-            if event.unix >= before_unix {
-                break;
+        for item in self
+            .admin
+            .tree
+            .range(seq_key(b'e', 0)..=seq_key(b'e', u64::MAX))
+        {
+            let (k, v) = item?;
+            let seq = super::decode_seq(&k[2..]);
+            if seq > floor {
+                let event: EventRecord = decode(&v, &format!("admin e/{seq}"))?;
+                if event.unix >= before_unix {
+                    break;
+                }
             }
-            batch.remove(seq_key(b'e', seq));
+            batch.remove(k);
             n += 1;
         }
         self.admin.tree.apply_batch(batch)?;
