@@ -105,3 +105,130 @@ impl State {
         Ok(Ok(erased))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ids::MatchId;
+    use crate::state::{Assignment, TicketSlot};
+    use crate::store::Store;
+
+    fn state() -> State {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        State::load(config, store).unwrap()
+    }
+
+    /// Plays one 1v1 match between `a` and `b` through the state (a wins), leaving `a` in the
+    /// match until `finish` is called.
+    fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
+        let queue = state.queue("queue", "1v1").unwrap();
+        let tickets: Vec<Arc<TicketSlot>> = [a, b]
+            .iter()
+            .map(|p| {
+                state
+                    .create_ticket(
+                        &queue,
+                        vec![PlayerId::new(*p)],
+                        TicketId::new(format!("t-{p}")),
+                        0.0,
+                    )
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        state.form_match(
+            &tickets,
+            Assignment {
+                match_id: MatchId::new(format!("m-{a}-{b}")),
+                queue: queue.id.clone(),
+                teams: vec![vec![PlayerId::new(a)], vec![PlayerId::new(b)]],
+                win_probability: vec![0.5, 0.5],
+                region: None,
+                server_address: String::new(),
+                parties: vec![],
+                backfill: vec![vec![], vec![]],
+                left: vec![],
+                attributes: Default::default(),
+            },
+            1.0,
+            0.0,
+            None,
+            BTreeMap::new(),
+        )
+    }
+
+    #[test]
+    fn erasing_clears_records_and_board_and_waits_for_the_match_to_end() {
+        let state = state();
+        let m = form(&state, "a", "b");
+        let refused = state.erase_player(&PlayerId::new("a")).unwrap();
+        assert!(
+            matches!(refused, Err(Rejection::InMatch { .. })),
+            "{refused:?}"
+        );
+        let (entry, _) = state
+            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
+            .unwrap();
+        state
+            .store()
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        state.apply_result(&m, &entry);
+        let queue = state.queue("queue", "1v1").unwrap();
+        assert_eq!(state.leaderboard(&queue, 0, 10).0, 2);
+
+        let erased = state.erase_player(&PlayerId::new("a")).unwrap().unwrap();
+        assert_eq!(erased.pools, vec!["1v1".to_string()]);
+        assert_eq!(state.player(&PlayerId::new("a"), "1v1").1, None);
+        let (total, page) = state.leaderboard(&queue, 0, 10);
+        assert_eq!(total, 1);
+        assert_eq!(page[0].0, PlayerId::new("b"));
+        // The store forgot the player, in the journal too, so a restart cannot bring them back.
+        let stored: Vec<PlayerId> = state
+            .store()
+            .journal_after(0)
+            .flat_map(|e| e.unwrap().1.records.into_iter().map(|(p, _)| p))
+            .collect();
+        assert_eq!(stored, vec![PlayerId::new("b")]);
+        // The id is free to play again.
+        form(&state, "a", "c");
+    }
+
+    #[test]
+    fn a_ban_holds_until_its_end_and_names_the_first_banned_player() {
+        let state = state();
+        let ban = |p: &str, until_unix| Ban {
+            player: PlayerId::new(p),
+            until_unix,
+            reason: format!("reason {p}"),
+            since_unix: 0.0,
+        };
+        state.ban(ban("x", 100)).unwrap();
+        state.ban(ban("y", 0)).unwrap();
+        let party = [PlayerId::new("ok"), PlayerId::new("x"), PlayerId::new("y")];
+        match state.check_bans(&party, 50.0) {
+            Err(Rejection::Banned {
+                player,
+                until_unix,
+                reason,
+            }) => assert_eq!(
+                (player.as_str(), until_unix, reason.as_str()),
+                ("x", 100, "reason x")
+            ),
+            other => panic!("{other:?}"),
+        }
+        // x's ban ended at 100; y's never ends.
+        match state.check_bans(&party, 100.0) {
+            Err(Rejection::Banned { player, .. }) => assert_eq!(player.as_str(), "y"),
+            other => panic!("{other:?}"),
+        }
+        assert!(state.unban(&PlayerId::new("y")).unwrap());
+        assert!(state.check_bans(&party, 100.0).is_ok());
+        assert!(!state.unban(&PlayerId::new("y")).unwrap());
+        assert_eq!(state.store().load_bans().unwrap().len(), 1);
+    }
+}
