@@ -114,6 +114,31 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     sections
 }
 
+/// `config` with the queue settings its file holds now, when the file loads and its changes are
+/// ones a reload would apply (a cluster node starting its engine after taking the queues, so a
+/// reload sent to an earlier owner is not lost by a failover); otherwise `config` as it is.
+pub fn with_current_queues(mut config: Config) -> Config {
+    let Some(source) = config.source.clone() else {
+        return config;
+    };
+    match Config::load(Some(&source.path), &source.overrides)
+        .map_err(ReloadError::from)
+        .and_then(|new| plan(&config, &new).map(|changes| (new, changes)))
+    {
+        Ok((new, changes)) => {
+            if !changes.is_empty() {
+                let names: Vec<&str> = changes.iter().map(|(q, _)| q.as_str()).collect();
+                tracing::info!(changed_queues = ?names, "queue settings from the config file as it is now");
+            }
+            config.queues = new.queues;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "starting with the queue settings loaded at start");
+        }
+    }
+    config
+}
+
 fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
 }
@@ -251,5 +276,24 @@ mod tests {
         let new = config("[server]\ntick_interval_ms = 70\n");
         assert_eq!(restart_only_changes(&running, &new), vec!["server"]);
         assert!(plan(&running, &new).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_engine_starts_with_the_file_as_it_is_now_when_a_reload_could_apply_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
+        let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 90.0\n").unwrap();
+        let now = with_current_queues(started.clone());
+        assert_eq!(now.queues["1v1"].matching.window, 90.0);
+        // A file a reload would refuse leaves the settings loaded at start.
+        std::fs::write(&file, "[queues.1v1.rating]\nsystem = \"elo\"\n").unwrap();
+        let kept = with_current_queues(started.clone());
+        assert_eq!(kept.queues["1v1"].matching.window, 50.0);
+        assert_eq!(
+            json(&kept.queues["1v1"].rating),
+            json(&started.queues["1v1"].rating)
+        );
     }
 }
