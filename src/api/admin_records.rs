@@ -270,7 +270,9 @@ impl Admin {
                             return;
                         }
                     };
-                    if batch.is_empty() {
+                    // Nothing left up to the durable cursor (trimmed meanwhile, or only events
+                    // not yet durable follow): skip ahead to it.
+                    if batch.first().is_none_or(|(seq, _)| *seq > durable) {
                         cursor = durable;
                         break;
                     }
