@@ -6,7 +6,7 @@
 use std::pin::Pin;
 
 use serde_json::json;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::Admin;
@@ -24,8 +24,6 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// Audit entries per page when the request says 0, and at most.
 const AUDIT_PAGE: u32 = 100;
 const MAX_AUDIT_PAGE: u32 = 1000;
-/// Events read from the store per step of a `WatchEvents` stream.
-const EVENT_BATCH: usize = 256;
 /// Events a `WatchEvents` stream buffers for a slow reader.
 const EVENT_BUFFER: usize = 64;
 
@@ -254,63 +252,27 @@ impl Admin {
         );
         let req = request.into_inner();
         let kinds = kinds_filter(&req.kinds)?;
-        let state = self.state.clone();
-        let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
-        let mut published = state.event_cursor();
-        tokio::spawn(async move {
-            let mut cursor = req.after_cursor;
-            loop {
-                let durable = *published.borrow_and_update();
-                while cursor < durable {
-                    let batch = match state.store().events_after(cursor, EVENT_BATCH) {
-                        Ok(b) => b,
-                        Err(e) => {
-                            let _ = tx.send(Err(Status::from(e))).await;
-                            return;
-                        }
-                    };
-                    // Nothing left up to the durable cursor (trimmed meanwhile, or only events
-                    // not yet durable follow): skip ahead to it.
-                    if batch.first().is_none_or(|(seq, _)| *seq > durable) {
-                        cursor = durable;
-                        break;
-                    }
-                    for (seq, e) in batch {
-                        if seq > durable {
-                            break;
-                        }
-                        cursor = seq;
-                        let kind = kind_to_proto(e.kind) as i32;
-                        if !kinds.is_empty() && !kinds.contains(&kind) {
-                            continue;
-                        }
-                        let event = proto::Event {
-                            cursor: seq,
-                            kind,
-                            unix: e.unix,
-                            match_id: e.match_id,
-                            player_id: e.player_id,
-                            detail_json: e.detail_json,
-                        };
-                        if tx.send(Ok(event)).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tx.closed() => return,
-                    changed = published.changed() => if changed.is_err() { return },
-                }
-            }
+        tokio::spawn(self.state.clone().send_events(
+            req.after_cursor,
+            move |kind| kinds.is_empty() || kinds.contains(&(kind_to_proto(kind) as i32)),
+            tx,
+            self.shutdown.clone(),
+        ));
+        let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| {
+            item.map(|(cursor, e)| proto::Event {
+                cursor,
+                kind: kind_to_proto(e.kind) as i32,
+                unix: e.unix,
+                match_id: e.match_id,
+                player_id: e.player_id,
+                detail_json: e.detail_json,
+            })
+            .map_err(Status::from)
         });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        Ok(Response::new(Box::pin(events)))
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,13 +10,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::State;
 use super::matches::Assignment;
 use crate::records::ResultAck;
 use crate::store::{EventKind, EventRecord, StoreError};
+
+/// Events read from the store per step of a watcher.
+const EVENT_BATCH: usize = 256;
 
 /// The hub inside the state.
 pub(super) struct Events {
@@ -122,9 +125,49 @@ impl State {
             .send_if_modified(|p| (last > *p).then(|| *p = last).is_some());
     }
 
-    /// The last durable cursor, updated as events become durable.
-    pub fn event_cursor(&self) -> watch::Receiver<u64> {
-        self.inner.events.published.subscribe()
+    /// Sends every durable event after `after` that `wanted` keeps, then each new one as it
+    /// becomes durable, until the receiver goes, `shutdown`, or a store error (sent last).
+    pub async fn send_events(
+        self,
+        after: u64,
+        wanted: impl Fn(EventKind) -> bool,
+        tx: mpsc::Sender<Result<(u64, EventRecord), StoreError>>,
+        shutdown: CancellationToken,
+    ) {
+        let mut published = self.inner.events.published.subscribe();
+        let mut cursor = after;
+        loop {
+            let durable = *published.borrow_and_update();
+            while cursor < durable {
+                let batch = match self.inner.store.events_after(cursor, EVENT_BATCH) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                // Nothing left up to the durable cursor (trimmed meanwhile, or only events
+                // not yet durable follow): skip ahead to it.
+                if batch.first().is_none_or(|(seq, _)| *seq > durable) {
+                    cursor = durable;
+                    break;
+                }
+                for (seq, e) in batch {
+                    if seq > durable {
+                        break;
+                    }
+                    cursor = seq;
+                    if wanted(e.kind) && tx.send(Ok((seq, e))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tx.closed() => return,
+                changed = published.changed() => if changed.is_err() { return },
+            }
+        }
     }
 
     /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
@@ -177,6 +220,8 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
     use crate::ids::{MatchId, PlayerId, QueueId};
     use crate::rating::Skill;
     use crate::records::PlayerChange;
@@ -230,5 +275,70 @@ mod tests {
         assert_eq!(detail["queue"], "2v2");
         assert_eq!(detail["teams"], json!([["a"], ["b"]]));
         assert_eq!(detail["server_address"], "gs-1:7777");
+    }
+
+    fn event(kind: EventKind, player: &str) -> EventRecord {
+        EventRecord {
+            kind,
+            unix: 1.0,
+            match_id: String::new(),
+            player_id: player.into(),
+            detail_json: "{}".into(),
+        }
+    }
+
+    async fn recv(
+        rx: &mut mpsc::Receiver<Result<(u64, EventRecord), StoreError>>,
+    ) -> (u64, String) {
+        let (seq, e) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("an event within 5 s")
+            .expect("the sender is alive")
+            .expect("no store error");
+        (seq, e.player_id)
+    }
+
+    #[tokio::test]
+    async fn a_watcher_gets_durable_events_only_and_skips_what_was_trimmed() {
+        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store.clone()).unwrap();
+        let stop = CancellationToken::new();
+        state
+            .emit_durable(&[
+                event(EventKind::PlayerBanned, "a"),
+                event(EventKind::PlayerUnbanned, "a"),
+            ])
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(
+            0,
+            |k| k == EventKind::PlayerBanned,
+            tx,
+            stop.clone(),
+        ));
+        assert_eq!(recv(&mut rx).await, (1, "a".to_string()));
+        // Every event so far is trimmed, and one more is written but not yet durable: a new
+        // watcher from 0 waits (it must not spin on what it may not read yet) ...
+        store.trim_events(1e12, 0).unwrap();
+        store
+            .append_events(&[event(EventKind::PlayerBanned, "b")])
+            .unwrap();
+        let (tx2, mut rx2) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(0, |_| true, tx2, stop.clone()));
+        tokio::task::yield_now().await;
+        assert!(rx2.try_recv().is_err(), "nothing durable to send yet");
+        // ... until the next durable write publishes both.
+        state
+            .emit_durable(&[event(EventKind::PlayerBanned, "c")])
+            .await
+            .unwrap();
+        assert_eq!(recv(&mut rx2).await, (3, "b".to_string()));
+        assert_eq!(recv(&mut rx2).await, (4, "c".to_string()));
+        // The first watcher, filtering, sees only the bans.
+        assert_eq!(recv(&mut rx).await, (3, "b".to_string()));
+        assert_eq!(recv(&mut rx).await, (4, "c".to_string()));
+        stop.cancel();
     }
 }
