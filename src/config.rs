@@ -34,6 +34,7 @@ pub const SECTIONS: &[&str] = &[
     "cluster",
     "history",
     "parties",
+    "events",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -89,6 +90,20 @@ pub struct Config {
     /// `PartyService` parties.
     #[serde(default)]
     pub parties: crate::records::PartyConfig,
+    /// The event log `WatchEvents` reads (retention).
+    #[serde(default)]
+    pub events: crate::store::EventsConfig,
+    /// Where this config came from, so `ReloadConfig` and SIGHUP can read it again (`None`:
+    /// built without a file; nothing to reload).
+    #[serde(skip)]
+    pub source: Option<ConfigSource>,
+}
+
+/// The file and command-line values a config was loaded from.
+#[derive(Clone, Debug)]
+pub struct ConfigSource {
+    pub path: PathBuf,
+    pub overrides: Overrides,
 }
 
 /// Network, timing and limit settings of the server process.
@@ -288,7 +303,12 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        Self::finish(figment.merge(env), overrides)
+        let mut config = Self::finish(figment.merge(env), overrides)?;
+        config.source = file.map(|path| ConfigSource {
+            path: path.to_path_buf(),
+            overrides: overrides.clone(),
+        });
+        Ok(config)
     }
 
     fn finish(figment: Figment, overrides: &Overrides) -> Result<Self, ConfigError> {
@@ -496,6 +516,7 @@ impl Config {
         self.cluster.validate()?;
         self.history.validate()?;
         self.parties.validate()?;
+        self.events.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

@@ -158,8 +158,30 @@ impl Ledger {
         .map_err(|e| ReportError::Store(StoreError::Task(e)))?
     }
 
+    /// Runs a change that is not a journal entry (a player's erasure) alone with respect to
+    /// results, admin changes and snapshots (the gate's write side), then flushes the store, so
+    /// it is durable when this returns. Runs in its own task, like [`Ledger::admin`].
+    pub async fn exclusive<T, F>(&self, change: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&State) -> Result<T, StoreError> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _gate = this.gate.write().await;
+            let out = change(&this.state)?;
+            this.state.store().flush_async().await?;
+            Ok(out)
+        })
+        .await
+        .map_err(StoreError::Task)?
+    }
+
     /// Takes a snapshot now (blocking I/O runs off the async threads). Returns players written.
+    /// Holds the gate's read side, so an erasure never lands between reading a player and
+    /// writing it back.
     pub async fn snapshot(&self) -> Result<usize, StoreError> {
+        let _gate = self.gate.read().await;
         let horizon = self.committer.horizon();
         let state = self.state.clone();
         let started = std::time::Instant::now();

@@ -20,6 +20,7 @@ pub mod ranking;
 pub mod rating;
 pub mod records;
 pub mod rejection;
+pub mod reload;
 pub mod results;
 pub mod server;
 pub mod sim;

@@ -244,6 +244,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let _tracing = matchmaker::telemetry::tracing::init(json, Some(&config.telemetry))?;
                 let shutdown = CancellationToken::new();
                 tokio::spawn(signal_shutdown(shutdown.clone()));
+                // SIGHUP reloads the config (the server's own handler does it). Registered here
+                // too, before anything starts, so a cluster node that does not own the queues (no
+                // server running) ignores it instead of dying of SIGHUP's default action.
+                #[cfg(unix)]
+                let _hangup =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+                        .context("watching SIGHUP")?;
                 if config.cluster.enabled() {
                     matchmaker::cluster::run_node(config, shutdown).await?;
                 } else {

@@ -81,6 +81,45 @@ pub enum Rejection {
         party: PartyId,
         refusal: PartyRefusal,
     },
+    /// A player named by the request is banned (PERMISSION_DENIED): the reason and the end
+    /// (unix seconds; 0 means for good).
+    #[error("player {player} is banned {}: {reason}", until_text(*until_unix))]
+    Banned {
+        player: PlayerId,
+        until_unix: i64,
+        reason: String,
+    },
+}
+
+/// "until <unix> (<UTC time>)", or "for good" for 0.
+fn until_text(until_unix: i64) -> String {
+    if until_unix == 0 {
+        return "for good".into();
+    }
+    let days = until_unix.div_euclid(86_400);
+    let secs = until_unix.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "until {until_unix} ({y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z)",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, <https://howardhinnant.github.io/date_algorithms.html>).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = u32::try_from(doy - (153 * mp + 2) / 5 + 1).unwrap_or(1);
+    let m = u32::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).unwrap_or(1);
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
 }
 
 impl Rejection {
@@ -138,4 +177,30 @@ pub enum PartyRefusal {
     HasPlayer(PlayerId),
     #[error("is full ({0} members, [parties] max_members)")]
     Full(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ban_names_its_end_in_unix_seconds_and_utc() {
+        assert_eq!(until_text(0), "for good");
+        assert_eq!(until_text(1), "until 1 (1970-01-01T00:00:01Z)");
+        // 2000-02-29 is a leap day; 951782400 is its midnight (date -d 2000-02-29 +%s, UTC).
+        assert_eq!(
+            until_text(951_782_400 + 3_661),
+            "until 951786061 (2000-02-29T01:01:01Z)"
+        );
+        assert_eq!(
+            until_text(4_102_444_800),
+            "until 4102444800 (2100-01-01T00:00:00Z)"
+        );
+        let r = Rejection::Banned {
+            player: PlayerId::new("p1"),
+            until_unix: 0,
+            reason: "cheating".into(),
+        };
+        assert_eq!(r.to_string(), "player p1 is banned for good: cheating");
+    }
 }

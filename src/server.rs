@@ -229,6 +229,9 @@ struct Engine {
 /// also goes NOT_SERVING while the server drains.
 pub const LIVENESS: &str = "liveness";
 
+/// How often events older than `[events] retention_seconds` are dropped.
+const EVENT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
+
 async fn serve(
     prepared: Prepared,
     front: Front,
@@ -355,10 +358,23 @@ async fn serve(
         ledger: ledger.clone(),
         matchmaker: handle.clone(),
     };
+    let reloader = crate::reload::Reloader::new((*config).clone(), handle.clone());
+    let sighup = tokio::spawn(reloader.clone().on_sighup(shutdown.clone()));
+    // The event writer outlives the matchmaker loop (stopped after it), so the loop's last
+    // events are written too.
+    let events_stop = CancellationToken::new();
+    let events_task = tokio::spawn(state.clone().write_events(
+        Duration::from_secs(config.events.retention_seconds),
+        config.events.max_events,
+        EVENT_TRIM_INTERVAL,
+        events_stop.clone(),
+    ));
     let admin = api::Admin {
         state: state.clone(),
         matchmaker: handle,
         ledger: ledger.clone(),
+        shutdown: shutdown.clone(),
+        reloader,
     };
     let parties = api::Parties {
         state: state.clone(),
@@ -402,10 +418,11 @@ async fn serve(
             proto::game_server_service_server::GameServerServiceServer::new(game_server)
                 .max_decoding_message_size(max_message),
         )
-        .add_service(
+        .add_service(tower::Layer::layer(
+            &api::audit::AuditLayer::new(store.clone()),
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
-        )
+        ))
         .add_service(
             proto::party_service_server::PartyServiceServer::new(parties)
                 .max_decoding_message_size(max_message),
@@ -494,6 +511,9 @@ async fn serve(
         Ok(Err(_)) => warn!("matchmaker loop thread ended without stopping cleanly (panicked)"),
         Err(_) => warn!("matchmaker loop did not stop within the grace time"),
     }
+    events_stop.cancel();
+    let _ = events_task.await;
+    let _ = sighup.await;
     // The services (and their committer handles) are gone with the server future; the last
     // handle is ours. Dropping it lets the committer finish what it has and stop.
     let _ = snapshots.await;

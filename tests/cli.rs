@@ -146,3 +146,49 @@ fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
         }
     });
 }
+
+/// SIGHUP reloads the config file like `ReloadConfig`: a good file is applied, a bad one is
+/// refused in the log while the server keeps running on the config it had.
+#[test]
+fn sighup_reloads_queue_settings_and_a_bad_file_is_refused_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("matchmaker.toml");
+    std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
+    let server = ServerProcess::start(&dir.path().join("data"), &file);
+    let hup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &server.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    std::fs::write(&file, "[queues.1v1.matching]\nwindow = 70.0\n").unwrap();
+    hup();
+    poll_until_blocking("the reload is logged with the changed queue", || {
+        let lines = server.log_lines();
+        if lines
+            .iter()
+            .any(|l| l.contains("SIGHUP: config reloaded") && l.contains("1v1"))
+        {
+            Ok(())
+        } else {
+            Err(lines)
+        }
+    });
+    std::fs::write(&file, "[queues.1v1.matching]\nmin_quality = 7.0\n").unwrap();
+    hup();
+    poll_until_blocking("the refusal is logged naming the key", || {
+        let lines = server.log_lines();
+        if lines.iter().any(|l| {
+            l.contains("SIGHUP: config reload refused")
+                && l.contains("queues.1v1.matching.min_quality")
+        }) {
+            Ok(())
+        } else {
+            Err(lines)
+        }
+    });
+    // Still serving after both signals (SIGHUP's default action would have ended it).
+    let mut server = server;
+    assert!(server.child.try_wait().unwrap().is_none(), "still running");
+}

@@ -630,3 +630,131 @@ async fn records_written_through_one_node_are_read_through_the_other_after_it_di
     ready(&reader).await;
     check(reader).await;
 }
+
+/// Events from `channel` after `after`, until `count` arrived.
+async fn cluster_events(channel: &Channel, after: u64, count: usize) -> Vec<proto::Event> {
+    let mut stream = AdminServiceClient::new(channel.clone())
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: after,
+            kinds: Vec::new(),
+        })
+        .await
+        .expect("watch_events")
+        .into_inner();
+    let mut events = Vec::new();
+    while events.len() < count {
+        events.push(common::next(&mut stream).await);
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a_failover() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_lease(dir.path(), &redis, 2000, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    let n1 = nodes["n1"].channel().await;
+    let n2 = nodes["n2"].channel().await;
+    ready(&n1).await;
+    // SIGHUP on the node that does not own the queues is harmless (it runs no engine to reload).
+    let owner = lease_holder(&redis).expect("an owner");
+    let survivor = if owner == "n1" { "n2" } else { "n1" };
+    let status = Command::new("kill")
+        .args(["-HUP", &nodes[survivor].child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    AdminServiceClient::new(n1.clone())
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "cheat".into(),
+            until_unix: 0,
+            reason: "wallhack".into(),
+        })
+        .await
+        .unwrap();
+    for ch in [&n1, &n2] {
+        let e = ClientServiceClient::new(ch.clone())
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec!["cheat".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+        assert!(e.message().contains("wallhack"), "{e:?}");
+    }
+    let before = cluster_events(&n2, 0, 1).await;
+    assert_eq!(before[0].kind, proto::EventKind::PlayerBanned as i32);
+
+    // The owner dies; the survivor owns the queues with the same records.
+    assert_eq!(lease_holder(&redis).as_deref(), Some(owner.as_str()));
+    let survivor_channel = nodes[survivor].channel().await;
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until("the survivor owns the queues", || {
+        let holder = lease_holder(&redis);
+        let survivor = survivor.to_string();
+        async move {
+            match holder {
+                Some(h) if h == survivor => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&survivor_channel).await;
+    let e = ClientServiceClient::new(survivor_channel.clone())
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["cheat".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::PermissionDenied,
+        "the ban outlived its node"
+    );
+    let mut admin = AdminServiceClient::new(survivor_channel.clone());
+    admin
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "cheat".into(),
+        })
+        .await
+        .unwrap();
+    // One stream across owners: the same first event, then the new owner's, after it.
+    let after = cluster_events(&survivor_channel, 0, 2).await;
+    assert_eq!(after[0], before[0]);
+    assert_eq!(after[1].kind, proto::EventKind::PlayerDeleted as i32);
+    assert!(after[1].cursor > after[0].cursor);
+    let audit = admin
+        .list_audit_log(proto::ListAuditLogRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    // Both owners wrote to the one log (`ready` polls GetQueueStats, left out here).
+    let actions: Vec<&str> = audit
+        .iter()
+        .map(|e| e.action.as_str())
+        .filter(|a| *a != "GetQueueStats")
+        .collect();
+    assert_eq!(
+        actions,
+        vec!["BanPlayer", "WatchEvents", "DeletePlayer", "WatchEvents"]
+    );
+    // The erasure took the ban with it: the id starts again.
+    common::enter(
+        &mut ClientServiceClient::new(survivor_channel),
+        "1v1",
+        &["cheat"],
+    )
+    .await;
+}

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use matchmaker::config::Config;
 use matchmaker::proto;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
 use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
 use matchmaker::rating::{MatchInput, PlayerInput, Skill};
@@ -469,4 +470,125 @@ async fn party_rosters_and_match_records_survive_kill_9() {
         .unwrap()
         .into_inner();
     assert!(after.requeued_ticket_ids.is_empty());
+}
+
+/// Every event a watcher saw, from cursor 0 until `count` arrived.
+async fn watch_events(
+    ch: &tonic::transport::Channel,
+    after: u64,
+    count: usize,
+) -> Vec<proto::Event> {
+    let mut admin = AdminServiceClient::new(ch.clone());
+    let mut stream = admin
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: after,
+            kinds: Vec::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut events = Vec::new();
+    while events.len() < count {
+        events.push(common::next(&mut stream).await);
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("crash.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let mut server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
+    let mut admin = AdminServiceClient::new(ch.clone());
+    let ban = |p: &str| proto::BanPlayerRequest {
+        player_id: p.into(),
+        until_unix: 0,
+        reason: format!("banned {p}"),
+    };
+    admin.ban_player(ban("b1")).await.unwrap();
+    admin.ban_player(ban("b2")).await.unwrap();
+    admin
+        .unban_player(proto::UnbanPlayerRequest {
+            player_id: "b2".into(),
+        })
+        .await
+        .unwrap();
+    let m = one_match_served(&ch, ["c1", "c2"]).await;
+    let mut gs = GameServerServiceClient::new(ch.clone());
+    gs.report_match_result(proto::MatchResult {
+        match_id: m.match_id.clone(),
+        placements: vec![1, 2],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    admin
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: m.teams[0].player_ids[0].clone(),
+        })
+        .await
+        .unwrap();
+    // Banned, banned, unbanned, formed, allocated, completed, two rating changes, deleted.
+    let seen = watch_events(&ch, 0, 9).await;
+    let audited = admin
+        .list_audit_log(proto::ListAuditLogRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    server.child.kill().unwrap();
+    let _ = server.child.wait();
+
+    server = ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
+    let mut admin = AdminServiceClient::new(ch.clone());
+    let mut client = ClientServiceClient::new(ch.clone());
+    let refused = client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["b1".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(refused.message().contains("banned b1"), "{refused:?}");
+    client
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["b2".into()],
+            ..Default::default()
+        })
+        .await
+        .expect("the unban survived too");
+    let after = admin
+        .list_audit_log(proto::ListAuditLogRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert_eq!(after[..audited.len()], audited[..]);
+    let actions: Vec<&str> = audited.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        vec![
+            "BanPlayer",
+            "BanPlayer",
+            "UnbanPlayer",
+            "DeletePlayer",
+            "WatchEvents"
+        ]
+    );
+    // The same events under the same cursors, and resuming after the fourth gives the rest.
+    let again = watch_events(&ch, 0, seen.len()).await;
+    assert_eq!(again, seen);
+    let rest = watch_events(&ch, seen[3].cursor, seen.len() - 4).await;
+    assert_eq!(rest[..], seen[4..]);
+    admin.ban_player(ban("b3")).await.unwrap();
+    let next = watch_events(&ch, seen.last().unwrap().cursor, 1).await;
+    assert!(next[0].cursor > seen.last().unwrap().cursor);
+    assert_eq!(next[0].player_id, "b3");
 }

@@ -2,7 +2,8 @@
 //! fields, NaN/inf, unknown ids, duplicate players across teams, empty teams, placements out of
 //! range, and every records request (active ticket, match, history, start, parties). Each gets the status its malformation calls for; the server never panics, stays
 //! healthy, and its state is consistent afterwards (every rejected report changed nothing, the
-//! real matches still take exactly one valid result).
+//! real matches still take exactly one valid result). The admin record calls (bans, erasure,
+//! audit log, events, reload) are fuzzed the same way: a refused ban bans nobody.
 
 mod common;
 
@@ -61,6 +62,8 @@ async fn one(
     let mut gs = GameServerServiceClient::new(channel.clone());
     let mut parties =
         matchmaker::proto::party_service_client::PartyServiceClient::new(channel.clone());
+    let mut admin =
+        matchmaker::proto::admin_service_client::AdminServiceClient::new(channel.clone());
     let invalid: &'static [Code] = &[Code::InvalidArgument];
     let not_found: &'static [Code] = &[Code::NotFound];
     let enter =
@@ -81,7 +84,7 @@ async fn one(
             team_scores: Vec::new(),
         }
     };
-    match rng.random_range(0..30) {
+    match rng.random_range(0..38) {
         0 => Case {
             what: "enter: no players",
             expect: invalid,
@@ -498,6 +501,118 @@ async fn one(
                 ),
             }
         }
+        29 => Case {
+            what: "ban: malformed player id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: junk_id(rng),
+                        until_unix: 0,
+                        reason: "fuzz".into(),
+                    })
+                    .await,
+            ),
+        },
+        30 => Case {
+            what: "ban: an end in the past",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: "fz-ban".into(),
+                        until_unix: if rng.random() {
+                            -rng.random_range(1..i64::MAX)
+                        } else {
+                            rng.random_range(1..1_000_000_000)
+                        },
+                        reason: "fuzz".into(),
+                    })
+                    .await,
+            ),
+        },
+        31 => Case {
+            what: "ban: empty, huge or control-character reason",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .ban_player(proto::BanPlayerRequest {
+                        player_id: "fz-ban".into(),
+                        until_unix: 0,
+                        reason: match rng.random_range(0..3) {
+                            0 => " \t ".repeat(rng.random_range(0..10)),
+                            1 => "r".repeat(rng.random_range(501..5000)),
+                            _ => format!("bad\u{0}reason{}", rng.random::<u32>()),
+                        },
+                    })
+                    .await,
+            ),
+        },
+        32 => Case {
+            what: "delete player: malformed id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .delete_player(proto::DeletePlayerRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        33 => Case {
+            what: "unban: malformed id",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .unban_player(proto::UnbanPlayerRequest {
+                        player_id: junk_id(rng),
+                    })
+                    .await,
+            ),
+        },
+        34 => Case {
+            what: "audit log: bad page token or limit",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .list_audit_log(if rng.random() {
+                        proto::ListAuditLogRequest {
+                            page_token: format!("t{}", rng.random::<u64>()),
+                            limit: 0,
+                        }
+                    } else {
+                        proto::ListAuditLogRequest {
+                            page_token: String::new(),
+                            limit: rng.random_range(1001..=u32::MAX),
+                        }
+                    })
+                    .await,
+            ),
+        },
+        35 => Case {
+            what: "watch events: unknown or unspecified kinds",
+            expect: invalid,
+            got: drop_ok(
+                admin
+                    .watch_events(proto::WatchEventsRequest {
+                        after_cursor: rng.random(),
+                        kinds: vec![
+                            1,
+                            if rng.random() {
+                                0
+                            } else {
+                                rng.random_range(11..i32::MAX)
+                            },
+                        ],
+                    })
+                    .await,
+            ),
+        },
+        36 => Case {
+            what: "reload: a server started without a file",
+            expect: &[Code::FailedPrecondition],
+            got: drop_ok(admin.reload_config(proto::ReloadConfigRequest {}).await),
+        },
         _ => Case {
             what: "cancel match: unknown",
             expect: not_found,
@@ -602,7 +717,7 @@ async fn malformed_requests_get_the_right_status_and_change_nothing() {
     }
     // Players never queued by a rejected request: the fuzz ids are all idle, and none is in a
     // party.
-    for p in ["fz-u", "fz-dup", "fz-r", "fz-p"] {
+    for p in ["fz-u", "fz-dup", "fz-r", "fz-p", "fz-ban"] {
         common::enter(&mut client, "5v5", &[p]).await;
     }
     let mut parties =

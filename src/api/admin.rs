@@ -28,6 +28,10 @@ pub struct Admin {
     pub state: State,
     pub matchmaker: Handle,
     pub ledger: crate::ledger::Ledger,
+    /// Ends `WatchEvents` streams.
+    pub shutdown: tokio_util::sync::CancellationToken,
+    /// Reloads queue settings (`ReloadConfig`; SIGHUP calls the same).
+    pub reloader: crate::reload::Reloader,
 }
 
 type PlayerStream = Pin<Box<dyn Stream<Item = Result<proto::PlayerView, Status>> + Send>>;
@@ -93,6 +97,19 @@ impl AdminService for Admin {
         &self,
         request: Request<proto::SetRatingRequest>,
     ) -> Result<Response<proto::PlayerView>, Status> {
+        let r = request.get_ref();
+        super::audit::note(
+            &request,
+            format!(
+                "player_id={:?} queue={:?} rating={:?} rank_points={:?}",
+                r.player_id,
+                r.queue,
+                r.rating
+                    .as_ref()
+                    .map(|x| (x.mean, x.deviation, x.volatility)),
+                r.rank_points
+            ),
+        );
         let req = request.into_inner();
         convert::id("player_id", &req.player_id)?;
         let queue = self.state.queue("queue", &req.queue)?;
@@ -126,6 +143,8 @@ impl AdminService for Admin {
         &self,
         request: Request<proto::SeasonResetRequest>,
     ) -> Result<Response<proto::SeasonResetResponse>, Status> {
+        let r = request.get_ref();
+        super::audit::note(&request, format!("kind={} queue={:?}", r.kind, r.queue));
         let req = request.into_inner();
         let kind = match proto::SeasonResetKind::try_from(req.kind) {
             Ok(proto::SeasonResetKind::Soft) => ResetKind::Soft,
@@ -133,9 +152,26 @@ impl AdminService for Admin {
             _ => return Err(Rejection::invalid("kind", "must be SOFT or HARD").into()),
         };
         let queues = self.state.season_queues(optional_queue(&req.queue))?;
+        let names: Vec<String> = queues.iter().map(|q| q.id.to_string()).collect();
         let outcome = self
             .ledger
             .admin(move |state| Ok(state.prepare_season_reset(kind, &queues)??))
+            .await?;
+        self.state
+            .emit_durable(&[crate::store::EventRecord {
+                kind: crate::store::EventKind::SeasonReset,
+                unix: crate::state::unix_now(),
+                match_id: String::new(),
+                player_id: String::new(),
+                detail_json: serde_json::json!({
+                    "kind": if kind == ResetKind::Hard { "hard" } else { "soft" },
+                    "queues": names,
+                    "season": outcome.state.season,
+                    "week": outcome.state.week,
+                    "players_changed": outcome.players,
+                })
+                .to_string(),
+            }])
             .await?;
         Ok(Response::new(proto::SeasonResetResponse {
             season: outcome.state.season,
@@ -148,6 +184,7 @@ impl AdminService for Admin {
         &self,
         request: Request<proto::EndSeasonRequest>,
     ) -> Result<Response<proto::EndSeasonResponse>, Status> {
+        super::audit::note(&request, format!("queue={:?}", request.get_ref().queue));
         let req = request.into_inner();
         let queues: Vec<_> = self
             .state
@@ -171,6 +208,11 @@ impl AdminService for Admin {
         &self,
         request: Request<proto::MigrateFromEloRequest>,
     ) -> Result<Response<proto::MigrateFromEloResponse>, Status> {
+        let r = request.get_ref();
+        super::audit::note(
+            &request,
+            format!("queue={:?} rows={}", r.queue, r.rows.len()),
+        );
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
         if req.rows.len() > MAX_MIGRATION_ROWS {
@@ -318,6 +360,8 @@ impl AdminService for Admin {
             state: self.state.clone(),
             matchmaker: self.matchmaker.clone(),
             ledger: self.ledger.clone(),
+            shutdown: self.shutdown.clone(),
+            reloader: self.reloader.clone(),
         };
         // Views are built as the client reads (tonic pulls the stream), so a large export holds
         // only the id list, and each view is the player's record at the time it is sent.
@@ -325,5 +369,54 @@ impl AdminService for Admin {
             .filter_map(move |id| admin.view(&queue, &id))
             .map(Ok);
         Ok(Response::new(Box::pin(stream)))
+    }
+
+    // Player and match records (`admin_records.rs`) and config reloads.
+
+    async fn delete_player(
+        &self,
+        request: Request<proto::DeletePlayerRequest>,
+    ) -> Result<Response<proto::DeletePlayerResponse>, Status> {
+        self.delete_player_call(request).await
+    }
+
+    async fn ban_player(
+        &self,
+        request: Request<proto::BanPlayerRequest>,
+    ) -> Result<Response<proto::BanPlayerResponse>, Status> {
+        self.ban_player_call(request).await
+    }
+
+    async fn unban_player(
+        &self,
+        request: Request<proto::UnbanPlayerRequest>,
+    ) -> Result<Response<proto::UnbanPlayerResponse>, Status> {
+        self.unban_player_call(request).await
+    }
+
+    async fn list_audit_log(
+        &self,
+        request: Request<proto::ListAuditLogRequest>,
+    ) -> Result<Response<proto::ListAuditLogResponse>, Status> {
+        self.list_audit_log_call(request).await
+    }
+
+    type WatchEventsStream = super::admin_records::EventStream;
+
+    async fn watch_events(
+        &self,
+        request: Request<proto::WatchEventsRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        self.watch_events_call(request).await
+    }
+
+    async fn reload_config(
+        &self,
+        _request: Request<proto::ReloadConfigRequest>,
+    ) -> Result<Response<proto::ReloadConfigResponse>, Status> {
+        let changed_queues = self.reloader.reload().await?;
+        Ok(Response::new(proto::ReloadConfigResponse {
+            changed_queues,
+        }))
     }
 }

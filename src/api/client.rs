@@ -173,6 +173,7 @@ impl ClientService for Client {
         }
         let players = convert::player_ids(field, player_ids)?;
         identity.may_enter(&players, party_leader.as_ref())?;
+        self.state.check_bans(&players, crate::state::unix_now())?;
         let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
         for (region, ms) in &req.region_latency_ms {
             convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;

@@ -25,6 +25,19 @@ impl From<Rejection> for Status {
             | Rejection::Rating { .. }
             | Rejection::Party { .. } => Status::failed_precondition(r.to_string()),
             Rejection::QueueFull { .. } => Status::resource_exhausted(r.to_string()),
+            Rejection::Banned { .. } => Status::permission_denied(r.to_string()),
+        }
+    }
+}
+
+impl From<crate::reload::ReloadError> for Status {
+    fn from(e: crate::reload::ReloadError) -> Self {
+        use crate::reload::ReloadError;
+        match e {
+            ReloadError::Loop(h) => h.into(),
+            ReloadError::NoFile | ReloadError::Config(_) | ReloadError::Refused(_) => {
+                Status::failed_precondition(e.to_string())
+            }
         }
     }
 }

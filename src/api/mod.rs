@@ -4,6 +4,8 @@
 //! Architecture invariant: errors become `tonic::Status` only in `error.rs`.
 
 mod admin;
+mod admin_records;
+pub mod audit;
 mod client;
 pub mod convert;
 mod error;

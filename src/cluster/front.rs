@@ -16,8 +16,9 @@
 //! Streams are relayed by a task. `WatchTicket` and `ServeMatches` outlive owners: when the
 //! owner changes or its connection breaks between two messages, the relay sends the same
 //! request to the next owner and goes on, so a watcher keeps its updates and a game server its
-//! registration through a failover without noticing. Other streams (`ExportPlayers`) end with
-//! UNAVAILABLE then, since sending them again would repeat what was already sent.
+//! registration through a failover without noticing. Other streams (`ExportPlayers`,
+//! `WatchEvents`) end with UNAVAILABLE then, since sending them again would repeat what was
+//! already sent; a `WatchEvents` client resumes after the last cursor it got.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -57,7 +58,10 @@ const ONCE: &[&str] = &[
     "/matchmaker.v1.PartyService/LeaveParty",
 ];
 /// Streams that end when the owner changes.
-const STREAMS: &[&str] = &["/matchmaker.v1.AdminService/ExportPlayers"];
+const STREAMS: &[&str] = &[
+    "/matchmaker.v1.AdminService/ExportPlayers",
+    "/matchmaker.v1.AdminService/WatchEvents",
+];
 
 /// Where calls go, as the node's lease task sees it.
 #[derive(Clone, Debug, Default)]

@@ -358,6 +358,9 @@ impl Node {
                         }
                     });
                 });
+                // The queue settings of the file as it is now (a reload the previous owner
+                // applied is kept across the failover).
+                let config = crate::reload::with_current_queues(config);
                 if let Err(e) = server::run_engine(config, store, ownership, publish, stop).await {
                     warn!(error = %e, "the engine stopped");
                 }

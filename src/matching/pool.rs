@@ -119,6 +119,18 @@ impl Pool {
         }
     }
 
+    /// The same waiting tickets (waits kept) under a new matching config, or the first ticket
+    /// the new config refuses: a config reload changes settings without dropping a ticket.
+    pub fn with_config(&self, config: MatchingConfig) -> Result<Pool, InsertError> {
+        let mut tickets: Vec<&Ticket> = self.tickets().collect();
+        tickets.sort_by(|a, b| a.entered_at.total_cmp(&b.entered_at));
+        let mut pool = Pool::new(self.shape, config);
+        for t in tickets {
+            pool.insert(t.clone())?;
+        }
+        Ok(pool)
+    }
+
     /// The queue's shape.
     #[must_use]
     pub fn shape(&self) -> Shape {
@@ -660,5 +672,40 @@ mod tests {
         );
         assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
         assert_eq!(pool.window(&"zz".into(), 130.0), None);
+    }
+
+    #[test]
+    fn a_new_config_keeps_every_waiting_ticket_and_its_wait() {
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1500.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1600.0, 2.0)).unwrap();
+        let wider = MatchingConfig {
+            window: 150.0,
+            ..MatchingConfig::default()
+        };
+        let mut moved = pool.with_config(wider).unwrap();
+        assert_eq!(moved.len(), 2);
+        assert_eq!(moved.get(&"b".into()).unwrap().entered_at, 2.0);
+        assert_eq!(moved.config().window, 150.0);
+        // Before the first expansion the old window (±50) keeps them apart; the new one pairs them.
+        assert_eq!(pool.tick(5.0, &MODEL).matches.len(), 0);
+        assert_eq!(moved.tick(5.0, &MODEL).matches.len(), 1);
+        // A config that refuses a waiting ticket is refused whole.
+        let mut two = Pool::new(
+            Shape {
+                teams: 2,
+                team_size: 2,
+            },
+            MatchingConfig::default(),
+        );
+        two.insert(party("p", &[1500.0, 1500.0], 0.0)).unwrap();
+        let solo_only = MatchingConfig {
+            max_party_size: Some(1),
+            ..MatchingConfig::default()
+        };
+        assert!(matches!(
+            two.with_config(solo_only),
+            Err(InsertError::PartyTooLarge { .. })
+        ));
     }
 }

@@ -15,6 +15,7 @@ mod allocation;
 mod backfill;
 mod clock;
 mod ready_check;
+mod reconfigure;
 mod stats;
 mod tick;
 
@@ -80,6 +81,12 @@ pub enum Command {
         match_id: MatchId,
         reason: String,
         reply: oneshot::Sender<Result<Vec<TicketId>, Rejection>>,
+    },
+    /// New settings for some queues (a config reload): every pool is rebuilt with its waiting
+    /// tickets, and only if every one fits are the new settings taken, in the state too.
+    Reconfigure {
+        queues: Vec<(QueueId, crate::config::QueueConfig)>,
+        reply: oneshot::Sender<Result<(), String>>,
     },
 }
 
@@ -200,6 +207,7 @@ pub fn spawn(
     let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
     let queues: Vec<QueueRuntime> = state
         .queues()
+        .iter()
         .map(|q| QueueRuntime {
             id: q.id.clone(),
             pool: Pool::new(q.config.shape(), q.config.matching.clone()),
@@ -227,6 +235,7 @@ pub fn spawn(
     // The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
     let tick_ms = state
         .queues()
+        .iter()
         .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
         .min()
         .unwrap_or(state.config().server.tick_interval_ms);
@@ -320,6 +329,18 @@ impl Loop {
                     return;
                 };
                 self.queues[qi].metrics.entered.increment(1);
+                // A ban set while the ticket was on its way: the ban is in the state before
+                // `BanPlayer` cancels waiting tickets, so checking here closes that window.
+                if let Err(banned) = self
+                    .state
+                    .check_bans(&ticket.players, crate::state::unix_now())
+                {
+                    let now = self.clock.now();
+                    self.state
+                        .end_ticket(&ticket, TicketState::Cancelled, now, banned.to_string());
+                    self.finished.push_back((now, ticket.id.clone()));
+                    return;
+                }
                 if let Err(e) = self.queues[qi].pool.insert(entry) {
                     // The API validated the ticket, so this is a shell bug; end the ticket
                     // rather than leave it SEARCHING outside any pool.
@@ -375,6 +396,9 @@ impl Loop {
                 reply,
             } => {
                 let _ = reply.send(self.cancel_match(&match_id, &reason));
+            }
+            Command::Reconfigure { queues, reply } => {
+                let _ = reply.send(self.reconfigure(&queues));
             }
         }
     }

@@ -103,6 +103,7 @@ impl State {
             Some(name) => Ok(vec![self.queue("queue", name)?]),
             None => Ok(Self::pools_of(
                 self.queues()
+                    .iter()
                     .filter(|q| q.config.ranking != RankingKind::None),
             )),
         }
@@ -456,7 +457,11 @@ impl State {
     }
 
     fn periodic_pools(&self) -> Vec<std::sync::Arc<QueueInfo>> {
-        Self::pools_of(self.queues().filter(|q| q.config.rating.is_periodic()))
+        Self::pools_of(
+            self.queues()
+                .iter()
+                .filter(|q| q.config.rating.is_periodic()),
+        )
     }
 
     /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).

@@ -86,6 +86,12 @@ impl State {
         };
         self.release_players(m, &assignment, decide);
         self.inner.matches.remove(&m.id);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchCancelled,
+            &assignment,
+            super::unix_now(),
+            "ready-check failed",
+        )]);
         true
     }
 

@@ -176,6 +176,12 @@ impl State {
             guard.status = PlayerStatus::InMatch(slot.id.clone());
         }
         drop(guards);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchFormed,
+            &assignment,
+            slot.formed_unix,
+            "",
+        )]);
         let required = tickets.len() as u32;
         for ticket in tickets {
             ticket.publish(TicketView {
@@ -247,6 +253,12 @@ impl State {
             inner.phase = MatchPhase::Allocated;
             inner.assignment = allocated.clone();
         }
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchAllocated,
+            &allocated,
+            unix_now(),
+            "",
+        )]);
         for id in m.tickets() {
             if let Ok(ticket) = self.ticket(&id) {
                 let mut view = ticket.view();
@@ -354,6 +366,12 @@ impl State {
         self.record_cancelled(m, &assignment);
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchCancelled,
+            &assignment,
+            unix_now(),
+            reason,
+        )]);
         tracing::info!(match_id = %m.id, reason, "match cancelled");
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
             .increment(1);
@@ -378,6 +396,12 @@ impl State {
         });
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchCancelled,
+            &assignment,
+            unix_now(),
+            "no game server took the match in time",
+        )]);
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "allocation_timeout")
             .increment(1);
         true

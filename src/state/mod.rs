@@ -8,6 +8,7 @@
 
 mod admin;
 mod calibration;
+mod events;
 mod history;
 mod leaderboard;
 mod live;
@@ -15,6 +16,7 @@ mod matches;
 mod ownership;
 mod persistence;
 mod players;
+mod records;
 mod reports;
 mod rosters;
 mod segments;
@@ -34,11 +36,13 @@ use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
 pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
+pub use events::{match_event, result_events};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
 pub use ownership::Ownership;
 pub use players::{PlayerSlot, PlayerState, PlayerStatus, PoolRecords};
+pub use records::Erased;
 pub use rosters::{INVITE_CODE_LEN, PartyError};
 pub use servers::{Placement, ServerHandle, ServerRegistry};
 pub use tickets::{ReadyView, TicketSlot, TicketState, TicketView};
@@ -61,7 +65,9 @@ pub struct State {
 
 struct Inner {
     config: Arc<Config>,
-    queues: BTreeMap<QueueId, Arc<QueueInfo>>,
+    /// Replaced whole by a config reload (queue settings only; the set of queues and their
+    /// pools and rating systems never change while running).
+    queues: std::sync::RwLock<BTreeMap<QueueId, Arc<QueueInfo>>>,
     players: DashMap<PlayerId, Arc<PlayerSlot>>,
     /// Server-minted keys, so the fast id hasher (players keep SipHash: clients choose those).
     tickets: DashMap<TicketId, Arc<TicketSlot>, crate::matching::IdHash>,
@@ -84,6 +90,10 @@ struct Inner {
     // --- Records ---
     /// `PartyService` parties.
     rosters: Mutex<rosters::Rosters>,
+    /// Banned players (loaded from the store; written through it).
+    bans: DashMap<PlayerId, crate::store::Ban>,
+    /// The event log's hub (see `events.rs`).
+    events: events::Events,
 }
 
 impl State {
@@ -138,10 +148,16 @@ impl State {
             );
         }
         let calibrations = calibration::load(&pool_systems, &store)?;
+        let events = events::Events::new(store.append_events(&[])?);
+        let bans = store
+            .load_bans()?
+            .into_iter()
+            .map(|b| (b.player.clone(), b))
+            .collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
-                queues,
+                queues: std::sync::RwLock::new(queues),
                 players,
                 tickets: DashMap::default(),
                 matches: DashMap::default(),
@@ -155,6 +171,8 @@ impl State {
                 pool_names,
                 calibrations,
                 ownership: std::sync::OnceLock::new(),
+                bans,
+                events,
             }),
         })
     }
@@ -185,27 +203,45 @@ impl State {
         if name.is_empty() {
             return Err(Rejection::invalid(field, "must name a queue"));
         }
-        self.inner
-            .queues
-            .get(&QueueId::from(name))
-            .cloned()
-            .ok_or_else(|| {
-                let known: Vec<&str> = self.inner.queues.keys().map(QueueId::as_str).collect();
-                Rejection::invalid(
-                    field,
-                    format!("unknown queue {name:?} (configured: {})", known.join(", ")),
-                )
-            })
+        let queues = self.queue_map();
+        queues.get(&QueueId::from(name)).cloned().ok_or_else(|| {
+            let known: Vec<&str> = queues.keys().map(QueueId::as_str).collect();
+            Rejection::invalid(
+                field,
+                format!("unknown queue {name:?} (configured: {})", known.join(", ")),
+            )
+        })
     }
 
     /// A configured queue by id.
     pub fn queue_of(&self, id: &QueueId) -> Option<Arc<QueueInfo>> {
-        self.inner.queues.get(id).cloned()
+        self.queue_map().get(id).cloned()
     }
 
-    /// All configured queues in name order.
-    pub fn queues(&self) -> impl Iterator<Item = &Arc<QueueInfo>> {
-        self.inner.queues.values()
+    /// All configured queues in name order (as configured now).
+    pub fn queues(&self) -> Vec<Arc<QueueInfo>> {
+        self.queue_map().values().cloned().collect()
+    }
+
+    fn queue_map(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<QueueId, Arc<QueueInfo>>> {
+        self.inner.queues.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the settings of the named queues (a config reload; the caller checked that
+    /// neither the set of queues nor any pool or rating system changes). Requests that already
+    /// hold a queue keep its old settings until they finish.
+    pub fn replace_queue_configs(&self, configs: &[(QueueId, QueueConfig)]) {
+        let mut queues = self.inner.queues.write().unwrap_or_else(|p| p.into_inner());
+        for (id, config) in configs {
+            if let Some(old) = queues.get(id) {
+                let info = QueueInfo {
+                    id: old.id.clone(),
+                    pool: old.pool.clone(),
+                    config: config.clone(),
+                };
+                queues.insert(id.clone(), Arc::new(info));
+            }
+        }
     }
 }
 

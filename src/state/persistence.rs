@@ -149,7 +149,7 @@ impl State {
             if store.result_of(&m.match_id)?.is_some() {
                 continue;
             }
-            let Some(queue) = self.inner.queues.get(&QueueId::new(m.queue.as_str())) else {
+            let Some(queue) = self.queue_of(&QueueId::new(m.queue.as_str())) else {
                 tracing::warn!(match_id = %m.match_id, queue = %m.queue, "dropping a live match of a queue no longer configured");
                 continue;
             };

@@ -193,6 +193,11 @@ impl State {
         }
         self.forget_stored_match(m, true);
         self.inner.matches.remove(&m.id);
+        self.emit(super::result_events(
+            m.id.as_str(),
+            &entry.ack,
+            entry.applied_unix,
+        ));
     }
 
     /// Writes an entry's records into memory (all players under their locks).

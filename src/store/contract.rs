@@ -491,6 +491,191 @@ fn party_rosters_survive_a_reopen(reopen: Reopen<'_>) {
     );
 }
 
+fn event(kind: EventKind, unix: f64, player: &str) -> EventRecord {
+    EventRecord {
+        kind,
+        unix,
+        match_id: String::new(),
+        player_id: player.into(),
+        detail_json: "{}".into(),
+    }
+}
+
+fn bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused(reopen: Reopen<'_>) {
+    {
+        let store = reopen();
+        let ban = |p: &str, until| Ban {
+            player: PlayerId::from(p),
+            until_unix: until,
+            reason: format!("reason {p}"),
+            since_unix: 1.0,
+        };
+        store.put_ban(&ban("p2", 0)).unwrap();
+        store.put_ban(&ban("p1", 99)).unwrap();
+        store.put_ban(&ban("p3", 5)).unwrap();
+        assert!(store.remove_ban(&PlayerId::from("p3")).unwrap());
+        assert!(!store.remove_ban(&PlayerId::from("nobody")).unwrap());
+        for i in 1..=3u32 {
+            let a = AuditRecord {
+                unix: f64::from(i),
+                actor: "ops".into(),
+                action: format!("Call{i}"),
+                detail: String::new(),
+            };
+            assert_eq!(store.append_audit(&a).unwrap(), u64::from(i));
+        }
+        assert_eq!(store.append_events(&[]).unwrap(), 0);
+        let last = store
+            .append_events(&[
+                event(EventKind::PlayerBanned, 10.0, "p1"),
+                event(EventKind::MatchFormed, 20.0, ""),
+            ])
+            .unwrap();
+        assert_eq!(last, 2);
+        assert_eq!(
+            store
+                .append_events(&[event(EventKind::RatingChanged, 30.0, "p2")])
+                .unwrap(),
+            3
+        );
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let bans = store.load_bans().unwrap();
+    let players: Vec<&str> = bans.iter().map(|b| b.player.as_str()).collect();
+    assert_eq!(players, vec!["p1", "p2"]);
+    assert_eq!(
+        (bans[0].until_unix, bans[0].reason.as_str()),
+        (99, "reason p1")
+    );
+    let audit = store.audit_after(1, 10).unwrap();
+    let actions: Vec<(u64, &str)> = audit.iter().map(|(s, a)| (*s, a.action.as_str())).collect();
+    assert_eq!(actions, vec![(2, "Call2"), (3, "Call3")]);
+    assert_eq!(store.audit_after(0, 1).unwrap()[0].0, 1);
+    let events = store.events_after(1, 10).unwrap();
+    assert_eq!(events.len(), 2);
+    assert_eq!((events[0].0, events[0].1.kind), (2, EventKind::MatchFormed));
+    // Trimming drops the events beyond a count, then the old ones, and a later event still
+    // gets a new number.
+    assert_eq!(store.trim_events(0.0, 2).unwrap(), 1);
+    assert_eq!(store.events_after(0, 10).unwrap()[0].0, 2);
+    assert_eq!(store.trim_events(25.0, 100).unwrap(), 1);
+    assert_eq!(store.events_after(0, 10).unwrap().len(), 1);
+    assert_eq!(store.trim_events(0.0, 100).unwrap(), 0);
+    assert_eq!(store.trim_events(1e12, 100).unwrap(), 1);
+    store.flush().unwrap();
+    drop(store);
+    let store = reopen();
+    assert!(store.events_after(0, 10).unwrap().is_empty());
+    assert_eq!(
+        store
+            .append_events(&[event(EventKind::PlayerDeleted, 40.0, "p9")])
+            .unwrap(),
+        4,
+        "cursors are never reused"
+    );
+    assert_eq!(
+        store
+            .append_audit(&AuditRecord {
+                unix: 4.0,
+                actor: "ops".into(),
+                action: "Call4".into(),
+                detail: String::new(),
+            })
+            .unwrap(),
+        4
+    );
+}
+
+fn erasing_a_player_removes_every_record_naming_them_and_only_them(reopen: Reopen<'_>) {
+    let (p1, p2) = (PlayerId::from("p1"), PlayerId::from("p2"));
+    {
+        let store = reopen();
+        store
+            .put_players(&[(&p1, &record(1500.0)), (&p2, &record(1600.0))])
+            .unwrap();
+        let party = BTreeMap::from([(
+            "2v2".to_string(),
+            PartyRecord {
+                skill: record(1400.0)["1v1"].skill,
+                games: 2,
+                last_played_unix: None,
+            },
+        )]);
+        store
+            .put_parties(&[("p1\u{1f}p2", &party), ("p2\u{1f}p3", &party)])
+            .unwrap();
+        // A result naming both, and an admin entry with season records naming both.
+        let mut both = entry("m1", "p1", 1510.0);
+        both.records
+            .push((p2.clone(), record(1590.0)["1v1"].clone()));
+        let rank = |p: &str| SeasonRank {
+            player: p.into(),
+            tier: "Gold".into(),
+            rank_points: 10,
+            mean_week_rp: None,
+            place: None,
+        };
+        let season = JournalEntry {
+            match_id: MatchId::new("admin:x"),
+            kind: EntryKind::Admin,
+            season: Some(SeasonWrite {
+                state: SeasonState { season: 1, week: 1 },
+                week_rp: Some((1, 1, vec![(p1.clone(), 5), (p2.clone(), 6)])),
+                ranks: Some((1, vec![rank("p1"), rank("p2")])),
+            }),
+            ..entry("unused", "p1", 1500.0)
+        };
+        store.append_journal(1, &[both, season]).unwrap();
+        store
+            .put_ban(&Ban {
+                player: p1.clone(),
+                until_unix: 0,
+                reason: "x".into(),
+                since_unix: 0.0,
+            })
+            .unwrap();
+        store.erase_player(&p1).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let players: Vec<PlayerId> = store
+        .load_players()
+        .unwrap()
+        .map(|r| r.unwrap().0)
+        .collect();
+    assert_eq!(players, vec![p2.clone()]);
+    let parties: Vec<String> = store
+        .load_parties()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.0)
+        .collect();
+    assert_eq!(parties, vec!["p2\u{1f}p3".to_string()]);
+    let journal: Vec<JournalEntry> = store.journal_after(0).map(|r| r.unwrap().1).collect();
+    assert_eq!(journal.len(), 2, "entries stay, without the erased player");
+    for e in &journal {
+        assert!(e.records.iter().all(|(p, _)| p != &p1), "{e:?}");
+    }
+    assert_eq!(journal[0].records.len(), 1);
+    assert_eq!(journal[0].records[0].0, p2);
+    assert_eq!(
+        store.week_rp("lad", 1).unwrap(),
+        Vec::<Vec<(PlayerId, RankPoints)>>::new()
+    );
+    assert_eq!(
+        store.week_rp("1v1", 1).unwrap(),
+        vec![vec![(p2.clone(), 6)]]
+    );
+    assert!(store.player_weeks("1v1", &p1).unwrap().is_empty());
+    assert_eq!(store.player_weeks("1v1", &p2).unwrap(), vec![(1, 1, 6)]);
+    assert!(store.player_season_ranks("1v1", &p1).unwrap().is_empty());
+    let ranks = store.season_ranks("1v1", 1).unwrap().unwrap();
+    assert_eq!(ranks.len(), 1);
+    assert_eq!(ranks[0].player, "p2");
+    assert!(store.load_bans().unwrap().is_empty());
+}
+
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
     move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
 }
@@ -579,4 +764,6 @@ on_every_backend!(
     history_exports_and_imports_every_result_and_season_record,
     match_history_keeps_each_players_newest_and_survives_a_reopen,
     party_rosters_survive_a_reopen,
+    bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused,
+    erasing_a_player_removes_every_record_naming_them_and_only_them,
 );

@@ -47,6 +47,7 @@ pub(super) struct Data {
     /// Per record, how many lists hold it.
     pub(super) history_refs: HashMap<MatchId, u32>,
     pub(super) history_records: HashMap<MatchId, MatchRecord>,
+    pub(super) admin: super::admin_records::AdminData,
 }
 
 impl Data {
@@ -100,6 +101,67 @@ impl MemoryStore {
 
     pub(super) fn data(&self) -> std::sync::MutexGuard<'_, Data> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl super::AdminRecords for MemoryStore {
+    fn put_ban(&self, ban: &super::Ban) -> Result<(), StoreError> {
+        self.data()
+            .admin
+            .bans
+            .insert(ban.player.clone(), ban.clone());
+        Ok(())
+    }
+
+    fn remove_ban(&self, player: &PlayerId) -> Result<bool, StoreError> {
+        Ok(self.data().admin.bans.remove(player).is_some())
+    }
+
+    fn load_bans(&self) -> Result<Vec<super::Ban>, StoreError> {
+        Ok(self.data().admin.bans.values().cloned().collect())
+    }
+
+    fn append_audit(&self, entry: &super::AuditRecord) -> Result<u64, StoreError> {
+        Ok(self.data().append_audit(entry))
+    }
+
+    fn audit_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, super::AuditRecord)>, StoreError> {
+        Ok(super::admin_records::page(
+            &self.data().admin.audit,
+            after,
+            limit,
+        ))
+    }
+
+    fn append_events(&self, events: &[super::EventRecord]) -> Result<u64, StoreError> {
+        let mut data = self.data();
+        data.append_events(events);
+        Ok(data.admin.last_event)
+    }
+
+    fn events_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, super::EventRecord)>, StoreError> {
+        Ok(super::admin_records::page(
+            &self.data().admin.events,
+            after,
+            limit,
+        ))
+    }
+
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        Ok(self.data().trim_events(before_unix, keep_at_most).len())
+    }
+
+    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {
+        self.data().erase_player(player);
+        Ok(())
     }
 }
 

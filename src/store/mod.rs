@@ -12,6 +12,7 @@
 //! - journal entries and their acknowledgements (`r/<match>`) and season writes are one batch;
 //! - reads see every write made before them, flushed or not.
 
+mod admin_records;
 mod cluster_config;
 mod committer;
 #[cfg(test)]
@@ -29,6 +30,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use admin_records::{
+    AdminRecords, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
+};
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committer};
 pub use history::page_after;
@@ -108,8 +112,9 @@ pub type Segment<'a> = (u64, &'a [Vec<u8>]);
 
 /// The storage interface. Methods are synchronous and short (the embedded backend answers from
 /// its page cache); [`Storage::flush_async`] is the one wait for the disk. The records clients
-/// read back (match history, party rosters) are [`RecordStorage`]'s.
-pub trait Storage: RecordStorage + Send + Sync + 'static {
+/// read back (match history, party rosters) are [`RecordStorage`]'s, the admin side's (bans,
+/// audit log, events, erasure) [`AdminRecords`]'.
+pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// Where the data lives, for messages (a directory, a URL).
     fn location(&self) -> String;
 

@@ -7,6 +7,8 @@
 //! stops and snapshot checksum mismatches (a corrupt directory is refused with a message naming
 //! it, never panicked on), and page-cache memory above `cache_capacity` (bounded by config).
 
+mod admin;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +66,8 @@ pub struct SledStore {
     matches: sled::Tree,
     parties: sled::Tree,
     rosters: sled::Tree,
+    /// Bans, the audit log and the event log (see `admin.rs`).
+    admin: admin::AdminTree,
     /// sled's data file, to fsync after sled's flush. On Linux sled makes a flush durable with
     /// `sync_file_range`, which writes the pages and waits for them but neither commits the
     /// file's metadata (its grown size) nor flushes the disk's write cache: enough for
@@ -140,6 +144,7 @@ impl SledStore {
         let matches = db.open_tree(MATCHES_TREE)?;
         let parties = db.open_tree(PARTIES_TREE)?;
         let rosters = db.open_tree(ROSTERS_TREE)?;
+        let admin = admin::AdminTree::open(&db)?;
         let data_file = std::fs::File::open(dir.join("db")).map_err(|source| StoreError::Io {
             path: dir.join("db"),
             source,
@@ -155,6 +160,7 @@ impl SledStore {
             matches,
             parties,
             rosters,
+            admin,
         })
     }
 

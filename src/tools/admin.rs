@@ -159,10 +159,12 @@ pub enum AdminCommand {
         #[arg(long, default_value = "cancelled by an admin")]
         reason: String,
     },
+    #[command(flatten)]
+    Records(super::admin_records::RecordsCommand),
 }
 
 impl AdminCommand {
-    /// The records commands, answered by `admin_records`.
+    /// The records commands, answered by `match_records`.
     fn is_records(&self) -> bool {
         matches!(
             self,
@@ -210,7 +212,8 @@ impl Interceptor for Bearer {
     }
 }
 
-type Client = AdminServiceClient<InterceptedService<Channel, Bearer>>;
+/// The admin client every command uses.
+pub type Client = AdminServiceClient<InterceptedService<Channel, Bearer>>;
 
 /// Runs one admin command to completion on its own runtime.
 pub fn run(args: AdminArgs) -> Result<(), AdminCliError> {
@@ -327,7 +330,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
     }
     if args.command.is_records() {
         let (channel, bearer) = channel(&args.addr, args.token.as_deref()).await?;
-        return super::admin_records::run(channel, bearer, json, args.command, &mut out).await;
+        return super::match_records::run(channel, bearer, json, args.command, &mut out).await;
     }
     let mut client = connect(&args.addr, args.token.as_deref()).await?;
     match args.command {
@@ -492,13 +495,16 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                 )?;
             }
         }
-        // Answered above, without a server, or by `admin_records`.
+        // Answered above, without a server, or by `match_records`.
         AdminCommand::MigrateStore { .. }
         | AdminCommand::Match { .. }
         | AdminCommand::Matches { .. }
         | AdminCommand::ActiveTicket { .. }
         | AdminCommand::Party { .. }
         | AdminCommand::CancelMatch { .. } => {}
+        AdminCommand::Records(command) => {
+            super::admin_records::run(command, &mut client, json, &mut out).await?;
+        }
         AdminCommand::Export {
             queue,
             after,

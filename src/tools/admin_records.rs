@@ -1,208 +1,125 @@
-//! `matchmaker admin match | matches | active-ticket | party | cancel-match`: the records calls
-//! (`ClientService`, `GameServerService`, `PartyService`) made with the admin's token, printed
-//! as text or, with `--json`, as one JSON object.
+//! `matchmaker admin` commands for player and match records: `ban`, `unban`, `delete-player`,
+//! `audit-log`, `events` and `reload-config`. Text by default, JSON with `--json` (`events`
+//! prints one object per line, so a pipeline can read it as it comes).
 
 use std::io::Write;
 
 use serde_json::json;
-use tonic::transport::Channel;
+use tokio_stream::StreamExt;
 
-use super::admin::{AdminCliError, AdminCommand, Bearer, rating_json};
+use super::admin::{AdminCliError, Client};
 use crate::proto;
-use crate::proto::client_service_client::ClientServiceClient;
-use crate::proto::game_server_service_client::GameServerServiceClient;
-use crate::proto::party_service_client::PartyServiceClient;
 
-fn phase_name(phase: i32) -> &'static str {
-    match proto::MatchPhase::try_from(phase) {
-        Ok(proto::MatchPhase::Formed) => "FORMED",
-        Ok(proto::MatchPhase::Allocated) => "ALLOCATED",
-        Ok(proto::MatchPhase::Started) => "STARTED",
-        Ok(proto::MatchPhase::Completed) => "COMPLETED",
-        Ok(proto::MatchPhase::Cancelled) => "CANCELLED",
-        _ => "UNSPECIFIED",
+/// The record commands (flattened into `matchmaker admin`).
+#[derive(clap::Subcommand, Debug)]
+pub enum RecordsCommand {
+    /// Ban a player from queueing until a unix time (0 or absent: for good).
+    Ban {
+        #[arg(long)]
+        player: String,
+        #[arg(long, default_value_t = 0)]
+        until: i64,
+        /// Shown to the player on every refused EnterQueue.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift a player's ban.
+    Unban {
+        #[arg(long)]
+        player: String,
+    },
+    /// Erase a player: ratings in every pool, rank points, leaderboard and season entries,
+    /// party records, a ban, a waiting ticket.
+    DeletePlayer {
+        #[arg(long)]
+        player: String,
+    },
+    /// Page through the audit log, oldest first; resume with `--page-token`.
+    AuditLog {
+        #[arg(long)]
+        page_token: Option<String>,
+        /// Entries per page (at most 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Stream events after a cursor (one line each); stop after `--count` events, or follow.
+    Events {
+        /// Resume after this cursor (0: the oldest kept).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Only these kinds, e.g. `--kind match-formed --kind rating-changed`.
+        #[arg(long = "kind", value_enum)]
+        kinds: Vec<KindArg>,
+        /// Stop after this many events (0: follow until interrupted).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+    },
+    /// Reload the server's config file (queue settings only), as SIGHUP does.
+    ReloadConfig,
+}
+
+/// Event kinds on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindArg {
+    MatchFormed,
+    MatchAllocated,
+    MatchStarted,
+    MatchCompleted,
+    MatchCancelled,
+    RatingChanged,
+    SeasonReset,
+    PlayerDeleted,
+    PlayerBanned,
+    PlayerUnbanned,
+}
+
+impl KindArg {
+    fn to_proto(self) -> proto::EventKind {
+        use proto::EventKind as K;
+        match self {
+            Self::MatchFormed => K::MatchFormed,
+            Self::MatchAllocated => K::MatchAllocated,
+            Self::MatchStarted => K::MatchStarted,
+            Self::MatchCompleted => K::MatchCompleted,
+            Self::MatchCancelled => K::MatchCancelled,
+            Self::RatingChanged => K::RatingChanged,
+            Self::SeasonReset => K::SeasonReset,
+            Self::PlayerDeleted => K::PlayerDeleted,
+            Self::PlayerBanned => K::PlayerBanned,
+            Self::PlayerUnbanned => K::PlayerUnbanned,
+        }
     }
 }
 
-fn teams_json(teams: &[proto::Team]) -> serde_json::Value {
-    json!(teams.iter().map(|t| &t.player_ids).collect::<Vec<_>>())
-}
-
-fn match_json(m: &proto::MatchRecord) -> serde_json::Value {
-    let changes: Vec<_> = m
-        .changes
-        .iter()
-        .map(|c| {
-            json!({"player_id": c.player_id, "before": rating_json(c.before.as_ref()),
-                   "after": rating_json(c.after.as_ref()),
-                   "rank_points_before": c.rank_points_before,
-                   "rank_points_after": c.rank_points_after})
-        })
-        .collect();
-    json!({"match_id": m.match_id, "queue": m.queue, "phase": phase_name(m.phase),
-           "teams": teams_json(&m.teams), "placements": m.placements, "changes": changes,
-           "server_address": m.server_address, "formed_unix": m.formed_unix,
-           "started_unix": m.started_unix, "ended_unix": m.ended_unix})
-}
-
-fn match_line(m: &proto::MatchRecord) -> String {
-    let teams: Vec<String> = m.teams.iter().map(|t| t.player_ids.join(",")).collect();
-    let placements: Vec<String> = m.placements.iter().map(ToString::to_string).collect();
-    format!(
-        "{}\t{}\t{}\t{}\tplacements [{}]\tserver {}\tformed {} started {} ended {}",
-        m.match_id,
-        m.queue,
-        phase_name(m.phase),
-        teams.join(" vs "),
-        placements.join(","),
-        if m.server_address.is_empty() {
-            "-"
-        } else {
-            &m.server_address
+/// An event kind's name as printed (`MATCH_FORMED`).
+fn kind_name(kind: i32) -> String {
+    proto::EventKind::try_from(kind).map_or_else(
+        |_| kind.to_string(),
+        |k| {
+            k.as_str_name()
+                .trim_start_matches("EVENT_KIND_")
+                .to_string()
         },
-        m.formed_unix,
-        m.started_unix,
-        m.ended_unix
     )
 }
 
-fn party_json(p: &proto::Party) -> serde_json::Value {
-    json!({"party_id": p.party_id, "invite_code": p.invite_code, "member_ids": p.member_ids,
-           "leader_id": p.leader_id})
-}
-
-/// Runs one records command.
-pub(super) async fn run(
-    channel: Channel,
-    bearer: Bearer,
+/// Runs one record command.
+pub async fn run(
+    command: RecordsCommand,
+    client: &mut Client,
     json: bool,
-    command: AdminCommand,
     out: &mut impl Write,
 ) -> Result<(), AdminCliError> {
-    let mut client = ClientServiceClient::with_interceptor(channel.clone(), bearer.clone());
     match command {
-        AdminCommand::Match { id } => {
-            let m = client
-                .get_match(proto::GetMatchRequest { match_id: id })
-                .await?
-                .into_inner();
-            if json {
-                writeln!(out, "{}", match_json(&m))?;
-            } else {
-                writeln!(out, "{}", match_line(&m))?;
-                for c in &m.changes {
-                    let (before, after) = (
-                        c.before.as_ref().map_or(0.0, |r| r.display),
-                        c.after.as_ref().map_or(0.0, |r| r.display),
-                    );
-                    writeln!(
-                        out,
-                        "  {}\trating {before:.2} -> {after:.2}\trp {} -> {}",
-                        c.player_id, c.rank_points_before, c.rank_points_after
-                    )?;
-                }
-            }
-        }
-        AdminCommand::Matches {
+        RecordsCommand::Ban {
             player,
-            queue,
-            limit,
-            page_token,
+            until,
+            reason,
         } => {
-            let page = client
-                .list_player_matches(proto::ListPlayerMatchesRequest {
-                    player_id: player,
-                    queue: queue.unwrap_or_default(),
-                    page_token: page_token.unwrap_or_default(),
-                    limit,
-                })
-                .await?
-                .into_inner();
-            if json {
-                let matches: Vec<_> = page.matches.iter().map(match_json).collect();
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"matches": matches, "next_page_token": page.next_page_token})
-                )?;
-            } else {
-                for m in &page.matches {
-                    writeln!(out, "{}", match_line(m))?;
-                }
-                if page.next_page_token.is_empty() {
-                    writeln!(out, "{} matches; no more", page.matches.len())?;
-                } else {
-                    writeln!(
-                        out,
-                        "{} matches; next page: --page-token {}",
-                        page.matches.len(),
-                        page.next_page_token
-                    )?;
-                }
-            }
-        }
-        AdminCommand::ActiveTicket { player } => {
-            let t = client
-                .get_active_ticket(proto::GetActiveTicketRequest { player_id: player })
-                .await?
-                .into_inner();
-            let state =
-                proto::TicketState::try_from(t.state).map_or("UNSPECIFIED", |s| s.as_str_name());
-            let a = t.assignment.as_ref();
-            if json {
-                writeln!(
-                    out,
-                    "{}",
-                    json!({"ticket_id": t.ticket_id, "state": state,
-                           "wait_seconds": t.wait_seconds, "reason": t.reason,
-                           "match_id": a.map(|a| a.match_id.clone()),
-                           "server_address": a.map(|a| a.server_address.clone()),
-                           "teams": a.map(|a| teams_json(&a.teams))})
-                )?;
-            } else {
-                writeln!(
-                    out,
-                    "ticket {}\t{state}\twaited {:.1}s{}",
-                    if t.ticket_id.is_empty() {
-                        "-"
-                    } else {
-                        &t.ticket_id
-                    },
-                    t.wait_seconds,
-                    a.map_or(String::new(), |a| format!(
-                        "\tmatch {} server {}",
-                        a.match_id,
-                        if a.server_address.is_empty() {
-                            "-"
-                        } else {
-                            &a.server_address
-                        }
-                    ))
-                )?;
-            }
-        }
-        AdminCommand::Party { id } => {
-            let p = PartyServiceClient::with_interceptor(channel, bearer)
-                .get_party(proto::GetPartyRequest { party_id: id })
-                .await?
-                .into_inner();
-            if json {
-                writeln!(out, "{}", party_json(&p))?;
-            } else {
-                writeln!(
-                    out,
-                    "party {}\tcode {}\tleader {}\tmembers {}",
-                    p.party_id,
-                    p.invite_code,
-                    p.leader_id,
-                    p.member_ids.join(",")
-                )?;
-            }
-        }
-        AdminCommand::CancelMatch { id, reason } => {
-            let r = GameServerServiceClient::with_interceptor(channel, bearer)
-                .cancel_match(proto::CancelMatchRequest {
-                    match_id: id.clone(),
+            let r = client
+                .ban_player(proto::BanPlayerRequest {
+                    player_id: player.clone(),
+                    until_unix: until,
                     reason,
                 })
                 .await?
@@ -211,21 +128,177 @@ pub(super) async fn run(
                 writeln!(
                     out,
                     "{}",
-                    json!({"match_id": id, "requeued_ticket_ids": r.requeued_ticket_ids})
+                    json!({"player_id": player, "until_unix": until, "ticket_cancelled": r.ticket_cancelled})
                 )?;
-            } else if r.requeued_ticket_ids.is_empty() {
-                writeln!(out, "match {id} cancelled; no ticket requeued")?;
+            } else {
+                let end = if until == 0 {
+                    "for good".to_string()
+                } else {
+                    format!("until {until}")
+                };
+                let cancelled = if r.ticket_cancelled {
+                    "; waiting ticket cancelled"
+                } else {
+                    ""
+                };
+                writeln!(out, "banned {player} {end}{cancelled}")?;
+            }
+        }
+        RecordsCommand::Unban { player } => {
+            let r = client
+                .unban_player(proto::UnbanPlayerRequest {
+                    player_id: player.clone(),
+                })
+                .await?
+                .into_inner();
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"player_id": player, "was_banned": r.was_banned})
+                )?;
+            } else if r.was_banned {
+                writeln!(out, "unbanned {player}")?;
+            } else {
+                writeln!(out, "{player} was not banned")?;
+            }
+        }
+        RecordsCommand::DeletePlayer { player } => {
+            let r = client
+                .delete_player(proto::DeletePlayerRequest {
+                    player_id: player.clone(),
+                })
+                .await?
+                .into_inner();
+            if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"player_id": player, "pools": r.pools, "ticket_cancelled": r.ticket_cancelled})
+                )?;
             } else {
                 writeln!(
                     out,
-                    "match {id} cancelled; tickets back in their queues: {}",
-                    r.requeued_ticket_ids.join(",")
+                    "deleted {player} (pools: {}){}",
+                    if r.pools.is_empty() {
+                        "none".to_string()
+                    } else {
+                        r.pools.join(", ")
+                    },
+                    if r.ticket_cancelled {
+                        "; waiting ticket cancelled"
+                    } else {
+                        ""
+                    }
                 )?;
             }
         }
-        _ => {
-            return Err(AdminCliError::Usage("not a records command".to_string()));
+        RecordsCommand::AuditLog { page_token, limit } => {
+            let r = client
+                .list_audit_log(proto::ListAuditLogRequest {
+                    page_token: page_token.unwrap_or_default(),
+                    limit,
+                })
+                .await?
+                .into_inner();
+            if json {
+                let entries: Vec<serde_json::Value> = r
+                    .entries
+                    .iter()
+                    .map(|e| json!({"unix": e.unix, "actor": e.actor, "action": e.action, "detail": e.detail}))
+                    .collect();
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"entries": entries, "next_page_token": r.next_page_token})
+                )?;
+            } else {
+                for e in &r.entries {
+                    writeln!(out, "{:.3} {} {} {}", e.unix, e.actor, e.action, e.detail)?;
+                }
+                if !r.next_page_token.is_empty() {
+                    writeln!(out, "next page: --page-token {}", r.next_page_token)?;
+                }
+            }
+        }
+        RecordsCommand::Events {
+            after,
+            kinds,
+            count,
+        } => {
+            let mut stream = client
+                .watch_events(proto::WatchEventsRequest {
+                    after_cursor: after,
+                    kinds: kinds.iter().map(|k| k.to_proto() as i32).collect(),
+                })
+                .await?
+                .into_inner();
+            let mut n = 0u64;
+            while count == 0 || n < count {
+                let Some(item) = stream.next().await else {
+                    break;
+                };
+                let e = item?;
+                if json {
+                    let detail: serde_json::Value =
+                        serde_json::from_str(&e.detail_json).unwrap_or(serde_json::Value::Null);
+                    writeln!(
+                        out,
+                        "{}",
+                        json!({"cursor": e.cursor, "kind": kind_name(e.kind), "unix": e.unix,
+                               "match_id": e.match_id, "player_id": e.player_id, "detail": detail})
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} {:.3} {} match={} player={} {}",
+                        e.cursor,
+                        e.unix,
+                        kind_name(e.kind),
+                        e.match_id,
+                        e.player_id,
+                        e.detail_json
+                    )?;
+                }
+                out.flush()?;
+                n += 1;
+            }
+        }
+        RecordsCommand::ReloadConfig => {
+            let r = client
+                .reload_config(proto::ReloadConfigRequest {})
+                .await?
+                .into_inner();
+            if json {
+                writeln!(out, "{}", json!({"changed_queues": r.changed_queues}))?;
+            } else if r.changed_queues.is_empty() {
+                writeln!(out, "config reloaded; no queue changed")?;
+            } else {
+                writeln!(
+                    out,
+                    "config reloaded; changed: {}",
+                    r.changed_queues.join(", ")
+                )?;
+            }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_print_without_their_prefix() {
+        assert_eq!(
+            kind_name(proto::EventKind::MatchFormed as i32),
+            "MATCH_FORMED"
+        );
+        assert_eq!(kind_name(99), "99");
+        assert_eq!(
+            KindArg::PlayerUnbanned.to_proto(),
+            proto::EventKind::PlayerUnbanned
+        );
+    }
 }

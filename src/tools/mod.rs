@@ -3,12 +3,13 @@
 //! imports them.
 
 pub mod admin;
-mod admin_records;
+pub mod admin_records;
 pub mod bench_cluster;
 pub mod bench_matcher;
 pub mod bench_memory;
 pub mod bench_results;
 pub mod loadgen;
+mod match_records;
 pub mod migrate_store;
 
 /// Why a tool could not finish: a bad flag, a server or store that failed, or a run that did not

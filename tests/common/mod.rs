@@ -89,7 +89,13 @@ impl TestServer {
 
     /// Starts a server on the given data dir.
     pub async fn start_in(data_dir: &std::path::Path, extra_toml: &str) -> Self {
-        let mut config = Config::from_toml_str(extra_toml).expect("test config");
+        let config = Config::from_toml_str(extra_toml).expect("test config");
+        Self::start_with(data_dir, config).await
+    }
+
+    /// Starts a server on the given data dir with a config built by the caller (e.g. loaded
+    /// from a file, so `ReloadConfig` can read it again).
+    pub async fn start_with(data_dir: &std::path::Path, mut config: Config) -> Self {
         config.server.tick_interval_ms = 20;
         config.server.metrics_addr = String::new();
         config.server.shutdown_grace_ms = 2000;

@@ -21,6 +21,7 @@
 //! records), so the `players` hash is always current and snapshots rewrite nothing that did not
 //! change since the last write.
 
+mod admin;
 mod conn;
 mod durability;
 mod records;
@@ -73,9 +74,11 @@ enum Hash {
     MatchRecords,
     /// How many players' history lists hold each record (likewise never loaded).
     MatchRefs,
+    /// Bans, the audit log and the event log (see `admin.rs`).
+    Admin,
 }
 
-const HASHES: [(Hash, &str); 15] = [
+const HASHES: [(Hash, &str); 16] = [
     (Hash::Players, "{mm}:players"),
     (Hash::Parties, "{mm}:parties"),
     (Hash::Journal, "{mm}:journal"),
@@ -91,6 +94,7 @@ const HASHES: [(Hash, &str); 15] = [
     (Hash::Rosters, "{mm}:rosters"),
     (Hash::MatchRecords, "{mm}:match_records"),
     (Hash::MatchRefs, "{mm}:match_refs"),
+    (Hash::Admin, "{mm}:admin"),
 ];
 
 /// Hashes read into the mirror when the store opens: all but the match history, which can
@@ -598,7 +602,7 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         let r: PartyRoster = decode(&v, &format!("party {id}"))?;
         data.rosters.insert(PartyId::new(id.as_str()), r);
     }
-    Ok(())
+    admin::fill(data, take(Hash::Admin))
 }
 
 /// The JSON array of a segment's matches, from their encodings.

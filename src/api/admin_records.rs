@@ -1,0 +1,339 @@
+//! `AdminService`'s player and match records: `DeletePlayer`, `BanPlayer`, `UnbanPlayer`,
+//! `ListAuditLog`, `WatchEvents`. Handlers validate, note what they name for the audit log,
+//! call the state or the ledger, and map back; the records live in `state::records` and
+//! `store::admin_records`.
+
+use std::pin::Pin;
+
+use serde_json::json;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use super::Admin;
+use super::audit::note;
+use super::convert;
+use crate::ids::PlayerId;
+use crate::matchmaker::Command;
+use crate::proto;
+use crate::rejection::Rejection;
+use crate::state::{TicketState, unix_now};
+use crate::store::{Ban, EventKind, EventRecord};
+
+/// Longest ban reason, in characters.
+pub const MAX_REASON_CHARS: usize = 500;
+/// Audit entries per page when the request says 0, and at most.
+const AUDIT_PAGE: u32 = 100;
+const MAX_AUDIT_PAGE: u32 = 1000;
+/// Events a `WatchEvents` stream buffers for a slow reader.
+const EVENT_BUFFER: usize = 64;
+
+/// A `WatchEvents` stream.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
+
+/// The proto kind of an event kind.
+pub fn kind_to_proto(kind: EventKind) -> proto::EventKind {
+    match kind {
+        EventKind::MatchFormed => proto::EventKind::MatchFormed,
+        EventKind::MatchAllocated => proto::EventKind::MatchAllocated,
+        EventKind::MatchStarted => proto::EventKind::MatchStarted,
+        EventKind::MatchCompleted => proto::EventKind::MatchCompleted,
+        EventKind::MatchCancelled => proto::EventKind::MatchCancelled,
+        EventKind::RatingChanged => proto::EventKind::RatingChanged,
+        EventKind::SeasonReset => proto::EventKind::SeasonReset,
+        EventKind::PlayerDeleted => proto::EventKind::PlayerDeleted,
+        EventKind::PlayerBanned => proto::EventKind::PlayerBanned,
+        EventKind::PlayerUnbanned => proto::EventKind::PlayerUnbanned,
+    }
+}
+
+/// The event kinds a request names, or the field and rule it breaks.
+fn kinds_filter(kinds: &[i32]) -> Result<Vec<i32>, Rejection> {
+    for (i, k) in kinds.iter().enumerate() {
+        match proto::EventKind::try_from(*k) {
+            Ok(proto::EventKind::Unspecified) | Err(_) => {
+                return Err(Rejection::invalid(
+                    format!("kinds[{i}]"),
+                    format!("must be a known EventKind other than UNSPECIFIED (got {k})"),
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    Ok(kinds.to_vec())
+}
+
+fn player_event(kind: EventKind, player: &PlayerId, detail: serde_json::Value) -> EventRecord {
+    EventRecord {
+        kind,
+        unix: unix_now(),
+        match_id: String::new(),
+        player_id: player.to_string(),
+        detail_json: detail.to_string(),
+    }
+}
+
+/// A validated `BanPlayerRequest`, or the field and rule it breaks (pure: `now` is given).
+pub fn ban_from(req: &proto::BanPlayerRequest, now: f64) -> Result<Ban, Rejection> {
+    convert::id("player_id", &req.player_id)?;
+    if req.until_unix < 0 || (req.until_unix != 0 && (req.until_unix as f64) <= now) {
+        return Err(Rejection::invalid(
+            "until_unix",
+            format!(
+                "must be a unix time in the future, or 0 to ban for good (got {}, now {})",
+                req.until_unix, now as i64
+            ),
+        ));
+    }
+    let reason = req.reason.trim();
+    if reason.is_empty() {
+        return Err(Rejection::invalid("reason", "must not be empty"));
+    }
+    if reason.chars().count() > MAX_REASON_CHARS || reason.chars().any(char::is_control) {
+        return Err(Rejection::invalid(
+            "reason",
+            format!(
+                "must be at most {MAX_REASON_CHARS} characters, none of them control characters"
+            ),
+        ));
+    }
+    Ok(Ban {
+        player: PlayerId::new(req.player_id.as_str()),
+        until_unix: req.until_unix,
+        reason: reason.to_string(),
+        since_unix: now,
+    })
+}
+
+impl Admin {
+    /// Cancels the player's waiting ticket, if any; whether one was cancelled.
+    async fn cancel_waiting(&self, player: &PlayerId) -> Result<bool, Status> {
+        let Some(ticket) = self.state.waiting_ticket_of(player) else {
+            return Ok(false);
+        };
+        let state = self
+            .matchmaker
+            .ask(|reply| Command::Cancel { ticket, reply })
+            .await?;
+        Ok(state == TicketState::Cancelled)
+    }
+
+    pub(super) async fn delete_player_call(
+        &self,
+        request: Request<proto::DeletePlayerRequest>,
+    ) -> Result<Response<proto::DeletePlayerResponse>, Status> {
+        note(
+            &request,
+            format!("player_id={:?}", request.get_ref().player_id),
+        );
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        let player = PlayerId::new(req.player_id.as_str());
+        let ticket_cancelled = self.cancel_waiting(&player).await?;
+        let p = player.clone();
+        let erased = self
+            .ledger
+            .exclusive(move |state| state.erase_player(&p))
+            .await??;
+        self.state
+            .emit_durable(&[player_event(
+                EventKind::PlayerDeleted,
+                &player,
+                json!({ "pools": erased.pools, "ticket_cancelled": ticket_cancelled }),
+            )])
+            .await?;
+        tracing::info!(player = %player, pools = ?erased.pools, "player erased");
+        Ok(Response::new(proto::DeletePlayerResponse {
+            pools: erased.pools,
+            ticket_cancelled,
+        }))
+    }
+
+    pub(super) async fn ban_player_call(
+        &self,
+        request: Request<proto::BanPlayerRequest>,
+    ) -> Result<Response<proto::BanPlayerResponse>, Status> {
+        let r = request.get_ref();
+        note(
+            &request,
+            format!(
+                "player_id={:?} until_unix={} reason={:?}",
+                r.player_id, r.until_unix, r.reason
+            ),
+        );
+        let ban = ban_from(request.get_ref(), unix_now())?;
+        let player = ban.player.clone();
+        let event = player_event(
+            EventKind::PlayerBanned,
+            &player,
+            json!({ "until_unix": ban.until_unix, "reason": ban.reason }),
+        );
+        // The ban first, so no new ticket gets in; then the waiting one goes.
+        self.state.ban(ban)?;
+        let ticket_cancelled = self.cancel_waiting(&player).await?;
+        self.state.emit_durable(&[event]).await?;
+        Ok(Response::new(proto::BanPlayerResponse { ticket_cancelled }))
+    }
+
+    pub(super) async fn unban_player_call(
+        &self,
+        request: Request<proto::UnbanPlayerRequest>,
+    ) -> Result<Response<proto::UnbanPlayerResponse>, Status> {
+        note(
+            &request,
+            format!("player_id={:?}", request.get_ref().player_id),
+        );
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        let player = PlayerId::new(req.player_id.as_str());
+        let was_banned = self.state.unban(&player)?;
+        self.state
+            .emit_durable(&[player_event(
+                EventKind::PlayerUnbanned,
+                &player,
+                json!({ "was_banned": was_banned }),
+            )])
+            .await?;
+        Ok(Response::new(proto::UnbanPlayerResponse { was_banned }))
+    }
+
+    pub(super) async fn list_audit_log_call(
+        &self,
+        request: Request<proto::ListAuditLogRequest>,
+    ) -> Result<Response<proto::ListAuditLogResponse>, Status> {
+        let req = request.into_inner();
+        let after: u64 = if req.page_token.is_empty() {
+            0
+        } else {
+            req.page_token.parse().map_err(|_| {
+                Rejection::invalid(
+                    "page_token",
+                    "must be a next_page_token from an earlier response",
+                )
+            })?
+        };
+        let limit = match req.limit {
+            0 => AUDIT_PAGE,
+            n if n > MAX_AUDIT_PAGE => {
+                return Err(Rejection::invalid(
+                    "limit",
+                    format!("must be at most {MAX_AUDIT_PAGE} (got {n})"),
+                )
+                .into());
+            }
+            n => n,
+        } as usize;
+        let page = self.state.store().audit_after(after, limit)?;
+        let next_page_token = match page.last() {
+            Some((seq, _)) if page.len() == limit => seq.to_string(),
+            _ => String::new(),
+        };
+        Ok(Response::new(proto::ListAuditLogResponse {
+            entries: page
+                .into_iter()
+                .map(|(_, a)| proto::AuditEntry {
+                    unix: a.unix,
+                    actor: a.actor,
+                    action: a.action,
+                    detail: a.detail,
+                })
+                .collect(),
+            next_page_token,
+        }))
+    }
+
+    pub(super) async fn watch_events_call(
+        &self,
+        request: Request<proto::WatchEventsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        let r = request.get_ref();
+        note(
+            &request,
+            format!("after_cursor={} kinds={:?}", r.after_cursor, r.kinds),
+        );
+        let req = request.into_inner();
+        let kinds = kinds_filter(&req.kinds)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
+        tokio::spawn(self.state.clone().send_events(
+            req.after_cursor,
+            move |kind| kinds.is_empty() || kinds.contains(&(kind_to_proto(kind) as i32)),
+            tx,
+            self.shutdown.clone(),
+        ));
+        let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| {
+            item.map(|(cursor, e)| proto::Event {
+                cursor,
+                kind: kind_to_proto(e.kind) as i32,
+                unix: e.unix,
+                match_id: e.match_id,
+                player_id: e.player_id,
+                detail_json: e.detail_json,
+            })
+            .map_err(Status::from)
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(player: &str, until: i64, reason: &str) -> proto::BanPlayerRequest {
+        proto::BanPlayerRequest {
+            player_id: player.into(),
+            until_unix: until,
+            reason: reason.into(),
+        }
+    }
+
+    fn field(r: Result<Ban, Rejection>) -> String {
+        match r {
+            Err(Rejection::Invalid(f)) => f.field.clone(),
+            other => panic!("expected a field error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_ban_is_validated_field_by_field() {
+        let now = 1_000.0;
+        let ban = ban_from(&req("p1", 0, "  cheating "), now).unwrap();
+        assert_eq!(
+            (ban.until_unix, ban.reason.as_str(), ban.since_unix),
+            (0, "cheating", now)
+        );
+        assert_eq!(
+            ban_from(&req("p1", 1_001, "x"), now).unwrap().until_unix,
+            1_001
+        );
+        assert_eq!(field(ban_from(&req("", 0, "x"), now)), "player_id");
+        assert_eq!(field(ban_from(&req("p1", 1_000, "x"), now)), "until_unix");
+        assert_eq!(field(ban_from(&req("p1", -5, "x"), now)), "until_unix");
+        assert_eq!(field(ban_from(&req("p1", 0, "   "), now)), "reason");
+        assert_eq!(field(ban_from(&req("p1", 0, "a\u{0}b"), now)), "reason");
+        let long = "x".repeat(MAX_REASON_CHARS + 1);
+        assert_eq!(field(ban_from(&req("p1", 0, &long), now)), "reason");
+    }
+
+    #[test]
+    fn event_kinds_are_checked_and_every_store_kind_has_a_proto_kind() {
+        assert!(kinds_filter(&[1, 6]).is_ok());
+        assert!(kinds_filter(&[0]).is_err());
+        assert!(kinds_filter(&[99]).is_err());
+        let all = [
+            EventKind::MatchFormed,
+            EventKind::MatchAllocated,
+            EventKind::MatchStarted,
+            EventKind::MatchCompleted,
+            EventKind::MatchCancelled,
+            EventKind::RatingChanged,
+            EventKind::SeasonReset,
+            EventKind::PlayerDeleted,
+            EventKind::PlayerBanned,
+            EventKind::PlayerUnbanned,
+        ];
+        let mut seen: Vec<i32> = all.iter().map(|k| kind_to_proto(*k) as i32).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), all.len());
+        assert!(!seen.contains(&0));
+    }
+}

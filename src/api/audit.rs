@@ -1,0 +1,217 @@
+//! The audit log of the admin service: a tower layer around `AdminService` that writes one
+//! durable entry per call (when, who, which method, what it named and how it ended) before the
+//! answer leaves. It runs after authentication, so the actor is the verified token's `sub`
+//! ("anonymous" with auth off); calls the auth layer refused never reach it.
+//!
+//! Handlers say what a call named through [`AuditNote`], a slot the layer puts in the request's
+//! extensions; the outcome is read from the answer's `grpc-status` header (a unary error or a
+//! refused stream), and is `OK` otherwise.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::server::NamedService;
+use tower::{Layer, Service};
+
+use crate::auth::Identity;
+use crate::store::{AuditRecord, Store};
+
+/// The actor written when auth is off.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// What the call named, filled in by its handler.
+#[derive(Clone, Default)]
+pub struct AuditNote(Arc<Mutex<String>>);
+
+impl AuditNote {
+    /// Records what the call named (e.g. `player_id="p1"`).
+    pub fn set(&self, detail: impl Into<String>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = detail.into();
+    }
+
+    fn take(&self) -> String {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Notes what a call named, when it runs behind the audit layer.
+pub fn note<T>(request: &tonic::Request<T>, detail: impl Into<String>) {
+    if let Some(n) = request.extensions().get::<AuditNote>() {
+        n.set(detail);
+    }
+}
+
+/// The layer.
+#[derive(Clone)]
+pub struct AuditLayer {
+    store: Store,
+}
+
+impl AuditLayer {
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+impl<S> Layer<S> for AuditLayer {
+    type Service = Audited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Audited {
+            inner,
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// The service [`AuditLayer`] makes.
+#[derive(Clone)]
+pub struct Audited<S> {
+    inner: S,
+    store: Store,
+}
+
+impl<S: NamedService> NamedService for Audited<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+/// The entry for one answered call (pure, so it is unit-tested).
+pub fn entry(
+    unix: f64,
+    path: &str,
+    identity: Option<&Identity>,
+    detail: &str,
+    headers: &http::HeaderMap,
+) -> AuditRecord {
+    let action = path.rsplit('/').next().unwrap_or(path).to_string();
+    let code = headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .unwrap_or(0);
+    let outcome = if code == 0 {
+        "OK".to_string()
+    } else {
+        let message = headers
+            .get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            .map(|m| {
+                percent_encoding::percent_decode_str(m)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .unwrap_or_default();
+        format!("{:?}: {message}", tonic::Code::from(code))
+    };
+    AuditRecord {
+        unix,
+        actor: identity.map_or_else(|| ANONYMOUS.to_string(), |i| i.sub.clone()),
+        action,
+        detail: if detail.is_empty() {
+            outcome
+        } else {
+            format!("{detail}: {outcome}")
+        },
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, ReqBody> Service<http::Request<ReqBody>> for Audited<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<ReqBody>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = self.store.clone();
+        let note = AuditNote::default();
+        req.extensions_mut().insert(note.clone());
+        let identity = req.extensions().get::<Identity>().cloned();
+        let path = req.uri().path().to_string();
+        Box::pin(async move {
+            let response = inner.call(req).await?;
+            let record = entry(
+                crate::state::unix_now(),
+                &path,
+                identity.as_ref(),
+                &note.take(),
+                response.headers(),
+            );
+            // Durable before the answer leaves: an acknowledged admin call is always audited.
+            let written = match store.append_audit(&record) {
+                Ok(_) => store.flush_async().await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(()) => Ok(response),
+                Err(e) => {
+                    tracing::error!(error = %e, action = %record.action, "audit entry not written");
+                    crate::telemetry::store_error("audit");
+                    Ok(tonic::Status::unavailable(format!(
+                        "the call ran but its audit entry could not be written: {e}"
+                    ))
+                    .into_http())
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Role;
+
+    #[test]
+    fn an_entry_names_the_actor_the_method_and_the_outcome() {
+        let admin = Identity {
+            sub: "ops-1".into(),
+            role: Role::Admin,
+        };
+        let ok = entry(
+            5.0,
+            "/matchmaker.v1.AdminService/BanPlayer",
+            Some(&admin),
+            "player_id=\"p1\"",
+            &http::HeaderMap::new(),
+        );
+        assert_eq!(
+            ok,
+            AuditRecord {
+                unix: 5.0,
+                actor: "ops-1".into(),
+                action: "BanPlayer".into(),
+                detail: "player_id=\"p1\": OK".into(),
+            }
+        );
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-status", "3".parse().unwrap());
+        headers.insert(
+            "grpc-message",
+            "reason%3A must not be empty".parse().unwrap(),
+        );
+        let bad = entry(6.0, "/x/DeletePlayer", None, "", &headers);
+        assert_eq!(bad.actor, ANONYMOUS);
+        assert_eq!(bad.action, "DeletePlayer");
+        assert_eq!(bad.detail, "InvalidArgument: reason: must not be empty");
+    }
+}

@@ -1,0 +1,299 @@
+//! Config reloads (`ReloadConfig` and SIGHUP): the config file is read and validated again;
+//! queue settings that may change while running go to the matchmaker loop, which rebuilds the
+//! pools with every waiting ticket and only then switches the state's queue configs. A file
+//! that does not load, or that changes what a running server cannot change, is refused and the
+//! running config stays.
+//!
+//! What may change per queue: `matching` (windows, expansion, quality floor, latency, TTL,
+//! regions, roles, party size), `rules`, `ready_check_seconds`, `backfill` and
+//! `max_party_size`. What may not: the set of queues, a queue's `teams`, `team_size`,
+//! `rating_pool`, `rating` (the pool's system), `ranking` and `tick_interval_ms`. Sections other
+//! than `[queues]` are read at start only; a reload that changes them logs that a restart is
+//! needed and applies the queue changes.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ConfigError, QueueConfig};
+use crate::ids::QueueId;
+use crate::matchmaker::{Command, Handle, HandleError};
+
+/// Why a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("the server was started without --config: there is no file to reload")]
+    NoFile,
+    /// The file does not load or validate (the message names the key).
+    #[error("the config file was refused and the running config stays: {0}")]
+    Config(#[from] ConfigError),
+    /// A change a running server cannot make.
+    #[error("the config file was refused and the running config stays: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Loop(#[from] HandleError),
+}
+
+/// The queue settings to apply (pure): each changed queue's new config, in name order, or why
+/// the new config cannot be applied while running.
+pub fn plan(running: &Config, new: &Config) -> Result<Vec<(QueueId, QueueConfig)>, ReloadError> {
+    let added: Vec<&str> = new
+        .queues
+        .keys()
+        .filter(|q| !running.queues.contains_key(*q))
+        .map(String::as_str)
+        .collect();
+    let removed: Vec<&str> = running
+        .queues
+        .keys()
+        .filter(|q| !new.queues.contains_key(*q))
+        .map(String::as_str)
+        .collect();
+    if !added.is_empty() || !removed.is_empty() {
+        return Err(ReloadError::Refused(format!(
+            "queues cannot be added or removed while running (added: [{}], removed: [{}]); restart to change the set of queues",
+            added.join(", "),
+            removed.join(", ")
+        )));
+    }
+    let mut changed = Vec::new();
+    for (name, old) in &running.queues {
+        let q = &new.queues[name];
+        let fixed = [
+            ("teams", json(&old.teams) == json(&q.teams)),
+            ("team_size", json(&old.team_size) == json(&q.team_size)),
+            (
+                "rating_pool",
+                json(&old.rating_pool) == json(&q.rating_pool),
+            ),
+            ("rating", json(&old.rating) == json(&q.rating)),
+            ("ranking", json(&old.ranking) == json(&q.ranking)),
+            (
+                "tick_interval_ms",
+                json(&old.tick_interval_ms) == json(&q.tick_interval_ms),
+            ),
+        ];
+        if let Some((key, _)) = fixed.iter().find(|(_, same)| !same) {
+            return Err(ReloadError::Refused(format!(
+                "queues.{name}.{key} cannot change while running (a pool's rating system and a queue's shape are fixed); restart to change it"
+            )));
+        }
+        if json(old) != json(q) {
+            changed.push((QueueId::new(name.as_str()), q.clone()));
+        }
+    }
+    Ok(changed)
+}
+
+/// Sections read at start only that differ (pure), for the log.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+    let mut sections = Vec::new();
+    let pairs = [
+        ("server", json(&running.server) == json(&new.server)),
+        ("store", json(&running.store) == json(&new.store)),
+        ("auth", json(&running.auth) == json(&new.auth)),
+        ("tls", json(&running.tls) == json(&new.tls)),
+        (
+            "rate_limit",
+            json(&running.rate_limit) == json(&new.rate_limit),
+        ),
+        ("ranking", json(&running.ranking) == json(&new.ranking)),
+        ("season", json(&running.season) == json(&new.season)),
+        (
+            "telemetry",
+            json(&running.telemetry) == json(&new.telemetry),
+        ),
+        ("cluster", json(&running.cluster) == json(&new.cluster)),
+        ("events", json(&running.events) == json(&new.events)),
+    ];
+    for (name, same) in pairs {
+        if !same {
+            sections.push(name);
+        }
+    }
+    sections
+}
+
+/// `config` with the queue settings its file holds now, when the file loads and its changes are
+/// ones a reload would apply (a cluster node starting its engine after taking the queues, so a
+/// reload sent to an earlier owner is not lost by a failover); otherwise `config` as it is.
+pub fn with_current_queues(mut config: Config) -> Config {
+    let Some(source) = config.source.clone() else {
+        return config;
+    };
+    match Config::load(Some(&source.path), &source.overrides)
+        .map_err(ReloadError::from)
+        .and_then(|new| plan(&config, &new).map(|changes| (new, changes)))
+    {
+        Ok((new, changes)) => {
+            if !changes.is_empty() {
+                let names: Vec<&str> = changes.iter().map(|(q, _)| q.as_str()).collect();
+                tracing::info!(changed_queues = ?names, "queue settings from the config file as it is now");
+            }
+            config.queues = new.queues;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "starting with the queue settings loaded at start");
+        }
+    }
+    config
+}
+
+fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// Reloads the running server's config. Cloneable; reloads run one at a time.
+#[derive(Clone)]
+pub struct Reloader {
+    running: Arc<tokio::sync::Mutex<Config>>,
+    matchmaker: Handle,
+}
+
+impl Reloader {
+    pub fn new(running: Config, matchmaker: Handle) -> Self {
+        Self {
+            running: Arc::new(tokio::sync::Mutex::new(running)),
+            matchmaker,
+        }
+    }
+
+    /// Reads the file again and applies the queue changes; the names of the queues that changed.
+    pub async fn reload(&self) -> Result<Vec<String>, ReloadError> {
+        let mut running = self.running.lock().await;
+        let source = running.source.clone().ok_or(ReloadError::NoFile)?;
+        let new = Config::load(Some(&source.path), &source.overrides)?;
+        let changes = plan(&running, &new)?;
+        let restart = restart_only_changes(&running, &new);
+        if !restart.is_empty() {
+            tracing::warn!(
+                sections = ?restart,
+                "config reload: these sections are read at start only; restart to apply them"
+            );
+        }
+        let names: Vec<String> = changes.iter().map(|(q, _)| q.to_string()).collect();
+        if !changes.is_empty() {
+            let applied = self
+                .matchmaker
+                .ask(|reply| Command::Reconfigure {
+                    queues: changes,
+                    reply,
+                })
+                .await?;
+            applied.map_err(ReloadError::Refused)?;
+        }
+        // What is running now: the new queues, the rest as started.
+        running.queues = new.queues;
+        tracing::info!(changed_queues = ?names, "config reloaded");
+        Ok(names)
+    }
+
+    /// Reloads on every SIGHUP until `shutdown`, logging the outcome.
+    #[cfg(unix)]
+    pub async fn on_sighup(self, shutdown: CancellationToken) {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("SIGHUP cannot be watched: reload with the ReloadConfig call");
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                got = hup.recv() => {
+                    if got.is_none() {
+                        return;
+                    }
+                    match self.reload().await {
+                        Ok(changed) => tracing::info!(?changed, "SIGHUP: config reloaded"),
+                        Err(e) => tracing::error!(error = %e, "SIGHUP: config reload refused"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// No SIGHUP here: reload with the `ReloadConfig` call.
+    #[cfg(not(unix))]
+    pub async fn on_sighup(self, shutdown: CancellationToken) {
+        shutdown.cancelled().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        Config::from_toml_str(extra).unwrap()
+    }
+
+    fn refusal(e: ReloadError) -> String {
+        match e {
+            ReloadError::Refused(m) => m,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_changed_queues_are_planned() {
+        let running = config("");
+        assert!(plan(&running, &config("")).unwrap().is_empty());
+        let new = config("[queues.1v1.matching]\nwindow = 75.0\n");
+        let changes = plan(&running, &new).unwrap();
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].0.as_str(), "1v1");
+        assert_eq!(changes[0].1.matching.window, 75.0);
+        let ready = config("[queues.2v2]\nready_check_seconds = 15.0\n");
+        let names: Vec<String> = plan(&running, &ready)
+            .unwrap()
+            .iter()
+            .map(|(q, _)| q.to_string())
+            .collect();
+        assert_eq!(names, vec!["2v2"]);
+    }
+
+    #[test]
+    fn a_new_queue_a_removed_queue_or_a_new_rating_system_is_refused() {
+        let running = config("");
+        let added = config(
+            "[queues.duo]\nteams = 2\nteam_size = 1\nmax_party_size = 1\nranking = \"none\"\n",
+        );
+        let m = refusal(plan(&running, &added).unwrap_err());
+        assert!(m.contains("added: [duo]"), "{m}");
+        let m = refusal(plan(&added, &running).unwrap_err());
+        assert!(m.contains("removed: [duo]"), "{m}");
+        let elo = config("[queues.1v1.rating]\nsystem = \"elo\"\n");
+        let m = refusal(plan(&running, &elo).unwrap_err());
+        assert!(m.contains("queues.1v1.rating cannot change"), "{m}");
+        let shape = config("[queues.2v2]\nteam_size = 3\nmax_party_size = 3\n");
+        let m = refusal(plan(&running, &shape).unwrap_err());
+        assert!(m.contains("queues.2v2.team_size"), "{m}");
+    }
+
+    #[test]
+    fn other_sections_are_reported_as_needing_a_restart() {
+        let running = config("");
+        let new = config("[server]\ntick_interval_ms = 70\n");
+        assert_eq!(restart_only_changes(&running, &new), vec!["server"]);
+        assert!(plan(&running, &new).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_engine_starts_with_the_file_as_it_is_now_when_a_reload_could_apply_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
+        let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 90.0\n").unwrap();
+        let now = with_current_queues(started.clone());
+        assert_eq!(now.queues["1v1"].matching.window, 90.0);
+        // A file a reload would refuse leaves the settings loaded at start.
+        std::fs::write(&file, "[queues.1v1.rating]\nsystem = \"elo\"\n").unwrap();
+        let kept = with_current_queues(started.clone());
+        assert_eq!(kept.queues["1v1"].matching.window, 50.0);
+        assert_eq!(
+            json(&kept.queues["1v1"].rating),
+            json(&started.queues["1v1"].rating)
+        );
+    }
+}

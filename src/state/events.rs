@@ -1,0 +1,344 @@
+//! The event log's hub: state changes emit events here; one writer task appends them to the
+//! store in batches, flushes, and only then publishes the new last cursor, so a watcher never
+//! sees an event a crash could take back (cursors are never reused). Admin changes append and
+//! flush their event themselves before they answer ([`State::emit_durable`]).
+//!
+//! Emitting never blocks and never takes a player or match lock: the pending list is its own
+//! small lock, drained by the writer every time it is woken.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::State;
+use super::matches::Assignment;
+use crate::records::ResultAck;
+use crate::store::{EventKind, EventRecord, StoreError};
+
+/// Events read from the store per step of a watcher.
+const EVENT_BATCH: usize = 256;
+
+/// The hub inside the state.
+pub(super) struct Events {
+    pending: Mutex<Vec<EventRecord>>,
+    wake: Notify,
+    /// The last durable cursor.
+    published: watch::Sender<u64>,
+}
+
+impl Events {
+    pub(super) fn new(last: u64) -> Self {
+        Self {
+            pending: Mutex::new(Vec::new()),
+            wake: Notify::new(),
+            published: watch::Sender::new(last),
+        }
+    }
+
+    fn take(&self) -> Vec<EventRecord> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A match event's record (pure).
+pub fn match_event(kind: EventKind, a: &Assignment, unix: f64, extra: &str) -> EventRecord {
+    let mut detail = json!({
+        "queue": a.queue.as_str(),
+        "teams": a.teams.iter().map(|t| t.iter().map(|p| p.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+    });
+    if !a.server_address.is_empty() {
+        detail["server_address"] = json!(a.server_address);
+    }
+    if !extra.is_empty() {
+        detail["reason"] = json!(extra);
+    }
+    EventRecord {
+        kind,
+        unix,
+        match_id: a.match_id.to_string(),
+        player_id: String::new(),
+        detail_json: detail.to_string(),
+    }
+}
+
+/// A result's events (pure): the match completed, then each player's rating change.
+pub fn result_events(match_id: &str, ack: &ResultAck, unix: f64) -> Vec<EventRecord> {
+    let mut events = vec![EventRecord {
+        kind: EventKind::MatchCompleted,
+        unix,
+        match_id: match_id.to_string(),
+        player_id: String::new(),
+        detail_json: json!({ "queue": ack.queue }).to_string(),
+    }];
+    events.extend(ack.changes.iter().map(|c| {
+        EventRecord {
+            kind: EventKind::RatingChanged,
+            unix,
+            match_id: match_id.to_string(),
+            player_id: c.player_id.to_string(),
+            detail_json: json!({
+                "queue": ack.queue,
+                "mean_before": c.before.mean,
+                "mean_after": c.after.mean,
+                "deviation_before": c.before.deviation,
+                "deviation_after": c.after.deviation,
+                "rank_points_before": c.rank_points_before,
+                "rank_points_after": c.rank_points_after,
+            })
+            .to_string(),
+        }
+    }));
+    events
+}
+
+impl State {
+    /// Queues an event for the writer task (durable within one of its flushes).
+    pub fn emit(&self, events: impl IntoIterator<Item = EventRecord>) {
+        let mut pending = self
+            .inner
+            .events
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let before = pending.len();
+        pending.extend(events);
+        if pending.len() > before {
+            self.inner.events.wake.notify_one();
+        }
+    }
+
+    /// Appends events and makes them durable now (admin changes, before they answer).
+    pub async fn emit_durable(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let last = self.inner.store.append_events(events)?;
+        self.inner.store.flush_async().await?;
+        self.publish(last);
+        Ok(())
+    }
+
+    fn publish(&self, last: u64) {
+        self.inner
+            .events
+            .published
+            .send_if_modified(|p| (last > *p).then(|| *p = last).is_some());
+    }
+
+    /// Sends every durable event after `after` that `wanted` keeps, then each new one as it
+    /// becomes durable, until the receiver goes, `shutdown`, or a store error (sent last).
+    pub async fn send_events(
+        self,
+        after: u64,
+        wanted: impl Fn(EventKind) -> bool,
+        tx: mpsc::Sender<Result<(u64, EventRecord), StoreError>>,
+        shutdown: CancellationToken,
+    ) {
+        let mut published = self.inner.events.published.subscribe();
+        let mut cursor = after;
+        loop {
+            let durable = *published.borrow_and_update();
+            while cursor < durable {
+                let batch = match self.inner.store.events_after(cursor, EVENT_BATCH) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                // Nothing left up to the durable cursor (trimmed meanwhile, or only events
+                // not yet durable follow): skip ahead to it.
+                if batch.first().is_none_or(|(seq, _)| *seq > durable) {
+                    cursor = durable;
+                    break;
+                }
+                for (seq, e) in batch {
+                    if seq > durable {
+                        break;
+                    }
+                    cursor = seq;
+                    if wanted(e.kind) && tx.send(Ok((seq, e))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tx.closed() => return,
+                changed = published.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
+    /// left; every `trim_every` drops events older than `retention` or beyond the newest
+    /// `max_events`.
+    pub async fn write_events(
+        self,
+        retention: Duration,
+        max_events: u64,
+        trim_every: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut trim = tokio::time::interval(trim_every);
+        trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let stop = tokio::select! {
+                () = shutdown.cancelled() => true,
+                () = self.inner.events.wake.notified() => false,
+                _ = trim.tick() => {
+                    let before = super::unix_now() - retention.as_secs_f64();
+                    match self.inner.store.trim_events(before, max_events) {
+                        Ok(n) if n > 0 => tracing::debug!(events = n, "old events trimmed"),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "trimming events failed"),
+                    }
+                    false
+                }
+            };
+            let batch = self.inner.events.take();
+            if !batch.is_empty() {
+                let written = match self.inner.store.append_events(&batch) {
+                    Ok(last) => self.inner.store.flush_async().await.map(|()| last),
+                    Err(e) => Err(e),
+                };
+                match written {
+                    Ok(last) => self.publish(last),
+                    Err(e) => {
+                        tracing::error!(error = %e, events = batch.len(), "events not written");
+                        crate::telemetry::store_error("events");
+                    }
+                }
+            }
+            if stop {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    use crate::ids::{MatchId, PlayerId, QueueId};
+    use crate::rating::Skill;
+    use crate::records::PlayerChange;
+
+    #[test]
+    fn a_result_gives_one_completed_event_then_one_rating_change_per_player() {
+        let skill = |mean| Skill {
+            mean,
+            deviation: 50.0,
+            volatility: 0.06,
+        };
+        let ack = ResultAck {
+            queue: "1v1".into(),
+            changes: vec![PlayerChange {
+                player_id: PlayerId::new("p1"),
+                before: skill(1500.0),
+                after: skill(1516.0),
+                rank_points_before: 10,
+                rank_points_after: 30,
+            }],
+        };
+        let events = result_events("m1", &ack, 7.0);
+        let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![EventKind::MatchCompleted, EventKind::RatingChanged]
+        );
+        assert_eq!(events[1].player_id, "p1");
+        let detail: serde_json::Value = serde_json::from_str(&events[1].detail_json).unwrap();
+        assert_eq!(detail["mean_after"], 1516.0);
+        assert_eq!(detail["rank_points_after"], 30);
+    }
+
+    #[test]
+    fn a_match_event_names_its_queue_teams_and_server() {
+        let a = Assignment {
+            match_id: MatchId::new("m9"),
+            queue: QueueId::new("2v2"),
+            teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
+            win_probability: vec![0.5, 0.5],
+            region: None,
+            server_address: "gs-1:7777".into(),
+            parties: Vec::new(),
+            backfill: Vec::new(),
+            left: Vec::new(),
+            attributes: Default::default(),
+        };
+        let e = match_event(EventKind::MatchAllocated, &a, 1.0, "");
+        assert_eq!(e.match_id, "m9");
+        let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+        assert_eq!(detail["queue"], "2v2");
+        assert_eq!(detail["teams"], json!([["a"], ["b"]]));
+        assert_eq!(detail["server_address"], "gs-1:7777");
+    }
+
+    fn event(kind: EventKind, player: &str) -> EventRecord {
+        EventRecord {
+            kind,
+            unix: 1.0,
+            match_id: String::new(),
+            player_id: player.into(),
+            detail_json: "{}".into(),
+        }
+    }
+
+    async fn recv(
+        rx: &mut mpsc::Receiver<Result<(u64, EventRecord), StoreError>>,
+    ) -> (u64, String) {
+        let (seq, e) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("an event within 5 s")
+            .expect("the sender is alive")
+            .expect("no store error");
+        (seq, e.player_id)
+    }
+
+    #[tokio::test]
+    async fn a_watcher_gets_durable_events_only_and_skips_what_was_trimmed() {
+        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store.clone()).unwrap();
+        let stop = CancellationToken::new();
+        state
+            .emit_durable(&[
+                event(EventKind::PlayerBanned, "a"),
+                event(EventKind::PlayerUnbanned, "a"),
+            ])
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(
+            0,
+            |k| k == EventKind::PlayerBanned,
+            tx,
+            stop.clone(),
+        ));
+        assert_eq!(recv(&mut rx).await, (1, "a".to_string()));
+        // Every event so far is trimmed, and one more is written but not yet durable: a new
+        // watcher from 0 waits (it must not spin on what it may not read yet) ...
+        store.trim_events(1e12, 0).unwrap();
+        store
+            .append_events(&[event(EventKind::PlayerBanned, "b")])
+            .unwrap();
+        let (tx2, mut rx2) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(0, |_| true, tx2, stop.clone()));
+        tokio::task::yield_now().await;
+        assert!(rx2.try_recv().is_err(), "nothing durable to send yet");
+        // ... until the next durable write publishes both.
+        state
+            .emit_durable(&[event(EventKind::PlayerBanned, "c")])
+            .await
+            .unwrap();
+        assert_eq!(recv(&mut rx2).await, (3, "b".to_string()));
+        assert_eq!(recv(&mut rx2).await, (4, "c".to_string()));
+        // The first watcher, filtering, sees only the bans.
+        assert_eq!(recv(&mut rx).await, (3, "b".to_string()));
+        assert_eq!(recv(&mut rx).await, (4, "c".to_string()));
+        stop.cancel();
+    }
+}

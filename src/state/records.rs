@@ -1,0 +1,234 @@
+//! Player records the admin service changes: bans, which `EnterQueue` checks, and the erasure
+//! of a player. Each change is written through the store here; the caller flushes before it
+//! answers.
+
+use super::{PlayerStatus, PoolRecords, State};
+use crate::ids::{PlayerId, TicketId};
+use crate::rejection::Rejection;
+use crate::store::{Ban, StoreError};
+
+/// What erasing a player removed.
+#[derive(Debug, Default, PartialEq)]
+pub struct Erased {
+    /// Rating pools the player had a record in.
+    pub pools: Vec<String>,
+    /// Party records that named the player.
+    pub parties: usize,
+}
+
+impl State {
+    /// The first banned player of `players` at `now`, as a refusal.
+    pub fn check_bans(&self, players: &[PlayerId], now: f64) -> Result<(), Rejection> {
+        for p in players {
+            if let Some(ban) = self.inner.bans.get(p)
+                && ban.holds_at(now)
+            {
+                return Err(Rejection::Banned {
+                    player: p.clone(),
+                    until_unix: ban.until_unix,
+                    reason: ban.reason.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A player's ban, if one is stored (ended or not).
+    pub fn ban_of(&self, player: &PlayerId) -> Option<Ban> {
+        self.inner.bans.get(player).map(|b| b.clone())
+    }
+
+    /// Bans a player (replacing a previous ban). Durable after the next flush.
+    pub fn ban(&self, ban: Ban) -> Result<(), StoreError> {
+        self.inner.store.put_ban(&ban)?;
+        self.inner.bans.insert(ban.player.clone(), ban);
+        Ok(())
+    }
+
+    /// Lifts a player's ban; whether there was one. Durable after the next flush.
+    pub fn unban(&self, player: &PlayerId) -> Result<bool, StoreError> {
+        let stored = self.inner.store.remove_ban(player)?;
+        Ok(self.inner.bans.remove(player).is_some() || stored)
+    }
+
+    /// The ticket a player waits in, if any.
+    pub fn waiting_ticket_of(&self, player: &PlayerId) -> Option<TicketId> {
+        match self.slot_if_known(player)?.lock().status {
+            PlayerStatus::Queued(ref t) => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// Erases a player: records in every pool, leaderboard entries, party records and ban, in
+    /// memory and (one operation) in the store. Refused while the player waits or plays: the
+    /// caller cancels a waiting ticket first. Run under the ledger's admin gate, so no result
+    /// or admin change for the player is journaled meanwhile. Durable after the next flush.
+    pub fn erase_player(&self, player: &PlayerId) -> Result<Result<Erased, Rejection>, StoreError> {
+        let mut erased = Erased::default();
+        if let Some(slot) = self.slot_if_known(player) {
+            let mut guard = slot.lock();
+            match &guard.status {
+                PlayerStatus::Idle => {}
+                PlayerStatus::Queued(ticket) => {
+                    return Ok(Err(Rejection::AlreadyQueued {
+                        player: player.clone(),
+                        ticket: ticket.clone(),
+                    }));
+                }
+                PlayerStatus::InMatch(match_id) => {
+                    return Ok(Err(Rejection::InMatch {
+                        player: player.clone(),
+                        match_id: match_id.clone(),
+                    }));
+                }
+            }
+            // The store first: if it fails, memory still matches the disk.
+            self.inner.store.erase_player(player)?;
+            for (pool, record) in guard.pools.iter() {
+                erased.pools.push(pool.to_string());
+                if self.inner.pool_systems.contains_key(pool)
+                    && let Some(entry) = self.leaderboard_entry(player, pool, record)
+                {
+                    self.rank_index(pool).remove(&entry);
+                }
+            }
+            guard.pools = PoolRecords::default();
+        } else {
+            self.inner.store.erase_player(player)?;
+        }
+        let before = self.inner.parties.len();
+        self.inner
+            .parties
+            .retain(|key, _| !crate::store::party_names(key, player));
+        erased.parties = before - self.inner.parties.len();
+        self.inner.bans.remove(player);
+        Ok(Ok(erased))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::ids::MatchId;
+    use crate::state::{Assignment, TicketSlot};
+    use crate::store::Store;
+
+    fn state() -> State {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        State::load(config, store).unwrap()
+    }
+
+    /// Plays one 1v1 match between `a` and `b` through the state (a wins), leaving `a` in the
+    /// match until `finish` is called.
+    fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
+        let queue = state.queue("queue", "1v1").unwrap();
+        let tickets: Vec<Arc<TicketSlot>> = [a, b]
+            .iter()
+            .map(|p| {
+                state
+                    .create_ticket(
+                        &queue,
+                        vec![PlayerId::new(*p)],
+                        TicketId::new(format!("t-{p}")),
+                        0.0,
+                    )
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        state.form_match(
+            &tickets,
+            Assignment {
+                match_id: MatchId::new(format!("m-{a}-{b}")),
+                queue: queue.id.clone(),
+                teams: vec![vec![PlayerId::new(a)], vec![PlayerId::new(b)]],
+                win_probability: vec![0.5, 0.5],
+                region: None,
+                server_address: String::new(),
+                parties: vec![],
+                backfill: vec![vec![], vec![]],
+                left: vec![],
+                attributes: Default::default(),
+            },
+            1.0,
+            0.0,
+            None,
+            BTreeMap::new(),
+        )
+    }
+
+    #[test]
+    fn erasing_clears_records_and_board_and_waits_for_the_match_to_end() {
+        let state = state();
+        let m = form(&state, "a", "b");
+        let refused = state.erase_player(&PlayerId::new("a")).unwrap();
+        assert!(
+            matches!(refused, Err(Rejection::InMatch { .. })),
+            "{refused:?}"
+        );
+        let (entry, _) = state
+            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
+            .unwrap();
+        state
+            .store()
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        state.apply_result(&m, &entry);
+        let queue = state.queue("queue", "1v1").unwrap();
+        assert_eq!(state.leaderboard(&queue, 0, 10).0, 2);
+
+        let erased = state.erase_player(&PlayerId::new("a")).unwrap().unwrap();
+        assert_eq!(erased.pools, vec!["1v1".to_string()]);
+        assert_eq!(state.player(&PlayerId::new("a"), "1v1").1, None);
+        let (total, page) = state.leaderboard(&queue, 0, 10);
+        assert_eq!(total, 1);
+        assert_eq!(page[0].0, PlayerId::new("b"));
+        // The store forgot the player, in the journal too, so a restart cannot bring them back.
+        let stored: Vec<PlayerId> = state
+            .store()
+            .journal_after(0)
+            .flat_map(|e| e.unwrap().1.records.into_iter().map(|(p, _)| p))
+            .collect();
+        assert_eq!(stored, vec![PlayerId::new("b")]);
+        // The id is free to play again.
+        form(&state, "a", "c");
+    }
+
+    #[test]
+    fn a_ban_holds_until_its_end_and_names_the_first_banned_player() {
+        let state = state();
+        let ban = |p: &str, until_unix| Ban {
+            player: PlayerId::new(p),
+            until_unix,
+            reason: format!("reason {p}"),
+            since_unix: 0.0,
+        };
+        state.ban(ban("x", 100)).unwrap();
+        state.ban(ban("y", 0)).unwrap();
+        let party = [PlayerId::new("ok"), PlayerId::new("x"), PlayerId::new("y")];
+        match state.check_bans(&party, 50.0) {
+            Err(Rejection::Banned {
+                player,
+                until_unix,
+                reason,
+            }) => assert_eq!(
+                (player.as_str(), until_unix, reason.as_str()),
+                ("x", 100, "reason x")
+            ),
+            other => panic!("{other:?}"),
+        }
+        // x's ban ended at 100; y's never ends.
+        match state.check_bans(&party, 100.0) {
+            Err(Rejection::Banned { player, .. }) => assert_eq!(player.as_str(), "y"),
+            other => panic!("{other:?}"),
+        }
+        assert!(state.unban(&PlayerId::new("y")).unwrap());
+        assert!(state.check_bans(&party, 100.0).is_ok());
+        assert!(!state.unban(&PlayerId::new("y")).unwrap());
+        assert_eq!(state.store().load_bans().unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,307 @@
+//! Player and match records the admin service keeps: bans, the audit log, the event log, and
+//! the erasure of one player. Every backend implements [`AdminRecords`] (a supertrait of
+//! [`super::Storage`], so the state sees one store); this module also holds the in-memory
+//! logic the memory backend and the Redis backend's mirror share.
+//!
+//! Guarantees (checked by the contract tests in `contract.rs` for every backend):
+//! - audit entries and events get increasing sequence numbers that are never reused, even after
+//!   every event was trimmed, so a cursor stays meaningful across restarts and owners;
+//! - [`AdminRecords::erase_player`] is one atomic operation: afterwards no stored record names
+//!   the player (player record, party records, journal entries not yet in a snapshot, end-of-week
+//!   and season-rank lists with their per-player indexes, waiting tickets, a ban);
+//! - like every other write, nothing is durable until a flush.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+use super::memory::Data;
+use crate::ids::{PlayerId, TicketId};
+use crate::ranking::RankPoints;
+use crate::ranking::season::SeasonRank;
+
+/// `[events]`: how long the event log keeps events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// Events older than this are dropped (checked every minute); a watcher that was away
+    /// longer resumes at the oldest event kept.
+    pub retention_seconds: u64,
+    /// At most this many events are kept (the oldest go first): bounds the disk, and in
+    /// cluster mode the memory of each owner's mirror of Redis (~300 bytes per event).
+    pub max_events: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            retention_seconds: 24 * 3600,
+            max_events: 1_000_000,
+        }
+    }
+}
+
+impl EventsConfig {
+    /// Checks the section, naming the key.
+    pub fn validate(&self) -> Result<(), crate::rejection::FieldError> {
+        if !(60..=366 * 24 * 3600).contains(&self.retention_seconds) {
+            return Err(crate::rejection::FieldError::new(
+                "events.retention_seconds",
+                format!(
+                    "must be in 60..=31622400 (one minute to a year; got {})",
+                    self.retention_seconds
+                ),
+            ));
+        }
+        if !(1_000..=1_000_000_000).contains(&self.max_events) {
+            return Err(crate::rejection::FieldError::new(
+                "events.max_events",
+                format!("must be in 1000..=1000000000 (got {})", self.max_events),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A ban: EnterQueue refuses the player until `until_unix` (0: for good).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ban {
+    pub player: PlayerId,
+    /// Unix seconds when the ban ends; 0 means never.
+    pub until_unix: i64,
+    pub reason: String,
+    /// Unix seconds when it was set.
+    pub since_unix: f64,
+}
+
+impl Ban {
+    /// Whether the ban still holds at `now` (unix seconds).
+    #[must_use]
+    pub fn holds_at(&self, now: f64) -> bool {
+        self.until_unix == 0 || (self.until_unix as f64) > now
+    }
+}
+
+/// One admin call, as the audit log keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    pub unix: f64,
+    pub actor: String,
+    pub action: String,
+    pub detail: String,
+}
+
+/// What happened. Adding a kind is one variant here and one in the proto's `EventKind`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    MatchFormed,
+    MatchAllocated,
+    MatchStarted,
+    MatchCompleted,
+    MatchCancelled,
+    RatingChanged,
+    SeasonReset,
+    PlayerDeleted,
+    PlayerBanned,
+    PlayerUnbanned,
+}
+
+/// One durable event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    pub kind: EventKind,
+    pub unix: f64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub match_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub player_id: String,
+    /// A JSON object with the rest.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail_json: String,
+}
+
+/// The admin records every backend keeps. Grouped apart from the rest of [`super::Storage`] so
+/// that later records (match history, parties) join the erasure in one place.
+pub trait AdminRecords {
+    // Bans.
+
+    /// Writes a ban, replacing the player's previous one. Not durable until a flush.
+    fn put_ban(&self, ban: &Ban) -> Result<(), StoreError>;
+    /// Removes a player's ban; whether there was one.
+    fn remove_ban(&self, player: &PlayerId) -> Result<bool, StoreError>;
+    /// Every stored ban, in player order.
+    fn load_bans(&self) -> Result<Vec<Ban>, StoreError>;
+
+    // The audit log.
+
+    /// Appends an audit entry; its sequence number (increasing, never reused).
+    fn append_audit(&self, entry: &AuditRecord) -> Result<u64, StoreError>;
+    /// Up to `limit` audit entries after sequence number `after`, oldest first.
+    fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, AuditRecord)>, StoreError>;
+
+    // The event log.
+
+    /// Appends events in one atomic batch; the cursor of the last one (the last cursor so far
+    /// when `events` is empty). Cursors increase and are never reused.
+    fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError>;
+    /// Up to `limit` events after cursor `after`, oldest first.
+    fn events_after(&self, after: u64, limit: usize)
+    -> Result<Vec<(u64, EventRecord)>, StoreError>;
+    /// Drops events older than `before_unix`, and the oldest beyond the newest `keep_at_most`;
+    /// how many.
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
+
+    // Erasure.
+
+    /// Erases every stored record that names `player`, in one atomic operation (see the module
+    /// documentation). Journal entries keep their other players. Not durable until a flush.
+    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError>;
+}
+
+/// The admin records of the in-memory backend (and the Redis mirror).
+#[derive(Default)]
+pub(super) struct AdminData {
+    pub(super) bans: BTreeMap<PlayerId, Ban>,
+    pub(super) audit: BTreeMap<u64, AuditRecord>,
+    pub(super) events: BTreeMap<u64, EventRecord>,
+    /// The last sequence number handed out, kept past trimming.
+    pub(super) last_audit: u64,
+    pub(super) last_event: u64,
+}
+
+/// What one erasure changed in [`Data`], so the Redis backend can send the same changes.
+#[derive(Default)]
+pub(super) struct Erasure {
+    pub(super) player_removed: bool,
+    pub(super) parties_removed: Vec<String>,
+    pub(super) journal_rewritten: Vec<u64>,
+    pub(super) weeks_rewritten: Vec<(String, u32, u32)>,
+    pub(super) ranks_rewritten: Vec<(String, u32)>,
+    pub(super) tickets_removed: Vec<TicketId>,
+    pub(super) ban_removed: bool,
+}
+
+/// Whether a party key (member ids joined by U+001F) names `player`.
+pub fn party_names(key: &str, player: &PlayerId) -> bool {
+    key.split('\u{1f}').any(|m| m == player.as_str())
+}
+
+/// An end-of-week list without `player`, if it named them.
+pub(super) fn week_without(
+    rp: &[(PlayerId, RankPoints)],
+    player: &PlayerId,
+) -> Option<Vec<(PlayerId, RankPoints)>> {
+    rp.iter()
+        .any(|(p, _)| p == player)
+        .then(|| rp.iter().filter(|(p, _)| p != player).cloned().collect())
+}
+
+/// A season-rank list without `player`, if it named them.
+pub(super) fn ranks_without(ranks: &[SeasonRank], player: &PlayerId) -> Option<Vec<SeasonRank>> {
+    ranks.iter().any(|r| r.player == player.as_str()).then(|| {
+        ranks
+            .iter()
+            .filter(|r| r.player != player.as_str())
+            .cloned()
+            .collect()
+    })
+}
+
+impl Data {
+    /// Erases `player` from everything held here; what changed.
+    pub(super) fn erase_player(&mut self, player: &PlayerId) -> Erasure {
+        let mut e = Erasure {
+            player_removed: self.players.remove(player).is_some(),
+            ..Erasure::default()
+        };
+        e.parties_removed = self
+            .parties
+            .keys()
+            .filter(|k| party_names(k, player))
+            .cloned()
+            .collect();
+        for k in &e.parties_removed {
+            self.parties.remove(k);
+        }
+        for (seq, entry) in self.journal.iter_mut() {
+            let before = entry.records.len() + entry.parties.len();
+            entry.records.retain(|(p, _)| p != player);
+            entry.parties.retain(|(k, _)| !party_names(k, player));
+            if entry.records.len() + entry.parties.len() != before {
+                e.journal_rewritten.push(*seq);
+            }
+        }
+        for (key, rp) in self.weeks.iter_mut() {
+            if let Some(kept) = week_without(rp, player) {
+                *rp = kept;
+                e.weeks_rewritten.push(key.clone());
+            }
+        }
+        self.player_weeks.retain(|(_, p, _, _), _| p != player);
+        for (key, ranks) in self.ranks.iter_mut() {
+            if let Some(kept) = ranks_without(ranks, player) {
+                *ranks = kept;
+                e.ranks_rewritten.push(key.clone());
+            }
+        }
+        self.player_ranks
+            .retain(|(_, p, _), _| p.as_str() != player.as_str());
+        e.tickets_removed = self
+            .tickets
+            .values()
+            .filter(|t| t.players.contains(player))
+            .map(|t| t.ticket_id.clone())
+            .collect();
+        for id in &e.tickets_removed {
+            self.tickets.remove(id);
+        }
+        e.ban_removed = self.admin.bans.remove(player).is_some();
+        e
+    }
+
+    /// Appends audit entries; their sequence numbers.
+    pub(super) fn append_audit(&mut self, entry: &AuditRecord) -> u64 {
+        self.admin.last_audit += 1;
+        let seq = self.admin.last_audit;
+        self.admin.audit.insert(seq, entry.clone());
+        seq
+    }
+
+    /// Appends events; the first cursor given (the last one is `last_event` after this).
+    pub(super) fn append_events(&mut self, events: &[EventRecord]) -> u64 {
+        let first = self.admin.last_event + 1;
+        for event in events {
+            self.admin.last_event += 1;
+            let seq = self.admin.last_event;
+            self.admin.events.insert(seq, event.clone());
+        }
+        first
+    }
+
+    /// Events older than `before_unix` or beyond the newest `keep_at_most`, removed; their
+    /// cursors. Events are appended in time order, so both are a prefix.
+    pub(super) fn trim_events(&mut self, before_unix: f64, keep_at_most: u64) -> Vec<u64> {
+        let floor = self.admin.last_event.saturating_sub(keep_at_most);
+        let old: Vec<u64> = self
+            .admin
+            .events
+            .iter()
+            .take_while(|(s, e)| **s <= floor || e.unix < before_unix)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in &old {
+            self.admin.events.remove(s);
+        }
+        old
+    }
+}
+
+/// Up to `limit` values after `after` in a sequence-keyed map.
+pub(super) fn page<T: Clone>(map: &BTreeMap<u64, T>, after: u64, limit: usize) -> Vec<(u64, T)> {
+    map.range(after.saturating_add(1)..)
+        .take(limit)
+        .map(|(s, v)| (*s, v.clone()))
+        .collect()
+}

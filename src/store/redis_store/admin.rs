@@ -1,0 +1,176 @@
+//! The Redis backend's admin records, in the hash `{mm}:admin` (the same hash tag as every other
+//! key, so a flush stays one script): `b/<player>` → ban, `a/<seq>` → audit entry, `e/<seq>` →
+//! event (sequence numbers zero-padded to 20 digits), `n/a` and `n/e` → the last sequence numbers.
+//!
+//! Only the lease holder writes, so the mirror hands out the numbers: events written by every
+//! owner in turn form one ordered stream, and a new owner continues after the last number it
+//! loaded. A player's erasure is one batch, so one script: all of it or none.
+
+use super::super::AdminRecords;
+use super::super::admin_records::{AdminData, Erasure};
+use super::super::memory::Data;
+use super::{Fields, Hash, Op, RedisStore, decode, json, ranks_field, text, week_field};
+use crate::ids::PlayerId;
+use crate::store::{AuditRecord, Ban, EventRecord, StoreError};
+
+fn seq_field(prefix: char, seq: u64) -> String {
+    format!("{prefix}/{seq:020}")
+}
+
+/// Loads the admin hash into the mirror.
+pub(super) fn fill(data: &mut Data, fields: Fields) -> Result<(), StoreError> {
+    let admin: &mut AdminData = &mut data.admin;
+    for (k, v) in fields {
+        let key = text(&k);
+        let seq = |rest: &str| -> Result<u64, StoreError> {
+            rest.parse().map_err(|_| StoreError::Decode {
+                key: format!("admin {key}"),
+                detail: "not a sequence number".into(),
+            })
+        };
+        if let Some(player) = key.strip_prefix("b/") {
+            let ban: Ban = decode(&v, &format!("ban {player}"))?;
+            admin.bans.insert(PlayerId::new(player), ban);
+        } else if let Some(rest) = key.strip_prefix("a/") {
+            admin
+                .audit
+                .insert(seq(rest)?, decode(&v, &format!("audit {rest}"))?);
+        } else if let Some(rest) = key.strip_prefix("e/") {
+            admin
+                .events
+                .insert(seq(rest)?, decode(&v, &format!("event {rest}"))?);
+        } else if key == "n/a" {
+            admin.last_audit = seq(&text(&v))?;
+        } else if key == "n/e" {
+            admin.last_event = seq(&text(&v))?;
+        }
+    }
+    Ok(())
+}
+
+impl AdminRecords for RedisStore {
+    fn put_ban(&self, ban: &Ban) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let batch = vec![Op::Set(
+            Hash::Admin,
+            format!("b/{}", ban.player),
+            json(ban)?,
+        )];
+        self.mirror.put_ban(ban)?;
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn remove_ban(&self, player: &PlayerId) -> Result<bool, StoreError> {
+        self.check_fence()?;
+        let had = self.mirror.remove_ban(player)?;
+        self.queue(vec![Op::Del(Hash::Admin, format!("b/{player}"))]);
+        Ok(had)
+    }
+
+    fn load_bans(&self) -> Result<Vec<Ban>, StoreError> {
+        self.mirror.load_bans()
+    }
+
+    fn append_audit(&self, entry: &AuditRecord) -> Result<u64, StoreError> {
+        self.check_fence()?;
+        let value = json(entry)?;
+        let mut data = self.mirror.data();
+        let seq = data.append_audit(entry);
+        // Queued under the mirror's lock, so batches reach Redis in sequence order.
+        self.queue(vec![
+            Op::Set(Hash::Admin, seq_field('a', seq), value),
+            Op::Set(Hash::Admin, "n/a".into(), seq.to_string().into_bytes()),
+        ]);
+        Ok(seq)
+    }
+
+    fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, AuditRecord)>, StoreError> {
+        self.mirror.audit_after(after, limit)
+    }
+
+    fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError> {
+        self.check_fence()?;
+        let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
+        let mut data = self.mirror.data();
+        let first = data.append_events(events);
+        let last = data.admin.last_event;
+        if !events.is_empty() {
+            let mut batch: Vec<Op> = values
+                .into_iter()
+                .zip(first..)
+                .map(|(v, seq)| Op::Set(Hash::Admin, seq_field('e', seq), v))
+                .collect();
+            batch.push(Op::Set(
+                Hash::Admin,
+                "n/e".into(),
+                last.to_string().into_bytes(),
+            ));
+            self.queue(batch);
+        }
+        Ok(last)
+    }
+
+    fn events_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        self.mirror.events_after(after, limit)
+    }
+
+    fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        self.check_fence()?;
+        let old = self.mirror.data().trim_events(before_unix, keep_at_most);
+        self.queue(
+            old.iter()
+                .map(|s| Op::Del(Hash::Admin, seq_field('e', *s)))
+                .collect(),
+        );
+        Ok(old.len())
+    }
+
+    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut data = self.mirror.data();
+        let e: Erasure = data.erase_player(player);
+        let mut batch = Vec::new();
+        if e.player_removed {
+            batch.push(Op::Del(Hash::Players, player.to_string()));
+        }
+        for k in e.parties_removed {
+            batch.push(Op::Del(Hash::Parties, k));
+        }
+        for seq in e.journal_rewritten {
+            if let Some(entry) = data.journal.get(&seq) {
+                batch.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
+            }
+        }
+        for (pool, season, week) in e.weeks_rewritten {
+            if let Some(rp) = data.weeks.get(&(pool.clone(), season, week)) {
+                batch.push(Op::Set(
+                    Hash::Weeks,
+                    week_field(&pool, season, week),
+                    json(rp)?,
+                ));
+            }
+        }
+        for (pool, season) in e.ranks_rewritten {
+            if let Some(ranks) = data.ranks.get(&(pool.clone(), season)) {
+                batch.push(Op::Set(
+                    Hash::Ranks,
+                    ranks_field(&pool, season),
+                    json(ranks)?,
+                ));
+            }
+        }
+        for id in e.tickets_removed {
+            batch.push(Op::Del(Hash::Tickets, id.to_string()));
+        }
+        if e.ban_removed {
+            batch.push(Op::Del(Hash::Admin, format!("b/{player}")));
+        }
+        self.queue(batch);
+        Ok(())
+    }
+}
