@@ -265,7 +265,7 @@ fn compare_partitions(
             }
         })
         .collect();
-    partitions.sort_by(|a, b| b.tickets.cmp(&a.tickets));
+    partitions.sort_by_key(|p| std::cmp::Reverse(p.tickets));
     let (free_quality, _, free_matched_players) = summary(free, free_config.min_quality);
     let matched: usize = partitions.iter().map(|p| p.matched_players).sum();
     let matched_free: usize = partitions.iter().map(|p| p.free_matched_players).sum();
