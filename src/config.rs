@@ -32,6 +32,7 @@ pub const SECTIONS: &[&str] = &[
     "queues",
     "telemetry",
     "cluster",
+    "console",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -80,6 +81,9 @@ pub struct Config {
     /// Cluster mode on Redis/Valkey (off by default: one embedded node).
     #[serde(default)]
     pub cluster: crate::store::ClusterConfig,
+    /// The operator console on the metrics listener (`/console/`).
+    #[serde(default)]
+    pub console: crate::console::ConsoleConfig,
 }
 
 /// Network, timing and limit settings of the server process.
@@ -485,6 +489,7 @@ impl Config {
         self.rate_limit.validate()?;
         self.telemetry.validate()?;
         self.cluster.validate()?;
+        self.console.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

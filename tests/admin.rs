@@ -74,6 +74,7 @@ async fn reset(
         .season_reset(proto::SeasonResetRequest {
             kind: kind as i32,
             queue: queue.into(),
+            dry_run: false,
         })
         .await
         .expect("season_reset")
@@ -177,6 +178,7 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
         .season_reset(proto::SeasonResetRequest {
             kind: 0,
             queue: String::new(),
+            dry_run: false,
         })
         .await
         .unwrap_err();
@@ -554,6 +556,7 @@ async fn a_soft_reset_racing_with_results_is_never_half_applied() {
                     .season_reset(proto::SeasonResetRequest {
                         kind: proto::SeasonResetKind::Soft as i32,
                         queue: "1v1".into(),
+                        dry_run: false,
                     })
                     .await
                     .unwrap();

@@ -31,7 +31,7 @@ use crate::records::{PartyRecord, PoolRecord};
 use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
-pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
+pub use admin::{MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome};
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
 pub use ownership::Ownership;
