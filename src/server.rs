@@ -419,7 +419,9 @@ async fn serve(
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     let served = match front {
         Front::InProcess(publish) => {
-            publish(EngineService(in_process(tower::Layer::layer(&limits, routes))));
+            publish(EngineService(in_process(tower::Layer::layer(
+                &limits, routes,
+            ))));
             info!("engine serving its node's front");
             shutdown.cancelled().await;
             state.close_server_streams();
@@ -690,7 +692,9 @@ pub(crate) fn install_metrics(
             warn!("a metrics recorder is already installed in this process; not serving {addr}");
             return Ok(None);
         }
-        warn!("a metrics recorder is already installed in this process; {addr} serves the console only");
+        warn!(
+            "a metrics recorder is already installed in this process; {addr} serves the console only"
+        );
         None
     } else {
         crate::telemetry::describe();

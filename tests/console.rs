@@ -8,9 +8,9 @@
 //! Screenshots of each view are written to a temporary directory, or to the directory named by
 //! `MATCHMAKER_CONSOLE_SCREENSHOTS` (scripts/console-screenshots.sh: docs/console/).
 
-mod common;
 #[path = "console/cdp.rs"]
 mod cdp;
+mod common;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -41,10 +41,20 @@ fn free_port() -> String {
 /// `matchmaker serve` with the console sampling every second on `metrics_addr`.
 fn start_server(metrics_addr: &str, dir: &std::path::Path, extra_toml: &str) -> ServerProcess {
     let config = dir.join("console.toml");
-    std::fs::write(&config, format!("[console]\nsample_seconds = 1.0\n{extra_toml}")).unwrap();
+    std::fs::write(
+        &config,
+        format!("[console]\nsample_seconds = 1.0\n{extra_toml}"),
+    )
+    .unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
     command
-        .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr", metrics_addr])
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            metrics_addr,
+        ])
         .arg("--config")
         .arg(&config)
         .arg("--data-dir")
@@ -91,7 +101,10 @@ fn http_get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, String
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    (head.lines().next().unwrap_or("").to_owned(), body.to_owned())
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
 }
 
 /// The page's shown value of `stat` for `queue`: (its text, the raw number behind it).
@@ -100,7 +113,9 @@ fn shown(browser: &mut Browser, queue: &str, stat: &str) -> (String, f64) {
         "(() => {{ const e = document.querySelector('[data-queue=\"{queue}\"][data-stat=\"{stat}\"]');
                    return e && e.dataset.value !== undefined ? [e.textContent, e.dataset.value] : null; }})()"
     ));
-    let pair = v.as_array().unwrap_or_else(|| panic!("{queue}.{stat} not shown: {v}"));
+    let pair = v
+        .as_array()
+        .unwrap_or_else(|| panic!("{queue}.{stat} not shown: {v}"));
     (
         pair[0].as_str().unwrap().to_owned(),
         pair[1].as_str().unwrap().parse().unwrap(),
@@ -119,11 +134,17 @@ fn stat_numbers(s: &proto::QueueStat) -> Vec<(&'static str, f64, bool)> {
         ("quality_mean", s.quality_mean, false),
         ("skill_window", s.skill_window, false),
         ("accept_rate", s.accept_rate, false),
-        ("backfill_fill_p50_seconds", s.backfill_fill_p50_seconds, false),
+        (
+            "backfill_fill_p50_seconds",
+            s.backfill_fill_p50_seconds,
+            false,
+        ),
     ]
 }
 
-async fn queue_stats(admin: &mut AdminServiceClient<tonic::transport::Channel>) -> Vec<proto::QueueStat> {
+async fn queue_stats(
+    admin: &mut AdminServiceClient<tonic::transport::Channel>,
+) -> Vec<proto::QueueStat> {
     admin
         .get_queue_stats(proto::GetQueueStatsRequest::default())
         .await
@@ -138,10 +159,16 @@ fn page_equals(browser: &mut Browser, stats: &[proto::QueueStat]) -> Result<(), 
         for (name, want, integer) in stat_numbers(q) {
             let (text, value) = shown(browser, &q.queue, name);
             if value != want {
-                return Err(format!("{}.{name}: page {value}, GetQueueStats {want}", q.queue));
+                return Err(format!(
+                    "{}.{name}: page {value}, GetQueueStats {want}",
+                    q.queue
+                ));
             }
             if integer && text.replace(',', "") != format!("{want}") {
-                return Err(format!("{}.{name}: page shows {text:?}, GetQueueStats {want}", q.queue));
+                return Err(format!(
+                    "{}.{name}: page shows {text:?}, GetQueueStats {want}",
+                    q.queue
+                ));
             }
         }
     }
@@ -195,14 +222,24 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     let (status, _) = http_get(
         &metrics,
         "/console/api/queues",
-        &[("x-matchmaker-console", "1"), ("Host", "rebound.example:80")],
+        &[
+            ("x-matchmaker-console", "1"),
+            ("Host", "rebound.example:80"),
+        ],
     );
     assert!(status.contains(" 403 "), "{status}");
-    let (status, body) = http_get(&metrics, "/console/api/queues", &[("x-matchmaker-console", "1")]);
+    let (status, body) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[("x-matchmaker-console", "1")],
+    );
     assert!(status.contains(" 200 "), "{status} {body}");
     // /metrics still answers on the same listener.
     let (status, body) = http_get(&metrics, "/metrics", &[]);
-    assert!(status.contains(" 200 ") && body.contains("matchmaker_build_info"), "{status}");
+    assert!(
+        status.contains(" 200 ") && body.contains("matchmaker_build_info"),
+        "{status}"
+    );
 
     // Ladder players spread over the tiers, for the leaderboard and the reset preview.
     for i in 0..40u32 {
@@ -237,9 +274,41 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     drop(stream);
 
     // Traffic: the real load generator forms, serves and reports 1v1 matches.
-    let mut loadgen = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+    let loadgen = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
         .args(["loadgen", "--addr", &server.addr, "--rpc", "report-result"])
-        .args(["--seconds", "8", "--rounds", "1", "--concurrency", "8", "--json"])
+        .args([
+            "--seconds",
+            "8",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "8",
+            "--json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start loadgen");
+    // And team matching: solo players entering 5v5 (its game servers are the generator's own).
+    let loadgen_5v5 = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args([
+            "loadgen",
+            "--addr",
+            &server.addr,
+            "--rpc",
+            "enter-queue",
+            "--queue",
+            "5v5",
+        ])
+        .args([
+            "--seconds",
+            "8",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "2",
+            "--json",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -257,12 +326,22 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     for _ in 0..6 {
         let (_, formed) = shown(&mut browser, "1v1", "matches_formed");
         let after = queue_stats(&mut admin).await;
-        let now = after.iter().find(|q| q.queue == "1v1").unwrap().matches_formed;
-        assert!(formed <= now as f64, "page {formed} ahead of the server {now}");
+        let now = after
+            .iter()
+            .find(|q| q.queue == "1v1")
+            .unwrap()
+            .matches_formed;
+        assert!(
+            formed <= now as f64,
+            "page {formed} ahead of the server {now}"
+        );
         seen.insert(formed as u64);
         tokio::time::sleep(REFRESH).await;
     }
-    assert!(seen.len() >= 2, "the page did not update under load: {seen:?}");
+    assert!(
+        seen.len() >= 2,
+        "the page did not update under load: {seen:?}"
+    );
     browser.open(&format!("{console}#/matches"));
     browser.wait_for(
         "recent results",
@@ -271,11 +350,13 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     );
     browser.screenshot(&shots.join("matches.png"), 1400);
 
-    let status = tokio::task::spawn_blocking(move || loadgen.wait())
-        .await
-        .unwrap()
-        .expect("loadgen ran");
-    assert!(status.success(), "loadgen failed: {status}");
+    for mut generator in [loadgen, loadgen_5v5] {
+        let status = tokio::task::spawn_blocking(move || generator.wait())
+            .await
+            .unwrap()
+            .expect("loadgen ran");
+        assert!(status.success(), "loadgen failed: {status}");
+    }
 
     // At rest, the page equals GetQueueStats within one refresh.
     browser.open(&format!("{console}#/queues"));
@@ -317,9 +398,8 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         "Number(document.querySelector('[data-chart=\"player-rating\"] svg')?.dataset.points) >= 6",
         PAGE_TIMEOUT,
     );
-    let rating = browser.eval(
-        "[...document.querySelectorAll('#player-summary .value')][0].textContent",
-    );
+    let rating =
+        browser.eval("[...document.querySelectorAll('#player-summary .value')][0].textContent");
     let want = format!("{:.1}", alice.rating.unwrap().display);
     assert_eq!(rating.as_str(), Some(want.as_str()), "the player's rating");
     let rows = browser.eval("document.querySelectorAll('#player-matches tbody tr').length");
@@ -350,7 +430,9 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         PAGE_TIMEOUT,
     );
     assert_eq!(week.as_str(), Some("0"));
-    browser.eval("document.querySelector('[data-action=\"preview-soft\"][data-queue=\"5v5\"]').click()");
+    browser.eval(
+        "document.querySelector('[data-action=\"preview-soft\"][data-queue=\"5v5\"]').click()",
+    );
     browser.wait_for(
         "the reset preview",
         "document.querySelectorAll('#reset-tiers tbody tr').length",
@@ -396,7 +478,12 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         if server.logged("label=admin:season-reset:soft:5v5:1:1") {
             Ok(())
         } else {
-            Err(server.log_lines().into_iter().rev().take(5).collect::<Vec<_>>())
+            Err(server
+                .log_lines()
+                .into_iter()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>())
         }
     });
     let (_, body) = http_get(&metrics, "/metrics", &[]);
@@ -424,7 +511,11 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
     );
     let console = format!("http://{metrics}/console/");
     // The API itself: nothing without a token, nothing for a player's token.
-    let (status, body) = http_get(&metrics, "/console/api/queues", &[("x-matchmaker-console", "1")]);
+    let (status, body) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[("x-matchmaker-console", "1")],
+    );
     assert!(status.contains(" 401 "), "{status} {body}");
     let player = format!("Bearer {}", token("p1", "player"));
     let (status, _) = http_get(
@@ -435,7 +526,13 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
     assert!(status.contains(" 403 "), "{status}");
 
     let mut browser = Browser::launch(1400, 900);
-    for view in ["queues", "matches", "players/ladder-01", "leaderboards", "seasons"] {
+    for view in [
+        "queues",
+        "matches",
+        "players/ladder-01",
+        "leaderboards",
+        "seasons",
+    ] {
         browser.open(&format!("{console}#/{view}"));
         browser.wait_for(
             "the token form",
@@ -449,17 +546,27 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
               document.querySelectorAll('[data-stat]').length,
               document.querySelector('#nav').hidden]",
         );
-        assert_eq!(shown, serde_json::json!([0, 0, true]), "{view}: data without a token");
+        assert_eq!(
+            shown,
+            serde_json::json!([0, 0, true]),
+            "{view}: data without a token"
+        );
     }
     browser.screenshot(&shots.join("login.png"), 900);
 
     // A player's token is refused and the page stays empty.
-    let js_token = |t: &str| format!(
-        "(() => {{ document.querySelector('#token').value = '{t}';
+    let js_token = |t: &str| {
+        format!(
+            "(() => {{ document.querySelector('#token').value = '{t}';
                   document.querySelector('#login-form').requestSubmit(); return true; }})()"
-    );
+        )
+    };
     browser.open(&format!("{console}#/queues"));
-    browser.wait_for("the token form", "!document.querySelector('#login').hidden", PAGE_TIMEOUT);
+    browser.wait_for(
+        "the token form",
+        "!document.querySelector('#login').hidden",
+        PAGE_TIMEOUT,
+    );
     browser.eval(&js_token(&token("p1", "player")));
     browser.wait_for(
         "the refusal",
@@ -467,7 +574,9 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
         PAGE_TIMEOUT,
     );
     assert_eq!(
-        browser.eval("document.querySelectorAll('[data-stat]').length").as_u64(),
+        browser
+            .eval("document.querySelectorAll('[data-stat]').length")
+            .as_u64(),
         Some(0)
     );
     // An admin's token shows the numbers.

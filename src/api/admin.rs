@@ -150,12 +150,14 @@ impl AdminService for Admin {
                 .pools
                 .iter()
                 .flat_map(|p| {
-                    p.tiers.iter().map(|(tier, before, after)| proto::TierCount {
-                        pool: p.pool.clone(),
-                        tier: tier.clone(),
-                        before: *before,
-                        after: *after,
-                    })
+                    p.tiers
+                        .iter()
+                        .map(|(tier, before, after)| proto::TierCount {
+                            pool: p.pool.clone(),
+                            tier: tier.clone(),
+                            before: *before,
+                            after: *after,
+                        })
                 })
                 .collect(),
             dry_run,

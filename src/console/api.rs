@@ -346,14 +346,14 @@ pub async fn one_match(
             .call(
                 "/matchmaker.v1.ClientService/PredictMatch",
                 proto::PredictMatchRequest {
-                queue: slot.queue.to_string(),
-                teams: a
-                    .teams
-                    .iter()
-                    .map(|t| proto::Team {
-                        player_ids: t.iter().map(ToString::to_string).collect(),
-                    })
-                    .collect(),
+                    queue: slot.queue.to_string(),
+                    teams: a
+                        .teams
+                        .iter()
+                        .map(|t| proto::Team {
+                            player_ids: t.iter().map(ToString::to_string).collect(),
+                        })
+                        .collect(),
                 },
             )
             .await?;
@@ -493,11 +493,7 @@ pub async fn leaderboard(
 }
 
 /// `GET /console/api/seasons`: each ranked rating pool's season clock and queues.
-pub async fn seasons(
-    Axum(console): Axum<Arc<Console>>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Answer {
+pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: HeaderMap) -> Answer {
     let caller = gate(&console, &uri, &headers)?;
     let state = &caller.backend.state;
     let mut pools: BTreeMap<String, (Vec<String>, RankingKind)> = BTreeMap::new();
@@ -599,7 +595,9 @@ pub async fn end_season(
             proto::EndSeasonRequest { queue: body.queue },
         )
         .await?;
-    Ok(Json(json!({ "season": r.season, "players_ranked": r.players_ranked })))
+    Ok(Json(
+        json!({ "season": r.season, "players_ranked": r.players_ranked }),
+    ))
 }
 
 #[cfg(test)]
@@ -624,7 +622,11 @@ mod tests {
         ] {
             assert!(loopback_host(&host(ok)), "{ok}");
         }
-        for bad in ["evil.example:9090", "evil.example", "localhost.evil.example"] {
+        for bad in [
+            "evil.example:9090",
+            "evil.example",
+            "localhost.evil.example",
+        ] {
             assert!(!loopback_host(&host(bad)), "{bad}");
         }
         assert!(!loopback_host(&HeaderMap::new()));

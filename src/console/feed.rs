@@ -164,7 +164,11 @@ mod tests {
         f.push(entry("m3", "1v1", 30.0, &[("b", 1500.0, 1520.0)]));
         assert_eq!(f.len(), 2);
         assert!(f.get("m1").is_none(), "the oldest went");
-        let ids: Vec<&str> = f.recent(None, 10).iter().map(|e| e.match_id.as_str()).collect();
+        let ids: Vec<&str> = f
+            .recent(None, 10)
+            .iter()
+            .map(|e| e.match_id.as_str())
+            .collect();
         assert_eq!(ids, ["m3", "m2"]);
         assert_eq!(f.recent(Some("1v1"), 10).len(), 1);
         assert_eq!(f.recent(None, 1)[0].match_id, "m3");
@@ -175,7 +179,12 @@ mod tests {
     #[test]
     fn rating_points_start_before_the_first_result_and_follow_each() {
         let mut f = Feed::new(10);
-        f.push(entry("m1", "1v1", 10.0, &[("a", 1500.0, 1510.0), ("b", 1500.0, 1490.0)]));
+        f.push(entry(
+            "m1",
+            "1v1",
+            10.0,
+            &[("a", 1500.0, 1510.0), ("b", 1500.0, 1490.0)],
+        ));
         f.push(entry("m2", "2v2", 15.0, &[("a", 1500.0, 1400.0)]));
         f.push(entry("m3", "1v1", 20.0, &[("a", 1510.0, 1525.0)]));
         let p = f.rating_points("a", "1v1");

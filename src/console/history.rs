@@ -112,7 +112,12 @@ impl History {
     pub fn since(&self, queue: &str, since: f64) -> Vec<Sample> {
         self.queues.get(queue).map_or_else(Vec::new, |ring| {
             // Samples are in time order: skip the old ones from the back's point of view.
-            let newer = ring.samples.iter().rev().take_while(|s| s.t > since).count();
+            let newer = ring
+                .samples
+                .iter()
+                .rev()
+                .take_while(|s| s.t > since)
+                .count();
             ring.samples
                 .iter()
                 .skip(ring.samples.len() - newer)
@@ -147,7 +152,10 @@ mod tests {
         h.record("1v1", 130.0, &reading(7, 50));
         let s = h.since("1v1", 0.0);
         assert_eq!(s.len(), 3);
-        assert_eq!(s[0].matches_per_minute, 0.0, "no rate without a previous sample");
+        assert_eq!(
+            s[0].matches_per_minute, 0.0,
+            "no rate without a previous sample"
+        );
         assert_eq!(s[1].matches_per_minute, 60.0, "10 matches in 10 s");
         assert_eq!(s[2].matches_per_minute, 0.0);
         assert_eq!(s[2].tickets_waiting, 7);

@@ -40,7 +40,11 @@ pub async fn serve(
 
 async fn render(metrics: Option<PrometheusHandle>) -> Response {
     let Some(handle) = metrics else {
-        return (StatusCode::NOT_FOUND, "no metrics recorder in this server\n").into_response();
+        return (
+            StatusCode::NOT_FOUND,
+            "no metrics recorder in this server\n",
+        )
+            .into_response();
     };
     match tokio::task::spawn_blocking(move || handle.render()).await {
         Ok(body) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response(),
@@ -50,8 +54,14 @@ async fn render(metrics: Option<PrometheusHandle>) -> Response {
 
 fn routes(console: Arc<Console>) -> Router {
     Router::new()
-        .route("/console", get(|| async { Redirect::permanent("/console/") }))
-        .route("/console/", get(|| asset(INDEX_HTML, "text/html; charset=utf-8")))
+        .route(
+            "/console",
+            get(|| async { Redirect::permanent("/console/") }),
+        )
+        .route(
+            "/console/",
+            get(|| asset(INDEX_HTML, "text/html; charset=utf-8")),
+        )
         .route(
             "/console/console.js",
             get(|| asset(CONSOLE_JS, "text/javascript; charset=utf-8")),
@@ -88,7 +98,10 @@ async fn asset(body: &'static str, content_type: &'static str) -> Response {
         ),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),

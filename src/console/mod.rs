@@ -156,7 +156,10 @@ impl Console {
 
     /// Lets go of the server's services: calls from then on answer 503.
     pub fn detach(&self) {
-        self.backend.write().unwrap_or_else(|p| p.into_inner()).take();
+        self.backend
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
     }
 
     fn backend(&self) -> Option<Backend> {
@@ -176,8 +179,7 @@ impl Console {
 
     /// Records every queue's numbers every `sample_seconds`, the first at once.
     async fn sample(self: Arc<Self>, matchmaker: Handle, shutdown: CancellationToken) {
-        let mut every =
-            tokio::time::interval(Duration::from_secs_f64(self.config.sample_seconds));
+        let mut every = tokio::time::interval(Duration::from_secs_f64(self.config.sample_seconds));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {

@@ -132,8 +132,11 @@ pub fn tier_counts(
     before: &[&str],
     after_rp: &[RankPoints],
 ) -> Vec<(String, u64, u64)> {
-    let mut counts: Vec<(String, u64, u64)> =
-        ladder.tiers.iter().map(|t| (t.name.clone(), 0, 0)).collect();
+    let mut counts: Vec<(String, u64, u64)> = ladder
+        .tiers
+        .iter()
+        .map(|t| (t.name.clone(), 0, 0))
+        .collect();
     let mut bump = |name: &str, after: bool| {
         if let Some(c) = counts.iter_mut().find(|c| c.0 == name) {
             if after { c.2 += 1 } else { c.1 += 1 }
@@ -324,14 +327,15 @@ mod tests {
     #[test]
     fn tier_counts_before_and_after_a_reset() {
         let ladder = LadderConfig::default();
-        // Two Grandweaver-eligible players cut to 1400, a Master cut to 1300, one below.
+        // A Grandweaver cut to 1400, a Master cut to 1300 (still in the top 100 of those with
+        // Grandweaver's 1200, so Grandweaver after), one Expert below.
         let before = ["Grandweaver", "Master", "Expert III"];
         let after = [1400, 1300, 1150];
         let counts = tier_counts(&ladder, &before, &after);
         assert_eq!(counts.len(), ladder.tiers.len());
         let row = |name: &str| counts.iter().find(|c| c.0 == name).cloned().unwrap();
-        assert_eq!(row("Grandweaver"), ("Grandweaver".into(), 1, 1));
-        assert_eq!(row("Master"), ("Master".into(), 1, 1));
+        assert_eq!(row("Grandweaver"), ("Grandweaver".into(), 1, 2));
+        assert_eq!(row("Master"), ("Master".into(), 1, 0));
         assert_eq!(row("Expert III"), ("Expert III".into(), 1, 1));
         let total = |f: fn(&(String, u64, u64)) -> u64| counts.iter().map(f).sum::<u64>();
         assert_eq!(total(|c| c.1), 3);

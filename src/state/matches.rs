@@ -205,11 +205,7 @@ impl State {
     /// The matches the server holds now (ready-check to completing), newest first: `(how many
     /// there are, the newest `limit` of `queue` or of every queue)`. One pass over the map, for
     /// the operator console.
-    pub fn live_matches(
-        &self,
-        queue: Option<&str>,
-        limit: usize,
-    ) -> (usize, Vec<Arc<MatchSlot>>) {
+    pub fn live_matches(&self, queue: Option<&str>, limit: usize) -> (usize, Vec<Arc<MatchSlot>>) {
         let mut all: Vec<Arc<MatchSlot>> = self
             .inner
             .matches

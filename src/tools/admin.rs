@@ -334,7 +334,11 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                                .collect::<Vec<_>>()})
                 )?;
             } else {
-                let done = if r.dry_run { "dry run (nothing changed)" } else { "done" };
+                let done = if r.dry_run {
+                    "dry run (nothing changed)"
+                } else {
+                    "done"
+                };
                 writeln!(
                     out,
                     "{name} reset {done}: season {} week {}, {} players changed",

@@ -120,7 +120,10 @@ impl Browser {
             "Target.attachToTarget",
             json!({"targetId": page, "flatten": true}),
         );
-        browser.session = attached["sessionId"].as_str().unwrap_or_default().to_owned();
+        browser.session = attached["sessionId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         browser.call("Page.enable", json!({}));
         browser.call("Runtime.enable", json!({}));
         browser
@@ -138,7 +141,10 @@ impl Browser {
         self.ws.send_text(&message.to_string());
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
-            assert!(Instant::now() < deadline, "no answer to {method} within {ANSWER_TIMEOUT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "no answer to {method} within {ANSWER_TIMEOUT:?}"
+            );
             let text = self.ws.read_text();
             let answer: Value = serde_json::from_str(&text).expect("DevTools sends JSON");
             if answer["id"] == json!(id) {
@@ -264,7 +270,10 @@ impl WebSocket {
             assert!(head.len() < 16 * 1024, "handshake answer too long");
         }
         let head = String::from_utf8_lossy(&head);
-        assert!(head.starts_with("HTTP/1.1 101"), "DevTools refused the WebSocket: {head}");
+        assert!(
+            head.starts_with("HTTP/1.1 101"),
+            "DevTools refused the WebSocket: {head}"
+        );
         Self { stream }
     }
 
@@ -295,7 +304,9 @@ impl WebSocket {
         let mut message = Vec::new();
         loop {
             let mut head = [0u8; 2];
-            self.stream.read_exact(&mut head).expect("frame from DevTools");
+            self.stream
+                .read_exact(&mut head)
+                .expect("frame from DevTools");
             let fin = head[0] & 0x80 != 0;
             let opcode = head[0] & 0x0f;
             let masked = head[1] & 0x80 != 0;

@@ -126,7 +126,8 @@ function drawChart(svg, legend, title, series, range, opts) {
     svg.append(s("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
     svg.append(s("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" }, fmtAxis(v)));
   }
-  const label = opts.timeLabel || ((t) => fmt.time(t).slice(0, 5));
+  // Clock time at both ends: to the minute over a long range, to the second over a short one.
+  const label = opts.timeLabel || ((t) => fmt.time(t).slice(0, t1 - t0 >= 600 ? 5 : 8));
   svg.append(s("text", { x: L, y: H - 4 }, label(t0)));
   svg.append(s("text", { x: W - R, y: H - 4, "text-anchor": "end" }, label(t1)));
   for (const ser of series) {
@@ -255,16 +256,16 @@ async function viewMatches(view, gen) {
   const liveTitle = h("h2", {}, "Live matches");
   view.replaceChildren(h("h1", {}, "Matches"),
     h("div", { class: "stack" },
-      h("section", { class: "card" }, liveTitle,
+      h("section", { class: "card" }, liveTitle, h("p", { class: "note" }, "The newest of the matches this server holds now (ready-check to completing)."),
         h("table", { id: "live-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Phase"), h("th", {}, "Teams"), h("th", { class: "num" }, "Win prob."), h("th", {}, "Formed"))), liveBody)),
       h("section", { class: "card" }, h("h2", {}, "Recent results"),
         h("p", { class: "note" }, "Results applied since this server started (kept in memory, newest first). Durable match history comes with match records."),
         h("table", { id: "recent-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Teams"), h("th", {}, "Placements"), h("th", {}, "Applied"))), recentBody))));
   const refresh = async () => {
-    const data = await api("matches?limit=20");
+    const data = await api("matches?limit=15");
     if (gen !== generation) return;
     liveTitle.textContent = "Live matches (" + data.live_total + ")";
-    liveBody.replaceChildren(...(data.live.length ? data.live.map((m) => h("tr", {},
+    liveBody.replaceChildren(...(data.live.length ? data.live.slice(0, 8).map((m) => h("tr", {},
       h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
       h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, m.win_probability.map((p) => fmt.pct(p)).join(" / ")),
       h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
