@@ -696,6 +696,28 @@ async fn the_admin_cli_runs_every_command() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "season 1 ended: 2 players ranked");
 
+    // A dry run says what the reset would do, per tier, and changes nothing.
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "season-reset",
+            "--kind",
+            "hard",
+            "--queue",
+            "lad",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "hard reset dry run (nothing changed): season 2 week 0, 2 players changed\n  \
+         lad Apprentice I: 0 -> 1\n  lad Expert I: 1 -> 0\n  lad Expert II: 0 -> 1\n  \
+         lad Grandweaver: 1 -> 0"
+    );
+    assert_eq!(view_of(&server, "cli-a", "lad").await.rank_points, 1350);
+
     let (ok, out, err) = cli(
         &server,
         &["season-reset", "--kind", "hard", "--queue", "lad"],

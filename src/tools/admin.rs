@@ -344,7 +344,13 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                     "{name} reset {done}: season {} week {}, {} players changed",
                     r.season, r.week, r.players_changed
                 )?;
-                for t in &r.tiers {
+                // A dry run shows what it would do per tier (tiers nobody is in, before or
+                // after, left out); a reset's own line stays as it always was.
+                for t in r
+                    .tiers
+                    .iter()
+                    .filter(|t| r.dry_run && t.before + t.after > 0)
+                {
                     writeln!(out, "  {} {}: {} -> {}", t.pool, t.tier, t.before, t.after)?;
                 }
             }
