@@ -83,7 +83,40 @@ pub struct Config {
     pub cluster: crate::store::ClusterConfig,
     /// The operator console on the metrics listener (`/console/`).
     #[serde(default)]
-    pub console: crate::console::ConsoleConfig,
+    pub console: ConsoleConfig,
+}
+
+/// `[console]`: the operator console (`console`). Kept here, not in `console`, which reads the
+/// running server and so sits above `config` in the import graph.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Serve the console on the metrics listener.
+    pub enabled: bool,
+    /// Seconds between two samples of each queue's numbers for the last-hour charts.
+    pub sample_seconds: f64,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sample_seconds: 10.0,
+        }
+    }
+}
+
+impl ConsoleConfig {
+    /// The rules; errors name the key.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.sample_seconds.is_finite() && (0.1..=600.0).contains(&self.sample_seconds)) {
+            return Err(FieldError::new(
+                "console.sample_seconds",
+                format!("must be in 0.1..=600 (got {})", self.sample_seconds),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Network, timing and limit settings of the server process.

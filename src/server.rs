@@ -246,7 +246,12 @@ async fn serve(
     // health says NOT_SERVING (so load balancers and orchestrators route elsewhere) while every
     // call is still served.
     let shutdown = CancellationToken::new();
-    let console = crate::console::Console::new(&config, verifier.clone());
+    let console = crate::console::Console::new(
+        &config.console,
+        config.metrics_addr(),
+        &config.auth,
+        verifier.clone(),
+    );
     let exporter = match config.metrics_addr() {
         Some(addr) => install_metrics(addr, console.clone(), shutdown.clone())?,
         None => None,

@@ -23,52 +23,18 @@ mod http;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::codegen::http as h;
 use tracing::{info, warn};
 
 use crate::auth::Verifier;
-use crate::config::Config;
 use crate::ledger::{AppliedResult, Ledger};
 use crate::matchmaker::{Command, Handle};
-use crate::rejection::FieldError;
 use crate::state::State;
 
+pub use crate::config::ConsoleConfig;
 pub use http::serve;
-
-/// `[console]`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ConsoleConfig {
-    /// Serve the console on the metrics listener.
-    pub enabled: bool,
-    /// Seconds between two samples of each queue's numbers for the last-hour charts.
-    pub sample_seconds: f64,
-}
-
-impl Default for ConsoleConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            sample_seconds: 10.0,
-        }
-    }
-}
-
-impl ConsoleConfig {
-    /// The rules; errors name the key.
-    pub fn validate(&self) -> Result<(), FieldError> {
-        if !(self.sample_seconds.is_finite() && (0.1..=600.0).contains(&self.sample_seconds)) {
-            return Err(FieldError::new(
-                "console.sample_seconds",
-                format!("must be in 0.1..=600 (got {})", self.sample_seconds),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The seconds of history the charts cover.
 pub const HISTORY_SECONDS: f64 = 3600.0;
@@ -103,15 +69,20 @@ pub struct Console {
 }
 
 impl Console {
-    /// The console for `config`, or `None` when it is off: disabled, or auth is off and the
-    /// metrics listener is not on loopback (anyone who reaches it could reset a season) unless
-    /// `auth.allow_insecure` says that is intended.
-    pub fn new(config: &Config, verifier: Option<Arc<Verifier>>) -> Option<Arc<Self>> {
-        let addr = config.metrics_addr()?;
-        if !config.console.enabled {
+    /// The console on the metrics listener `addr` (`None`: no listener), or `None` when it is
+    /// off: disabled, or auth is off and the listener is not on loopback (anyone who reaches it
+    /// could reset a season) unless `auth.allow_insecure` says that is intended.
+    pub fn new(
+        config: &ConsoleConfig,
+        addr: Option<std::net::SocketAddr>,
+        auth: &crate::auth::AuthConfig,
+        verifier: Option<Arc<Verifier>>,
+    ) -> Option<Arc<Self>> {
+        let addr = addr?;
+        if !config.enabled {
             return None;
         }
-        if !config.auth.enabled && !addr.ip().is_loopback() && !config.auth.allow_insecure {
+        if !auth.enabled && !addr.ip().is_loopback() && !auth.allow_insecure {
             warn!(
                 %addr,
                 "console not served: server.metrics_addr is not a loopback address and auth is off \
@@ -120,13 +91,13 @@ impl Console {
             return None;
         }
         Some(Arc::new(Self {
-            config: config.console.clone(),
+            config: config.clone(),
             verifier,
-            auth_enabled: config.auth.enabled,
+            auth_enabled: auth.enabled,
             backend: RwLock::new(None),
             history: Mutex::new(history::History::new(
                 HISTORY_SECONDS,
-                config.console.sample_seconds,
+                config.sample_seconds,
             )),
             feed: Mutex::new(feed::Feed::new(FEED_CAPACITY)),
         }))
