@@ -234,6 +234,8 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         &[("x-matchmaker-console", "1")],
     );
     assert!(status.contains(" 200 "), "{status} {body}");
+    let (status, _) = http_get(&metrics, "/console/nothing-here", &[]);
+    assert!(status.contains(" 404 "), "{status}");
     // /metrics still answers on the same listener.
     let (status, body) = http_get(&metrics, "/metrics", &[]);
     assert!(

@@ -79,8 +79,12 @@ fn routes(console: Arc<Console>) -> Router {
         .route("/console/api/seasons", get(api::seasons))
         .route("/console/api/seasons/reset", post(api::season_reset))
         .route("/console/api/seasons/end", post(api::end_season))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
+        .route("/console/{*rest}", get(not_found).post(not_found))
         .with_state(console)
+}
+
+async fn not_found() -> (StatusCode, &'static str) {
+    (StatusCode::NOT_FOUND, "not found\n")
 }
 
 /// A compiled-in asset, with headers that keep the page to its own origin: scripts and styles
