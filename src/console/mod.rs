@@ -3,9 +3,9 @@
 //! build step, no library) compiled into the binary, and a JSON API under `/console/api/`.
 //!
 //! Every number the page shows and every action it takes is a call of the server's own gRPC
-//! stack, made in process: the console puts the page's `authorization` header on a tonic client
-//! whose transport is the server's layered service (RPC metrics, deadline, load shedding, auth,
-//! rate limit, message size, then `ClientService`/`AdminService`). So a soft reset from the page
+//! stack, made in process: the console sends a framed gRPC request carrying the page's
+//! `authorization` header to the server's layered service (RPC metrics, deadline, load
+//! shedding, auth, rate limit, message size, then `ClientService`/`AdminService`). So a soft reset from the page
 //! is the admin CLI's `SeasonReset`, with the same role check, the same metrics and the same
 //! journal entry. What no RPC answers yet the console reads itself, behind the same admin check
 //! (`auth::CONSOLE_API`): the last hour of each queue's numbers (`history`, sampled from the
@@ -42,7 +42,7 @@ pub const HISTORY_SECONDS: f64 = 3600.0;
 /// Results kept for the Matches and Players views.
 pub const FEED_CAPACITY: usize = 10_000;
 
-/// The server's whole gRPC stack as one service: what the console's tonic clients call.
+/// The server's whole gRPC stack as one service: what the console's calls go to.
 pub type GrpcService = tower::util::BoxCloneSyncService<
     h::Request<tonic::body::Body>,
     h::Response<tonic::body::Body>,
