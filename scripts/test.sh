@@ -2,7 +2,8 @@
 # Runs every test: unit, property and integration. Integration tests start the real server on
 # 127.0.0.1 with temporary data directories; the cluster tests also start a real redis-server
 # (on a free loopback port, in a temporary directory), so this installs it from Debian first
-# when it is missing and we are root. Extra arguments go to `cargo test`.
+# when it is missing and we are root; likewise chromium for the operator console's browser tests.
+# Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,21 @@ if ! command -v redis-server >/dev/null 2>&1 && ! command -v valkey-server >/dev
   else
     echo "test.sh: redis-server is missing and cannot be installed here;" >&2
     echo "  install it (Debian/Ubuntu: sudo apt-get install -y redis-server) and run again" >&2
+    exit 1
+  fi
+fi
+
+# The operator console's tests (tests/console.rs) drive a headless Chromium: Debian's package.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 \
+  && ! command -v google-chrome >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing chromium (Debian) for the console tests"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  else
+    echo "test.sh: chromium is missing and cannot be installed here;" >&2
+    echo "  install it (Debian/Ubuntu: sudo apt-get install -y chromium) and run again" >&2
     exit 1
   fi
 fi

@@ -35,6 +35,7 @@ pub const SECTIONS: &[&str] = &[
     "history",
     "parties",
     "events",
+    "console",
 ];
 
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
@@ -95,6 +96,9 @@ pub struct Config {
     pub events: crate::store::EventsConfig,
     /// Where this config came from, so `ReloadConfig` and SIGHUP can read it again (`None`:
     /// built without a file; nothing to reload).
+    /// The operator console on the metrics listener (`/console/`).
+    #[serde(default)]
+    pub console: ConsoleConfig,
     #[serde(skip)]
     pub source: Option<ConfigSource>,
 }
@@ -104,6 +108,39 @@ pub struct Config {
 pub struct ConfigSource {
     pub path: PathBuf,
     pub overrides: Overrides,
+}
+
+/// `[console]`: the operator console (`console`). Kept here, not in `console`, which reads the
+/// running server and so sits above `config` in the import graph.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Serve the console on the metrics listener.
+    pub enabled: bool,
+    /// Seconds between two samples of each queue's numbers for the last-hour charts.
+    pub sample_seconds: f64,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sample_seconds: 10.0,
+        }
+    }
+}
+
+impl ConsoleConfig {
+    /// The rules; errors name the key.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !(self.sample_seconds.is_finite() && (0.1..=600.0).contains(&self.sample_seconds)) {
+            return Err(FieldError::new(
+                "console.sample_seconds",
+                format!("must be in 0.1..=600 (got {})", self.sample_seconds),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Network, timing and limit settings of the server process.
@@ -517,6 +554,7 @@ impl Config {
         self.history.validate()?;
         self.parties.validate()?;
         self.events.validate()?;
+        self.console.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;
         if self.queues.is_empty() {

@@ -52,7 +52,23 @@ pub struct Ledger {
     committer: Committer,
     /// Results read, admin changes write (see the module docs).
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// Every applied result, for whoever listens (the operator console's recent results); a
+    /// slow listener loses the oldest, never holds a report up. Sent only while someone listens.
+    applied: tokio::sync::broadcast::Sender<Arc<AppliedResult>>,
 }
+
+/// A result that was journaled and applied, as [`Ledger::subscribe`] delivers it.
+#[derive(Debug)]
+pub struct AppliedResult {
+    pub slot: Arc<MatchSlot>,
+    pub placements: Vec<u32>,
+    pub ack: Arc<ResultAck>,
+    /// Unix seconds.
+    pub applied_unix: f64,
+}
+
+/// Applied results buffered per listener before it loses the oldest.
+const APPLIED_BUFFER: usize = 1024;
 
 /// A result's acknowledgement and whether an earlier report already applied it.
 pub struct Reported {
@@ -67,7 +83,14 @@ impl Ledger {
             state,
             committer,
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            applied: tokio::sync::broadcast::channel(APPLIED_BUFFER).0,
         }
+    }
+
+    /// Every result applied from now on (bounded: a listener that falls behind by more than
+    /// [`APPLIED_BUFFER`] results skips the oldest).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<AppliedResult>> {
+        self.applied.subscribe()
     }
 
     /// Applies a report for `match_id` (or returns the first outcome if it was already applied).
@@ -116,7 +139,16 @@ impl Ledger {
                 self.committer.applied(seq);
                 metrics::counter!(m::RESULTS_APPLIED, "queue" => slot.queue.to_string())
                     .increment(1);
-                Ok::<_, ReportError>(Arc::new(entry.ack))
+                let ack = Arc::new(entry.ack);
+                if self.applied.receiver_count() > 0 {
+                    let _ = self.applied.send(Arc::new(AppliedResult {
+                        slot: slot.clone(),
+                        placements: placements.clone(),
+                        ack: ack.clone(),
+                        applied_unix: entry.applied_unix,
+                    }));
+                }
+                Ok::<_, ReportError>(ack)
             })
             .await?;
         Ok(Reported {

@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod ids;
 pub mod ledger;
 pub mod limits;

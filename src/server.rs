@@ -249,8 +249,14 @@ async fn serve(
     // health says NOT_SERVING (so load balancers and orchestrators route elsewhere) while every
     // call is still served.
     let shutdown = CancellationToken::new();
+    let console = crate::console::Console::new(
+        &config.console,
+        config.metrics_addr(),
+        &config.auth,
+        verifier.clone(),
+    );
     let exporter = match config.metrics_addr() {
-        Some(addr) => install_metrics(addr, shutdown.clone())?,
+        Some(addr) => install_metrics(addr, console.clone(), shutdown.clone())?,
         None => None,
     };
     let state = State::load(config.clone(), store.clone())?;
@@ -369,6 +375,7 @@ async fn serve(
         EVENT_TRIM_INTERVAL,
         events_stop.clone(),
     ));
+    let console_matchmaker = handle.clone();
     let admin = api::Admin {
         state: state.clone(),
         matchmaker: handle,
@@ -427,16 +434,23 @@ async fn serve(
             proto::party_service_server::PartyServiceServer::new(parties)
                 .max_decoding_message_size(max_message),
         );
+    // The console calls the same stack in process: every layer, every service.
+    let console_tasks = match &console {
+        Some(console) => console.attach(
+            in_process(tower::Layer::layer(&limits, routes.clone())),
+            state.clone(),
+            console_matchmaker,
+            &ledger,
+            shutdown.clone(),
+        ),
+        None => Vec::new(),
+    };
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     let served = match front {
         Front::InProcess(publish) => {
-            let service = ServiceBuilder::new()
-                .map_response(|r: http::Response<_>| r.map(tonic::body::Body::new))
-                .map_err(Into::<tower::BoxError>::into)
-                .service(tower::Layer::layer(&limits, routes));
-            publish(EngineService(tower::util::BoxCloneSyncService::new(
-                service,
-            )));
+            publish(EngineService(in_process(tower::Layer::layer(
+                &limits, routes,
+            ))));
             info!("engine serving its node's front");
             shutdown.cancelled().await;
             state.close_server_streams();
@@ -506,6 +520,13 @@ async fn serve(
     };
     // Whatever ended serving, everything else stops too.
     shutdown.cancel();
+    if let Some(console) = &console {
+        // The console holds the services, and they the journal's committer.
+        console.detach();
+    }
+    for task in console_tasks {
+        let _ = task.await;
+    }
     match tokio::time::timeout(grace, loop_task).await {
         Ok(Ok(())) => {}
         Ok(Err(_)) => warn!("matchmaker loop thread ended without stopping cleanly (panicked)"),
@@ -663,15 +684,37 @@ pub(crate) fn tls_config(
     Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
 }
 
-/// Installs the global Prometheus recorder and serves its HTTP endpoint until `shutdown`; returns
-/// the endpoint's task. A second server in the same process (tests) keeps the first recorder
-/// and serves no second endpoint.
+/// The server's layered services as one service called in process (a cluster node's front,
+/// the console).
+fn in_process<S, B>(service: S) -> crate::console::GrpcService
+where
+    S: tower::Service<http::Request<tonic::body::Body>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    let service = ServiceBuilder::new()
+        .map_response(|r: http::Response<B>| r.map(tonic::body::Body::new))
+        .map_err(Into::<tower::BoxError>::into)
+        .service(service);
+    tower::util::BoxCloneSyncService::new(service)
+}
+
+/// Installs the global Prometheus recorder and serves the metrics listener (`/metrics`, and
+/// the operator console when `console` is given) until `shutdown`; returns the listener's task.
+/// A second server in the same process (tests) keeps the first recorder: it serves no second
+/// endpoint, unless it has a console to serve.
 pub(crate) fn install_metrics(
     addr: std::net::SocketAddr,
+    console: Option<std::sync::Arc<crate::console::Console>>,
     shutdown: CancellationToken,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, ServerError> {
-    let mut builder =
-        metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr);
+    let mut builder = metrics_exporter_prometheus::PrometheusBuilder::new();
     for (name, buckets) in crate::telemetry::HISTOGRAM_BUCKETS {
         builder = builder
             .set_buckets_for_metric(
@@ -680,39 +723,66 @@ pub(crate) fn install_metrics(
             )
             .map_err(|e| ServerError::Metrics(e.to_string()))?;
     }
-    let (recorder, exporter) = builder
-        .build()
-        .map_err(|e| ServerError::Metrics(e.to_string()))?;
-    if metrics::set_global_recorder(recorder).is_err() {
-        warn!("a metrics recorder is already installed in this process; not serving {addr}");
-        return Ok(None);
-    }
-    crate::telemetry::describe();
-    metrics::gauge!(
-        crate::telemetry::BUILD_INFO,
-        "version" => env!("CARGO_PKG_VERSION"),
-        "git_sha" => env!("MATCHMAKER_GIT_SHA")
-    )
-    .set(1.0);
+    let recorder = builder.build_recorder();
+    let handle = recorder.handle();
+    let handle = if metrics::set_global_recorder(recorder).is_err() {
+        if console.is_none() {
+            warn!("a metrics recorder is already installed in this process; not serving {addr}");
+            return Ok(None);
+        }
+        warn!(
+            "a metrics recorder is already installed in this process; {addr} serves the console only"
+        );
+        None
+    } else {
+        crate::telemetry::describe();
+        metrics::gauge!(
+            crate::telemetry::BUILD_INFO,
+            "version" => env!("CARGO_PKG_VERSION"),
+            "git_sha" => env!("MATCHMAKER_GIT_SHA")
+        )
+        .set(1.0);
+        Some(handle)
+    };
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(tokio::net::TcpListener::from_std)
+        .map_err(|source| ServerError::Bind {
+            addr: addr.to_string(),
+            source,
+        })?;
     let process = metrics_process::Collector::default();
     process.describe();
+    let upkeep = handle.clone();
+    let with_console = console.is_some();
     let task = tokio::spawn(async move {
-        let mut exporter = std::pin::pin!(exporter);
+        let served = crate::console::serve(listener, handle, console, shutdown.clone());
+        let mut served = std::pin::pin!(served);
         let mut every = tokio::time::interval(PROCESS_METRICS_EVERY);
         loop {
             tokio::select! {
-                result = &mut exporter => {
+                result = &mut served => {
                     if let Err(e) = result {
                         warn!(error = ?e, "metrics endpoint stopped");
                     }
                     return;
                 }
-                _ = every.tick() => process.collect(),
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => {
+                    // Open connections get a moment to finish their request, not longer.
+                    let _ = tokio::time::timeout(Duration::from_secs(2), &mut served).await;
+                    return;
+                }
+                _ = every.tick() => {
+                    process.collect();
+                    // Drains histogram buckets (the exporter's own listener did this itself).
+                    if let Some(h) = &upkeep {
+                        h.run_upkeep();
+                    }
+                }
             }
         }
     });
-    info!(addr = %addr, "serving Prometheus metrics on /metrics");
+    info!(addr = %addr, console = with_console, "serving Prometheus metrics on /metrics");
     Ok(Some(task))
 }
 

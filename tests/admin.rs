@@ -74,6 +74,7 @@ async fn reset(
         .season_reset(proto::SeasonResetRequest {
             kind: kind as i32,
             queue: queue.into(),
+            dry_run: false,
         })
         .await
         .expect("season_reset")
@@ -177,6 +178,7 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
         .season_reset(proto::SeasonResetRequest {
             kind: 0,
             queue: String::new(),
+            dry_run: false,
         })
         .await
         .unwrap_err();
@@ -554,6 +556,7 @@ async fn a_soft_reset_racing_with_results_is_never_half_applied() {
                     .season_reset(proto::SeasonResetRequest {
                         kind: proto::SeasonResetKind::Soft as i32,
                         queue: "1v1".into(),
+                        dry_run: false,
                     })
                     .await
                     .unwrap();
@@ -692,6 +695,28 @@ async fn the_admin_cli_runs_every_command() {
     let (ok, out, err) = cli(&server, &["end-season", "--queue", "lad"]).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "season 1 ended: 2 players ranked");
+
+    // A dry run says what the reset would do, per tier, and changes nothing.
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "season-reset",
+            "--kind",
+            "hard",
+            "--queue",
+            "lad",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "hard reset dry run (nothing changed): season 2 week 0, 2 players changed\n  \
+         lad Apprentice I: 0 -> 1\n  lad Expert I: 1 -> 0\n  lad Expert II: 0 -> 1\n  \
+         lad Grandweaver: 1 -> 0"
+    );
+    assert_eq!(view_of(&server, "cli-a", "lad").await.rank_points, 1350);
 
     let (ok, out, err) = cli(
         &server,

@@ -100,6 +100,7 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         .season_reset(proto::SeasonResetRequest {
             kind: proto::SeasonResetKind::Soft as i32,
             queue: "5v5".into(),
+            dry_run: false,
         })
         .await
         .unwrap();

@@ -153,9 +153,14 @@ impl AdminService for Admin {
         };
         let queues = self.state.season_queues(optional_queue(&req.queue))?;
         let names: Vec<String> = queues.iter().map(|q| q.id.to_string()).collect();
+        let dry_run = req.dry_run;
+        // A dry run computes the same entries under the same gate and journals none of them.
         let outcome = self
             .ledger
-            .admin(move |state| Ok(state.prepare_season_reset(kind, &queues)??))
+            .admin(move |state| {
+                let (entries, outcome) = state.prepare_season_reset(kind, &queues)??;
+                Ok((if dry_run { Vec::new() } else { entries }, outcome))
+            })
             .await?;
         self.state
             .emit_durable(&[crate::store::EventRecord {
@@ -177,6 +182,33 @@ impl AdminService for Admin {
             season: outcome.state.season,
             week: outcome.state.week,
             players_changed: outcome.players,
+            tiers: outcome
+                .pools
+                .iter()
+                .flat_map(|p| {
+                    p.tiers
+                        .iter()
+                        .map(|(tier, before, after)| proto::TierCount {
+                            pool: p.pool.clone(),
+                            tier: tier.clone(),
+                            before: *before,
+                            after: *after,
+                        })
+                })
+                .collect(),
+            dry_run,
+            pools: outcome
+                .pools
+                .iter()
+                .map(|p| proto::PoolSeason {
+                    pool: p.pool.clone(),
+                    season_before: p.before.season,
+                    week_before: p.before.week,
+                    season: p.after.season,
+                    week: p.after.week,
+                    players: p.players,
+                })
+                .collect(),
         }))
     }
 
@@ -319,6 +351,9 @@ impl AdminService for Admin {
                 backfill_requests_expired: s.backfill_requests_expired,
                 backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
                 backfill_fill_p95_seconds: s.backfill_fill_p95_seconds,
+                longest_wait_seconds: s.longest_wait_seconds,
+                skill_window: s.skill_window,
+                starving: s.starving,
             })
             .collect();
         Ok(Response::new(proto::QueueStats { queues }))

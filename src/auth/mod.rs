@@ -204,6 +204,9 @@ pub fn is_open_path(path: &str) -> bool {
     path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.")
 }
 
+/// The path prefix of the operator console's JSON API; every call under it needs an admin.
+pub const CONSOLE_API: &str = "/console/api/";
+
 /// Which roles a method needs; `None` = open (health, reflection).
 fn required_roles(path: &str) -> Option<&'static [Role]> {
     const ANY: &[Role] = &[Role::Player, Role::Server, Role::Admin];
@@ -229,6 +232,11 @@ fn required_roles(path: &str) -> Option<&'static [Role]> {
         return Some(SERVER);
     }
     if path.starts_with("/matchmaker.v1.AdminService/") {
+        return Some(ADMIN);
+    }
+    // The operator console's JSON API on the metrics listener (`console`): admins only, like
+    // the AdminService whose calls it makes.
+    if path.starts_with(CONSOLE_API) {
         return Some(ADMIN);
     }
     Some(ANY)
@@ -280,6 +288,10 @@ mod tests {
         );
         assert_eq!(
             required_roles("/matchmaker.v1.AdminService/Snapshot"),
+            Some(&[Role::Admin][..])
+        );
+        assert_eq!(
+            required_roles("/console/api/queues"),
             Some(&[Role::Admin][..])
         );
     }

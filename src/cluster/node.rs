@@ -72,7 +72,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
 
     let shutdown = CancellationToken::new();
     let exporter = match config.metrics_addr() {
-        Some(addr) => server::install_metrics(addr, shutdown.clone())?,
+        Some(addr) => server::install_metrics(addr, None, shutdown.clone())?,
         None => None,
     };
     let (route_tx, route_rx) = watch::channel(Route::default());

@@ -369,9 +369,18 @@ impl Loop {
                 let _ = reply.send(state);
             }
             Command::Stats { reply } => {
-                let stats = self.queues.iter().map(|q| QueueStats {
-                    waiting_by_value: q.pool.waiting_by_value(),
-                    ..q.stats.clone()
+                let now = self.clock.now();
+                let stats = self.queues.iter().map(|q| {
+                    let longest = q.pool.stats(now).longest_wait_seconds;
+                    let limits = q.pool.config().limits(longest);
+                    let waiting = !q.pool.is_empty();
+                    QueueStats {
+                        waiting_by_value: q.pool.waiting_by_value(),
+                        longest_wait_seconds: longest,
+                        skill_window: if waiting { limits.window } else { 0.0 },
+                        starving: waiting && limits.starving,
+                        ..q.stats.clone()
+                    }
                 });
                 let _ = reply.send(stats.collect());
             }

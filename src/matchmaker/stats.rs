@@ -33,6 +33,12 @@ pub struct QueueStats {
     pub backfill_fill_p95_seconds: f64,
     /// Waiting tickets per value of each `equal` rule: `(attribute, value, tickets)`, sorted.
     pub waiting_by_value: Vec<(String, String, u64)>,
+    /// The longest current wait, and the skill window (half-width) a ticket that waited that
+    /// long accepts; `starving`: that ticket accepts anyone. Computed when asked (one pass over
+    /// the pool), not on every tick.
+    pub longest_wait_seconds: f64,
+    pub skill_window: f64,
+    pub starving: bool,
 }
 
 impl QueueStats {

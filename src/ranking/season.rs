@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::RankPoints;
-use super::ladder::Tier;
+use super::ladder::{LadderConfig, Tier};
 use crate::rating::Skill;
 use crate::rejection::FieldError;
 
@@ -120,6 +120,38 @@ pub fn soft_reset_rp(rp: RankPoints, tier: &Tier) -> RankPoints {
 #[must_use]
 pub fn hard_reset_rp(rp: RankPoints, tier: &Tier) -> RankPoints {
     tier.hard_reset_rp.unwrap_or(rp)
+}
+
+/// Players per tier before and after a season reset, in the ladder's tier order: `before` names
+/// the tier each player holds now, `after_rp` the rank points the reset leaves each player with.
+/// After the reset a top-N tier goes to the best players by rank points (ties: the order given,
+/// which is player id order), as the leaderboard would rank them. Returns `(tier, before, after)`.
+#[must_use]
+pub fn tier_counts(
+    ladder: &LadderConfig,
+    before: &[&str],
+    after_rp: &[RankPoints],
+) -> Vec<(String, u64, u64)> {
+    let mut counts: Vec<(String, u64, u64)> = ladder
+        .tiers
+        .iter()
+        .map(|t| (t.name.clone(), 0, 0))
+        .collect();
+    let mut bump = |name: &str, after: bool| {
+        if let Some(c) = counts.iter_mut().find(|c| c.0 == name) {
+            if after { c.2 += 1 } else { c.1 += 1 }
+        }
+    };
+    for name in before {
+        bump(name, false);
+    }
+    let mut order: Vec<usize> = (0..after_rp.len()).collect();
+    // Stable: equal rank points keep the order given.
+    order.sort_by(|&a, &b| after_rp[b].cmp(&after_rp[a]));
+    for (rank, &i) in order.iter().enumerate() {
+        bump(&ladder.tier_of(after_rp[i], Some(rank + 1)).name, true);
+    }
+    counts
 }
 
 /// Whether a tier counts as "Master and above" for the season rank: the tiers with a weekly cap.
@@ -290,6 +322,32 @@ mod tests {
             .into_iter()
             .find(|t| t.name == name)
             .unwrap()
+    }
+
+    #[test]
+    fn tier_counts_before_and_after_a_reset() {
+        let ladder = LadderConfig::default();
+        // A Grandweaver cut to 1400, a Master cut to 1300 (still in the top 100 of those with
+        // Grandweaver's 1200, so Grandweaver after), one Expert below.
+        let before = ["Grandweaver", "Master", "Expert III"];
+        let after = [1400, 1300, 1150];
+        let counts = tier_counts(&ladder, &before, &after);
+        assert_eq!(counts.len(), ladder.tiers.len());
+        let row = |name: &str| counts.iter().find(|c| c.0 == name).cloned().unwrap();
+        assert_eq!(row("Grandweaver"), ("Grandweaver".into(), 1, 2));
+        assert_eq!(row("Master"), ("Master".into(), 1, 0));
+        assert_eq!(row("Expert III"), ("Expert III".into(), 1, 1));
+        let total = |f: fn(&(String, u64, u64)) -> u64| counts.iter().map(f).sum::<u64>();
+        assert_eq!(total(|c| c.1), 3);
+        assert_eq!(total(|c| c.2), 3);
+        // A top-N tier holds at most N after the reset; the rest fall to the tier their RP earns.
+        let top_n = ladder.tiers.last().unwrap().top_n.unwrap();
+        let many = vec![1400; top_n + 2];
+        let names = vec!["Grandweaver"; top_n + 2];
+        let counts = tier_counts(&ladder, &names, &many);
+        let row = |name: &str| counts.iter().find(|c| c.0 == name).cloned().unwrap();
+        assert_eq!(row("Grandweaver").2, top_n as u64);
+        assert_eq!(row("Master").2, 2);
     }
 
     #[test]

@@ -53,6 +53,20 @@ pub struct SeasonOutcome {
     pub state: SeasonState,
     /// Players whose record changed (reset) or who were ranked (end of season).
     pub players: u64,
+    /// Resets only: what the reset does to each pool (the preview a dry run answers).
+    pub pools: Vec<PoolReset>,
+}
+
+/// What a season reset does to one rating pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolReset {
+    pub pool: String,
+    pub before: SeasonState,
+    pub after: SeasonState,
+    /// Players with a record in the pool.
+    pub players: u64,
+    /// Ladder pools: `(tier, players before, players after)` in tier order; empty otherwise.
+    pub tiers: Vec<(String, u64, u64)>,
 }
 
 /// One validated migration row.
@@ -231,6 +245,7 @@ impl State {
         let mut entries = Vec::new();
         let mut changed = 0u64;
         let mut first_state = None;
+        let mut pools = Vec::new();
         for queue in Self::pools_of(queues) {
             let pool = queue.pool.as_str();
             let state = self.inner.store.season_state(pool)?;
@@ -341,6 +356,21 @@ impl State {
                     (out, next_state, None)
                 }
             };
+            pools.push(PoolReset {
+                pool: pool.to_owned(),
+                before: state,
+                after: next,
+                players: rows.len() as u64,
+                tiers: tiers
+                    .as_ref()
+                    .map(|tiers| {
+                        let names: Vec<&str> = tiers.iter().map(|t| t.name.as_str()).collect();
+                        let after: Vec<RankPoints> =
+                            records.iter().map(|(_, r)| r.rank_points).collect();
+                        season::tier_counts(&self.inner.config.ranking.ladder, &names, &after)
+                    })
+                    .unwrap_or_default(),
+            });
             let records: Vec<(PlayerId, PoolRecord)> = records
                 .into_iter()
                 .zip(&rows)
@@ -375,6 +405,7 @@ impl State {
             SeasonOutcome {
                 state: first_state.unwrap_or_default(),
                 players: changed,
+                pools,
             },
         )))
     }
@@ -506,6 +537,7 @@ impl State {
             SeasonOutcome {
                 state: first_state.unwrap_or_default(),
                 players: ranked,
+                pools: Vec::new(),
             },
         )))
     }

@@ -211,6 +211,23 @@ impl State {
             })
     }
 
+    /// The matches the server holds now (ready-check to completing), newest first: `(how many
+    /// there are, the newest `limit` of `queue` or of every queue)`. One pass over the map, for
+    /// the operator console.
+    pub fn live_matches(&self, queue: Option<&str>, limit: usize) -> (usize, Vec<Arc<MatchSlot>>) {
+        let mut all: Vec<Arc<MatchSlot>> = self
+            .inner
+            .matches
+            .iter()
+            .filter(|e| queue.is_none_or(|q| e.value().queue.as_str() == q))
+            .map(|e| e.value().clone())
+            .collect();
+        let total = all.len();
+        all.sort_by(|a, b| b.formed_unix.total_cmp(&a.formed_unix));
+        all.truncate(limit);
+        (total, all)
+    }
+
     /// Places a FORMED match on a registered server of its region (round-robin), reserving room
     /// in the server's stream. The caller persists the allocation ([`State::persist_matches`])
     /// and then delivers it ([`State::deliver_when_durable`]).

@@ -35,7 +35,7 @@ use crate::records::{PartyRecord, PoolRecord};
 use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
-pub use admin::{MigrationOutcome, MigrationRow, ResetKind, SeasonOutcome};
+pub use admin::{MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome};
 pub use events::{match_event, result_events};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};

@@ -74,6 +74,9 @@ pub enum AdminCommand {
         /// One queue only (default: every queue with a ranking).
         #[arg(long)]
         queue: Option<String>,
+        /// Change nothing: print what the reset would do (players per tier before and after).
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Record every player's season rank (Master and above by mean end-of-week RP).
     EndSeason {
@@ -362,7 +365,11 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                 writeln!(out, "set {}", player_line(&v))?;
             }
         }
-        AdminCommand::SeasonReset { kind, queue } => {
+        AdminCommand::SeasonReset {
+            kind,
+            queue,
+            dry_run,
+        } => {
             let kind = match kind {
                 ResetKindArg::Soft => proto::SeasonResetKind::Soft,
                 ResetKindArg::Hard => proto::SeasonResetKind::Hard,
@@ -371,6 +378,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                 .season_reset(proto::SeasonResetRequest {
                     kind: kind as i32,
                     queue: queue.unwrap_or_default(),
+                    dry_run,
                 })
                 .await?
                 .into_inner();
@@ -384,14 +392,31 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                     out,
                     "{}",
                     json!({"kind": name, "season": r.season, "week": r.week,
-                           "players_changed": r.players_changed})
+                           "players_changed": r.players_changed, "dry_run": r.dry_run,
+                           "tiers": r.tiers.iter().map(|t| json!({"pool": t.pool,
+                               "tier": t.tier, "before": t.before, "after": t.after}))
+                               .collect::<Vec<_>>()})
                 )?;
             } else {
+                let done = if r.dry_run {
+                    "dry run (nothing changed)"
+                } else {
+                    "done"
+                };
                 writeln!(
                     out,
-                    "{name} reset done: season {} week {}, {} players changed",
+                    "{name} reset {done}: season {} week {}, {} players changed",
                     r.season, r.week, r.players_changed
                 )?;
+                // A dry run shows what it would do per tier (tiers nobody is in, before or
+                // after, left out); a reset's own line stays as it always was.
+                for t in r
+                    .tiers
+                    .iter()
+                    .filter(|t| r.dry_run && t.before + t.after > 0)
+                {
+                    writeln!(out, "  {} {}: {} -> {}", t.pool, t.tier, t.before, t.after)?;
+                }
             }
         }
         AdminCommand::EndSeason { queue } => {

@@ -1,0 +1,197 @@
+//! The results this server applied since it started, newest kept, for the console's Matches
+//! and Players views until durable match records exist: a bounded ring, lost on restart. Pure:
+//! entries come in with their time; queries scan the ring (it is small).
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+/// One player's change in a result, in the queue's display units.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Change {
+    pub player_id: String,
+    pub rating_before: f64,
+    pub rating_after: f64,
+    pub rank_points_before: u32,
+    pub rank_points_after: u32,
+}
+
+/// One applied result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Entry {
+    pub match_id: String,
+    pub queue: String,
+    /// Unix seconds when it was applied.
+    pub applied_unix: f64,
+    /// Unix seconds when the match formed.
+    pub formed_unix: f64,
+    pub teams: Vec<Vec<String>>,
+    /// Per team, as predicted when the match formed.
+    pub win_probability: Vec<f64>,
+    /// Per team, 1 = first.
+    pub placements: Vec<u32>,
+    pub changes: Vec<Change>,
+}
+
+/// One point of a player's rating chart.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Point {
+    pub t: f64,
+    pub rating: f64,
+    pub rank_points: u32,
+}
+
+/// The newest `capacity` results.
+#[derive(Debug)]
+pub struct Feed {
+    capacity: usize,
+    entries: VecDeque<Entry>,
+}
+
+impl Feed {
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            entries: VecDeque::new(),
+        }
+    }
+
+    /// Adds a result, dropping the oldest past the capacity.
+    pub fn push(&mut self, entry: Entry) {
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// The newest `limit` results, of `queue` if given, newest first.
+    #[must_use]
+    pub fn recent(&self, queue: Option<&str>, limit: usize) -> Vec<&Entry> {
+        self.entries
+            .iter()
+            .rev()
+            .filter(|e| queue.is_none_or(|q| e.queue == q))
+            .take(limit)
+            .collect()
+    }
+
+    /// The result of `match_id`, if it is still in the ring.
+    #[must_use]
+    pub fn get(&self, match_id: &str) -> Option<&Entry> {
+        self.entries.iter().rev().find(|e| e.match_id == match_id)
+    }
+
+    /// `player`'s results in `queue` (every queue for `None`), newest first, at most `limit`.
+    #[must_use]
+    pub fn of_player(&self, player: &str, queue: Option<&str>, limit: usize) -> Vec<&Entry> {
+        self.entries
+            .iter()
+            .rev()
+            .filter(|e| queue.is_none_or(|q| e.queue == q))
+            .filter(|e| e.changes.iter().any(|c| c.player_id == player))
+            .take(limit)
+            .collect()
+    }
+
+    /// `player`'s rating and rank points in `queue` over time, oldest first: the value before
+    /// their oldest result in the ring, then after each result.
+    #[must_use]
+    pub fn rating_points(&self, player: &str, queue: &str) -> Vec<Point> {
+        let mut points = Vec::new();
+        for e in self.entries.iter().filter(|e| e.queue == queue) {
+            let Some(c) = e.changes.iter().find(|c| c.player_id == player) else {
+                continue;
+            };
+            if points.is_empty() {
+                points.push(Point {
+                    t: e.formed_unix.min(e.applied_unix),
+                    rating: c.rating_before,
+                    rank_points: c.rank_points_before,
+                });
+            }
+            points.push(Point {
+                t: e.applied_unix,
+                rating: c.rating_after,
+                rank_points: c.rank_points_after,
+            });
+        }
+        points
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, queue: &str, t: f64, players: &[(&str, f64, f64)]) -> Entry {
+        Entry {
+            match_id: id.into(),
+            queue: queue.into(),
+            applied_unix: t,
+            formed_unix: t - 5.0,
+            teams: players.iter().map(|p| vec![p.0.to_string()]).collect(),
+            win_probability: vec![0.5; players.len()],
+            placements: (1..=players.len() as u32).collect(),
+            changes: players
+                .iter()
+                .map(|&(p, before, after)| Change {
+                    player_id: p.into(),
+                    rating_before: before,
+                    rating_after: after,
+                    rank_points_before: before as u32 / 10,
+                    rank_points_after: after as u32 / 10,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_and_answers_newest_first() {
+        let mut f = Feed::new(2);
+        f.push(entry("m1", "1v1", 10.0, &[("a", 1500.0, 1510.0)]));
+        f.push(entry("m2", "2v2", 20.0, &[("a", 1500.0, 1490.0)]));
+        f.push(entry("m3", "1v1", 30.0, &[("b", 1500.0, 1520.0)]));
+        assert_eq!(f.len(), 2);
+        assert!(f.get("m1").is_none(), "the oldest went");
+        let ids: Vec<&str> = f
+            .recent(None, 10)
+            .iter()
+            .map(|e| e.match_id.as_str())
+            .collect();
+        assert_eq!(ids, ["m3", "m2"]);
+        assert_eq!(f.recent(Some("1v1"), 10).len(), 1);
+        assert_eq!(f.recent(None, 1)[0].match_id, "m3");
+        assert_eq!(f.of_player("a", None, 10)[0].match_id, "m2");
+        assert!(f.of_player("a", Some("1v1"), 10).is_empty());
+    }
+
+    #[test]
+    fn rating_points_start_before_the_first_result_and_follow_each() {
+        let mut f = Feed::new(10);
+        f.push(entry(
+            "m1",
+            "1v1",
+            10.0,
+            &[("a", 1500.0, 1510.0), ("b", 1500.0, 1490.0)],
+        ));
+        f.push(entry("m2", "2v2", 15.0, &[("a", 1500.0, 1400.0)]));
+        f.push(entry("m3", "1v1", 20.0, &[("a", 1510.0, 1525.0)]));
+        let p = f.rating_points("a", "1v1");
+        let ratings: Vec<f64> = p.iter().map(|p| p.rating).collect();
+        assert_eq!(ratings, [1500.0, 1510.0, 1525.0]);
+        assert_eq!(p[0].t, 5.0);
+        assert_eq!(p[2].rank_points, 152);
+        assert!(f.rating_points("nobody", "1v1").is_empty());
+    }
+}

@@ -1,0 +1,247 @@
+//! The operator console: a small web page served at `http://METRICS_ADDR/console/` on the same
+//! listener as `/metrics`, with its assets (`assets/`: plain HTML, CSS and JavaScript, no
+//! build step, no library) compiled into the binary, and a JSON API under `/console/api/`.
+//!
+//! Every number the page shows and every action it takes is a call of the server's own gRPC
+//! stack, made in process: the console sends a framed gRPC request carrying the page's
+//! `authorization` header to the server's layered service (RPC metrics, deadline, load
+//! shedding, auth, rate limit, message size, then `ClientService`/`AdminService`). So a soft reset from the page
+//! is the admin CLI's `SeasonReset`, with the same role check, the same metrics and the same
+//! journal entry. What no RPC answers yet the console reads itself, behind the same admin check
+//! (`auth::CONSOLE_API`): the last hour of each queue's numbers (`history`, sampled from the
+//! matchmaker loop's `GetQueueStats` numbers), the live matches in the state, the results applied
+//! since start (`feed`, from the ledger's applied-results channel) and the season clocks.
+//!
+//! `http.rs` is the listener (metrics, health, assets); `api.rs` the JSON endpoints, one thin
+//! handler each. Docs: `docs/console.md`.
+
+mod api;
+pub mod feed;
+pub mod history;
+mod http;
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::codegen::http as h;
+use tracing::{info, warn};
+
+use crate::auth::Verifier;
+use crate::ledger::{AppliedResult, Ledger};
+use crate::matchmaker::{Command, Handle};
+use crate::state::State;
+
+pub use crate::config::ConsoleConfig;
+pub use http::serve;
+
+/// The seconds of history the charts cover.
+pub const HISTORY_SECONDS: f64 = 3600.0;
+
+/// Results kept for the Matches and Players views.
+pub const FEED_CAPACITY: usize = 10_000;
+
+/// The server's whole gRPC stack as one service: what the console's calls go to.
+pub type GrpcService = tower::util::BoxCloneSyncService<
+    h::Request<tonic::body::Body>,
+    h::Response<tonic::body::Body>,
+    tower::BoxError,
+>;
+
+/// What the console reads once the server is up.
+#[derive(Clone)]
+struct Backend {
+    grpc: GrpcService,
+    state: State,
+}
+
+/// The console: shared by the HTTP handlers, the sampler and the results listener.
+pub struct Console {
+    config: ConsoleConfig,
+    verifier: Option<Arc<Verifier>>,
+    auth_enabled: bool,
+    /// Set by [`Console::attach`], taken back by [`Console::detach`] so the services (and the
+    /// journal's committer they hold) can stop.
+    backend: RwLock<Option<Backend>>,
+    history: Mutex<history::History>,
+    feed: Mutex<feed::Feed>,
+}
+
+impl Console {
+    /// The console on the metrics listener `addr` (`None`: no listener), or `None` when it is
+    /// off: disabled, or auth is off and the listener is not on loopback (anyone who reaches it
+    /// could reset a season) unless `auth.allow_insecure` says that is intended.
+    pub fn new(
+        config: &ConsoleConfig,
+        addr: Option<std::net::SocketAddr>,
+        auth: &crate::auth::AuthConfig,
+        verifier: Option<Arc<Verifier>>,
+    ) -> Option<Arc<Self>> {
+        let addr = addr?;
+        if !config.enabled {
+            return None;
+        }
+        if !auth.enabled && !addr.ip().is_loopback() && !auth.allow_insecure {
+            warn!(
+                %addr,
+                "console not served: server.metrics_addr is not a loopback address and auth is off \
+                 (enable [auth], or set auth.allow_insecure = true)"
+            );
+            return None;
+        }
+        Some(Arc::new(Self {
+            config: config.clone(),
+            verifier,
+            auth_enabled: auth.enabled,
+            backend: RwLock::new(None),
+            history: Mutex::new(history::History::new(
+                HISTORY_SECONDS,
+                config.sample_seconds,
+            )),
+            feed: Mutex::new(feed::Feed::new(FEED_CAPACITY)),
+        }))
+    }
+
+    /// Connects the console to the running server and starts sampling queues and listening for
+    /// results; both tasks end on `shutdown`. Until this is called the API answers 503.
+    pub fn attach(
+        self: &Arc<Self>,
+        grpc: GrpcService,
+        state: State,
+        matchmaker: Handle,
+        ledger: &Ledger,
+        shutdown: CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
+        let results = ledger.subscribe();
+        *self.backend.write().unwrap_or_else(|p| p.into_inner()) = Some(Backend {
+            grpc,
+            state: state.clone(),
+        });
+        info!("console serving /console/");
+        vec![
+            tokio::spawn(self.clone().sample(matchmaker, shutdown.clone())),
+            tokio::spawn(self.clone().listen(state, results, shutdown)),
+        ]
+    }
+
+    /// Lets go of the server's services: calls from then on answer 503.
+    pub fn detach(&self) {
+        self.backend
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+    }
+
+    fn backend(&self) -> Option<Backend> {
+        self.backend
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn history(&self) -> MutexGuard<'_, history::History> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn feed(&self) -> MutexGuard<'_, feed::Feed> {
+        self.feed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records every queue's numbers every `sample_seconds`, the first at once.
+    async fn sample(self: Arc<Self>, matchmaker: Handle, shutdown: CancellationToken) {
+        let mut every = tokio::time::interval(Duration::from_secs_f64(self.config.sample_seconds));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = shutdown.cancelled() => return,
+            }
+            let Ok(stats) = matchmaker.ask(|reply| Command::Stats { reply }).await else {
+                return;
+            };
+            let now = crate::state::unix_now();
+            let mut history = self.history();
+            for s in &stats {
+                history.record(
+                    &s.queue,
+                    now,
+                    &history::Reading {
+                        tickets_waiting: s.tickets_waiting,
+                        matches_formed: s.matches_formed,
+                        wait_p50_seconds: s.wait_p50_seconds,
+                        wait_p95_seconds: s.wait_p95_seconds,
+                        quality_mean: s.quality_mean,
+                        skill_window: s.skill_window,
+                        starving: s.starving,
+                        accept_rate: s.accept_rate(),
+                        backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Keeps the newest applied results in the feed.
+    async fn listen(
+        self: Arc<Self>,
+        state: State,
+        mut results: tokio::sync::broadcast::Receiver<Arc<AppliedResult>>,
+        shutdown: CancellationToken,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let applied = tokio::select! {
+                r = results.recv() => r,
+                () = shutdown.cancelled() => return,
+            };
+            match applied {
+                Ok(applied) => {
+                    let entry = feed_entry(&state, &applied);
+                    self.feed().push(entry);
+                }
+                Err(RecvError::Lagged(n)) => {
+                    warn!(skipped = n, "console fell behind the results; skipped some");
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+}
+
+/// An applied result as the console shows it: ratings in the queue system's display units.
+fn feed_entry(state: &State, applied: &AppliedResult) -> feed::Entry {
+    let slot = &applied.slot;
+    let assignment = slot.assignment();
+    let queue = state.queue_of(&slot.queue);
+    let display = |s: &crate::rating::Skill| {
+        queue
+            .as_ref()
+            .map_or(s.mean, |q| q.config.rating.display(s).display)
+    };
+    feed::Entry {
+        match_id: slot.id.to_string(),
+        queue: slot.queue.to_string(),
+        applied_unix: applied.applied_unix,
+        formed_unix: slot.formed_unix,
+        teams: assignment
+            .teams
+            .iter()
+            .map(|t| t.iter().map(ToString::to_string).collect())
+            .collect(),
+        win_probability: assignment.win_probability.clone(),
+        placements: applied.placements.clone(),
+        changes: applied
+            .ack
+            .changes
+            .iter()
+            .map(|c| feed::Change {
+                player_id: c.player_id.to_string(),
+                rating_before: display(&c.before),
+                rating_after: display(&c.after),
+                rank_points_before: c.rank_points_before,
+                rank_points_after: c.rank_points_after,
+            })
+            .collect(),
+    }
+}

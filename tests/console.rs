@@ -1,0 +1,592 @@
+//! The operator console in a real browser: headless Chromium (Debian's `chromium`, driven over
+//! the DevTools protocol by `console/cdp.rs`) against the real binary under `matchmaker
+//! loadgen` traffic. The numbers the page shows equal `GetQueueStats` within one refresh; a
+//! player's page draws their rating chart after results are reported; a soft reset from the
+//! page changes the week through the `SeasonReset` RPC and its journal entry; with auth on and
+//! no token the page shows no data.
+//!
+//! Screenshots of each view are written to a temporary directory, or to the directory named by
+//! `MATCHMAKER_CONSOLE_SCREENSHOTS` (scripts/console-screenshots.sh: docs/console/).
+
+#[path = "console/cdp.rs"]
+mod cdp;
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use cdp::Browser;
+use common::{EVENT_TIMEOUT, ServerProcess, next, poll_until_blocking};
+use matchmaker::proto;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+
+/// The page's refresh interval (console.js `REFRESH_MS`).
+const REFRESH: Duration = Duration::from_secs(2);
+/// How long the page may take to show something: a few refreshes on a loaded 2-core machine.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+const SECRET: &str = "console-secret-0123456789abcdef";
+
+fn free_port() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().to_string()
+}
+
+/// `matchmaker serve` with the console sampling every second on `metrics_addr`.
+fn start_server(metrics_addr: &str, dir: &std::path::Path, extra_toml: &str) -> ServerProcess {
+    let config = dir.join("console.toml");
+    std::fs::write(
+        &config,
+        format!("[console]\nsample_seconds = 1.0\n{extra_toml}"),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            metrics_addr,
+        ])
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data"));
+    ServerProcess::spawn(command)
+}
+
+fn screenshots() -> (PathBuf, Option<tempfile::TempDir>) {
+    match std::env::var_os("MATCHMAKER_CONSOLE_SCREENSHOTS") {
+        Some(dir) => (PathBuf::from(dir), None),
+        None => {
+            let temp = tempfile::tempdir().unwrap();
+            (temp.path().to_path_buf(), Some(temp))
+        }
+    }
+}
+
+fn token(sub: &str, role: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({ "sub": sub, "role": role, "exp": now + 3600 }),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A plain HTTP/1.0 GET on the metrics listener: (status line, body).
+fn http_get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(EVENT_TIMEOUT)).unwrap();
+    let mut request = format!("GET {path} HTTP/1.0\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+/// The page's shown value of `stat` for `queue`: (its text, the raw number behind it).
+fn shown(browser: &mut Browser, queue: &str, stat: &str) -> (String, f64) {
+    let v = browser.eval(&format!(
+        "(() => {{ const e = document.querySelector('[data-queue=\"{queue}\"][data-stat=\"{stat}\"]');
+                   return e && e.dataset.value !== undefined ? [e.textContent, e.dataset.value] : null; }})()"
+    ));
+    let pair = v
+        .as_array()
+        .unwrap_or_else(|| panic!("{queue}.{stat} not shown: {v}"));
+    (
+        pair[0].as_str().unwrap().to_owned(),
+        pair[1].as_str().unwrap().parse().unwrap(),
+    )
+}
+
+/// Integer stats as `(name, value)`, and float stats the same way, from one `QueueStat`.
+fn stat_numbers(s: &proto::QueueStat) -> Vec<(&'static str, f64, bool)> {
+    vec![
+        ("tickets_waiting", s.tickets_waiting as f64, true),
+        ("players_waiting", s.players_waiting as f64, true),
+        ("matches_formed", s.matches_formed as f64, true),
+        ("tickets_expired", s.tickets_expired as f64, true),
+        ("wait_p50_seconds", s.wait_p50_seconds, false),
+        ("wait_p95_seconds", s.wait_p95_seconds, false),
+        ("quality_mean", s.quality_mean, false),
+        ("skill_window", s.skill_window, false),
+        ("accept_rate", s.accept_rate, false),
+        (
+            "backfill_fill_p50_seconds",
+            s.backfill_fill_p50_seconds,
+            false,
+        ),
+    ]
+}
+
+async fn queue_stats(
+    admin: &mut AdminServiceClient<tonic::transport::Channel>,
+) -> Vec<proto::QueueStat> {
+    admin
+        .get_queue_stats(proto::GetQueueStatsRequest::default())
+        .await
+        .expect("GetQueueStats")
+        .into_inner()
+        .queues
+}
+
+/// Whether every number the page shows for every queue equals `stats`.
+fn page_equals(browser: &mut Browser, stats: &[proto::QueueStat]) -> Result<(), String> {
+    for q in stats {
+        for (name, want, integer) in stat_numbers(q) {
+            let (text, value) = shown(browser, &q.queue, name);
+            if value != want {
+                return Err(format!(
+                    "{}.{name}: page {value}, GetQueueStats {want}",
+                    q.queue
+                ));
+            }
+            if integer && text.replace(',', "") != format!("{want}") {
+                return Err(format!(
+                    "{}.{name}: page shows {text:?}, GetQueueStats {want}",
+                    q.queue
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One 1v1 match of `winner` against `loser`, served to `stream`'s game server and reported.
+async fn play(
+    client: &mut ClientServiceClient<tonic::transport::Channel>,
+    game_server: &mut GameServerServiceClient<tonic::transport::Channel>,
+    stream: &mut tonic::Streaming<proto::MatchAssignment>,
+    winner: &str,
+    loser: &str,
+) -> String {
+    common::enter(client, "1v1", &[winner]).await;
+    common::enter(client, "1v1", &[loser]).await;
+    let assignment = next(stream).await;
+    let placements = common::placements_with_winner(&assignment, winner);
+    game_server
+        .report_match_result(proto::MatchResult {
+            match_id: assignment.match_id.clone(),
+            placements,
+            ..Default::default()
+        })
+        .await
+        .expect("report");
+    assignment.match_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season() {
+    let (shots, _keep) = screenshots();
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    // 1v1 matches any two players at once, so the same two can play again after a result
+    // pulled their ratings apart.
+    let server = start_server(
+        &metrics,
+        dir.path(),
+        "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n",
+    );
+    let console = format!("http://{metrics}/console/");
+    let channel = server.channel().await;
+    let mut admin = AdminServiceClient::new(channel.clone());
+    let mut client = ClientServiceClient::new(channel.clone());
+
+    // The API refuses calls without the console header (another site cannot make the browser
+    // send it) and, with auth off, on a Host that is not loopback (DNS rebinding).
+    let (status, _) = http_get(&metrics, "/console/api/queues", &[]);
+    assert!(status.contains(" 403 "), "{status}");
+    let (status, _) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[
+            ("x-matchmaker-console", "1"),
+            ("Host", "rebound.example:80"),
+        ],
+    );
+    assert!(status.contains(" 403 "), "{status}");
+    let (status, body) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[("x-matchmaker-console", "1")],
+    );
+    assert!(status.contains(" 200 "), "{status} {body}");
+    let (status, _) = http_get(&metrics, "/console/nothing-here", &[]);
+    assert!(status.contains(" 404 "), "{status}");
+    // /metrics still answers on the same listener.
+    let (status, body) = http_get(&metrics, "/metrics", &[]);
+    assert!(
+        status.contains(" 200 ") && body.contains("matchmaker_build_info"),
+        "{status}"
+    );
+
+    // Ladder players spread over the tiers, for the leaderboard and the reset preview.
+    for i in 0..40u32 {
+        admin
+            .set_rating(proto::SetRatingRequest {
+                player_id: format!("ladder-{i:02}"),
+                queue: "5v5".into(),
+                rating: Some(proto::Rating {
+                    mean: 20.0 + f64::from(i % 10),
+                    deviation: 5.0,
+                    ..Default::default()
+                }),
+                rank_points: Some(i64::from(i) * 37),
+            })
+            .await
+            .expect("set_rating");
+    }
+
+    // Results for two known players (before the load, so no other game server or waiting
+    // ticket is in their way); their page is checked below.
+    let mut game_server = GameServerServiceClient::new(channel.clone());
+    let mut stream = common::serve(&mut game_server, "console-gs").await;
+    let mut last_match = String::new();
+    for (winner, loser) in [
+        ("console-alice", "console-bob"),
+        ("console-alice", "console-bob"),
+        ("console-bob", "console-alice"),
+        ("console-alice", "console-bob"),
+    ] {
+        last_match = play(&mut client, &mut game_server, &mut stream, winner, loser).await;
+    }
+    drop(stream);
+
+    // Traffic: the real load generator forms, serves and reports 1v1 matches.
+    let loadgen = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args(["loadgen", "--addr", &server.addr, "--rpc", "report-result"])
+        .args([
+            "--seconds",
+            "8",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "8",
+            "--json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start loadgen");
+    // And team matching: solo players entering 5v5 (its game servers are the generator's own).
+    let loadgen_5v5 = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args([
+            "loadgen",
+            "--addr",
+            &server.addr,
+            "--rpc",
+            "enter-queue",
+            "--queue",
+            "5v5",
+        ])
+        .args([
+            "--seconds",
+            "8",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "2",
+            "--json",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start loadgen");
+
+    let mut browser = Browser::launch(1400, 1000);
+    browser.open(&format!("{console}#/queues"));
+    browser.wait_for(
+        "the 1v1 numbers",
+        "document.querySelector('[data-queue=\"1v1\"][data-stat=\"matches_formed\"]')?.dataset.value",
+        PAGE_TIMEOUT,
+    );
+    // Under load: what the page shows is never ahead of the server and moves without a reload.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let (_, formed) = shown(&mut browser, "1v1", "matches_formed");
+        let after = queue_stats(&mut admin).await;
+        let now = after
+            .iter()
+            .find(|q| q.queue == "1v1")
+            .unwrap()
+            .matches_formed;
+        assert!(
+            formed <= now as f64,
+            "page {formed} ahead of the server {now}"
+        );
+        seen.insert(formed as u64);
+        tokio::time::sleep(REFRESH).await;
+    }
+    assert!(
+        seen.len() >= 2,
+        "the page did not update under load: {seen:?}"
+    );
+    browser.open(&format!("{console}#/matches"));
+    browser.wait_for(
+        "recent results",
+        "document.querySelectorAll('#recent-matches tbody a').length",
+        PAGE_TIMEOUT,
+    );
+    browser.screenshot(&shots.join("matches.png"), 1400);
+
+    for mut generator in [loadgen, loadgen_5v5] {
+        let status = tokio::task::spawn_blocking(move || generator.wait())
+            .await
+            .unwrap()
+            .expect("loadgen ran");
+        assert!(status.success(), "loadgen failed: {status}");
+    }
+
+    // At rest, the page equals GetQueueStats within one refresh.
+    browser.open(&format!("{console}#/queues"));
+    browser.wait_for(
+        "the queues",
+        "document.querySelector('[data-queue=\"ffa8\"][data-stat=\"tickets_waiting\"]')?.dataset.value",
+        PAGE_TIMEOUT,
+    );
+    let deadline = std::time::Instant::now() + REFRESH * 2 + Duration::from_secs(3);
+    loop {
+        let stats = queue_stats(&mut admin).await;
+        match page_equals(&mut browser, &stats) {
+            Ok(()) => break,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The charts have the last hour's samples (one a second here).
+    browser.wait_for(
+        "the matches-per-minute chart",
+        "Number(document.querySelector('[data-chart=\"1v1.rate\"] svg').dataset.points) >= 5",
+        PAGE_TIMEOUT,
+    );
+    browser.screenshot(&shots.join("queues.png"), 2200);
+
+    let alice = client
+        .get_player(proto::GetPlayerRequest {
+            player_id: "console-alice".into(),
+            queue: "1v1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // A player's page draws the rating chart of the results reported.
+    browser.open(&format!("{console}#/players/console-alice"));
+    // Before the first result, then after each of the four, then now.
+    browser.wait_for(
+        "the rating chart",
+        "Number(document.querySelector('[data-chart=\"player-rating\"] svg')?.dataset.points) >= 6",
+        PAGE_TIMEOUT,
+    );
+    let rating =
+        browser.eval("[...document.querySelectorAll('#player-summary .value')][0].textContent");
+    let want = format!("{:.1}", alice.rating.unwrap().display);
+    assert_eq!(rating.as_str(), Some(want.as_str()), "the player's rating");
+    let rows = browser.eval("document.querySelectorAll('#player-matches tbody tr').length");
+    assert_eq!(rows.as_u64(), Some(4), "alice's four matches");
+    browser.screenshot(&shots.join("player.png"), 1400);
+
+    browser.open(&format!("{console}#/matches/{last_match}"));
+    browser.wait_for(
+        "the match's result",
+        "document.querySelectorAll('#match-result tbody tr').length == 2",
+        PAGE_TIMEOUT,
+    );
+    browser.screenshot(&shots.join("match.png"), 1000);
+
+    browser.open(&format!("{console}#/leaderboards/5v5"));
+    browser.wait_for(
+        "the 5v5 leaderboard",
+        "document.querySelectorAll('#leaderboard tbody tr').length >= 40",
+        PAGE_TIMEOUT,
+    );
+    browser.screenshot(&shots.join("leaderboard.png"), 1400);
+
+    // A soft reset from the page: preview, confirm, and the week moves.
+    browser.open(&format!("{console}#/seasons"));
+    let week = browser.wait_for(
+        "the seasons table",
+        "document.querySelector('#seasons tr[data-pool=\"5v5\"] [data-field=\"week\"]')?.textContent",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(week.as_str(), Some("0"));
+    browser.eval(
+        "document.querySelector('[data-action=\"preview-soft\"][data-queue=\"5v5\"]').click()",
+    );
+    browser.wait_for(
+        "the reset preview",
+        "document.querySelectorAll('#reset-tiers tbody tr').length",
+        PAGE_TIMEOUT,
+    );
+    // The preview changed nothing.
+    let before = client
+        .get_player(proto::GetPlayerRequest {
+            player_id: "ladder-39".into(),
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((before.week, before.rank_points), (0, 39 * 37));
+    browser.screenshot(&shots.join("seasons.png"), 1400);
+    browser.eval("document.querySelector('#confirm-reset').click()");
+    browser.wait_for(
+        "the reset applied",
+        "document.querySelector('#reset-done')?.textContent",
+        PAGE_TIMEOUT,
+    );
+    let week = browser.eval(
+        "document.querySelector('#seasons tr[data-pool=\"5v5\"] [data-field=\"week\"]').textContent",
+    );
+    assert_eq!(week.as_str(), Some("1"));
+    let after = client
+        .get_player(proto::GetPlayerRequest {
+            player_id: "ladder-39".into(),
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.week, 1, "the soft reset moved the week");
+    assert_eq!(
+        after.week_history.last().map(|w| w.rank_points),
+        Some(39 * 37),
+        "the week's rank points were recorded"
+    );
+    // It went through the SeasonReset RPC (dry run, then the reset) and its journal entry.
+    poll_until_blocking("the reset's journal entry", || {
+        if server.logged("label=admin:season-reset:soft:5v5:1:1") {
+            Ok(())
+        } else {
+            Err(server
+                .log_lines()
+                .into_iter()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>())
+        }
+    });
+    let (_, body) = http_get(&metrics, "/metrics", &[]);
+    let resets: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("grpc_server_handled_total{")
+                && l.contains("grpc_method=\"SeasonReset\"")
+                && l.contains("grpc_code=\"OK\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(resets, 2.0, "preview and reset were SeasonReset calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_auth_on_and_no_token_the_console_shows_no_data() {
+    let (shots, _keep) = screenshots();
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let _server = start_server(
+        &metrics,
+        dir.path(),
+        &format!("[auth]\nenabled = true\njwt_secret = \"{SECRET}\"\n"),
+    );
+    let console = format!("http://{metrics}/console/");
+    // The API itself: nothing without a token, nothing for a player's token.
+    let (status, body) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[("x-matchmaker-console", "1")],
+    );
+    assert!(status.contains(" 401 "), "{status} {body}");
+    let player = format!("Bearer {}", token("p1", "player"));
+    let (status, _) = http_get(
+        &metrics,
+        "/console/api/queues",
+        &[("x-matchmaker-console", "1"), ("authorization", &player)],
+    );
+    assert!(status.contains(" 403 "), "{status}");
+
+    let mut browser = Browser::launch(1400, 900);
+    for view in [
+        "queues",
+        "matches",
+        "players/ladder-01",
+        "leaderboards",
+        "seasons",
+    ] {
+        browser.open(&format!("{console}#/{view}"));
+        browser.wait_for(
+            "the token form",
+            "!document.querySelector('#login').hidden",
+            PAGE_TIMEOUT,
+        );
+        // A refresh later, still nothing.
+        tokio::time::sleep(REFRESH).await;
+        let shown: Value = browser.eval(
+            "[document.querySelector('#view').childElementCount,
+              document.querySelectorAll('[data-stat]').length,
+              getComputedStyle(document.querySelector('#nav')).display,
+              document.querySelector('#view').innerText.trim()]",
+        );
+        assert_eq!(
+            shown,
+            serde_json::json!([0, 0, "none", ""]),
+            "{view}: data without a token"
+        );
+    }
+    browser.screenshot(&shots.join("login.png"), 900);
+
+    // A player's token is refused and the page stays empty.
+    let js_token = |t: &str| {
+        format!(
+            "(() => {{ document.querySelector('#token').value = '{t}';
+                  document.querySelector('#login-form').requestSubmit(); return true; }})()"
+        )
+    };
+    browser.open(&format!("{console}#/queues"));
+    browser.wait_for(
+        "the token form",
+        "!document.querySelector('#login').hidden",
+        PAGE_TIMEOUT,
+    );
+    browser.eval(&js_token(&token("p1", "player")));
+    browser.wait_for(
+        "the refusal",
+        "document.querySelector('#login-error').textContent",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(
+        browser
+            .eval("document.querySelectorAll('[data-stat]').length")
+            .as_u64(),
+        Some(0)
+    );
+    // An admin's token shows the numbers.
+    browser.eval(&js_token(&token("ops", "admin")));
+    browser.wait_for(
+        "the numbers with an admin token",
+        "document.querySelector('[data-queue=\"1v1\"][data-stat=\"matches_formed\"]')?.dataset.value",
+        PAGE_TIMEOUT,
+    );
+}
