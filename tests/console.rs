@@ -2,8 +2,8 @@
 //! the DevTools protocol by `console/cdp.rs`) against the real binary under `matchmaker
 //! loadgen` traffic. The numbers the page shows equal `GetQueueStats` within one refresh; a
 //! player's page draws their rating chart after results are reported; a soft reset from the
-//! page changes the week through the `SeasonReset` RPC and its journal entry; with auth on and
-//! no token the page shows no data.
+//! page changes the week through the `SeasonReset` RPC, its journal entry and the audit log;
+//! with auth on and no token the page shows no data.
 //!
 //! Screenshots of each view are written to a temporary directory, or to the directory named by
 //! `MATCHMAKER_CONSOLE_SCREENSHOTS` (scripts/console-screenshots.sh: docs/console/).
@@ -499,6 +499,25 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(resets, 2.0, "preview and reset were SeasonReset calls");
+    // Both are in the audit log, like the admin CLI's calls.
+    let audit = admin
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: String::new(),
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let logged: Vec<&proto::AuditEntry> = audit
+        .entries
+        .iter()
+        .filter(|e| e.action == "SeasonReset")
+        .collect();
+    assert_eq!(logged.len(), 2, "{:?}", audit.entries);
+    assert!(
+        logged.iter().all(|e| e.detail.ends_with("OK")),
+        "{logged:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
