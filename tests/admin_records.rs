@@ -786,3 +786,50 @@ async fn the_admin_cli_runs_every_record_command_with_json() {
     assert!(!ok);
     assert!(err.contains("reason"), "{err}");
 }
+
+/// An erased player leaves their `PartyService` party: the lead passes to the other member,
+/// and the party goes on without them.
+#[tokio::test]
+async fn deleting_a_player_takes_them_out_of_their_party() {
+    use matchmaker::proto::party_service_client::PartyServiceClient;
+    let server = TestServer::start("").await;
+    let mut parties = PartyServiceClient::new(server.channel().await);
+    let party = parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "dp-lead".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    parties
+        .join_party(proto::JoinPartyRequest {
+            invite_code: party.invite_code.clone(),
+            player_id: "dp-mate".into(),
+        })
+        .await
+        .unwrap();
+    server
+        .admin()
+        .await
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "dp-lead".into(),
+        })
+        .await
+        .unwrap();
+    let after = parties
+        .get_party(proto::GetPartyRequest {
+            party_id: party.party_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.member_ids, ["dp-mate"]);
+    assert_eq!(after.leader_id, "dp-mate");
+    // The erased id may start a party of its own again.
+    parties
+        .create_party(proto::CreatePartyRequest {
+            player_id: "dp-lead".into(),
+        })
+        .await
+        .expect("the erased id is in no party");
+}

@@ -12,7 +12,7 @@ use crate::store::{Ban, StoreError};
 pub struct Erased {
     /// Rating pools the player had a record in.
     pub pools: Vec<String>,
-    /// Party records that named the player.
+    /// Party records that named the player (party ratings and `PartyService` parties).
     pub parties: usize,
 }
 
@@ -102,6 +102,11 @@ impl State {
             .retain(|key, _| !crate::store::party_names(key, player));
         erased.parties = before - self.inner.parties.len();
         self.inner.bans.remove(player);
+        // A `PartyService` party the player is in loses them as if they had left it (the lead
+        // passes on; a party of one ends).
+        if self.leave_any_party(player, super::unix_now())? {
+            erased.parties += 1;
+        }
         Ok(Ok(erased))
     }
 }

@@ -228,6 +228,21 @@ impl State {
         Ok(next)
     }
 
+    /// Takes `player` out of the party they are in, as [`Self::leave_party`] would (player
+    /// erasure); whether there was one.
+    pub(super) fn leave_any_party(&self, player: &PlayerId, now: f64) -> Result<bool, StoreError> {
+        let party = self.rosters().by_player.get(player).cloned();
+        let Some(id) = party else {
+            return Ok(false);
+        };
+        match self.leave_party(&id, player, now) {
+            Ok(_) => Ok(true),
+            // Expired meanwhile: nothing names the player any more.
+            Err(PartyError::Rejected(_)) => Ok(false),
+            Err(PartyError::Store(e)) => Err(e),
+        }
+    }
+
     /// `GetParty` (and `EnterQueue` by party id): the party, touched.
     pub fn party_roster(&self, id: &PartyId, now: f64) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
