@@ -383,29 +383,6 @@ async fn a_waiting_player_is_dequeued_and_a_playing_one_is_refused() {
     assert!(e.message().contains(&m.match_id), "{e:?}");
 }
 
-async fn events_after(
-    server: &TestServer,
-    after: u64,
-    kinds: Vec<proto::EventKind>,
-    count: usize,
-) -> Vec<proto::Event> {
-    let mut stream = server
-        .admin()
-        .await
-        .watch_events(proto::WatchEventsRequest {
-            after_cursor: after,
-            kinds: kinds.into_iter().map(|k| k as i32).collect(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = Vec::new();
-    while events.len() < count {
-        events.push(next(&mut stream).await);
-    }
-    events
-}
-
 #[tokio::test]
 async fn events_cover_matches_ratings_and_admin_changes_and_resume_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,7 +395,7 @@ async fn events_cover_matches_ratings_and_admin_changes_and_resume_after_a_resta
         .await
         .unwrap();
     // formed, completed, two rating changes, banned (no server took the match).
-    let events = events_after(&server, 0, Vec::new(), 5).await;
+    let events = common::watch_events(&server.channel().await, 0, &[], 5).await;
     let kinds: Vec<i32> = events.iter().map(|e| e.kind).collect();
     use proto::EventKind as K;
     assert_eq!(
@@ -439,7 +416,7 @@ async fn events_cover_matches_ratings_and_admin_changes_and_resume_after_a_resta
     let detail: serde_json::Value = serde_json::from_str(&events[4].detail_json).unwrap();
     assert_eq!(detail["reason"], "abuse");
     // A filter keeps only the asked kinds.
-    let bans = events_after(&server, 0, vec![K::PlayerBanned], 1).await;
+    let bans = common::watch_events(&server.channel().await, 0, &[K::PlayerBanned], 1).await;
     assert_eq!(bans[0].cursor, events[4].cursor);
 
     server.stop().await.unwrap();
@@ -532,7 +509,13 @@ async fn a_reload_changes_queue_settings_keeps_tickets_and_refuses_bad_files_who
         })
         .await
         .unwrap();
-    let cancelled = events_after(&server, 0, vec![proto::EventKind::MatchCancelled], 1).await;
+    let cancelled = common::watch_events(
+        &server.channel().await,
+        0,
+        &[proto::EventKind::MatchCancelled],
+        1,
+    )
+    .await;
     assert_eq!(cancelled[0].match_id, match_id);
     assert!(
         cancelled[0].detail_json.contains("ready-check failed"),

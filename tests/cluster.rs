@@ -631,23 +631,6 @@ async fn records_written_through_one_node_are_read_through_the_other_after_it_di
     check(reader).await;
 }
 
-/// Events from `channel` after `after`, until `count` arrived.
-async fn cluster_events(channel: &Channel, after: u64, count: usize) -> Vec<proto::Event> {
-    let mut stream = AdminServiceClient::new(channel.clone())
-        .watch_events(proto::WatchEventsRequest {
-            after_cursor: after,
-            kinds: Vec::new(),
-        })
-        .await
-        .expect("watch_events")
-        .into_inner();
-    let mut events = Vec::new();
-    while events.len() < count {
-        events.push(common::next(&mut stream).await);
-    }
-    events
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a_failover() {
     let redis = redis();
@@ -688,7 +671,7 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
         assert_eq!(e.code(), tonic::Code::PermissionDenied);
         assert!(e.message().contains("wallhack"), "{e:?}");
     }
-    let before = cluster_events(&n2, 0, 1).await;
+    let before = common::watch_events(&n2, 0, &[], 1).await;
     assert_eq!(before[0].kind, proto::EventKind::PlayerBanned as i32);
 
     // The owner dies; the survivor owns the queues with the same records.
@@ -730,7 +713,7 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
         .await
         .unwrap();
     // One stream across owners: the same first event, then the new owner's, after it.
-    let after = cluster_events(&survivor_channel, 0, 2).await;
+    let after = common::watch_events(&survivor_channel, 0, &[], 2).await;
     assert_eq!(after[0], before[0]);
     assert_eq!(after[1].kind, proto::EventKind::PlayerDeleted as i32);
     assert!(after[1].cursor > after[0].cursor);

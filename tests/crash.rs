@@ -472,28 +472,6 @@ async fn party_rosters_and_match_records_survive_kill_9() {
     assert!(after.requeued_ticket_ids.is_empty());
 }
 
-/// Every event a watcher saw, from cursor 0 until `count` arrived.
-async fn watch_events(
-    ch: &tonic::transport::Channel,
-    after: u64,
-    count: usize,
-) -> Vec<proto::Event> {
-    let mut admin = AdminServiceClient::new(ch.clone());
-    let mut stream = admin
-        .watch_events(proto::WatchEventsRequest {
-            after_cursor: after,
-            kinds: Vec::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut events = Vec::new();
-    while events.len() < count {
-        events.push(common::next(&mut stream).await);
-    }
-    events
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
     let dir = tempfile::tempdir().unwrap();
@@ -532,7 +510,7 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
         .await
         .unwrap();
     // Banned, banned, unbanned, formed, allocated, completed, two rating changes, deleted.
-    let seen = watch_events(&ch, 0, 9).await;
+    let seen = common::watch_events(&ch, 0, &[], 9).await;
     let audited = admin
         .list_audit_log(proto::ListAuditLogRequest::default())
         .await
@@ -583,12 +561,12 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
         ]
     );
     // The same events under the same cursors, and resuming after the fourth gives the rest.
-    let again = watch_events(&ch, 0, seen.len()).await;
+    let again = common::watch_events(&ch, 0, &[], seen.len()).await;
     assert_eq!(again, seen);
-    let rest = watch_events(&ch, seen[3].cursor, seen.len() - 4).await;
+    let rest = common::watch_events(&ch, seen[3].cursor, &[], seen.len() - 4).await;
     assert_eq!(rest[..], seen[4..]);
     admin.ban_player(ban("b3")).await.unwrap();
-    let next = watch_events(&ch, seen.last().unwrap().cursor, 1).await;
+    let next = common::watch_events(&ch, seen.last().unwrap().cursor, &[], 1).await;
     assert!(next[0].cursor > seen.last().unwrap().cursor);
     assert_eq!(next[0].player_id, "b3");
 }

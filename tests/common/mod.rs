@@ -224,6 +224,28 @@ pub async fn next<T>(stream: &mut tonic::Streaming<T>) -> T {
         .expect("stream item ok")
 }
 
+/// `count` events from `WatchEvents` on `channel`, after cursor `after`, of `kinds` (empty: all).
+pub async fn watch_events(
+    channel: &Channel,
+    after: u64,
+    kinds: &[proto::EventKind],
+    count: usize,
+) -> Vec<proto::Event> {
+    let mut stream = AdminServiceClient::new(channel.clone())
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: after,
+            kinds: kinds.iter().map(|&k| k as i32).collect(),
+        })
+        .await
+        .expect("watch_events")
+        .into_inner();
+    let mut events = Vec::new();
+    while events.len() < count {
+        events.push(next(&mut stream).await);
+    }
+    events
+}
+
 /// Enters every ticket and waits until the first one is MATCHED; returns its assignment.
 pub async fn form_match(
     client: &mut ClientServiceClient<Channel>,
