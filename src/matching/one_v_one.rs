@@ -30,9 +30,16 @@ use super::config::MatchingConfig;
 use super::rule_index::Checker;
 use super::{WinModel, quality_of};
 
-/// Whether `a` and `b` may be paired (both accept the match).
-pub(crate) fn legal(a: &Cand, b: &Cand, model: &dyn WinModel, rules: &Checker<'_>) -> bool {
-    if a.regions & b.regions == 0 || !rules.pair_ok(a, b) {
+/// Whether candidates `i` and `j` may be paired (both accept the match).
+pub(crate) fn legal(
+    cands: &[Cand],
+    i: usize,
+    j: usize,
+    model: &dyn WinModel,
+    rules: &Checker<'_>,
+) -> bool {
+    let (a, b) = (&cands[i], &cands[j]);
+    if a.regions & b.regions == 0 || !rules.pair_ok(cands, i, j) {
         return false;
     }
     if a.lim.starving || b.lim.starving {
@@ -173,7 +180,7 @@ pub(crate) fn dp_pass(
             // The value needs no model call; legality (which may) is checked only for a pair
             // that would improve on the best so far.
             let v = before + value_with(a, b, urgent[i], urgent[j]);
-            if v > top && legal(a, b, model, rules) {
+            if v > top && legal(cands, order[i], order[j], model, rules) {
                 top = v;
                 how = s as u8;
             }
@@ -233,7 +240,7 @@ fn starvation_pass(
         let me = &cands[rest[p]];
         let fits = |q: usize| {
             let other = &cands[rest[q]];
-            other.regions & me.regions != 0 && rules.pair_ok(me, other)
+            other.regions & me.regions != 0 && rules.pair_ok(cands, rest[p], rest[q])
         };
         let mut down = prev[p];
         while down != usize::MAX && !fits(down) {
@@ -274,7 +281,9 @@ mod tests {
     fn no_rules() -> Checker<'static> {
         static NONE: std::sync::LazyLock<crate::matching::rule_index::RuleIndex> =
             std::sync::LazyLock::new(Default::default);
-        Checker::new(&NONE, &[])
+        static VALUES: std::sync::LazyLock<crate::matching::rule_index::TickValues> =
+            std::sync::LazyLock::new(Default::default);
+        Checker::new(&NONE, &[], &VALUES)
     }
 
     fn cand(i: usize, key: f64, wait: f64, config: &MatchingConfig) -> Cand {
@@ -297,7 +306,7 @@ mod tests {
         used[first] = true;
         let mut best = brute(cands, used, config);
         for j in first + 1..cands.len() {
-            if !used[j] && legal(&cands[first], &cands[j], &MODEL, &no_rules()) {
+            if !used[j] && legal(cands, first, j, &MODEL, &no_rules()) {
                 used[j] = true;
                 let v = value(&cands[first], &cands[j], config.max_wait_seconds)
                     + brute(cands, used, config);
@@ -330,7 +339,7 @@ mod tests {
             let got: f64 = pairs
                 .iter()
                 .map(|&(a, b)| {
-                    assert!(legal(&cands[a], &cands[b], &MODEL, &no_rules()));
+                    assert!(legal(&cands, a, b, &MODEL, &no_rules()));
                     value(&cands[a], &cands[b], config.max_wait_seconds)
                 })
                 .sum();

@@ -17,7 +17,7 @@ use thiserror::Error;
 
 use super::candidates::{Cand, Chosen, Slot, Slots};
 use super::config::{Limits, MatchingConfig};
-use super::rule_index::{AttributeCache, Checker, RuleIndex, match_attributes};
+use super::rule_index::{AttributeCache, Checker, RuleIndex, TickValues, match_attributes};
 use super::{
     FormedMatch, IdHash, Shape, Teams, TickOutcome, Ticket, WinModel, one_v_one, quality_of, teams,
 };
@@ -345,7 +345,8 @@ impl Pool {
     ) -> TickOutcome {
         let expired = self.expire(now);
         let (cands, ranges) = self.candidates(now);
-        let checker = Checker::new(&self.rules, &self.slots);
+        let values = self.rules.tick_values(cands.iter().map(Cand::slot));
+        let checker = Checker::new(&self.rules, &self.slots, &values);
         let mut chosen = Chosen::new(self.shape.teams as usize);
         for range in ranges {
             let start = range.start;
@@ -354,7 +355,7 @@ impl Pool {
                 &self.config,
                 self.shape,
                 &self.slots,
-                &checker,
+                &checker.within(start),
             );
             if start == 0 && chosen.len() == 0 {
                 chosen = part;
@@ -362,7 +363,7 @@ impl Pool {
                 chosen.append(part, start);
             }
         }
-        self.finish(&cands, chosen, expired)
+        self.finish(&cands, &values, chosen, expired)
     }
 
     /// Removes and returns the tickets past their TTL.
@@ -384,7 +385,13 @@ impl Pool {
         expired
     }
 
-    fn finish(&mut self, cands: &[Cand], mut chosen: Chosen, expired: Vec<Ticket>) -> TickOutcome {
+    fn finish(
+        &mut self,
+        cands: &[Cand],
+        values: &TickValues,
+        mut chosen: Chosen,
+        expired: Vec<Ticket>,
+    ) -> TickOutcome {
         let mut out = TickOutcome {
             expired,
             ..TickOutcome::default()
@@ -392,17 +399,17 @@ impl Pool {
         // First move every matched ticket (a box) out of its slot in one tight loop whose
         // iterations are independent, so the CPU keeps many slot misses in flight; the matches
         // are then built from this sequential list.
-        // The match attributes come from the rules' compact values, read before the slots are
-        // released (`None`: read the tickets, below).
+        // The match attributes come from the tick's compact rule values (`None`: read the
+        // tickets, below).
         let mut fast: Vec<Option<Arc<super::Attributes>>> = Vec::new();
         if !self.config.rules.is_empty() {
-            let mut slots = Vec::new();
             let mut cache = AttributeCache::default();
             fast.reserve(chosen.len());
             for m in 0..chosen.len() {
-                slots.clear();
-                slots.extend(chosen.members(m).iter().map(|&c| cands[c].slot()));
-                fast.push(self.rules.shared_attributes_of(&slots, &mut cache));
+                fast.push(
+                    self.rules
+                        .shared_attributes_of(values, chosen.members(m), &mut cache),
+                );
             }
         }
         let mut taken = Vec::with_capacity(chosen.members.len());
@@ -481,21 +488,32 @@ impl Pool {
         }
         let mut ranges = Vec::new();
         if self.rules.partitioned() {
-            // The partition is looked up once per ticket, not once per comparison.
-            let mut parted: Vec<(u32, f64, u32)> = keys
+            // Bucketed by partition (a counting sort: partitions are few), then each bucket
+            // sorted by rating, as the rule-free tick sorts the whole pool. The partitions are
+            // read in slot order, sequentially.
+            let parts: Vec<u32> = keys
                 .iter()
-                .map(|&(key, slot)| (self.rules.part(slot as usize), key, slot))
+                .map(|&(_, slot)| self.rules.part(slot as usize))
                 .collect();
-            parted.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-            let mut start = 0;
-            for i in 1..=parted.len() {
-                if i == parted.len() || parted[i].0 != parted[start].0 {
-                    ranges.push(start..i);
-                    start = i;
-                }
+            let count = parts.iter().max().map_or(0, |&p| p as usize + 1);
+            let mut next = vec![0usize; count + 1];
+            for &p in &parts {
+                next[p as usize + 1] += 1;
             }
-            keys.clear();
-            keys.extend(parted.iter().map(|&(_, key, slot)| (key, slot)));
+            for p in 0..count {
+                next[p + 1] += next[p];
+            }
+            let starts = next.clone();
+            let mut bucketed = vec![(0.0, 0u32); keys.len()];
+            for (&key, &p) in keys.iter().zip(&parts) {
+                bucketed[next[p as usize]] = key;
+                next[p as usize] += 1;
+            }
+            for w in starts.windows(2).filter(|w| w[0] < w[1]) {
+                bucketed[w[0]..w[1]].sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+                ranges.push(w[0]..w[1]);
+            }
+            keys = bucketed;
         } else {
             keys.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
             ranges.push(0..keys.len());

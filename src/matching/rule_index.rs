@@ -11,6 +11,10 @@
 //!   (a match with no flagged ticket cannot break the rule; one with a flagged ticket is checked
 //!   on the players, both directions).
 //!
+//! Each tick copies the candidates' values, in candidate order, into [`TickValues`]: the checks
+//! and the match attributes then read them sequentially, where reading the per-slot arrays
+//! cost a cache miss per read (slots are in no order).
+//!
 //! [`holds`] is the reference definition, on tickets; [`Checker`] answers the same question
 //! on candidates from the compact values (`rule_properties.rs` checks every formed match
 //! against [`holds`]). Backfill uses [`holds`] directly: it looks at a handful of tickets.
@@ -214,6 +218,15 @@ pub(crate) struct AttributeCache {
     key: Vec<u64>,
 }
 
+/// The rule values of one tick's candidates, in candidate order (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TickValues {
+    value_of: Vec<u32>,
+    tags: Vec<u64>,
+    nums: Vec<f64>,
+    avoids: Vec<bool>,
+}
+
 /// One interned tuple of `equal` values.
 #[derive(Clone, Debug)]
 struct ValueEntry {
@@ -390,16 +403,44 @@ impl RuleIndex {
         }
     }
 
-    /// [`match_attributes`] of the match of the tickets in `slots`, from the compact values
-    /// (a tick builds one per formed match: reading the tickets' own maps and strings costs a
-    /// cache miss per pointer). `None` when a rule's common tags may include a value past the
-    /// 63 interned ones; then the caller reads the tickets.
-    pub(crate) fn attributes_of(&self, slots: &[usize]) -> Option<Attributes> {
+    /// The rule values of the tickets in `slots`, in that order, for one tick (empty without
+    /// rules). The loop only copies, so the CPU keeps many of its slot misses in flight.
+    pub(crate) fn tick_values(&self, slots: impl ExactSizeIterator<Item = usize>) -> TickValues {
+        let mut out = TickValues::default();
+        if self.rules.is_empty() {
+            return out;
+        }
+        let (ni, nd, n) = (self.intersect.len(), self.difference.len(), slots.len());
+        let equal = !self.equal.is_empty();
+        out.value_of.reserve(if equal { n } else { 0 });
+        out.tags.reserve(n * ni);
+        out.nums.reserve(n * nd);
+        out.avoids.reserve(n);
+        for s in slots {
+            if equal {
+                out.value_of.push(self.value_of[s]);
+            }
+            out.tags.extend_from_slice(&self.tags[s * ni..(s + 1) * ni]);
+            out.nums.extend_from_slice(&self.nums[s * nd..(s + 1) * nd]);
+            out.avoids.push(self.avoids[s]);
+        }
+        out
+    }
+
+    /// [`match_attributes`] of the match of the candidates `members` (indices into `values`),
+    /// from the compact values (a tick builds one per formed match: reading the tickets' own
+    /// maps and strings costs a cache miss per pointer). `None` when a rule's common tags may
+    /// include a value past the 63 interned ones; then the caller reads the tickets.
+    pub(crate) fn attributes_of(
+        &self,
+        values: &TickValues,
+        members: &[usize],
+    ) -> Option<Attributes> {
         let mut out = Attributes::new();
         for (k, &r) in self.equal.iter().enumerate() {
             let mut distinct: Vec<&str> = Vec::with_capacity(1);
-            for &s in slots {
-                let v = self.entries[self.value_of[s] as usize].values[k].as_str();
+            for &c in members {
+                let v = self.entries[values.value_of[c] as usize].values[k].as_str();
                 if !distinct.contains(&v) {
                     distinct.push(v);
                 }
@@ -411,10 +452,10 @@ impl RuleIndex {
             if self.rules[r].scope != RuleScope::Match {
                 continue;
             }
-            let mask = slots
+            let mask = members
                 .iter()
-                .fold(u64::MAX, |m, &s| m & self.tags[s * ni + k]);
-            if mask & OVERFLOW != 0 && !slots.is_empty() {
+                .fold(u64::MAX, |m, &c| m & values.tags[c * ni + k]);
+            if mask & OVERFLOW != 0 && !members.is_empty() {
                 return None;
             }
             let names = &self.tag_names[k];
@@ -434,16 +475,17 @@ impl RuleIndex {
     /// [`Self::attributes_of`] through `cache`, which maps what decides a match's attributes
     /// (the distinct `equal` value tuples and each match-wide intersect's common mask) to the
     /// attributes built once: in a tick most matches share a few combinations, and a hit
-    /// costs a lookup instead of a map and its strings. `key` is scratch space.
+    /// costs a lookup instead of a map and its strings.
     pub(crate) fn shared_attributes_of(
         &self,
-        slots: &[usize],
+        values: &TickValues,
+        members: &[usize],
         cache: &mut AttributeCache,
     ) -> Option<Arc<Attributes>> {
         let key = &mut cache.key;
         key.clear();
         if !self.equal.is_empty() {
-            key.extend(slots.iter().map(|&s| u64::from(self.value_of[s])));
+            key.extend(members.iter().map(|&c| u64::from(values.value_of[c])));
             key.sort_unstable();
             key.dedup();
         }
@@ -452,16 +494,16 @@ impl RuleIndex {
         for (k, &r) in self.intersect.iter().enumerate() {
             if self.rules[r].scope == RuleScope::Match {
                 key.push(
-                    slots
+                    members
                         .iter()
-                        .fold(u64::MAX, |m, &s| m & self.tags[s * ni + k]),
+                        .fold(u64::MAX, |m, &c| m & values.tags[c * ni + k]),
                 );
             }
         }
         if let Some(hit) = cache.built.get(key.as_slice()) {
             return Some(hit.clone());
         }
-        let built = Arc::new(self.attributes_of(slots)?);
+        let built = Arc::new(self.attributes_of(values, members)?);
         cache.built.insert(cache.key.clone(), built.clone());
         Some(built)
     }
@@ -490,16 +532,38 @@ impl RuleIndex {
     }
 }
 
-/// The rules as the selectors ask them, on candidates.
+/// The rules as the selectors ask them, on candidates. A selector runs on one partition of
+/// the tick's candidates ([`Checker::within`]): candidate indices are relative to it, and the
+/// `equal` rules already hold within it.
 #[derive(Clone, Copy)]
 pub(crate) struct Checker<'a> {
     index: &'a RuleIndex,
     slots: &'a Slots,
+    values: &'a TickValues,
+    /// Index of the partition's first candidate among the tick's.
+    base: usize,
 }
 
 impl<'a> Checker<'a> {
-    pub(crate) fn new(index: &'a RuleIndex, slots: &'a Slots) -> Checker<'a> {
-        Checker { index, slots }
+    pub(crate) fn new(
+        index: &'a RuleIndex,
+        slots: &'a Slots,
+        values: &'a TickValues,
+    ) -> Checker<'a> {
+        Checker {
+            index,
+            slots,
+            values,
+            base: 0,
+        }
+    }
+
+    /// The checker for the partition whose candidates start at `start` among the tick's.
+    pub(crate) fn within(self, start: usize) -> Checker<'a> {
+        Checker {
+            base: start,
+            ..self
+        }
     }
 
     /// True when the queue has rules a candidate match could break.
@@ -512,19 +576,15 @@ impl<'a> Checker<'a> {
         self.index.team_rules
     }
 
-    /// Whether two tickets may be in one match (as teammates or opponents): the match-scope
-    /// rules between them.
-    pub(crate) fn pair_ok(&self, a: &Cand, b: &Cand) -> bool {
-        !self.active() || self.scope_ok(&[a, b], RuleScope::Match)
+    /// Whether candidates `a` and `b` may be in one match (as teammates or opponents): the
+    /// match-scope rules between them.
+    pub(crate) fn pair_ok(&self, cands: &[Cand], a: usize, b: usize) -> bool {
+        !self.active() || self.scope_ok(cands, &[a, b], RuleScope::Match)
     }
 
     /// Whether a group of candidates may form one match: the match-scope rules over all of it.
     pub(crate) fn group_ok(&self, cands: &[Cand], members: &[usize]) -> bool {
-        if !self.active() {
-            return true;
-        }
-        let group: Vec<&Cand> = members.iter().map(|&c| &cands[c]).collect();
-        self.scope_ok(&group, RuleScope::Match)
+        !self.active() || self.scope_ok(cands, members, RuleScope::Match)
     }
 
     /// Whether each team (`flat` split at `ends`) satisfies the team-scope rules.
@@ -534,22 +594,20 @@ impl<'a> Checker<'a> {
         }
         let mut start = 0;
         ends.iter().all(|&end| {
-            let team: Vec<&Cand> = flat[start..end].iter().map(|&c| &cands[c]).collect();
+            let team = &flat[start..end];
             start = end;
-            self.scope_ok(&team, RuleScope::Team)
+            self.scope_ok(cands, team, RuleScope::Team)
         })
     }
 
-    /// Every rule of `scope` over `group`.
-    fn scope_ok(&self, group: &[&Cand], scope: RuleScope) -> bool {
-        let ix = self.index;
-        if scope == RuleScope::Match && !ix.equal.is_empty() {
-            let part = ix.part(group[0].slot());
-            if group.iter().any(|c| ix.part(c.slot()) != part) {
-                return false;
-            }
-        }
-        let binds = |r: &MatchRule| r.scope == scope && group.iter().any(|c| r.binds(c.wait));
+    /// Every rule of `scope` over the candidates `group`. The `equal` rules, of either scope,
+    /// hold by construction: the candidates are of one partition.
+    fn scope_ok(&self, cands: &[Cand], group: &[usize], scope: RuleScope) -> bool {
+        let (ix, v, base) = (self.index, self.values, self.base);
+        let part = |c: usize| ix.entries[v.value_of[base + c] as usize].part;
+        debug_assert!(ix.equal.is_empty() || group.iter().all(|&c| part(c) == part(group[0])));
+        let binds =
+            |r: &MatchRule| r.scope == scope && group.iter().any(|&c| r.binds(cands[c].wait));
         let ni = ix.intersect.len();
         for (k, &r) in ix.intersect.iter().enumerate() {
             let rule = &ix.rules[r];
@@ -558,12 +616,12 @@ impl<'a> Checker<'a> {
             }
             let mask = group
                 .iter()
-                .fold(u64::MAX, |m, c| m & ix.tags[c.slot() * ni + k]);
+                .fold(u64::MAX, |m, &c| m & v.tags[(base + c) * ni + k]);
             let need = rule.min_common();
             if (mask & !OVERFLOW).count_ones() >= need {
                 continue;
             }
-            if mask & OVERFLOW == 0 || !self.exact(group, rule) {
+            if mask & OVERFLOW == 0 || !self.exact(cands, group, rule) {
                 return false;
             }
         }
@@ -574,10 +632,10 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let (mut lo, mut hi, mut allowed) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY);
-            for c in group {
-                let x = ix.nums[c.slot() * nd + k];
+            for &c in group {
+                let x = v.nums[(base + c) * nd + k];
                 (lo, hi) = (lo.min(x), hi.max(x));
-                allowed = allowed.min(rule.max_at(c.wait));
+                allowed = allowed.min(rule.max_at(cands[c].wait));
             }
             // A NaN (never admitted) compares as nothing, and fails.
             if (hi - lo).partial_cmp(&allowed) != Some(std::cmp::Ordering::Less)
@@ -588,8 +646,8 @@ impl<'a> Checker<'a> {
         }
         if let Some(r) = ix.avoid
             && ix.rules[r].scope == scope
-            && group.iter().any(|c| ix.avoids[c.slot()])
-            && !self.exact(group, &ix.rules[r])
+            && group.iter().any(|&c| v.avoids[base + c])
+            && !self.exact(cands, group, &ix.rules[r])
         {
             return false;
         }
@@ -597,15 +655,15 @@ impl<'a> Checker<'a> {
     }
 
     /// `rule` over `group` on the tickets themselves.
-    fn exact(&self, group: &[&Cand], rule: &MatchRule) -> bool {
+    fn exact(&self, cands: &[Cand], group: &[usize], rule: &MatchRule) -> bool {
         let members: Option<Vec<Member<'_>>> = group
             .iter()
-            .map(|c| {
-                self.slots[c.slot()].ticket().map(|t| Member {
+            .map(|&c| {
+                self.slots[cands[c].slot()].ticket().map(|t| Member {
                     players: &t.players,
                     attributes: &t.attributes,
                     avoid: &t.avoid,
-                    wait: c.wait,
+                    wait: cands[c].wait,
                 })
             })
             .collect();
@@ -658,10 +716,12 @@ mod tests {
             lim: crate::matching::MatchingConfig::default().limits(0.0),
             regions: 1,
         };
-        let checker = Checker::new(&index, &slots);
-        assert!(checker.pair_ok(&cand(1), &cand(2)), "share v101");
-        assert!(!checker.pair_ok(&cand(1), &cand(3)));
-        assert!(!checker.pair_ok(&cand(0), &cand(1)));
+        let cands: Vec<Cand> = (0..4).map(cand).collect();
+        let values = index.tick_values(0..4);
+        let checker = Checker::new(&index, &slots, &values);
+        assert!(checker.pair_ok(&cands, 1, 2), "share v101");
+        assert!(!checker.pair_ok(&cands, 1, 3));
+        assert!(!checker.pair_ok(&cands, 0, 1));
         for (a, b) in [(0, 1), (1, 2), (1, 3), (2, 3)] {
             let want = holds(
                 &rules,
@@ -670,15 +730,15 @@ mod tests {
                     vec![Member::of(&tickets[b], 0.0)],
                 ],
             );
-            assert_eq!(checker.pair_ok(&cand(a as u32), &cand(b as u32)), want);
+            assert_eq!(checker.pair_ok(&cands, a, b), want);
         }
         // The compact attributes agree with the tickets' where the common tags are interned,
         // and defer to the tickets where they may not be.
         assert_eq!(
-            index.attributes_of(&[0, 1]),
+            index.attributes_of(&values, &[0, 1]),
             Some(match_attributes(&rules, &[&tickets[0], &tickets[1]]))
         );
-        assert_eq!(index.attributes_of(&[1, 2]), None);
+        assert_eq!(index.attributes_of(&values, &[1, 2]), None);
         assert_eq!(
             match_attributes(&rules, &[&tickets[1], &tickets[2]])["maps"],
             tags(101..102)
@@ -718,7 +778,9 @@ mod tests {
         let mut index = RuleIndex::new(&rules);
         index.store(0, &a);
         index.store(1, &b);
-        assert_eq!(index.attributes_of(&[0, 1]).as_ref(), Some(&got));
+        // In candidate order: the second candidate is slot 0.
+        let values = index.tick_values([1, 0].into_iter());
+        assert_eq!(index.attributes_of(&values, &[1, 0]).as_ref(), Some(&got));
         assert_eq!(got["mode"], text("ranked"));
         assert_eq!(got["maps"], tags(2..3));
         assert_eq!(

@@ -123,7 +123,7 @@ pub(crate) fn select(
             }
             let accept = |p: usize| {
                 region.is_none_or(|r| cands[p].regions >> r & 1 == 1)
-                    && rules.pair_ok(&cands[anchor], &cands[p])
+                    && rules.pair_ok(cands, anchor, p)
             };
             // The anchor's unmatched neighbours in rating order (those accepting `region` and
             // the rules with the anchor), looking past at most `scan` others.
