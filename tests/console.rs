@@ -740,7 +740,8 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
 }
 
 /// The console on a cluster node that does not own the queues: its calls go through the
-/// node's front to the owner, so it shows the owner's queue numbers and a ban kept in Redis.
+/// node's front to the owner, so it shows the owner's queue numbers and a player's ban; once
+/// the owner died and the node took over, the ban its engine loaded from Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
     let redis = matchmaker::store::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
@@ -778,7 +779,7 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
         }
     });
     let metrics = free_port();
-    let _other = node("other", &metrics);
+    let other = node("other", &metrics);
     let channel = owner.channel().await;
     common::poll_until("the owner answers", || {
         let mut admin = AdminServiceClient::new(channel.clone());
@@ -838,6 +839,41 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
     browser.wait_for(
         "the waiting-tickets chart",
         "Number(document.querySelector('[data-chart=\"1v1.waiting\"] svg').dataset.points) >= 2",
+        PAGE_TIMEOUT,
+    );
+    browser.open(&format!("{console}#/players/cluster-banned"));
+    assert_ban_shown(&mut browser, "ban kept in redis");
+
+    // The owner dies. The other node takes the queues over with the bans its engine loads from
+    // Redis, and its console reads the ban from there.
+    drop(owner);
+    poll_until_blocking("the other node owns the queues", || {
+        let mut conn = lease.get_connection().map_err(|e| e.to_string())?;
+        let value: Option<String> = redis::cmd("GET")
+            .arg("{mm}:lease")
+            .query(&mut conn)
+            .map_err(|e| e.to_string())?;
+        match value {
+            Some(v) if v.split('|').nth(1) == Some("other") => Ok(()),
+            other => Err(format!("lease: {other:?}")),
+        }
+    });
+    let channel = other.channel().await;
+    common::poll_until("the new owner answers", || {
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    // Away from the player's page first, so the ban checked is the one read now.
+    browser.open(&format!("{console}#/queues"));
+    browser.wait_for(
+        "the queues view",
+        "document.querySelector('#view').dataset.view === 'queues' && !document.querySelector('#player-ban')",
         PAGE_TIMEOUT,
     );
     browser.open(&format!("{console}#/players/cluster-banned"));
