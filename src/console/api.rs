@@ -185,7 +185,7 @@ pub async fn session(Axum(console): Axum<Arc<Console>>) -> Json<Value> {
         "sample_seconds": console.config.sample_seconds,
         "history_seconds": super::HISTORY_SECONDS,
         // A cluster node's console: no live matches, season clocks or results feed.
-        "cluster_node": console.backend().is_some_and(|b| b.state.is_none()),
+        "cluster_node": console.backend().is_some_and(|b| b.state().is_none()),
     }))
 }
 
@@ -212,7 +212,7 @@ pub async fn queues(
         .await?;
     let queues = caller.backend.queues();
     let mut history = console.history();
-    if caller.backend.state.is_none() {
+    if caller.backend.state().is_none() {
         // A cluster node has no matchmaker loop to sample: the page's asking does.
         let now = crate::state::unix_now();
         for s in &stats.queues {
@@ -364,15 +364,18 @@ pub async fn leaderboard(
         .into_iter()
         .find(|i| i.id.as_str() == q.queue)
         .is_some_and(|i| i.config.ranking == RankingKind::Ladder);
-    let tiers: Vec<Value> = match caller.backend.config() {
-        Some(config) if ladder => config
+    let tiers: Vec<Value> = if ladder {
+        caller
+            .backend
+            .config()
             .ranking
             .ladder
             .tiers
             .iter()
             .map(|t| json!({ "name": t.name, "min_rp": t.min_rp, "top_n": t.top_n }))
-            .collect(),
-        _ => Vec::new(),
+            .collect()
+    } else {
+        Vec::new()
     };
     Ok(Json(json!({
         "queue": q.queue,
@@ -397,7 +400,7 @@ pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: Heade
     }
     let mut out = Vec::new();
     for (pool, (queues, ranking)) in pools {
-        let clock = match &caller.backend.state {
+        let clock = match caller.backend.state() {
             Some(state) => Some(
                 state
                     .store()

@@ -15,9 +15,9 @@
 //! (`feed`, from the ledger's applied-results channel: the recent list and each match's
 //! prediction at formation) and the season clocks.
 //!
-//! On a cluster node the console is attached to the node's front instead ([`Console::attach_front`]):
-//! its calls reach the queues' owner like any client's, and what only a server's state answers
-//! is left out.
+//! On a cluster node the console is attached to the node's front instead
+//! ([`Console::attach_front`]): its calls reach the queues' owner like any client's, and what
+//! only a server's state answers is left out.
 //!
 //! `http.rs` is the listener (metrics, health, assets); `api.rs` the JSON endpoints of queues,
 //! leaderboards and seasons, `records.rs` those of matches and players, one thin handler each.
@@ -63,20 +63,34 @@ pub type GrpcService = tower::util::BoxCloneSyncService<
 #[derive(Clone)]
 struct Backend {
     grpc: GrpcService,
-    /// The server's state: `None` on a cluster node, whose console reaches the engine only
-    /// through the node's front, as any client does (what only the state answers, such as the
-    /// live matches and the season clocks, is not shown there).
-    state: Option<State>,
-    /// A cluster node's config: its queues and ladder tiers (on a server, the state's).
-    node_config: Option<Arc<Config>>,
+    host: Host,
+}
+
+/// Where the console runs.
+#[derive(Clone)]
+enum Host {
+    /// A server: `grpc` is its own layered stack, and its state answers what no RPC does. (A
+    /// cluster node's engine has no metrics listener, so no console of its own.)
+    Server(State),
+    /// A cluster node: `grpc` is the node's front, and the node has no state, only its config
+    /// (queues, ladder tiers). The live matches and the season clocks are not shown there.
+    ClusterNode(Arc<Config>),
 }
 
 impl Backend {
+    /// The server's state; `None` on a cluster node.
+    fn state(&self) -> Option<&State> {
+        match &self.host {
+            Host::Server(state) => Some(state),
+            Host::ClusterNode(_) => None,
+        }
+    }
+
     /// The queues: the state's (config reloads included), or a cluster node's from its file.
     fn queues(&self) -> Vec<Arc<QueueInfo>> {
-        match (&self.state, &self.node_config) {
-            (Some(state), _) => state.queues(),
-            (None, Some(config)) => config
+        match &self.host {
+            Host::Server(state) => state.queues(),
+            Host::ClusterNode(config) => config
                 .queues
                 .iter()
                 .map(|(name, q)| {
@@ -87,15 +101,14 @@ impl Backend {
                     })
                 })
                 .collect(),
-            (None, None) => Vec::new(),
         }
     }
 
-    /// The server's config.
-    fn config(&self) -> Option<&Config> {
-        match (&self.state, &self.node_config) {
-            (Some(state), _) => Some(state.config()),
-            (None, config) => config.as_deref(),
+    /// The running config.
+    fn config(&self) -> &Config {
+        match &self.host {
+            Host::Server(state) => state.config(),
+            Host::ClusterNode(config) => config,
         }
     }
 }
@@ -160,8 +173,7 @@ impl Console {
         let results = ledger.subscribe();
         *self.backend.write().unwrap_or_else(|p| p.into_inner()) = Some(Backend {
             grpc,
-            state: Some(state.clone()),
-            node_config: None,
+            host: Host::Server(state.clone()),
         });
         info!("console serving /console/");
         vec![
@@ -177,8 +189,7 @@ impl Console {
     pub fn attach_front(&self, grpc: GrpcService, config: Arc<Config>) {
         *self.backend.write().unwrap_or_else(|p| p.into_inner()) = Some(Backend {
             grpc,
-            state: None,
-            node_config: Some(config),
+            host: Host::ClusterNode(config),
         });
         info!("console serving /console/ through this node's front");
     }

@@ -164,7 +164,7 @@ pub async fn matches(
 ) -> Answer {
     let caller = gate(&console, &uri, &headers)?;
     let limit = q.limit(50);
-    let live = caller.backend.state.as_ref().map(|state| {
+    let live = caller.backend.state().map(|state| {
         let (total, live) = state.live_matches(q.queue(), limit);
         json!({
             "total": total,
@@ -199,7 +199,7 @@ pub async fn one_match(
             },
         )
         .await?;
-    let live = caller.backend.state.as_ref().and_then(|state| {
+    let live = caller.backend.state().and_then(|state| {
         state
             .match_slot(&crate::ids::MatchId::new(id.as_str()))
             .ok()
