@@ -708,6 +708,22 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
 
     browser.open(&format!("{console}#/players/restart-bob"));
     assert_ban_shown(&mut browser, "boosting accounts");
+    // The page read it with the admin call the CLI makes, audited like the CLI's.
+    let audit = AdminServiceClient::new(server.channel().await)
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: String::new(),
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(
+        audit.iter().any(|e| e.action == "GetPlayerBan"
+            && e.actor == "anonymous"
+            && e.detail == "player_id=\"restart-bob\": OK"),
+        "{audit:?}"
+    );
 
     browser.open(&format!("{console}#/matches/{}", played[0]));
     let rows = browser.wait_for(
