@@ -151,6 +151,79 @@ async fn banning_a_waiting_player_cancels_the_ticket() {
     enter(&mut client, "1v1", &["p1"]).await;
 }
 
+fn ban_of(player: &str) -> proto::GetPlayerBanRequest {
+    proto::GetPlayerBanRequest {
+        player_id: player.into(),
+    }
+}
+
+#[tokio::test]
+async fn get_player_ban_reads_the_stored_ban_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = TestServer::start_in(dir.path(), "").await;
+    let mut admin = server.admin().await;
+    let until = now() + 3600;
+    admin
+        .ban_player(ban("b1", until, "smurfing"))
+        .await
+        .unwrap();
+    admin.ban_player(ban("b2", 0, "cheating")).await.unwrap();
+    admin
+        .unban_player(proto::UnbanPlayerRequest {
+            player_id: "b2".into(),
+        })
+        .await
+        .unwrap();
+    // A bad id names the field.
+    let e = admin.get_player_ban(ban_of("")).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("player_id"), "{e:?}");
+    server.stop().await.unwrap();
+
+    let server = TestServer::start_in(dir.path(), "").await;
+    let mut admin = server.admin().await;
+    let b1 = admin
+        .get_player_ban(ban_of("b1"))
+        .await
+        .unwrap()
+        .into_inner()
+        .ban
+        .expect("b1's ban survived the restart");
+    assert_eq!(
+        (b1.until_unix, b1.reason.as_str(), b1.active),
+        (until, "smurfing", true)
+    );
+    assert!(
+        b1.since_unix > 0.0 && b1.since_unix <= now() as f64 + 1.0,
+        "{b1:?}"
+    );
+    // Lifted, and never banned: no ban, and no error.
+    for player in ["b2", "nobody"] {
+        let answer = admin.get_player_ban(ban_of(player)).await.unwrap();
+        assert_eq!(answer.into_inner().ban, None, "{player}");
+    }
+    // The reads are admin calls like any other: in the audit log, naming the player.
+    let reads: Vec<String> = audit(&server)
+        .await
+        .into_iter()
+        .filter(|e| e.action == "GetPlayerBan")
+        .map(|e| e.detail)
+        .collect();
+    assert_eq!(reads.len(), 4, "{reads:?}");
+    assert!(
+        reads[0].starts_with("player_id=\"\": InvalidArgument"),
+        "{reads:?}"
+    );
+    assert_eq!(
+        reads[1..],
+        [
+            "player_id=\"b1\": OK",
+            "player_id=\"b2\": OK",
+            "player_id=\"nobody\": OK",
+        ],
+    );
+}
+
 #[tokio::test]
 async fn bad_record_requests_name_the_field() {
     let server = TestServer::start("").await;
@@ -639,6 +712,15 @@ async fn only_admins_may_call_the_record_calls_and_the_audit_names_them() {
                 .await
                 .map(|_| ()),
             admin
+                .get_player_ban(with(
+                    proto::GetPlayerBanRequest {
+                        player_id: "p1".into(),
+                    },
+                    &t,
+                ))
+                .await
+                .map(|_| ()),
+            admin
                 .watch_events(with(proto::WatchEventsRequest::default(), &t))
                 .await
                 .map(|_| ()),
@@ -768,6 +850,34 @@ async fn the_admin_cli_runs_every_record_command_with_json() {
     let (ok, _, err) = cli(&server, &["ban", "--player", "c2", "--reason", " "]).await;
     assert!(!ok);
     assert!(err.contains("reason"), "{err}");
+
+    // A player's stored ban, and none for a player without one.
+    let until = (now() + 3600).to_string();
+    let (ok, _, err) = cli(
+        &server,
+        &[
+            "ban", "--player", "c2", "--until", &until, "--reason", "spam",
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = cli(&server, &["player-ban", "--player", "c2"]).await;
+    assert!(ok, "{err}");
+    let shown = json(&out);
+    assert_eq!(shown["player_id"], "c2");
+    assert_eq!(shown["ban"]["until_unix"], until.parse::<i64>().unwrap());
+    assert_eq!(shown["ban"]["reason"], "spam");
+    assert_eq!(shown["ban"]["active"], true);
+    assert!(
+        shown["ban"]["since_unix"].as_f64().unwrap() > 0.0,
+        "{shown}"
+    );
+    let (ok, out, _) = cli(&server, &["player-ban", "--player", "c3"]).await;
+    assert!(ok);
+    assert_eq!(
+        json(&out),
+        serde_json::json!({"player_id": "c3", "ban": null})
+    );
 }
 
 /// An erased player leaves their `PartyService` party: the lead passes to the other member,

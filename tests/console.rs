@@ -3,7 +3,10 @@
 //! loadgen` traffic. The numbers the page shows equal `GetQueueStats` within one refresh; a
 //! player's page draws their rating chart after results are reported; a soft reset from the
 //! page changes the week through the `SeasonReset` RPC, its journal entry and the audit log;
-//! with auth on and no token the page shows no data.
+//! with auth on and no token the page shows no data. A player's chart, matches and ban and a
+//! match's result are read from the durable records, so they are still shown after a restart;
+//! a cluster node that does not own the queues serves the console through its front (against
+//! a real `redis-server`).
 //!
 //! Screenshots of each view are written to a temporary directory, or to the directory named by
 //! `MATCHMAKER_CONSOLE_SCREENSHOTS` (scripts/console-screenshots.sh: docs/console/).
@@ -173,6 +176,25 @@ fn page_equals(browser: &mut Browser, stats: &[proto::QueueStat]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The open player page shows a ban in force with `reason`.
+fn assert_ban_shown(browser: &mut Browser, reason: &str) {
+    let ban = browser.wait_for(
+        "the player's ban",
+        "(() => { const e = document.querySelector('#player-ban');
+                  return e && e.dataset.banned === 'true' ? e.textContent : null; })()",
+        PAGE_TIMEOUT,
+    );
+    let text = ban.as_str().unwrap_or_default();
+    assert!(text.contains(reason), "{text}");
 }
 
 /// One 1v1 match of `winner` against `loser`, served to `stream`'s game server and reported.
@@ -392,7 +414,15 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         .await
         .unwrap()
         .into_inner();
-    // A player's page draws the rating chart of the results reported.
+    // A player's page draws the rating chart of the results reported, and shows their ban.
+    admin
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "console-alice".into(),
+            until_unix: unix_now() + 7 * 86_400,
+            reason: "abusive chat".into(),
+        })
+        .await
+        .expect("ban");
     browser.open(&format!("{console}#/players/console-alice"));
     // Before the first result, then after each of the four, then now.
     browser.wait_for(
@@ -406,6 +436,7 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     assert_eq!(rating.as_str(), Some(want.as_str()), "the player's rating");
     let rows = browser.eval("document.querySelectorAll('#player-matches tbody tr').length");
     assert_eq!(rows.as_u64(), Some(4), "alice's four matches");
+    assert_ban_shown(&mut browser, "abusive chat");
     browser.screenshot(&shots.join("player.png"), 1400);
 
     browser.open(&format!("{console}#/matches/{last_match}"));
@@ -608,4 +639,259 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
         "document.querySelector('[data-queue=\"1v1\"][data-stat=\"matches_formed\"]')?.dataset.value",
         PAGE_TIMEOUT,
     );
+}
+
+/// The console's match and player pages read the durable match records: after the server is
+/// killed and started again on the same data dir (nothing is left in its memory), a player's
+/// chart, matches and ban and a match's result are all still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and_their_ban() {
+    let dir = tempfile::tempdir().unwrap();
+    let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
+    let server = start_server(&free_port(), dir.path(), queues);
+    let channel = server.channel().await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut game_server = GameServerServiceClient::new(channel.clone());
+    let mut stream = common::serve(&mut game_server, "restart-gs").await;
+    let mut played = Vec::new();
+    for (winner, loser) in [
+        ("restart-alice", "restart-bob"),
+        ("restart-bob", "restart-alice"),
+        ("restart-alice", "restart-bob"),
+    ] {
+        played.push(play(&mut client, &mut game_server, &mut stream, winner, loser).await);
+    }
+    drop(stream);
+    AdminServiceClient::new(channel.clone())
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "restart-bob".into(),
+            until_unix: 0,
+            reason: "boosting accounts".into(),
+        })
+        .await
+        .expect("ban");
+    let alice = client
+        .get_player(proto::GetPlayerRequest {
+            player_id: "restart-alice".into(),
+            queue: "1v1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // SIGKILL: what was acknowledged is on disk, and nothing else survives.
+    drop(server);
+
+    let metrics = free_port();
+    let server = start_server(&metrics, dir.path(), queues);
+    let console = format!("http://{metrics}/console/");
+    let mut browser = Browser::launch(1400, 1000);
+    browser.open(&format!("{console}#/players/restart-alice"));
+    // Before the first match, after each of the three, then now.
+    browser.wait_for(
+        "the rating chart after the restart",
+        "Number(document.querySelector('[data-chart=\"player-rating\"] svg')?.dataset.points) >= 5",
+        PAGE_TIMEOUT,
+    );
+    let rating =
+        browser.eval("[...document.querySelectorAll('#player-summary .value')][0].textContent");
+    let want = format!("{:.1}", alice.rating.unwrap().display);
+    assert_eq!(rating.as_str(), Some(want.as_str()), "the player's rating");
+    let links = browser.eval(
+        "[...document.querySelectorAll('#player-matches tbody tr td:first-child')].map((td) => td.textContent)",
+    );
+    let newest_first: Vec<&str> = played.iter().rev().map(String::as_str).collect();
+    assert_eq!(links, serde_json::json!(newest_first), "alice's matches");
+    assert_eq!(
+        browser.eval("document.querySelector('#player-ban').dataset.banned"),
+        Value::from("none")
+    );
+
+    browser.open(&format!("{console}#/players/restart-bob"));
+    assert_ban_shown(&mut browser, "boosting accounts");
+    // The page read it with the admin call the CLI makes, audited like the CLI's.
+    let audit = AdminServiceClient::new(server.channel().await)
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: String::new(),
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries;
+    assert!(
+        audit.iter().any(|e| e.action == "GetPlayerBan"
+            && e.actor == "anonymous"
+            && e.detail == "player_id=\"restart-bob\": OK"),
+        "{audit:?}"
+    );
+
+    browser.open(&format!("{console}#/matches/{}", played[0]));
+    let rows = browser.wait_for(
+        "the first match's result",
+        "document.querySelectorAll('#match-result tbody tr').length",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(rows.as_u64(), Some(2));
+    let shown = browser.eval(
+        "[...document.querySelectorAll('#match-result tbody tr')].map((tr) =>
+           [...tr.querySelectorAll('td')].map((td) => td.textContent))",
+    );
+    // The winner placed first and gained rating; the loser placed second and lost some.
+    let rows = shown.as_array().unwrap();
+    let row = |player: &str| {
+        rows.iter()
+            .find(|r| r[3] == player)
+            .unwrap_or_else(|| panic!("{player} not in {shown}"))
+    };
+    assert_eq!(row("restart-alice")[1], "1");
+    assert!(row("restart-alice")[5].as_str().unwrap().starts_with('+'));
+    assert_eq!(row("restart-bob")[1], "2");
+    assert!(row("restart-bob")[5].as_str().unwrap().starts_with('-'));
+    let summary = browser.eval("document.querySelector('#match-summary').textContent");
+    assert!(
+        summary.as_str().unwrap().contains("server restart-gs"),
+        "{summary}"
+    );
+    drop(server);
+}
+
+/// The console on a cluster node that does not own the queues: its calls go through the
+/// node's front to the owner, so it shows the owner's queue numbers and a player's ban; once
+/// the owner died and the node took over, the ban its engine loaded from Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
+    let redis = matchmaker::store::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n\
+             [console]\nsample_seconds = 1.0\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let node = |name: &str, metrics: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+        command
+            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr", metrics])
+            .arg("--config")
+            .arg(&config)
+            .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+        ServerProcess::spawn(command)
+    };
+    let owner = node("owner", "");
+    let lease = redis::Client::open(redis.url()).unwrap();
+    poll_until_blocking("the first node owns the queues", || {
+        let mut conn = lease.get_connection().map_err(|e| e.to_string())?;
+        let value: Option<String> = redis::cmd("GET")
+            .arg("{mm}:lease")
+            .query(&mut conn)
+            .map_err(|e| e.to_string())?;
+        match value {
+            Some(v) if v.split('|').nth(1) == Some("owner") => Ok(()),
+            other => Err(format!("lease: {other:?}")),
+        }
+    });
+    let metrics = free_port();
+    let other = node("other", &metrics);
+    let channel = owner.channel().await;
+    common::poll_until("the owner answers", || {
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    // One player waits in 1v1 (nobody to play), one is banned: both on the owner.
+    common::enter(
+        &mut ClientServiceClient::new(channel.clone()),
+        "1v1",
+        &["cluster-waiting"],
+    )
+    .await;
+    AdminServiceClient::new(channel.clone())
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "cluster-banned".into(),
+            until_unix: 0,
+            reason: "ban kept in redis".into(),
+        })
+        .await
+        .expect("ban");
+
+    // The API on the other node answers with the owner's numbers.
+    poll_until_blocking("the other node's console API", || {
+        std::net::TcpStream::connect(&metrics).map_err(|e| e.to_string())?;
+        let (status, body) = http_get(
+            &metrics,
+            "/console/api/queues",
+            &[("x-matchmaker-console", "1")],
+        );
+        let parsed: Value = serde_json::from_str(&body).map_err(|e| format!("{status}: {e}"))?;
+        let waiting = parsed["queues"]
+            .as_array()
+            .and_then(|q| q.iter().find(|q| q["queue"] == "1v1"))
+            .map(|q| q["stats"]["tickets_waiting"].clone());
+        if waiting == Some(Value::from(1)) {
+            Ok(())
+        } else {
+            Err(format!("{status}: {waiting:?}"))
+        }
+    });
+    let console = format!("http://{metrics}/console/");
+    let mut browser = Browser::launch(1400, 1000);
+    browser.open(&format!("{console}#/queues"));
+    let shown = browser.wait_for(
+        "the owner's 1v1 numbers",
+        "document.querySelector('[data-queue=\"1v1\"][data-stat=\"tickets_waiting\"]')?.dataset.value",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(shown.as_str(), Some("1"));
+    // The node samples the charts itself, as the page asks.
+    browser.wait_for(
+        "the waiting-tickets chart",
+        "Number(document.querySelector('[data-chart=\"1v1.waiting\"] svg').dataset.points) >= 2",
+        PAGE_TIMEOUT,
+    );
+    browser.open(&format!("{console}#/players/cluster-banned"));
+    assert_ban_shown(&mut browser, "ban kept in redis");
+
+    // The owner dies. The other node takes the queues over with the bans its engine loads from
+    // Redis, and its console reads the ban from there.
+    drop(owner);
+    poll_until_blocking("the other node owns the queues", || {
+        let mut conn = lease.get_connection().map_err(|e| e.to_string())?;
+        let value: Option<String> = redis::cmd("GET")
+            .arg("{mm}:lease")
+            .query(&mut conn)
+            .map_err(|e| e.to_string())?;
+        match value {
+            Some(v) if v.split('|').nth(1) == Some("other") => Ok(()),
+            other => Err(format!("lease: {other:?}")),
+        }
+    });
+    let channel = other.channel().await;
+    common::poll_until("the new owner answers", || {
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+    // Away from the player's page first, so the ban checked is the one read now.
+    browser.open(&format!("{console}#/queues"));
+    browser.wait_for(
+        "the queues view",
+        "document.querySelector('#view').dataset.view === 'queues' && !document.querySelector('#player-ban')",
+        PAGE_TIMEOUT,
+    );
+    browser.open(&format!("{console}#/players/cluster-banned"));
+    assert_ban_shown(&mut browser, "ban kept in redis");
 }

@@ -429,6 +429,13 @@ impl AdminService for Admin {
         self.unban_player_call(request).await
     }
 
+    async fn get_player_ban(
+        &self,
+        request: Request<proto::GetPlayerBanRequest>,
+    ) -> Result<Response<proto::GetPlayerBanResponse>, Status> {
+        self.get_player_ban_call(request).await
+    }
+
     async fn list_audit_log(
         &self,
         request: Request<proto::ListAuditLogRequest>,

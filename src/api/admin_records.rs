@@ -1,5 +1,5 @@
 //! `AdminService`'s player and match records: `DeletePlayer`, `BanPlayer`, `UnbanPlayer`,
-//! `ListAuditLog`, `WatchEvents`. Handlers validate, note what they name for the audit log,
+//! `GetPlayerBan`, `ListAuditLog`, `WatchEvents`. Handlers validate, note what they name for the audit log,
 //! call the state or the ledger, and map back; the records live in `state::records` and
 //! `store::admin_records`.
 
@@ -104,6 +104,16 @@ pub fn ban_from(req: &proto::BanPlayerRequest, now: f64) -> Result<Ban, Rejectio
     })
 }
 
+/// A stored ban as `GetPlayerBan` answers it, with whether it holds at `now` (pure).
+pub fn ban_to_proto(ban: &Ban, now: f64) -> proto::PlayerBan {
+    proto::PlayerBan {
+        until_unix: ban.until_unix,
+        reason: ban.reason.clone(),
+        since_unix: ban.since_unix,
+        active: ban.holds_at(now),
+    }
+}
+
 impl Admin {
     /// Cancels the player's waiting ticket, if any; whether one was cancelled.
     async fn cancel_waiting(&self, player: &PlayerId) -> Result<bool, Status> {
@@ -194,6 +204,22 @@ impl Admin {
             )])
             .await?;
         Ok(Response::new(proto::UnbanPlayerResponse { was_banned }))
+    }
+
+    pub(super) async fn get_player_ban_call(
+        &self,
+        request: Request<proto::GetPlayerBanRequest>,
+    ) -> Result<Response<proto::GetPlayerBanResponse>, Status> {
+        note(
+            &request,
+            format!("player_id={:?}", request.get_ref().player_id),
+        );
+        let req = request.into_inner();
+        convert::id("player_id", &req.player_id)?;
+        let ban = self.state.ban_of(&PlayerId::new(req.player_id.as_str()));
+        Ok(Response::new(proto::GetPlayerBanResponse {
+            ban: ban.map(|b| ban_to_proto(&b, unix_now())),
+        }))
     }
 
     pub(super) async fn list_audit_log_call(
@@ -290,6 +316,20 @@ mod tests {
             Err(Rejection::Invalid(f)) => f.field.clone(),
             other => panic!("expected a field error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_stored_ban_answers_whether_it_holds_now() {
+        let ban = ban_from(&req("p1", 2_000, "smurfing"), 1_000.0).unwrap();
+        let during = ban_to_proto(&ban, 1_999.0);
+        assert_eq!(
+            (during.until_unix, during.reason.as_str(), during.since_unix),
+            (2_000, "smurfing", 1_000.0)
+        );
+        assert!(during.active);
+        assert!(!ban_to_proto(&ban, 2_000.0).active, "ended at until_unix");
+        let for_good = ban_from(&req("p1", 0, "cheating"), 1_000.0).unwrap();
+        assert!(ban_to_proto(&for_good, 1e12).active);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! One cluster node: the front on the configured address, the lease task, and the engine while
-//! this node owns the queues.
+//! One cluster node: the front on the configured address, the lease task, the engine while
+//! this node owns the queues, and the metrics listener with the operator console, whose calls
+//! go through the front like any client's.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,8 +72,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     info!(addr = %bound, node = %node_id, advertise = %advertise, lease_ms = cluster.lease_ms, "serving gRPC");
 
     let shutdown = CancellationToken::new();
+    let (console, key_refresh) = node_console(&config, &shutdown).await?;
     let exporter = match config.metrics_addr() {
-        Some(addr) => server::install_metrics(addr, None, shutdown.clone())?,
+        Some(addr) => server::install_metrics(addr, console.clone(), shutdown.clone())?,
         None => None,
     };
     let (route_tx, route_rx) = watch::channel(Route::default());
@@ -105,6 +107,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         lease_time * 2 + Duration::from_secs(1),
         config.server.max_message_bytes,
     );
+    if let Some(console) = &console {
+        console.attach_front(console_service(front.clone()), node.config.clone());
+    }
     let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front))
         .add_service(health_service);
     let mut builder = Server::builder();
@@ -144,6 +149,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     // The front is closed: stop the engine (it writes its last state under the lease), then
     // give the lease up.
     shutdown.cancel();
+    if let Some(console) = &console {
+        console.detach();
+    }
     lease_stop.cancel();
     match lease_task.await {
         Ok(()) => {}
@@ -153,8 +161,57 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     if let Some(exporter) = exporter {
         let _ = exporter.await;
     }
+    if let Some(task) = key_refresh {
+        let _ = task.await;
+    }
     info!("cluster node stopped");
     served.map_err(|e| NodeError::Server(e.into()))
+}
+
+/// The operator console on the node's metrics listener, when it is served there (with its
+/// token verifier, and the task that refreshes the verifier's key set until `shutdown`). Its
+/// calls go through the node's front, see [`console_service`].
+async fn node_console(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<(Option<Arc<crate::console::Console>>, Option<JoinHandle<()>>), NodeError> {
+    let addr = config.metrics_addr();
+    if addr.is_none() || !config.console.enabled {
+        return Ok((None, None));
+    }
+    let verifier = crate::auth::Verifier::from_config(&config.auth)
+        .map_err(ServerError::from)?
+        .map(Arc::new);
+    if let Some(v) = &verifier {
+        v.refresh().await.map_err(|e| {
+            ServerError::Auth(crate::rejection::FieldError::new(
+                "auth.jwks_url",
+                e.to_string(),
+            ))
+        })?;
+    }
+    let console =
+        crate::console::Console::new(&config.console, addr, &config.auth, verifier.clone());
+    let key_refresh = match (&console, verifier) {
+        (Some(_), Some(v)) => Some(tokio::spawn(v.refresh_periodically(
+            Duration::from_secs(config.auth.jwks_refresh_seconds),
+            shutdown.clone(),
+        ))),
+        _ => None,
+    };
+    Ok((console, key_refresh))
+}
+
+/// The node's front as the console's gRPC service: the console's in-process calls take the
+/// path every client call to this node takes, to the queues' owner wherever it runs.
+fn console_service(front: Front) -> crate::console::GrpcService {
+    let service = tower::ServiceBuilder::new()
+        .map_request(|r: tonic::codegen::http::Request<tonic::body::Body>| {
+            r.map(axum::body::Body::new)
+        })
+        .map_err(|never: std::convert::Infallible| -> tower::BoxError { match never {} })
+        .service(front);
+    tower::util::BoxCloneSyncService::new(service)
 }
 
 /// The host name plus a random suffix: unique even for two nodes on one host.

@@ -1,14 +1,14 @@
 //! The console's JSON API. Each handler checks the caller ([`gate`]), then either makes one
 //! or more calls of the server's own gRPC stack in process (carrying the page's
 //! `authorization` header, so the auth layer checks it again exactly as for the admin CLI) or
-//! reads what no RPC answers yet (chart history, live matches, applied results, season clocks).
-//! Handlers only translate: no rule lives here.
+//! reads what no RPC answers yet (chart history, season clocks). The matches and players
+//! endpoints are in `records.rs`. Handlers only translate: no rule lives here.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Query, State as Axum};
+use axum::extract::{Query, State as Axum};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -28,7 +28,7 @@ pub const CONSOLE_HEADER: &str = "x-matchmaker-console";
 const MAX_LIMIT: usize = 500;
 
 /// An answer that is not 200: a status and a message the page shows.
-pub struct ApiError(StatusCode, String);
+pub struct ApiError(pub(super) StatusCode, pub(super) String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -53,11 +53,11 @@ impl From<tonic::Status> for ApiError {
     }
 }
 
-type Answer = Result<Json<Value>, ApiError>;
+pub(super) type Answer = Result<Json<Value>, ApiError>;
 
 /// An admitted call: the server to ask and the credentials to ask with.
-struct Caller {
-    backend: Backend,
+pub(super) struct Caller {
+    pub(super) backend: Backend,
     authorization: Option<HeaderValue>,
 }
 
@@ -65,7 +65,11 @@ impl Caller {
     /// One unary call of the server's gRPC stack, in process: `path` is the method's gRPC path
     /// (`/matchmaker.v1.AdminService/SeasonReset`), the request carries the page's credentials.
     /// The answer is what a remote client would get: the message, or the status.
-    async fn call<Req, Resp>(&self, path: &'static str, message: Req) -> Result<Resp, tonic::Status>
+    pub(super) async fn call<Req, Resp>(
+        &self,
+        path: &'static str,
+        message: Req,
+    ) -> Result<Resp, tonic::Status>
     where
         Req: prost::Message,
         Resp: prost::Message + Default,
@@ -126,7 +130,7 @@ impl Caller {
 /// Admits a call to the API: the console header, a loopback `Host` when auth is off (so a DNS
 /// name rebound to 127.0.0.1 cannot reach it), and the admin role by the same verifier and rule
 /// as every RPC (`auth::authorize`, `auth::CONSOLE_API`).
-fn gate(console: &Console, uri: &Uri, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub(super) fn gate(console: &Console, uri: &Uri, headers: &HeaderMap) -> Result<Caller, ApiError> {
     if !headers.contains_key(CONSOLE_HEADER) {
         return Err(ApiError(
             StatusCode::FORBIDDEN,
@@ -180,6 +184,8 @@ pub async fn session(Axum(console): Axum<Arc<Console>>) -> Json<Value> {
         "git_sha": env!("MATCHMAKER_GIT_SHA"),
         "sample_seconds": console.config.sample_seconds,
         "history_seconds": super::HISTORY_SECONDS,
+        // A cluster node's console: no live matches, season clocks or results feed.
+        "cluster_node": console.backend().is_some_and(|b| b.state().is_none()),
     }))
 }
 
@@ -204,17 +210,20 @@ pub async fn queues(
             proto::GetQueueStatsRequest::default(),
         )
         .await?;
-    let history = console.history();
+    let queues = caller.backend.queues();
+    let mut history = console.history();
+    if caller.backend.state().is_none() {
+        // A cluster node has no matchmaker loop to sample: the page's asking does.
+        let now = crate::state::unix_now();
+        for s in &stats.queues {
+            history.record_due(&s.queue, now, console.config.sample_seconds, &reading(s));
+        }
+    }
     let queues: Vec<Value> = stats
         .queues
         .iter()
         .map(|s| {
-            let info = caller
-                .backend
-                .state
-                .queues()
-                .into_iter()
-                .find(|i| i.id.as_str() == s.queue);
+            let info = queues.iter().find(|i| i.id.as_str() == s.queue);
             json!({
                 "queue": s.queue,
                 "settings": info.map(|i| json!({
@@ -235,6 +244,21 @@ pub async fn queues(
         "now": crate::state::unix_now(),
         "queues": queues,
     })))
+}
+
+/// The chart numbers of a `QueueStat`.
+fn reading(s: &proto::QueueStat) -> super::history::Reading {
+    super::history::Reading {
+        tickets_waiting: s.tickets_waiting,
+        matches_formed: s.matches_formed,
+        wait_p50_seconds: s.wait_p50_seconds,
+        wait_p95_seconds: s.wait_p95_seconds,
+        quality_mean: s.quality_mean,
+        skill_window: s.skill_window,
+        starving: s.starving,
+        accept_rate: s.accept_rate,
+        backfill_fill_p50_seconds: s.backfill_fill_p50_seconds,
+    }
 }
 
 /// Every field of `QueueStat`, by its proto name.
@@ -272,7 +296,7 @@ fn queue_stat(s: &proto::QueueStat) -> Value {
 #[derive(Deserialize)]
 pub struct ListQuery {
     #[serde(default)]
-    queue: String,
+    pub(super) queue: String,
     #[serde(default)]
     limit: Option<usize>,
     #[serde(default)]
@@ -280,107 +304,17 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    fn queue(&self) -> Option<&str> {
+    pub(super) fn queue(&self) -> Option<&str> {
         (!self.queue.is_empty()).then_some(self.queue.as_str())
     }
 
-    fn limit(&self, default: usize) -> usize {
+    pub(super) fn limit(&self, default: usize) -> usize {
         self.limit.unwrap_or(default).clamp(1, MAX_LIMIT)
     }
 }
 
-/// A match the server holds now.
-fn live_match(m: &crate::state::MatchSlot) -> Value {
-    let a = m.assignment();
-    json!({
-        "match_id": m.id.as_str(),
-        "queue": m.queue.as_str(),
-        "phase": m.phase().name(),
-        "formed_unix": m.formed_unix,
-        "quality": m.quality,
-        "teams": a.teams.iter().map(|t| t.iter().map(|p| p.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
-        "win_probability": a.win_probability,
-        "server_address": a.server_address,
-        "region": a.region,
-        "left": a.left.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
-    })
-}
-
-/// `GET /console/api/matches?queue=&limit=`: the live matches (newest first) and the results
-/// applied since the server started (newest first, at most [`super::FEED_CAPACITY`] kept).
-pub async fn matches(
-    Axum(console): Axum<Arc<Console>>,
-    uri: Uri,
-    headers: HeaderMap,
-    Query(q): Query<ListQuery>,
-) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
-    let limit = q.limit(50);
-    let (live_total, live) = caller.backend.state.live_matches(q.queue(), limit);
-    let feed = console.feed();
-    let recent = feed.recent(q.queue(), limit);
-    Ok(Json(json!({
-        "live_total": live_total,
-        "live": live.iter().map(|m| live_match(m)).collect::<Vec<_>>(),
-        "recent": recent,
-        "recent_kept": feed.len(),
-    })))
-}
-
-/// `GET /console/api/matches/{id}`: one live match with `PredictMatch`'s prediction for its
-/// teams now, or one applied result from the feed.
-pub async fn one_match(
-    Axum(console): Axum<Arc<Console>>,
-    uri: Uri,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
-    let slot = caller
-        .backend
-        .state
-        .match_slot(&crate::ids::MatchId::new(id.as_str()))
-        .ok();
-    if let Some(slot) = slot {
-        let a = slot.assignment();
-        let prediction: proto::Prediction = caller
-            .call(
-                "/matchmaker.v1.ClientService/PredictMatch",
-                proto::PredictMatchRequest {
-                    queue: slot.queue.to_string(),
-                    teams: a
-                        .teams
-                        .iter()
-                        .map(|t| proto::Team {
-                            player_ids: t.iter().map(ToString::to_string).collect(),
-                        })
-                        .collect(),
-                },
-            )
-            .await?;
-        return Ok(Json(json!({
-            "live": live_match(&slot),
-            "prediction_now": {
-                "win_probability": prediction.win_probability,
-                "draw_probability": prediction.draw_probability,
-            },
-        })));
-    }
-    let feed = console.feed();
-    match feed.get(&id) {
-        Some(entry) => Ok(Json(json!({ "result": entry }))),
-        None => Err(ApiError(
-            StatusCode::NOT_FOUND,
-            format!(
-                "match {id:?} is neither live nor among the {} results applied since the server started",
-                feed.len()
-            ),
-        )),
-    }
-}
-
 /// A `PlayerView` as JSON.
-fn player_view(v: &proto::PlayerView) -> Value {
+pub(super) fn player_view(v: &proto::PlayerView) -> Value {
     json!({
         "player_id": v.player_id,
         "queue": v.queue,
@@ -405,51 +339,6 @@ fn player_view(v: &proto::PlayerView) -> Value {
     })
 }
 
-/// `GET /console/api/players/{id}?queue=`: `GetPlayer` in each queue (or the one named), with
-/// the player's rating and rank points after each result applied since the server started,
-/// and those results.
-pub async fn player(
-    Axum(console): Axum<Arc<Console>>,
-    uri: Uri,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    Query(q): Query<ListQuery>,
-) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
-    let names: Vec<String> = match q.queue() {
-        Some(name) => vec![name.to_owned()],
-        None => caller
-            .backend
-            .state
-            .queues()
-            .into_iter()
-            .map(|i| i.id.to_string())
-            .collect(),
-    };
-    let mut views = Vec::new();
-    for queue in names {
-        let view: proto::PlayerView = caller
-            .call(
-                "/matchmaker.v1.ClientService/GetPlayer",
-                proto::GetPlayerRequest {
-                    player_id: id.clone(),
-                    queue: queue.clone(),
-                },
-            )
-            .await?;
-        let points = console.feed().rating_points(&id, &queue);
-        views.push(json!({ "view": player_view(&view), "points": points }));
-    }
-    let feed = console.feed();
-    Ok(Json(json!({
-        "player_id": id,
-        "queues": views,
-        "recent": feed.of_player(&id, q.queue(), q.limit(20)),
-        // Kept by the match-records work: not in this server yet.
-        "bans": Value::Null,
-    })))
-}
-
 /// `GET /console/api/leaderboard?queue=&offset=&limit=`: `GetLeaderboard`, with the ladder's
 /// tiers when the queue has one.
 pub async fn leaderboard(
@@ -469,14 +358,15 @@ pub async fn leaderboard(
             },
         )
         .await?;
-    let state = &caller.backend.state;
-    let ladder = state
+    let ladder = caller
+        .backend
         .queues()
         .into_iter()
         .find(|i| i.id.as_str() == q.queue)
         .is_some_and(|i| i.config.ranking == RankingKind::Ladder);
     let tiers: Vec<Value> = if ladder {
-        state
+        caller
+            .backend
             .config()
             .ranking
             .ladder
@@ -495,12 +385,12 @@ pub async fn leaderboard(
     })))
 }
 
-/// `GET /console/api/seasons`: each ranked rating pool's season clock and queues.
+/// `GET /console/api/seasons`: each ranked rating pool's queues and season clock (the clock
+/// is read from the store, so a cluster node, which has none, answers it as null).
 pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: HeaderMap) -> Answer {
     let caller = gate(&console, &uri, &headers)?;
-    let state = &caller.backend.state;
     let mut pools: BTreeMap<String, (Vec<String>, RankingKind)> = BTreeMap::new();
-    for info in state.queues() {
+    for info in caller.backend.queues() {
         if info.config.ranking != RankingKind::None {
             let entry = pools
                 .entry(info.pool.clone())
@@ -510,16 +400,21 @@ pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: Heade
     }
     let mut out = Vec::new();
     for (pool, (queues, ranking)) in pools {
-        let clock = state
-            .store()
-            .season_state(&pool)
-            .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let clock = match caller.backend.state() {
+            Some(state) => Some(
+                state
+                    .store()
+                    .season_state(&pool)
+                    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
+            ),
+            None => None,
+        };
         out.push(json!({
             "pool": pool,
             "queues": queues,
             "ranking": ranking,
-            "season": clock.season,
-            "week": clock.week,
+            "season": clock.as_ref().map(|c| c.season),
+            "week": clock.as_ref().map(|c| c.week),
         }));
     }
     Ok(Json(json!({ "pools": out })))

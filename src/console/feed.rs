@@ -1,5 +1,7 @@
-//! The results this server applied since it started, newest kept, for the console's Matches
-//! and Players views until durable match records exist: a bounded ring, lost on restart. Pure:
+//! The results this server applied since it started, newest kept: the Matches view's list of
+//! recent results (no RPC lists every player's matches) and each match's win probabilities at
+//! formation (the durable match record does not keep them). A bounded ring, lost on restart;
+//! a match's page, a player's matches and their chart read the durable records instead. Pure:
 //! entries come in with their time; queries scan the ring (it is small).
 
 use std::collections::VecDeque;
@@ -31,14 +33,6 @@ pub struct Entry {
     /// Per team, 1 = first.
     pub placements: Vec<u32>,
     pub changes: Vec<Change>,
-}
-
-/// One point of a player's rating chart.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Point {
-    pub t: f64,
-    pub rating: f64,
-    pub rank_points: u32,
 }
 
 /// The newest `capacity` results.
@@ -80,43 +74,6 @@ impl Feed {
     #[must_use]
     pub fn get(&self, match_id: &str) -> Option<&Entry> {
         self.entries.iter().rev().find(|e| e.match_id == match_id)
-    }
-
-    /// `player`'s results in `queue` (every queue for `None`), newest first, at most `limit`.
-    #[must_use]
-    pub fn of_player(&self, player: &str, queue: Option<&str>, limit: usize) -> Vec<&Entry> {
-        self.entries
-            .iter()
-            .rev()
-            .filter(|e| queue.is_none_or(|q| e.queue == q))
-            .filter(|e| e.changes.iter().any(|c| c.player_id == player))
-            .take(limit)
-            .collect()
-    }
-
-    /// `player`'s rating and rank points in `queue` over time, oldest first: the value before
-    /// their oldest result in the ring, then after each result.
-    #[must_use]
-    pub fn rating_points(&self, player: &str, queue: &str) -> Vec<Point> {
-        let mut points = Vec::new();
-        for e in self.entries.iter().filter(|e| e.queue == queue) {
-            let Some(c) = e.changes.iter().find(|c| c.player_id == player) else {
-                continue;
-            };
-            if points.is_empty() {
-                points.push(Point {
-                    t: e.formed_unix.min(e.applied_unix),
-                    rating: c.rating_before,
-                    rank_points: c.rank_points_before,
-                });
-            }
-            points.push(Point {
-                t: e.applied_unix,
-                rating: c.rating_after,
-                rank_points: c.rank_points_after,
-            });
-        }
-        points
     }
 
     #[must_use]
@@ -172,26 +129,6 @@ mod tests {
         assert_eq!(ids, ["m3", "m2"]);
         assert_eq!(f.recent(Some("1v1"), 10).len(), 1);
         assert_eq!(f.recent(None, 1)[0].match_id, "m3");
-        assert_eq!(f.of_player("a", None, 10)[0].match_id, "m2");
-        assert!(f.of_player("a", Some("1v1"), 10).is_empty());
-    }
-
-    #[test]
-    fn rating_points_start_before_the_first_result_and_follow_each() {
-        let mut f = Feed::new(10);
-        f.push(entry(
-            "m1",
-            "1v1",
-            10.0,
-            &[("a", 1500.0, 1510.0), ("b", 1500.0, 1490.0)],
-        ));
-        f.push(entry("m2", "2v2", 15.0, &[("a", 1500.0, 1400.0)]));
-        f.push(entry("m3", "1v1", 20.0, &[("a", 1510.0, 1525.0)]));
-        let p = f.rating_points("a", "1v1");
-        let ratings: Vec<f64> = p.iter().map(|p| p.rating).collect();
-        assert_eq!(ratings, [1500.0, 1510.0, 1525.0]);
-        assert_eq!(p[0].t, 5.0);
-        assert_eq!(p[2].rank_points, 152);
-        assert!(f.rating_points("nobody", "1v1").is_empty());
+        assert_eq!(f.get("m2").unwrap().queue, "2v2");
     }
 }

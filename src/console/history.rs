@@ -106,6 +106,21 @@ impl History {
         }
     }
 
+    /// Records `queue`'s reading at `t` unless its last one is less than `every` seconds
+    /// older: for a console that samples only when a page asks (a cluster node's, which has
+    /// no matchmaker loop of its own), however many pages ask. Whether it recorded.
+    pub fn record_due(&mut self, queue: &str, t: f64, every: f64, r: &Reading) -> bool {
+        let due = self
+            .queues
+            .get(queue)
+            .and_then(|ring| ring.last)
+            .is_none_or(|(t0, _)| t - t0 >= every);
+        if due {
+            self.record(queue, t, r);
+        }
+        due
+    }
+
     /// `queue`'s samples taken after unix time `since` (all of them for `since` = 0), oldest
     /// first.
     #[must_use]
@@ -190,6 +205,18 @@ mod tests {
         assert!(h.since("q", 4.0).is_empty());
         assert!(h.since("other", 0.0).is_empty());
         assert_eq!(h.queues().collect::<Vec<_>>(), ["q"]);
+    }
+
+    #[test]
+    fn sampling_on_demand_keeps_one_sample_per_interval() {
+        let mut h = History::new(3600.0, 10.0);
+        assert!(h.record_due("q", 100.0, 10.0, &reading(1, 0)));
+        assert!(!h.record_due("q", 105.0, 10.0, &reading(2, 5)));
+        assert!(h.record_due("other", 105.0, 10.0, &reading(3, 0)));
+        assert!(h.record_due("q", 110.0, 10.0, &reading(4, 10)));
+        let s = h.since("q", 0.0);
+        assert_eq!(s.iter().map(|s| s.t).collect::<Vec<_>>(), [100.0, 110.0]);
+        assert_eq!(s[1].matches_per_minute, 60.0, "10 matches in 10 s");
     }
 
     #[test]

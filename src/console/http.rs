@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Console, api};
+use super::{Console, api, records};
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const CONSOLE_JS: &str = include_str!("assets/console.js");
@@ -72,9 +72,9 @@ fn routes(console: Arc<Console>) -> Router {
         )
         .route("/console/api/session", get(api::session))
         .route("/console/api/queues", get(api::queues))
-        .route("/console/api/matches", get(api::matches))
-        .route("/console/api/matches/{id}", get(api::one_match))
-        .route("/console/api/players/{id}", get(api::player))
+        .route("/console/api/matches", get(records::matches))
+        .route("/console/api/matches/{id}", get(records::one_match))
+        .route("/console/api/players/{id}", get(records::player))
         .route("/console/api/leaderboard", get(api::leaderboard))
         .route("/console/api/seasons", get(api::seasons))
         .route("/console/api/seasons/reset", post(api::season_reset))

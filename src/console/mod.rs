@@ -7,18 +7,27 @@
 //! `authorization` header to the server's layered service (RPC metrics, deadline, load
 //! shedding, auth, rate limit, message size, then `ClientService`/`AdminService`). So a soft reset from the page
 //! is the admin CLI's `SeasonReset`, with the same role check, the same metrics and the same
-//! journal entry. What no RPC answers yet the console reads itself, behind the same admin check
-//! (`auth::CONSOLE_API`): the last hour of each queue's numbers (`history`, sampled from the
-//! matchmaker loop's `GetQueueStats` numbers), the live matches in the state, the results applied
-//! since start (`feed`, from the ledger's applied-results channel) and the season clocks.
+//! journal entry. A match's page and a player's matches and rating chart are the durable match
+//! records (`GetMatch`, `ListPlayerMatches`), a player's ban is `GetPlayerBan`. What no RPC
+//! answers yet the console reads itself, behind the same admin check (`auth::CONSOLE_API`): the
+//! last hour of each queue's numbers (`history`, sampled from the matchmaker loop's
+//! `GetQueueStats` numbers), the live matches in the state, the results applied since start
+//! (`feed`, from the ledger's applied-results channel: the recent list and each match's
+//! prediction at formation) and the season clocks.
 //!
-//! `http.rs` is the listener (metrics, health, assets); `api.rs` the JSON endpoints, one thin
-//! handler each. Docs: `docs/console.md`.
+//! On a cluster node the console is attached to the node's front instead
+//! ([`Console::attach_front`]): its calls reach the queues' owner like any client's, and what
+//! only a server's state answers is left out.
+//!
+//! `http.rs` is the listener (metrics, health, assets); `api.rs` the JSON endpoints of queues,
+//! leaderboards and seasons, `records.rs` those of matches and players, one thin handler each.
+//! Docs: `docs/console.md`.
 
 mod api;
 pub mod feed;
 pub mod history;
 mod http;
+mod records;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
@@ -29,9 +38,10 @@ use tonic::codegen::http as h;
 use tracing::{info, warn};
 
 use crate::auth::Verifier;
+use crate::config::Config;
 use crate::ledger::{AppliedResult, Ledger};
 use crate::matchmaker::{Command, Handle};
-use crate::state::State;
+use crate::state::{QueueInfo, State};
 
 pub use crate::config::ConsoleConfig;
 pub use http::serve;
@@ -53,7 +63,54 @@ pub type GrpcService = tower::util::BoxCloneSyncService<
 #[derive(Clone)]
 struct Backend {
     grpc: GrpcService,
-    state: State,
+    host: Host,
+}
+
+/// Where the console runs.
+#[derive(Clone)]
+enum Host {
+    /// A server: `grpc` is its own layered stack, and its state answers what no RPC does. (A
+    /// cluster node's engine has no metrics listener, so no console of its own.)
+    Server(State),
+    /// A cluster node: `grpc` is the node's front, and the node has no state, only its config
+    /// (queues, ladder tiers). The live matches and the season clocks are not shown there.
+    ClusterNode(Arc<Config>),
+}
+
+impl Backend {
+    /// The server's state; `None` on a cluster node.
+    fn state(&self) -> Option<&State> {
+        match &self.host {
+            Host::Server(state) => Some(state),
+            Host::ClusterNode(_) => None,
+        }
+    }
+
+    /// The queues: the state's (config reloads included), or a cluster node's from its file.
+    fn queues(&self) -> Vec<Arc<QueueInfo>> {
+        match &self.host {
+            Host::Server(state) => state.queues(),
+            Host::ClusterNode(config) => config
+                .queues
+                .iter()
+                .map(|(name, q)| {
+                    Arc::new(QueueInfo {
+                        id: crate::ids::QueueId::new(name.as_str()),
+                        pool: q.rating_pool.clone().unwrap_or_else(|| name.clone()),
+                        config: q.clone(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// The running config.
+    fn config(&self) -> &Config {
+        match &self.host {
+            Host::Server(state) => state.config(),
+            Host::ClusterNode(config) => config,
+        }
+    }
 }
 
 /// The console: shared by the HTTP handlers, the sampler and the results listener.
@@ -116,13 +173,25 @@ impl Console {
         let results = ledger.subscribe();
         *self.backend.write().unwrap_or_else(|p| p.into_inner()) = Some(Backend {
             grpc,
-            state: state.clone(),
+            host: Host::Server(state.clone()),
         });
         info!("console serving /console/");
         vec![
             tokio::spawn(self.clone().sample(matchmaker, shutdown.clone())),
             tokio::spawn(self.clone().listen(state, results, shutdown)),
         ]
+    }
+
+    /// Connects the console of a cluster node to the node's front (`grpc`): every call goes to
+    /// the queues' owner, wherever it runs. There is no matchmaker loop or ledger here, so queue
+    /// samples are taken when a page asks for the queues (at most one per `sample_seconds`)
+    /// and there is no feed of applied results.
+    pub fn attach_front(&self, grpc: GrpcService, config: Arc<Config>) {
+        *self.backend.write().unwrap_or_else(|p| p.into_inner()) = Some(Backend {
+            grpc,
+            host: Host::ClusterNode(config),
+        });
+        info!("console serving /console/ through this node's front");
     }
 
     /// Lets go of the server's services: calls from then on answer 503.

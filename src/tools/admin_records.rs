@@ -1,6 +1,6 @@
-//! `matchmaker admin` commands for player and match records: `ban`, `unban`, `delete-player`,
-//! `audit-log`, `events` and `reload-config`. Text by default, JSON with `--json` (`events`
-//! prints one object per line, so a pipeline can read it as it comes).
+//! `matchmaker admin` commands for player and match records: `ban`, `unban`, `player-ban`,
+//! `delete-player`, `audit-log`, `events` and `reload-config`. Text by default, JSON with
+//! `--json` (`events` prints one object per line, so a pipeline can read it as it comes).
 
 use std::io::Write;
 
@@ -25,6 +25,11 @@ pub enum RecordsCommand {
     },
     /// Lift a player's ban.
     Unban {
+        #[arg(long)]
+        player: String,
+    },
+    /// Show a player's stored ban: its end, reason and whether it holds now.
+    PlayerBan {
         #[arg(long)]
         player: String,
     },
@@ -161,6 +166,38 @@ pub async fn run(
                 writeln!(out, "unbanned {player}")?;
             } else {
                 writeln!(out, "{player} was not banned")?;
+            }
+        }
+        RecordsCommand::PlayerBan { player } => {
+            let r = client
+                .get_player_ban(proto::GetPlayerBanRequest {
+                    player_id: player.clone(),
+                })
+                .await?
+                .into_inner();
+            if json {
+                let ban = r.ban.as_ref().map(|b| {
+                    json!({"until_unix": b.until_unix, "reason": b.reason,
+                           "since_unix": b.since_unix, "active": b.active})
+                });
+                writeln!(out, "{}", json!({"player_id": player, "ban": ban}))?;
+            } else {
+                match &r.ban {
+                    None => writeln!(out, "{player} is not banned")?,
+                    Some(b) => {
+                        let end = if b.until_unix == 0 {
+                            "for good".to_string()
+                        } else {
+                            format!("until {}", b.until_unix)
+                        };
+                        let state = if b.active { "banned" } else { "ended" };
+                        writeln!(
+                            out,
+                            "{player}: {state}, {end} (set at {:.0}): {}",
+                            b.since_unix, b.reason
+                        )?;
+                    }
+                }
             }
         }
         RecordsCommand::DeletePlayer { player } => {

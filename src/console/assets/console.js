@@ -250,62 +250,86 @@ function teamsCell(teams) {
     ...t.slice(0, 2).flatMap((p, j) => [j ? ", " : "", playerLink(p)]), t.length > 2 ? " +" + (t.length - 2) : ""));
 }
 
+function matchSearch(value = "") {
+  const input = h("input", { id: "match-search", placeholder: "match id", value, required: true, size: 40 });
+  return h("form", { class: "inline", onsubmit: (e) => { e.preventDefault(); location.hash = "#/matches/" + encodeURIComponent(input.value.trim()); } }, input, h("button", { type: "submit" }, "Open"));
+}
+
 async function viewMatches(view, gen) {
   const liveBody = h("tbody");
   const recentBody = h("tbody");
   const liveTitle = h("h2", {}, "Live matches");
-  view.replaceChildren(h("h1", {}, "Matches"),
+  const liveNote = h("p", { class: "note" }, "The newest of the matches this server holds now (ready-check to completing).");
+  view.replaceChildren(h("h1", {}, "Matches"), matchSearch(),
     h("div", { class: "stack" },
-      h("section", { class: "card" }, liveTitle, h("p", { class: "note" }, "The newest of the matches this server holds now (ready-check to completing)."),
+      h("section", { class: "card" }, liveTitle, liveNote,
         h("table", { id: "live-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Phase"), h("th", {}, "Teams"), h("th", { class: "num" }, "Win prob."), h("th", {}, "Formed"))), liveBody)),
       h("section", { class: "card" }, h("h2", {}, "Recent results"),
-        h("p", { class: "note" }, "Results applied since this server started (kept in memory, newest first). Durable match history comes with match records."),
+        h("p", { class: "note" }, "Results this server applied since it started (newest first). Each match's page, and each player's matches, come from the durable match history (GetMatch, ListPlayerMatches)."),
         h("table", { id: "recent-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Teams"), h("th", {}, "Placements"), h("th", {}, "Applied"))), recentBody))));
   const refresh = async () => {
     const data = await api("matches?limit=15");
     if (gen !== generation) return;
-    liveTitle.textContent = "Live matches (" + data.live_total + ")";
-    liveBody.replaceChildren(...(data.live.length ? data.live.slice(0, 8).map((m) => h("tr", {},
-      h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
-      h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, m.win_probability.map((p) => fmt.pct(p)).join(" / ")),
-      h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
+    if (data.live) {
+      liveTitle.textContent = "Live matches (" + data.live.total + ")";
+      liveBody.replaceChildren(...(data.live.matches.length ? data.live.matches.slice(0, 8).map((m) => h("tr", {},
+        h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
+        h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, m.win_probability.map((p) => fmt.pct(p)).join(" / ")),
+        h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
+    } else {
+      liveNote.textContent = "This cluster node does not hold the matches: open one by id above (GetMatch reaches the queues' owner).";
+      liveBody.replaceChildren();
+    }
     recentBody.replaceChildren(...(data.recent.length ? data.recent.map((r) => h("tr", {},
       h("td", {}, matchLink(r.match_id)), h("td", {}, r.queue), h("td", {}, teamsCell(r.teams)),
-      h("td", {}, r.placements.join(" / ")), h("td", {}, fmt.ago(r.applied_unix)))) : [h("tr", {}, h("td", { colspan: 5, class: "note" }, "No results yet."))]));
+      h("td", {}, r.placements.join(" / ")), h("td", {}, fmt.ago(r.applied_unix)))) : [h("tr", {}, h("td", { colspan: 5, class: "note" }, "No results applied since this server started."))]));
     setStatus("updated " + fmt.time(Date.now() / 1000));
   };
   await refresh();
   return refresh;
 }
 
+// One match from GetMatch: live (teams, predictions) or ended (placements, rating changes).
 async function viewMatch(view, gen, id) {
   const data = await api("matches/" + encodeURIComponent(id));
   if (gen !== generation) return;
-  const back = h("p", {}, h("a", { href: "#/matches" }, "← Matches"));
-  if (data.live) {
-    const m = data.live;
-    view.replaceChildren(back, h("h1", {}, "Match " + m.match_id),
-      h("p", {}, h("span", { class: "pill phase-" + m.phase }, m.phase), " ", m.queue, " · formed ", fmt.ago(m.formed_unix), m.server_address ? " · server " + m.server_address : "", m.region ? " · region " + m.region : "", " · quality ", fmt.num(m.quality, 3)),
-      h("table", { id: "match-teams" }, h("thead", {}, h("tr", {}, h("th", {}, "Team"), h("th", {}, "Players"), h("th", { class: "num" }, "Win prob. at formation"), h("th", { class: "num" }, "Win prob. now (PredictMatch)"))),
-        h("tbody", {}, m.teams.map((t, i) => h("tr", {}, h("td", {}, "T" + (i + 1)), h("td", {}, ...t.flatMap((p, j) => [j ? ", " : "", playerLink(p)])),
-          h("td", { class: "num" }, fmt.pct(m.win_probability[i])), h("td", { class: "num" }, fmt.pct(data.prediction_now.win_probability[i])))))),
-      h("p", { class: "note" }, "Draw probability now: " + fmt.pct(data.prediction_now.draw_probability) + ". The result and rating changes appear here once the game server reports it."));
+  const m = data.match;
+  const live = data.live;
+  const formed = data.win_probability_at_formation;
+  const now = data.prediction_now;
+  const when = [m.formed_unix ? "formed " + fmt.ago(m.formed_unix) : null, m.started_unix ? "started " + fmt.ago(m.started_unix) : null, m.ended_unix ? "ended " + fmt.ago(m.ended_unix) : null];
+  const head = h("p", { id: "match-summary", dataset: { phase: m.phase } }, h("span", { class: "pill phase-" + m.phase }, m.phase), " ",
+    [m.queue, ...when, m.server_address ? "server " + m.server_address : "no game server", live && live.region ? "region " + live.region : null, live ? "quality " + fmt.num(live.quality, 3) : null].filter(Boolean).join(" · "));
+  const change = new Map(m.changes.map((c) => [c.player_id, c]));
+  let table;
+  if (m.phase === "completed") {
+    table = h("table", { id: "match-result" }, h("thead", {}, h("tr", {}, h("th", {}, "Team"), h("th", {}, "Place"), h("th", { class: "num" }, "Predicted at formation"), h("th", {}, "Player"), h("th", { class: "num" }, "Rating"), h("th", { class: "num" }, "Δ"), h("th", { class: "num" }, "Rank points"))),
+      h("tbody", {}, m.teams.flatMap((t, i) => t.map((p) => {
+        const c = change.get(p);
+        const d = c ? c.rating_after - c.rating_before : 0;
+        return h("tr", {}, h("td", {}, "T" + (i + 1)), h("td", {}, h("span", { class: "pill " + (m.placements[i] === 1 ? "win" : "loss") }, String(m.placements[i]))),
+          h("td", { class: "num" }, formed ? fmt.pct(formed[i]) : "–"), h("td", {}, playerLink(p)),
+          h("td", { class: "num" }, c ? fmt.num(c.rating_before, 1) + " → " + fmt.num(c.rating_after, 1) : "–"),
+          h("td", { class: "num " + (d >= 0 ? "up" : "down") }, c ? (d >= 0 ? "+" : "") + fmt.num(d, 1) : ""),
+          h("td", { class: "num" }, c ? c.rank_points_before + " → " + c.rank_points_after : "–"));
+      }))));
   } else {
-    const r = data.result;
-    const change = new Map(r.changes.map((c) => [c.player_id, c]));
-    view.replaceChildren(back, h("h1", {}, "Match " + r.match_id),
-      h("p", {}, r.queue, " · applied ", fmt.ago(r.applied_unix)),
-      h("table", { id: "match-result" }, h("thead", {}, h("tr", {}, h("th", {}, "Team"), h("th", {}, "Place"), h("th", { class: "num" }, "Predicted"), h("th", {}, "Player"), h("th", { class: "num" }, "Rating"), h("th", { class: "num" }, "Δ"), h("th", { class: "num" }, "Rank points"))),
-        h("tbody", {}, r.teams.flatMap((t, i) => t.map((p) => {
-          const c = change.get(p);
-          const d = c ? c.rating_after - c.rating_before : 0;
-          return h("tr", {}, h("td", {}, "T" + (i + 1)), h("td", {}, h("span", { class: "pill " + (r.placements[i] === 1 ? "win" : "loss") }, String(r.placements[i]))),
-            h("td", { class: "num" }, fmt.pct(r.win_probability[i])), h("td", {}, playerLink(p)),
-            h("td", { class: "num" }, c ? fmt.num(c.rating_before, 1) + " → " + fmt.num(c.rating_after, 1) : "–"),
-            h("td", { class: "num " + (d >= 0 ? "up" : "down") }, c ? (d >= 0 ? "+" : "") + fmt.num(d, 1) : ""),
-            h("td", { class: "num" }, c ? c.rank_points_before + " → " + c.rank_points_after : "–"));
-        })))));
+    table = h("table", { id: "match-teams" }, h("thead", {}, h("tr", {}, h("th", {}, "Team"), h("th", {}, "Players"), h("th", { class: "num" }, "Win prob. at formation"), h("th", { class: "num" }, "Win prob. now (PredictMatch)"))),
+      h("tbody", {}, m.teams.map((t, i) => h("tr", {}, h("td", {}, "T" + (i + 1)), h("td", {}, ...t.flatMap((p, j) => [j ? ", " : "", playerLink(p)])),
+        h("td", { class: "num" }, formed ? fmt.pct(formed[i]) : "–"), h("td", { class: "num" }, now ? fmt.pct(now.win_probability[i]) : "–")))));
   }
+  const notes = [];
+  if (m.phase === "completed") {
+    if (!formed) notes.push("The prediction at formation is kept in memory only, for matches this server formed or rated since it started.");
+    if (now) notes.push("With today's ratings (PredictMatch): " + now.win_probability.map((p, i) => "T" + (i + 1) + " " + fmt.pct(p)).join(", ") + ".");
+  } else if (m.phase === "cancelled") {
+    notes.push("Cancelled without a result: no rating changed.");
+  } else {
+    if (now) notes.push("Draw probability now: " + fmt.pct(now.draw_probability) + ".");
+    notes.push("The result and rating changes appear here once the game server reports it.");
+  }
+  view.replaceChildren(h("p", {}, h("a", { href: "#/matches" }, "← Matches")), h("h1", {}, "Match " + m.match_id), head, table,
+    h("p", { class: "note" }, notes.join(" ")));
   return null;
 }
 
@@ -339,28 +363,32 @@ async function viewPlayer(view, gen, id, queue) {
   const ratingChart = chart("Rating", { id: "player-rating", tall: true, height: 220, zero: false });
   const rpChart = chart("Rank points", { id: "player-rank-points", tall: true, height: 220 });
   const weekChart = chart("End-of-week rank points", { id: "player-weeks", zero: true, timeLabel: () => "" });
-  const recent = data.recent.filter((r) => r.queue === pick);
+  const recent = data.recent.filter((r) => r.queue === pick).slice(0, 20);
+  const ban = data.ban;
+  const banText = !ban ? "Not banned."
+    : (ban.active ? "Banned " : "Was banned ") + (ban.until_unix ? "until " + new Date(ban.until_unix * 1000).toISOString().replace(".000Z", "Z") : "for good") + " (since " + new Date(ban.since_unix * 1000).toISOString().replace(/\.\d+Z$/, "Z") + "): " + ban.reason + (ban.active ? "" : " (ended)");
   view.replaceChildren(playerSearch(id), h("h1", {}, "Player " + id), tabs,
     h("div", { class: "numbers", id: "player-summary", dataset: { queue: pick } },
       ...[["Rating", v.rating ? fmt.num(v.rating.display, 1) : "–"], ["95% interval", v.rating ? fmt.num(v.rating.display_low, 0) + " – " + fmt.num(v.rating.display_high, 0) : "–"],
         ["Tier", v.tier || "–"], ["Rank points", fmt.int(v.rank_points)], ["Games", fmt.int(v.games)], ["Wins", fmt.int(v.wins)],
         ["Status", v.status], ["Season / week", v.season + " / " + v.week]].map(([l, x]) => h("div", {}, h("span", { class: "label" }, l), h("span", { class: "value" }, x)))),
+    h("p", { id: "player-ban", class: ban && ban.active ? "error" : "note", dataset: { banned: ban ? String(ban.active) : "none" } }, banText),
     h("div", { class: "row" }, ratingChart, rpChart),
-    h("p", { class: "note" }, points.length > 1 ? "Rating and rank points after each result applied since the server started, up to now." : "No results for this player since the server started: the chart begins with their next result."),
+    h("p", { class: "note" }, points.length > 1 ? "Rating and rank points before their oldest kept match and after each completed one (the match history, ListPlayerMatches), up to now." : "No completed match in this player's history: the chart begins with their next result."),
     h("div", { class: "row" },
       h("section", { class: "card" }, h("h2", {}, "Recent matches"),
-        h("table", { id: "player-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Place"), h("th", { class: "num" }, "Rating Δ"), h("th", { class: "num" }, "RP"), h("th", {}, "Applied"))),
+        h("table", { id: "player-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Place"), h("th", { class: "num" }, "Rating Δ"), h("th", { class: "num" }, "RP"), h("th", {}, "Ended"))),
           h("tbody", {}, recent.length ? recent.map((r) => {
             const c = r.changes.find((x) => x.player_id === id);
             const team = r.teams.findIndex((t) => t.includes(id));
-            const d = c.rating_after - c.rating_before;
-            return h("tr", {}, h("td", {}, matchLink(r.match_id)), h("td", {}, h("span", { class: "pill " + (r.placements[team] === 1 ? "win" : "loss") }, String(r.placements[team]))),
-              h("td", { class: "num " + (d >= 0 ? "up" : "down") }, (d >= 0 ? "+" : "") + fmt.num(d, 1)), h("td", { class: "num" }, c.rank_points_before + " → " + c.rank_points_after), h("td", {}, fmt.ago(r.applied_unix)));
-          }) : h("tr", {}, h("td", { colspan: 5, class: "note" }, "None since the server started."))))),
+            const place = r.phase === "completed" ? h("span", { class: "pill " + (r.placements[team] === 1 ? "win" : "loss") }, String(r.placements[team])) : h("span", { class: "pill phase-" + r.phase }, r.phase);
+            const d = c ? c.rating_after - c.rating_before : 0;
+            return h("tr", {}, h("td", {}, matchLink(r.match_id)), h("td", {}, place),
+              h("td", { class: "num " + (d >= 0 ? "up" : "down") }, c ? (d >= 0 ? "+" : "") + fmt.num(d, 1) : "–"), h("td", { class: "num" }, c ? c.rank_points_before + " → " + c.rank_points_after : "–"), h("td", {}, r.ended_unix ? fmt.ago(r.ended_unix) : "–"));
+          }) : h("tr", {}, h("td", { colspan: 5, class: "note" }, "No matches in this player's history."))))),
       h("section", { class: "card" }, h("h2", {}, "Seasons"), weekChart,
         h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "Season"), h("th", {}, "Tier"), h("th", { class: "num" }, "RP"), h("th", { class: "num" }, "Place"))),
-          h("tbody", {}, v.season_history.length ? v.season_history.map((s) => h("tr", {}, h("td", {}, s.season), h("td", {}, s.tier), h("td", { class: "num" }, s.rank_points), h("td", { class: "num" }, s.place || "–"))) : h("tr", {}, h("td", { colspan: 4, class: "note" }, "No season ended yet.")))),
-        h("h3", {}, "Bans"), h("p", { class: "note", id: "player-bans" }, "Bans are not recorded by this server version."))));
+          h("tbody", {}, v.season_history.length ? v.season_history.map((s) => h("tr", {}, h("td", {}, s.season), h("td", {}, s.tier), h("td", { class: "num" }, s.rank_points), h("td", { class: "num" }, s.place || "–"))) : h("tr", {}, h("td", { colspan: 4, class: "note" }, "No season ended yet.")))))));
   ratingChart.draw([{ name: "rating", color: "#2563eb", points: points.map((p) => [p.t, p.rating]) }]);
   rpChart.draw([{ name: "rank points", color: "#d97706", points: points.map((p) => [p.t, p.rank_points]) }]);
   weekChart.draw([{ name: "RP", color: "#7c3aed", points: v.week_history.map((w, i) => [i, w.rank_points]) }]);
@@ -410,7 +438,7 @@ async function viewSeasons(view, gen) {
   view.replaceChildren(h("h1", {}, "Seasons"),
     h("table", { id: "seasons" }, h("thead", {}, h("tr", {}, h("th", {}, "Rating pool"), h("th", {}, "Queues"), h("th", {}, "Ranking"), h("th", { class: "num" }, "Season"), h("th", { class: "num" }, "Week"), h("th", {}, ""))),
       h("tbody", {}, data.pools.map((p) => h("tr", { dataset: { pool: p.pool } }, h("td", {}, p.pool), h("td", {}, p.queues.join(", ")), h("td", {}, p.ranking),
-        h("td", { class: "num", dataset: { field: "season" } }, p.season), h("td", { class: "num", dataset: { field: "week" } }, p.week),
+        h("td", { class: "num", dataset: { field: "season" } }, p.season ?? "–"), h("td", { class: "num", dataset: { field: "week" } }, p.week ?? "–"),
         h("td", {}, h("div", { class: "actions" },
           h("button", { type: "button", dataset: { action: "preview-soft", queue: p.queues[0] }, onclick: () => previewReset(panel, "soft", p) }, "Soft reset…"),
           h("button", { type: "button", dataset: { action: "preview-hard", queue: p.queues[0] }, onclick: () => previewReset(panel, "hard", p) }, "Hard reset…"),
