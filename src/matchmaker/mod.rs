@@ -371,10 +371,15 @@ impl Loop {
             Command::Stats { reply } => {
                 let now = self.clock.now();
                 let stats = self.queues.iter().map(|q| {
-                    let longest = q.pool.stats(now).longest_wait_seconds;
+                    let pool = q.pool.stats(now);
+                    let longest = pool.longest_wait_seconds;
                     let limits = q.pool.config().limits(longest);
                     let waiting = !q.pool.is_empty();
                     QueueStats {
+                        // Counted now, not at the last tick: the admission cap reads these,
+                        // and tickets entered since that tick must count.
+                        tickets_waiting: pool.waiting_tickets as u64,
+                        players_waiting: pool.waiting_players as u64,
                         waiting_by_value: q.pool.waiting_by_value(),
                         longest_wait_seconds: longest,
                         skill_window: if waiting { limits.window } else { 0.0 },
