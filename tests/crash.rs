@@ -179,6 +179,28 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
         "acknowledged before kill: {}, applied after restart: {applied_after_restart}",
         acked.len()
     );
+    // The event log has every match completed once and every rating change once: an
+    // acknowledged result's events were durable with it, so the kill took none of them.
+    let ch = server.channel().await;
+    let kinds = [
+        proto::EventKind::MatchCompleted,
+        proto::EventKind::RatingChanged,
+    ];
+    let events = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        common::watch_events(&ch, 0, &kinds, 3 * PAIRS),
+    )
+    .await
+    .expect("a result's events were lost to the kill");
+    let mut completed: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == proto::EventKind::MatchCompleted as i32)
+        .map(|e| e.match_id.as_str())
+        .collect();
+    completed.sort_unstable();
+    let mut all: Vec<&str> = matches.iter().map(|m| m.match_id.as_str()).collect();
+    all.sort_unstable();
+    assert_eq!(completed, all, "each match completed exactly once");
     let _ = Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status();
@@ -503,9 +525,13 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
     })
     .await
     .unwrap();
+    let (gone, kept) = (
+        m.teams[0].player_ids[0].clone(),
+        m.teams[1].player_ids[0].clone(),
+    );
     admin
         .delete_player(proto::DeletePlayerRequest {
-            player_id: m.teams[0].player_ids[0].clone(),
+            player_id: gone.clone(),
         })
         .await
         .unwrap();
@@ -569,4 +595,24 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
     let next = common::watch_events(&ch, seen.last().unwrap().cursor, &[], 1).await;
     assert!(next[0].cursor > seen.last().unwrap().cursor);
     assert_eq!(next[0].player_id, "b3");
+    // The erasure took the player's match history with it: their list is empty, and the
+    // match the other player keeps names a marker in their place.
+    let list = |player: &str| proto::ListPlayerMatchesRequest {
+        player_id: player.into(),
+        ..Default::default()
+    };
+    let mine = client.list_player_matches(list(&gone)).await.unwrap();
+    assert!(mine.into_inner().matches.is_empty());
+    let theirs = client.list_player_matches(list(&kept)).await.unwrap();
+    let record = &theirs.into_inner().matches[0];
+    assert_eq!(record.match_id, m.match_id);
+    let named: Vec<&str> = record
+        .teams
+        .iter()
+        .flat_map(|t| t.player_ids.iter().map(String::as_str))
+        .chain(record.changes.iter().map(|c| c.player_id.as_str()))
+        .collect();
+    assert!(!named.contains(&gone.as_str()), "{named:?}");
+    assert!(named.iter().any(|p| p.starts_with("erased:")), "{named:?}");
+    assert!(named.contains(&kept.as_str()), "{named:?}");
 }

@@ -34,7 +34,7 @@ pub use admin_records::{
     AdminRecords, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
 pub use cluster_config::{ClusterConfig, redact};
-pub use committer::{CommitError, Committer};
+pub use committer::{CommitError, Committed, Committer};
 pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
@@ -143,6 +143,18 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// batch, with each result's acknowledgement (the idempotency index) and each entry's
     /// season writes. Not durable until a flush.
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError>;
+    /// [`Storage::append_journal`] and [`AdminRecords::append_events`] in one atomic batch, so
+    /// a result's events are durable exactly when its entry is (a crash never keeps a result
+    /// and loses its events). Returns the last event cursor. Not durable until a flush.
+    fn append_journal_with_events(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
+        self.append_journal(first_seq, entries)?;
+        self.append_events(events)
+    }
     /// Journal entries after `seq`, in order (start-up replay).
     fn journal_after(
         &self,
@@ -272,6 +284,19 @@ pub trait RecordStorage {
     fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError>;
     /// Every stored party roster, in party id order.
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError>;
+
+    // Moving a deployment (`admin migrate-store`).
+
+    /// Every player with a match history, in id order. A cluster store keeps each list as a
+    /// key of its own and does not list them: it answers an error (nothing migrates out of it).
+    fn history_players(&self) -> Result<Vec<PlayerId>, StoreError>;
+    /// Writes players' history lists as given (replacing theirs) and records with their holder
+    /// counts, in one atomic batch. Not durable until a flush.
+    fn import_match_history(
+        &self,
+        lists: &[(PlayerId, Vec<MatchId>)],
+        records: &[(MatchRecord, u32)],
+    ) -> Result<(), StoreError>;
 }
 
 /// The shared handle the server holds.
