@@ -1,7 +1,7 @@
 //! `kill -9` in the middle of concurrent result reports: after a restart on the same data dir,
 //! every acknowledged result is there, none is applied twice, and ratings equal a replay of the
-//! acknowledged results through the rating library. And a match a game server received is
-//! never lost to a crash.
+//! acknowledged results through the rating library, with their events. And a match a game
+//! server received is never lost to a crash.
 #![cfg(unix)]
 
 mod common;
@@ -288,6 +288,55 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
             .unwrap_or_else(|e| panic!("round {round}: match {} lost: {e}", m.match_id))
             .into_inner();
         assert_eq!(ack.changes.len(), 2, "round {round}");
+        drop(server);
+    }
+}
+
+/// OK from `ReportMatchResult` means the result's events are durable too: the process is
+/// killed the moment the acknowledgement arrives, and the restarted server's event log has the
+/// match completed and both rating changes, round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_events_survive_kill_9_right_after_its_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("events.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let kinds = [
+        proto::EventKind::MatchCompleted,
+        proto::EventKind::RatingChanged,
+    ];
+    let mut completed: Vec<String> = Vec::new();
+    for round in 0..8 {
+        let mut server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let (a, b) = (format!("ev{round}a"), format!("ev{round}b"));
+        let m = one_match_served(&ch, [&a, &b]).await;
+        GameServerServiceClient::new(ch)
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: vec![1, 2],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        completed.push(m.match_id);
+
+        let server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let events = tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            common::watch_events(&ch, 0, &kinds, 3 * completed.len()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: an acknowledged result's events were lost"));
+        let ids: Vec<&str> = events
+            .iter()
+            .filter(|e| e.kind == proto::EventKind::MatchCompleted as i32)
+            .map(|e| e.match_id.as_str())
+            .collect();
+        assert_eq!(ids, completed, "round {round}");
         drop(server);
     }
 }
