@@ -839,3 +839,79 @@ async fn an_erasure_through_any_node_takes_the_match_history_in_redis_with_it() 
     ready(&reader).await;
     check(reader).await;
 }
+
+/// A reload the owner accepted is kept in Redis: when the owner dies, the node that takes the
+/// queues over applies the same queue settings though its own file never changed (here a
+/// ready-check on 2v2, which its file does not have).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = BTreeMap::new();
+    let mut nodes: BTreeMap<String, ServerProcess> = BTreeMap::new();
+    for n in ["n1", "n2"] {
+        let own = dir.path().join(n);
+        std::fs::create_dir_all(&own).unwrap();
+        let file = config(&own, &redis, "");
+        nodes.insert(n.to_string(), node(&file, n));
+        files.insert(n.to_string(), file);
+    }
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let reader = nodes[&other].channel().await;
+    // The owner's file gains the ready-check; the reload goes through the other node to it.
+    let base = std::fs::read_to_string(&files[&owner]).unwrap();
+    std::fs::write(
+        &files[&owner],
+        format!("{base}\n[queues.2v2]\nready_check_seconds = 12.0\n"),
+    )
+    .unwrap();
+    let changed = AdminServiceClient::new(reader.clone())
+        .reload_config(proto::ReloadConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(changed.changed_queues, vec!["2v2"]);
+
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until("the other node owns the queues", || {
+        let holder = lease_holder(&redis);
+        let other = other.clone();
+        async move {
+            match holder {
+                Some(h) if h == other => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&reader).await;
+    let mut client = ClientServiceClient::new(reader);
+    let mut tickets = Vec::new();
+    for p in ["rl-1", "rl-2", "rl-3", "rl-4"] {
+        tickets.push(common::enter(&mut client, "2v2", &[p]).await);
+    }
+    let mut watch = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: tickets[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let matched = loop {
+        let u = common::next(&mut watch).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            break u;
+        }
+    };
+    let ready = matched
+        .ready_check
+        .expect("the new owner applies the reload's ready-check");
+    assert!(
+        ready.seconds_left > 0.0 && ready.seconds_left <= 12.0,
+        "{ready:?}"
+    );
+}

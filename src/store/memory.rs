@@ -48,6 +48,8 @@ pub(super) struct Data {
     pub(super) history_refs: HashMap<MatchId, u32>,
     pub(super) history_records: HashMap<MatchId, MatchRecord>,
     pub(super) admin: super::admin_records::AdminData,
+    /// The Redis store's mirror: the last accepted reload's queue settings.
+    pub(super) reloaded: Option<super::ReloadedQueues>,
 }
 
 impl Data {

@@ -239,6 +239,19 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    // Queue settings a reload applied (cluster stores only: an embedded server's config file is
+    // the only one there is).
+
+    /// Keeps the queue settings an accepted reload applied, so the next owner of the queues
+    /// starts with them. Not durable until a flush.
+    fn put_reloaded_queues(&self, _reload: &ReloadedQueues) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The queue settings the last accepted reload applied, if this store keeps them.
+    fn reloaded_queues(&self) -> Option<ReloadedQueues> {
+        None
+    }
+
     // Moving a deployment (`admin migrate-store`).
 
     /// Every acknowledged result and every season record: what the journal keeps after
@@ -432,6 +445,15 @@ pub struct History {
     pub weeks: Vec<PoolWeek>,
     /// Season ranks: (pool, season, ranks).
     pub ranks: Vec<(String, u32, Vec<SeasonRank>)>,
+}
+
+/// The queue settings an accepted reload applied (the `[queues]` table as JSON: the store does
+/// not read config), and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReloadedQueues {
+    /// Unix seconds when the reload was applied.
+    pub unix: f64,
+    pub queues: serde_json::Value,
 }
 
 /// A waiting ticket as a cluster store keeps it: what the queue's next owner needs to put it

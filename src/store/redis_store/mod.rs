@@ -587,8 +587,10 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         data.acks.insert(MatchId::new(id.as_str()), ack);
     }
     for (k, v) in take(Hash::Meta) {
-        if text(&k) == "snapshot_seq" {
-            data.snapshot_seq = text(&v).parse().unwrap_or(0);
+        match text(&k).as_str() {
+            "snapshot_seq" => data.snapshot_seq = text(&v).parse().unwrap_or(0),
+            "reloaded_queues" => data.reloaded = Some(decode(&v, "reloaded queues")?),
+            _ => {}
         }
     }
     for (k, v) in take(Hash::Seasons) {
@@ -908,6 +910,21 @@ impl Storage for RedisStore {
 
     fn load_tickets(&self) -> Result<Vec<StoredTicket>, StoreError> {
         self.mirror.load_tickets()
+    }
+
+    fn put_reloaded_queues(&self, reload: &super::ReloadedQueues) -> Result<(), StoreError> {
+        self.check_fence()?;
+        self.mirror.data().reloaded = Some(reload.clone());
+        self.queue(vec![Op::Set(
+            Hash::Meta,
+            "reloaded_queues".into(),
+            json(reload)?,
+        )]);
+        Ok(())
+    }
+
+    fn reloaded_queues(&self) -> Option<super::ReloadedQueues> {
+        self.mirror.data().reloaded.clone()
     }
 
     fn export_history(&self) -> Result<History, StoreError> {
