@@ -756,6 +756,77 @@ fn erasing_a_player_drops_their_history_and_marks_them_where_others_keep_it(reop
     assert_eq!(ids(&store, "gone"), ["new"]);
 }
 
+fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(reopen: Reopen<'_>) {
+    let audit = AuditRecord {
+        unix: 1.0,
+        actor: "ops".into(),
+        action: "BanPlayer".into(),
+        detail: String::new(),
+    };
+    {
+        let store = reopen();
+        let (a, b) = (
+            history("a", &[&["p1"], &["p2"]], 1),
+            history("b", &[&["p1"]], 1),
+        );
+        store
+            .import_match_history(
+                &[
+                    (
+                        PlayerId::from("p1"),
+                        vec![MatchId::from("a"), MatchId::from("b")],
+                    ),
+                    (PlayerId::from("p2"), vec![MatchId::from("a")]),
+                ],
+                &[(a.record, 2), (b.record, 1)],
+            )
+            .unwrap();
+        store
+            .import_log(
+                &[(5, audit.clone())],
+                &[
+                    (7, event(EventKind::PlayerBanned, 1.0, "x")),
+                    (9, event(EventKind::PlayerUnbanned, 2.0, "x")),
+                ],
+                12,
+            )
+            .unwrap();
+        // A result's events go in its entry's batch, after the last cursor.
+        let last = store
+            .append_journal_with_events(
+                1,
+                &[entry("m", "p3", 1500.0)],
+                &[event(EventKind::MatchCompleted, 3.0, "")],
+            )
+            .unwrap();
+        assert_eq!(last, 13);
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_eq!(ids(&store, "p1"), ["a", "b"]);
+    assert_eq!(ids(&store, "p2"), ["a"]);
+    assert_eq!(store.journal_after(0).count(), 1);
+    let events: Vec<u64> = store
+        .events_after(0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(events, [7, 9, 13]);
+    assert_eq!(store.audit_after(0, 10).unwrap(), vec![(5, audit.clone())]);
+    assert_eq!(store.append_audit(&audit).unwrap(), 6);
+    // The imported holder counts hold: p2's next match leaves "a" to p1, p1's next drops both.
+    store
+        .append_history(&[history("c", &[&["p2"]], 1)])
+        .unwrap();
+    assert!(wait(store.match_record(&MatchId::from("a"))).is_some());
+    store
+        .append_history(&[history("d", &[&["p1"]], 1)])
+        .unwrap();
+    let gone = [MatchId::from("a"), MatchId::from("b")];
+    assert!(wait(store.match_records(&gone)).is_empty());
+}
+
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
     move || Arc::new(SledStore::open(dir, 1 << 20).unwrap()) as Store
 }
@@ -847,4 +918,5 @@ on_every_backend!(
     bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused,
     erasing_a_player_removes_every_record_naming_them_and_only_them,
     erasing_a_player_drops_their_history_and_marks_them_where_others_keep_it,
+    imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );
