@@ -267,7 +267,11 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
     let config = dir.path().join("now.toml");
     std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
     let data = dir.path().join("data");
-    for round in 0..3 {
+    let kinds = [
+        proto::EventKind::MatchFormed,
+        proto::EventKind::MatchAllocated,
+    ];
+    for round in 0..6 {
         let mut server = ServerProcess::start(&data, &config);
         let ch = server.channel().await;
         let (a, b) = (format!("now{round}a"), format!("now{round}b"));
@@ -278,6 +282,18 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
 
         let server = ServerProcess::start(&data, &config);
         let ch = server.channel().await;
+        // Its formed and allocated events were flushed with it, before the server got it.
+        let events = tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            common::watch_events(&ch, 0, &kinds, 2 * (round + 1)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the events of a delivered match were lost"));
+        let last: Vec<&str> = events[2 * round..]
+            .iter()
+            .map(|e| e.match_id.as_str())
+            .collect();
+        assert_eq!(last, [m.match_id.as_str(); 2], "round {round}");
         let ack = GameServerServiceClient::new(ch)
             .report_match_result(proto::MatchResult {
                 match_id: m.match_id.clone(),
