@@ -480,6 +480,14 @@ async fn party_rosters_and_match_records_survive_kill_9() {
 
     let server = ServerProcess::start(&data, &config);
     let ch = server.channel().await;
+    // The cancel's event was durable with its answer.
+    let cancelled = tokio::time::timeout(
+        std::time::Duration::from_secs(8),
+        common::watch_events(&ch, 0, &[proto::EventKind::MatchCancelled], 1),
+    )
+    .await
+    .expect("the cancelled match's event was lost");
+    assert_eq!(cancelled[0].match_id, served[2].match_id);
     let mut parties = PartyServiceClient::new(ch.clone());
     let again = parties
         .get_party(proto::GetPartyRequest {

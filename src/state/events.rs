@@ -119,6 +119,13 @@ impl State {
         Ok(())
     }
 
+    /// Writes the events emitted so far, then flushes everything written before: for a change
+    /// whose answer must not come before its events are durable (a game server's cancel).
+    pub async fn flush_with_events(&self) -> Result<(), StoreError> {
+        let events = self.take_emitted();
+        self.emit_durable(&events).await
+    }
+
     /// Takes the events emitted but not yet written, so that a result's batch carries them
     /// ahead of its own and the log keeps the order things happened in.
     pub fn take_emitted(&self) -> Vec<EventRecord> {
