@@ -8,7 +8,8 @@
 //!
 //! Crash guarantees, step by step:
 //! 1. Nothing is written before validation: a rejected report changes nothing.
-//! 2. The journal batch (entries + idempotency index) is one atomic batch of the store.
+//! 2. The journal batch (entries + idempotency index + the results' events) is one atomic batch
+//!    of the store.
 //! 3. OK is sent only after that batch is flushed.
 //! 4. Start-up loads the players snapshot, then replays every journal entry after the snapshot's
 //!    sequence number. Entries are absolute after-states, so replaying one twice is harmless.
@@ -30,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::MatchId;
 use crate::records::ResultAck;
 use crate::rejection::Rejection;
-use crate::state::{MatchSlot, State};
+use crate::state::{MatchSlot, State, result_events};
 use crate::store::{CommitError, Committer, JournalEntry, StoreError};
 use crate::telemetry as m;
 
@@ -128,15 +129,28 @@ impl Ledger {
                     &performance,
                     &abandoned,
                 )?;
-                let seq = match self.committer.commit(entry.clone()).await {
-                    Ok(seq) => seq,
+                // The result's events go in the same atomic batch and flush as its entry: an
+                // OK means they are durable too.
+                let mut events = self.state.take_emitted();
+                events.extend(result_events(
+                    slot.id.as_str(),
+                    &entry.ack,
+                    entry.applied_unix,
+                ));
+                let committed = match self
+                    .committer
+                    .commit_with_events(entry.clone(), events)
+                    .await
+                {
+                    Ok(committed) => committed,
                     Err(e) => {
                         self.state.unclaim(&slot, claimed);
                         return Err(e.into());
                     }
                 };
                 self.state.apply_result(&slot, &entry);
-                self.committer.applied(seq);
+                self.state.events_durable(committed.last_event);
+                self.committer.applied(committed.seq);
                 metrics::counter!(m::RESULTS_APPLIED, "queue" => slot.queue.to_string())
                     .increment(1);
                 let ack = Arc::new(entry.ack);

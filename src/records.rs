@@ -165,6 +165,49 @@ pub struct PartyRoster {
     pub active_unix: f64,
 }
 
+/// What an erased player's id becomes in the records other players still hold (their match
+/// history, result acknowledgements): `erased:` and twelve hex digits of `salt`. The caller
+/// draws `salt` at random for each erasure, so the marker is the same in every record one
+/// erasure rewrites (the other players can still tell their opponent's matches apart) but
+/// names nobody and cannot be turned back into the id.
+#[must_use]
+pub fn erased_marker(salt: u64) -> PlayerId {
+    PlayerId::new(format!("{ERASED_PREFIX}{:012x}", salt >> 16))
+}
+
+/// How every erased player's marker starts.
+pub const ERASED_PREFIX: &str = "erased:";
+
+/// Puts `marker` in the place of every `player` in `changes`; whether there was one.
+fn erase_changes(changes: &mut [PlayerChange], player: &PlayerId, marker: &PlayerId) -> bool {
+    let mut found = false;
+    for c in changes.iter_mut().filter(|c| &c.player_id == player) {
+        c.player_id = marker.clone();
+        found = true;
+    }
+    found
+}
+
+impl ResultAck {
+    /// Puts `marker` in the place of `player`; whether the acknowledgement named them.
+    pub fn erase(&mut self, player: &PlayerId, marker: &PlayerId) -> bool {
+        erase_changes(&mut self.changes, player, marker)
+    }
+}
+
+impl MatchRecord {
+    /// Puts `marker` in the place of `player` in the teams and the changes; whether the record
+    /// named them.
+    pub fn erase(&mut self, player: &PlayerId, marker: &PlayerId) -> bool {
+        let mut found = false;
+        for p in self.teams.iter_mut().flatten().filter(|p| *p == player) {
+            *p = marker.clone();
+            found = true;
+        }
+        erase_changes(&mut self.changes, player, marker) || found
+    }
+}
+
 /// `[history]`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -245,5 +288,64 @@ impl PartyConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::Skill;
+
+    fn change(p: &str) -> PlayerChange {
+        let skill = Skill {
+            mean: 1500.0,
+            deviation: 350.0,
+            volatility: 0.06,
+        };
+        PlayerChange {
+            player_id: PlayerId::new(p),
+            before: skill,
+            after: skill,
+            rank_points_before: 0,
+            rank_points_after: 10,
+        }
+    }
+
+    #[test]
+    fn erasing_puts_the_marker_in_every_place_of_the_player_and_only_there() {
+        let marker = erased_marker(0xdead_beef_cafe_f00d);
+        assert_eq!(marker.as_str(), "erased:deadbeefcafe");
+        let mut record = MatchRecord {
+            match_id: MatchId::new("m"),
+            queue: "gone".into(),
+            phase: EndedPhase::Completed,
+            teams: vec![
+                vec![PlayerId::new("gone"), PlayerId::new("a")],
+                vec![PlayerId::new("b")],
+            ],
+            placements: vec![1, 2],
+            changes: vec![change("gone"), change("a"), change("b")],
+            server_address: "gone".into(),
+            formed_unix: 1.0,
+            started_unix: None,
+            ended_unix: 2.0,
+        };
+        assert!(record.erase(&PlayerId::new("gone"), &marker));
+        assert_eq!(record.teams[0], vec![marker.clone(), PlayerId::new("a")]);
+        assert_eq!(record.changes[0].player_id, marker);
+        assert_eq!(record.players().len(), 3);
+        // Fields that only happen to spell the id are not player ids.
+        assert_eq!(
+            (record.queue.as_str(), record.server_address.as_str()),
+            ("gone", "gone")
+        );
+        assert!(!record.erase(&PlayerId::new("gone"), &marker));
+        let mut ack = ResultAck {
+            queue: "1v1".into(),
+            changes: vec![change("a"), change("gone")],
+        };
+        assert!(ack.erase(&PlayerId::new("gone"), &marker));
+        assert_eq!(ack.changes[1].player_id, marker);
+        assert!(!ack.erase(&PlayerId::new("c"), &marker));
     }
 }

@@ -10,14 +10,21 @@
 //! `rating_pool`, `rating` (the pool's system), `ranking` and `tick_interval_ms`. Sections other
 //! than `[queues]` are read at start only; a reload that changes them logs that a restart is
 //! needed and applies the queue changes.
+//!
+//! In cluster mode an accepted reload's queue settings are also kept in the store (Redis), so
+//! the next owner of the queues starts with them: of that reload and its own file, the newer
+//! wins (the file by its modification time), each only if a reload could apply it.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use std::collections::BTreeMap;
+
 use crate::config::{Config, ConfigError, QueueConfig};
 use crate::ids::QueueId;
 use crate::matchmaker::{Command, Handle, HandleError};
+use crate::store::{ReloadedQueues, Store, StoreError};
 
 /// Why a reload was refused.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +39,9 @@ pub enum ReloadError {
     Refused(String),
     #[error(transparent)]
     Loop(#[from] HandleError),
+    /// Applied here, but the store could not keep it for the next owner.
+    #[error("the reload was applied but could not be kept for the next owner: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// The queue settings to apply (pure): each changed queue's new config, in name order, or why
@@ -114,29 +124,83 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     sections
 }
 
-/// `config` with the queue settings its file holds now, when the file loads and its changes are
-/// ones a reload would apply (a cluster node starting its engine after taking the queues, so a
-/// reload sent to an earlier owner is not lost by a failover); otherwise `config` as it is.
-pub fn with_current_queues(mut config: Config) -> Config {
-    let Some(source) = config.source.clone() else {
-        return config;
-    };
-    match Config::load(Some(&source.path), &source.overrides)
-        .map_err(ReloadError::from)
-        .and_then(|new| plan(&config, &new).map(|changes| (new, changes)))
-    {
-        Ok((new, changes)) => {
-            if !changes.is_empty() {
-                let names: Vec<&str> = changes.iter().map(|(q, _)| q.as_str()).collect();
-                tracing::info!(changed_queues = ?names, "queue settings from the config file as it is now");
+/// `config` with the newest queue settings a reload could apply, for a cluster node starting
+/// its engine after taking the queues: those of the last reload an owner accepted (`reloaded`,
+/// kept in the store) or those its own file holds now, whichever is newer (the file by its
+/// modification time). So a reload sent to an earlier owner is not lost by a failover, and a
+/// file edited since still counts. Neither applicable: `config` as it is.
+pub fn with_current_queues(mut config: Config, reloaded: Option<&ReloadedQueues>) -> Config {
+    let from_file = config.source.clone().and_then(|source| {
+        match Config::load(Some(&source.path), &source.overrides)
+            .map_err(ReloadError::from)
+            .and_then(|new| plan(&config, &new).map(|_| new))
+        {
+            Ok(new) => Some((new.queues, modified_unix(&source.path))),
+            Err(e) => {
+                tracing::warn!(error = %e, "the config file's queue settings do not apply");
+                None
             }
-            config.queues = new.queues;
         }
+    });
+    let from_reload = reloaded.and_then(|r| match applicable(&config, r) {
+        Ok(queues) => Some((queues, r.unix)),
         Err(e) => {
-            tracing::warn!(error = %e, "starting with the queue settings loaded at start");
+            tracing::warn!(error = %e, "the last reload's queue settings do not apply");
+            None
         }
+    });
+    let queues = match (from_file, from_reload) {
+        (Some(file), Some(reload)) if reload.1 >= file.1 => {
+            tracing::info!(
+                reloaded_unix = reload.1,
+                "queue settings of the last reload an owner accepted (newer than this node's file)"
+            );
+            reload.0
+        }
+        (Some(file), _) => file.0,
+        (None, Some(reload)) => reload.0,
+        (None, None) => {
+            tracing::warn!("starting with the queue settings loaded at start");
+            return config;
+        }
+    };
+    let changed: Vec<&String> = queues
+        .iter()
+        .filter(|(name, q)| {
+            config
+                .queues
+                .get(*name)
+                .is_none_or(|old| json(old) != json(q))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    if !changed.is_empty() {
+        tracing::info!(changed_queues = ?changed, "queue settings changed since start");
     }
+    config.queues = queues;
     config
+}
+
+/// A kept reload's queues, if a reload could apply them to `running`.
+fn applicable(
+    running: &Config,
+    reload: &ReloadedQueues,
+) -> Result<BTreeMap<String, QueueConfig>, ReloadError> {
+    let queues: BTreeMap<String, QueueConfig> = serde_json::from_value(reload.queues.clone())
+        .map_err(|e| ReloadError::Refused(format!("the kept reload does not decode: {e}")))?;
+    let mut candidate = running.clone();
+    candidate.queues = queues;
+    plan(running, &candidate)?;
+    Ok(candidate.queues)
+}
+
+/// Unix seconds of a file's last change (0 when unknown, so a kept reload wins).
+fn modified_unix(path: &std::path::Path) -> f64 {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
@@ -148,13 +212,17 @@ fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
 pub struct Reloader {
     running: Arc<tokio::sync::Mutex<Config>>,
     matchmaker: Handle,
+    /// Keeps each accepted reload for the next owner (a cluster store; the embedded one keeps
+    /// nothing).
+    store: Store,
 }
 
 impl Reloader {
-    pub fn new(running: Config, matchmaker: Handle) -> Self {
+    pub fn new(running: Config, matchmaker: Handle, store: Store) -> Self {
         Self {
             running: Arc::new(tokio::sync::Mutex::new(running)),
             matchmaker,
+            store,
         }
     }
 
@@ -182,7 +250,12 @@ impl Reloader {
                 .await?;
             applied.map_err(ReloadError::Refused)?;
         }
-        // What is running now: the new queues, the rest as started.
+        // What is running now: the new queues, the rest as started; kept for the next owner.
+        self.store.put_reloaded_queues(&ReloadedQueues {
+            unix: crate::state::unix_now(),
+            queues: json(&new.queues),
+        })?;
+        self.store.flush_async().await?;
         running.queues = new.queues;
         tracing::info!(changed_queues = ?names, "config reloaded");
         Ok(names)
@@ -285,11 +358,26 @@ mod tests {
         std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
         let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
         std::fs::write(&file, "[queues.1v1.matching]\nwindow = 90.0\n").unwrap();
-        let now = with_current_queues(started.clone());
+        let now = with_current_queues(started.clone(), None);
         assert_eq!(now.queues["1v1"].matching.window, 90.0);
+        // A reload kept by an earlier owner wins when it is newer than the file, not when older.
+        let kept = |reloaded: &str, unix: f64| ReloadedQueues {
+            unix,
+            queues: json(&config(reloaded).queues),
+        };
+        let wider = "[queues.1v1.matching]\nwindow = 70.0\n";
+        let newer = kept(wider, modified_unix(&file) + 1.0);
+        let newer = with_current_queues(started.clone(), Some(&newer));
+        assert_eq!(newer.queues["1v1"].matching.window, 70.0);
+        let older = with_current_queues(started.clone(), Some(&kept(wider, 1.0)));
+        assert_eq!(older.queues["1v1"].matching.window, 90.0);
+        // One a reload would refuse is passed over.
+        let elo = kept("[queues.1v1.rating]\nsystem = \"elo\"\n", f64::MAX);
+        let refused = with_current_queues(started.clone(), Some(&elo));
+        assert_eq!(refused.queues["1v1"].matching.window, 90.0);
         // A file a reload would refuse leaves the settings loaded at start.
         std::fs::write(&file, "[queues.1v1.rating]\nsystem = \"elo\"\n").unwrap();
-        let kept = with_current_queues(started.clone());
+        let kept = with_current_queues(started.clone(), None);
         assert_eq!(kept.queues["1v1"].matching.window, 50.0);
         assert_eq!(
             json(&kept.queues["1v1"].rating),

@@ -364,7 +364,7 @@ async fn serve(
         ledger: ledger.clone(),
         matchmaker: handle.clone(),
     };
-    let reloader = crate::reload::Reloader::new((*config).clone(), handle.clone());
+    let reloader = crate::reload::Reloader::new((*config).clone(), handle.clone(), store.clone());
     let sighup = tokio::spawn(reloader.clone().on_sighup(shutdown.clone()));
     // The event writer outlives the matchmaker loop (stopped after it), so the loop's last
     // events are written too.

@@ -926,3 +926,103 @@ async fn deleting_a_player_takes_them_out_of_their_party() {
         .await
         .expect("the erased id is in no party");
 }
+
+/// The erased player's match history goes with them: their list is empty, a match only their
+/// history held is gone, and the matches other players keep name a marker in their place (in
+/// the teams, the changes and a repeated report's acknowledgement), across a restart.
+#[tokio::test]
+async fn deleting_a_player_erases_their_history_and_marks_them_in_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    // A window wide enough that players with a game behind them pair at once.
+    let config = "[history]\nmatches_per_player = 2\n\
+                  [queues.1v1.matching]\nwindow = 2000.0\nmin_quality = 0.01\nexpansion = []\n";
+    let mut server = TestServer::start_in(dir.path(), config).await;
+    let shared = play(&server, "h-gone", "h-keeps", "h-gone").await;
+    let alone = play(&server, "h-gone", "h-other", "h-other").await;
+    // h-other's two newer matches push `alone` out of its list: only h-gone's holds it.
+    play(&server, "h-other", "h-x", "h-x").await;
+    play(&server, "h-other", "h-y", "h-y").await;
+    let mut client = server.client().await;
+    let list = |player: &str| proto::ListPlayerMatchesRequest {
+        player_id: player.into(),
+        ..Default::default()
+    };
+    let before = client.list_player_matches(list("h-gone")).await.unwrap();
+    assert_eq!(before.into_inner().matches.len(), 2);
+    server
+        .admin()
+        .await
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "h-gone".into(),
+        })
+        .await
+        .unwrap();
+    let check = |addr: std::net::SocketAddr| {
+        let (shared, alone) = (shared.clone(), alone.clone());
+        async move {
+            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut client = proto::client_service_client::ClientServiceClient::new(ch.clone());
+            let mut gs = proto::game_server_service_client::GameServerServiceClient::new(ch);
+            let mine = client.list_player_matches(list("h-gone")).await.unwrap();
+            assert!(mine.into_inner().matches.is_empty());
+            let gone = client
+                .get_match(proto::GetMatchRequest { match_id: alone })
+                .await
+                .unwrap_err();
+            assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+            let theirs = client.list_player_matches(list("h-keeps")).await.unwrap();
+            let theirs = theirs.into_inner().matches;
+            assert_eq!(theirs.len(), 1);
+            let record = &theirs[0];
+            assert_eq!(record.match_id, shared);
+            let named: Vec<&str> = record
+                .teams
+                .iter()
+                .flat_map(|t| t.player_ids.iter().map(String::as_str))
+                .collect();
+            let marker = named.iter().find(|p| **p != "h-keeps").unwrap().to_string();
+            assert!(marker.starts_with("erased:"), "{named:?}");
+            assert!(!marker.contains("h-gone"), "{marker}");
+            let changed: Vec<&str> = record
+                .changes
+                .iter()
+                .map(|c| c.player_id.as_str())
+                .collect();
+            assert!(changed.contains(&marker.as_str()) && changed.contains(&"h-keeps"));
+            // A repeated report is still a duplicate, and its answer names the marker.
+            let again = gs
+                .report_match_result(proto::MatchResult {
+                    match_id: shared.clone(),
+                    placements: vec![1, 2],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(again.duplicate);
+            let acked: Vec<&str> = again.changes.iter().map(|c| c.player_id.as_str()).collect();
+            assert!(acked.contains(&marker.as_str()), "{acked:?}");
+            assert!(!acked.contains(&"h-gone"), "{acked:?}");
+        }
+    };
+    check(server.addr).await;
+    server.stop().await.unwrap();
+    drop(server);
+    let server = TestServer::start_in(dir.path(), config).await;
+    check(server.addr).await;
+    // The id starts again with a history of its own.
+    let fresh = play(&server, "h-gone", "h-new", "h-new").await;
+    let mut client = server.client().await;
+    let mine = client.list_player_matches(list("h-gone")).await.unwrap();
+    let ids: Vec<String> = mine
+        .into_inner()
+        .matches
+        .into_iter()
+        .map(|m| m.match_id)
+        .collect();
+    assert_eq!(ids, vec![fresh]);
+}

@@ -741,3 +741,177 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
     )
     .await;
 }
+
+/// `DeletePlayer` through a node that does not own the queues erases the player's match history
+/// in Redis: their list is empty, the match the other player keeps names a marker in their
+/// place (and so does a repeated report's answer), through either node and after the owner was
+/// killed and the other node took over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_through_any_node_takes_the_match_history_in_redis_with_it() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let writer = nodes[&owner].channel().await;
+    let reader = nodes[&other].channel().await;
+    let mut gs = GameServerServiceClient::new(writer.clone());
+    let mut offers = common::serve(&mut gs, "gs-er:7777").await;
+    let mut client = ClientServiceClient::new(writer.clone());
+    for p in ["er-gone", "er-keeps"] {
+        common::enter(&mut client, "1v1", &[p]).await;
+    }
+    let m = next_match(&mut offers).await;
+    gs.report_match_result(proto::MatchResult {
+        match_id: m.match_id.clone(),
+        placements: common::placements_with_winner(&m, "er-gone"),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    AdminServiceClient::new(reader.clone())
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "er-gone".into(),
+        })
+        .await
+        .unwrap();
+
+    let check = |channel: Channel| {
+        let id = m.match_id.clone();
+        async move {
+            let mut client = ClientServiceClient::new(channel.clone());
+            let list = |player: &str| proto::ListPlayerMatchesRequest {
+                player_id: player.into(),
+                ..Default::default()
+            };
+            let mine = client.list_player_matches(list("er-gone")).await.unwrap();
+            assert!(mine.into_inner().matches.is_empty());
+            let theirs = client.list_player_matches(list("er-keeps")).await.unwrap();
+            let record = theirs.into_inner().matches.remove(0);
+            assert_eq!(record.match_id, id);
+            let named: Vec<String> = record
+                .teams
+                .iter()
+                .flat_map(|t| t.player_ids.clone())
+                .chain(record.changes.iter().map(|c| c.player_id.clone()))
+                .collect();
+            assert!(!named.contains(&"er-gone".to_string()), "{named:?}");
+            assert_eq!(
+                named.iter().filter(|p| p.starts_with("erased:")).count(),
+                2,
+                "{named:?}"
+            );
+            let again = GameServerServiceClient::new(channel)
+                .report_match_result(proto::MatchResult {
+                    match_id: id,
+                    placements: vec![1, 2],
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(again.duplicate);
+            assert!(again.changes.iter().all(|c| c.player_id != "er-gone"));
+        }
+    };
+    check(reader.clone()).await;
+    check(writer).await;
+
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until("the other node owns the queues", || {
+        let holder = lease_holder(&redis);
+        let other = other.clone();
+        async move {
+            match holder {
+                Some(h) if h == other => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&reader).await;
+    check(reader).await;
+}
+
+/// A reload the owner accepted is kept in Redis: when the owner dies, the node that takes the
+/// queues over applies the same queue settings though its own file never changed (here a
+/// ready-check on 2v2, which its file does not have).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = BTreeMap::new();
+    let mut nodes: BTreeMap<String, ServerProcess> = BTreeMap::new();
+    for n in ["n1", "n2"] {
+        let own = dir.path().join(n);
+        std::fs::create_dir_all(&own).unwrap();
+        let file = config(&own, &redis, "");
+        nodes.insert(n.to_string(), node(&file, n));
+        files.insert(n.to_string(), file);
+    }
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let reader = nodes[&other].channel().await;
+    // The owner's file gains the ready-check; the reload goes through the other node to it.
+    let base = std::fs::read_to_string(&files[&owner]).unwrap();
+    std::fs::write(
+        &files[&owner],
+        format!("{base}\n[queues.2v2]\nready_check_seconds = 12.0\n"),
+    )
+    .unwrap();
+    let changed = AdminServiceClient::new(reader.clone())
+        .reload_config(proto::ReloadConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(changed.changed_queues, vec!["2v2"]);
+
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until("the other node owns the queues", || {
+        let holder = lease_holder(&redis);
+        let other = other.clone();
+        async move {
+            match holder {
+                Some(h) if h == other => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&reader).await;
+    let mut client = ClientServiceClient::new(reader);
+    let mut tickets = Vec::new();
+    for p in ["rl-1", "rl-2", "rl-3", "rl-4"] {
+        tickets.push(common::enter(&mut client, "2v2", &[p]).await);
+    }
+    let mut watch = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: tickets[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let matched = loop {
+        let u = common::next(&mut watch).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            break u;
+        }
+    };
+    let ready = matched
+        .ready_check
+        .expect("the new owner applies the reload's ready-check");
+    assert!(
+        ready.seconds_left > 0.0 && ready.seconds_left <= 12.0,
+        "{ready:?}"
+    );
+}

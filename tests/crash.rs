@@ -1,7 +1,7 @@
 //! `kill -9` in the middle of concurrent result reports: after a restart on the same data dir,
 //! every acknowledged result is there, none is applied twice, and ratings equal a replay of the
-//! acknowledged results through the rating library. And a match a game server received is
-//! never lost to a crash.
+//! acknowledged results through the rating library, with their events. And a match a game
+//! server received is never lost to a crash.
 #![cfg(unix)]
 
 mod common;
@@ -179,6 +179,28 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
         "acknowledged before kill: {}, applied after restart: {applied_after_restart}",
         acked.len()
     );
+    // The event log has every match completed once and every rating change once: an
+    // acknowledged result's events were durable with it, so the kill took none of them.
+    let ch = server.channel().await;
+    let kinds = [
+        proto::EventKind::MatchCompleted,
+        proto::EventKind::RatingChanged,
+    ];
+    let events = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        common::watch_events(&ch, 0, &kinds, 3 * PAIRS),
+    )
+    .await
+    .expect("a result's events were lost to the kill");
+    let mut completed: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == proto::EventKind::MatchCompleted as i32)
+        .map(|e| e.match_id.as_str())
+        .collect();
+    completed.sort_unstable();
+    let mut all: Vec<&str> = matches.iter().map(|m| m.match_id.as_str()).collect();
+    all.sort_unstable();
+    assert_eq!(completed, all, "each match completed exactly once");
     let _ = Command::new("kill")
         .args(["-TERM", &server.child.id().to_string()])
         .status();
@@ -245,7 +267,11 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
     let config = dir.path().join("now.toml");
     std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
     let data = dir.path().join("data");
-    for round in 0..3 {
+    let kinds = [
+        proto::EventKind::MatchFormed,
+        proto::EventKind::MatchAllocated,
+    ];
+    for round in 0..6 {
         let mut server = ServerProcess::start(&data, &config);
         let ch = server.channel().await;
         let (a, b) = (format!("now{round}a"), format!("now{round}b"));
@@ -256,6 +282,18 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
 
         let server = ServerProcess::start(&data, &config);
         let ch = server.channel().await;
+        // Its formed and allocated events were flushed with it, before the server got it.
+        let events = tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            common::watch_events(&ch, 0, &kinds, 2 * (round + 1)),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the events of a delivered match were lost"));
+        let last: Vec<&str> = events[2 * round..]
+            .iter()
+            .map(|e| e.match_id.as_str())
+            .collect();
+        assert_eq!(last, [m.match_id.as_str(); 2], "round {round}");
         let ack = GameServerServiceClient::new(ch)
             .report_match_result(proto::MatchResult {
                 match_id: m.match_id.clone(),
@@ -266,6 +304,55 @@ async fn a_match_a_game_server_received_survives_kill_9_at_once() {
             .unwrap_or_else(|e| panic!("round {round}: match {} lost: {e}", m.match_id))
             .into_inner();
         assert_eq!(ack.changes.len(), 2, "round {round}");
+        drop(server);
+    }
+}
+
+/// OK from `ReportMatchResult` means the result's events are durable too: the process is
+/// killed the moment the acknowledgement arrives, and the restarted server's event log has the
+/// match completed and both rating changes, round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_events_survive_kill_9_right_after_its_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("events.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let kinds = [
+        proto::EventKind::MatchCompleted,
+        proto::EventKind::RatingChanged,
+    ];
+    let mut completed: Vec<String> = Vec::new();
+    for round in 0..8 {
+        let mut server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let (a, b) = (format!("ev{round}a"), format!("ev{round}b"));
+        let m = one_match_served(&ch, [&a, &b]).await;
+        GameServerServiceClient::new(ch)
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: vec![1, 2],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        completed.push(m.match_id);
+
+        let server = ServerProcess::start(&data, &config);
+        let ch = server.channel().await;
+        let events = tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            common::watch_events(&ch, 0, &kinds, 3 * completed.len()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: an acknowledged result's events were lost"));
+        let ids: Vec<&str> = events
+            .iter()
+            .filter(|e| e.kind == proto::EventKind::MatchCompleted as i32)
+            .map(|e| e.match_id.as_str())
+            .collect();
+        assert_eq!(ids, completed, "round {round}");
         drop(server);
     }
 }
@@ -393,6 +480,14 @@ async fn party_rosters_and_match_records_survive_kill_9() {
 
     let server = ServerProcess::start(&data, &config);
     let ch = server.channel().await;
+    // The cancel's event was durable with its answer.
+    let cancelled = tokio::time::timeout(
+        std::time::Duration::from_secs(8),
+        common::watch_events(&ch, 0, &[proto::EventKind::MatchCancelled], 1),
+    )
+    .await
+    .expect("the cancelled match's event was lost");
+    assert_eq!(cancelled[0].match_id, served[2].match_id);
     let mut parties = PartyServiceClient::new(ch.clone());
     let again = parties
         .get_party(proto::GetPartyRequest {
@@ -503,9 +598,13 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
     })
     .await
     .unwrap();
+    let (gone, kept) = (
+        m.teams[0].player_ids[0].clone(),
+        m.teams[1].player_ids[0].clone(),
+    );
     admin
         .delete_player(proto::DeletePlayerRequest {
-            player_id: m.teams[0].player_ids[0].clone(),
+            player_id: gone.clone(),
         })
         .await
         .unwrap();
@@ -569,4 +668,24 @@ async fn bans_the_audit_log_and_event_cursors_survive_kill_9() {
     let next = common::watch_events(&ch, seen.last().unwrap().cursor, &[], 1).await;
     assert!(next[0].cursor > seen.last().unwrap().cursor);
     assert_eq!(next[0].player_id, "b3");
+    // The erasure took the player's match history with it: their list is empty, and the
+    // match the other player keeps names a marker in their place.
+    let list = |player: &str| proto::ListPlayerMatchesRequest {
+        player_id: player.into(),
+        ..Default::default()
+    };
+    let mine = client.list_player_matches(list(&gone)).await.unwrap();
+    assert!(mine.into_inner().matches.is_empty());
+    let theirs = client.list_player_matches(list(&kept)).await.unwrap();
+    let record = &theirs.into_inner().matches[0];
+    assert_eq!(record.match_id, m.match_id);
+    let named: Vec<&str> = record
+        .teams
+        .iter()
+        .flat_map(|t| t.player_ids.iter().map(String::as_str))
+        .chain(record.changes.iter().map(|c| c.player_id.as_str()))
+        .collect();
+    assert!(!named.contains(&gone.as_str()), "{named:?}");
+    assert!(named.iter().any(|p| p.starts_with("erased:")), "{named:?}");
+    assert!(named.contains(&kept.as_str()), "{named:?}");
 }

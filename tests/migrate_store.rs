@@ -1,5 +1,6 @@
 //! `matchmaker admin migrate-store`: an embedded deployment, populated through the real server
-//! (results, rating edits, a season reset, an end of season, a live match) and with tens of
+//! (results, rating edits, a season reset, an end of season, a live match, a `PartyService`
+//! party, a ban, the match history, the audit and event logs) and with tens of
 //! thousands of stored players, moves into a real `redis-server` (started by the test on a free
 //! loopback port). The first run is killed part-way; the second continues and verifies; a
 //! cluster node on that Redis then serves the same players, seasons and live match.
@@ -118,6 +119,26 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         before.insert((p, "5v5"), view(&ch, p, "5v5").await);
     }
     assert_eq!(before[&("m-high", "5v5")].season_history.len(), 1);
+    // Records beside the ratings: a party, a ban, the history, the audit and event logs.
+    let party = matchmaker::proto::party_service_client::PartyServiceClient::new(ch.clone())
+        .create_party(proto::CreatePartyRequest {
+            player_id: "host".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    admin
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "cheat".into(),
+            until_unix: 0,
+            reason: "aimbot".into(),
+        })
+        .await
+        .unwrap();
+    let history = list_matches(&ch, "a0").await;
+    assert_eq!(history.len(), 1);
+    let audit = audit_log(&ch).await;
+    let events = common::watch_events(&ch, 0, &[], 8).await;
     drop((client, gs, offers, admin));
     server.stop().await.unwrap();
 
@@ -142,7 +163,10 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     }
     let expected = {
         let store = matchmaker::store::open(&data, &config.store).unwrap();
-        matchmaker::tools::migrate_store::digest(store.as_ref()).unwrap()
+        let players = store.history_players().unwrap();
+        matchmaker::tools::migrate_store::digest(store.as_ref(), &players)
+            .await
+            .unwrap()
     };
 
     // The first run is killed once it has written some players.
@@ -193,6 +217,27 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     assert!(expected.players > BULK_PLAYERS);
     assert_eq!(expected.live_matches, 1);
     assert!(expected.results >= 3);
+    assert_eq!(
+        (expected.rosters, expected.bans, expected.history_players),
+        (1, 1, 6)
+    );
+    assert_eq!(expected.history_records, 3);
+    assert!(
+        expected.audit_entries >= 6 && expected.events >= 8,
+        "{expected:?}"
+    );
+    for key in [
+        "rosters",
+        "history_records",
+        "bans",
+        "audit_entries",
+        "events",
+    ] {
+        assert_eq!(
+            report["counts"][key],
+            serde_json::json!(expected_count(&expected, key))
+        );
+    }
     // Once more: nothing to write, the same checksum.
     let again = migrate_command(&data, &redis.url())
         .arg("--json")
@@ -260,4 +305,63 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         .into_inner();
     assert!(!ack.duplicate);
     assert_eq!(view(&ch, "live-a", "1v1").await.games, 1);
+
+    // The records moved too: the party, the ban, the history, the logs under their numbers.
+    let moved = matchmaker::proto::party_service_client::PartyServiceClient::new(ch.clone())
+        .get_party(proto::GetPartyRequest {
+            party_id: party.party_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(moved, party);
+    let refused = ClientServiceClient::new(ch.clone())
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec!["cheat".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(refused.message().contains("aimbot"), "{refused:?}");
+    assert_eq!(list_matches(&ch, "a0").await, history);
+    assert_eq!(audit_log(&ch).await[..audit.len()], audit[..]);
+    assert_eq!(common::watch_events(&ch, 0, &[], 8).await, events);
+}
+
+async fn list_matches(
+    channel: &tonic::transport::Channel,
+    player: &str,
+) -> Vec<proto::MatchRecord> {
+    ClientServiceClient::new(channel.clone())
+        .list_player_matches(proto::ListPlayerMatchesRequest {
+            player_id: player.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .matches
+}
+
+async fn audit_log(channel: &tonic::transport::Channel) -> Vec<proto::AuditEntry> {
+    matchmaker::proto::admin_service_client::AdminServiceClient::new(channel.clone())
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: String::new(),
+            limit: 1000,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+}
+
+fn expected_count(counts: &matchmaker::tools::migrate_store::Counts, key: &str) -> usize {
+    match key {
+        "rosters" => counts.rosters,
+        "history_records" => counts.history_records,
+        "bans" => counts.bans,
+        "audit_entries" => counts.audit_entries,
+        _ => counts.events,
+    }
 }

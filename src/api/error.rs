@@ -35,6 +35,7 @@ impl From<crate::reload::ReloadError> for Status {
         use crate::reload::ReloadError;
         match e {
             ReloadError::Loop(h) => h.into(),
+            ReloadError::Store(s) => store_failure(&s),
             ReloadError::NoFile | ReloadError::Config(_) | ReloadError::Refused(_) => {
                 Status::failed_precondition(e.to_string())
             }

@@ -126,8 +126,9 @@ impl GameServerService for GameServer {
                 reply,
             })
             .await??;
-        // The cancel, its record and the requeued tickets are durable before the answer.
-        self.state.store().flush_async().await?;
+        // The cancel, its record, its event and the requeued tickets are durable before the
+        // answer.
+        self.state.flush_with_events().await?;
         Ok(Response::new(proto::CancelMatchResponse {
             requeued_ticket_ids: requeued.iter().map(ToString::to_string).collect(),
         }))

@@ -415,9 +415,10 @@ impl Node {
                         }
                     });
                 });
-                // The queue settings of the file as it is now (a reload the previous owner
-                // applied is kept across the failover).
-                let config = crate::reload::with_current_queues(config);
+                // The newest queue settings a reload could apply: the last reload an owner
+                // accepted (kept in Redis) or the file as it is now.
+                let reloaded = store.reloaded_queues();
+                let config = crate::reload::with_current_queues(config, reloaded.as_ref());
                 if let Err(e) = server::run_engine(config, store, ownership, publish, stop).await {
                     warn!(error = %e, "the engine stopped");
                 }

@@ -1,7 +1,8 @@
 //! The event log's hub: state changes emit events here; one writer task appends them to the
 //! store in batches, flushes, and only then publishes the new last cursor, so a watcher never
 //! sees an event a crash could take back (cursors are never reused). Admin changes append and
-//! flush their event themselves before they answer ([`State::emit_durable`]).
+//! flush their event themselves before they answer ([`State::emit_durable`]), and a result's
+//! events are journaled in its entry's batch ([`State::events_durable`] publishes them).
 //!
 //! Emitting never blocks and never takes a player or match lock: the pending list is its own
 //! small lock, drained by the writer every time it is woken.
@@ -116,6 +117,25 @@ impl State {
         self.inner.store.flush_async().await?;
         self.publish(last);
         Ok(())
+    }
+
+    /// Writes the events emitted so far, then flushes everything written before: for a change
+    /// whose answer must not come before its events are durable (a game server's cancel).
+    pub async fn flush_with_events(&self) -> Result<(), StoreError> {
+        let events = self.take_emitted();
+        self.emit_durable(&events).await
+    }
+
+    /// Takes the events emitted but not yet written, so that a result's batch carries them
+    /// ahead of its own and the log keeps the order things happened in.
+    pub fn take_emitted(&self) -> Vec<EventRecord> {
+        self.inner.events.take()
+    }
+
+    /// Lets watchers read every event up to `last`, which the caller made durable (a result's
+    /// events, journaled with it).
+    pub fn events_durable(&self, last: u64) {
+        self.publish(last);
     }
 
     fn publish(&self, last: u64) {

@@ -289,6 +289,8 @@ impl State {
 
     /// Hands this tick's placements to their servers once everything written so far (their
     /// matches among it) is durable: a game server never gets a match a crash could lose. The
+    /// events emitted so far (these matches formed and allocated among them) are written first,
+    /// so they are in the same flush: a match a server got never loses its events either. The
     /// flush runs on the runtime, so the loop does not wait for the disk.
     pub fn deliver_when_durable(
         &self,
@@ -299,8 +301,23 @@ impl State {
             return;
         }
         let store = self.inner.store.clone();
+        let events = self.take_emitted();
+        let written = match store.append_events(&events) {
+            Ok(last) => Some(last),
+            Err(e) => {
+                // Left to the writer task, which tries them once more.
+                tracing::error!(error = %e, "could not write the events of allocated matches");
+                self.emit(events);
+                None
+            }
+        };
+        let state = self.clone();
         runtime.spawn(async move {
-            if let Err(e) = store.flush_async().await {
+            let flushed = store.flush_async().await;
+            if let (Ok(()), Some(last)) = (&flushed, written) {
+                state.events_durable(last);
+            }
+            if let Err(e) = flushed {
                 // The store is failing; the server still gets its matches (their results may
                 // be refused after a crash, which the store error already warns about).
                 tracing::error!(error = %e, matches = placements.len(), "could not flush allocated matches");

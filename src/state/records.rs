@@ -2,8 +2,11 @@
 //! of a player. Each change is written through the store here; the caller flushes before it
 //! answers.
 
+use std::hash::BuildHasher;
+
 use super::{PlayerStatus, PoolRecords, State};
 use crate::ids::{PlayerId, TicketId};
+use crate::records::erased_marker;
 use crate::rejection::Rejection;
 use crate::store::{Ban, StoreError};
 
@@ -59,11 +62,16 @@ impl State {
         }
     }
 
-    /// Erases a player: records in every pool, leaderboard entries, party records and ban, in
-    /// memory and (one operation) in the store. Refused while the player waits or plays: the
+    /// Erases a player: records in every pool, leaderboard entries, party records, ban and
+    /// match history, in memory and (one operation) in the store; in the records other players
+    /// keep, a random marker takes their place. Refused while the player waits or plays: the
     /// caller cancels a waiting ticket first. Run under the ledger's admin gate, so no result
     /// or admin change for the player is journaled meanwhile. Durable after the next flush.
     pub fn erase_player(&self, player: &PlayerId) -> Result<Result<Erased, Rejection>, StoreError> {
+        // A fresh random key each time (std's `RandomState`): the marker cannot be computed
+        // back from the id.
+        let marker =
+            &erased_marker(std::collections::hash_map::RandomState::new().hash_one(player));
         let mut erased = Erased::default();
         if let Some(slot) = self.slot_if_known(player) {
             let mut guard = slot.lock();
@@ -83,7 +91,7 @@ impl State {
                 }
             }
             // The store first: if it fails, memory still matches the disk.
-            self.inner.store.erase_player(player)?;
+            self.inner.store.erase_player(player, marker)?;
             for (pool, record) in guard.pools.iter() {
                 erased.pools.push(pool.to_string());
                 if self.inner.pool_systems.contains_key(pool)
@@ -94,7 +102,7 @@ impl State {
             }
             guard.pools = PoolRecords::default();
         } else {
-            self.inner.store.erase_player(player)?;
+            self.inner.store.erase_player(player, marker)?;
         }
         let before = self.inner.parties.len();
         self.inner

@@ -168,6 +168,7 @@ impl State {
 
     /// Applies a durable journal entry: every player's record at once, players free again, the
     /// match completed and forgotten (its acknowledgement stays in the store for duplicates).
+    /// Its events were journaled with it (`Committer::commit_with_events`).
     pub fn apply_result(&self, m: &MatchSlot, entry: &JournalEntry) {
         self.apply_records(entry);
         let ids: Vec<PlayerId> = entry.records.iter().map(|(p, _)| p.clone()).collect();
@@ -193,11 +194,6 @@ impl State {
         }
         self.forget_stored_match(m, true);
         self.inner.matches.remove(&m.id);
-        self.emit(super::result_events(
-            m.id.as_str(),
-            &entry.ack,
-            entry.applied_unix,
-        ));
     }
 
     /// Writes an entry's records into memory (all players under their locks).

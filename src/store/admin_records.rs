@@ -8,16 +8,20 @@
 //!   every event was trimmed, so a cursor stays meaningful across restarts and owners;
 //! - [`AdminRecords::erase_player`] is one atomic operation: afterwards no stored record names
 //!   the player (player record, party records, journal entries not yet in a snapshot, end-of-week
-//!   and season-rank lists with their per-player indexes, waiting tickets, a ban);
+//!   and season-rank lists with their per-player indexes, waiting tickets, a ban, their match
+//!   history list); the match records other players' histories still hold and every result's
+//!   acknowledgement name the erasure's marker in their place, and a record only the player's
+//!   list held is dropped;
 //! - like every other write, nothing is durable until a flush.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
+use super::history::HistoryErasure;
 use super::memory::Data;
-use crate::ids::{PlayerId, TicketId};
+use super::{JournalEntry, StoreError};
+use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::SeasonRank;
 
@@ -153,11 +157,24 @@ pub trait AdminRecords {
     /// how many.
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
 
+    /// Writes audit entries and events under their own sequence numbers (replacing any with
+    /// the same number) and raises the last numbers handed out to the highest given, and the
+    /// event cursor to `last_event` at least, so cursors keep their meaning in the new store
+    /// (`admin migrate-store`). Not durable until a flush.
+    fn import_log(
+        &self,
+        audit: &[(u64, AuditRecord)],
+        events: &[(u64, EventRecord)],
+        last_event: u64,
+    ) -> Result<(), StoreError>;
+
     // Erasure.
 
     /// Erases every stored record that names `player`, in one atomic operation (see the module
-    /// documentation). Journal entries keep their other players. Not durable until a flush.
-    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError>;
+    /// documentation); records that stay for other players (journal entries, match records,
+    /// result acknowledgements) name `marker` ([`crate::records::erased_marker`]) where they
+    /// named the player. Not durable until a flush.
+    fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError>;
 }
 
 /// The admin records of the in-memory backend (and the Redis mirror).
@@ -181,6 +198,26 @@ pub(super) struct Erasure {
     pub(super) ranks_rewritten: Vec<(String, u32)>,
     pub(super) tickets_removed: Vec<TicketId>,
     pub(super) ban_removed: bool,
+    /// Result acknowledgements now naming the marker.
+    pub(super) acks_rewritten: Vec<MatchId>,
+}
+
+/// A journal entry without `player`: their records and parties gone, the marker in their place
+/// in its acknowledgement and its history record; whether it named them.
+pub(super) fn entry_without(
+    entry: &mut JournalEntry,
+    player: &PlayerId,
+    marker: &PlayerId,
+) -> bool {
+    let before = entry.records.len() + entry.parties.len();
+    entry.records.retain(|(p, _)| p != player);
+    entry.parties.retain(|(k, _)| !party_names(k, player));
+    let acked = entry.ack.erase(player, marker);
+    let recorded = entry
+        .history
+        .as_mut()
+        .is_some_and(|h| h.record.erase(player, marker));
+    entry.records.len() + entry.parties.len() != before || acked || recorded
 }
 
 /// Whether a party key (member ids joined by U+001F) names `player`.
@@ -211,7 +248,7 @@ pub(super) fn ranks_without(ranks: &[SeasonRank], player: &PlayerId) -> Option<V
 
 impl Data {
     /// Erases `player` from everything held here; what changed.
-    pub(super) fn erase_player(&mut self, player: &PlayerId) -> Erasure {
+    pub(super) fn erase_player(&mut self, player: &PlayerId, marker: &PlayerId) -> Erasure {
         let mut e = Erasure {
             player_removed: self.players.remove(player).is_some(),
             ..Erasure::default()
@@ -226,12 +263,18 @@ impl Data {
             self.parties.remove(k);
         }
         for (seq, entry) in self.journal.iter_mut() {
-            let before = entry.records.len() + entry.parties.len();
-            entry.records.retain(|(p, _)| p != player);
-            entry.parties.retain(|(k, _)| !party_names(k, player));
-            if entry.records.len() + entry.parties.len() != before {
+            if entry_without(entry, player, marker) {
                 e.journal_rewritten.push(*seq);
             }
+        }
+        for (id, ack) in self.acks.iter_mut() {
+            if ack.erase(player, marker) {
+                e.acks_rewritten.push(id.clone());
+            }
+        }
+        e.acks_rewritten.sort();
+        if !self.history_off {
+            self.erase_history(player, marker);
         }
         for (key, rp) in self.weeks.iter_mut() {
             if let Some(kept) = week_without(rp, player) {
@@ -259,6 +302,50 @@ impl Data {
         }
         e.ban_removed = self.admin.bans.remove(player).is_some();
         e
+    }
+
+    /// Erases `player` from the match history (see [`HistoryErasure`]).
+    fn erase_history(&mut self, player: &PlayerId, marker: &PlayerId) {
+        let Some(list) = self.history_lists.remove(player) else {
+            return;
+        };
+        let (refs, records) = (&self.history_refs, &self.history_records);
+        // Reading memory cannot fail.
+        let plan = HistoryErasure::plan(
+            player,
+            marker,
+            &list,
+            &mut |m| Ok(refs.get(m).copied().unwrap_or(0)),
+            &mut |m| Ok(records.get(m).cloned()),
+        )
+        .unwrap_or_default();
+        for id in plan.dropped {
+            self.history_refs.remove(&id);
+            self.history_records.remove(&id);
+        }
+        self.history_refs.extend(plan.refs);
+        for r in plan.rewritten {
+            self.history_records.insert(r.match_id.clone(), r);
+        }
+    }
+
+    /// Writes a log under its own numbers (see [`AdminRecords::import_log`]).
+    pub(super) fn import_log(
+        &mut self,
+        audit: &[(u64, AuditRecord)],
+        events: &[(u64, EventRecord)],
+        last_event: u64,
+    ) {
+        let admin = &mut self.admin;
+        for (seq, entry) in audit {
+            admin.audit.insert(*seq, entry.clone());
+            admin.last_audit = admin.last_audit.max(*seq);
+        }
+        for (seq, event) in events {
+            admin.events.insert(*seq, event.clone());
+            admin.last_event = admin.last_event.max(*seq);
+        }
+        admin.last_event = admin.last_event.max(last_event);
     }
 
     /// Appends audit entries; their sequence numbers.

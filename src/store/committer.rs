@@ -1,6 +1,6 @@
 //! Group commit for the result journal: one task takes every journal entry waiting in its
-//! bounded channel, writes them as one atomic sled batch, flushes once, and only then answers
-//! each caller. Under load one flush covers many results; alone a result costs one flush.
+//! bounded channel, writes them (with the events of the results among them) as one atomic
+//! batch, flushes once, and only then answers each caller. Under load one flush covers many results; alone a result costs one flush.
 //!
 //! It also tracks which committed entries are not yet applied in memory, so a snapshot never
 //! claims to include an entry that memory has not seen (see `State::snapshot`).
@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{JournalEntry, Store, StoreError};
+use super::{EventRecord, JournalEntry, Store, StoreError};
 
 /// Entries written per batch at most (bounds one batch's latency).
 const MAX_BATCH: usize = 4096;
@@ -27,11 +27,23 @@ pub enum CommitError {
     Closed,
 }
 
-/// Entries that must be durable together (one result, or every pool of one admin change);
-/// the reply is the sequence number of the first.
+/// Entries that must be durable together (one result, or every pool of one admin change), with
+/// the events that go with them (a result's); the reply is the sequence number of the first
+/// entry and the last event cursor.
 struct Request {
     entries: Vec<JournalEntry>,
-    reply: oneshot::Sender<Result<u64, CommitError>>,
+    events: Vec<EventRecord>,
+    reply: oneshot::Sender<Result<Committed, CommitError>>,
+}
+
+/// What a commit made durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The sequence number of the request's first entry.
+    pub seq: u64,
+    /// The event cursor every event of the batch is at or before (their watchers may read up
+    /// to it).
+    pub last_event: u64,
 }
 
 #[derive(Debug, Default)]
@@ -81,13 +93,35 @@ impl Committer {
         self.commit_all(vec![entry]).await
     }
 
+    /// Journals `entry` and appends `events` in the same atomic batch and flush: once this
+    /// returns, both are durable, and a crash before it keeps neither or both.
+    pub async fn commit_with_events(
+        &self,
+        entry: JournalEntry,
+        events: Vec<EventRecord>,
+    ) -> Result<Committed, CommitError> {
+        self.request(vec![entry], events).await
+    }
+
     /// Journals several entries in one atomic batch (all durable or none); returns the first
     /// one's sequence number, the rest follow consecutively. The caller must call
     /// [`Committer::applied`] for each after applying it.
     pub async fn commit_all(&self, entries: Vec<JournalEntry>) -> Result<u64, CommitError> {
+        Ok(self.request(entries, Vec::new()).await?.seq)
+    }
+
+    async fn request(
+        &self,
+        entries: Vec<JournalEntry>,
+        events: Vec<EventRecord>,
+    ) -> Result<Committed, CommitError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Request { entries, reply })
+            .send(Request {
+                entries,
+                events,
+                reply,
+            })
             .await
             .map_err(|_| CommitError::Closed)?;
         rx.await.map_err(|_| CommitError::Closed)?
@@ -136,9 +170,13 @@ async fn run(
             .iter()
             .flat_map(|r| r.entries.iter().cloned())
             .collect();
+        let events: Vec<EventRecord> = batch
+            .iter()
+            .flat_map(|r| r.events.iter().cloned())
+            .collect();
         let started = Instant::now();
-        let written = match store.append_journal(first_seq, &entries) {
-            Ok(()) => store.flush_async().await.map(|_| ()),
+        let written = match store.append_journal_with_events(first_seq, &entries, &events) {
+            Ok(last_event) => store.flush_async().await.map(|()| last_event),
             Err(e) => Err(e),
         };
         metrics::histogram!(crate::telemetry::JOURNAL_FLUSH_SECONDS)
@@ -150,7 +188,7 @@ async fn run(
         );
         metrics::histogram!(crate::telemetry::JOURNAL_BATCH_SIZE).record(entries.len() as f64);
         match written {
-            Ok(()) => {
+            Ok(last_event) => {
                 {
                     let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
                     for i in 0..entries.len() as u64 {
@@ -161,7 +199,7 @@ async fn run(
                 let mut seq = first_seq;
                 for r in batch.drain(..) {
                     let n = r.entries.len() as u64;
-                    let _ = r.reply.send(Ok(seq));
+                    let _ = r.reply.send(Ok(Committed { seq, last_event }));
                     seq += n;
                 }
             }

@@ -635,7 +635,9 @@ fn erasing_a_player_removes_every_record_naming_them_and_only_them(reopen: Reope
                 since_unix: 0.0,
             })
             .unwrap();
-        store.erase_player(&p1).unwrap();
+        store
+            .erase_player(&p1, &PlayerId::from("erased:1"))
+            .unwrap();
         store.flush().unwrap();
     }
     let store = reopen();
@@ -674,6 +676,155 @@ fn erasing_a_player_removes_every_record_naming_them_and_only_them(reopen: Reope
     assert_eq!(ranks.len(), 1);
     assert_eq!(ranks[0].player, "p2");
     assert!(store.load_bans().unwrap().is_empty());
+}
+
+fn erasing_a_player_drops_their_history_and_marks_them_where_others_keep_it(reopen: Reopen<'_>) {
+    let (gone, marker) = (
+        PlayerId::from("gone"),
+        PlayerId::from("erased:0123456789ab"),
+    );
+    let change = |p: &str| crate::records::PlayerChange {
+        player_id: PlayerId::from(p),
+        before: record(1500.0)["1v1"].skill,
+        after: record(1510.0)["1v1"].skill,
+        rank_points_before: 0,
+        rank_points_after: 10,
+    };
+    {
+        let store = reopen();
+        // "alone" only gone's history holds; "shared" gone and p2's; "other" only p2's.
+        store
+            .append_history(&[
+                history("alone", &[&["gone"]], 3),
+                history("other", &[&["p2"], &["p3"]], 3),
+            ])
+            .unwrap();
+        // A result: its record, its acknowledgement and its journal entry name gone.
+        let mut e = entry("shared", "gone", 1510.0);
+        e.records
+            .push((PlayerId::from("p2"), record(1490.0)["1v1"].clone()));
+        e.ack.changes = vec![change("gone"), change("p2")];
+        let mut h = history("shared", &[&["gone"], &["p2"]], 3);
+        h.record.changes = e.ack.changes.clone();
+        e.history = Some(h);
+        // An older result, its entry already trimmed by a snapshot: only its ack stays.
+        let mut old = entry("old", "p3", 1500.0);
+        old.ack.changes = vec![change("p3"), change("gone")];
+        store.append_journal(1, std::slice::from_ref(&old)).unwrap();
+        store.finish_snapshot(1).unwrap();
+        store.append_journal(2, std::slice::from_ref(&e)).unwrap();
+        store.flush().unwrap();
+        assert_eq!(ids(&store, "gone"), ["shared", "alone"]);
+        store.erase_player(&gone, &marker).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert!(ids(&store, "gone").is_empty());
+    assert_eq!(wait(store.match_record(&MatchId::from("alone"))), None);
+    let shared = wait(store.match_record(&MatchId::from("shared"))).expect("p2 keeps it");
+    assert_eq!(
+        shared.teams,
+        vec![vec![marker.clone()], vec![PlayerId::from("p2")]]
+    );
+    let named: Vec<&PlayerId> = shared.changes.iter().map(|c| &c.player_id).collect();
+    assert_eq!(named, [&marker, &PlayerId::from("p2")]);
+    assert_eq!(ids(&store, "p2"), ["shared", "other"]);
+    // Acknowledgements stay (a repeated report is still a duplicate) and name the marker.
+    for (id, at) in [("shared", 0), ("old", 1)] {
+        let ack = store.result_of(&MatchId::from(id)).unwrap().expect(id);
+        assert_eq!(ack.changes[at].player_id, marker, "{id}");
+        assert_eq!(ack.changes.len(), 2);
+    }
+    let journal: Vec<JournalEntry> = store.journal_after(1).map(|r| r.unwrap().1).collect();
+    assert_eq!(journal.len(), 1, "the result's entry stays for p2");
+    let text = serde_json::to_string(&journal).unwrap();
+    assert!(!text.contains("\"gone\""), "{text}");
+    assert!(text.contains(marker.as_str()), "{text}");
+    // The record left with its last holder: p2's next two matches push it out of p2's list.
+    store
+        .append_history(&[history("n1", &[&["p2"]], 2), history("n2", &[&["p2"]], 2)])
+        .unwrap();
+    assert_eq!(wait(store.match_record(&MatchId::from("shared"))), None);
+    assert!(
+        wait(store.match_record(&MatchId::from("other"))).is_some(),
+        "p3's"
+    );
+    // The id starts again with a history of its own.
+    store
+        .append_history(&[history("new", &[&["gone"]], 3)])
+        .unwrap();
+    assert_eq!(ids(&store, "gone"), ["new"]);
+}
+
+fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(reopen: Reopen<'_>) {
+    let audit = AuditRecord {
+        unix: 1.0,
+        actor: "ops".into(),
+        action: "BanPlayer".into(),
+        detail: String::new(),
+    };
+    {
+        let store = reopen();
+        let (a, b) = (
+            history("a", &[&["p1"], &["p2"]], 1),
+            history("b", &[&["p1"]], 1),
+        );
+        store
+            .import_match_history(
+                &[
+                    (
+                        PlayerId::from("p1"),
+                        vec![MatchId::from("a"), MatchId::from("b")],
+                    ),
+                    (PlayerId::from("p2"), vec![MatchId::from("a")]),
+                ],
+                &[(a.record, 2), (b.record, 1)],
+            )
+            .unwrap();
+        store
+            .import_log(
+                &[(5, audit.clone())],
+                &[
+                    (7, event(EventKind::PlayerBanned, 1.0, "x")),
+                    (9, event(EventKind::PlayerUnbanned, 2.0, "x")),
+                ],
+                12,
+            )
+            .unwrap();
+        // A result's events go in its entry's batch, after the last cursor.
+        let last = store
+            .append_journal_with_events(
+                1,
+                &[entry("m", "p3", 1500.0)],
+                &[event(EventKind::MatchCompleted, 3.0, "")],
+            )
+            .unwrap();
+        assert_eq!(last, 13);
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_eq!(ids(&store, "p1"), ["a", "b"]);
+    assert_eq!(ids(&store, "p2"), ["a"]);
+    assert_eq!(store.journal_after(0).count(), 1);
+    let events: Vec<u64> = store
+        .events_after(0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(events, [7, 9, 13]);
+    assert_eq!(store.audit_after(0, 10).unwrap(), vec![(5, audit.clone())]);
+    assert_eq!(store.append_audit(&audit).unwrap(), 6);
+    // The imported holder counts hold: p2's next match leaves "a" to p1, p1's next drops both.
+    store
+        .append_history(&[history("c", &[&["p2"]], 1)])
+        .unwrap();
+    assert!(wait(store.match_record(&MatchId::from("a"))).is_some());
+    store
+        .append_history(&[history("d", &[&["p1"]], 1)])
+        .unwrap();
+    let gone = [MatchId::from("a"), MatchId::from("b")];
+    assert!(wait(store.match_records(&gone)).is_empty());
 }
 
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
@@ -766,4 +917,6 @@ on_every_backend!(
     party_rosters_survive_a_reopen,
     bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused,
     erasing_a_player_removes_every_record_naming_them_and_only_them,
+    erasing_a_player_drops_their_history_and_marks_them_where_others_keep_it,
+    imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );

@@ -73,6 +73,48 @@ impl HistoryPlan {
     }
 }
 
+/// A backend's current record of a match (`None` once dropped).
+pub(super) type ReadRecord<'a> =
+    dyn FnMut(&MatchId) -> Result<Option<MatchRecord>, StoreError> + 'a;
+
+/// What erasing one player does to the history, computed from the backend's current values:
+/// the player's list goes; each record it held loses a holder, and goes with its last one or
+/// else is kept with the player's id replaced by the erasure's marker.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct HistoryErasure {
+    /// The new holder count of each record still held by another list.
+    pub(super) refs: Vec<(MatchId, u32)>,
+    /// Those records, rewritten to name the marker instead of the player.
+    pub(super) rewritten: Vec<MatchRecord>,
+    /// Records no list holds any more.
+    pub(super) dropped: Vec<MatchId>,
+}
+
+impl HistoryErasure {
+    /// Plans the erasure of `player`, whose list is `list`.
+    pub(super) fn plan(
+        player: &PlayerId,
+        marker: &PlayerId,
+        list: &[MatchId],
+        refs: &mut ReadRefs<'_>,
+        record: &mut ReadRecord<'_>,
+    ) -> Result<Self, StoreError> {
+        let mut plan = Self::default();
+        for id in list {
+            let held = refs(id)?.saturating_sub(1);
+            match record(id)? {
+                Some(mut r) if held > 0 => {
+                    r.erase(player, marker);
+                    plan.refs.push((id.clone(), held));
+                    plan.rewritten.push(r);
+                }
+                _ => plan.dropped.push(id.clone()),
+            }
+        }
+        Ok(plan)
+    }
+}
+
 /// The page of a player's history after `after` (exclusive; `None` = from the most recent):
 /// the ids in order, or `None` when `after` is not in the list.
 pub fn page_after<'a>(ids: &'a [MatchId], after: Option<&MatchId>) -> Option<&'a [MatchId]> {
@@ -159,6 +201,34 @@ mod tests {
         b.apply("b", &[&["p1"], &["p3"]]);
         assert_eq!(b.list("p1"), ["b", "c"]);
         assert_eq!(b.refs[&MatchId::from("b")], 2);
+    }
+
+    #[test]
+    fn erasing_drops_the_records_only_the_player_held_and_marks_the_others() {
+        let mut b = Backend::default();
+        b.apply("a", &[&["gone"], &["p2"]]);
+        b.apply("b", &[&["gone"]]);
+        let records: HashMap<MatchId, MatchRecord> = [
+            record("a", &[&["gone"], &["p2"]]),
+            record("b", &[&["gone"]]),
+        ]
+        .into_iter()
+        .map(|r| (r.match_id.clone(), r))
+        .collect();
+        let gone = PlayerId::from("gone");
+        let marker = PlayerId::from("erased:x");
+        let plan = HistoryErasure::plan(
+            &gone,
+            &marker,
+            &b.lists[&gone],
+            &mut |m| Ok(b.refs.get(m).copied().unwrap_or(0)),
+            &mut |m| Ok(records.get(m).cloned()),
+        )
+        .unwrap();
+        assert_eq!(plan.dropped, vec![MatchId::from("b")]);
+        assert_eq!(plan.refs, vec![(MatchId::from("a"), 1)]);
+        assert_eq!(plan.rewritten[0].teams[0], vec![marker]);
+        assert_eq!(plan.rewritten[0].teams[1], vec![PlayerId::from("p2")]);
     }
 
     #[test]

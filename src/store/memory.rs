@@ -48,6 +48,8 @@ pub(super) struct Data {
     pub(super) history_refs: HashMap<MatchId, u32>,
     pub(super) history_records: HashMap<MatchId, MatchRecord>,
     pub(super) admin: super::admin_records::AdminData,
+    /// The Redis store's mirror: the last accepted reload's queue settings.
+    pub(super) reloaded: Option<super::ReloadedQueues>,
 }
 
 impl Data {
@@ -159,8 +161,18 @@ impl super::AdminRecords for MemoryStore {
         Ok(self.data().trim_events(before_unix, keep_at_most).len())
     }
 
-    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {
-        self.data().erase_player(player);
+    fn import_log(
+        &self,
+        audit: &[(u64, super::AuditRecord)],
+        events: &[(u64, super::EventRecord)],
+        last_event: u64,
+    ) -> Result<(), StoreError> {
+        self.data().import_log(audit, events, last_event);
+        Ok(())
+    }
+
+    fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
+        self.data().erase_player(player, marker);
         Ok(())
     }
 }
@@ -553,5 +565,28 @@ impl RecordStorage for MemoryStore {
 
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
         Ok(self.data().rosters.values().cloned().collect())
+    }
+
+    fn history_players(&self) -> Result<Vec<PlayerId>, StoreError> {
+        let mut players: Vec<PlayerId> = self.data().history_lists.keys().cloned().collect();
+        players.sort();
+        Ok(players)
+    }
+
+    fn import_match_history(
+        &self,
+        lists: &[(PlayerId, Vec<MatchId>)],
+        records: &[(MatchRecord, u32)],
+    ) -> Result<(), StoreError> {
+        let mut data = self.data();
+        for (player, list) in lists {
+            data.history_lists.insert(player.clone(), list.clone());
+        }
+        for (record, holders) in records {
+            data.history_refs.insert(record.match_id.clone(), *holders);
+            data.history_records
+                .insert(record.match_id.clone(), record.clone());
+        }
+        Ok(())
     }
 }

@@ -34,7 +34,7 @@ pub use admin_records::{
     AdminRecords, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
 pub use cluster_config::{ClusterConfig, redact};
-pub use committer::{CommitError, Committer};
+pub use committer::{CommitError, Committed, Committer};
 pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
@@ -143,6 +143,18 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// batch, with each result's acknowledgement (the idempotency index) and each entry's
     /// season writes. Not durable until a flush.
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError>;
+    /// [`Storage::append_journal`] and [`AdminRecords::append_events`] in one atomic batch, so
+    /// a result's events are durable exactly when its entry is (a crash never keeps a result
+    /// and loses its events). Returns the last event cursor. Not durable until a flush.
+    fn append_journal_with_events(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
+        self.append_journal(first_seq, entries)?;
+        self.append_events(events)
+    }
     /// Journal entries after `seq`, in order (start-up replay).
     fn journal_after(
         &self,
@@ -227,6 +239,19 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    // Queue settings a reload applied (cluster stores only: an embedded server's config file is
+    // the only one there is).
+
+    /// Keeps the queue settings an accepted reload applied, so the next owner of the queues
+    /// starts with them. Not durable until a flush.
+    fn put_reloaded_queues(&self, _reload: &ReloadedQueues) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// The queue settings the last accepted reload applied, if this store keeps them.
+    fn reloaded_queues(&self) -> Option<ReloadedQueues> {
+        None
+    }
+
     // Moving a deployment (`admin migrate-store`).
 
     /// Every acknowledged result and every season record: what the journal keeps after
@@ -272,6 +297,19 @@ pub trait RecordStorage {
     fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError>;
     /// Every stored party roster, in party id order.
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError>;
+
+    // Moving a deployment (`admin migrate-store`).
+
+    /// Every player with a match history, in id order. A cluster store keeps each list as a
+    /// key of its own and does not list them: it answers an error (nothing migrates out of it).
+    fn history_players(&self) -> Result<Vec<PlayerId>, StoreError>;
+    /// Writes players' history lists as given (replacing theirs) and records with their holder
+    /// counts, in one atomic batch. Not durable until a flush.
+    fn import_match_history(
+        &self,
+        lists: &[(PlayerId, Vec<MatchId>)],
+        records: &[(MatchRecord, u32)],
+    ) -> Result<(), StoreError>;
 }
 
 /// The shared handle the server holds.
@@ -407,6 +445,15 @@ pub struct History {
     pub weeks: Vec<PoolWeek>,
     /// Season ranks: (pool, season, ranks).
     pub ranks: Vec<(String, u32, Vec<SeasonRank>)>,
+}
+
+/// The queue settings an accepted reload applied (the `[queues]` table as JSON: the store does
+/// not read config), and when.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReloadedQueues {
+    /// Unix seconds when the reload was applied.
+    pub unix: f64,
+    pub queues: serde_json::Value,
 }
 
 /// A waiting ticket as a cluster store keeps it: what the queue's next owner needs to put it

@@ -8,14 +8,16 @@
 //! it, never panicked on), and page-cache memory above `cache_capacity` (bounded by config).
 
 mod admin;
+mod export;
+mod journal;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
-    EntryKind, History, HistoryWrite, JournalEntry, Segment, Storage, StoreError, StoreFuture,
-    StoredMatch, StoredParty, StoredPlayer,
+    EventRecord, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
+    StoredParty, StoredPlayer,
 };
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
@@ -315,40 +317,19 @@ impl Storage for SledStore {
     /// batch. Not durable until a flush. (Their matches leave the live-match tree when the
     /// state drops their segments; a stale copy is ignored at start because its result is here.)
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        let history: Vec<&HistoryWrite> =
-            entries.iter().filter_map(|e| e.history.as_ref()).collect();
-        self.history_into(&mut batch, &history)?;
-        for (i, entry) in entries.iter().enumerate() {
-            batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
-            if entry.kind == EntryKind::Result {
-                batch.insert(result_key(&entry.match_id), encode(&entry.ack)?);
-            }
-            if let Some(season) = &entry.season {
-                batch.insert(state_key(&entry.pool), encode(&season.state)?);
-                if let Some((n, week, rp)) = &season.week_rp {
-                    batch.insert(week_key(&entry.pool, *n, *week), encode(rp)?);
-                    // Per-player index, same batch: GetPlayer reads one player's weeks by prefix.
-                    for (player, points) in rp {
-                        batch.insert(
-                            player_week_key(&entry.pool, player, *n, *week),
-                            &points.to_be_bytes(),
-                        );
-                    }
-                }
-                if let Some((n, ranks)) = &season.ranks {
-                    batch.insert(ranks_key(&entry.pool, *n), encode(ranks)?);
-                    for rank in ranks {
-                        batch.insert(
-                            player_rank_key(&entry.pool, &rank.player, *n),
-                            encode(rank)?,
-                        );
-                    }
-                }
-            }
-        }
+        let batch = self.journal_batch(first_seq, entries)?;
         self.journal.apply_batch(batch)?;
         Ok(())
+    }
+
+    fn append_journal_with_events(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
+        let batch = self.journal_batch(first_seq, entries)?;
+        self.journal_and_events(batch, events)
     }
 
     /// Writes each `(id, matches)` as a segment and drops the segments in `dropped` (no live
@@ -550,71 +531,11 @@ impl Storage for SledStore {
     }
 
     fn export_history(&self) -> Result<History, StoreError> {
-        let mut history = History::default();
-        for item in self.journal.scan_prefix(b"r/") {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k[2..]).into_owned();
-            history.results.push((
-                MatchId::new(key.as_str()),
-                decode(&v, &format!("result/{key}"))?,
-            ));
-        }
-        for item in self.journal.scan_prefix(b"s/s/") {
-            let (k, v) = item?;
-            let pool = String::from_utf8_lossy(&k[4..]).into_owned();
-            let state = decode(&v, &format!("season state {pool}"))?;
-            history.seasons.push((pool, state));
-        }
-        for item in self.journal.scan_prefix(b"s/w/") {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k[4..]).into_owned();
-            let (pool, at) = key.split_once('\u{1f}').unwrap_or((key.as_str(), ""));
-            let at: Vec<u32> = at.split('/').filter_map(|n| n.parse().ok()).collect();
-            let rp = decode(&v, &format!("week {key}"))?;
-            history.weeks.push((
-                pool.to_string(),
-                at.first().copied().unwrap_or(0),
-                at.get(1).copied().unwrap_or(0),
-                rp,
-            ));
-        }
-        for item in self.journal.scan_prefix(b"s/r/") {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k[4..]).into_owned();
-            let (pool, season) = key.split_once('\u{1f}').unwrap_or((key.as_str(), ""));
-            let ranks = decode(&v, &format!("ranks {key}"))?;
-            history
-                .ranks
-                .push((pool.to_string(), season.parse().unwrap_or(0), ranks));
-        }
-        Ok(history)
+        self.export_all()
     }
 
     fn import_history(&self, history: &History) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for (match_id, ack) in &history.results {
-            batch.insert(result_key(match_id), encode(ack)?);
-        }
-        for (pool, state) in &history.seasons {
-            batch.insert(state_key(pool), encode(state)?);
-        }
-        for (pool, season, week, rp) in &history.weeks {
-            batch.insert(week_key(pool, *season, *week), encode(rp)?);
-            for (player, points) in rp {
-                batch.insert(
-                    player_week_key(pool, player, *season, *week),
-                    &points.to_be_bytes(),
-                );
-            }
-        }
-        for (pool, season, ranks) in &history.ranks {
-            batch.insert(ranks_key(pool, *season), encode(ranks)?);
-            for rank in ranks {
-                batch.insert(player_rank_key(pool, &rank.player, *season), encode(rank)?);
-            }
-        }
-        self.journal.apply_batch(batch)?;
-        Ok(())
+        self.import_all(history)
     }
 
     fn flush(&self) -> Result<(), StoreError> {

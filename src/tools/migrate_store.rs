@@ -1,6 +1,8 @@
 //! `matchmaker admin migrate-store --from-data-dir DIR --to-redis URL`: moves an embedded
 //! deployment (players, parties, the result journal and every result's acknowledgement,
-//! seasons and their history, live matches, calibrations) into a cluster's Redis.
+//! seasons and their history, live matches, calibrations, `PartyService` parties, the match
+//! history, bans, the audit log and the event log under their own sequence numbers) into a
+//! cluster's Redis.
 //!
 //! The server on DIR must be stopped (its data dir lock says so) and no cluster node may run on
 //! the Redis: the migration holds the queues' lease itself, so its writes are fenced like an
@@ -17,10 +19,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cluster::lease::{Acquired, LeaseClient, Owner};
-use crate::ids::PlayerId;
-use crate::records::{PartyRecord, PoolRecord};
+use crate::ids::{MatchId, PlayerId};
+use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord};
 use crate::store::{
-    History, RedisOptions, RedisStore, Storage, StoreError, encode_match, redact, segment_bounds,
+    AdminRecords, History, RecordStorage, RedisOptions, RedisStore, Storage, StoreError,
+    encode_match, redact, segment_bounds,
 };
 
 /// The migration's own lease: a node cannot start while it runs, and an interrupted migration's
@@ -56,6 +59,14 @@ pub struct Counts {
     pub season_ranks: usize,
     pub live_matches: usize,
     pub calibrations: usize,
+    /// `PartyService` parties.
+    pub rosters: usize,
+    /// Players with a match history, and the match records their histories hold.
+    pub history_players: usize,
+    pub history_records: usize,
+    pub bans: usize,
+    pub audit_entries: usize,
+    pub events: usize,
     /// SHA-1 over every record above, in a canonical order.
     pub checksum: String,
 }
@@ -71,8 +82,12 @@ pub struct Report {
     pub verified: bool,
 }
 
-/// Counts and checksum of everything `store` holds that a migration moves.
-pub fn digest(store: &dyn Storage) -> Result<Counts, StoreError> {
+/// Counts and checksum of everything `store` holds that a migration moves; the match history
+/// of `history_players` (a cluster store cannot list them: pass the source's).
+pub async fn digest(
+    store: &dyn Storage,
+    history_players: &[PlayerId],
+) -> Result<Counts, StoreError> {
     let mut sha = sha1_smol::Sha1::new();
     let mut add = |label: &str, value: &[u8]| {
         sha.update(label.as_bytes());
@@ -136,6 +151,63 @@ pub fn digest(store: &dyn Storage) -> Result<Counts, StoreError> {
     calibrations.sort_by(|a, b| a.0.cmp(&b.0));
     add("calibrations", &serde_json::to_vec(&calibrations)?);
     counts.calibrations = calibrations.len();
+    let rosters = store.load_rosters()?;
+    add("rosters", &serde_json::to_vec(&rosters)?);
+    counts.rosters = rosters.len();
+    let mut held = std::collections::BTreeSet::new();
+    for player in history_players {
+        let list = store.player_matches(player).await?;
+        add("history", player.as_str().as_bytes());
+        add("list", &serde_json::to_vec(&list)?);
+        held.extend(list);
+        counts.history_players += 1;
+    }
+    let held: Vec<MatchId> = held.into_iter().collect();
+    for part in held.chunks(1000) {
+        for record in store.match_records(part).await? {
+            add("record", &serde_json::to_vec(&record)?);
+            counts.history_records += 1;
+        }
+    }
+    let bans = store.load_bans()?;
+    add("bans", &serde_json::to_vec(&bans)?);
+    counts.bans = bans.len();
+    let mut log = |prefix: &str, page: Vec<(u64, Vec<u8>)>| {
+        for (seq, value) in &page {
+            add(prefix, &seq.to_be_bytes());
+            add(prefix, value);
+        }
+        page.len()
+    };
+    let (mut after, mut n) = (0, 0);
+    loop {
+        let page = store.audit_after(after, 1000)?;
+        let Some(last) = page.last().map(|(s, _)| *s) else {
+            break;
+        };
+        let page = page
+            .iter()
+            .map(|(s, a)| Ok((*s, serde_json::to_vec(a)?)))
+            .collect::<Result<_, StoreError>>()?;
+        n += log("audit", page);
+        after = last;
+    }
+    counts.audit_entries = n;
+    let (mut after, mut n) = (0, 0);
+    loop {
+        let page = store.events_after(after, 1000)?;
+        let Some(last) = page.last().map(|(s, _)| *s) else {
+            break;
+        };
+        let page = page
+            .iter()
+            .map(|(s, e)| Ok((*s, serde_json::to_vec(e)?)))
+            .collect::<Result<_, StoreError>>()?;
+        n += log("event", page);
+        after = last;
+    }
+    counts.events = n;
+    add("last event", &store.append_events(&[])?.to_be_bytes());
     counts.checksum = sha.digest().to_string();
     Ok(counts)
 }
@@ -221,7 +293,8 @@ async fn copy_and_verify(
     batch: usize,
     progress: &mut impl FnMut(&str),
 ) -> Result<(usize, Counts), MigrateError> {
-    let expected = digest(source)?;
+    let history_players = source.history_players()?;
+    let expected = digest(source, &history_players).await?;
     progress(&format!(
         "source: {} players, {} parties, {} results, {} live matches",
         expected.players, expected.parties, expected.results, expected.live_matches
@@ -316,11 +389,22 @@ async fn copy_and_verify(
     let refs: Vec<_> = calibrations.iter().map(|(p, c)| (p.as_str(), c)).collect();
     target.put_calibrations(&refs)?;
     target.flush_async().await?;
+    copy_records(source, &target, &history_players, batch).await?;
+    progress(&format!(
+        "records: {} parties, {} match histories ({} records), {} bans, {} audit entries, {} \
+         events",
+        expected.rosters,
+        expected.history_players,
+        expected.history_records,
+        expected.bans,
+        expected.audit_entries,
+        expected.events
+    ));
     drop(target);
 
     // Read everything back from Redis, not from the mirror, and compare.
     let written = RedisStore::open(to, token, &RedisOptions::default()).await?;
-    let found = digest(&written)?;
+    let found = digest(&written, &history_players).await?;
     if found != expected {
         return Err(MigrateError::Mismatch(format!(
             "source {expected:?}, Redis {found:?}; run the migration again"
@@ -328,6 +412,77 @@ async fn copy_and_verify(
     }
     progress(&format!("verified: checksum {}", found.checksum));
     Ok((already, found))
+}
+
+/// `PartyService` parties, the match history, bans, and the audit and event logs under their
+/// own numbers: each batch idempotent (whole values), so a second run rewrites the same.
+async fn copy_records(
+    source: &dyn Storage,
+    target: &RedisStore,
+    history_players: &[PlayerId],
+    batch: usize,
+) -> Result<(), StoreError> {
+    let rosters = source.load_rosters()?;
+    for part in rosters.chunks(batch) {
+        let refs: Vec<&PartyRoster> = part.iter().collect();
+        target.put_rosters(&refs)?;
+        target.flush_async().await?;
+    }
+    // Each record is held by every list that names it, whichever batch the list is in.
+    let mut holders: BTreeMap<MatchId, u32> = BTreeMap::new();
+    for part in history_players.chunks(batch) {
+        let mut lists = Vec::with_capacity(part.len());
+        for player in part {
+            let list = source.player_matches(player).await?;
+            for id in &list {
+                *holders.entry(id.clone()).or_default() += 1;
+            }
+            lists.push((player.clone(), list));
+        }
+        target.import_match_history(&lists, &[])?;
+        target.flush_async().await?;
+    }
+    let ids: Vec<MatchId> = holders.keys().cloned().collect();
+    for part in ids.chunks(batch) {
+        let records: Vec<(MatchRecord, u32)> = source
+            .match_records(part)
+            .await?
+            .into_iter()
+            .map(|r| {
+                let n = holders.get(&r.match_id).copied().unwrap_or(1);
+                (r, n)
+            })
+            .collect();
+        target.import_match_history(&[], &records)?;
+        target.flush_async().await?;
+    }
+    for ban in source.load_bans()? {
+        target.put_ban(&ban)?;
+    }
+    let last_event = source.append_events(&[])?;
+    let mut after = 0;
+    loop {
+        let audit = source.audit_after(after, batch)?;
+        let Some(last) = audit.last().map(|(s, _)| *s) else {
+            break;
+        };
+        target.import_log(&audit, &[], 0)?;
+        target.flush_async().await?;
+        after = last;
+    }
+    let mut after = 0;
+    loop {
+        let events = source.events_after(after, batch)?;
+        let Some(last) = events.last().map(|(s, _)| *s) else {
+            break;
+        };
+        target.import_log(&[], &events, last_event)?;
+        target.flush_async().await?;
+        after = last;
+    }
+    target.import_log(&[], &[], last_event)?;
+    target.flush_async().await?;
+    Ok(())
 }
 
 async fn write_players(

@@ -4,16 +4,18 @@
 //!
 //! Only the lease holder writes, so the mirror hands out the numbers: events written by every
 //! owner in turn form one ordered stream, and a new owner continues after the last number it
-//! loaded. A player's erasure is one batch, so one script: all of it or none.
+//! loaded. A player's erasure is one batch, so one script: all of it or none (its match history
+//! part included, see `APPLY`'s `u` op).
 
 use super::super::AdminRecords;
 use super::super::admin_records::{AdminData, Erasure};
 use super::super::memory::Data;
+use super::records::history_list;
 use super::{Fields, Hash, Op, RedisStore, decode, json, ranks_field, text, week_field};
 use crate::ids::PlayerId;
 use crate::store::{AuditRecord, Ban, EventRecord, StoreError};
 
-fn seq_field(prefix: char, seq: u64) -> String {
+pub(super) fn seq_field(prefix: char, seq: u64) -> String {
     format!("{prefix}/{seq:020}")
 }
 
@@ -130,10 +132,45 @@ impl AdminRecords for RedisStore {
         Ok(old.len())
     }
 
-    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {
+    fn import_log(
+        &self,
+        audit: &[(u64, AuditRecord)],
+        events: &[(u64, EventRecord)],
+        last_event: u64,
+    ) -> Result<(), StoreError> {
         self.check_fence()?;
+        let mut batch = Vec::new();
+        for (seq, entry) in audit {
+            batch.push(Op::Set(Hash::Admin, seq_field('a', *seq), json(entry)?));
+        }
+        for (seq, event) in events {
+            batch.push(Op::Set(Hash::Admin, seq_field('e', *seq), json(event)?));
+        }
         let mut data = self.mirror.data();
-        let e: Erasure = data.erase_player(player);
+        data.import_log(audit, events, last_event);
+        batch.push(Op::Set(
+            Hash::Admin,
+            "n/a".into(),
+            data.admin.last_audit.to_string().into_bytes(),
+        ));
+        batch.push(Op::Set(
+            Hash::Admin,
+            "n/e".into(),
+            data.admin.last_event.to_string().into_bytes(),
+        ));
+        self.queue(batch);
+        Ok(())
+    }
+
+    fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
+        self.check_fence()?;
+        // The history stays in Redis: its records are read (after every queued write) and
+        // rewritten here; the script drops each from the player's list and lowers its holder
+        // count in the same batch as the rest of the erasure. The player is in no match and
+        // the caller holds the ledger's admin gate, so no write adds to their list meanwhile.
+        let held = super::blocking::run(self.history_held(player))?;
+        let mut data = self.mirror.data();
+        let e: Erasure = data.erase_player(player, marker);
         let mut batch = Vec::new();
         if e.player_removed {
             batch.push(Op::Del(Hash::Players, player.to_string()));
@@ -169,6 +206,21 @@ impl AdminRecords for RedisStore {
         }
         if e.ban_removed {
             batch.push(Op::Del(Hash::Admin, format!("b/{player}")));
+        }
+        for id in e.acks_rewritten {
+            if let Some(ack) = data.acks.get(&id) {
+                batch.push(Op::Set(Hash::Acks, id.to_string(), json(ack)?));
+            }
+        }
+        for (id, record) in held {
+            let value = match record {
+                Some(mut r) => {
+                    r.erase(player, marker);
+                    json(&r)?
+                }
+                None => Vec::new(),
+            };
+            batch.push(Op::Unhold(history_list(player), id.to_string(), value));
         }
         self.queue(batch);
         Ok(())

@@ -22,8 +22,10 @@
 //! change since the last write.
 
 mod admin;
+mod blocking;
 mod conn;
 mod durability;
+mod journal;
 mod records;
 mod server;
 
@@ -40,15 +42,14 @@ pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
 use super::{
-    EntryKind, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
-    StoredParty, StoredPlayer, StoredTicket, redact,
+    History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
+    StoredPlayer, StoredTicket, redact,
 };
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
-use records::history_ops;
 
 /// The lease key the fencing check reads (written by `cluster::lease`).
 const LEASE: &str = "{mm}:lease";
@@ -110,7 +111,10 @@ fn hash_name(h: Hash) -> &'static str {
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
 /// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL), `x KEY` (DEL) or `p LIST MEMBER KEEP
 /// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
-/// off loses a holder in REFS and goes from RECORDS with its last), KEY an index into KEYS.
+/// off loses a holder in REFS and goes from RECORDS with its last) or `u LIST MEMBER RECORDS
+/// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
+/// goes with its last, or else takes VALUE) or `l LIST N MEMBER…` (LIST replaced by the N
+/// members), KEY an index into KEYS.
 /// Sending the same batches again in order (a flight whose answer was lost) leaves the same
 /// history: a record's write resets its holder count before its pushes.
 const APPLY: &str = r"
@@ -133,6 +137,26 @@ while i <= n do
   elseif op == 'x' then
     redis.call('DEL', key)
     i = i + 2
+  elseif op == 'l' then
+    local count = tonumber(ARGV[i + 2])
+    redis.call('DEL', key)
+    if count > 0 then
+      redis.call('RPUSH', key, unpack(ARGV, i + 3, i + 2 + count))
+    end
+    i = i + 3 + count
+  elseif op == 'u' then
+    local member = ARGV[i + 2]
+    local records = KEYS[tonumber(ARGV[i + 3])]
+    local refs = KEYS[tonumber(ARGV[i + 4])]
+    if redis.call('LREM', key, 0, member) > 0 then
+      if redis.call('HINCRBY', refs, member, -1) <= 0 then
+        redis.call('HDEL', refs, member)
+        redis.call('HDEL', records, member)
+      elseif ARGV[i + 5] ~= '' and redis.call('HEXISTS', records, member) == 1 then
+        redis.call('HSET', records, member, ARGV[i + 5])
+      end
+    end
+    i = i + 6
   elseif op == 'p' then
     local member = ARGV[i + 2]
     local keep = tonumber(ARGV[i + 3])
@@ -166,6 +190,11 @@ enum Op {
     Clear(Hash),
     /// A match id to the head of a player's history list (its key), which keeps `keep`.
     Push(String, String, u32),
+    /// A match id out of an erased player's history list (its key); the record as it stays
+    /// for its other holders (empty: leave it).
+    Unhold(String, String, Vec<u8>),
+    /// A player's history list (its key) replaced whole (migration).
+    List(String, Vec<String>),
 }
 
 impl Op {
@@ -175,7 +204,8 @@ impl Op {
             Self::Set(..) => 4,
             Self::Del(..) => 3,
             Self::Clear(..) => 2,
-            Self::Push(..) => 6,
+            Self::Push(..) | Self::Unhold(..) => 6,
+            Self::List(_, members) => 3 + members.len(),
         }
     }
 }
@@ -385,7 +415,7 @@ impl RedisStore {
         // History lists are keys of their own (same `{mm}` slot), declared after the hashes.
         let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for op in batches.iter().flatten() {
-            if let Op::Push(list, _, _) = op
+            if let Op::Push(list, _, _) | Op::Unhold(list, _, _) | Op::List(list, _) = op
                 && !lists.contains_key(list.as_str())
             {
                 lists.insert(list, 2 + HASHES.len() + lists.len());
@@ -403,6 +433,22 @@ impl RedisStore {
                         .arg(*keep)
                         .arg(Hash::MatchRecords as usize)
                         .arg(Hash::MatchRefs as usize);
+                }
+                Op::List(list, members) => {
+                    invocation
+                        .arg("l")
+                        .arg(lists[list.as_str()])
+                        .arg(members.len())
+                        .arg(members);
+                }
+                Op::Unhold(list, member, value) => {
+                    invocation
+                        .arg("u")
+                        .arg(lists[list.as_str()])
+                        .arg(member)
+                        .arg(Hash::MatchRecords as usize)
+                        .arg(Hash::MatchRefs as usize)
+                        .arg(value);
                 }
                 Op::Set(h, field, value) => {
                     invocation.arg("s").arg(*h as usize).arg(field).arg(value);
@@ -541,8 +587,10 @@ fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
         data.acks.insert(MatchId::new(id.as_str()), ack);
     }
     for (k, v) in take(Hash::Meta) {
-        if text(&k) == "snapshot_seq" {
-            data.snapshot_seq = text(&v).parse().unwrap_or(0);
+        match text(&k).as_str() {
+            "snapshot_seq" => data.snapshot_seq = text(&v).parse().unwrap_or(0),
+            "reloaded_queues" => data.reloaded = Some(decode(&v, "reloaded queues")?),
+            _ => {}
         }
     }
     for (k, v) in take(Hash::Seasons) {
@@ -678,67 +726,19 @@ impl Storage for RedisStore {
     }
 
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
-        self.check_fence()?;
-        let mut batch = Vec::new();
-        for (i, entry) in entries.iter().enumerate() {
-            let seq = first_seq + i as u64;
-            batch.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
-            batch.push(Op::Set(
-                Hash::Meta,
-                "last_seq".into(),
-                seq.to_string().into(),
-            ));
-            if entry.kind == EntryKind::Result {
-                batch.push(Op::Set(
-                    Hash::Acks,
-                    entry.match_id.to_string(),
-                    json(&entry.ack)?,
-                ));
-            }
-            if let Some(season) = &entry.season {
-                batch.push(Op::Set(
-                    Hash::Seasons,
-                    entry.pool.clone(),
-                    json(&season.state)?,
-                ));
-                if let Some((n, week, rp)) = &season.week_rp {
-                    batch.push(Op::Set(
-                        Hash::Weeks,
-                        week_field(&entry.pool, *n, *week),
-                        json(rp)?,
-                    ));
-                }
-                if let Some((n, ranks)) = &season.ranks {
-                    batch.push(Op::Set(
-                        Hash::Ranks,
-                        ranks_field(&entry.pool, *n),
-                        json(ranks)?,
-                    ));
-                }
-            }
-        }
-        batch.extend(history_ops(
-            entries.iter().filter_map(|e| e.history.as_ref()),
-        )?);
-        self.mirror.append_journal(first_seq, entries)?;
-        // The players' and parties' whole records, current in the `players` hash at once.
-        {
-            let mut data = self.mirror.data();
-            for entry in entries {
-                for (player, record) in &entry.records {
-                    let pools = data.players.entry(player.clone()).or_default();
-                    pools.insert(entry.pool.clone(), record.clone());
-                    batch.push(Op::Set(Hash::Players, player.to_string(), json(pools)?));
-                }
-                for (party, record) in &entry.parties {
-                    let pools = data.parties.entry(party.clone()).or_default();
-                    pools.insert(entry.pool.clone(), record.clone());
-                    batch.push(Op::Set(Hash::Parties, party.clone(), json(pools)?));
-                }
-            }
-        }
+        let batch = self.journal_batch(first_seq, entries)?;
         self.queue(batch);
         Ok(())
+    }
+
+    fn append_journal_with_events(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+        events: &[super::EventRecord],
+    ) -> Result<u64, StoreError> {
+        let batch = self.journal_batch(first_seq, entries)?;
+        self.queue_with_events(batch, events)
     }
 
     fn journal_after(
@@ -912,6 +912,21 @@ impl Storage for RedisStore {
         self.mirror.load_tickets()
     }
 
+    fn put_reloaded_queues(&self, reload: &super::ReloadedQueues) -> Result<(), StoreError> {
+        self.check_fence()?;
+        self.mirror.data().reloaded = Some(reload.clone());
+        self.queue(vec![Op::Set(
+            Hash::Meta,
+            "reloaded_queues".into(),
+            json(reload)?,
+        )]);
+        Ok(())
+    }
+
+    fn reloaded_queues(&self) -> Option<super::ReloadedQueues> {
+        self.mirror.data().reloaded.clone()
+    }
+
     fn export_history(&self) -> Result<History, StoreError> {
         self.mirror.export_history()
     }
@@ -946,22 +961,7 @@ impl Storage for RedisStore {
 
     fn flush(&self) -> Result<(), StoreError> {
         let target = self.queued();
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                tokio::task::block_in_place(|| handle.block_on(self.flush_through(target)))
-            }
-            _ => std::thread::scope(|s| {
-                s.spawn(|| {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .map_err(|e| StoreError::Redis(format!("flush runtime: {e}")))?
-                        .block_on(self.flush_through(target))
-                })
-                .join()
-                .unwrap_or_else(|_| Err(StoreError::Redis("flush thread panicked".into())))
-            }),
-        }
+        blocking::run(self.flush_through(target))
     }
 
     fn flush_async(&self) -> StoreFuture<'_, ()> {

@@ -10,8 +10,31 @@ use crate::records::{MatchRecord, PartyRoster};
 use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
 
 /// The key of a player's history list: match ids, most recently ended first.
-fn history_list(player: &PlayerId) -> String {
+pub(super) fn history_list(player: &PlayerId) -> String {
     format!("{{mm}}:history:{player}")
+}
+
+impl RedisStore {
+    /// The matches a player's history holds, each with its record if still stored.
+    pub(super) async fn history_held(
+        &self,
+        player: &PlayerId,
+    ) -> Result<Vec<(MatchId, Option<MatchRecord>)>, StoreError> {
+        let ids = self.player_matches(player).await?;
+        let mut records: std::collections::HashMap<MatchId, MatchRecord> = self
+            .match_records(&ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.match_id.clone(), r))
+            .collect();
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let record = records.remove(&id);
+                (id, record)
+            })
+            .collect())
+    }
 }
 
 /// The ops that add `writes` to the history: each record and its holder count, then its
@@ -126,5 +149,32 @@ impl RecordStorage for RedisStore {
 
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
         self.mirror.load_rosters()
+    }
+
+    fn history_players(&self) -> Result<Vec<PlayerId>, StoreError> {
+        Err(StoreError::Redis(format!(
+            "{}: a cluster store does not list its match history's players",
+            crate::store::redact(&self.url)
+        )))
+    }
+
+    fn import_match_history(
+        &self,
+        lists: &[(PlayerId, Vec<MatchId>)],
+        records: &[(MatchRecord, u32)],
+    ) -> Result<(), StoreError> {
+        self.check_fence()?;
+        let mut batch = Vec::new();
+        for (player, list) in lists {
+            let ids = list.iter().map(ToString::to_string).collect();
+            batch.push(Op::List(history_list(player), ids));
+        }
+        for (record, holders) in records {
+            let id = record.match_id.to_string();
+            batch.push(Op::Set(Hash::MatchRecords, id.clone(), json(record)?));
+            batch.push(Op::Set(Hash::MatchRefs, id, holders.to_string().into()));
+        }
+        self.queue(batch);
+        Ok(())
     }
 }

@@ -7,19 +7,25 @@
 //! Appends take a lock so two appends never pick the same number and the numbers become
 //! visible in order. The erasure of a player is one sled transaction over the players, journal,
 //! parties and admin trees: its changes are computed first (the caller holds the ledger's admin
-//! gate, so no journal entry is written meanwhile) and applied all together.
+//! gate, so no journal entry is written meanwhile) and applied all together; the match history
+//! part is read inside the transaction, since a cancelled match's history write can change a
+//! shared record's holder count at any time.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sled::Transactional;
-use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 
-use super::super::admin_records::{party_names, ranks_without, week_without};
+use super::super::admin_records::{entry_without, party_names, ranks_without, week_without};
+use super::super::history::HistoryErasure;
 use super::super::{AdminRecords, AuditRecord, Ban, EventRecord, JournalEntry, StoreError};
-use super::{SledStore, decode, encode, journal_key};
-use crate::ids::PlayerId;
+use super::records::{history_key, history_name};
+use super::{SledStore, decode, decode_seq, encode, journal_key};
+use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::SeasonRank;
+use crate::records::{MatchRecord, ResultAck};
 
 const ADMIN_TREE: &str = "admin";
 const LAST_AUDIT: &[u8] = b"n/a";
@@ -63,6 +69,41 @@ impl AdminTree {
                 Ok((seq, decode(&v, &format!("admin {}/{seq}", prefix as char))?))
             })
             .collect()
+    }
+}
+
+impl SledStore {
+    /// Applies a journal batch and appends `events` in one sled transaction over the journal
+    /// and admin trees, so a result's events are durable exactly when its entry is; the last
+    /// event cursor.
+    pub(super) fn journal_and_events(
+        &self,
+        journal_batch: sled::Batch,
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
+        if events.is_empty() {
+            self.journal.apply_batch(journal_batch)?;
+            return self.admin.last(LAST_EVENT);
+        }
+        let _guard = self.admin.lock();
+        let mut seq = self.admin.last(LAST_EVENT)?;
+        let mut events_batch = sled::Batch::default();
+        for event in events {
+            seq += 1;
+            events_batch.insert(seq_key(b'e', seq), encode(event)?);
+        }
+        events_batch.insert(LAST_EVENT, &seq.to_be_bytes());
+        (&self.journal, &self.admin.tree)
+            .transaction(|(journal, admin)| {
+                journal.apply_batch(&journal_batch)?;
+                admin.apply_batch(&events_batch)?;
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => StoreError::Engine(e),
+                TransactionError::Abort(e) => e,
+            })?;
+        Ok(seq)
     }
 }
 
@@ -161,7 +202,31 @@ impl AdminRecords for SledStore {
         Ok(n)
     }
 
-    fn erase_player(&self, player: &PlayerId) -> Result<(), StoreError> {
+    fn import_log(
+        &self,
+        audit: &[(u64, AuditRecord)],
+        events: &[(u64, EventRecord)],
+        last_event: u64,
+    ) -> Result<(), StoreError> {
+        let _guard = self.admin.lock();
+        let mut batch = sled::Batch::default();
+        let mut last_audit = self.admin.last(LAST_AUDIT)?;
+        for (seq, entry) in audit {
+            batch.insert(seq_key(b'a', *seq), encode(entry)?);
+            last_audit = last_audit.max(*seq);
+        }
+        let mut last = self.admin.last(LAST_EVENT)?.max(last_event);
+        for (seq, event) in events {
+            batch.insert(seq_key(b'e', *seq), encode(event)?);
+            last = last.max(*seq);
+        }
+        batch.insert(LAST_AUDIT, &last_audit.to_be_bytes());
+        batch.insert(LAST_EVENT, &last.to_be_bytes());
+        self.admin.tree.apply_batch(batch)?;
+        Ok(())
+    }
+
+    fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
         let _guard = self.admin.lock();
         let parties: Vec<sled::IVec> = self
             .parties
@@ -177,11 +242,21 @@ impl AdminRecords for SledStore {
         for item in self.journal.range(journal_key(0)..=journal_key(u64::MAX)) {
             let (k, v) = item?;
             let mut entry: JournalEntry = decode(&v, "journal entry")?;
-            let before = entry.records.len() + entry.parties.len();
-            entry.records.retain(|(p, _)| p != player);
-            entry.parties.retain(|(k, _)| !party_names(k, player));
-            if entry.records.len() + entry.parties.len() != before {
+            if entry_without(&mut entry, player, marker) {
                 journal_set.push((k.to_vec(), encode(&entry)?));
+            }
+        }
+        // Every result's acknowledgement (kept for good): only those whose bytes hold the id as
+        // a JSON string can name the player, so the rest are not decoded.
+        let quoted = encode(player.as_str())?;
+        for item in self.journal.scan_prefix(b"r/") {
+            let (k, v) = item?;
+            if !v.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
+                continue;
+            }
+            let mut ack: ResultAck = decode(&v, &String::from_utf8_lossy(&k))?;
+            if ack.erase(player, marker) {
+                journal_set.push((k.to_vec(), encode(&ack)?));
             }
         }
         for item in self.journal.scan_prefix(b"s/w/") {
@@ -222,6 +297,9 @@ impl AdminRecords for SledStore {
             &self.admin.tree,
         )
             .transaction(|(players, journal, parties_tree, admin)| {
+                // The history is read inside the transaction, which holds sled's write lock:
+                // no batch changes a holder count between this read and the write.
+                erase_history(journal, player, marker)?;
                 players.remove(player_key)?;
                 for k in &parties {
                     parties_tree.remove(k)?;
@@ -233,13 +311,58 @@ impl AdminRecords for SledStore {
                     journal.remove(k.as_slice())?;
                 }
                 admin.remove(ban.as_slice())?;
-                Ok::<(), ConflictableTransactionError<()>>(())
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
             })
             .map_err(|e| match e {
                 TransactionError::Storage(e) => StoreError::Engine(e),
-                TransactionError::Abort(()) => {
-                    StoreError::Engine(sled::Error::Unsupported("player erasure aborted".into()))
-                }
+                TransactionError::Abort(e) => e,
             })
     }
+}
+
+/// Erases `player` from the match history in the journal tree, within the erasure's
+/// transaction (see [`HistoryErasure`]).
+fn erase_history(
+    journal: &TransactionalTree,
+    player: &PlayerId,
+    marker: &PlayerId,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    let list_key = history_key(b'p', player.as_str());
+    let Some(v) = journal.get(&list_key)? else {
+        return Ok(());
+    };
+    let abort = ConflictableTransactionError::Abort;
+    let list: Vec<MatchId> = decode(&v, &history_name(&list_key)).map_err(abort)?;
+    let mut refs = HashMap::new();
+    let mut records = HashMap::new();
+    for id in &list {
+        let count = journal.get(history_key(b'c', id.as_str()))?;
+        refs.insert(id.clone(), count.map_or(0, |c| decode_seq(&c) as u32));
+        let key = history_key(b'm', id.as_str());
+        if let Some(r) = journal.get(&key)? {
+            let r: MatchRecord = decode(&r, &history_name(&key)).map_err(abort)?;
+            records.insert(id.clone(), r);
+        }
+    }
+    let plan = HistoryErasure::plan(
+        player,
+        marker,
+        &list,
+        &mut |m| Ok(refs.get(m).copied().unwrap_or(0)),
+        &mut |m| Ok(records.get(m).cloned()),
+    )
+    .map_err(abort)?;
+    journal.remove(list_key)?;
+    for id in &plan.dropped {
+        journal.remove(history_key(b'c', id.as_str()))?;
+        journal.remove(history_key(b'm', id.as_str()))?;
+    }
+    for (id, n) in &plan.refs {
+        journal.insert(history_key(b'c', id.as_str()), &u64::from(*n).to_be_bytes())?;
+    }
+    for r in &plan.rewritten {
+        let value = encode(r).map_err(abort)?;
+        journal.insert(history_key(b'm', r.match_id.as_str()), value)?;
+    }
+    Ok(())
 }

@@ -112,6 +112,32 @@ impl RecordStorage for SledStore {
         Ok(())
     }
 
+    fn history_players(&self) -> Result<Vec<PlayerId>, StoreError> {
+        self.journal
+            .scan_prefix(b"h/p/")
+            .keys()
+            .map(|k| Ok(PlayerId::new(String::from_utf8_lossy(&k?[4..]).as_ref())))
+            .collect()
+    }
+
+    fn import_match_history(
+        &self,
+        lists: &[(PlayerId, Vec<MatchId>)],
+        records: &[(MatchRecord, u32)],
+    ) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (player, list) in lists {
+            batch.insert(history_key(b'p', player.as_str()), encode(list)?);
+        }
+        for (record, holders) in records {
+            let id = record.match_id.as_str();
+            batch.insert(history_key(b'm', id), encode(record)?);
+            batch.insert(history_key(b'c', id), &u64::from(*holders).to_be_bytes());
+        }
+        self.journal.apply_batch(batch)?;
+        Ok(())
+    }
+
     fn load_rosters(&self) -> Result<Vec<PartyRoster>, StoreError> {
         self.rosters
             .iter()
@@ -126,7 +152,7 @@ impl RecordStorage for SledStore {
 /// Match history in the journal tree (so a result's record is in its entry's batch):
 /// `h/m/<match id>` → [`MatchRecord`], `h/c/<match id>` → how many lists hold it (big-endian
 /// u64), `h/p/<player>` → JSON list of match ids, most recently ended first.
-fn history_key(kind: u8, id: &str) -> Vec<u8> {
+pub(super) fn history_key(kind: u8, id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + id.len());
     k.extend_from_slice(b"h/");
     k.push(kind);
@@ -135,6 +161,6 @@ fn history_key(kind: u8, id: &str) -> Vec<u8> {
     k
 }
 
-fn history_name(key: &[u8]) -> String {
+pub(super) fn history_name(key: &[u8]) -> String {
     format!("history/{}", String::from_utf8_lossy(key))
 }
