@@ -146,7 +146,7 @@ impl SledStore {
         let matches = db.open_tree(MATCHES_TREE)?;
         let parties = db.open_tree(PARTIES_TREE)?;
         let rosters = db.open_tree(ROSTERS_TREE)?;
-        let admin = admin::AdminTree::open(&db)?;
+        let admin = admin::AdminTree::open(&db, &journal)?;
         let data_file = std::fs::File::open(dir.join("db")).map_err(|source| StoreError::Io {
             path: dir.join("db"),
             source,

@@ -1,8 +1,12 @@
 //! The embedded backend's admin records, in their own tree `admin`:
 //! - `b/<player>` → JSON [`Ban`];
-//! - `a/<seq be64>` → JSON [`AuditRecord`], `e/<seq be64>` → JSON [`EventRecord`];
-//! - `n/a`, `n/e` → the last sequence number handed out (be64), kept past trimming so a cursor
-//!   is never reused.
+//! - `a/<seq be64>` → JSON [`AuditRecord`];
+//! - `n/a` → the last audit sequence number handed out (be64), kept past trimming.
+//!
+//! The event log lives in the journal tree, so a result's events go in the result's own plain
+//! batch (one tree, no transaction): `e/<seq be64>` → JSON [`EventRecord`], `n/e` → the last
+//! event sequence number, kept past trimming so a cursor is never reused. Stores written when
+//! the log was in the admin tree have it moved at open.
 //!
 //! Appends take a lock so two appends never pick the same number and the numbers become
 //! visible in order. The erasure of a player is one sled transaction over the players, journal,
@@ -31,19 +35,50 @@ const ADMIN_TREE: &str = "admin";
 const LAST_AUDIT: &[u8] = b"n/a";
 const LAST_EVENT: &[u8] = b"n/e";
 
-/// The admin tree and the lock appends take.
+/// The admin tree, the tree holding the event log (the journal tree) and the lock appends take.
 #[derive(Clone)]
 pub(super) struct AdminTree {
     tree: sled::Tree,
+    events: sled::Tree,
     lock: Arc<Mutex<()>>,
 }
 
 impl AdminTree {
-    pub(super) fn open(db: &sled::Db) -> Result<Self, StoreError> {
-        Ok(Self {
+    pub(super) fn open(db: &sled::Db, journal: &sled::Tree) -> Result<Self, StoreError> {
+        let admin = Self {
             tree: db.open_tree(ADMIN_TREE)?,
+            events: journal.clone(),
             lock: Arc::default(),
-        })
+        };
+        admin.move_legacy_events(db)?;
+        Ok(admin)
+    }
+
+    /// Moves an event log kept in the admin tree (stores written before it moved) to the
+    /// journal tree: copied and flushed first, then removed, so a crash in between only
+    /// repeats the copy at the next open.
+    fn move_legacy_events(&self, db: &sled::Db) -> Result<(), StoreError> {
+        let old_last = self.last(LAST_EVENT)?;
+        let mut copy = sled::Batch::default();
+        let mut remove = sled::Batch::default();
+        let mut any = old_last > 0;
+        for item in self.tree.scan_prefix(b"e/") {
+            let (k, v) = item?;
+            copy.insert(k.clone(), v);
+            remove.remove(k);
+            any = true;
+        }
+        if !any {
+            return Ok(());
+        }
+        let last = old_last.max(self.last_event()?);
+        copy.insert(LAST_EVENT, &last.to_be_bytes());
+        remove.remove(LAST_EVENT);
+        self.events.apply_batch(copy)?;
+        db.flush()?;
+        self.tree.apply_batch(remove)?;
+        db.flush()?;
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
@@ -54,14 +89,26 @@ impl AdminTree {
         Ok(self.tree.get(key)?.map_or(0, |v| super::decode_seq(&v)))
     }
 
+    fn last_event(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .events
+            .get(LAST_EVENT)?
+            .map_or(0, |v| super::decode_seq(&v)))
+    }
+
+    /// A page of the audit log (`a`, admin tree) or the event log (`e`, journal tree).
     fn page<T: serde::de::DeserializeOwned>(
         &self,
         prefix: u8,
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, T)>, StoreError> {
-        self.tree
-            .range(seq_key(prefix, after.saturating_add(1))..=seq_key(prefix, u64::MAX))
+        let tree = if prefix == b'e' {
+            &self.events
+        } else {
+            &self.tree
+        };
+        tree.range(seq_key(prefix, after.saturating_add(1))..=seq_key(prefix, u64::MAX))
             .take(limit)
             .map(|item| {
                 let (k, v) = item?;
@@ -73,36 +120,26 @@ impl AdminTree {
 }
 
 impl SledStore {
-    /// Applies a journal batch and appends `events` in one sled transaction over the journal
-    /// and admin trees, so a result's events are durable exactly when its entry is; the last
-    /// event cursor.
+    /// Applies a journal batch with `events` appended to the event log in the same batch (one
+    /// tree), so a result's events are durable exactly when its entry is; the last event
+    /// cursor.
     pub(super) fn journal_and_events(
         &self,
-        journal_batch: sled::Batch,
+        mut journal_batch: sled::Batch,
         events: &[EventRecord],
     ) -> Result<u64, StoreError> {
         if events.is_empty() {
             self.journal.apply_batch(journal_batch)?;
-            return self.admin.last(LAST_EVENT);
+            return self.admin.last_event();
         }
         let _guard = self.admin.lock();
-        let mut seq = self.admin.last(LAST_EVENT)?;
-        let mut events_batch = sled::Batch::default();
+        let mut seq = self.admin.last_event()?;
         for event in events {
             seq += 1;
-            events_batch.insert(seq_key(b'e', seq), encode(event)?);
+            journal_batch.insert(seq_key(b'e', seq), encode(event)?);
         }
-        events_batch.insert(LAST_EVENT, &seq.to_be_bytes());
-        (&self.journal, &self.admin.tree)
-            .transaction(|(journal, admin)| {
-                journal.apply_batch(&journal_batch)?;
-                admin.apply_batch(&events_batch)?;
-                Ok::<(), ConflictableTransactionError<StoreError>>(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Storage(e) => StoreError::Engine(e),
-                TransactionError::Abort(e) => e,
-            })?;
+        journal_batch.insert(LAST_EVENT, &seq.to_be_bytes());
+        self.journal.apply_batch(journal_batch)?;
         Ok(seq)
     }
 }
@@ -154,7 +191,7 @@ impl AdminRecords for SledStore {
 
     fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError> {
         let _guard = self.admin.lock();
-        let mut seq = self.admin.last(LAST_EVENT)?;
+        let mut seq = self.admin.last_event()?;
         if events.is_empty() {
             return Ok(seq);
         }
@@ -164,7 +201,7 @@ impl AdminRecords for SledStore {
             batch.insert(seq_key(b'e', seq), encode(event)?);
         }
         batch.insert(LAST_EVENT, &seq.to_be_bytes());
-        self.admin.tree.apply_batch(batch)?;
+        self.admin.events.apply_batch(batch)?;
         Ok(seq)
     }
 
@@ -179,12 +216,12 @@ impl AdminRecords for SledStore {
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
         // Events are appended in time order, so the old ones are a prefix: read one at a time
         // and stop at the first one kept.
-        let floor = self.admin.last(LAST_EVENT)?.saturating_sub(keep_at_most);
+        let floor = self.admin.last_event()?.saturating_sub(keep_at_most);
         let mut batch = sled::Batch::default();
         let mut n = 0;
         for item in self
             .admin
-            .tree
+            .events
             .range(seq_key(b'e', 0)..=seq_key(b'e', u64::MAX))
         {
             let (k, v) = item?;
@@ -198,7 +235,7 @@ impl AdminRecords for SledStore {
             batch.remove(k);
             n += 1;
         }
-        self.admin.tree.apply_batch(batch)?;
+        self.admin.events.apply_batch(batch)?;
         Ok(n)
     }
 
@@ -215,14 +252,16 @@ impl AdminRecords for SledStore {
             batch.insert(seq_key(b'a', *seq), encode(entry)?);
             last_audit = last_audit.max(*seq);
         }
-        let mut last = self.admin.last(LAST_EVENT)?.max(last_event);
+        batch.insert(LAST_AUDIT, &last_audit.to_be_bytes());
+        self.admin.tree.apply_batch(batch)?;
+        let mut batch = sled::Batch::default();
+        let mut last = self.admin.last_event()?.max(last_event);
         for (seq, event) in events {
             batch.insert(seq_key(b'e', *seq), encode(event)?);
             last = last.max(*seq);
         }
-        batch.insert(LAST_AUDIT, &last_audit.to_be_bytes());
         batch.insert(LAST_EVENT, &last.to_be_bytes());
-        self.admin.tree.apply_batch(batch)?;
+        self.admin.events.apply_batch(batch)?;
         Ok(())
     }
 
@@ -365,4 +404,51 @@ fn erase_history(
         journal.insert(history_key(b'm', r.match_id.as_str()), value)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EventKind;
+
+    fn event(n: u64) -> EventRecord {
+        EventRecord {
+            kind: EventKind::MatchCompleted,
+            unix: n as f64,
+            match_id: format!("m{n}"),
+            player_id: String::new(),
+            detail_json: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_event_log_kept_in_the_admin_tree_moves_to_the_journal_tree_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // The layout before the log moved: events and their counter in the admin tree.
+            let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+            let mut old = sled::Batch::default();
+            for n in 1..=3 {
+                old.insert(seq_key(b'e', n), encode(&event(n)).unwrap());
+            }
+            old.insert(LAST_EVENT, &5u64.to_be_bytes());
+            store.admin.tree.apply_batch(old).unwrap();
+            store.db.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let moved = store.events_after(0, 10).unwrap();
+        assert_eq!(moved, (1..=3).map(|n| (n, event(n))).collect::<Vec<_>>());
+        assert!(store.admin.tree.scan_prefix(b"e/").next().is_none());
+        assert!(store.admin.tree.get(LAST_EVENT).unwrap().is_none());
+        // Numbering goes on past the old counter (a trimmed cursor is never reused), and a
+        // result's events land in its journal batch.
+        let next = store
+            .journal_and_events(sled::Batch::default(), &[event(6)])
+            .unwrap();
+        assert_eq!(next, 6);
+        assert_eq!(store.events_after(5, 10).unwrap(), vec![(6, event(6))]);
+        drop(store);
+        let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(store.events_after(0, 10).unwrap().len(), 4);
+    }
 }
