@@ -42,7 +42,11 @@ use super::lease::Owner;
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
 /// Set on the answer of a node that received a forwarded call but does not own the queues.
 const NOT_OWNER: &str = "x-matchmaker-not-owner";
-/// Connections a front keeps to each node (or engine) it forwards to.
+/// Connections a front keeps to each node it forwards to. Calls and streams share them; the
+/// count did not change the forwarded EnterQueue rate (1, 2, 4 and 16 alike, within the run's
+/// noise: docs/performance.md, cluster mode), and several leave room beyond one connection's
+/// stream limit on the owner (`server.max_concurrent_requests_per_connection`) for streams,
+/// which stay open.
 const CONNECTIONS: usize = 16;
 /// Streams that continue on the next owner.
 const RESUMABLE: &[&str] = &[
@@ -83,6 +87,8 @@ struct Inner {
     route: watch::Receiver<Route>,
     channels: Mutex<HashMap<String, Vec<Channel>>>,
     turn: std::sync::atomic::AtomicUsize,
+    /// `matchmaker_cluster_forwarded_calls_total`, registered once.
+    forwarded: metrics::Counter,
     /// How long a call may wait for an owner.
     patience: Duration,
     /// Largest request message (`server.max_message_bytes`): the engine would refuse a larger
@@ -103,6 +109,7 @@ impl Front {
                 route,
                 channels: Mutex::new(HashMap::new()),
                 turn: std::sync::atomic::AtomicUsize::new(0),
+                forwarded: metrics::counter!(crate::telemetry::CLUSTER_FORWARDED),
                 patience,
                 max_body,
             }),
@@ -146,17 +153,18 @@ impl Inner {
         Some(channel)
     }
 
-    /// Where a call goes now, or why it cannot go anywhere yet.
+    /// Where a call goes now, or why it cannot go anywhere yet. The route is read in place: a
+    /// call copies only the engine handle or one connection, not the owner's names.
     fn target(&self, forwarded: bool) -> Result<Target, &'static str> {
-        let route = self.route.borrow().clone();
+        let route = self.route.borrow();
         let token = route.owner.as_ref().map_or(0, |o| o.token);
-        if let Some(engine) = route.engine {
-            return Ok(Target::Engine(engine, token));
+        if let Some(engine) = &route.engine {
+            return Ok(Target::Engine(engine.clone(), token));
         }
         if forwarded {
             return Err("this node does not own the queues");
         }
-        match route.owner {
+        match &route.owner {
             Some(owner) if owner.node_id != self.node_id => self
                 .channel(&owner.addr)
                 .map(|c| Target::Node(c, token))
@@ -226,10 +234,21 @@ impl Inner {
             let why = match self.target(forwarded) {
                 Ok(target) => {
                     let token = target.token();
-                    let request = http::Request::from_parts(
-                        parts.clone(),
-                        Body::new(http_body_util::Full::new(bytes.clone())),
-                    );
+                    let body = Body::new(http_body_util::Full::new(bytes.clone()));
+                    let request = match &target {
+                        Target::Engine(..) => http::Request::from_parts(parts.clone(), body),
+                        // Another process: the extensions (this connection's peer address and
+                        // such) mean nothing there, so only the head is copied.
+                        Target::Node(..) => {
+                            self.forwarded.increment(1);
+                            let mut request = http::Request::new(body);
+                            *request.method_mut() = parts.method.clone();
+                            *request.uri_mut() = parts.uri.clone();
+                            *request.version_mut() = parts.version;
+                            *request.headers_mut() = parts.headers.clone();
+                            request
+                        }
+                    };
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
                     let sent = tokio::select! {
@@ -462,7 +481,6 @@ async fn send(
     match target {
         Target::Engine(engine, _) => engine.call(request).await,
         Target::Node(mut channel, _) => {
-            metrics::counter!(crate::telemetry::CLUSTER_FORWARDED).increment(1);
             let ready = channel.ready().await?;
             Ok(ready.call(request).await?)
         }

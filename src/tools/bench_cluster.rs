@@ -175,18 +175,29 @@ async fn measure(
 ) -> Result<ClusterBench, ToolError> {
     let config = dir.join("bench.toml");
     std::fs::write(&config, "").map_err(ToolError::read(format!("{}", config.display())))?;
+    // Every server may have every caller's call in flight: a cluster's EnterQueue waits for its
+    // Redis write, so with more callers than the default limit (256) the owner would shed some
+    // of them, which measures the limit, not the server. Same setting on every side.
+    let limit = (
+        "MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS",
+        max_concurrent_requests(opts.concurrency).to_string(),
+    );
     let embedded = Process::start(
         &config,
-        &[(
-            "MATCHMAKER_SERVER__DATA_DIR",
-            dir.join("embedded").display().to_string(),
-        )],
+        &[
+            (
+                "MATCHMAKER_SERVER__DATA_DIR",
+                dir.join("embedded").display().to_string(),
+            ),
+            limit.clone(),
+        ],
     )?;
     let node_env = |i: usize| {
         vec![
             ("MATCHMAKER_CLUSTER__REDIS_URL", redis.url().to_string()),
             ("MATCHMAKER_CLUSTER__NODE_ID", format!("bench-{i}")),
             ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
+            limit.clone(),
         ]
     };
     let mut nodes = Vec::new();
@@ -418,6 +429,12 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         result_cpu_us,
         player_bytes,
     })
+}
+
+/// The servers' `server.max_concurrent_requests` for `callers` closed-loop callers: the default
+/// (256), or room for every caller plus the generator's game-server streams.
+fn max_concurrent_requests(callers: usize) -> usize {
+    (callers + 64).max(256)
 }
 
 /// The node index in a `bench-N` node id.
