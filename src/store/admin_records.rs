@@ -200,6 +200,43 @@ pub(super) struct Erasure {
     pub(super) ban_removed: bool,
     /// Result acknowledgements now naming the marker.
     pub(super) acks_rewritten: Vec<MatchId>,
+    /// Events now naming the marker.
+    pub(super) events_rewritten: Vec<u64>,
+}
+
+/// An event without `player`: the marker in their place, as the event's player and wherever
+/// its detail holds the id as a JSON string (a match's teams); whether it named them.
+pub(super) fn event_without(event: &mut EventRecord, player: &PlayerId, marker: &PlayerId) -> bool {
+    fn replace(v: &mut serde_json::Value, from: &str, to: &str) -> bool {
+        match v {
+            serde_json::Value::String(s) if s == from => {
+                *s = to.to_owned();
+                true
+            }
+            serde_json::Value::Array(a) => {
+                a.iter_mut().fold(false, |c, x| replace(x, from, to) | c)
+            }
+            serde_json::Value::Object(o) => {
+                o.values_mut().fold(false, |c, x| replace(x, from, to) | c)
+            }
+            _ => false,
+        }
+    }
+    let mut changed = false;
+    if event.player_id == player.as_str() {
+        event.player_id = marker.to_string();
+        changed = true;
+    }
+    // An id with a quote or a backslash is escaped inside the detail: parse it then.
+    let escaped = player.as_str().contains(['"', '\\']);
+    if (escaped || event.detail_json.contains(player.as_str()))
+        && let Ok(mut detail) = serde_json::from_str::<serde_json::Value>(&event.detail_json)
+        && replace(&mut detail, player.as_str(), marker.as_str())
+    {
+        event.detail_json = detail.to_string();
+        changed = true;
+    }
+    changed
 }
 
 /// A journal entry without `player`: their records and parties gone, the marker in their place
@@ -273,6 +310,11 @@ impl Data {
             }
         }
         e.acks_rewritten.sort();
+        for (seq, event) in self.admin.events.iter_mut() {
+            if event_without(event, player, marker) {
+                e.events_rewritten.push(*seq);
+            }
+        }
         if !self.history_off {
             self.erase_history(player, marker);
         }

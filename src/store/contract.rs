@@ -873,6 +873,50 @@ pub(super) fn with_redis(
     runtime.block_on(task).unwrap();
 }
 
+fn erasing_a_player_marks_them_in_the_event_log(reopen: Reopen<'_>) {
+    let (gone, marker) = (
+        PlayerId::from("gone"),
+        PlayerId::from("erased:0123456789ab"),
+    );
+    let formed = |players: &str| EventRecord {
+        kind: EventKind::MatchFormed,
+        unix: 1.0,
+        match_id: "m1".into(),
+        player_id: String::new(),
+        detail_json: format!(r#"{{"queue":"1v1","teams":[[{players}],["p2"]]}}"#),
+    };
+    {
+        let store = reopen();
+        store
+            .append_events(&[
+                formed(r#""gone""#),
+                event(EventKind::RatingChanged, 2.0, "gone"),
+                event(EventKind::RatingChanged, 2.0, "p2"),
+                formed(r#""gone2""#),
+            ])
+            .unwrap();
+        store.erase_player(&gone, &marker).unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    let events: Vec<EventRecord> = store
+        .events_after(0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            formed(r#""erased:0123456789ab""#),
+            event(EventKind::RatingChanged, 2.0, "erased:0123456789ab"),
+            event(EventKind::RatingChanged, 2.0, "p2"),
+            // A longer id that contains the erased one is another player.
+            formed(r#""gone2""#),
+        ]
+    );
+}
+
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod sled_backend {
@@ -918,5 +962,6 @@ on_every_backend!(
     bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused,
     erasing_a_player_removes_every_record_naming_them_and_only_them,
     erasing_a_player_drops_their_history_and_marks_them_where_others_keep_it,
+    erasing_a_player_marks_them_in_the_event_log,
     imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );

@@ -212,6 +212,11 @@ impl AdminRecords for RedisStore {
                 batch.push(Op::Set(Hash::Acks, id.to_string(), json(ack)?));
             }
         }
+        for seq in e.events_rewritten {
+            if let Some(event) = data.admin.events.get(&seq) {
+                batch.push(Op::Set(Hash::Admin, seq_field('e', seq), json(event)?));
+            }
+        }
         for (id, record) in held {
             let value = match record {
                 Some(mut r) => {

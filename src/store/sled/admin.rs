@@ -21,7 +21,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sled::Transactional;
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 
-use super::super::admin_records::{entry_without, party_names, ranks_without, week_without};
+use super::super::admin_records::{
+    entry_without, event_without, party_names, ranks_without, week_without,
+};
 use super::super::history::HistoryErasure;
 use super::super::{AdminRecords, AuditRecord, Ban, EventRecord, JournalEntry, StoreError};
 use super::records::{history_key, history_name};
@@ -296,6 +298,23 @@ impl AdminRecords for SledStore {
             let mut ack: ResultAck = decode(&v, &String::from_utf8_lossy(&k))?;
             if ack.erase(player, marker) {
                 journal_set.push((k.to_vec(), encode(&ack)?));
+            }
+        }
+        // The event log: only events whose bytes hold the id can name the player (an id with a
+        // quote or a backslash is escaped in them: every event is read then).
+        let raw = player.as_str().as_bytes();
+        let escaped = raw.iter().any(|b| matches!(b, b'"' | b'\\'));
+        for item in self
+            .journal
+            .range(seq_key(b'e', 0)..=seq_key(b'e', u64::MAX))
+        {
+            let (k, v) = item?;
+            if !escaped && !v.windows(raw.len()).any(|w| w == raw) {
+                continue;
+            }
+            let mut event: EventRecord = decode(&v, &String::from_utf8_lossy(&k))?;
+            if event_without(&mut event, player, marker) {
+                journal_set.push((k.to_vec(), encode(&event)?));
             }
         }
         for item in self.journal.scan_prefix(b"s/w/") {
