@@ -895,3 +895,55 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
     browser.open(&format!("{console}#/players/cluster-banned"));
     assert_ban_shown(&mut browser, "ban kept in redis");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erased_player_leaves_the_consoles_recent_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
+    let server = start_server(&metrics, dir.path(), queues);
+    let channel = server.channel().await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut game_server = GameServerServiceClient::new(channel.clone());
+    let mut stream = common::serve(&mut game_server, "erase-gs").await;
+    play(
+        &mut client,
+        &mut game_server,
+        &mut stream,
+        "erase-alice",
+        "erase-bob",
+    )
+    .await;
+    let recent = || {
+        http_get(
+            &metrics,
+            "/console/api/matches",
+            &[("x-matchmaker-console", "1")],
+        )
+        .1
+    };
+    poll_until_blocking("the result in the recent list", || {
+        let body = recent();
+        if body.contains("erase-alice") {
+            Ok(())
+        } else {
+            Err(body)
+        }
+    });
+    AdminServiceClient::new(channel.clone())
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "erase-alice".into(),
+        })
+        .await
+        .expect("delete");
+    let body = poll_until_blocking("the erased player gone from the recent list", || {
+        let body = recent();
+        if body.contains("erase-alice") {
+            Err(body)
+        } else {
+            Ok(body)
+        }
+    });
+    assert!(body.contains("erased:"), "{body}");
+    assert!(body.contains("erase-bob"), "{body}");
+}

@@ -70,6 +70,27 @@ impl Feed {
             .collect()
     }
 
+    /// Forgets every kept result.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Puts `marker` in `player`'s place in every kept result (the player was erased).
+    pub fn erase(&mut self, player: &str, marker: &str) {
+        for entry in &mut self.entries {
+            for id in entry.teams.iter_mut().flatten() {
+                if id == player {
+                    marker.clone_into(id);
+                }
+            }
+            for change in &mut entry.changes {
+                if change.player_id == player {
+                    marker.clone_into(&mut change.player_id);
+                }
+            }
+        }
+    }
+
     /// The result of `match_id`, if it is still in the ring.
     #[must_use]
     pub fn get(&self, match_id: &str) -> Option<&Entry> {
@@ -111,6 +132,34 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn an_erased_player_is_the_marker_in_every_kept_result() {
+        let mut f = Feed::new(4);
+        f.push(entry(
+            "m1",
+            "1v1",
+            10.0,
+            &[("a", 1500.0, 1510.0), ("b", 1500.0, 1490.0)],
+        ));
+        f.push(entry(
+            "m2",
+            "1v1",
+            20.0,
+            &[("ab", 1500.0, 1510.0), ("c", 1500.0, 1490.0)],
+        ));
+        f.erase("a", "erased:0123456789ab");
+        let m1 = f.get("m1").unwrap();
+        assert_eq!(m1.teams, [["erased:0123456789ab"], ["b"]]);
+        assert_eq!(m1.changes[0].player_id, "erased:0123456789ab");
+        assert_eq!(m1.changes[1].player_id, "b");
+        let m2 = f.get("m2").unwrap();
+        assert_eq!(
+            m2.teams,
+            [["ab"], ["c"]],
+            "another player's id is left alone"
+        );
     }
 
     #[test]

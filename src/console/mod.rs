@@ -251,7 +251,7 @@ impl Console {
         }
     }
 
-    /// Keeps the newest applied results in the feed.
+    /// Keeps the newest applied results in the feed, and erases erased players from it.
     async fn listen(
         self: Arc<Self>,
         state: State,
@@ -259,9 +259,21 @@ impl Console {
         shutdown: CancellationToken,
     ) {
         use tokio::sync::broadcast::error::RecvError;
+        let mut erasures = state.subscribe_erasures();
         loop {
             let applied = tokio::select! {
                 r = results.recv() => r,
+                erased = erasures.recv() => {
+                    match erased {
+                        Ok((player, marker)) => {
+                            self.feed().erase(player.as_str(), marker.as_str());
+                        }
+                        // Missed erasures cannot be redone: forget every kept result.
+                        Err(RecvError::Lagged(_)) => self.feed().clear(),
+                        Err(RecvError::Closed) => return,
+                    }
+                    continue;
+                }
                 () = shutdown.cancelled() => return,
             };
             match applied {

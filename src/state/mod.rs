@@ -94,6 +94,9 @@ struct Inner {
     bans: DashMap<PlayerId, crate::store::Ban>,
     /// The event log's hub (see `events.rs`).
     events: events::Events,
+    /// Each erasure as `(player, marker)`, for views that keep copies of records in memory
+    /// (the console's recent results) to erase them too.
+    erasures: tokio::sync::broadcast::Sender<(PlayerId, PlayerId)>,
 }
 
 impl State {
@@ -173,6 +176,7 @@ impl State {
                 ownership: std::sync::OnceLock::new(),
                 bans,
                 events,
+                erasures: tokio::sync::broadcast::Sender::new(64),
             }),
         })
     }
@@ -191,6 +195,11 @@ impl State {
     /// lease holds on a cluster node.
     pub fn may_act(&self) -> bool {
         self.inner.ownership.get().is_none_or(|o| o.holds())
+    }
+
+    /// Every erasure from now on, as `(player, marker)`.
+    pub fn subscribe_erasures(&self) -> tokio::sync::broadcast::Receiver<(PlayerId, PlayerId)> {
+        self.inner.erasures.subscribe()
     }
 
     /// The durable store.

@@ -115,6 +115,8 @@ impl State {
         if self.leave_any_party(player, super::unix_now())? {
             erased.parties += 1;
         }
+        // No receiver (no console) is not an error.
+        let _ = self.inner.erasures.send((player.clone(), marker.clone()));
         Ok(Ok(erased))
     }
 }
