@@ -2,7 +2,8 @@
 # Runs every test: unit, property and integration. Integration tests start the real server on
 # 127.0.0.1 with temporary data directories; the cluster tests also start a real redis-server
 # (on a free loopback port, in a temporary directory), so this installs it from Debian first
-# when it is missing and we are root; likewise chromium for the operator console's browser tests.
+# when it is missing and we are root; likewise chromium and firefox-esr for the operator
+# console's browser tests.
 # Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,20 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
   else
     echo "test.sh: chromium is missing and cannot be installed here;" >&2
     echo "  install it (Debian/Ubuntu: sudo apt-get install -y chromium) and run again" >&2
+    exit 1
+  fi
+fi
+
+# ... and the same views in a headless Firefox: Debian's firefox-esr.
+if ! command -v firefox-esr >/dev/null 2>&1 && ! command -v firefox >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing firefox-esr (Debian) for the console tests"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends firefox-esr >/dev/null
+  else
+    echo "test.sh: firefox-esr is missing and cannot be installed here;" >&2
+    echo "  install it (Debian/Ubuntu: sudo apt-get install -y firefox-esr) and run again" >&2
     exit 1
   fi
 fi

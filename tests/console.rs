@@ -8,9 +8,14 @@
 //! a cluster node that does not own the queues serves the console through its front (against
 //! a real `redis-server`).
 //!
+//! The same views also run in headless Firefox (Debian's `firefox-esr`, driven over WebDriver
+//! BiDi by `console/bidi.rs`).
+//!
 //! Screenshots of each view are written to a temporary directory, or to the directory named by
 //! `MATCHMAKER_CONSOLE_SCREENSHOTS` (scripts/console-screenshots.sh: docs/console/).
 
+#[path = "console/bidi.rs"]
+mod bidi;
 #[path = "console/cdp.rs"]
 mod cdp;
 mod common;
@@ -946,4 +951,60 @@ async fn an_erased_player_leaves_the_consoles_recent_results() {
     });
     assert!(body.contains("erased:"), "{body}");
     assert!(body.contains("erase-bob"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_works_in_firefox_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
+    let server = start_server(&metrics, dir.path(), queues);
+    let channel = server.channel().await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut game_server = GameServerServiceClient::new(channel.clone());
+    let mut stream = common::serve(&mut game_server, "firefox-gs").await;
+    let mut last_match = String::new();
+    for (winner, loser) in [("ff-alice", "ff-bob"), ("ff-alice", "ff-bob")] {
+        last_match = play(&mut client, &mut game_server, &mut stream, winner, loser).await;
+    }
+    let formed = queue_stats(&mut AdminServiceClient::new(channel.clone()))
+        .await
+        .into_iter()
+        .find(|q| q.queue == "1v1")
+        .unwrap()
+        .matches_formed;
+    let console = format!("http://{metrics}/console/");
+    let mut firefox = bidi::Firefox::launch(1400, 1000);
+
+    firefox.open(&format!("{console}#/queues"));
+    let shown = firefox.wait_for(
+        "the 1v1 numbers in Firefox",
+        "document.querySelector('[data-queue=\"1v1\"][data-stat=\"matches_formed\"]')?.dataset.value",
+        PAGE_TIMEOUT,
+    );
+    let shown: f64 = shown.as_str().and_then(|v| v.parse().ok()).unwrap_or(-1.0);
+    assert_eq!(
+        shown, formed as f64,
+        "matches formed, as GetQueueStats says"
+    );
+
+    firefox.open(&format!("{console}#/players/ff-alice"));
+    // Before the first result, then after each of the two.
+    firefox.wait_for(
+        "the rating chart in Firefox",
+        "Number(document.querySelector('[data-chart=\"player-rating\"] svg')?.dataset.points) >= 3",
+        PAGE_TIMEOUT,
+    );
+    firefox.wait_for(
+        "the player's two matches in Firefox",
+        "document.querySelectorAll('#player-matches tbody tr').length == 2",
+        PAGE_TIMEOUT,
+    );
+
+    firefox.open(&format!("{console}#/matches/{last_match}"));
+    firefox.wait_for(
+        "the match's result in Firefox",
+        "document.querySelectorAll('#match-result tbody tr').length == 2",
+        PAGE_TIMEOUT,
+    );
 }

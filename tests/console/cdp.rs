@@ -241,13 +241,13 @@ impl Browser {
     }
 }
 
-/// A WebSocket client connection (no TLS, no extensions).
-struct WebSocket {
+/// A WebSocket client connection (no TLS, no extensions); also the Firefox driver's.
+pub struct WebSocket {
     stream: TcpStream,
 }
 
 impl WebSocket {
-    fn connect(url: &str) -> Self {
+    pub fn connect(url: &str) -> Self {
         let rest = url.strip_prefix("ws://").expect("a ws:// DevTools URL");
         let (host, path) = rest.split_once('/').expect("ws URL with a path");
         let mut stream = TcpStream::connect(host).expect("connect to DevTools");
@@ -279,7 +279,7 @@ impl WebSocket {
 
     /// One text message, in one masked frame (clients must mask; the key need not be secret
     /// here: nothing between us and the browser is a proxy to poison).
-    fn send_text(&mut self, text: &str) {
+    pub fn send_text(&mut self, text: &str) {
         let payload = text.as_bytes();
         let mut frame = vec![0x81u8];
         match payload.len() {
@@ -300,7 +300,7 @@ impl WebSocket {
     }
 
     /// The next text message (fragments joined; pings answered).
-    fn read_text(&mut self) -> String {
+    pub fn read_text(&mut self) -> String {
         let mut message = Vec::new();
         loop {
             let mut head = [0u8; 2];
