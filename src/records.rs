@@ -131,6 +131,10 @@ pub struct MatchRecord {
     /// Empty when no game server took the match.
     #[serde(default)]
     pub server_address: String,
+    /// Per team, the predicted chance to win when the match formed (empty in records written
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub win_probability: Vec<f64>,
     pub formed_unix: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_unix: Option<f64>,
@@ -326,6 +330,7 @@ mod tests {
             placements: vec![1, 2],
             changes: vec![change("gone"), change("a"), change("b")],
             server_address: "gone".into(),
+            win_probability: vec![0.5, 0.5],
             formed_unix: 1.0,
             started_unix: None,
             ended_unix: 2.0,

@@ -227,6 +227,11 @@ async fn matches_are_recorded_from_formed_to_completed_newest_first_and_bounded_
         assert_eq!(live.phase, proto::MatchPhase::Allocated as i32);
         assert_eq!(live.server_address, "gs-h:1");
         assert!(live.formed_unix > 0 && live.started_unix == 0 && live.ended_unix == 0);
+        assert_eq!(
+            live.win_probability, m.win_probability,
+            "the prediction at formation"
+        );
+        assert_eq!(m.win_probability.len(), 2);
         let started = start(&mut gs, &m.match_id, None)
             .await
             .unwrap()
@@ -255,6 +260,10 @@ async fn matches_are_recorded_from_formed_to_completed_newest_first_and_bounded_
         );
         assert_eq!(done.started_unix, started);
         assert!(done.ended_unix >= started);
+        assert_eq!(
+            done.win_probability, m.win_probability,
+            "kept in the record"
+        );
         let players: Vec<&str> = done
             .teams
             .iter()

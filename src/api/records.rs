@@ -58,6 +58,7 @@ pub fn live_match(m: &LiveMatch) -> proto::MatchRecord {
         formed_unix: unix(m.formed_unix),
         started_unix: m.started_unix.map_or(0, unix),
         ended_unix: 0,
+        win_probability: a.win_probability.clone(),
     }
 }
 
@@ -97,6 +98,7 @@ pub fn match_record(state: &State, r: &MatchRecord) -> proto::MatchRecord {
             })
             .collect(),
         server_address: r.server_address.clone(),
+        win_probability: r.win_probability.clone(),
         formed_unix: unix(r.formed_unix),
         started_unix: r.started_unix.map_or(0, unix),
         ended_unix: unix(r.ended_unix),

@@ -1,6 +1,6 @@
 //! The results this server applied since it started, newest kept: the Matches view's list of
-//! recent results (no RPC lists every player's matches) and each match's win probabilities at
-//! formation (the durable match record does not keep them). A bounded ring, lost on restart;
+//! recent results (no RPC lists every player's matches), and the win probabilities at formation
+//! of matches recorded before the match record kept them. A bounded ring, lost on restart;
 //! a match's page, a player's matches and their chart read the durable records instead. Pure:
 //! entries come in with their time; queries scan the ring (it is small).
 

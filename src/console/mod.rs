@@ -12,8 +12,7 @@
 //! answers yet the console reads itself, behind the same admin check (`auth::CONSOLE_API`): the
 //! last hour of each queue's numbers (`history`, sampled from the matchmaker loop's
 //! `GetQueueStats` numbers), the live matches in the state, the results applied since start
-//! (`feed`, from the ledger's applied-results channel: the recent list and each match's
-//! prediction at formation) and the season clocks.
+//! (`feed`, from the ledger's applied-results channel: the recent list) and the season clocks.
 //!
 //! On a cluster node the console is attached to the node's front instead
 //! ([`Console::attach_front`]): its calls reach the queues' owner like any client's, and what

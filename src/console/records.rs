@@ -2,10 +2,9 @@
 //! record: teams, phase, times, server, placements and rating changes), a player's recent
 //! matches and rating chart are `ListPlayerMatches` (durable, paged) and their ban is
 //! `GetPlayerBan`, all called in process through the server's gRPC stack (or a cluster node's
-//! front), so they read the same after a restart or on any node. The live list and a match's
-//! win probabilities at formation come from what this server holds in memory (the state and
-//! the results feed), when it has them. Handlers translate; the conversions are pure and tested
-//! here.
+//! front), so they read the same after a restart or on any node; so does a match's prediction
+//! at formation (`MatchRecord.win_probability`). The live list comes from the state. Handlers
+//! translate; the conversions are pure and tested here.
 
 use std::sync::Arc;
 
@@ -206,6 +205,7 @@ pub async fn one_match(
     });
     let at_formation = match &live {
         Some(slot) => Some(slot.assignment().win_probability.clone()),
+        None if !record.win_probability.is_empty() => Some(record.win_probability.clone()),
         None => console.feed().get(&id).map(|e| e.win_probability.clone()),
     };
     // A prediction is an extra: a queue no longer configured, or a player erased since, leaves
@@ -313,6 +313,7 @@ mod tests {
             match_id: id.into(),
             queue: queue.into(),
             phase: proto::MatchPhase::Completed as i32,
+            win_probability: vec![0.5; changes.len()],
             teams: changes
                 .iter()
                 .map(|c| proto::Team {

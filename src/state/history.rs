@@ -63,6 +63,7 @@ impl State {
                 placements: placements.to_vec(),
                 changes: changes.to_vec(),
                 server_address: a.server_address.clone(),
+                win_probability: a.win_probability.clone(),
                 formed_unix: m.formed_unix,
                 started_unix: m.started_unix(),
                 ended_unix,

@@ -406,6 +406,7 @@ fn history(id: &str, teams: &[&[&str]], keep: u32) -> HistoryWrite {
             placements: vec![1, 2],
             changes: Vec::new(),
             server_address: "gs-1".into(),
+            win_probability: vec![0.625, 0.375],
             formed_unix: 1_700_000_000.25,
             started_unix: Some(1_700_000_010.5),
             ended_unix: 1_700_000_100.75,

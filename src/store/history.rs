@@ -141,6 +141,7 @@ mod tests {
             placements: Vec::new(),
             changes: Vec::new(),
             server_address: "gs".into(),
+            win_probability: Vec::new(),
             formed_unix: 1.0,
             started_unix: None,
             ended_unix: 2.0,
