@@ -712,10 +712,19 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
         })
         .await
         .unwrap();
-    // One stream across owners: the same first event, then the new owner's, after it.
+    // One stream across owners: the same first event (the erasure put its marker in the
+    // banned player's place), then the new owner's, after it, naming the erased id.
     let after = common::watch_events(&survivor_channel, 0, &[], 2).await;
-    assert_eq!(after[0], before[0]);
+    assert!(after[0].player_id.starts_with("erased:"), "{:?}", after[0]);
+    assert_eq!(
+        proto::Event {
+            player_id: before[0].player_id.clone(),
+            ..after[0].clone()
+        },
+        before[0]
+    );
     assert_eq!(after[1].kind, proto::EventKind::PlayerDeleted as i32);
+    assert_eq!(after[1].player_id, "cheat");
     assert!(after[1].cursor > after[0].cursor);
     let audit = admin
         .list_audit_log(proto::ListAuditLogRequest::default())
