@@ -3,13 +3,12 @@
 //! with `--remote-debugging-port`, one session, its first browsing context. Only what the
 //! console test needs: open a page and evaluate JavaScript.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::cdp::WebSocket;
+use super::cdp::{WebSocket, listening_address, truthy};
 
 /// Longest one answer may take.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -88,27 +87,7 @@ impl Firefox {
     }
 
     fn connect(mut child: Child, profile: tempfile::TempDir) -> Self {
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            // Keep draining, so Firefox never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(url) = line.split("WebDriver BiDi listening on ").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(url.trim().to_owned());
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("firefox did not print its WebDriver BiDi address within 60 s");
-            }
-        };
+        let url = listening_address(&mut child, "WebDriver BiDi listening on ", "firefox");
         let mut firefox = Self {
             child,
             ws: WebSocket::connect(&format!("{}/session", url.trim_end_matches('/'))),
@@ -185,14 +164,7 @@ impl Firefox {
         loop {
             if let Ok(value) = self.evaluate(expression) {
                 last = value;
-                let truthy = match &last {
-                    Value::Null => false,
-                    Value::Bool(b) => *b,
-                    Value::Number(n) => n.as_f64() != Some(0.0),
-                    Value::String(s) => !s.is_empty(),
-                    _ => true,
-                };
-                if truthy {
+                if truthy(&last) {
                     return last;
                 }
             }

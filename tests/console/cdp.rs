@@ -76,27 +76,7 @@ impl Browser {
     }
 
     fn connect(mut child: Child, profile: tempfile::TempDir) -> Self {
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            // Keep draining, so Chromium never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(url) = line.split("DevTools listening on ").nth(1)
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(url.trim().to_owned());
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("chromium did not print its DevTools address within 60 s");
-            }
-        };
+        let url = listening_address(&mut child, "DevTools listening on ", "chromium");
         let mut browser = Self {
             child,
             ws: WebSocket::connect(&url),
@@ -194,14 +174,7 @@ impl Browser {
             );
             if r.get("exceptionDetails").is_none() {
                 last = r["result"]["value"].clone();
-                let truthy = match &last {
-                    Value::Null => false,
-                    Value::Bool(b) => *b,
-                    Value::Number(n) => n.as_f64() != Some(0.0),
-                    Value::String(s) => !s.is_empty(),
-                    _ => true,
-                };
-                if truthy {
+                if truthy(&last) {
                     return last;
                 }
             }
@@ -238,6 +211,43 @@ impl Browser {
             std::fs::create_dir_all(dir).expect("screenshot dir");
         }
         std::fs::write(path, png).expect("write screenshot");
+    }
+}
+
+/// The address a browser prints on stderr after `marker` once it listens; stderr is drained
+/// for the browser's life, so it never blocks on a full pipe. Kills the browser and fails the
+/// test after 60 s.
+pub fn listening_address(child: &mut Child, marker: &'static str, browser: &str) -> String {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(url) = line.split(marker).nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(url.trim().to_owned());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(url) => url,
+        Err(_) => {
+            let _ = child.kill();
+            panic!("{browser} did not print its address ({marker:?}) within 60 s");
+        }
+    }
+}
+
+/// JavaScript's truthiness of a JSON value (not null, false, 0 or "").
+pub fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        _ => true,
     }
 }
 
