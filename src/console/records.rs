@@ -180,9 +180,9 @@ pub async fn matches(
 }
 
 /// `GET /console/api/matches/{id}`: `GetMatch`, with `PredictMatch`'s prediction for its
-/// teams now, the win probabilities it was formed with (while this server still holds the
-/// match or its result in memory) and, for a live match on a single server, what the state
-/// holds of it (quality, region, leavers).
+/// teams now, the win probabilities it was formed with (the record's, or for a record written
+/// before it kept them, this server's memory) and, for a live match on a single server, what
+/// the state holds of it (quality, region, leavers).
 pub async fn one_match(
     Axum(console): Axum<Arc<Console>>,
     uri: Uri,
