@@ -202,6 +202,19 @@ fn assert_ban_shown(browser: &mut Browser, reason: &str) {
     assert!(text.contains(reason), "{text}");
 }
 
+/// `matchmaker loadgen` against `addr` for 8 s in one round with `concurrency` callers.
+fn spawn_loadgen(addr: &str, rpc: &[&str], concurrency: u32) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args(["loadgen", "--addr", addr])
+        .args(rpc)
+        .args(["--seconds", "8", "--rounds", "1", "--json", "--concurrency"])
+        .arg(concurrency.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start loadgen")
+}
+
 /// One 1v1 match of `winner` against `loser`, served to `stream`'s game server and reported.
 async fn play(
     client: &mut ClientServiceClient<tonic::transport::Channel>,
@@ -303,45 +316,9 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
     drop(stream);
 
     // Traffic: the real load generator forms, serves and reports 1v1 matches.
-    let loadgen = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args(["loadgen", "--addr", &server.addr, "--rpc", "report-result"])
-        .args([
-            "--seconds",
-            "8",
-            "--rounds",
-            "1",
-            "--concurrency",
-            "8",
-            "--json",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start loadgen");
+    let loadgen = spawn_loadgen(&server.addr, &["--rpc", "report-result"], 8);
     // And team matching: solo players entering 5v5 (its game servers are the generator's own).
-    let loadgen_5v5 = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args([
-            "loadgen",
-            "--addr",
-            &server.addr,
-            "--rpc",
-            "enter-queue",
-            "--queue",
-            "5v5",
-        ])
-        .args([
-            "--seconds",
-            "8",
-            "--rounds",
-            "1",
-            "--concurrency",
-            "2",
-            "--json",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start loadgen");
+    let loadgen_5v5 = spawn_loadgen(&server.addr, &["--rpc", "enter-queue", "--queue", "5v5"], 2);
 
     let mut browser = Browser::launch(1400, 1000);
     browser.open(&format!("{console}#/queues"));
