@@ -62,6 +62,29 @@ fn lease_holder(redis: &RedisServer) -> Option<String> {
     Some(value?.split('|').nth(1)?.to_string())
 }
 
+/// Kills the node `owner` (SIGKILL) and waits until `next` holds the queues' lease.
+async fn kill_owner_until(
+    nodes: &mut BTreeMap<String, ServerProcess>,
+    owner: &str,
+    redis: &RedisServer,
+    next: &str,
+) {
+    let mut dead = nodes.remove(owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    common::poll_until(&format!("{next} owns the queues"), || {
+        let holder = lease_holder(redis);
+        let next = next.to_string();
+        async move {
+            match holder {
+                Some(h) if h == next => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+}
+
 /// Waits until some node owns the queues and answers through `channel`.
 async fn ready(channel: &Channel) {
     let mut admin = AdminServiceClient::new(channel.clone());
@@ -613,20 +636,7 @@ async fn records_written_through_one_node_are_read_through_the_other_after_it_di
     };
     check(reader.clone()).await;
 
-    let mut dead = nodes.remove(&owner).unwrap();
-    dead.child.kill().unwrap();
-    let _ = dead.child.wait();
-    common::poll_until("the other node owns the queues", || {
-        let holder = lease_holder(&redis);
-        let other = other.clone();
-        async move {
-            match holder {
-                Some(h) if h == other => Ok(()),
-                seen => Err(format!("{seen:?}")),
-            }
-        }
-    })
-    .await;
+    kill_owner_until(&mut nodes, &owner, &redis, &other).await;
     ready(&reader).await;
     check(reader).await;
 }
@@ -677,20 +687,7 @@ async fn bans_audit_entries_and_one_event_stream_hold_on_every_node_and_across_a
     // The owner dies; the survivor owns the queues with the same records.
     assert_eq!(lease_holder(&redis).as_deref(), Some(owner.as_str()));
     let survivor_channel = nodes[survivor].channel().await;
-    let mut dead = nodes.remove(&owner).unwrap();
-    dead.child.kill().unwrap();
-    let _ = dead.child.wait();
-    common::poll_until("the survivor owns the queues", || {
-        let holder = lease_holder(&redis);
-        let survivor = survivor.to_string();
-        async move {
-            match holder {
-                Some(h) if h == survivor => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    kill_owner_until(&mut nodes, &owner, &redis, survivor).await;
     ready(&survivor_channel).await;
     let e = ClientServiceClient::new(survivor_channel.clone())
         .enter_queue(proto::EnterQueueRequest {
@@ -831,20 +828,7 @@ async fn an_erasure_through_any_node_takes_the_match_history_in_redis_with_it() 
     check(reader.clone()).await;
     check(writer).await;
 
-    let mut dead = nodes.remove(&owner).unwrap();
-    dead.child.kill().unwrap();
-    let _ = dead.child.wait();
-    common::poll_until("the other node owns the queues", || {
-        let holder = lease_holder(&redis);
-        let other = other.clone();
-        async move {
-            match holder {
-                Some(h) if h == other => Ok(()),
-                seen => Err(format!("{seen:?}")),
-            }
-        }
-    })
-    .await;
+    kill_owner_until(&mut nodes, &owner, &redis, &other).await;
     ready(&reader).await;
     check(reader).await;
 }
@@ -883,20 +867,7 @@ async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
         .into_inner();
     assert_eq!(changed.changed_queues, vec!["2v2"]);
 
-    let mut dead = nodes.remove(&owner).unwrap();
-    dead.child.kill().unwrap();
-    let _ = dead.child.wait();
-    common::poll_until("the other node owns the queues", || {
-        let holder = lease_holder(&redis);
-        let other = other.clone();
-        async move {
-            match holder {
-                Some(h) if h == other => Ok(()),
-                seen => Err(format!("{seen:?}")),
-            }
-        }
-    })
-    .await;
+    kill_owner_until(&mut nodes, &owner, &redis, &other).await;
     ready(&reader).await;
     let mut client = ClientServiceClient::new(reader);
     let mut tickets = Vec::new();
