@@ -539,6 +539,13 @@ impl Config {
                     ));
                 }
             }
+            let ca = &self.cluster.peer_ca_file;
+            if self.cluster.enabled() && !ca.as_os_str().is_empty() && !ca.is_file() {
+                return Err(ConfigError::invalid(
+                    "cluster.peer_ca_file",
+                    format!("file {} does not exist", ca.display()),
+                ));
+            }
         }
         if !self.auth.enabled && !self.auth.allow_insecure && !addr.ip().is_loopback() {
             return Err(ConfigError::invalid(

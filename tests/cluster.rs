@@ -895,3 +895,201 @@ async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
         "{ready:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    // A long lease: an owner that stopped gracefully gives it up, so the next node takes the
+    // queues at its next try (a quarter lease), long before the lease would have expired.
+    let lease_ms = 12_000;
+    let config = config_with_lease(dir.path(), &redis, lease_ms, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    let first = nodes["n1"].channel().await;
+    ready(&first).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let channel = nodes[&other].channel().await;
+    // Calls through the other node open its links to the owner; tickets wait (six players
+    // never fill a 5v5 match).
+    let mut client = ClientServiceClient::new(channel.clone());
+    for i in 0..6 {
+        common::enter(&mut client, "5v5", &[format!("s{i}").as_str()]).await;
+    }
+    let waiting = |channel: Channel| async move {
+        let stats = AdminServiceClient::new(channel)
+            .get_queue_stats(proto::GetQueueStatsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let waiting: u64 = stats.queues.iter().map(|q| q.tickets_waiting).sum();
+        waiting
+    };
+    let before = waiting(channel.clone()).await;
+    assert_eq!(before, 6);
+    // Calls keep coming through the other node while the owner stops.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = tokio::spawn({
+        let stop = stop.clone();
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            let (mut ok, mut failed) = (0u32, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut request = tonic::Request::new(proto::GetQueueStatsRequest::default());
+                request.set_timeout(Duration::from_secs(20));
+                match admin.get_queue_stats(request).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => failed.push(e.to_string()),
+                }
+            }
+            (ok, failed)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopping = Instant::now();
+    let pid = nodes[&owner].child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // The owner's process ends: the links the other node holds to it do not keep it open.
+    let mut stopped = nodes.remove(&owner).unwrap();
+    common::poll_until_blocking("the owner's process ends", || {
+        match stopped.child.try_wait() {
+            Ok(Some(status)) => Ok(status),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let exited = stopping.elapsed();
+    common::poll_until(&format!("{other} owns the queues"), || {
+        let holder = lease_holder(&redis);
+        let other = other.clone();
+        async move {
+            match holder {
+                Some(h) if h == other => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        }
+    })
+    .await;
+    let handed_over = stopping.elapsed();
+    assert!(
+        handed_over < Duration::from_millis(lease_ms / 2),
+        "the queues moved after {handed_over:?} (exit after {exited:?}): the lease was not given up"
+    );
+    // Calls made meanwhile were answered, by one owner or the next.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = caller.await.unwrap();
+    assert!(failed.is_empty(), "{ok} answered, failed: {failed:?}");
+    assert!(ok > 0);
+    assert_eq!(
+        waiting(channel).await,
+        before,
+        "the waiting tickets moved with the queues"
+    );
+    eprintln!("owner exited after {exited:?}; queues handed over after {handed_over:?}");
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1, written to `dir`: its PEM, and the
+/// `[tls]` section that serves it.
+fn certificate(dir: &Path) -> (String, String) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let pem = cert.cert.pem();
+    let cert_file = dir.join("cert.pem");
+    let key_file = dir.join("key.pem");
+    std::fs::write(&cert_file, &pem).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let section = format!(
+        "[tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
+        cert_file.display().to_string(),
+        key_file.display().to_string()
+    );
+    (pem, section)
+}
+
+async fn tls_channel(node: &ServerProcess, ca_pem: &str) -> Channel {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem))
+        .domain_name("localhost");
+    Channel::from_shared(format!("https://{}", node.addr))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .expect("TLS connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_tls_on_nodes_forward_over_tls_and_check_each_others_certificate() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let (pem, tls) = certificate(dir.path());
+    let trusting = config(dir.path(), &redis, &tls);
+    let n1 = node(&trusting, "n1");
+    let first = tls_channel(&n1, &pem).await;
+    ready(&first).await;
+    let n2 = node(&trusting, "n2");
+    let second = tls_channel(&n2, &pem).await;
+    ready(&second).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    // Through the node that forwards: unary calls (on its links) and streams (each on its own
+    // call), both over TLS to the owner.
+    let mut client = ClientServiceClient::new(second.clone());
+    let a = common::enter(&mut client, "1v1", &["tls-a"]).await;
+    common::enter(&mut client, "1v1", &["tls-b"]).await;
+    let mut gs = GameServerServiceClient::new(second.clone());
+    let mut offers = common::serve(&mut gs, "gs-tls:7777").await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(
+        players_of(&m),
+        BTreeSet::from(["tls-a".to_string(), "tls-b".to_string()])
+    );
+    let updates = common::watch_to_end(&mut client, &a).await;
+    assert_eq!(
+        updates.last().unwrap().state,
+        proto::TicketState::Matched as i32
+    );
+
+    // A node that trusts another authority does not forward to the owner: its calls wait for
+    // an owner it can trust, then fail, and never reach the engine.
+    let other_dir = tempfile::tempdir().unwrap();
+    certificate(other_dir.path());
+    let stranger_ca = other_dir.path().join("cert.pem");
+    let mistrusting = config(
+        other_dir.path(),
+        &redis,
+        &format!(
+            "peer_ca_file = {:?}\n{tls}",
+            stranger_ca.display().to_string()
+        ),
+    );
+    let n3 = node(&mistrusting, "n3");
+    let third = tls_channel(&n3, &pem).await;
+    let mut request = tonic::Request::new(proto::GetQueueStatsRequest::default());
+    request.set_timeout(Duration::from_secs(2));
+    let refused = AdminServiceClient::new(third)
+        .get_queue_stats(request)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+        ),
+        "{refused:?}"
+    );
+    // The nodes that trust the owner's certificate still answer.
+    AdminServiceClient::new(second)
+        .get_queue_stats(proto::GetQueueStatsRequest::default())
+        .await
+        .expect("a trusting node forwards");
+}

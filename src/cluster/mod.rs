@@ -12,6 +12,7 @@
 
 pub mod front;
 pub mod lease;
+pub mod link;
 mod node;
 
 pub use node::{NodeError, run_node};

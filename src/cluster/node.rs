@@ -106,6 +106,8 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         route_rx,
         lease_time * 2 + Duration::from_secs(1),
         config.server.max_message_bytes,
+        shutdown.clone(),
+        peer_tls(config)?,
     );
     if let Some(console) = &console {
         console.attach_front(console_service(front.clone()), node.config.clone());
@@ -166,6 +168,28 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     }
     info!("cluster node stopped");
     served.map_err(|e| NodeError::Server(e.into()))
+}
+
+/// TLS to the other nodes when the nodes serve it: their certificates are checked against
+/// `cluster.peer_ca_file` (by default the node's own certificate, for nodes sharing one).
+fn peer_tls(config: &Config) -> Result<Option<super::front::PeerTls>, NodeError> {
+    if !config.tls.enabled {
+        return Ok(None);
+    }
+    let cluster = &config.cluster;
+    let path = if cluster.peer_ca_file.as_os_str().is_empty() {
+        &config.tls.cert_file
+    } else {
+        &cluster.peer_ca_file
+    };
+    let ca_pem = std::fs::read(path).map_err(|source| ServerError::Tls {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(Some(super::front::PeerTls {
+        ca_pem,
+        server_name: cluster.peer_server_name.clone(),
+    }))
 }
 
 /// The operator console on the node's metrics listener, when it is served there (with its

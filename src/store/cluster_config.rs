@@ -27,6 +27,13 @@ pub struct ClusterConfig {
     pub wait_replicas: u32,
     /// How long a write waits for those replicas (milliseconds) before it fails.
     pub wait_timeout_ms: u64,
+    /// With `[tls] enabled`, nodes forward calls to each other over TLS and check the other
+    /// node's certificate against these PEM certificates (the authority that signed the nodes'
+    /// certificates); empty: the node's own `tls.cert_file`, for nodes sharing one certificate.
+    pub peer_ca_file: std::path::PathBuf,
+    /// The name the other node's certificate must carry; empty: the host of its
+    /// `advertise_addr` (an IP address or DNS name in the certificate's subject alt names).
+    pub peer_server_name: String,
 }
 
 impl Default for ClusterConfig {
@@ -39,6 +46,8 @@ impl Default for ClusterConfig {
             allow_volatile: false,
             wait_replicas: 0,
             wait_timeout_ms: 1000,
+            peer_ca_file: std::path::PathBuf::new(),
+            peer_server_name: String::new(),
         }
     }
 }
