@@ -411,6 +411,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     max_in_flight,
                     deadline: deadline_ms.map(std::time::Duration::from_millis),
                     queue,
+                    baseline: true,
                 },
             ))?;
             if json {

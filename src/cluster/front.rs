@@ -214,14 +214,11 @@ impl Inner {
 
     /// Where a call goes now, or why it cannot go anywhere yet. The route is read in place: a
     /// call copies only the engine handle or one connection, not the owner's names.
-    fn target(&self, forwarded: bool, unary: bool) -> Result<Target, &'static str> {
+    fn target(&self, unary: bool) -> Result<Target, &'static str> {
         let route = self.route.borrow();
         let token = route.owner.as_ref().map_or(0, |o| o.token);
         if let Some(engine) = &route.engine {
             return Ok(Target::Engine(engine.clone(), token));
-        }
-        if forwarded {
-            return Err("this node does not own the queues");
         }
         match &route.owner {
             Some(owner) if owner.node_id != self.node_id => if unary {
@@ -237,10 +234,29 @@ impl Inner {
 
     async fn forward(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
         let forwarded = request.headers().contains_key(FORWARDED);
+        if forwarded {
+            // Another node's front sent it and keeps it to send again: here it is answered by
+            // this node's engine as it came, or refused as not ours.
+            let engine = self.route.borrow().engine.clone();
+            return match engine {
+                Some(engine) => engine.call(request).await.unwrap_or_else(|e| {
+                    status(
+                        tonic::Code::Unavailable,
+                        &format!("the owner's engine failed the call: {e}"),
+                        false,
+                    )
+                }),
+                None => status(
+                    tonic::Code::Unavailable,
+                    "this node does not own the queues",
+                    true,
+                ),
+            };
+        }
         let patience =
             caller_timeout(request.headers()).map_or(self.patience, |t| t.min(self.patience));
         let (mut parts, body) = request.into_parts();
-        if !forwarded && let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
+        if let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
             parts.headers.insert(FORWARDED, v);
         }
         let bytes = match collect(body, self.max_body).await {
@@ -250,12 +266,12 @@ impl Inner {
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
         if !resumable && !STREAMS.contains(&path) {
-            return match self.call(&parts, &bytes, forwarded, patience).await {
+            return match self.call(&parts, &bytes, patience).await {
                 Ok((response, _)) => response,
                 Err(answer) => answer,
             };
         }
-        let (response, token) = match self.call(&parts, &bytes, forwarded, patience).await {
+        let (response, token) = match self.call(&parts, &bytes, patience).await {
             Ok(answered) => answered,
             Err(answer) => return answer,
         };
@@ -269,7 +285,6 @@ impl Inner {
             front: self,
             parts,
             bytes,
-            forwarded,
             resumable,
             tx,
         };
@@ -285,7 +300,6 @@ impl Inner {
         &self,
         parts: &http::request::Parts,
         bytes: &Bytes,
-        forwarded: bool,
         patience: Duration,
     ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
         let deadline = tokio::time::Instant::now() + patience;
@@ -294,7 +308,7 @@ impl Inner {
         let once = ONCE.contains(&path);
         let unary = is_unary(path);
         loop {
-            let why = match self.target(forwarded, unary) {
+            let why = match self.target(unary) {
                 Ok(target) => {
                     let token = target.token();
                     if !matches!(target, Target::Engine(..)) {
@@ -331,9 +345,6 @@ impl Inner {
                 }
                 Err(why) => why,
             };
-            if forwarded && self.route.borrow().engine.is_none() {
-                return Err(status(tonic::Code::Unavailable, why, true));
-            }
             // Wait for the route to change (a new owner, an engine up), a little at most.
             let pause = tokio::time::Instant::now() + Duration::from_millis(100);
             if pause >= deadline {
@@ -374,7 +385,6 @@ struct Relay {
     front: Arc<Inner>,
     parts: http::request::Parts,
     bytes: Bytes,
-    forwarded: bool,
     resumable: bool,
     tx: Frames,
 }
@@ -403,11 +413,7 @@ impl Relay {
                 return;
             }
             let patience = self.front.patience;
-            match self
-                .front
-                .call(&self.parts, &self.bytes, self.forwarded, patience)
-                .await
-            {
+            match self.front.call(&self.parts, &self.bytes, patience).await {
                 Ok((response, t)) => {
                     if let Some(s) = tonic::Status::from_header_map(response.headers()) {
                         self.end(s.code(), s.message()).await;

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -40,15 +40,6 @@ const BATCH_CALLS: usize = 512;
 /// Allowance for one call's or answer's headers and framing on top of its message.
 const HEAD_BYTES: usize = 64 << 10;
 
-/// One header of a call or answer.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Header {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(bytes = "bytes", tag = "2")]
-    pub value: Bytes,
-}
-
 /// One forwarded unary call.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Call {
@@ -57,8 +48,9 @@ pub struct Call {
     pub id: u64,
     #[prost(string, tag = "2")]
     pub path: String,
-    #[prost(message, repeated, tag = "3")]
-    pub headers: Vec<Header>,
+    /// Every header, as `name:value` lines ([`to_headers`]).
+    #[prost(bytes = "bytes", tag = "3")]
+    pub headers: Bytes,
     /// The request body as the caller sent it: one length-prefixed gRPC message.
     #[prost(bytes = "bytes", tag = "4")]
     pub body: Bytes,
@@ -79,13 +71,13 @@ pub struct Answer {
     /// The HTTP status of the response (200 for every gRPC answer).
     #[prost(uint32, tag = "2")]
     pub status: u32,
-    #[prost(message, repeated, tag = "3")]
-    pub headers: Vec<Header>,
+    #[prost(bytes = "bytes", tag = "3")]
+    pub headers: Bytes,
     /// The response body: the length-prefixed message, or nothing (trailers-only).
     #[prost(bytes = "bytes", tag = "4")]
     pub body: Bytes,
-    #[prost(message, repeated, tag = "5")]
-    pub trailers: Vec<Header>,
+    #[prost(bytes = "bytes", tag = "5")]
+    pub trailers: Bytes,
 }
 
 /// What the owner sends back.
@@ -107,21 +99,14 @@ trait Weighed {
 
 impl Weighed for Call {
     fn size(&self) -> usize {
-        self.body.len() + self.path.len() + headers_size(&self.headers)
+        self.body.len() + self.path.len() + self.headers.len()
     }
 }
 
 impl Weighed for Answer {
     fn size(&self) -> usize {
-        self.body.len() + headers_size(&self.headers) + headers_size(&self.trailers)
+        self.body.len() + self.headers.len() + self.trailers.len()
     }
-}
-
-fn headers_size(headers: &[Header]) -> usize {
-    headers
-        .iter()
-        .map(|h| h.name.len() + h.value.len() + 4)
-        .sum()
 }
 
 /// The largest link message a node accepts: a full batch and one call or answer past it.
@@ -359,22 +344,40 @@ where
     }
 }
 
-fn to_headers(map: &http::HeaderMap) -> Vec<Header> {
-    map.iter()
-        .map(|(name, value)| Header {
-            name: name.as_str().to_string(),
-            value: Bytes::copy_from_slice(value.as_bytes()),
-        })
-        .collect()
+/// Headers as `name:value` lines, in one buffer: a header's name has no `:` and its value no
+/// line break, so the lines split back unambiguously.
+fn to_headers(map: &http::HeaderMap) -> Bytes {
+    let size = map
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 2)
+        .sum();
+    let mut out = BytesMut::with_capacity(size);
+    for (name, value) in map {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b":");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    out.freeze()
 }
 
-/// Headers as sent, dropping any that are not valid (a peer of the same release sends none).
-fn from_headers(headers: Vec<Header>) -> http::HeaderMap {
-    let mut map = http::HeaderMap::with_capacity(headers.len());
-    for h in headers {
+/// Headers back from their lines (each value shares the message's buffer), dropping any line
+/// that is not a valid header (a node of the same release sends none).
+fn from_headers(lines: &Bytes) -> http::HeaderMap {
+    let mut map = http::HeaderMap::new();
+    let mut rest = lines.clone();
+    while !rest.is_empty() {
+        let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        let line = rest.split_to(end);
+        if !rest.is_empty() {
+            rest.advance(1);
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
         if let (Ok(name), Ok(value)) = (
-            http::HeaderName::from_bytes(h.name.as_bytes()),
-            http::HeaderValue::from_maybe_shared(h.value),
+            http::HeaderName::from_bytes(&line[..colon]),
+            http::HeaderValue::from_maybe_shared(line.slice(colon + 1..)),
         ) {
             map.append(name, value);
         }
@@ -387,7 +390,7 @@ fn into_request(call: Call) -> http::Request<Body> {
     *request.method_mut() = http::Method::POST;
     *request.version_mut() = http::Version::HTTP_2;
     *request.uri_mut() = http::Uri::from_maybe_shared(Bytes::from(call.path)).unwrap_or_default();
-    *request.headers_mut() = from_headers(call.headers);
+    *request.headers_mut() = from_headers(&call.headers);
     request
 }
 
@@ -395,7 +398,7 @@ fn into_request(call: Call) -> http::Request<Body> {
 async fn answer(id: u64, response: http::Response<Body>) -> Answer {
     let (head, mut body) = response.into_parts();
     let mut data = BytesMut::new();
-    let mut trailers = Vec::new();
+    let mut trailers = Bytes::new();
     while let Some(frame) = body.frame().await {
         match frame {
             Ok(frame) => match frame.into_data() {
@@ -425,7 +428,7 @@ async fn answer(id: u64, response: http::Response<Body>) -> Answer {
 }
 
 fn into_response(answer: Answer) -> http::Response<Body> {
-    let trailers = (!answer.trailers.is_empty()).then(|| from_headers(answer.trailers));
+    let trailers = (!answer.trailers.is_empty()).then(|| from_headers(&answer.trailers));
     let mut frames = Vec::with_capacity(2);
     if !answer.body.is_empty() {
         frames.push(Ok::<_, tonic::Status>(http_body::Frame::data(answer.body)));
@@ -438,7 +441,7 @@ fn into_response(answer: Answer) -> http::Response<Body> {
     *response.status_mut() =
         http::StatusCode::from_u16(u16::try_from(answer.status).unwrap_or(500))
             .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    *response.headers_mut() = from_headers(answer.headers);
+    *response.headers_mut() = from_headers(&answer.headers);
     response
 }
 
@@ -452,7 +455,7 @@ mod tests {
         Call {
             id,
             path: "/matchmaker.v1.ClientService/GetPlayer".into(),
-            headers: Vec::new(),
+            headers: Bytes::new(),
             body: Bytes::from(vec![0u8; body]),
         }
     }
@@ -485,6 +488,25 @@ mod tests {
         assert_eq!(ids(batches.next().await.unwrap()), [4]);
         drop(tx);
         assert!(batches.next().await.is_none());
+    }
+
+    #[test]
+    fn headers_cross_as_lines_and_come_back_the_same() {
+        let mut map = http::HeaderMap::new();
+        map.insert("authorization", "Bearer a:b:c".parse().unwrap());
+        map.append("x-many", "one".parse().unwrap());
+        map.append("x-many", "two".parse().unwrap());
+        map.insert("grpc-timeout", "5S".parse().unwrap());
+        map.insert("x-empty", "".parse().unwrap());
+        let lines = to_headers(&map);
+        assert_eq!(from_headers(&lines), map);
+        assert!(from_headers(&to_headers(&http::HeaderMap::new())).is_empty());
+        // A line that is no header is dropped, the others kept.
+        let mixed = Bytes::from_static(b"no colon here\nx-a:1\nbad name:2\nx-b:3");
+        let back = from_headers(&mixed);
+        assert_eq!(back.len(), 2);
+        assert_eq!(back["x-a"], "1");
+        assert_eq!(back["x-b"], "3");
     }
 
     /// A server on a free loopback port, on `runtime`, whose link answers each call with

@@ -456,6 +456,8 @@ async fn load(
     opts.seconds = seconds;
     opts.rounds = 1;
     opts.concurrency = concurrency;
+    // The baseline here is the embedded server, measured by the caller.
+    opts.baseline = false;
     let report = loadgen::run(opts).await?;
     Ok((report.rps, report.errors))
 }

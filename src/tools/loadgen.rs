@@ -109,6 +109,9 @@ pub struct Options {
     /// The queue `EnterQueue` calls enter, one new player each. Its matches are served to the
     /// generator's game servers like any other.
     pub queue: String,
+    /// Run the health-check baseline slices. Off for callers that compare against a baseline
+    /// of their own (`bench-cluster`: the embedded server); `baseline` is then empty.
+    pub baseline: bool,
 }
 
 impl Options {
@@ -137,6 +140,7 @@ impl Options {
             max_in_flight: Self::MAX_IN_FLIGHT,
             deadline: None,
             queue: Self::QUEUE.into(),
+            baseline: true,
         }
     }
 }
@@ -265,16 +269,18 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
     let mut baseline = Tally::default();
     let mut target = Ok(Tally::default());
     for round in 0..opts.rounds {
-        let base = slice_run(
-            &opts,
-            Rpc::HealthCheck,
-            slice,
-            &channels,
-            &run_id,
-            &work,
-            round,
-        );
-        baseline.add(base.await?)?;
+        if opts.baseline {
+            let base = slice_run(
+                &opts,
+                Rpc::HealthCheck,
+                slice,
+                &channels,
+                &run_id,
+                &work,
+                round,
+            );
+            baseline.add(base.await?)?;
+        }
         let t = slice_run(&opts, opts.rpc, slice, &channels, &run_id, &work, round).await;
         target = match (target, t) {
             (Ok(mut sum), Ok(t)) => sum.add(t).map(|()| sum),
