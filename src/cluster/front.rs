@@ -44,14 +44,12 @@ use super::link::{self, Link};
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
 /// Set on the answer of a node that received a forwarded call but does not own the queues.
 const NOT_OWNER: &str = "x-matchmaker-not-owner";
-/// Connections a front keeps to each node it forwards to. Calls and streams share them; the
-/// count did not change the forwarded EnterQueue rate (1, 2, 4 and 16 alike, within the run's
-/// noise: docs/performance.md, cluster mode), and several leave room beyond one connection's
-/// stream limit on the owner (`server.max_concurrent_requests_per_connection`) for streams,
-/// which stay open.
+/// Connections a front keeps to each node it forwards to. Streams share them, and each link
+/// rides one: several leave room beyond one connection's stream limit on the owner
+/// (`server.max_concurrent_requests_per_connection`) for streams, which stay open.
 const CONNECTIONS: usize = 16;
-/// Links ([`link`]) a front keeps to the owner for unary calls, each on a connection of its
-/// own, so one connection's task is not the bottleneck on a larger node. Fewer links make
+/// Links ([`link`]) a front keeps to the owner for unary calls, on different connections, so
+/// one connection's task is not the bottleneck on a larger node. Fewer links make
 /// larger batches: on one 2-core machine 1 and 2 links forwarded as many EnterQueue calls
 /// (17.2k/s and 17.3k/s), 4 links 16.3k/s and 8 links 15.7k/s (docs/performance.md, C22).
 const LINKS: usize = 2;
