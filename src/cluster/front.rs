@@ -620,7 +620,21 @@ impl Service<http::Request<axum::body::Body>> for Front {
             let closing = inner.closing.clone();
             let max_body = inner.max_body;
             return Box::pin(async move {
-                let serve = move |call| inner.clone().forward(call);
+                let serve = move |call: http::Request<Body>| {
+                    let inner = inner.clone();
+                    async move {
+                        // A stream would hold its task until it ended; streams come on calls
+                        // of their own.
+                        if !is_unary(call.uri().path()) {
+                            return status(
+                                tonic::Code::InvalidArgument,
+                                "only unary calls of the API travel on a cluster link",
+                                false,
+                            );
+                        }
+                        inner.forward(call).await
+                    }
+                };
                 Ok(link::accept(request.map(Body::new), max_body, closing, serve).await)
             });
         }
@@ -706,6 +720,70 @@ mod tests {
         );
         let status = tonic::Status::from_header_map(response.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_front_takes_unary_calls_on_a_link_and_refuses_streams_there() {
+        let (_tx, rx) = watch::channel(Route {
+            owner: Some(Owner {
+                token: 1,
+                node_id: "other".into(),
+                addr: "127.0.0.1:1".into(),
+            }),
+            engine: None,
+        });
+        let front = Front::new(
+            "me".into(),
+            rx,
+            Duration::from_millis(300),
+            1 << 20,
+            CancellationToken::new(),
+            None,
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front));
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_routes(routes)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let link = Link::open(channel, 1 << 20);
+        let call = |path: &str| {
+            let (parts, ()) = http::Request::builder()
+                .method("POST")
+                .uri(path)
+                .header(FORWARDED, "other")
+                .body(())
+                .unwrap()
+                .into_parts();
+            parts
+        };
+        let answer = link
+            .call(
+                &call("/matchmaker.v1.ClientService/GetPlayer"),
+                Bytes::new(),
+            )
+            .await
+            .unwrap();
+        assert!(
+            is_not_owner(&answer),
+            "a forwarded call to a node without the queues"
+        );
+        let status = tonic::Status::from_header_map(answer.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        let answer = link
+            .call(
+                &call("/matchmaker.v1.ClientService/WatchTicket"),
+                Bytes::new(),
+            )
+            .await
+            .unwrap();
+        let status = tonic::Status::from_header_map(answer.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     }
 
     #[tokio::test]
