@@ -1093,3 +1093,99 @@ async fn with_tls_on_nodes_forward_over_tls_and_check_each_others_certificate() 
         .await
         .expect("a trusting node forwards");
 }
+
+/// A grpc-web request body: one data frame.
+fn grpc_web_frame(message: &impl prost::Message) -> Vec<u8> {
+    let bytes = message.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(&bytes);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_calls_a_forwarding_node_over_grpc_web_and_gets_the_owners_answer_and_status() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 20\ngrpc_web = true\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let n1 = node(&path, "n1");
+    ready(&n1.channel().await).await;
+    let n2 = node(&path, "n2");
+    ready(&n2.channel().await).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let url = format!("http://{}/matchmaker.v1.ClientService/EnterQueue", n2.addr);
+    let post = |request: proto::EnterQueueRequest| {
+        http.post(&url)
+            .header("content-type", "application/grpc-web+proto")
+            .header("x-grpc-web", "1")
+            .body(grpc_web_frame(&request))
+            .send()
+    };
+    // The answer's message and its trailers come back through the forwarding node.
+    let answer = post(proto::EnterQueueRequest {
+        queue: "1v1".into(),
+        player_ids: vec!["web-a".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer.version(), reqwest::Version::HTTP_11);
+    let body = answer.bytes().await.unwrap();
+    let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+    assert_eq!(body[0], 0, "a message first");
+    let ticket = <proto::EnterQueueResponse as prost::Message>::decode(&body[5..5 + len]).unwrap();
+    assert!(!ticket.ticket_id.is_empty());
+    let trailer = &body[5 + len..];
+    assert_eq!(trailer[0], 0x80, "then the trailer frame");
+    let trailer = String::from_utf8_lossy(&trailer[5..]).to_lowercase();
+    assert!(trailer.contains("grpc-status:0"), "{trailer}");
+    // The owner holds the ticket.
+    let stats = AdminServiceClient::new(n1.channel().await)
+        .get_queue_stats(proto::GetQueueStatsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let waiting: u64 = stats
+        .queues
+        .iter()
+        .filter(|q| q.queue == "1v1")
+        .map(|q| q.tickets_waiting)
+        .sum();
+    assert_eq!(waiting, 1);
+    // A refusal's status and message, naming the field, reach the browser too.
+    let answer = post(proto::EnterQueueRequest {
+        queue: "no-such-queue".into(),
+        player_ids: vec!["web-b".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let header = answer
+        .headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string());
+    let message = answer
+        .headers()
+        .get("grpc-message")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = String::from_utf8_lossy(&answer.bytes().await.unwrap()).to_lowercase();
+    assert!(
+        header.as_deref() == Some("3") || body.contains("grpc-status:3"),
+        "INVALID_ARGUMENT expected: {header:?} {body}"
+    );
+    let said = message.unwrap_or_default() + &body;
+    assert!(
+        said.contains("queue"),
+        "the message names the field: {said}"
+    );
+}
