@@ -909,3 +909,38 @@ async fn an_acknowledged_hard_reset_survives_kill_9() {
         (Some(2), Some(1))
     );
 }
+
+#[tokio::test]
+async fn queue_stats_carry_each_ranked_queues_season_clock() {
+    let server = TestServer::start("").await;
+    let clock = |stats: &proto::QueueStats, queue: &str| {
+        let q = stats.queues.iter().find(|q| q.queue == queue).unwrap();
+        (q.season, q.week)
+    };
+    let stats = || async {
+        server
+            .admin()
+            .await
+            .get_queue_stats(proto::GetQueueStatsRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+    };
+    let before = stats().await;
+    assert_eq!(clock(&before, "1v1"), (1, 0));
+    assert_eq!(
+        clock(&before, "2v2"),
+        (0, 0),
+        "an unranked queue has no clock"
+    );
+    reset(&server, proto::SeasonResetKind::Soft, "1v1").await;
+    assert_eq!(clock(&stats().await, "1v1"), (1, 1));
+    reset(&server, proto::SeasonResetKind::Hard, "1v1").await;
+    let after = stats().await;
+    assert_eq!(clock(&after, "1v1"), (2, 0));
+    assert_eq!(
+        clock(&after, "5v5"),
+        clock(&before, "5v5"),
+        "another pool keeps its clock"
+    );
+}

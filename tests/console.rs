@@ -824,6 +824,29 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
             Err(format!("{status}: {waiting:?}"))
         }
     });
+    // The season clocks are the owner's: a soft reset there moves 1v1's pool to week 1.
+    AdminServiceClient::new(channel.clone())
+        .season_reset(proto::SeasonResetRequest {
+            kind: proto::SeasonResetKind::Soft as i32,
+            queue: "1v1".into(),
+            dry_run: false,
+        })
+        .await
+        .expect("season reset");
+    let (status, body) = http_get(
+        &metrics,
+        "/console/api/seasons",
+        &[("x-matchmaker-console", "1")],
+    );
+    let seasons: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{status}: {e}"));
+    let pool = seasons["pools"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["queues"][0] == "1v1"))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(
+        (&pool["season"], &pool["week"]),
+        (&Value::from(1), &Value::from(1))
+    );
     let console = format!("http://{metrics}/console/");
     let mut browser = Browser::launch(1400, 1000);
     browser.open(&format!("{console}#/queues"));

@@ -317,10 +317,33 @@ impl AdminService for Admin {
             .matchmaker
             .ask(|reply| Command::Stats { reply })
             .await?;
+        // Each ranked queue's season clock, read once per rating pool.
+        let mut pools: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+        let mut clocks: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+        for info in self.state.queues() {
+            if info.config.ranking == crate::ranking::RankingKind::None {
+                continue;
+            }
+            if !pools.contains_key(&info.pool) {
+                let clock = self
+                    .state
+                    .store()
+                    .season_state(&info.pool)
+                    .map_err(|e| Status::internal(format!("reading the season clock: {e}")))?;
+                pools.insert(info.pool.clone(), (clock.season, clock.week));
+            }
+            clocks.insert(info.id.to_string(), pools[&info.pool]);
+        }
         let queues = stats
             .into_iter()
             .filter(|s| req.queue.is_empty() || s.queue == req.queue)
-            .map(|s| proto::QueueStat {
+            .map(|s| {
+                let (season, week) = clocks.get(&s.queue).copied().unwrap_or_default();
+                (s, season, week)
+            })
+            .map(|(s, season, week)| proto::QueueStat {
+                season,
+                week,
                 accept_rate: s.accept_rate(),
                 waiting_by_value: s
                     .waiting_by_value

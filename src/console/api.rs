@@ -1,7 +1,7 @@
 //! The console's JSON API. Each handler checks the caller ([`gate`]), then either makes one
 //! or more calls of the server's own gRPC stack in process (carrying the page's
 //! `authorization` header, so the auth layer checks it again exactly as for the admin CLI) or
-//! reads what no RPC answers yet (chart history, season clocks). The matches and players
+//! reads what no RPC answers yet (chart history). The matches and players
 //! endpoints are in `records.rs`. Handlers only translate: no rule lives here.
 
 use std::collections::BTreeMap;
@@ -184,7 +184,7 @@ pub async fn session(Axum(console): Axum<Arc<Console>>) -> Json<Value> {
         "git_sha": env!("MATCHMAKER_GIT_SHA"),
         "sample_seconds": console.config.sample_seconds,
         "history_seconds": super::HISTORY_SECONDS,
-        // A cluster node's console: no live matches, season clocks or results feed.
+        // A cluster node's console: no live matches or results feed.
         "cluster_node": console.backend().is_some_and(|b| b.state().is_none()),
     }))
 }
@@ -385,10 +385,16 @@ pub async fn leaderboard(
     })))
 }
 
-/// `GET /console/api/seasons`: each ranked rating pool's queues and season clock (the clock
-/// is read from the store, so a cluster node, which has none, answers it as null).
+/// `GET /console/api/seasons`: each ranked rating pool's queues and season clock (from
+/// `GetQueueStats`, so a cluster node shows the owner's clock).
 pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: HeaderMap) -> Answer {
     let caller = gate(&console, &uri, &headers)?;
+    let stats: proto::QueueStats = caller
+        .call(
+            "/matchmaker.v1.AdminService/GetQueueStats",
+            proto::GetQueueStatsRequest::default(),
+        )
+        .await?;
     let mut pools: BTreeMap<String, (Vec<String>, RankingKind)> = BTreeMap::new();
     for info in caller.backend.queues() {
         if info.config.ranking != RankingKind::None {
@@ -400,21 +406,16 @@ pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: Heade
     }
     let mut out = Vec::new();
     for (pool, (queues, ranking)) in pools {
-        let clock = match caller.backend.state() {
-            Some(state) => Some(
-                state
-                    .store()
-                    .season_state(&pool)
-                    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?,
-            ),
-            None => None,
-        };
+        let clock = stats
+            .queues
+            .iter()
+            .find(|s| queues.contains(&s.queue) && s.season > 0);
         out.push(json!({
             "pool": pool,
             "queues": queues,
             "ranking": ranking,
-            "season": clock.as_ref().map(|c| c.season),
-            "week": clock.as_ref().map(|c| c.week),
+            "season": clock.map(|c| c.season),
+            "week": clock.map(|c| c.week),
         }));
     }
     Ok(Json(json!({ "pools": out })))
