@@ -1189,3 +1189,85 @@ async fn a_browser_calls_a_forwarding_node_over_grpc_web_and_gets_the_owners_ans
         "the message names the field: {said}"
     );
 }
+
+/// A metric's value in a Prometheus text page: the first sample whose name and labels start
+/// with `series`.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_exports_its_cluster_metrics() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let node = |name: &str| {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let metrics = probe.local_addr().unwrap().to_string();
+        drop(probe);
+        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+        command
+            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr", &metrics])
+            .arg("--config")
+            .arg(&config)
+            .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+        (ServerProcess::spawn(command), metrics)
+    };
+    let (owner, owner_metrics) = node("n1");
+    ready(&owner.channel().await).await;
+    let (other, other_metrics) = node("n2");
+    let channel = other.channel().await;
+    ready(&channel).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    let mut client = ClientServiceClient::new(channel);
+    for i in 0..5 {
+        common::enter(&mut client, "1v1", &[format!("m{i}").as_str()]).await;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let scrape = |addr: String| {
+        let http = http.clone();
+        async move {
+            http.get(format!("http://{addr}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    };
+    let owner_page = scrape(owner_metrics).await;
+    let other_page = scrape(other_metrics).await;
+    let owned = |page: &str| sample(page, "matchmaker_cluster_queues_owned").unwrap_or(0.0);
+    assert!(owned(&owner_page) >= 1.0, "{owner_page}");
+    assert_eq!(owned(&other_page), 0.0);
+    assert!(sample(&owner_page, "matchmaker_cluster_lease_acquired_total").unwrap_or(0.0) >= 1.0);
+    assert!(
+        sample(
+            &owner_page,
+            "matchmaker_cluster_redis_round_trip_seconds_count{op=\"flush\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "the owner's writes to Redis are timed"
+    );
+    // The calls entered through the other node were forwarded on its link, and timed.
+    let forwarded = sample(&other_page, "matchmaker_cluster_forwarded_calls_total").unwrap_or(0.0);
+    assert!(forwarded >= 5.0, "{other_page}");
+    let timed = sample(
+        &other_page,
+        "matchmaker_cluster_forwarded_call_seconds_count",
+    )
+    .unwrap_or(0.0);
+    assert!(timed >= 5.0, "{other_page}");
+    assert_eq!(
+        sample(&owner_page, "matchmaker_cluster_forwarded_calls_total").unwrap_or(0.0),
+        0.0,
+        "the owner forwards nothing"
+    );
+}

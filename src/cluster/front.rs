@@ -104,6 +104,8 @@ struct Inner {
     turn: std::sync::atomic::AtomicUsize,
     /// `matchmaker_cluster_forwarded_calls_total`, registered once.
     forwarded: metrics::Counter,
+    /// `matchmaker_cluster_forwarded_call_seconds`, registered once.
+    forwarded_seconds: metrics::Histogram,
     /// How long a call may wait for an owner.
     patience: Duration,
     /// Largest request message (`server.max_message_bytes`): the engine would refuse a larger
@@ -132,6 +134,7 @@ impl Front {
                 links: Mutex::new(HashMap::new()),
                 turn: std::sync::atomic::AtomicUsize::new(0),
                 forwarded: metrics::counter!(crate::telemetry::CLUSTER_FORWARDED),
+                forwarded_seconds: metrics::histogram!(crate::telemetry::CLUSTER_FORWARDED_SECONDS),
                 patience,
                 max_body,
                 closing,
@@ -312,10 +315,16 @@ impl Inner {
                     if !matches!(target, Target::Engine(..)) {
                         self.forwarded.increment(1);
                     }
+                    let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
                     let sent = tokio::select! {
-                        sent = send(target, parts, bytes) => Some(sent),
+                        sent = send(target, parts, bytes) => {
+                            if let Some(started) = linked {
+                                self.forwarded_seconds.record(started.elapsed().as_secs_f64());
+                            }
+                            Some(sent)
+                        }
                         () = moved(&mut watch, token) => None,
                         () = tokio::time::sleep_until(deadline) => {
                             return Err(status(

@@ -86,6 +86,9 @@ pub const CLUSTER_LEASE_LOSSES: &str = "matchmaker_cluster_lease_losses_total";
 pub const CLUSTER_LEASE_ACQUIRED: &str = "matchmaker_cluster_lease_acquired_total";
 /// Calls this node's front sent on to the owner on another node (counter).
 pub const CLUSTER_FORWARDED: &str = "matchmaker_cluster_forwarded_calls_total";
+/// Seconds from a unary call's sending on a link to the owner's answer, as the forwarding node
+/// sees it: the extra hop's cost to a client of this node (histogram).
+pub const CLUSTER_FORWARDED_SECONDS: &str = "matchmaker_cluster_forwarded_call_seconds";
 /// Seconds of one round trip to Redis, per operation (lease | flush) (histogram).
 pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
 
@@ -113,6 +116,7 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
     ),
     (JOURNAL_FLUSH_SECONDS, SECONDS_FAST),
     (CLUSTER_REDIS_SECONDS, SECONDS_FAST),
+    (CLUSTER_FORWARDED_SECONDS, SECONDS_FAST),
     (
         JOURNAL_BATCH_SIZE,
         &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
@@ -210,6 +214,11 @@ pub fn describe() {
         CLUSTER_REDIS_SECONDS,
         metrics::Unit::Seconds,
         "Round trips to Redis, by operation"
+    );
+    describe_histogram!(
+        CLUSTER_FORWARDED_SECONDS,
+        metrics::Unit::Seconds,
+        "Unary calls forwarded on a link, from sending to the owner's answer"
     );
     describe_counter!(READY_CHECKS, "Ready-checks ended, by outcome");
     describe_counter!(BACKFILL_REQUESTS, "Backfill requests received");
