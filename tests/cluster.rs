@@ -1241,7 +1241,18 @@ async fn each_node_exports_its_cluster_metrics() {
                 .unwrap()
         }
     };
-    let owner_page = scrape(owner_metrics).await;
+    // The owner renews its lease four times per lease.
+    let owner_page = common::poll_until("a lease renewal counted", || {
+        let page = scrape(owner_metrics.clone());
+        async move {
+            let page = page.await;
+            match sample(&page, "matchmaker_cluster_lease_renewals_total") {
+                Some(n) if n >= 1.0 => Ok(page),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
     let other_page = scrape(other_metrics).await;
     let owned = |page: &str| sample(page, "matchmaker_cluster_queues_owned").unwrap_or(0.0);
     assert!(owned(&owner_page) >= 1.0, "{owner_page}");
