@@ -944,3 +944,62 @@ async fn queue_stats_carry_each_ranked_queues_season_clock() {
         "another pool keeps its clock"
     );
 }
+
+#[tokio::test]
+async fn live_matches_are_listed_newest_first_until_their_result_and_bad_input_names_the_field() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let first = form_match(&mut client, "1v1", &[&["lm-a"], &["lm-b"]]).await;
+    let second = form_match(&mut client, "1v1", &[&["lm-c"], &["lm-d"]]).await;
+    let list = |queue: &str, limit: u32| {
+        let server = &server;
+        let queue = queue.to_string();
+        async move {
+            server
+                .admin()
+                .await
+                .list_live_matches(proto::ListLiveMatchesRequest { queue, limit })
+                .await
+        }
+    };
+    let all = list("", 0).await.unwrap().into_inner();
+    assert_eq!(all.total, 2);
+    let ids: Vec<&str> = all.matches.iter().map(|m| m.match_id.as_str()).collect();
+    assert_eq!(ids, [second.match_id.as_str(), first.match_id.as_str()]);
+    let newest = &all.matches[0];
+    assert_eq!(newest.queue, "1v1");
+    assert_eq!(newest.phase, proto::MatchPhase::Formed as i32);
+    let mut players: Vec<&str> = newest
+        .teams
+        .iter()
+        .flat_map(|t| t.player_ids.iter().map(String::as_str))
+        .collect();
+    players.sort_unstable();
+    assert_eq!(players, ["lm-c", "lm-d"]);
+    assert_eq!(newest.win_probability.len(), 2);
+    // The limit keeps the newest; the total counts them all; another queue has none.
+    let one = list("1v1", 1).await.unwrap().into_inner();
+    assert_eq!((one.total, one.matches.len()), (2, 1));
+    assert_eq!(one.matches[0].match_id, second.match_id);
+    assert_eq!(list("2v2", 0).await.unwrap().into_inner().total, 0);
+    // A match whose result is applied is no longer live.
+    server
+        .game_server()
+        .await
+        .report_match_result(proto::MatchResult {
+            match_id: first.match_id.clone(),
+            placements: placements_with_winner(&first, "lm-a"),
+            ..Default::default()
+        })
+        .await
+        .expect("result");
+    let after = list("", 0).await.unwrap().into_inner();
+    assert_eq!(after.total, 1);
+    assert_eq!(after.matches[0].match_id, second.match_id);
+    // Bad input names its field.
+    for (queue, limit, field) in [("no-such-queue", 0, "queue"), ("", 1001, "limit")] {
+        let e = list(queue, limit).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(field), "{e:?}");
+    }
+}

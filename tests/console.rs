@@ -865,6 +865,35 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
     browser.open(&format!("{console}#/players/cluster-banned"));
     assert_ban_shown(&mut browser, "ban kept in redis");
 
+    // An opponent arrives: the match forms on the owner (no game server takes it, so it stays
+    // live) and this node's console lists it, by the owner's ListLiveMatches.
+    common::enter(
+        &mut ClientServiceClient::new(channel.clone()),
+        "1v1",
+        &["cluster-opponent"],
+    )
+    .await;
+    poll_until_blocking("the owner's live match listed", || {
+        let (status, body) = http_get(
+            &metrics,
+            "/console/api/matches",
+            &[("x-matchmaker-console", "1")],
+        );
+        let parsed: Value = serde_json::from_str(&body).map_err(|e| format!("{status}: {e}"))?;
+        let teams = parsed["live"]["matches"][0]["teams"].to_string();
+        if parsed["live"]["total"] == 1 && teams.contains("cluster-waiting") {
+            Ok(())
+        } else {
+            Err(body)
+        }
+    });
+    browser.open(&format!("{console}#/matches"));
+    browser.wait_for(
+        "the live match in the page",
+        "document.querySelectorAll('#live-matches tr[data-match]').length === 1",
+        PAGE_TIMEOUT,
+    );
+
     // The owner dies. The other node takes the queues over with the bans its engine loads from
     // Redis, and its console reads the ban from there.
     drop(owner);

@@ -459,6 +459,13 @@ impl AdminService for Admin {
         self.get_player_ban_call(request).await
     }
 
+    async fn list_live_matches(
+        &self,
+        request: Request<proto::ListLiveMatchesRequest>,
+    ) -> Result<Response<proto::ListLiveMatchesResponse>, Status> {
+        self.list_live_matches_call(request).await
+    }
+
     async fn list_audit_log(
         &self,
         request: Request<proto::ListAuditLogRequest>,

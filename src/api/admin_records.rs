@@ -24,6 +24,9 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// Audit entries per page when the request says 0, and at most.
 const AUDIT_PAGE: u32 = 100;
 const MAX_AUDIT_PAGE: u32 = 1000;
+/// `ListLiveMatches` page when the request says 0, and the most it may ask for.
+const LIVE_MATCHES_PAGE: usize = 50;
+const LIVE_MATCHES_MAX: usize = 1000;
 /// Events a `WatchEvents` stream buffers for a slow reader.
 const EVENT_BUFFER: usize = 64;
 
@@ -219,6 +222,37 @@ impl Admin {
         let ban = self.state.ban_of(&PlayerId::new(req.player_id.as_str()));
         Ok(Response::new(proto::GetPlayerBanResponse {
             ban: ban.map(|b| ban_to_proto(&b, unix_now())),
+        }))
+    }
+
+    pub(super) async fn list_live_matches_call(
+        &self,
+        request: Request<proto::ListLiveMatchesRequest>,
+    ) -> Result<Response<proto::ListLiveMatchesResponse>, Status> {
+        note(&request, format!("queue={:?}", request.get_ref().queue));
+        let req = request.into_inner();
+        if !req.queue.is_empty() {
+            self.state.queue("queue", &req.queue)?;
+        }
+        let limit = match req.limit {
+            0 => LIVE_MATCHES_PAGE,
+            n if n as usize > LIVE_MATCHES_MAX => {
+                return Err(Rejection::invalid(
+                    "limit",
+                    format!("must be at most {LIVE_MATCHES_MAX} (got {n})"),
+                )
+                .into());
+            }
+            n => n as usize,
+        };
+        let queue = (!req.queue.is_empty()).then_some(req.queue.as_str());
+        let (total, live) = self.state.live_matches(queue, limit);
+        Ok(Response::new(proto::ListLiveMatchesResponse {
+            total: total as u64,
+            matches: live
+                .iter()
+                .map(|m| super::records::live_match(&m.live()))
+                .collect(),
         }))
     }
 

@@ -11,12 +11,12 @@
 //! records (`GetMatch`, `ListPlayerMatches`), a player's ban is `GetPlayerBan`. What no RPC
 //! answers yet the console reads itself, behind the same admin check (`auth::CONSOLE_API`): the
 //! last hour of each queue's numbers (`history`, sampled from the matchmaker loop's
-//! `GetQueueStats` numbers), the live matches in the state, the results applied since start
-//! (`feed`, from the ledger's applied-results channel: the recent list) and the season clocks.
+//! `GetQueueStats` numbers), the live matches in the state and the results applied since start
+//! (`feed`, from the ledger's applied-results channel: the recent list).
 //!
 //! On a cluster node the console is attached to the node's front instead
-//! ([`Console::attach_front`]): its calls reach the queues' owner like any client's, and what
-//! only a server's state answers is left out.
+//! ([`Console::attach_front`]): its calls reach the queues' owner like any client's (the live
+//! matches by `ListLiveMatches`), and what only a server's state answers is left out.
 //!
 //! `http.rs` is the listener (metrics, health, assets); `api.rs` the JSON endpoints of queues,
 //! leaderboards and seasons, `records.rs` those of matches and players, one thin handler each.
@@ -72,7 +72,7 @@ enum Host {
     /// cluster node's engine has no metrics listener, so no console of its own.)
     Server(State),
     /// A cluster node: `grpc` is the node's front, and the node has no state, only its config
-    /// (queues, ladder tiers). The live matches and the season clocks are not shown there.
+    /// (queues, ladder tiers). The results applied since start are not shown there.
     ClusterNode(Arc<Config>),
 }
 

@@ -83,6 +83,7 @@ fn match_record(r: &proto::MatchRecord) -> Value {
             "rank_points_after": c.rank_points_after,
         })).collect::<Vec<_>>(),
         "server_address": r.server_address,
+        "win_probability": r.win_probability,
         "formed_unix": time(r.formed_unix),
         "started_unix": time(r.started_unix),
         "ended_unix": time(r.ended_unix),
@@ -152,9 +153,9 @@ async fn player_matches(
     }
 }
 
-/// `GET /console/api/matches?queue=&limit=`: the live matches (newest first; a cluster node's
-/// console has no state to list them from: null) and the results applied since the server
-/// started (newest first, at most [`super::FEED_CAPACITY`] kept).
+/// `GET /console/api/matches?queue=&limit=`: the live matches (newest first; on a cluster
+/// node, the owner's, by `ListLiveMatches`) and the results applied since the server started
+/// (newest first, at most [`super::FEED_CAPACITY`] kept).
 pub async fn matches(
     Axum(console): Axum<Arc<Console>>,
     uri: Uri,
@@ -163,13 +164,31 @@ pub async fn matches(
 ) -> Answer {
     let caller = gate(&console, &uri, &headers)?;
     let limit = q.limit(50);
-    let live = caller.backend.state().map(|state| {
-        let (total, live) = state.live_matches(q.queue(), limit);
-        json!({
-            "total": total,
-            "matches": live.iter().map(|m| live_match(m)).collect::<Vec<_>>(),
-        })
-    });
+    let live = match caller.backend.state() {
+        Some(state) => {
+            let (total, live) = state.live_matches(q.queue(), limit);
+            json!({
+                "total": total,
+                "matches": live.iter().map(|m| live_match(m)).collect::<Vec<_>>(),
+            })
+        }
+        // A cluster node holds no matches: the owner lists its own.
+        None => {
+            let page: proto::ListLiveMatchesResponse = caller
+                .call(
+                    "/matchmaker.v1.AdminService/ListLiveMatches",
+                    proto::ListLiveMatchesRequest {
+                        queue: q.queue().unwrap_or_default().to_string(),
+                        limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                    },
+                )
+                .await?;
+            json!({
+                "total": page.total,
+                "matches": page.matches.iter().map(match_record).collect::<Vec<_>>(),
+            })
+        }
+    };
     let feed = console.feed();
     let recent = feed.recent(q.queue(), limit);
     Ok(Json(json!({

@@ -259,7 +259,7 @@ async function viewMatches(view, gen) {
   const liveBody = h("tbody");
   const recentBody = h("tbody");
   const liveTitle = h("h2", {}, "Live matches");
-  const liveNote = h("p", { class: "note" }, "The newest of the matches this server holds now (ready-check to completing).");
+  const liveNote = h("p", { class: "note" }, "The newest of the matches held now (ready-check to completing).");
   view.replaceChildren(h("h1", {}, "Matches"), matchSearch(),
     h("div", { class: "stack" },
       h("section", { class: "card" }, liveTitle, liveNote,
@@ -270,16 +270,11 @@ async function viewMatches(view, gen) {
   const refresh = async () => {
     const data = await api("matches?limit=15");
     if (gen !== generation) return;
-    if (data.live) {
-      liveTitle.textContent = "Live matches (" + data.live.total + ")";
-      liveBody.replaceChildren(...(data.live.matches.length ? data.live.matches.slice(0, 8).map((m) => h("tr", {},
-        h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
-        h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, m.win_probability.map((p) => fmt.pct(p)).join(" / ")),
-        h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
-    } else {
-      liveNote.textContent = "This cluster node does not hold the matches: open one by id above (GetMatch reaches the queues' owner).";
-      liveBody.replaceChildren();
-    }
+    liveTitle.textContent = "Live matches (" + data.live.total + ")";
+    liveBody.replaceChildren(...(data.live.matches.length ? data.live.matches.slice(0, 8).map((m) => h("tr", { dataset: { match: m.match_id } },
+      h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
+      h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, (m.win_probability || []).map((p) => fmt.pct(p)).join(" / ")),
+      h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
     recentBody.replaceChildren(...(data.recent.length ? data.recent.map((r) => h("tr", {},
       h("td", {}, matchLink(r.match_id)), h("td", {}, r.queue), h("td", {}, teamsCell(r.teams)),
       h("td", {}, r.placements.join(" / ")), h("td", {}, fmt.ago(r.applied_unix)))) : [h("tr", {}, h("td", { colspan: 5, class: "note" }, "No results applied since this server started."))]));
