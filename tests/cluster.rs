@@ -72,6 +72,11 @@ async fn kill_owner_until(
     let mut dead = nodes.remove(owner).unwrap();
     dead.child.kill().unwrap();
     let _ = dead.child.wait();
+    holder_becomes(redis, next).await;
+}
+
+/// Waits until the node `next` holds the queues' lease.
+async fn holder_becomes(redis: &RedisServer, next: &str) {
     common::poll_until(&format!("{next} owns the queues"), || {
         let holder = lease_holder(redis);
         let next = next.to_string();
@@ -967,17 +972,7 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         }
     });
     let exited = stopping.elapsed();
-    common::poll_until(&format!("{other} owns the queues"), || {
-        let holder = lease_holder(&redis);
-        let other = other.clone();
-        async move {
-            match holder {
-                Some(h) if h == other => Ok(()),
-                seen => Err(format!("{seen:?}")),
-            }
-        }
-    })
-    .await;
+    holder_becomes(&redis, &other).await;
     let handed_over = stopping.elapsed();
     assert!(
         handed_over < Duration::from_millis(lease_ms / 2),
@@ -1094,15 +1089,6 @@ async fn with_tls_on_nodes_forward_over_tls_and_check_each_others_certificate() 
         .expect("a trusting node forwards");
 }
 
-/// A grpc-web request body: one data frame.
-fn grpc_web_frame(message: &impl prost::Message) -> Vec<u8> {
-    let bytes = message.encode_to_vec();
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(&bytes);
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_calls_a_forwarding_node_over_grpc_web_and_gets_the_owners_answer_and_status() {
     let redis = redis();
@@ -1128,7 +1114,7 @@ async fn a_browser_calls_a_forwarding_node_over_grpc_web_and_gets_the_owners_ans
         http.post(&url)
             .header("content-type", "application/grpc-web+proto")
             .header("x-grpc-web", "1")
-            .body(grpc_web_frame(&request))
+            .body(common::grpc_web_frame(&request))
             .send()
     };
     // The answer's message and its trailers come back through the forwarding node.
@@ -1206,16 +1192,9 @@ async fn each_node_exports_its_cluster_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
     let node = |name: &str| {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let metrics = probe.local_addr().unwrap().to_string();
-        drop(probe);
-        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-        command
-            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr", &metrics])
-            .arg("--config")
-            .arg(&config)
-            .env("MATCHMAKER_CLUSTER__NODE_ID", name);
-        (ServerProcess::spawn(command), metrics)
+        let metrics = common::free_addr();
+        let node = common::cluster_node_with_metrics(&config, name, None, &metrics);
+        (node, metrics)
     };
     let (owner, owner_metrics) = node("n1");
     ready(&owner.channel().await).await;

@@ -41,11 +41,6 @@ const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 const SECRET: &str = "console-secret-0123456789abcdef";
 
-fn free_port() -> String {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().to_string()
-}
-
 /// `matchmaker serve` with the console sampling every second on `metrics_addr`.
 fn start_server(metrics_addr: &str, dir: &std::path::Path, extra_toml: &str) -> ServerProcess {
     let config = dir.join("console.toml");
@@ -242,7 +237,7 @@ async fn play(
 async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season() {
     let (shots, _keep) = screenshots();
     let dir = tempfile::tempdir().unwrap();
-    let metrics = free_port();
+    let metrics = common::free_addr();
     // 1v1 matches any two players at once, so the same two can play again after a result
     // pulled their ratings apart.
     let server = start_server(
@@ -537,7 +532,7 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
 async fn with_auth_on_and_no_token_the_console_shows_no_data() {
     let (shots, _keep) = screenshots();
     let dir = tempfile::tempdir().unwrap();
-    let metrics = free_port();
+    let metrics = common::free_addr();
     let _server = start_server(
         &metrics,
         dir.path(),
@@ -630,7 +625,7 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
 async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and_their_ban() {
     let dir = tempfile::tempdir().unwrap();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
-    let server = start_server(&free_port(), dir.path(), queues);
+    let server = start_server(&common::free_addr(), dir.path(), queues);
     let channel = server.channel().await;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut game_server = GameServerServiceClient::new(channel.clone());
@@ -663,7 +658,7 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
     // SIGKILL: what was acknowledged is on disk, and nothing else survives.
     drop(server);
 
-    let metrics = free_port();
+    let metrics = common::free_addr();
     let server = start_server(&metrics, dir.path(), queues);
     let console = format!("http://{metrics}/console/");
     let mut browser = Browser::launch(1400, 1000);
@@ -754,15 +749,8 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
         ),
     )
     .unwrap();
-    let node = |name: &str, metrics: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-        command
-            .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr", metrics])
-            .arg("--config")
-            .arg(&config)
-            .env("MATCHMAKER_CLUSTER__NODE_ID", name);
-        ServerProcess::spawn(command)
-    };
+    let node =
+        |name: &str, metrics: &str| common::cluster_node_with_metrics(&config, name, None, metrics);
     let owner = node("owner", "");
     let lease = redis::Client::open(redis.url()).unwrap();
     poll_until_blocking("the first node owns the queues", || {
@@ -776,7 +764,7 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
             other => Err(format!("lease: {other:?}")),
         }
     });
-    let metrics = free_port();
+    let metrics = common::free_addr();
     let other = node("other", &metrics);
     let channel = owner.channel().await;
     common::poll_until("the owner answers", || {
@@ -933,7 +921,7 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erased_player_leaves_the_consoles_recent_results() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = free_port();
+    let metrics = common::free_addr();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
     let server = start_server(&metrics, dir.path(), queues);
     let channel = server.channel().await;
@@ -985,7 +973,7 @@ async fn an_erased_player_leaves_the_consoles_recent_results() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_works_in_firefox_too() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = free_port();
+    let metrics = common::free_addr();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
     let server = start_server(&metrics, dir.path(), queues);
     let channel = server.channel().await;

@@ -13,15 +13,6 @@ fn http_client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-/// A grpc-web request body: one data frame.
-fn frame(message: &impl Message) -> Vec<u8> {
-    let bytes = message.encode_to_vec();
-    let mut out = vec![0u8];
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(&bytes);
-    out
-}
-
 /// The frames of a grpc-web response body: (flag, payload).
 fn frames(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
     let mut out = Vec::new();
@@ -49,7 +40,7 @@ async fn a_browser_client_calls_over_http1_and_reads_the_status_trailer() {
         .header("content-type", "application/grpc-web+proto")
         .header("x-grpc-web", "1")
         .header("origin", "https://play.example.com")
-        .body(frame(&proto::EnterQueueRequest {
+        .body(common::grpc_web_frame(&proto::EnterQueueRequest {
             queue: "1v1".into(),
             player_ids: vec!["web-player".into()],
             ..Default::default()
@@ -76,7 +67,7 @@ async fn a_browser_client_calls_over_http1_and_reads_the_status_trailer() {
     let answer = http
         .post(&url)
         .header("content-type", "application/grpc-web+proto")
-        .body(frame(&proto::EnterQueueRequest {
+        .body(common::grpc_web_frame(&proto::EnterQueueRequest {
             queue: "no-such-queue".into(),
             player_ids: vec!["web-player-2".into()],
             ..Default::default()
@@ -136,7 +127,7 @@ async fn without_the_switch_grpc_web_is_not_served() {
             server.addr
         ))
         .header("content-type", "application/grpc-web+proto")
-        .body(frame(&proto::EnterQueueRequest::default()))
+        .body(common::grpc_web_frame(&proto::EnterQueueRequest::default()))
         .send()
         .await;
     // An HTTP/1.1 request to an HTTP/2-only server fails at the protocol level.

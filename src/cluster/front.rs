@@ -699,9 +699,10 @@ mod tests {
         assert!(refused.contains("max_message_bytes (100)"), "{refused}");
     }
 
-    #[tokio::test]
-    async fn a_forwarded_call_to_a_node_without_the_queues_is_refused_as_not_owner() {
-        let (_tx, rx) = watch::channel(Route {
+    /// The front of node "me", while node "other" owns the queues (and the route's sender,
+    /// which must live as long as the front is used).
+    fn front_of_a_node_without_the_queues() -> (watch::Sender<Route>, Front) {
+        let (tx, rx) = watch::channel(Route {
             owner: Some(Owner {
                 token: 1,
                 node_id: "other".into(),
@@ -717,6 +718,12 @@ mod tests {
             CancellationToken::new(),
             None,
         );
+        (tx, front)
+    }
+
+    #[tokio::test]
+    async fn a_forwarded_call_to_a_node_without_the_queues_is_refused_as_not_owner() {
+        let (_route, front) = front_of_a_node_without_the_queues();
         let request = http::Request::builder()
             .uri("/matchmaker.v1.ClientService/GetPlayer")
             .header(FORWARDED, "other")
@@ -733,22 +740,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_front_takes_unary_calls_on_a_link_and_refuses_streams_there() {
-        let (_tx, rx) = watch::channel(Route {
-            owner: Some(Owner {
-                token: 1,
-                node_id: "other".into(),
-                addr: "127.0.0.1:1".into(),
-            }),
-            engine: None,
-        });
-        let front = Front::new(
-            "me".into(),
-            rx,
-            Duration::from_millis(300),
-            1 << 20,
-            CancellationToken::new(),
-            None,
-        );
+        let (_route, front) = front_of_a_node_without_the_queues();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front));

@@ -422,6 +422,16 @@ pub fn resource_exhausted(report: &matchmaker::tools::loadgen::Report) -> u64 {
 /// Starts `matchmaker serve` as cluster node `name` on `config` (a file naming the Redis), at
 /// log level `rust_log` (`info` by default); returns once it logged its address.
 pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>) -> ServerProcess {
+    cluster_node_with_metrics(config, name, rust_log, "")
+}
+
+/// [`cluster_node`] with its metrics listener (and console) on `metrics_addr`.
+pub fn cluster_node_with_metrics(
+    config: &std::path::Path,
+    name: &str,
+    rust_log: Option<&str>,
+    metrics_addr: &str,
+) -> ServerProcess {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
     command
         .args([
@@ -429,7 +439,7 @@ pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>
             "--addr",
             "127.0.0.1:0",
             "--metrics-addr",
-            "",
+            metrics_addr,
             "--config",
         ])
         .arg(config)
@@ -438,6 +448,21 @@ pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>
         command.env("RUST_LOG", level);
     }
     ServerProcess::spawn(command)
+}
+
+/// A loopback address free when asked (for a listener the test names in advance).
+pub fn free_addr() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    probe.local_addr().unwrap().to_string()
+}
+
+/// A grpc-web request body: `message` as one data frame.
+pub fn grpc_web_frame(message: &impl prost::Message) -> Vec<u8> {
+    let bytes = message.encode_to_vec();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(&bytes);
+    out
 }
 
 /// Skills equal bit for bit: records are read back exactly (serde_json with `float_roundtrip`),
