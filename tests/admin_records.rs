@@ -878,6 +878,16 @@ async fn the_admin_cli_runs_every_record_command_with_json() {
         json(&out),
         serde_json::json!({"player_id": "c3", "ban": null})
     );
+    // A match waiting for its result is live; the one played is not.
+    let live = common::form_match(&mut server.client().await, "1v1", &[&["c5"], &["c6"]]).await;
+    let (ok, out, err) = cli(&server, &["live-matches", "--queue", "1v1"]).await;
+    assert!(ok, "{err}");
+    let listed = json(&out);
+    assert_eq!(listed["total"], 1, "{listed}");
+    assert_eq!(listed["matches"][0]["match_id"], live.match_id.as_str());
+    assert_eq!(listed["matches"][0]["phase"], "formed");
+    let (ok, _, err) = cli(&server, &["live-matches", "--limit", "5000"]).await;
+    assert!(!ok && err.contains("limit"), "{err}");
 }
 
 /// An erased player leaves their `PartyService` party: the lead passes to the other member,

@@ -1,5 +1,5 @@
 //! `matchmaker admin` commands for player and match records: `ban`, `unban`, `player-ban`,
-//! `delete-player`, `audit-log`, `events` and `reload-config`. Text by default, JSON with
+//! `delete-player`, `live-matches`, `audit-log`, `events` and `reload-config`. Text by default, JSON with
 //! `--json` (`events` prints one object per line, so a pipeline can read it as it comes).
 
 use std::io::Write;
@@ -38,6 +38,15 @@ pub enum RecordsCommand {
     DeletePlayer {
         #[arg(long)]
         player: String,
+    },
+    /// List the matches held now (formed, allocated or started), newest first.
+    LiveMatches {
+        /// Only this queue's matches.
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many (at most 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
     },
     /// Page through the audit log, oldest first; resume with `--page-token`.
     AuditLog {
@@ -197,6 +206,55 @@ pub async fn run(
                             b.since_unix, b.reason
                         )?;
                     }
+                }
+            }
+        }
+        RecordsCommand::LiveMatches { queue, limit } => {
+            let r = client
+                .list_live_matches(proto::ListLiveMatchesRequest {
+                    queue: queue.clone().unwrap_or_default(),
+                    limit,
+                })
+                .await?
+                .into_inner();
+            let phase = |p: i32| {
+                proto::MatchPhase::try_from(p).map_or("unknown".to_string(), |p| {
+                    p.as_str_name()
+                        .trim_start_matches("MATCH_PHASE_")
+                        .to_lowercase()
+                })
+            };
+            let teams = |m: &proto::MatchRecord| {
+                m.teams
+                    .iter()
+                    .map(|t| t.player_ids.clone())
+                    .collect::<Vec<_>>()
+            };
+            if json {
+                let matches: Vec<_> = r
+                    .matches
+                    .iter()
+                    .map(|m| {
+                        json!({"match_id": m.match_id, "queue": m.queue, "phase": phase(m.phase),
+                               "teams": teams(m), "formed_unix": m.formed_unix,
+                               "server_address": m.server_address,
+                               "win_probability": m.win_probability})
+                    })
+                    .collect();
+                writeln!(out, "{}", json!({"total": r.total, "matches": matches}))?;
+            } else {
+                writeln!(out, "{} live matches", r.total)?;
+                for m in &r.matches {
+                    let sides: Vec<String> = teams(m).iter().map(|t| t.join(", ")).collect();
+                    writeln!(
+                        out,
+                        "{} {} {} formed {}: {}",
+                        m.match_id,
+                        m.queue,
+                        phase(m.phase),
+                        m.formed_unix,
+                        sides.join(" vs ")
+                    )?;
                 }
             }
         }
