@@ -673,15 +673,17 @@ fn count_shed(e: tower::BoxError) -> tower::BoxError {
 pub(crate) fn tls_config(
     tls: &crate::config::TlsConfig,
 ) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| ServerError::Tls {
-            path: path.display().to_string(),
-            source,
-        })
-    };
     let identity =
-        tonic::transport::Identity::from_pem(read(&tls.cert_file)?, read(&tls.key_file)?);
+        tonic::transport::Identity::from_pem(read_pem(&tls.cert_file)?, read_pem(&tls.key_file)?);
     Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
+}
+
+/// A PEM file of the TLS settings; the error names it.
+pub(crate) fn read_pem(path: &std::path::Path) -> Result<Vec<u8>, ServerError> {
+    std::fs::read(path).map_err(|source| ServerError::Tls {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// The server's layered services as one service called in process (a cluster node's front,

@@ -182,10 +182,7 @@ fn peer_tls(config: &Config) -> Result<Option<super::front::PeerTls>, NodeError>
     } else {
         &cluster.peer_ca_file
     };
-    let ca_pem = std::fs::read(path).map_err(|source| ServerError::Tls {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let ca_pem = server::read_pem(path)?;
     Ok(Some(super::front::PeerTls {
         ca_pem,
         server_name: cluster.peer_server_name.clone(),
