@@ -70,15 +70,7 @@ struct Prepared {
 
 impl Prepared {
     async fn new(config: Config) -> Result<Self, ServerError> {
-        let verifier = Verifier::from_config(&config.auth)?.map(Arc::new);
-        if let Some(v) = &verifier {
-            v.refresh().await.map_err(|e| {
-                ServerError::Auth(crate::rejection::FieldError::new(
-                    "auth.jwks_url",
-                    e.to_string(),
-                ))
-            })?;
-        }
+        let verifier = verifier(&config.auth).await?;
         let store = crate::store::open(&config.server.data_dir, &config.store)?;
         Ok(Self {
             config,
@@ -86,6 +78,23 @@ impl Prepared {
             store,
         })
     }
+}
+
+/// The token verifier `[auth]` asks for, with its key set fetched once (a failed fetch names
+/// `auth.jwks_url`); `None` with auth off.
+pub(crate) async fn verifier(
+    auth: &crate::auth::AuthConfig,
+) -> Result<Option<Arc<Verifier>>, ServerError> {
+    let verifier = Verifier::from_config(auth)?.map(Arc::new);
+    if let Some(v) = &verifier {
+        v.refresh().await.map_err(|e| {
+            ServerError::Auth(crate::rejection::FieldError::new(
+                "auth.jwks_url",
+                e.to_string(),
+            ))
+        })?;
+    }
+    Ok(verifier)
 }
 
 /// Binds the configured address and serves until `shutdown` is cancelled.

@@ -200,17 +200,7 @@ async fn node_console(
     if addr.is_none() || !config.console.enabled {
         return Ok((None, None));
     }
-    let verifier = crate::auth::Verifier::from_config(&config.auth)
-        .map_err(ServerError::from)?
-        .map(Arc::new);
-    if let Some(v) = &verifier {
-        v.refresh().await.map_err(|e| {
-            ServerError::Auth(crate::rejection::FieldError::new(
-                "auth.jwks_url",
-                e.to_string(),
-            ))
-        })?;
-    }
+    let verifier = server::verifier(&config.auth).await?;
     let console =
         crate::console::Console::new(&config.console, addr, &config.auth, verifier.clone());
     let key_refresh = match (&console, verifier) {
