@@ -354,20 +354,10 @@ impl RateLimiter {
                 if self.limit(Class::Anonymous).is_none() {
                     return Ok(());
                 }
-                // tonic 0.14 puts `TcpConnectInfo` in the extensions, under TLS too (besides
-                // `TlsConnectInfo`); the second lookup only guards against that changing.
-                let peer = extensions
-                    .get::<TcpConnectInfo>()
-                    .and_then(TcpConnectInfo::remote_addr)
-                    .or_else(|| {
-                        extensions
-                            .get::<TlsConnectInfo<TcpConnectInfo>>()
-                            .and_then(|tls| tls.get_ref().remote_addr())
-                    });
-                let Some(peer) = peer else {
+                let Some(peer) = peer_ip(extensions) else {
                     return Ok(());
                 };
-                Caller::network(peer.ip())
+                Caller::network(peer)
             }
         };
         self.check(caller, now)
@@ -462,6 +452,22 @@ impl Framing {
         }
         Ok(())
     }
+}
+
+/// The IP address of the client a request came from: its TCP peer (a cluster node's front puts
+/// the forwarding node's client here, see `cluster::front`), if it has one.
+pub fn peer_ip(extensions: &http::Extensions) -> Option<IpAddr> {
+    // tonic 0.14 puts `TcpConnectInfo` in the extensions, under TLS too (besides
+    // `TlsConnectInfo`); the second lookup only guards against that changing.
+    extensions
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(|tls| tls.get_ref().remote_addr())
+        })
+        .map(|a| a.ip())
 }
 
 #[cfg(test)]

@@ -201,6 +201,11 @@ impl std::fmt::Debug for EngineService {
 }
 
 impl EngineService {
+    /// The engine's whole stack, as one service.
+    pub fn new(service: crate::console::GrpcService) -> Self {
+        Self(service)
+    }
+
     /// Serves one call, in its per-RPC span as the listener would.
     pub async fn call(
         &self,
@@ -457,7 +462,7 @@ async fn serve(
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
     let served = match front {
         Front::InProcess(publish) => {
-            publish(EngineService(in_process(tower::Layer::layer(
+            publish(EngineService::new(in_process(tower::Layer::layer(
                 &limits, routes,
             ))));
             info!("engine serving its node's front");

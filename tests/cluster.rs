@@ -425,6 +425,75 @@ async fn more_streams_than_one_connection_carries_pass_through_a_forwarding_node
     assert_eq!(streams.len(), 400);
 }
 
+/// Sends `calls` EnterQueue calls at once on `channel`, each with `headers`, players named
+/// after `prefix`; the first refusal, if any.
+async fn enter_many(
+    channel: &Channel,
+    prefix: &str,
+    calls: usize,
+    headers: &[(&'static str, String)],
+) -> Option<tonic::Status> {
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut refused = None;
+    for i in 0..calls {
+        let mut request = tonic::Request::new(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec![format!("{prefix}{i}")],
+            ..Default::default()
+        });
+        for (name, value) in headers {
+            let value = value.replace("{i}", &i.to_string());
+            request.metadata_mut().insert(*name, value.parse().unwrap());
+        }
+        if let Err(e) = client.enter_queue(request).await {
+            refused.get_or_insert(e);
+        }
+    }
+    refused
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_address_rate_limit_counts_the_client_of_a_forwarded_call_not_what_it_claims() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &redis,
+        "[rate_limit]\nanonymous = 2.0\nburst_seconds = 1.0\n",
+    );
+    let owner = node(&config, "owner");
+    ready(&owner.channel().await).await;
+    let forwarder = node(&config, "forwarder");
+    let refused_as_the_client = |refused: Option<tonic::Status>, how: &str| {
+        let e =
+            refused.unwrap_or_else(|| panic!("{how}: 8 calls at once must exceed a burst of 2"));
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{how}: {e:?}");
+        assert!(
+            e.message()
+                .starts_with("rate limit: 127.0.0.1 exceeded rate_limit.anonymous"),
+            "{how}: {e:?}"
+        );
+    };
+    // Through the forwarding node, each call claiming another address and a made-up node key:
+    // the owner counts the address the forwarding node saw.
+    let claims = [
+        ("x-matchmaker-client-addr", "10.0.0.{i}".to_string()),
+        ("x-matchmaker-node-key", "guess".to_string()),
+    ];
+    let channel = forwarder.channel().await;
+    refused_as_the_client(
+        enter_many(&channel, "f", 8, &claims).await,
+        "through the forwarding node",
+    );
+    // Straight to the owner, dressed as a forwarded call without the cluster's node key.
+    let mut forged = claims.to_vec();
+    forged.push(("x-matchmaker-forwarded-by", "forwarder".to_string()));
+    refused_as_the_client(
+        enter_many(&owner.channel().await, "o", 8, &forged).await,
+        "a forged forwarded call",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_generator_spreads_over_every_node_without_errors() {
     let redis = redis();

@@ -34,6 +34,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::http;
+use tonic::transport::server::TcpConnectInfo;
 use tonic::transport::{Channel, Endpoint};
 use tower::{Service, ServiceExt};
 
@@ -42,6 +43,13 @@ use super::link::{self, Link};
 
 /// Marks a call forwarded by another node's front (its value: that node's id).
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
+/// The cluster's node key (in Redis, see `lease::NODE_KEY`), on a call or link one node's front
+/// opens to another. A forwarded call that comes with it is believed about its client
+/// ([`CLIENT_ADDR`]); one without it is served as a call from the node's own address.
+pub const NODE_KEY: &str = "x-matchmaker-node-key";
+/// The IP address of the client of a forwarded call, as the forwarding node saw it: the owner's
+/// per-address rate limit (`rate_limit.anonymous`) counts the client, not the node.
+pub const CLIENT_ADDR: &str = "x-matchmaker-client-addr";
 /// Set on the answer of a node that received a forwarded call but does not own the queues.
 const NOT_OWNER: &str = "x-matchmaker-not-owner";
 /// Connections a front keeps to each node it forwards to. Streams share them, and each link
@@ -115,7 +123,13 @@ struct Inner {
     closing: CancellationToken,
     /// TLS to the other nodes, when they serve it.
     peer_tls: Option<PeerTls>,
+    /// The cluster's node key, as a header value (marked sensitive).
+    node_key: http::HeaderValue,
 }
+
+/// Marks a call that came on a link opened with the cluster's node key.
+#[derive(Clone, Copy)]
+struct FromNode;
 
 impl Front {
     pub fn new(
@@ -125,7 +139,9 @@ impl Front {
         max_body: usize,
         closing: CancellationToken,
         peer_tls: Option<PeerTls>,
+        mut node_key: http::HeaderValue,
     ) -> Self {
+        node_key.set_sensitive(true);
         Self {
             inner: Arc::new(Inner {
                 node_id,
@@ -139,6 +155,7 @@ impl Front {
                 max_body,
                 closing,
                 peer_tls,
+                node_key,
             }),
         }
     }
@@ -201,16 +218,40 @@ impl Inner {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(pool) = links.get_mut(addr) {
             if pool[turn].is_broken() {
-                pool[turn] = Link::open(self.channel(addr)?, self.max_body);
+                pool[turn] = Link::open(self.channel(addr)?, self.max_body, self.link_head());
             }
             return Some(pool[turn].clone());
         }
         let pool = (0..LINKS)
-            .map(|_| self.channel(addr).map(|c| Link::open(c, self.max_body)))
+            .map(|_| {
+                self.channel(addr)
+                    .map(|c| Link::open(c, self.max_body, self.link_head()))
+            })
             .collect::<Option<Vec<_>>>()?;
         let link = pool[turn].clone();
         links.insert(addr.to_string(), pool);
         Some(link)
+    }
+
+    /// What a link's stream opens with: the node key.
+    fn link_head(&self) -> tonic::metadata::MetadataMap {
+        let mut head = http::HeaderMap::new();
+        head.insert(NODE_KEY, self.node_key.clone());
+        tonic::metadata::MetadataMap::from_headers(head)
+    }
+
+    /// Whether `presented` is the cluster's node key (compared in constant time).
+    fn is_node_key(&self, presented: Option<&http::HeaderValue>) -> bool {
+        let (Some(presented), key) = (presented, self.node_key.as_bytes()) else {
+            return false;
+        };
+        let presented = presented.as_bytes();
+        presented.len() == key.len()
+            && presented
+                .iter()
+                .zip(key)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     }
 
     /// Where a call goes now, or why it cannot go anywhere yet. The route is read in place: a
@@ -233,11 +274,14 @@ impl Inner {
         }
     }
 
-    async fn forward(self: Arc<Self>, request: http::Request<Body>) -> http::Response<Body> {
+    async fn forward(self: Arc<Self>, mut request: http::Request<Body>) -> http::Response<Body> {
         let forwarded = request.headers().contains_key(FORWARDED);
         if forwarded {
             // Another node's front sent it and keeps it to send again: here it is answered by
             // this node's engine as it came, or refused as not ours.
+            let from_node = request.extensions().get::<FromNode>().is_some()
+                || self.is_node_key(request.headers().get(NODE_KEY));
+            believe(&mut request, from_node);
             let engine = self.route.borrow().engine.clone();
             return match engine {
                 Some(engine) => engine.call(request).await.unwrap_or_else(|e| {
@@ -256,6 +300,14 @@ impl Inner {
         }
         let patience =
             caller_timeout(request.headers()).map_or(self.patience, |t| t.min(self.patience));
+        // What the caller says of itself is not passed on; what this node saw of it is.
+        let client = crate::limits::peer_ip(request.extensions());
+        let headers = request.headers_mut();
+        headers.remove(NODE_KEY);
+        headers.remove(CLIENT_ADDR);
+        if let Some(ip) = client.and_then(|ip| http::HeaderValue::from_str(&ip.to_string()).ok()) {
+            headers.insert(CLIENT_ADDR, ip);
+        }
         let (mut parts, body) = request.into_parts();
         if let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
             parts.headers.insert(FORWARDED, v);
@@ -319,7 +371,7 @@ impl Inner {
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
                     let sent = tokio::select! {
-                        sent = send(target, parts, bytes) => {
+                        sent = send(target, parts, bytes, &self.node_key) => {
                             if let Some(started) = linked {
                                 self.forwarded_seconds.record(started.elapsed().as_secs_f64());
                             }
@@ -538,10 +590,35 @@ impl Framing {
     }
 }
 
+/// What a forwarded call says of its client ([`CLIENT_ADDR`]) becomes its peer address for the
+/// engine's layers, when it came from a node of this cluster (`from_node`); otherwise it is
+/// dropped and the call counts as one from the address it came from.
+fn believe(request: &mut http::Request<Body>, from_node: bool) {
+    let headers = request.headers_mut();
+    headers.remove(NODE_KEY);
+    let client = headers.remove(CLIENT_ADDR);
+    if !from_node {
+        return;
+    }
+    let ip = client.and_then(|v| v.to_str().ok()?.parse::<std::net::IpAddr>().ok());
+    if let Some(ip) = ip {
+        request.extensions_mut().insert(connect_info(ip));
+    }
+}
+
+/// A connection's info naming `ip` as its peer, as the rate limiter reads it.
+fn connect_info(ip: std::net::IpAddr) -> TcpConnectInfo {
+    TcpConnectInfo {
+        local_addr: None,
+        remote_addr: Some(std::net::SocketAddr::new(ip, 0)),
+    }
+}
+
 async fn send(
     target: Target,
     parts: &http::request::Parts,
     bytes: &Bytes,
+    node_key: &http::HeaderValue,
 ) -> Result<http::Response<Body>, tower::BoxError> {
     let body = || Body::new(http_body_util::Full::new(bytes.clone()));
     match target {
@@ -558,6 +635,7 @@ async fn send(
             *request.uri_mut() = parts.uri.clone();
             *request.version_mut() = parts.version;
             *request.headers_mut() = parts.headers.clone();
+            request.headers_mut().insert(NODE_KEY, node_key.clone());
             let ready = channel.ready().await?;
             Ok(ready.call(request).await?)
         }
@@ -628,9 +706,18 @@ impl Service<http::Request<axum::body::Body>> for Front {
             // Another node's link: each of its calls is served as if it came on its own.
             let closing = inner.closing.clone();
             let max_body = inner.max_body;
+            // A link opened with the node key is another node's: its calls are believed about
+            // their clients. Any other counts as a client at the link's own address.
+            let from_node = inner.is_node_key(request.headers().get(NODE_KEY));
+            let peer = crate::limits::peer_ip(request.extensions()).map(connect_info);
             return Box::pin(async move {
-                let serve = move |call: http::Request<Body>| {
+                let serve = move |mut call: http::Request<Body>| {
                     let inner = inner.clone();
+                    if from_node {
+                        call.extensions_mut().insert(FromNode);
+                    } else if let Some(peer) = &peer {
+                        call.extensions_mut().insert(peer.clone());
+                    }
                     async move {
                         // A stream would hold its task until it ended; streams come on calls
                         // of their own.
@@ -699,6 +786,150 @@ mod tests {
         assert!(refused.contains("max_message_bytes (100)"), "{refused}");
     }
 
+    const KEY: &str = "0123abcd";
+
+    /// An engine that answers every call with the client address its layers would see (the
+    /// `x-seen` header, empty when none) and whether any of the cluster's own headers reached it.
+    fn echoing_engine() -> crate::server::EngineService {
+        crate::server::EngineService::new(tower::util::BoxCloneSyncService::new(tower::service_fn(
+            |request: http::Request<Body>| async move {
+                let seen = crate::limits::peer_ip(request.extensions())
+                    .map_or(String::new(), |ip| ip.to_string());
+                let leaked = [NODE_KEY, CLIENT_ADDR]
+                    .iter()
+                    .any(|h| request.headers().contains_key(*h));
+                let mut response = tonic::Status::ok("").into_http::<Body>();
+                response
+                    .headers_mut()
+                    .insert("x-seen", http::HeaderValue::from_str(&seen).unwrap());
+                response.headers_mut().insert(
+                    "x-leaked",
+                    http::HeaderValue::from_static(if leaked { "yes" } else { "no" }),
+                );
+                Ok::<_, tower::BoxError>(response)
+            },
+        )))
+    }
+
+    /// A node's front with `route`, served on a free loopback port; its address.
+    async fn serve_front(route: Route, name: &str) -> (watch::Sender<Route>, Front, String) {
+        let (tx, rx) = watch::channel(route);
+        let front = Front::new(
+            name.into(),
+            rx,
+            Duration::from_secs(2),
+            1 << 20,
+            CancellationToken::new(),
+            None,
+            http::HeaderValue::from_static(KEY),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let routes =
+            tonic::service::Routes::from(axum::Router::new().fallback_service(front.clone()));
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_routes(routes)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        (tx, front, addr)
+    }
+
+    fn owner_route(addr: &str) -> Route {
+        Route {
+            owner: Some(Owner {
+                token: 1,
+                node_id: "owner".into(),
+                addr: addr.into(),
+            }),
+            engine: Some(echoing_engine()),
+        }
+    }
+
+    fn seen(response: &http::Response<Body>) -> (String, String) {
+        let header = |h: &str| response.headers()[h].to_str().unwrap().to_string();
+        (header("x-seen"), header("x-leaked"))
+    }
+
+    #[tokio::test]
+    async fn the_owner_believes_a_forwarded_calls_client_address_only_with_the_node_key() {
+        let (_route, owner, _) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+        let forwarded = |key: &'static str| {
+            http::Request::builder()
+                .uri("/matchmaker.v1.ClientService/GetPlayer")
+                .header(FORWARDED, "other")
+                .header(NODE_KEY, key)
+                .header(CLIENT_ADDR, "10.1.2.3")
+                .body(Body::empty())
+                .unwrap()
+        };
+        let believed = owner.inner.clone().forward(forwarded(KEY)).await;
+        assert_eq!(seen(&believed), ("10.1.2.3".into(), "no".into()));
+        let doubted = owner.inner.clone().forward(forwarded("0123abce")).await;
+        assert_eq!(seen(&doubted), (String::new(), "no".into()));
+    }
+
+    #[tokio::test]
+    async fn a_link_opened_with_the_node_key_is_believed_and_any_other_counts_as_its_own_address() {
+        let (_route, _owner, addr) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+        let call = || {
+            let (parts, ()) = http::Request::builder()
+                .method("POST")
+                .uri("/matchmaker.v1.ClientService/GetPlayer")
+                .header(FORWARDED, "other")
+                .header(CLIENT_ADDR, "10.1.2.3")
+                .body(())
+                .unwrap()
+                .into_parts();
+            parts
+        };
+        let channel = || {
+            Endpoint::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect_lazy()
+        };
+        let mut head = http::HeaderMap::new();
+        head.insert(NODE_KEY, http::HeaderValue::from_static(KEY));
+        let node = Link::open(
+            channel(),
+            1 << 20,
+            tonic::metadata::MetadataMap::from_headers(head),
+        );
+        let answer = node.call(&call(), Bytes::new()).await.unwrap();
+        assert_eq!(seen(&answer), ("10.1.2.3".into(), "no".into()));
+        let stranger = Link::open(channel(), 1 << 20, Default::default());
+        let answer = stranger.call(&call(), Bytes::new()).await.unwrap();
+        assert_eq!(seen(&answer), ("127.0.0.1".into(), "no".into()));
+    }
+
+    #[tokio::test]
+    async fn a_forwarding_node_passes_on_the_address_it_saw_not_the_one_a_caller_claims() {
+        let (_owner_route, _owner, addr) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+        let route = Route {
+            engine: None,
+            ..owner_route(&addr)
+        };
+        let (_route, node, _) = serve_front(route, "me").await;
+        for path in [
+            // On a link, and on a call of its own.
+            "/matchmaker.v1.ClientService/GetPlayer",
+            "/matchmaker.v1.AdminService/WatchEvents",
+        ] {
+            let mut request = http::Request::builder()
+                .method("POST")
+                .uri(path)
+                .header(CLIENT_ADDR, "1.1.1.1")
+                .header(NODE_KEY, KEY)
+                .body(Body::empty())
+                .unwrap();
+            request
+                .extensions_mut()
+                .insert(connect_info("10.9.9.9".parse().unwrap()));
+            let answer = node.inner.clone().forward(request).await;
+            assert_eq!(seen(&answer), ("10.9.9.9".into(), "no".into()), "{path}");
+        }
+    }
+
     /// The front of node "me", while node "other" owns the queues (and the route's sender,
     /// which must live as long as the front is used).
     fn front_of_a_node_without_the_queues() -> (watch::Sender<Route>, Front) {
@@ -717,6 +948,7 @@ mod tests {
             1 << 20,
             CancellationToken::new(),
             None,
+            http::HeaderValue::from_static(KEY),
         );
         (tx, front)
     }
@@ -752,7 +984,7 @@ mod tests {
         let channel = Endpoint::from_shared(format!("http://{addr}"))
             .unwrap()
             .connect_lazy();
-        let link = Link::open(channel, 1 << 20);
+        let link = Link::open(channel, 1 << 20, Default::default());
         let call = |path: &str| {
             let (parts, ()) = http::Request::builder()
                 .method("POST")
@@ -797,6 +1029,7 @@ mod tests {
             1 << 20,
             CancellationToken::new(),
             None,
+            http::HeaderValue::from_static(KEY),
         );
         let request = http::Request::builder()
             .uri("/matchmaker.v1.ClientService/GetPlayer")

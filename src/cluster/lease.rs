@@ -15,6 +15,14 @@ use redis::Script;
 pub const LEASE_KEY: &str = "{mm}:lease";
 /// The fencing counter.
 pub const FENCE_KEY: &str = "{mm}:fence";
+/// The cluster's node key: what a node's front shows the others to be believed about the
+/// client of a call it forwards (see `front`). Set once, by the first node to start.
+pub const NODE_KEY: &str = "{mm}:node_key";
+
+const NODE_KEY_SCRIPT: &str = r"
+redis.call('SET', KEYS[1], ARGV[1], 'NX')
+return redis.call('GET', KEYS[1])
+";
 
 const ACQUIRE: &str = r"
 local cur = redis.call('GET', KEYS[1])
@@ -143,6 +151,15 @@ impl LeaseClient {
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(released == 1)
+    }
+
+    /// The cluster's node key: the one in Redis, or `fresh` when there was none.
+    pub async fn node_key(&self, fresh: &str) -> Result<String, LeaseError> {
+        Ok(Script::new(NODE_KEY_SCRIPT)
+            .key(NODE_KEY)
+            .arg(fresh)
+            .invoke_async(&mut self.conn.clone())
+            .await?)
     }
 
     /// The current holder, if any.

@@ -157,8 +157,13 @@ pub struct Link {
 }
 
 impl Link {
-    /// Opens a link over `channel` (the stream starts with the first call).
-    pub fn open(channel: Channel, max_message: usize) -> Arc<Self> {
+    /// Opens a link over `channel` (the stream starts with the first call, its request
+    /// carrying `metadata`).
+    pub fn open(
+        channel: Channel,
+        max_message: usize,
+        metadata: tonic::metadata::MetadataMap,
+    ) -> Arc<Self> {
         let (out, rx) = mpsc::unbounded_channel();
         let link = Arc::new(Self {
             next: AtomicU64::new(0),
@@ -170,7 +175,7 @@ impl Link {
             rx,
             wrap: |calls| Calls { calls },
         };
-        tokio::spawn(link.clone().run(channel, calls, max_message));
+        tokio::spawn(link.clone().run(channel, calls, max_message, metadata));
         link
     }
 
@@ -184,6 +189,7 @@ impl Link {
         channel: Channel,
         calls: Batches<Call, Calls>,
         max_message: usize,
+        metadata: tonic::metadata::MetadataMap,
     ) {
         let limit = message_limit(max_message);
         let mut grpc = tonic::client::Grpc::new(channel)
@@ -195,7 +201,7 @@ impl Link {
                 .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
             let mut answers = grpc
                 .streaming(
-                    tonic::Request::new(calls),
+                    tonic::Request::from_parts(metadata, tonic::Extensions::new(), calls),
                     http::uri::PathAndQuery::from_static(PATH),
                     tonic_prost::ProstCodec::<Calls, Answers>::default(),
                 )
@@ -592,7 +598,7 @@ mod tests {
                 .unwrap()
         })
         .await;
-        let link = Link::open(channel(&addr), 1 << 20);
+        let link = Link::open(channel(&addr), 1 << 20, Default::default());
         // Many calls at once: each gets its own answer.
         let calls = (0..50u8).map(|i| {
             let link = link.clone();
@@ -639,7 +645,7 @@ mod tests {
         let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
 
         // The node closes: the call it took is answered, then the link ends.
-        let link = Link::open(channel(&addr), 1 << 20);
+        let link = Link::open(channel(&addr), 1 << 20, Default::default());
         let answered = tokio::spawn({
             let link = link.clone();
             let parts = parts.clone();
@@ -670,7 +676,7 @@ mod tests {
                 http::Response::new(Body::empty())
             })
             .await;
-        let link = Link::open(channel(&addr), 1 << 20);
+        let link = Link::open(channel(&addr), 1 << 20, Default::default());
         let in_flight = tokio::spawn({
             let link = link.clone();
             async move { link.call(&parts, Bytes::new()).await.is_err() }

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::codegen::http;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -86,6 +87,19 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         lease_time,
         route: route_tx,
     });
+    let node_key = node
+        .lease
+        .node_key(&fresh_node_key())
+        .await
+        .map_err(|e| redis_error(e.to_string()))
+        .and_then(|key| {
+            http::HeaderValue::from_str(&key).map_err(|_| {
+                redis_error(format!(
+                    "{} holds no valid node key; delete it and start the nodes again",
+                    lease::NODE_KEY
+                ))
+            })
+        })?;
     let lease_stop = CancellationToken::new();
     let lease_task = tokio::spawn(node.clone().hold_lease(lease_stop.clone()));
 
@@ -108,6 +122,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         config.server.max_message_bytes,
         shutdown.clone(),
         peer_tls(config)?,
+        node_key,
     );
     if let Some(console) = &console {
         console.attach_front(console_service(front.clone()), node.config.clone());
@@ -226,6 +241,15 @@ fn console_service(front: Front) -> crate::console::GrpcService {
 }
 
 /// The host name plus a random suffix: unique even for two nodes on one host.
+/// A new node key: 32 random bytes (rand's thread generator, a CSPRNG seeded by the operating
+/// system), in hex.
+fn fresh_node_key() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
