@@ -1329,4 +1329,33 @@ async fn each_node_exports_its_cluster_metrics() {
         0.0,
         "the owner forwards nothing"
     );
+    // Each node counts, by method, the calls its own clients made; the owner's engine counts
+    // every call it answered.
+    let enter = "grpc_service=\"matchmaker.v1.ClientService\",grpc_method=\"EnterQueue\"";
+    let handled = |page: &str, family: &str| {
+        sample(page, &format!("{family}{{{enter},grpc_code=\"OK\"}}")).unwrap_or(0.0)
+    };
+    assert_eq!(
+        handled(&other_page, "matchmaker_cluster_front_handled_total"),
+        5.0,
+        "{other_page}"
+    );
+    assert_eq!(
+        sample(
+            &other_page,
+            &format!("matchmaker_cluster_front_handling_seconds_count{{{enter}}}")
+        ),
+        Some(5.0),
+        "{other_page}"
+    );
+    assert_eq!(
+        handled(&owner_page, "matchmaker_cluster_front_handled_total"),
+        0.0,
+        "a forwarded call counts on the node its client called, not again on the owner"
+    );
+    assert_eq!(
+        handled(&owner_page, "grpc_server_handled_total"),
+        5.0,
+        "{owner_page}"
+    );
 }

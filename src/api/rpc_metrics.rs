@@ -5,6 +5,9 @@
 //! is known: in the response headers of a refused call, in the trailers of an answered one, or
 //! CANCELLED when the client went away first. Streaming calls count until the stream ends.
 //!
+//! A cluster node's front records the same three per method under `matchmaker_cluster_front_*`
+//! ([`CLUSTER_FRONT`]): the calls its clients made, whichever node's engine answered them.
+//!
 //! Metric handles are registered once per method (a registry lookup per call was measurable
 //! under load), and at most [`MAX_METHODS`] methods get their own labels: a client naming made-up
 //! methods cannot grow the label set; the rest count as `unknown`.
@@ -26,6 +29,28 @@ use crate::telemetry as m;
 /// Methods that get labels of their own; further ones share `unknown`.
 pub const MAX_METHODS: usize = 128;
 
+/// The names a layer records under.
+#[derive(Clone, Copy, Debug)]
+pub struct Names {
+    pub started: &'static str,
+    pub handled: &'static str,
+    pub seconds: &'static str,
+}
+
+/// A server's own calls: `grpc_server_*`.
+pub const SERVER: Names = Names {
+    started: m::GRPC_STARTED,
+    handled: m::GRPC_HANDLED,
+    seconds: m::GRPC_HANDLING_SECONDS,
+};
+
+/// The calls clients make to a cluster node, as they saw them: `matchmaker_cluster_front_*`.
+pub const CLUSTER_FRONT: Names = Names {
+    started: m::CLUSTER_FRONT_STARTED,
+    handled: m::CLUSTER_FRONT_HANDLED,
+    seconds: m::CLUSTER_FRONT_SECONDS,
+};
+
 /// The metric handles of one method.
 struct Method {
     started: metrics::Counter,
@@ -34,23 +59,23 @@ struct Method {
 }
 
 impl Method {
-    fn new(service: &str, method: &str) -> Self {
+    fn new(names: Names, service: &str, method: &str) -> Self {
         let labels = [
             ("grpc_service", service.to_string()),
             ("grpc_method", method.to_string()),
         ];
         Self {
-            started: metrics::counter!(m::GRPC_STARTED, &labels),
+            started: metrics::counter!(names.started, &labels),
             handled: std::array::from_fn(|code| {
                 let name = format!("{:?}", Code::from_i32(code as i32));
                 metrics::counter!(
-                    m::GRPC_HANDLED,
+                    names.handled,
                     "grpc_service" => service.to_string(),
                     "grpc_method" => method.to_string(),
                     "grpc_code" => to_upper_snake(&name)
                 )
             }),
-            seconds: metrics::histogram!(m::GRPC_HANDLING_SECONDS, &labels),
+            seconds: metrics::histogram!(names.seconds, &labels),
         }
     }
 
@@ -80,12 +105,28 @@ fn split_path(path: &str) -> Option<(&str, &str)> {
 }
 
 /// The handles of every method seen, shared by the layer's clones.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct RpcMetricsLayer {
     methods: Arc<RwLock<HashMap<String, Arc<Method>>>>,
+    names: Names,
+}
+
+impl Default for RpcMetricsLayer {
+    /// A server's own calls ([`SERVER`]).
+    fn default() -> Self {
+        Self::new(SERVER)
+    }
 }
 
 impl RpcMetricsLayer {
+    /// A layer recording under `names`.
+    pub fn new(names: Names) -> Self {
+        Self {
+            methods: Arc::default(),
+            names,
+        }
+    }
+
     fn method(&self, path: &str) -> Arc<Method> {
         if let Some(known) = self
             .methods
@@ -105,7 +146,7 @@ impl RpcMetricsLayer {
             .entry(key.to_string())
             .or_insert_with(|| {
                 let (service, method) = split_path(key).unwrap_or(("unknown", "unknown"));
-                Arc::new(Method::new(service, method))
+                Arc::new(Method::new(self.names, service, method))
             })
             .clone()
     }

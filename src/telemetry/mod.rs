@@ -89,8 +89,21 @@ pub const CLUSTER_FORWARDED: &str = "matchmaker_cluster_forwarded_calls_total";
 /// Seconds from a unary call's sending on a link to the owner's answer, as the forwarding node
 /// sees it: the extra hop's cost to a client of this node (histogram).
 pub const CLUSTER_FORWARDED_SECONDS: &str = "matchmaker_cluster_forwarded_call_seconds";
+/// Calls clients made to this cluster node, by `grpc_service` and `grpc_method`, whichever
+/// node's engine answered them (counter; the owner's engine counts its own in `grpc_server_*`).
+pub const CLUSTER_FRONT_STARTED: &str = "matchmaker_cluster_front_started_total";
+/// Those calls finished, by `grpc_service`, `grpc_method` and `grpc_code` (counter).
+pub const CLUSTER_FRONT_HANDLED: &str = "matchmaker_cluster_front_handled_total";
+/// Seconds from such a call's start to its status, as this node's client saw it (histogram).
+pub const CLUSTER_FRONT_SECONDS: &str = "matchmaker_cluster_front_handling_seconds";
 /// Seconds of one round trip to Redis, per operation (lease | flush) (histogram).
 pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
+
+/// Bounds for an RPC's time: unary calls take milliseconds, streams up to minutes.
+const GRPC_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+    300.0,
+];
 
 /// Bucket bounds of every histogram, so Prometheus gets `_bucket` series: quantiles that can
 /// be aggregated across servers and over any window (the exporter's default is a summary,
@@ -107,13 +120,8 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[
         &[0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5],
     ),
     (TICK_SECONDS, SECONDS_FAST),
-    (
-        GRPC_HANDLING_SECONDS,
-        &[
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            60.0, 300.0,
-        ],
-    ),
+    (GRPC_HANDLING_SECONDS, GRPC_SECONDS),
+    (CLUSTER_FRONT_SECONDS, GRPC_SECONDS),
     (JOURNAL_FLUSH_SECONDS, SECONDS_FAST),
     (CLUSTER_REDIS_SECONDS, SECONDS_FAST),
     (CLUSTER_FORWARDED_SECONDS, SECONDS_FAST),
@@ -214,6 +222,19 @@ pub fn describe() {
         CLUSTER_REDIS_SECONDS,
         metrics::Unit::Seconds,
         "Round trips to Redis, by operation"
+    );
+    describe_counter!(
+        CLUSTER_FRONT_STARTED,
+        "Calls clients made to this cluster node, answered here or by the owner"
+    );
+    describe_counter!(
+        CLUSTER_FRONT_HANDLED,
+        "Calls clients made to this cluster node, completed, by status code"
+    );
+    describe_histogram!(
+        CLUSTER_FRONT_SECONDS,
+        metrics::Unit::Seconds,
+        "Time from a call's start on this cluster node to its status, as its client saw it"
     );
     describe_histogram!(
         CLUSTER_FORWARDED_SECONDS,

@@ -1,0 +1,308 @@
+use super::*;
+
+#[test]
+fn the_callers_deadline_is_read_in_every_unit() {
+    let at = |v: &str| {
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-timeout", v.parse().unwrap());
+        caller_timeout(&h)
+    };
+    assert_eq!(at("5S"), Some(Duration::from_secs(5)));
+    assert_eq!(at("250m"), Some(Duration::from_millis(250)));
+    assert_eq!(at("2M"), Some(Duration::from_secs(120)));
+    assert_eq!(at("7u"), Some(Duration::from_micros(7)));
+    assert_eq!(at("x"), None);
+    assert_eq!(at(""), None);
+    assert_eq!(caller_timeout(&http::HeaderMap::new()), None);
+}
+
+#[test]
+fn framing_knows_message_boundaries_across_chunks() {
+    let mut f = Framing::default();
+    assert!(f.at_boundary());
+    // A 3-byte message split over three chunks, then a 0-byte one.
+    f.feed(&[0, 0, 0]);
+    assert!(!f.at_boundary());
+    f.feed(&[0, 3, 7]);
+    assert!(!f.at_boundary());
+    f.feed(&[8, 9]);
+    assert!(f.at_boundary());
+    f.feed(&[0, 0, 0, 0, 0]);
+    assert!(f.at_boundary());
+    // Two whole messages in one chunk, the second cut short.
+    f.feed(&[0, 0, 0, 0, 1, 5, 0, 0, 0, 0, 2, 1]);
+    assert!(!f.at_boundary());
+    f.feed(&[2]);
+    assert!(f.at_boundary());
+}
+
+#[tokio::test]
+async fn a_request_up_to_the_message_limit_is_kept_and_a_larger_one_refused() {
+    let body = |n: usize| Body::new(http_body_util::Full::new(Bytes::from(vec![0u8; n])));
+    assert_eq!(collect(body(105), 100).await.unwrap().len(), 105);
+    let refused = collect(body(106), 100).await.unwrap_err();
+    assert!(refused.contains("max_message_bytes (100)"), "{refused}");
+}
+
+const KEY: &str = "0123abcd";
+
+/// An engine that answers every call with the client address its layers would see (the
+/// `x-seen` header, empty when none) and whether any of the cluster's own headers reached it.
+fn echoing_engine() -> crate::server::EngineService {
+    crate::server::EngineService::new(tower::util::BoxCloneSyncService::new(tower::service_fn(
+        |request: http::Request<Body>| async move {
+            let seen = crate::limits::peer_ip(request.extensions())
+                .map_or(String::new(), |ip| ip.to_string());
+            let leaked = [NODE_KEY, CLIENT_ADDR]
+                .iter()
+                .any(|h| request.headers().contains_key(*h));
+            let mut response = tonic::Status::ok("").into_http::<Body>();
+            response
+                .headers_mut()
+                .insert("x-seen", http::HeaderValue::from_str(&seen).unwrap());
+            response.headers_mut().insert(
+                "x-leaked",
+                http::HeaderValue::from_static(if leaked { "yes" } else { "no" }),
+            );
+            Ok::<_, tower::BoxError>(response)
+        },
+    )))
+}
+
+/// A node's front with `route`, served on a free loopback port; its address.
+async fn serve_front(route: Route, name: &str) -> (watch::Sender<Route>, Front, String) {
+    let (tx, rx) = watch::channel(route);
+    let front = Front::new(
+        name.into(),
+        rx,
+        Duration::from_secs(2),
+        1 << 20,
+        CancellationToken::new(),
+        None,
+        http::HeaderValue::from_static(KEY),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front.clone()));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    (tx, front, addr)
+}
+
+fn owner_route(addr: &str) -> Route {
+    Route {
+        owner: Some(Owner {
+            token: 1,
+            node_id: "owner".into(),
+            addr: addr.into(),
+        }),
+        engine: Some(echoing_engine()),
+    }
+}
+
+fn seen(response: &http::Response<Body>) -> (String, String) {
+    let header = |h: &str| response.headers()[h].to_str().unwrap().to_string();
+    (header("x-seen"), header("x-leaked"))
+}
+
+#[tokio::test]
+async fn the_owner_believes_a_forwarded_calls_client_address_only_with_the_node_key() {
+    let (_route, owner, _) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+    let forwarded = |key: &'static str| {
+        http::Request::builder()
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .header(FORWARDED, "other")
+            .header(NODE_KEY, key)
+            .header(CLIENT_ADDR, "10.1.2.3")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let believed = owner.inner.clone().forward(forwarded(KEY)).await;
+    assert_eq!(seen(&believed), ("10.1.2.3".into(), "no".into()));
+    let doubted = owner.inner.clone().forward(forwarded("0123abce")).await;
+    assert_eq!(seen(&doubted), (String::new(), "no".into()));
+}
+
+#[tokio::test]
+async fn a_link_opened_with_the_node_key_is_believed_and_any_other_counts_as_its_own_address() {
+    let (_route, _owner, addr) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+    let call = || {
+        let (parts, ()) = http::Request::builder()
+            .method("POST")
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .header(FORWARDED, "other")
+            .header(CLIENT_ADDR, "10.1.2.3")
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts
+    };
+    let channel = || {
+        Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy()
+    };
+    let mut head = http::HeaderMap::new();
+    head.insert(NODE_KEY, http::HeaderValue::from_static(KEY));
+    let node = Link::open(
+        channel(),
+        1 << 20,
+        tonic::metadata::MetadataMap::from_headers(head),
+    );
+    let answer = node.call(&call(), Bytes::new()).await.unwrap();
+    assert_eq!(seen(&answer), ("10.1.2.3".into(), "no".into()));
+    let stranger = Link::open(channel(), 1 << 20, Default::default());
+    let answer = stranger.call(&call(), Bytes::new()).await.unwrap();
+    assert_eq!(seen(&answer), ("127.0.0.1".into(), "no".into()));
+}
+
+#[tokio::test]
+async fn a_forwarding_node_passes_on_the_address_it_saw_not_the_one_a_caller_claims() {
+    let (_owner_route, _owner, addr) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
+    let route = Route {
+        engine: None,
+        ..owner_route(&addr)
+    };
+    let (_route, node, _) = serve_front(route, "me").await;
+    for path in [
+        // On a link, and on a call of its own.
+        "/matchmaker.v1.ClientService/GetPlayer",
+        "/matchmaker.v1.AdminService/WatchEvents",
+    ] {
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header(CLIENT_ADDR, "1.1.1.1")
+            .header(NODE_KEY, KEY)
+            .body(Body::empty())
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(connect_info("10.9.9.9".parse().unwrap()));
+        let answer = node.inner.clone().forward(request).await;
+        assert_eq!(seen(&answer), ("10.9.9.9".into(), "no".into()), "{path}");
+    }
+}
+
+/// The front of node "me", while node "other" owns the queues (and the route's sender,
+/// which must live as long as the front is used).
+fn front_of_a_node_without_the_queues() -> (watch::Sender<Route>, Front) {
+    let (tx, rx) = watch::channel(Route {
+        owner: Some(Owner {
+            token: 1,
+            node_id: "other".into(),
+            addr: "127.0.0.1:1".into(),
+        }),
+        engine: None,
+    });
+    let front = Front::new(
+        "me".into(),
+        rx,
+        Duration::from_millis(300),
+        1 << 20,
+        CancellationToken::new(),
+        None,
+        http::HeaderValue::from_static(KEY),
+    );
+    (tx, front)
+}
+
+#[tokio::test]
+async fn a_forwarded_call_to_a_node_without_the_queues_is_refused_as_not_owner() {
+    let (_route, front) = front_of_a_node_without_the_queues();
+    let request = http::Request::builder()
+        .uri("/matchmaker.v1.ClientService/GetPlayer")
+        .header(FORWARDED, "other")
+        .body(Body::empty())
+        .unwrap();
+    let response = front.inner.clone().forward(request).await;
+    assert!(
+        is_not_owner(&response),
+        "the forwarding node learns to retry"
+    );
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+}
+
+#[tokio::test]
+async fn a_front_takes_unary_calls_on_a_link_and_refuses_streams_there() {
+    let (_route, front) = front_of_a_node_without_the_queues();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_routes(routes)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let link = Link::open(channel, 1 << 20, Default::default());
+    let call = |path: &str| {
+        let (parts, ()) = http::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header(FORWARDED, "other")
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts
+    };
+    let answer = link
+        .call(
+            &call("/matchmaker.v1.ClientService/GetPlayer"),
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        is_not_owner(&answer),
+        "a forwarded call to a node without the queues"
+    );
+    let status = tonic::Status::from_header_map(answer.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    let answer = link
+        .call(
+            &call("/matchmaker.v1.ClientService/WatchTicket"),
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+    let status = tonic::Status::from_header_map(answer.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+}
+
+#[tokio::test]
+async fn with_no_owner_a_call_waits_then_is_unavailable_naming_the_failover() {
+    let (_tx, rx) = watch::channel(Route::default());
+    let front = Front::new(
+        "me".into(),
+        rx,
+        Duration::from_millis(250),
+        1 << 20,
+        CancellationToken::new(),
+        None,
+        http::HeaderValue::from_static(KEY),
+    );
+    let request = http::Request::builder()
+        .uri("/matchmaker.v1.ClientService/GetPlayer")
+        .body(Body::empty())
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let response = front.inner.clone().forward(request).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(150),
+        "it waited for an owner"
+    );
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status.message().contains("failover"),
+        "{}",
+        status.message()
+    );
+}
