@@ -47,9 +47,16 @@ pub enum ConfigError {
     /// Not TOML, a wrong type or an unknown key (figment names the key).
     #[error("config: {0}")]
     Parse(Box<figment::Error>),
-    /// A value that breaks a rule.
+    /// A value that breaks a rule. Not a `source`: the message already says it all, and an
+    /// error chain would print it twice.
     #[error("config: {0}")]
-    Invalid(#[from] FieldError),
+    Invalid(FieldError),
+}
+
+impl From<FieldError> for ConfigError {
+    fn from(e: FieldError) -> Self {
+        Self::Invalid(e)
+    }
 }
 
 impl ConfigError {

@@ -1063,6 +1063,102 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, written to `dir`: its PEM, and the
 /// `[tls]` section that serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certificates() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (pem, key) = (cert.cert.pem(), cert.signing_key.serialize_pem());
+    let (cert_file, key_file) = (dir.path().join("redis.pem"), dir.path().join("redis.key"));
+    std::fs::write(&cert_file, &pem).unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    // One self-signed certificate is Redis' own, the authority it checks clients against, and
+    // the nodes' client certificate.
+    let tls = matchmaker::store::RedisTls {
+        ca_pem: Some(pem.clone().into_bytes()),
+        client: Some((pem.into_bytes(), key.into_bytes())),
+    };
+    let redis = RedisServer::start_tls(&cert_file, &key_file, &cert_file, tls.clone())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(redis.url().starts_with("rediss://"));
+    let files = format!(
+        "redis_ca_file = {:?}\nredis_cert_file = {:?}\nredis_key_file = {:?}\n",
+        cert_file.display().to_string(),
+        cert_file.display().to_string(),
+        key_file.display().to_string()
+    );
+    let config = config(dir.path(), &redis, &files);
+    let owner = node(&config, "owner");
+    ready(&owner.channel().await).await;
+    let other = node(&config, "other");
+    let mut client = ClientServiceClient::new(other.channel().await);
+    let ticket = common::enter(&mut client, "1v1", &["tls-player"]).await;
+    // The owner wrote the ticket to Redis, over TLS.
+    let redis_client = redis::Client::build_with_tls(
+        redis.url(),
+        redis::TlsCertificates {
+            client_tls: tls
+                .client
+                .clone()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert,
+                    client_key: key,
+                }),
+            root_cert: tls.ca_pem.clone(),
+        },
+    )
+    .unwrap();
+    let mut conn = redis_client.get_connection().unwrap();
+    let stored: bool = redis::cmd("HEXISTS")
+        .arg("{mm}:tickets")
+        .arg(&ticket)
+        .query(&mut conn)
+        .unwrap();
+    assert!(stored, "ticket {ticket} is in Redis");
+
+    // A node without the client certificate is refused by Redis, and stops saying where.
+    let bare_dir = dir.path().join("bare");
+    std::fs::create_dir(&bare_dir).unwrap();
+    let bare = config_with_lease(
+        &bare_dir,
+        &redis,
+        LEASE_MS,
+        &format!("redis_ca_file = {:?}\n", cert_file.display().to_string()),
+    );
+    let mut refused = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "",
+            "--config",
+        ])
+        .arg(&bare)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = refused.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node without a client certificate kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut refused.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("cluster.redis_url {}", redis.url())),
+        "{stderr}"
+    );
+}
+
 fn certificate(dir: &Path) -> (String, String) {
     let cert =
         rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();

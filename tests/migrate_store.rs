@@ -365,3 +365,60 @@ fn expected_count(counts: &matchmaker::tools::migrate_store::Counts, key: &str) 
         _ => counts.events,
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certificate_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    {
+        let server = TestServer::start_in(&data, "").await;
+        let mut client = ClientServiceClient::new(server.channel().await);
+        common::enter(&mut client, "1v1", &["moved"]).await;
+        common::player(&server, "moved", "1v1").await;
+    }
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (pem, key) = (cert.cert.pem(), cert.signing_key.serialize_pem());
+    let (cert_file, key_file) = (dir.path().join("redis.pem"), dir.path().join("redis.key"));
+    std::fs::write(&cert_file, &pem).unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let tls = matchmaker::store::RedisTls {
+        ca_pem: Some(pem.clone().into_bytes()),
+        client: Some((pem.into_bytes(), key.into_bytes())),
+    };
+    let redis = RedisServer::start_tls(&cert_file, &key_file, &cert_file, tls)
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Half a client certificate is refused before anything is read, naming the missing flag.
+    let half = migrate_command(&data, &redis.url())
+        .arg("--redis-cert-file")
+        .arg(&cert_file)
+        .output()
+        .unwrap();
+    assert!(!half.status.success());
+    let said = String::from_utf8_lossy(&half.stderr);
+    assert!(said.contains("--redis-key-file"), "{said}");
+
+    let out = migrate_command(&data, &redis.url())
+        .arg("--redis-ca-file")
+        .arg(&cert_file)
+        .arg("--redis-cert-file")
+        .arg(&cert_file)
+        .arg("--redis-key-file")
+        .arg(&key_file)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["verified"], true);
+    assert!(
+        report["counts"]["players"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+}

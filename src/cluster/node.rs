@@ -42,11 +42,15 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         url: url.clone(),
         detail,
     };
-    let durability = crate::store::check_durability(&cluster.redis_url, cluster.allow_volatile)
-        .await
+    let tls = cluster
+        .redis_tls()
         .map_err(|e| redis_error(e.to_string()))?;
+    let durability =
+        crate::store::check_durability(&cluster.redis_url, tls.as_ref(), cluster.allow_volatile)
+            .await
+            .map_err(|e| redis_error(e.to_string()))?;
     info!(redis = %url, durability = ?durability, "cluster store checked");
-    let conn = crate::store::RedisConn::connect(&cluster.redis_url)
+    let conn = crate::store::RedisConn::connect(&cluster.redis_url, tls.as_ref())
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let listener = TcpListener::bind(&config.server.addr)
@@ -85,6 +89,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         advertise,
         lease: LeaseClient::new(conn, lease_time),
         lease_time,
+        redis_tls: tls,
         route: route_tx,
     });
     let node_key = node
@@ -266,6 +271,8 @@ struct Node {
     advertise: String,
     lease: LeaseClient,
     lease_time: Duration,
+    /// What the store's connection to a `rediss://` Redis trusts and presents.
+    redis_tls: Option<crate::store::RedisTls>,
     route: watch::Sender<Route>,
 }
 
@@ -416,6 +423,7 @@ impl Node {
         let cluster = self.config.cluster.clone();
         let route = self.route.clone();
         let token = owner.token;
+        let tls = self.redis_tls.clone();
         let task = tokio::spawn({
             let ownership = ownership.clone();
             let stop = stop.clone();
@@ -423,6 +431,7 @@ impl Node {
                 let options = RedisOptions {
                     wait_replicas: cluster.wait_replicas,
                     wait_timeout_ms: cluster.wait_timeout_ms,
+                    tls,
                 };
                 let started = Instant::now();
                 let opened = tokio::select! {

@@ -12,6 +12,14 @@ pub struct ClusterConfig {
     /// `redis://HOST:PORT/DB` (or `rediss://` for TLS, `redis://:PASSWORD@HOST...`); empty: one
     /// embedded node on sled.
     pub redis_url: String,
+    /// For a `rediss://` URL: PEM certificates Redis' certificate must chain to; empty: the
+    /// system's trust store (managed Redis services' public authorities).
+    pub redis_ca_file: std::path::PathBuf,
+    /// For a `rediss://` URL: this node's PEM client certificate, for a Redis that checks its
+    /// clients (`tls-auth-clients yes`, Redis' default with TLS on); with `redis_key_file`.
+    pub redis_cert_file: std::path::PathBuf,
+    /// The client certificate's PEM private key.
+    pub redis_key_file: std::path::PathBuf,
     /// This node's name in the lease and in logs; empty: the host name plus a random suffix.
     pub node_id: String,
     /// The address other nodes reach this node's gRPC on (`HOST:PORT`); empty: the bound one.
@@ -40,6 +48,9 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         Self {
             redis_url: String::new(),
+            redis_ca_file: std::path::PathBuf::new(),
+            redis_cert_file: std::path::PathBuf::new(),
+            redis_key_file: std::path::PathBuf::new(),
             node_id: String::new(),
             advertise_addr: String::new(),
             lease_ms: 3000,
@@ -68,6 +79,42 @@ impl ClusterConfig {
                 format!("must be a redis://HOST:PORT/DB URL (got {:?})", redact(url)),
             ));
         }
+        let files = self.redis_tls_files();
+        let tls_url = ["rediss://", "valkeys://"]
+            .iter()
+            .any(|s| url.starts_with(s));
+        for (key, path) in files {
+            if path.as_os_str().is_empty() {
+                continue;
+            }
+            if !tls_url {
+                return Err(FieldError::new(
+                    key,
+                    format!(
+                        "applies to a rediss:// cluster.redis_url only (got {:?})",
+                        redact(url)
+                    ),
+                ));
+            }
+            if !path.is_file() {
+                return Err(FieldError::new(
+                    key,
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+        }
+        let [_, (cert_key, cert), (key_key, key)] = files;
+        if cert.as_os_str().is_empty() != key.as_os_str().is_empty() {
+            let missing = if cert.as_os_str().is_empty() {
+                cert_key
+            } else {
+                key_key
+            };
+            return Err(FieldError::new(
+                missing,
+                "a client certificate needs both cluster.redis_cert_file and cluster.redis_key_file",
+            ));
+        }
         if self.node_id.contains('|') || self.node_id.chars().any(char::is_whitespace) {
             return Err(FieldError::new(
                 "cluster.node_id",
@@ -93,6 +140,35 @@ impl ClusterConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl ClusterConfig {
+    fn redis_tls_files(&self) -> [(&'static str, &std::path::Path); 3] {
+        [
+            ("cluster.redis_ca_file", &self.redis_ca_file),
+            ("cluster.redis_cert_file", &self.redis_cert_file),
+            ("cluster.redis_key_file", &self.redis_key_file),
+        ]
+    }
+
+    /// What a `rediss://` connection trusts and presents, read from the files (`None`: the
+    /// defaults); the error names the key whose file could not be read.
+    pub fn redis_tls(&self) -> Result<Option<super::RedisTls>, FieldError> {
+        let read = |(key, path): (&'static str, &std::path::Path)| {
+            if path.as_os_str().is_empty() {
+                return Ok(None);
+            }
+            std::fs::read(path)
+                .map(Some)
+                .map_err(|e| FieldError::new(key, format!("{}: {e}", path.display())))
+        };
+        let [ca, cert, key] = self.redis_tls_files();
+        let tls = super::RedisTls {
+            ca_pem: read(ca)?,
+            client: read(cert)?.zip(read(key)?),
+        };
+        Ok((tls != super::RedisTls::default()).then_some(tls))
     }
 }
 
@@ -154,6 +230,57 @@ mod tests {
             }),
             "cluster.lease_ms"
         );
+    }
+
+    #[test]
+    fn redis_tls_files_need_a_rediss_url_an_existing_file_and_come_in_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = dir.path().join("a.pem");
+        std::fs::write(&pem, "PEM").unwrap();
+        let tls = |url: &str| ClusterConfig {
+            redis_url: url.into(),
+            ..ClusterConfig::default()
+        };
+        let bad = |c: ClusterConfig| c.validate().unwrap_err().field;
+        assert_eq!(tls("rediss://db:6380/0").redis_tls(), Ok(None));
+        assert_eq!(
+            bad(ClusterConfig {
+                redis_ca_file: pem.clone(),
+                ..tls("redis://db:6379/0")
+            }),
+            "cluster.redis_ca_file"
+        );
+        assert_eq!(
+            bad(ClusterConfig {
+                redis_ca_file: dir.path().join("missing.pem"),
+                ..tls("rediss://db:6380/0")
+            }),
+            "cluster.redis_ca_file"
+        );
+        assert_eq!(
+            bad(ClusterConfig {
+                redis_cert_file: pem.clone(),
+                ..tls("rediss://db:6380/0")
+            }),
+            "cluster.redis_key_file"
+        );
+        assert_eq!(
+            bad(ClusterConfig {
+                redis_key_file: pem.clone(),
+                ..tls("valkeys://db:6380/0")
+            }),
+            "cluster.redis_cert_file"
+        );
+        let both = ClusterConfig {
+            redis_ca_file: pem.clone(),
+            redis_cert_file: pem.clone(),
+            redis_key_file: pem.clone(),
+            ..tls("rediss://db:6380/0")
+        };
+        assert_eq!(both.validate(), Ok(()));
+        let read = both.redis_tls().unwrap().unwrap();
+        assert_eq!(read.ca_pem.as_deref(), Some(&b"PEM"[..]));
+        assert_eq!(read.client, Some((b"PEM".to_vec(), b"PEM".to_vec())));
     }
 
     #[test]

@@ -107,9 +107,19 @@ pub enum AdminCommand {
         /// The embedded server's data directory.
         #[arg(long)]
         from_data_dir: PathBuf,
-        /// The cluster's Redis: redis://HOST:PORT/DB.
+        /// The cluster's Redis: redis://HOST:PORT/DB (rediss:// for TLS).
         #[arg(long)]
         to_redis: String,
+        /// For rediss://: PEM certificates Redis' certificate must chain to (default: the
+        /// system's trust store), as `cluster.redis_ca_file`.
+        #[arg(long)]
+        redis_ca_file: Option<PathBuf>,
+        /// For rediss://: a PEM client certificate, as `cluster.redis_cert_file`.
+        #[arg(long)]
+        redis_cert_file: Option<PathBuf>,
+        /// Its PEM private key, as `cluster.redis_key_file`.
+        #[arg(long)]
+        redis_key_file: Option<PathBuf>,
         /// Records per write.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
@@ -300,11 +310,33 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
     if let AdminCommand::MigrateStore {
         from_data_dir,
         to_redis,
+        redis_ca_file,
+        redis_cert_file,
+        redis_key_file,
         batch,
     } = &args.command
     {
-        let report =
-            crate::tools::migrate_store::migrate(from_data_dir, to_redis, *batch, |line| {
+        // The same rules and files as a node's `[cluster]` keys, named as this command's flags.
+        let target = crate::store::ClusterConfig {
+            redis_url: to_redis.clone(),
+            redis_ca_file: redis_ca_file.clone().unwrap_or_default(),
+            redis_cert_file: redis_cert_file.clone().unwrap_or_default(),
+            redis_key_file: redis_key_file.clone().unwrap_or_default(),
+            ..crate::store::ClusterConfig::default()
+        };
+        let tls = target
+            .validate()
+            .and_then(|()| target.redis_tls())
+            .map_err(|e| {
+                let flag = e.field.replace("cluster.", "--").replace('_', "-");
+                AdminCliError::Usage(format!("{flag}: {}", e.rule))
+            })?;
+        let report = crate::tools::migrate_store::migrate(
+            from_data_dir,
+            to_redis,
+            tls.as_ref(),
+            *batch,
+            |line| {
                 if !json {
                     eprintln!("{line}");
                 } else {
@@ -313,9 +345,10 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                         serde_json::Value::String(line.into())
                     );
                 }
-            })
-            .await
-            .map_err(|e| AdminCliError::Usage(e.to_string()))?;
+            },
+        )
+        .await
+        .map_err(|e| AdminCliError::Usage(e.to_string()))?;
         if json {
             writeln!(out, "{}", json!(report))?;
         } else {

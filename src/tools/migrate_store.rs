@@ -216,6 +216,7 @@ pub async fn digest(
 pub async fn migrate(
     from: &Path,
     to: &str,
+    tls: Option<&crate::store::RedisTls>,
     batch: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Report, MigrateError> {
@@ -226,7 +227,11 @@ pub async fn migrate(
     let config = crate::config::Config::from_toml_str("")
         .map_err(|e| redis_error(format!("default config: {e}")))?;
     let source = crate::store::open(from, &config.store)?;
-    let conn = crate::store::RedisConn::connect(to)
+    let options = RedisOptions {
+        tls: tls.cloned(),
+        ..RedisOptions::default()
+    };
+    let conn = crate::store::RedisConn::connect(to, tls)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let lease = LeaseClient::new(conn, LEASE);
@@ -242,7 +247,15 @@ pub async fn migrate(
             }
         }
     });
-    let result = copy_and_verify(source.as_ref(), to, owner.token, batch, &mut progress).await;
+    let result = copy_and_verify(
+        source.as_ref(),
+        to,
+        &options,
+        owner.token,
+        batch,
+        &mut progress,
+    )
+    .await;
     renewal.abort();
     let _ = lease.release(&owner).await;
     let (players_already_there, counts) = result?;
@@ -289,6 +302,7 @@ async fn take_lease(
 async fn copy_and_verify(
     source: &dyn Storage,
     to: &str,
+    options: &RedisOptions,
     token: u64,
     batch: usize,
     progress: &mut impl FnMut(&str),
@@ -299,7 +313,7 @@ async fn copy_and_verify(
         "source: {} players, {} parties, {} results, {} live matches",
         expected.players, expected.parties, expected.results, expected.live_matches
     ));
-    let target = RedisStore::open(to, token, &RedisOptions::default()).await?;
+    let target = RedisStore::open(to, token, options).await?;
     let batch = batch.max(1);
 
     // Players, a batch at a time; the ones already there with the same records cost nothing.
@@ -403,7 +417,7 @@ async fn copy_and_verify(
     drop(target);
 
     // Read everything back from Redis, not from the mirror, and compare.
-    let written = RedisStore::open(to, token, &RedisOptions::default()).await?;
+    let written = RedisStore::open(to, token, options).await?;
     let found = digest(&written, &history_players).await?;
     if found != expected {
         return Err(MigrateError::Mismatch(format!(

@@ -16,9 +16,13 @@ pub struct Durability {
 
 /// Reads the server's persistence and replication settings; refuses a Redis with neither an
 /// append-only file nor a replica unless `allow_volatile`.
-pub async fn check_durability(url: &str, allow_volatile: bool) -> Result<Durability, StoreError> {
+pub async fn check_durability(
+    url: &str,
+    tls: Option<&super::RedisTls>,
+    allow_volatile: bool,
+) -> Result<Durability, StoreError> {
     let err = redis_error(url);
-    let client = ::redis::Client::open(url).map_err(&err)?;
+    let client = super::conn::client(url, tls).map_err(&err)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await

@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use ::redis::Script;
 
-pub use conn::RedisConn;
+pub use conn::{RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
 pub use server::{RedisCluster, RedisServer};
 
@@ -225,6 +225,8 @@ pub struct RedisOptions {
     pub wait_replicas: u32,
     /// How long a flush waits for them (milliseconds).
     pub wait_timeout_ms: u64,
+    /// For a `rediss://` URL: what to trust and present beyond the defaults.
+    pub tls: Option<RedisTls>,
 }
 
 /// The Redis backend. See the module documentation.
@@ -271,7 +273,9 @@ impl RedisStore {
     /// Connects to `url` and loads everything into the mirror; writes will carry `token`.
     pub async fn open(url: &str, token: u64, options: &RedisOptions) -> Result<Self, StoreError> {
         let err = redis_error(url);
-        let mut conn = RedisConn::connect(url).await.map_err(&err)?;
+        let mut conn = RedisConn::connect(url, options.tls.as_ref())
+            .await
+            .map_err(&err)?;
         if conn.is_cluster() && options.wait_replicas > 0 {
             return Err(StoreError::Redis(format!(
                 "{}: [cluster] wait_replicas is not supported on a Redis Cluster (WAIT is per \

@@ -17,6 +17,8 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Extra command-line arguments (cluster mode).
     extra: Vec<String>,
+    /// Set when the server takes only TLS: what a client must trust and present.
+    tls: Option<super::RedisTls>,
 }
 
 /// Why a server could not start.
@@ -46,7 +48,39 @@ impl RedisServer {
         Self::start_with(Vec::new())
     }
 
+    /// Starts a server that takes only TLS on its port: its certificate `cert_file` with
+    /// `key_file`, and clients must present a certificate that chains to `ca_file`
+    /// (`tls-auth-clients yes`). `client` is what its own checks connect with.
+    pub fn start_tls(
+        cert_file: &std::path::Path,
+        key_file: &std::path::Path,
+        ca_file: &std::path::Path,
+        client: super::RedisTls,
+    ) -> Result<Self, RedisServerError> {
+        let path = |p: &std::path::Path| p.display().to_string();
+        let mut server = Self::create(vec![
+            "--tls-cert-file".into(),
+            path(cert_file),
+            "--tls-key-file".into(),
+            path(key_file),
+            "--tls-ca-cert-file".into(),
+            path(ca_file),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ])?;
+        server.tls = Some(client);
+        server.spawn()?;
+        Ok(server)
+    }
+
     fn start_with(extra: Vec<String>) -> Result<Self, RedisServerError> {
+        let mut server = Self::create(extra)?;
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// A server not started yet, on a free port and in a new directory.
+    fn create(extra: Vec<String>) -> Result<Self, RedisServerError> {
         let binary = find_binary().ok_or(RedisServerError::Missing)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -56,20 +90,25 @@ impl RedisServer {
             std::env::temp_dir().join(format!("matchmaker-redis-{}", crate::ids::new_id("r")));
         std::fs::create_dir_all(&dir)
             .map_err(|e| RedisServerError::Start(format!("{}: {e}", dir.display())))?;
-        let mut server = Self {
+        Ok(Self {
             child: None,
             binary,
             port,
             dir,
             extra,
-        };
-        server.spawn()?;
-        Ok(server)
+            tls: None,
+        })
     }
 
     fn spawn(&mut self) -> Result<(), RedisServerError> {
+        let port = self.port.to_string();
+        let ports: &[&str] = match self.tls {
+            None => &["--port", &port],
+            Some(_) => &["--port", "0", "--tls-port", &port],
+        };
         let child = Command::new(&self.binary)
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(ports)
             .arg("--dir")
             .arg(&self.dir)
             .args([
@@ -94,7 +133,7 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let ping = ::redis::Client::open(self.url())
+            let ping = super::conn::client(&self.url(), self.tls.as_ref())
                 .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
                 .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c));
             match ping {
@@ -110,9 +149,14 @@ impl RedisServer {
         }
     }
 
-    /// `redis://127.0.0.1:PORT/0`.
+    /// `redis://127.0.0.1:PORT/0` (`rediss://` when it takes only TLS).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     /// The server's process id while it runs.

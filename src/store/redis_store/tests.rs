@@ -142,7 +142,9 @@ fn flushed_writes_survive_a_redis_crash_and_restart() {
 fn a_volatile_redis_is_refused_unless_allowed() {
     with_redis(|server, runtime| {
         let url = server.url();
-        let found = runtime.block_on(check_durability(&url, false)).unwrap();
+        let found = runtime
+            .block_on(check_durability(&url, None, false))
+            .unwrap();
         assert!(found.aof, "the test server runs with appendonly yes");
         assert_eq!(found.appendfsync.as_deref(), Some("everysec"));
         let client = ::redis::Client::open(url.as_str()).unwrap();
@@ -153,9 +155,13 @@ fn a_volatile_redis_is_refused_unless_allowed() {
             .arg("no")
             .query(&mut conn)
             .unwrap();
-        let refused = runtime.block_on(check_durability(&url, false)).unwrap_err();
+        let refused = runtime
+            .block_on(check_durability(&url, None, false))
+            .unwrap_err();
         assert!(refused.to_string().contains("appendonly yes"), "{refused}");
-        let allowed = runtime.block_on(check_durability(&url, true)).unwrap();
+        let allowed = runtime
+            .block_on(check_durability(&url, None, true))
+            .unwrap();
         assert!(!allowed.aof);
     });
 }
