@@ -1003,3 +1003,91 @@ async fn live_matches_are_listed_newest_first_until_their_result_and_bad_input_n
         assert!(e.message().contains(field), "{e:?}");
     }
 }
+
+async fn recent_results(
+    server: &TestServer,
+    queue: &str,
+    limit: u32,
+) -> Result<proto::ListRecentResultsResponse, tonic::Status> {
+    let queue = queue.to_string();
+    server
+        .admin()
+        .await
+        .list_recent_results(proto::ListRecentResultsRequest { queue, limit })
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn recent_results_are_listed_newest_first_from_the_durable_log_across_a_restart() {
+    let mut server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let mut played = Vec::new();
+    for (queue, teams, winner) in [
+        ("1v1", [vec!["rr-a"], vec!["rr-b"]], "rr-a"),
+        ("2v2", [vec!["rr-c", "rr-d"], vec!["rr-e", "rr-f"]], "rr-e"),
+        ("1v1", [vec!["rr-g"], vec!["rr-h"]], "rr-h"),
+    ] {
+        let m = form_match(&mut client, queue, &[&teams[0], &teams[1]]).await;
+        server
+            .game_server()
+            .await
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: placements_with_winner(&m, winner),
+                ..Default::default()
+            })
+            .await
+            .expect("result");
+        played.push(m.match_id);
+    }
+    // A match without a result is not listed.
+    form_match(&mut client, "1v1", &[&["rr-i"], &["rr-j"]]).await;
+    let ids = |r: &proto::ListRecentResultsResponse| {
+        r.matches
+            .iter()
+            .map(|m| m.match_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let newest_first: Vec<String> = played.iter().rev().cloned().collect();
+    let all = recent_results(&server, "", 0).await.unwrap();
+    assert_eq!(ids(&all), newest_first);
+    let newest = &all.matches[0];
+    assert_eq!(newest.phase, proto::MatchPhase::Completed as i32);
+    assert_eq!(newest.queue, "1v1");
+    assert_eq!(
+        newest.changes.len(),
+        2,
+        "each player's change, as acknowledged"
+    );
+    assert!(newest.ended_unix > 0);
+    let winner = newest.teams.iter().position(|t| t.player_ids == ["rr-h"]);
+    assert_eq!(newest.placements[winner.unwrap()], 1);
+    // By queue, and the newest `limit`.
+    let ones = recent_results(&server, "1v1", 0).await.unwrap();
+    assert_eq!(ids(&ones), [played[2].clone(), played[0].clone()]);
+    assert_eq!(
+        ids(&recent_results(&server, "", 1).await.unwrap()),
+        [played[2].clone()]
+    );
+    assert!(
+        recent_results(&server, "5v5", 0)
+            .await
+            .unwrap()
+            .matches
+            .is_empty()
+    );
+    // Bad input names its field.
+    for (queue, limit, field) in [("no-such-queue", 0, "queue"), ("", 1001, "limit")] {
+        let e = recent_results(&server, queue, limit).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(field), "{e:?}");
+    }
+    // The list is durable: a restarted server lists the same results.
+    server.stop().await.unwrap();
+    let dir = server.data_dir.clone();
+    let restarted = TestServer::start_in(&dir, "").await;
+    let again = recent_results(&restarted, "", 0).await.unwrap();
+    assert_eq!(ids(&again), newest_first);
+    drop(server);
+}

@@ -888,6 +888,30 @@ async fn the_admin_cli_runs_every_record_command_with_json() {
     assert_eq!(listed["matches"][0]["phase"], "formed");
     let (ok, _, err) = cli(&server, &["live-matches", "--limit", "5000"]).await;
     assert!(!ok && err.contains("limit"), "{err}");
+    // The match played is the one recent result, with the erased player's marker in it.
+    let (ok, out, err) = cli(&server, &["recent-results", "--queue", "1v1"]).await;
+    assert!(ok, "{err}");
+    let listed = json(&out);
+    let matches = listed["matches"].as_array().unwrap();
+    assert_eq!(matches.len(), 1, "{listed}");
+    let players: Vec<&str> = matches[0]["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t.as_array().unwrap().iter().map(|p| p.as_str().unwrap()))
+        .collect();
+    assert!(
+        players.contains(&"c2") && !players.contains(&"c1"),
+        "{listed}"
+    );
+    assert_eq!(
+        matches[0]["changes"].as_array().unwrap().len(),
+        2,
+        "{listed}"
+    );
+    assert!(matches[0]["ended_unix"].as_i64().unwrap() > 0, "{listed}");
+    let (ok, _, err) = cli(&server, &["recent-results", "--limit", "5000"]).await;
+    assert!(!ok && err.contains("limit"), "{err}");
 }
 
 /// An erased player leaves their `PartyService` party: the lead passes to the other member,

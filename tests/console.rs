@@ -881,6 +881,52 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
         "document.querySelectorAll('#live-matches tr[data-match]').length === 1",
         PAGE_TIMEOUT,
     );
+    // Its result, reported through this node, is in this node's recent results: the cluster's,
+    // by ListRecentResults.
+    let (_, body) = http_get(
+        &metrics,
+        "/console/api/matches",
+        &[("x-matchmaker-console", "1")],
+    );
+    let parsed: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let played = parsed["live"]["matches"][0]["match_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"))
+        .to_string();
+    assert_eq!(parsed["recent_from"], "cluster", "{body}");
+    assert_eq!(parsed["recent"].as_array().map(Vec::len), Some(0), "{body}");
+    matchmaker::proto::game_server_service_client::GameServerServiceClient::new(channel.clone())
+        .report_match_result(proto::MatchResult {
+            match_id: played.clone(),
+            placements: vec![1, 2],
+            ..Default::default()
+        })
+        .await
+        .expect("result");
+    let (_, body) = http_get(
+        &metrics,
+        "/console/api/matches",
+        &[("x-matchmaker-console", "1")],
+    );
+    let parsed: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(parsed["recent"][0]["match_id"], played.as_str(), "{body}");
+    assert_eq!(
+        parsed["recent"][0]["placements"],
+        serde_json::json!([1, 2]),
+        "{body}"
+    );
+    assert!(
+        parsed["recent"][0]["applied_unix"].as_i64() > Some(0),
+        "{body}"
+    );
+    assert_eq!(parsed["live"]["total"], 0, "{body}");
+    browser.wait_for(
+        "the result in the page's recent results",
+        &format!(
+            "document.querySelector('#recent-matches tbody').textContent.includes('{played}')"
+        ),
+        PAGE_TIMEOUT,
+    );
 
     // The owner dies. The other node takes the queues over with the bans its engine loads from
     // Redis, and its console reads the ban from there.

@@ -466,6 +466,13 @@ impl AdminService for Admin {
         self.list_live_matches_call(request).await
     }
 
+    async fn list_recent_results(
+        &self,
+        request: Request<proto::ListRecentResultsRequest>,
+    ) -> Result<Response<proto::ListRecentResultsResponse>, Status> {
+        self.list_recent_results_call(request).await
+    }
+
     async fn list_audit_log(
         &self,
         request: Request<proto::ListAuditLogRequest>,

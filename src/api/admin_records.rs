@@ -1,7 +1,7 @@
 //! `AdminService`'s player and match records: `DeletePlayer`, `BanPlayer`, `UnbanPlayer`,
-//! `GetPlayerBan`, `ListAuditLog`, `WatchEvents`. Handlers validate, note what they name for the audit log,
-//! call the state or the ledger, and map back; the records live in `state::records` and
-//! `store::admin_records`.
+//! `GetPlayerBan`, `ListLiveMatches`, `ListRecentResults`, `ListAuditLog`, `WatchEvents`.
+//! Handlers validate, note what they name for the audit log, call the state or the ledger, and
+//! map back; the records live in `state::records` and `store::admin_records`.
 
 use std::pin::Pin;
 
@@ -24,14 +24,39 @@ pub const MAX_REASON_CHARS: usize = 500;
 /// Audit entries per page when the request says 0, and at most.
 const AUDIT_PAGE: u32 = 100;
 const MAX_AUDIT_PAGE: u32 = 1000;
-/// `ListLiveMatches` page when the request says 0, and the most it may ask for.
+/// `ListLiveMatches` and `ListRecentResults` page when the request says 0, and the most it may
+/// ask for.
 const LIVE_MATCHES_PAGE: usize = 50;
 const LIVE_MATCHES_MAX: usize = 1000;
+/// Events `ListRecentResults` reads from the log at a time, newest window first, and the most
+/// it reads for one call (a queue whose results are rare among many others' stops there).
+const RESULT_SCAN_WINDOW: usize = 1024;
+const RESULT_SCAN_MAX: usize = 200_000;
 /// Events a `WatchEvents` stream buffers for a slow reader.
 const EVENT_BUFFER: usize = 64;
 
 /// A `WatchEvents` stream.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
+
+/// A `ListLiveMatches` or `ListRecentResults` request's `limit`, or the rule it breaks.
+fn page_limit(limit: u32) -> Result<usize, Rejection> {
+    match limit {
+        0 => Ok(LIVE_MATCHES_PAGE),
+        n if n as usize > LIVE_MATCHES_MAX => Err(Rejection::invalid(
+            "limit",
+            format!("must be at most {LIVE_MATCHES_MAX} (got {n})"),
+        )),
+        n => Ok(n as usize),
+    }
+}
+
+/// The queue a MATCH_COMPLETED event names in its detail.
+fn completed_queue(event: &EventRecord) -> String {
+    serde_json::from_str::<serde_json::Value>(&event.detail_json)
+        .ok()
+        .and_then(|d| d.get("queue")?.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
 
 /// The proto kind of an event kind.
 pub fn kind_to_proto(kind: EventKind) -> proto::EventKind {
@@ -225,6 +250,53 @@ impl Admin {
         }))
     }
 
+    pub(super) async fn list_recent_results_call(
+        &self,
+        request: Request<proto::ListRecentResultsRequest>,
+    ) -> Result<Response<proto::ListRecentResultsResponse>, Status> {
+        note(&request, format!("queue={:?}", request.get_ref().queue));
+        let req = request.into_inner();
+        if !req.queue.is_empty() {
+            self.state.queue("queue", &req.queue)?;
+        }
+        let limit = page_limit(req.limit)?;
+        let store = self.state.store();
+        let mut ids = Vec::new();
+        let mut upto = store.append_events(&[])?;
+        let mut scanned = 0;
+        while ids.len() < limit && upto > 0 && scanned < RESULT_SCAN_MAX {
+            let from = upto.saturating_sub(RESULT_SCAN_WINDOW as u64);
+            let window = store.events_after(from, RESULT_SCAN_WINDOW)?;
+            scanned += RESULT_SCAN_WINDOW;
+            ids.extend(
+                window
+                    .iter()
+                    .rev()
+                    .filter(|(cursor, e)| {
+                        *cursor <= upto
+                            && e.kind == EventKind::MatchCompleted
+                            && (req.queue.is_empty() || completed_queue(e) == req.queue)
+                    })
+                    .map(|(_, e)| crate::ids::MatchId::new(e.match_id.as_str())),
+            );
+            upto = from;
+        }
+        ids.truncate(limit);
+        let mut found: std::collections::HashMap<_, _> = store
+            .match_records(&ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.match_id.clone(), r))
+            .collect();
+        Ok(Response::new(proto::ListRecentResultsResponse {
+            matches: ids
+                .iter()
+                .filter_map(|id| found.remove(id))
+                .map(|r| super::records::match_record(&self.state, &r))
+                .collect(),
+        }))
+    }
+
     pub(super) async fn list_live_matches_call(
         &self,
         request: Request<proto::ListLiveMatchesRequest>,
@@ -234,17 +306,7 @@ impl Admin {
         if !req.queue.is_empty() {
             self.state.queue("queue", &req.queue)?;
         }
-        let limit = match req.limit {
-            0 => LIVE_MATCHES_PAGE,
-            n if n as usize > LIVE_MATCHES_MAX => {
-                return Err(Rejection::invalid(
-                    "limit",
-                    format!("must be at most {LIVE_MATCHES_MAX} (got {n})"),
-                )
-                .into());
-            }
-            n => n as usize,
-        };
+        let limit = page_limit(req.limit)?;
         let queue = (!req.queue.is_empty()).then_some(req.queue.as_str());
         let (total, live) = self.state.live_matches(queue, limit);
         Ok(Response::new(proto::ListLiveMatchesResponse {

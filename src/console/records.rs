@@ -155,7 +155,8 @@ async fn player_matches(
 
 /// `GET /console/api/matches?queue=&limit=`: the live matches (newest first; on a cluster
 /// node, the owner's, by `ListLiveMatches`) and the results applied since the server started
-/// (newest first, at most [`super::FEED_CAPACITY`] kept).
+/// (newest first, at most [`super::FEED_CAPACITY`] kept; on a cluster node, the cluster's
+/// latest, by `ListRecentResults`).
 pub async fn matches(
     Axum(console): Axum<Arc<Console>>,
     uri: Uri,
@@ -189,12 +190,39 @@ pub async fn matches(
             })
         }
     };
+    if caller.backend.state().is_none() {
+        let page: proto::ListRecentResultsResponse = caller
+            .call(
+                "/matchmaker.v1.AdminService/ListRecentResults",
+                proto::ListRecentResultsRequest {
+                    queue: q.queue().unwrap_or_default().to_string(),
+                    limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                },
+            )
+            .await?;
+        let recent: Vec<Value> = page
+            .matches
+            .iter()
+            .map(|r| {
+                let mut entry = match_record(r);
+                entry["applied_unix"] = json!(r.ended_unix);
+                entry
+            })
+            .collect();
+        return Ok(Json(json!({
+            "live": live,
+            "recent": recent,
+            "recent_kept": recent.len(),
+            "recent_from": "cluster",
+        })));
+    }
     let feed = console.feed();
     let recent = feed.recent(q.queue(), limit);
     Ok(Json(json!({
         "live": live,
         "recent": recent,
         "recent_kept": feed.len(),
+        "recent_from": "server",
     })))
 }
 

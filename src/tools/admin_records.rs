@@ -1,6 +1,7 @@
 //! `matchmaker admin` commands for player and match records: `ban`, `unban`, `player-ban`,
-//! `delete-player`, `live-matches`, `audit-log`, `events` and `reload-config`. Text by default, JSON with
-//! `--json` (`events` prints one object per line, so a pipeline can read it as it comes).
+//! `delete-player`, `live-matches`, `recent-results`, `audit-log`, `events` and `reload-config`.
+//! Text by default, JSON with `--json` (`events` prints one object per line, so a pipeline can
+//! read it as it comes).
 
 use std::io::Write;
 
@@ -42,6 +43,16 @@ pub enum RecordsCommand {
     /// List the matches held now (formed, allocated or started), newest first.
     LiveMatches {
         /// Only this queue's matches.
+        #[arg(long)]
+        queue: Option<String>,
+        /// At most this many (at most 1000).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// List the matches whose results were applied most recently, newest first (from the
+    /// durable event log and match history: the same on every node).
+    RecentResults {
+        /// Only this queue's results.
         #[arg(long)]
         queue: Option<String>,
         /// At most this many (at most 1000).
@@ -253,6 +264,63 @@ pub async fn run(
                         m.queue,
                         phase(m.phase),
                         m.formed_unix,
+                        sides.join(" vs ")
+                    )?;
+                }
+            }
+        }
+        RecordsCommand::RecentResults { queue, limit } => {
+            let r = client
+                .list_recent_results(proto::ListRecentResultsRequest {
+                    queue: queue.clone().unwrap_or_default(),
+                    limit,
+                })
+                .await?
+                .into_inner();
+            let teams = |m: &proto::MatchRecord| {
+                m.teams
+                    .iter()
+                    .map(|t| t.player_ids.clone())
+                    .collect::<Vec<_>>()
+            };
+            if json {
+                let matches: Vec<_> = r
+                    .matches
+                    .iter()
+                    .map(|m| {
+                        let changes: Vec<_> = m
+                            .changes
+                            .iter()
+                            .map(|c| {
+                                let display =
+                                    |r: &Option<proto::Rating>| r.as_ref().map(|r| r.display);
+                                json!({"player_id": c.player_id,
+                                       "rating_before": display(&c.before),
+                                       "rating_after": display(&c.after),
+                                       "rank_points_before": c.rank_points_before,
+                                       "rank_points_after": c.rank_points_after})
+                            })
+                            .collect();
+                        json!({"match_id": m.match_id, "queue": m.queue, "teams": teams(m),
+                               "placements": m.placements, "ended_unix": m.ended_unix,
+                               "server_address": m.server_address, "changes": changes})
+                    })
+                    .collect();
+                writeln!(out, "{}", json!({"matches": matches}))?;
+            } else {
+                writeln!(out, "{} recent results", r.matches.len())?;
+                for m in &r.matches {
+                    let sides: Vec<String> = teams(m)
+                        .iter()
+                        .zip(&m.placements)
+                        .map(|(t, place)| format!("#{place} {}", t.join(", ")))
+                        .collect();
+                    writeln!(
+                        out,
+                        "{} {} ended {}: {}",
+                        m.match_id,
+                        m.queue,
+                        m.ended_unix,
                         sides.join(" vs ")
                     )?;
                 }

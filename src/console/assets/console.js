@@ -260,12 +260,16 @@ async function viewMatches(view, gen) {
   const recentBody = h("tbody");
   const liveTitle = h("h2", {}, "Live matches");
   const liveNote = h("p", { class: "note" }, "The newest of the matches held now (ready-check to completing).");
+  const recentNote = h("p", { class: "note" });
+  const recentSource = {
+    server: ["Results this server applied since it started (newest first). Each match's page, and each player's matches, come from the durable match history (GetMatch, ListPlayerMatches).", "No results applied since this server started."],
+    cluster: ["The cluster's latest results, newest first (ListRecentResults: the durable event log and match history).", "No results in the event log."],
+  };
   view.replaceChildren(h("h1", {}, "Matches"), matchSearch(),
     h("div", { class: "stack" },
       h("section", { class: "card" }, liveTitle, liveNote,
         h("table", { id: "live-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Phase"), h("th", {}, "Teams"), h("th", { class: "num" }, "Win prob."), h("th", {}, "Formed"))), liveBody)),
-      h("section", { class: "card" }, h("h2", {}, "Recent results"),
-        h("p", { class: "note" }, "Results this server applied since it started (newest first). Each match's page, and each player's matches, come from the durable match history (GetMatch, ListPlayerMatches)."),
+      h("section", { class: "card" }, h("h2", {}, "Recent results"), recentNote,
         h("table", { id: "recent-matches" }, h("thead", {}, h("tr", {}, h("th", {}, "Match"), h("th", {}, "Queue"), h("th", {}, "Teams"), h("th", {}, "Placements"), h("th", {}, "Applied"))), recentBody))));
   const refresh = async () => {
     const data = await api("matches?limit=15");
@@ -275,9 +279,11 @@ async function viewMatches(view, gen) {
       h("td", {}, matchLink(m.match_id)), h("td", {}, m.queue), h("td", {}, h("span", { class: "pill phase-" + m.phase }, m.phase)),
       h("td", {}, teamsCell(m.teams)), h("td", { class: "num" }, (m.win_probability || []).map((p) => fmt.pct(p)).join(" / ")),
       h("td", {}, fmt.ago(m.formed_unix)))) : [h("tr", {}, h("td", { colspan: 6, class: "note" }, "No live matches."))]));
+    const [note, none] = recentSource[data.recent_from] || recentSource.server;
+    recentNote.textContent = note;
     recentBody.replaceChildren(...(data.recent.length ? data.recent.map((r) => h("tr", {},
       h("td", {}, matchLink(r.match_id)), h("td", {}, r.queue), h("td", {}, teamsCell(r.teams)),
-      h("td", {}, r.placements.join(" / ")), h("td", {}, fmt.ago(r.applied_unix)))) : [h("tr", {}, h("td", { colspan: 5, class: "note" }, "No results applied since this server started."))]));
+      h("td", {}, r.placements.join(" / ")), h("td", {}, fmt.ago(r.applied_unix)))) : [h("tr", {}, h("td", { colspan: 5, class: "note" }, none))]));
     setStatus("updated " + fmt.time(Date.now() / 1000));
   };
   await refresh();
