@@ -101,6 +101,9 @@ pub struct Config {
     /// The event log `WatchEvents` reads (retention).
     #[serde(default)]
     pub events: crate::store::EventsConfig,
+    /// The admin audit log (retention).
+    #[serde(default)]
+    pub audit: crate::store::AuditConfig,
     /// Where this config came from, so `ReloadConfig` and SIGHUP can read it again (`None`:
     /// built without a file; nothing to reload).
     /// The operator console on the metrics listener (`/console/`).
@@ -568,6 +571,7 @@ impl Config {
         self.history.validate()?;
         self.parties.validate()?;
         self.events.validate()?;
+        self.audit.validate()?;
         self.console.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;

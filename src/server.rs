@@ -384,8 +384,14 @@ async fn serve(
     // events are written too.
     let events_stop = CancellationToken::new();
     let events_task = tokio::spawn(state.clone().write_events(
-        Duration::from_secs(config.events.retention_seconds),
-        config.events.max_events,
+        crate::state::Kept {
+            retention: Duration::from_secs(config.events.retention_seconds),
+            max: config.events.max_events,
+        },
+        crate::state::Kept {
+            retention: Duration::from_secs(config.audit.retention_seconds),
+            max: config.audit.max_entries,
+        },
         EVENT_TRIM_INTERVAL,
         events_stop.clone(),
     ));

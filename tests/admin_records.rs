@@ -1060,3 +1060,55 @@ async fn deleting_a_player_erases_their_history_and_marks_them_in_the_others() {
         .collect();
     assert_eq!(ids, vec![fresh]);
 }
+
+/// The sequence number of the oldest audit entry kept (a page of one names it as its token).
+async fn oldest_audit_entry(server: &TestServer) -> u64 {
+    server
+        .admin()
+        .await
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: String::new(),
+            limit: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .next_page_token
+        .parse::<u64>()
+        .unwrap()
+}
+
+/// The audit log keeps at most `[audit] max_entries`: a server trims it when it starts (and
+/// every minute after), oldest first, so an open console's polling cannot grow it for good.
+#[tokio::test]
+async fn the_audit_log_is_trimmed_to_its_bound_oldest_first() {
+    const BOUND: &str = "[audit]\nmax_entries = 1000\n";
+    let mut server = TestServer::start(BOUND).await;
+    let mut admin = server.admin().await;
+    for _ in 0..1010 {
+        admin
+            .get_queue_stats(proto::GetQueueStatsRequest::default())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        oldest_audit_entry(&server).await,
+        1,
+        "nothing is trimmed before the next check"
+    );
+    server.stop().await.unwrap();
+    let dir = server.data_dir.clone();
+    let restarted = TestServer::start_in(&dir, BOUND).await;
+    // 1011 entries were written before the restart: the oldest 11 or more go.
+    common::poll_until("the audit log trimmed at start", || {
+        let oldest = oldest_audit_entry(&restarted);
+        async move {
+            match oldest.await {
+                n if n >= 12 => Ok(n),
+                n => Err(format!("oldest entry kept: {n}")),
+            }
+        }
+    })
+    .await;
+    drop(server);
+}

@@ -22,6 +22,21 @@ use crate::store::{EventKind, EventRecord, StoreError};
 /// Events read from the store per step of a watcher.
 const EVENT_BATCH: usize = 256;
 
+/// How much of a log (the event log, the audit log) is kept: entries younger than `retention`,
+/// at most the newest `max`.
+#[derive(Clone, Copy, Debug)]
+pub struct Kept {
+    pub retention: Duration,
+    pub max: u64,
+}
+
+impl Kept {
+    /// The time before which entries go, at `now` (unix seconds).
+    fn before(self, now: f64) -> f64 {
+        now - self.retention.as_secs_f64()
+    }
+}
+
 /// The hub inside the state.
 pub(super) struct Events {
     pending: Mutex<Vec<EventRecord>>,
@@ -191,12 +206,12 @@ impl State {
     }
 
     /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
-    /// left; every `trim_every` drops events older than `retention` or beyond the newest
-    /// `max_events`.
+    /// left; every `trim_every` drops the events and the audit entries their [`Kept`] bound
+    /// lets go.
     pub async fn write_events(
         self,
-        retention: Duration,
-        max_events: u64,
+        events: Kept,
+        audit: Kept,
         trim_every: Duration,
         shutdown: CancellationToken,
     ) {
@@ -207,11 +222,16 @@ impl State {
                 () = shutdown.cancelled() => true,
                 () = self.inner.events.wake.notified() => false,
                 _ = trim.tick() => {
-                    let before = super::unix_now() - retention.as_secs_f64();
-                    match self.inner.store.trim_events(before, max_events) {
-                        Ok(n) if n > 0 => tracing::debug!(events = n, "old events trimmed"),
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "trimming events failed"),
+                    let now = super::unix_now();
+                    let store = &self.inner.store;
+                    let events = store.trim_events(events.before(now), events.max);
+                    let audit = store.trim_audit(audit.before(now), audit.max);
+                    for (log, trimmed) in [("events", events), ("audit entries", audit)] {
+                        match trimmed {
+                            Ok(n) if n > 0 => tracing::debug!(n, log, "old log entries trimmed"),
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, log, "trimming a log failed"),
+                        }
                     }
                     false
                 }

@@ -36,7 +36,7 @@ use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
 pub use admin::{MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome};
-pub use events::{match_event, result_events};
+pub use events::{Kept, match_event, result_events};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};

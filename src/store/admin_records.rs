@@ -68,6 +68,49 @@ impl EventsConfig {
     }
 }
 
+/// `[audit]`: how long the admin audit log keeps its entries. Every `AdminService` call writes
+/// one (an open console's polling included), so without a bound it would grow for good: on
+/// disk, and in cluster mode in Redis and in each owner's memory (~250 bytes per entry).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Entries older than this are dropped (checked every minute).
+    pub retention_seconds: u64,
+    /// At most this many entries are kept (the oldest go first).
+    pub max_entries: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            retention_seconds: 90 * 24 * 3600,
+            max_entries: 1_000_000,
+        }
+    }
+}
+
+impl AuditConfig {
+    /// Checks the section, naming the key.
+    pub fn validate(&self) -> Result<(), crate::rejection::FieldError> {
+        if !(3600..=10 * 366 * 24 * 3600).contains(&self.retention_seconds) {
+            return Err(crate::rejection::FieldError::new(
+                "audit.retention_seconds",
+                format!(
+                    "must be in 3600..=316224000 (an hour to ten years; got {})",
+                    self.retention_seconds
+                ),
+            ));
+        }
+        if !(1_000..=1_000_000_000).contains(&self.max_entries) {
+            return Err(crate::rejection::FieldError::new(
+                "audit.max_entries",
+                format!("must be in 1000..=1000000000 (got {})", self.max_entries),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A ban: EnterQueue refuses the player until `until_unix` (0: for good).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Ban {
@@ -156,6 +199,9 @@ pub trait AdminRecords {
     /// Drops events older than `before_unix`, and the oldest beyond the newest `keep_at_most`;
     /// how many.
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
+    /// Drops audit entries older than `before_unix`, and the oldest beyond the newest
+    /// `keep_at_most`; how many.
+    fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
 
     /// Writes audit entries and events under their own sequence numbers (replacing any with
     /// the same number) and raises the last numbers handed out to the highest given, and the
@@ -413,18 +459,34 @@ impl Data {
     /// cursors. Events are appended in time order, so both are a prefix.
     pub(super) fn trim_events(&mut self, before_unix: f64, keep_at_most: u64) -> Vec<u64> {
         let floor = self.admin.last_event.saturating_sub(keep_at_most);
-        let old: Vec<u64> = self
-            .admin
-            .events
-            .iter()
-            .take_while(|(s, e)| **s <= floor || e.unix < before_unix)
-            .map(|(s, _)| *s)
-            .collect();
-        for s in &old {
-            self.admin.events.remove(s);
-        }
-        old
+        trim_prefix(&mut self.admin.events, floor, before_unix, |e| e.unix)
     }
+
+    /// Audit entries older than `before_unix` or beyond the newest `keep_at_most`, removed;
+    /// their sequence numbers. Entries are appended in time order, so both are a prefix.
+    pub(super) fn trim_audit(&mut self, before_unix: f64, keep_at_most: u64) -> Vec<u64> {
+        let floor = self.admin.last_audit.saturating_sub(keep_at_most);
+        trim_prefix(&mut self.admin.audit, floor, before_unix, |a| a.unix)
+    }
+}
+
+/// Removes the entries of a time-ordered log up to sequence `floor` or older than
+/// `before_unix` (a prefix); their sequence numbers.
+fn trim_prefix<T>(
+    log: &mut BTreeMap<u64, T>,
+    floor: u64,
+    before_unix: f64,
+    unix: impl Fn(&T) -> f64,
+) -> Vec<u64> {
+    let old: Vec<u64> = log
+        .iter()
+        .take_while(|(s, e)| **s <= floor || unix(e) < before_unix)
+        .map(|(s, _)| *s)
+        .collect();
+    for s in &old {
+        log.remove(s);
+    }
+    old
 }
 
 /// Up to `limit` values after `after` in a sequence-keyed map.

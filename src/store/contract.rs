@@ -564,10 +564,21 @@ fn bans_audit_and_events_survive_a_reopen_and_numbers_are_never_reused(reopen: R
     assert_eq!(store.events_after(0, 10).unwrap().len(), 1);
     assert_eq!(store.trim_events(0.0, 100).unwrap(), 0);
     assert_eq!(store.trim_events(1e12, 100).unwrap(), 1);
+    // The audit log trims the same way: beyond a count, then by age.
+    assert_eq!(store.trim_audit(0.0, 2).unwrap(), 1);
+    assert_eq!(store.trim_audit(2.5, 100).unwrap(), 1);
+    assert_eq!(store.trim_audit(0.0, 100).unwrap(), 0);
     store.flush().unwrap();
     drop(store);
     let store = reopen();
     assert!(store.events_after(0, 10).unwrap().is_empty());
+    let kept: Vec<u64> = store
+        .audit_after(0, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(kept, vec![3], "trimmed audit entries stay gone");
     assert_eq!(
         store
             .append_events(&[event(EventKind::PlayerDeleted, 40.0, "p9")])

@@ -161,6 +161,10 @@ impl super::AdminRecords for MemoryStore {
         Ok(self.data().trim_events(before_unix, keep_at_most).len())
     }
 
+    fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        Ok(self.data().trim_audit(before_unix, keep_at_most).len())
+    }
+
     fn import_log(
         &self,
         audit: &[(u64, super::AuditRecord)],

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use admin_records::{
-    AdminRecords, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
+    AdminRecords, AuditConfig, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committed, Committer};

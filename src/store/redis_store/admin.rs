@@ -132,6 +132,17 @@ impl AdminRecords for RedisStore {
         Ok(old.len())
     }
 
+    fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        self.check_fence()?;
+        let old = self.mirror.data().trim_audit(before_unix, keep_at_most);
+        self.queue(
+            old.iter()
+                .map(|s| Op::Del(Hash::Admin, seq_field('a', *s)))
+                .collect(),
+        );
+        Ok(old.len())
+    }
+
     fn import_log(
         &self,
         audit: &[(u64, AuditRecord)],

@@ -98,6 +98,43 @@ impl AdminTree {
             .map_or(0, |v| super::decode_seq(&v)))
     }
 
+    /// The tree holding the audit log (`a`) or the event log (`e`).
+    fn log_tree(&self, prefix: u8) -> &sled::Tree {
+        if prefix == b'e' {
+            &self.events
+        } else {
+            &self.tree
+        }
+    }
+
+    /// Removes the entries of the audit log (`a`) or the event log (`e`) up to sequence
+    /// `floor` or older than `before_unix`; how many. Both logs are appended in time order, so
+    /// the old entries are a prefix: read one at a time and stop at the first one kept.
+    fn trim(&self, prefix: u8, floor: u64, before_unix: f64) -> Result<usize, StoreError> {
+        /// What both logs' entries carry: their time.
+        #[derive(serde::Deserialize)]
+        struct Stamped {
+            unix: f64,
+        }
+        let tree = self.log_tree(prefix);
+        let mut batch = sled::Batch::default();
+        let mut n = 0;
+        for item in tree.range(seq_key(prefix, 0)..=seq_key(prefix, u64::MAX)) {
+            let (k, v) = item?;
+            let seq = super::decode_seq(&k[2..]);
+            if seq > floor {
+                let entry: Stamped = decode(&v, &format!("admin {}/{seq}", prefix as char))?;
+                if entry.unix >= before_unix {
+                    break;
+                }
+            }
+            batch.remove(k);
+            n += 1;
+        }
+        tree.apply_batch(batch)?;
+        Ok(n)
+    }
+
     /// A page of the audit log (`a`, admin tree) or the event log (`e`, journal tree).
     fn page<T: serde::de::DeserializeOwned>(
         &self,
@@ -105,12 +142,8 @@ impl AdminTree {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, T)>, StoreError> {
-        let tree = if prefix == b'e' {
-            &self.events
-        } else {
-            &self.tree
-        };
-        tree.range(seq_key(prefix, after.saturating_add(1))..=seq_key(prefix, u64::MAX))
+        self.log_tree(prefix)
+            .range(seq_key(prefix, after.saturating_add(1))..=seq_key(prefix, u64::MAX))
             .take(limit)
             .map(|item| {
                 let (k, v) = item?;
@@ -216,29 +249,13 @@ impl AdminRecords for SledStore {
     }
 
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
-        // Events are appended in time order, so the old ones are a prefix: read one at a time
-        // and stop at the first one kept.
         let floor = self.admin.last_event()?.saturating_sub(keep_at_most);
-        let mut batch = sled::Batch::default();
-        let mut n = 0;
-        for item in self
-            .admin
-            .events
-            .range(seq_key(b'e', 0)..=seq_key(b'e', u64::MAX))
-        {
-            let (k, v) = item?;
-            let seq = super::decode_seq(&k[2..]);
-            if seq > floor {
-                let event: EventRecord = decode(&v, &format!("admin e/{seq}"))?;
-                if event.unix >= before_unix {
-                    break;
-                }
-            }
-            batch.remove(k);
-            n += 1;
-        }
-        self.admin.events.apply_batch(batch)?;
-        Ok(n)
+        self.admin.trim(b'e', floor, before_unix)
+    }
+
+    fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        let floor = self.admin.last(LAST_AUDIT)?.saturating_sub(keep_at_most);
+        self.admin.trim(b'a', floor, before_unix)
     }
 
     fn import_log(
