@@ -104,6 +104,9 @@ enum Command {
         /// Waiting tickets entered before each kill, which the next owner restores.
         #[arg(long, default_value_t = 1000)]
         waiting: usize,
+        /// Rated players stored before the kills, which each new owner loads.
+        #[arg(long, default_value_t = 0)]
+        players: usize,
         /// The nodes' lease (milliseconds).
         #[arg(long, default_value_t = 3000)]
         lease_ms: u64,
@@ -319,6 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             concurrency,
             kills,
             waiting,
+            players,
             lease_ms,
             scratch,
             json,
@@ -336,6 +340,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     concurrency,
                     kills,
                     waiting,
+                    players,
                     lease_ms,
                     scratch,
                 },

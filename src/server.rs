@@ -56,6 +56,8 @@ pub enum ServerError {
         path: String,
         source: std::io::Error,
     },
+    #[error("loading the state failed: {0}")]
+    Load(String),
     #[error("cannot start the matchmaker loop thread: {0}")]
     LoopThread(std::io::Error),
 }
@@ -273,13 +275,25 @@ async fn serve(
         Some(addr) => install_metrics(addr, console.clone(), shutdown.clone())?,
         None => None,
     };
-    let state = State::load(config.clone(), store.clone())?;
     let is_engine = engine.ownership.is_some();
-    if let Some(ownership) = engine.ownership {
-        state.set_ownership(ownership);
-    }
-    let (replayed, restored, last_seq) = state.recover()?;
-    state.rebuild_rank_indexes();
+    // Loading a large state takes seconds of CPU: on a thread of its own, so the runtime keeps
+    // serving meanwhile (on a cluster node: its lease renewals, which would otherwise lapse
+    // while a new owner loads, and pass the queues on again).
+    let loading = {
+        let (config, store, ownership) = (config.clone(), store.clone(), engine.ownership);
+        tokio::task::spawn_blocking(move || -> Result<_, ServerError> {
+            let state = State::load(config, store)?;
+            if let Some(ownership) = ownership {
+                state.set_ownership(ownership);
+            }
+            let recovered = state.recover()?;
+            state.rebuild_rank_indexes();
+            Ok((state, recovered))
+        })
+    };
+    let (state, (replayed, restored, last_seq)) = loading
+        .await
+        .map_err(|e| ServerError::Load(e.to_string()))??;
     metrics::gauge!(crate::telemetry::STORE_BYTES).set(state.store_bytes() as f64);
     info!(
         players = state.player_count(),

@@ -1159,6 +1159,85 @@ async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certi
     );
 }
 
+/// Writes `n` rated 1v1 players straight into `redis`, under a lease of the writer's own that it
+/// gives up at the end (no node runs yet).
+async fn store_players(redis: &RedisServer, n: usize) {
+    use matchmaker::store::Storage;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = redis::cmd("SET")
+        .arg("{mm}:lease")
+        .arg("1|seed|-")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let store = matchmaker::store::RedisStore::open(
+        &redis.url(),
+        1,
+        &matchmaker::store::RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let config = matchmaker::config::Config::from_toml_str("").unwrap();
+    let q = &config.queues["1v1"];
+    let pools = BTreeMap::from([(
+        "1v1".to_string(),
+        matchmaker::records::PoolRecord::initial(&q.rating, q.ranking, &config.ranking),
+    )]);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let ids: Vec<matchmaker::ids::PlayerId> = chunk
+            .iter()
+            .map(|i| matchmaker::ids::PlayerId::new(format!("stored-{i}").as_str()))
+            .collect();
+        let rows: Vec<_> = ids.iter().map(|id| (id, &pools)).collect();
+        store.put_players(&rows).unwrap();
+        store.flush_async().await.unwrap();
+    }
+    drop(store);
+    let _: i64 = redis::cmd("DEL")
+        .arg("{mm}:lease")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// A node that takes the queues over a large state loads it on threads of its own: its lease
+/// renewals go on meanwhile, so it keeps the lease it took (before, a load longer than the
+/// lease starved them, the lease lapsed, and the queues passed from node to node as each one
+/// loaded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
+    let redis = redis();
+    store_players(&redis, 150_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_lease(dir.path(), &redis, 300, "");
+    let owner = node(&config, "loader");
+    let started = Instant::now();
+    ready(&owner.channel().await).await;
+    let loaded = started.elapsed();
+    assert!(
+        owner.logged("cluster store loaded players=150000"),
+        "{:?}",
+        owner.log_lines()
+    );
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let tokens: u64 = redis::cmd("GET")
+        .arg("{mm}:fence")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(
+        tokens,
+        1,
+        "the lease was taken {tokens} times in {loaded:?} of loading: {:?}",
+        owner.log_lines()
+    );
+    assert!(
+        loaded > Duration::from_millis(600),
+        "the load ({loaded:?}) must outlast the lease (300 ms) for this test to mean anything"
+    );
+}
+
 fn certificate(dir: &Path) -> (String, String) {
     let cert =
         rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();

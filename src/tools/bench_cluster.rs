@@ -5,7 +5,8 @@
 //! runs `EnterQueue` and `ReportMatchResult` against the embedded server, against the owner of
 //! the queues and against a node that forwards to it. Last, on a fresh cluster, it enters
 //! `--waiting` tickets and kills the owner with SIGKILL, `--kills` times, and measures how long
-//! the cluster takes to answer again through another node.
+//! the cluster takes to answer again through another node; with `--players N`, the cluster holds
+//! N rated players, which each new owner loads before it answers.
 //! Everything runs on loopback, bounded in time, and is stopped at the end.
 
 use std::io::{BufRead, BufReader};
@@ -37,6 +38,8 @@ pub struct ClusterBench {
     /// a fresh cluster with `waiting_per_kill` more waiting tickets before each kill.
     pub failover_ms: Vec<f64>,
     pub waiting_per_kill: usize,
+    /// Rated players stored before the failovers, which each new owner loads.
+    pub rated_players: usize,
     pub failover_p50_ms: f64,
     pub failover_max_ms: f64,
     /// What each durable write costs Redis itself, measured on the store alone.
@@ -85,6 +88,8 @@ pub struct Options {
     pub kills: usize,
     /// Tickets entered before each kill, for the next owner to restore.
     pub waiting: usize,
+    /// Rated players stored before the failovers.
+    pub players: usize,
     pub lease_ms: u64,
     pub scratch: PathBuf,
 }
@@ -244,6 +249,7 @@ async fn measure(
             ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
         ]
     };
+    store_players(&fresh, opts.players).await?;
     let mut nodes = Vec::new();
     for i in 0..opts.nodes {
         nodes.push(Process::start(&config, &fresh_env(i))?);
@@ -281,8 +287,48 @@ async fn measure(
         failover_max_ms: sorted.last().copied().unwrap_or(0.0),
         failover_ms: failover,
         waiting_per_kill: opts.waiting,
+        rated_players: opts.players,
         redis_cost,
     })
+}
+
+/// Stores `n` rated 1v1 players in the cluster's Redis at `url` (before any node runs on it),
+/// through the Redis store under a lease of its own, given up at the end.
+async fn store_players(url: &str, n: usize) -> Result<(), ToolError> {
+    use crate::store::Storage;
+    if n == 0 {
+        return Ok(());
+    }
+    let run = |e: redis::RedisError| ToolError::Run(format!("redis: {e}"));
+    let mut conn = redis::Client::open(url)
+        .map_err(run)?
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(run)?;
+    let lease = |cmd: &str| {
+        let mut c = redis::cmd(cmd);
+        c.arg(LEASE_KEY);
+        c
+    };
+    let () = lease("SET")
+        .arg("1|bench|-")
+        .query_async(&mut conn)
+        .await
+        .map_err(run)?;
+    let store =
+        crate::store::RedisStore::open(url, 1, &crate::store::RedisOptions::default()).await?;
+    let config = crate::config::Config::from_toml_str("")?;
+    let mut rated = super::bench_memory::RatedPlayers::new(&config.queues["1v1"], "1v1");
+    let mut done = 0;
+    while done < n {
+        let batch = super::bench_memory::RatedPlayers::BATCH.min(n - done);
+        rated.write(&store, done..done + batch)?;
+        store.flush_async().await?;
+        done += batch;
+    }
+    drop(store);
+    let _: i64 = lease("DEL").query_async(&mut conn).await.map_err(run)?;
+    Ok(())
 }
 
 /// Redis' CPU seconds so far and its memory in use.

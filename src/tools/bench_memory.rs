@@ -97,13 +97,45 @@ fn write(
     dir: &Path,
 ) -> Result<(), ToolError> {
     let store = crate::store::open(dir, &config.store)?;
-    let mut rng = StdRng::seed_from_u64(7);
-    let initial = q.rating.initial();
-    const BATCH: usize = 10_000;
+    let mut rated = RatedPlayers::new(q, pool);
     let mut done = 0;
     while done < players {
-        let n = BATCH.min(players - done);
-        let rows: Vec<(PlayerId, BTreeMap<String, PoolRecord>)> = (done..done + n)
+        let n = RatedPlayers::BATCH.min(players - done);
+        rated.write(store.as_ref(), done..done + n)?;
+        done += n;
+    }
+    store.flush()?;
+    Ok(())
+}
+
+/// Rated players as a server that ran for a while holds them (seeded, so every run writes the
+/// same): ratings spread around the queue's initial one, games, wins and rank points.
+pub(super) struct RatedPlayers {
+    rng: StdRng,
+    initial: crate::rating::Skill,
+    pool: String,
+}
+
+impl RatedPlayers {
+    /// Players per write.
+    pub(super) const BATCH: usize = 10_000;
+
+    pub(super) fn new(q: &crate::config::QueueConfig, pool: &str) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(7),
+            initial: q.rating.initial(),
+            pool: pool.to_string(),
+        }
+    }
+
+    /// Writes players `player-{i}` for `i` in `ids`, in one batch (not flushed).
+    pub(super) fn write(
+        &mut self,
+        store: &dyn crate::store::Storage,
+        ids: std::ops::Range<usize>,
+    ) -> Result<(), ToolError> {
+        let (rng, initial) = (&mut self.rng, self.initial);
+        let rows: Vec<(PlayerId, BTreeMap<String, PoolRecord>)> = ids
             .map(|i| {
                 let mut skill = initial;
                 skill.mean += (rng.random::<f64>() - 0.5) * initial.deviation * 2.0;
@@ -121,7 +153,7 @@ fn write(
                 };
                 (
                     PlayerId::new(format!("player-{i:08}")),
-                    BTreeMap::from([(pool.to_string(), record)]),
+                    BTreeMap::from([(self.pool.clone(), record)]),
                 )
             })
             .collect();
@@ -131,10 +163,8 @@ fn write(
                 .map(|(id, pools)| (id, pools))
                 .collect::<Vec<_>>(),
         )?;
-        done += n;
+        Ok(())
     }
-    store.flush()?;
-    Ok(())
 }
 
 /// The child's half: load the store as `serve` does and measure.

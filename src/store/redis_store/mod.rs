@@ -292,11 +292,18 @@ impl RedisStore {
             return Err(StoreError::Fenced);
         }
         let mirror = MemoryStore::mirror();
-        {
-            let loaded = load_all(&mut conn, url).await?;
+        let loaded = load_all(&mut conn, url).await?;
+        // Decoding a large state takes seconds of CPU: on a thread of its own, so the node's
+        // runtime (its lease renewals above all) keeps running meanwhile.
+        let decoded = tokio::task::spawn_blocking(move || {
             let mut data = mirror.data();
             fill(&mut data, loaded)?;
-        }
+            drop(data);
+            Ok::<_, StoreError>(mirror)
+        })
+        .await;
+        let mirror =
+            decoded.map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))??;
         Ok(Self {
             url: url.to_string(),
             token,
