@@ -35,6 +35,7 @@ pub const SECTIONS: &[&str] = &[
     "history",
     "parties",
     "events",
+    "audit",
     "console",
 ];
 
