@@ -291,19 +291,31 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        let mirror = MemoryStore::mirror();
-        let loaded = load_all(&mut conn, url).await?;
-        // Decoding a large state takes seconds of CPU: on a thread of its own, so the node's
-        // runtime (its lease renewals above all) keeps running meanwhile.
-        let decoded = tokio::task::spawn_blocking(move || {
-            let mut data = mirror.data();
-            fill(&mut data, loaded)?;
-            drop(data);
+        // Decoding a large state takes seconds of CPU: pages are decoded on a thread of their
+        // own as they arrive, so the reading goes on meanwhile, and so does the node's runtime
+        // (its lease renewals above all).
+        let (pages, mut arriving) = tokio::sync::mpsc::channel::<(&'static str, Fields)>(4);
+        let decoder = tokio::task::spawn_blocking(move || {
+            let mirror = MemoryStore::mirror();
+            let mut rest = Loaded::new();
+            while let Some((name, page)) = arriving.blocking_recv() {
+                if name == hash_name(Hash::Players) {
+                    fill_players(&mut mirror.data(), page)?;
+                } else {
+                    rest.entry(name).or_default().extend(page);
+                }
+            }
+            fill(&mut mirror.data(), rest)?;
             Ok::<_, StoreError>(mirror)
-        })
-        .await;
-        let mirror =
-            decoded.map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))??;
+        });
+        let read = load_all(&mut conn, url, &pages).await;
+        drop(pages);
+        let decoded = decoder
+            .await
+            .map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))?;
+        // A decoding error stops the reading too: it is the one to report.
+        let mirror = decoded?;
+        read?;
         Ok(Self {
             url: url.to_string(),
             token,
@@ -541,11 +553,14 @@ impl Drop for Flight<'_> {
 /// Everything read from Redis at open: each hash's fields and values.
 type Loaded = BTreeMap<&'static str, Fields>;
 
-async fn load_all(conn: &mut RedisConn, url: &str) -> Result<Loaded, StoreError> {
-    let mut loaded = Loaded::new();
+/// Reads every loaded hash a page at a time, each page sent to `pages` as it arrives.
+async fn load_all(
+    conn: &mut RedisConn,
+    url: &str,
+    pages: &tokio::sync::mpsc::Sender<(&'static str, Fields)>,
+) -> Result<(), StoreError> {
     for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
         let mut cursor: u64 = 0;
-        let mut fields = Vec::new();
         loop {
             let (next, page): (u64, Fields) = ::redis::cmd("HSCAN")
                 .arg(name)
@@ -555,15 +570,29 @@ async fn load_all(conn: &mut RedisConn, url: &str) -> Result<Loaded, StoreError>
                 .query_async(conn)
                 .await
                 .map_err(redis_error(url))?;
-            fields.extend(page);
+            if pages.send((name, page)).await.is_err() {
+                return Err(StoreError::Redis(format!(
+                    "{}: loading stopped: a record could not be decoded",
+                    redact(url)
+                )));
+            }
             if next == 0 {
                 break;
             }
             cursor = next;
         }
-        loaded.insert(name, fields);
     }
-    Ok(loaded)
+    Ok(())
+}
+
+/// Puts a page of the players hash into the mirror.
+fn fill_players(data: &mut Data, page: Fields) -> Result<(), StoreError> {
+    for (k, v) in page {
+        let id = text(&k);
+        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
+        data.players.insert(PlayerId::new(id.as_str()), pools);
+    }
+    Ok(())
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -574,11 +603,7 @@ fn text(bytes: &[u8]) -> String {
 /// and every copy is the same value).
 fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
     let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
-    for (k, v) in take(Hash::Players) {
-        let id = text(&k);
-        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
-        data.players.insert(PlayerId::new(id.as_str()), pools);
-    }
+    fill_players(data, take(Hash::Players))?;
     for (k, v) in take(Hash::Parties) {
         let key = text(&k);
         let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;

@@ -185,3 +185,39 @@ fn a_flush_given_up_by_its_caller_loses_no_write() {
         assert_eq!(hlen(&url, "{mm}:players"), 20);
     });
 }
+
+#[test]
+fn a_large_state_loads_page_by_page_and_a_record_that_does_not_decode_is_named() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "3|a|127.0.0.1:1");
+        let writer = open(&runtime, &url, 3);
+        // Several HSCAN pages of players.
+        let ids: Vec<PlayerId> = (0..25_000)
+            .map(|i| PlayerId::new(format!("p{i}").as_str()))
+            .collect();
+        let rating = record(1500.0);
+        let rows: Vec<_> = ids.iter().map(|id| (id, &rating)).collect();
+        writer.put_players(&rows).unwrap();
+        writer.flush().unwrap();
+        drop(writer);
+        let loaded = open(&runtime, &url, 3);
+        assert_eq!(loaded.player_count(), 25_000);
+        drop(loaded);
+        // One record among them that is not a player's: the load fails, naming it.
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let () = ::redis::cmd("HSET")
+            .arg("{mm}:players")
+            .arg("broken")
+            .arg("not json")
+            .query(&mut conn)
+            .unwrap();
+        let refused = runtime.block_on(RedisStore::open(&url, 3, &RedisOptions::default()));
+        match refused {
+            Err(StoreError::Decode { key, .. }) => assert_eq!(key, "player broken"),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("a record that does not decode was loaded"),
+        }
+    });
+}
