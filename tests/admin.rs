@@ -1029,16 +1029,7 @@ async fn recent_results_are_listed_newest_first_from_the_durable_log_across_a_re
         ("1v1", [vec!["rr-g"], vec!["rr-h"]], "rr-h"),
     ] {
         let m = form_match(&mut client, queue, &[&teams[0], &teams[1]]).await;
-        server
-            .game_server()
-            .await
-            .report_match_result(proto::MatchResult {
-                match_id: m.match_id.clone(),
-                placements: placements_with_winner(&m, winner),
-                ..Default::default()
-            })
-            .await
-            .expect("result");
+        common::report_winner(&server, &m, winner).await;
         played.push(m.match_id);
     }
     // A match without a result is not listed.

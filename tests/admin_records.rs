@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{TestServer, enter, form_match, next, placements_with_winner};
+use common::{TestServer, enter, form_match, next};
 use matchmaker::config::{Config, Overrides};
 use matchmaker::proto;
 use tonic::{Code, Request};
@@ -53,16 +53,7 @@ async fn audit(server: &TestServer) -> Vec<proto::AuditEntry> {
 async fn play(server: &TestServer, a: &str, b: &str, winner: &str) -> String {
     let mut client = server.client().await;
     let m = form_match(&mut client, "1v1", &[&[a], &[b]]).await;
-    server
-        .game_server()
-        .await
-        .report_match_result(proto::MatchResult {
-            match_id: m.match_id.clone(),
-            placements: placements_with_winner(&m, winner),
-            ..Default::default()
-        })
-        .await
-        .expect("report");
+    common::report_winner(server, &m, winner).await;
     m.match_id
 }
 

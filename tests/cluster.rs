@@ -1061,25 +1061,10 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     eprintln!("owner exited after {exited:?}; queues handed over after {handed_over:?}");
 }
 
-/// A self-signed certificate for `localhost` and 127.0.0.1, written to `dir`: its PEM, and the
-/// `[tls]` section that serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    let (pem, key) = (cert.cert.pem(), cert.signing_key.serialize_pem());
-    let (cert_file, key_file) = (dir.path().join("redis.pem"), dir.path().join("redis.key"));
-    std::fs::write(&cert_file, &pem).unwrap();
-    std::fs::write(&key_file, &key).unwrap();
-    // One self-signed certificate is Redis' own, the authority it checks clients against, and
-    // the nodes' client certificate.
-    let tls = matchmaker::store::RedisTls {
-        ca_pem: Some(pem.clone().into_bytes()),
-        client: Some((pem.into_bytes(), key.into_bytes())),
-    };
-    let redis = RedisServer::start_tls(&cert_file, &key_file, &cert_file, tls.clone())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (redis, cert_file, key_file, tls) = common::tls_redis(dir.path());
     assert!(redis.url().starts_with("rediss://"));
     let files = format!(
         "redis_ca_file = {:?}\nredis_cert_file = {:?}\nredis_key_file = {:?}\n",
@@ -1125,16 +1110,7 @@ async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certi
         LEASE_MS,
         &format!("redis_ca_file = {:?}\n", cert_file.display().to_string()),
     );
-    let mut refused = Command::new(env!("CARGO_BIN_EXE_matchmaker"))
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "",
-            "--config",
-        ])
-        .arg(&bare)
+    let mut refused = common::serve_command(&bare, "")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -1238,6 +1214,8 @@ async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
     );
 }
 
+/// A self-signed certificate for `localhost` and 127.0.0.1, written to `dir`: its PEM, and the
+/// `[tls]` section that serves it.
 fn certificate(dir: &Path) -> (String, String) {
     let cert =
         rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();

@@ -37,6 +37,17 @@ fn migrate_command(data: &std::path::Path, url: &str) -> Command {
     command
 }
 
+/// Runs a migration with `--json` and returns its report, once it succeeded.
+fn migrated(mut command: Command) -> serde_json::Value {
+    let out = command.arg("--json").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 async fn view(channel: &tonic::transport::Channel, player: &str, queue: &str) -> proto::PlayerView {
     ClientServiceClient::new(channel.clone())
         .get_player(proto::GetPlayerRequest {
@@ -194,16 +205,7 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     );
 
     // The second run continues and verifies.
-    let out = migrate_command(&data, &redis.url())
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = migrated(migrate_command(&data, &redis.url()));
     assert_eq!(report["verified"], true);
     assert!(
         report["players_already_there"].as_u64().unwrap() >= 1000,
@@ -239,11 +241,7 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         );
     }
     // Once more: nothing to write, the same checksum.
-    let again = migrate_command(&data, &redis.url())
-        .arg("--json")
-        .output()
-        .unwrap();
-    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    let again = migrated(migrate_command(&data, &redis.url()));
     assert_eq!(again["counts"]["checksum"], expected.checksum.as_str());
     assert_eq!(
         again["players_already_there"].as_u64().unwrap() as usize,
@@ -377,18 +375,7 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
         common::enter(&mut client, "1v1", &["moved"]).await;
         common::player(&server, "moved", "1v1").await;
     }
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    let (pem, key) = (cert.cert.pem(), cert.signing_key.serialize_pem());
-    let (cert_file, key_file) = (dir.path().join("redis.pem"), dir.path().join("redis.key"));
-    std::fs::write(&cert_file, &pem).unwrap();
-    std::fs::write(&key_file, &key).unwrap();
-    let tls = matchmaker::store::RedisTls {
-        ca_pem: Some(pem.clone().into_bytes()),
-        client: Some((pem.into_bytes(), key.into_bytes())),
-    };
-    let redis = RedisServer::start_tls(&cert_file, &key_file, &cert_file, tls)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let (redis, cert_file, key_file, _) = common::tls_redis(dir.path());
 
     // Half a client certificate is refused before anything is read, naming the missing flag.
     let half = migrate_command(&data, &redis.url())
@@ -400,22 +387,15 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
     let said = String::from_utf8_lossy(&half.stderr);
     assert!(said.contains("--redis-key-file"), "{said}");
 
-    let out = migrate_command(&data, &redis.url())
+    let mut command = migrate_command(&data, &redis.url());
+    command
         .arg("--redis-ca-file")
         .arg(&cert_file)
         .arg("--redis-cert-file")
         .arg(&cert_file)
         .arg("--redis-key-file")
-        .arg(&key_file)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        .arg(&key_file);
+    let report = migrated(command);
     assert_eq!(report["verified"], true);
     assert!(
         report["counts"]["players"].as_u64().unwrap() >= 1,

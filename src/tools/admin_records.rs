@@ -11,6 +11,11 @@ use tokio_stream::StreamExt;
 use super::admin::{AdminCliError, Client};
 use crate::proto;
 
+/// A match record's teams, as lists of player ids.
+fn teams(m: &proto::MatchRecord) -> Vec<Vec<String>> {
+    m.teams.iter().map(|t| t.player_ids.clone()).collect()
+}
+
 /// The record commands (flattened into `matchmaker admin`).
 #[derive(clap::Subcommand, Debug)]
 pub enum RecordsCommand {
@@ -235,12 +240,6 @@ pub async fn run(
                         .to_lowercase()
                 })
             };
-            let teams = |m: &proto::MatchRecord| {
-                m.teams
-                    .iter()
-                    .map(|t| t.player_ids.clone())
-                    .collect::<Vec<_>>()
-            };
             if json {
                 let matches: Vec<_> = r
                     .matches
@@ -277,12 +276,6 @@ pub async fn run(
                 })
                 .await?
                 .into_inner();
-            let teams = |m: &proto::MatchRecord| {
-                m.teams
-                    .iter()
-                    .map(|t| t.player_ids.clone())
-                    .collect::<Vec<_>>()
-            };
             if json {
                 let matches: Vec<_> = r
                     .matches

@@ -287,6 +287,20 @@ pub fn placements_with_winner(assignment: &proto::MatchAssignment, winner: &str)
         .collect()
 }
 
+/// Reports `m`'s result through a game server's client, the team containing `winner` first.
+pub async fn report_winner(server: &TestServer, m: &proto::MatchAssignment, winner: &str) {
+    server
+        .game_server()
+        .await
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: placements_with_winner(m, winner),
+            ..Default::default()
+        })
+        .await
+        .expect("report");
+}
+
 /// A player's view in one queue.
 pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
     server
@@ -323,19 +337,8 @@ impl Drop for ServerProcess {
 impl ServerProcess {
     /// Starts `matchmaker serve` on `data_dir` with `config`; returns once it logged its address.
     pub fn start(data_dir: &std::path::Path, config: &std::path::Path) -> Self {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-        command
-            .args([
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--metrics-addr",
-                "",
-                "--config",
-            ])
-            .arg(config)
-            .arg("--data-dir")
-            .arg(data_dir);
+        let mut command = serve_command(config, "");
+        command.arg("--data-dir").arg(data_dir);
         Self::spawn(command)
     }
 
@@ -419,6 +422,51 @@ pub fn resource_exhausted(report: &matchmaker::tools::loadgen::Report) -> u64 {
         .sum()
 }
 
+/// `matchmaker serve` on 127.0.0.1:0 with `config` and the metrics listener on `metrics_addr`
+/// (empty: none), not started yet.
+pub fn serve_command(config: &std::path::Path, metrics_addr: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
+    command
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            metrics_addr,
+            "--config",
+        ])
+        .arg(config);
+    command
+}
+
+/// A Redis that takes only TLS and checks its clients' certificates, with one self-signed
+/// certificate (for localhost and 127.0.0.1, written to `dir`) as its own, as the authority it
+/// checks clients against and as the client certificate: the server, the certificate's and
+/// the key's files, and what a client trusts and presents.
+pub fn tls_redis(
+    dir: &std::path::Path,
+) -> (
+    matchmaker::store::RedisServer,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    matchmaker::store::RedisTls,
+) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (pem, key) = (cert.cert.pem(), cert.signing_key.serialize_pem());
+    let (cert_file, key_file) = (dir.join("redis.pem"), dir.join("redis.key"));
+    std::fs::write(&cert_file, &pem).unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let tls = matchmaker::store::RedisTls {
+        ca_pem: Some(pem.clone().into_bytes()),
+        client: Some((pem.into_bytes(), key.into_bytes())),
+    };
+    let redis =
+        matchmaker::store::RedisServer::start_tls(&cert_file, &key_file, &cert_file, tls.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+    (redis, cert_file, key_file, tls)
+}
+
 /// Starts `matchmaker serve` as cluster node `name` on `config` (a file naming the Redis), at
 /// log level `rust_log` (`info` by default); returns once it logged its address.
 pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>) -> ServerProcess {
@@ -432,18 +480,8 @@ pub fn cluster_node_with_metrics(
     rust_log: Option<&str>,
     metrics_addr: &str,
 ) -> ServerProcess {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-    command
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            metrics_addr,
-            "--config",
-        ])
-        .arg(config)
-        .env("MATCHMAKER_CLUSTER__NODE_ID", name);
+    let mut command = serve_command(config, metrics_addr);
+    command.env("MATCHMAKER_CLUSTER__NODE_ID", name);
     if let Some(level) = rust_log {
         command.env("RUST_LOG", level);
     }
