@@ -245,7 +245,6 @@ fn console_service(front: Front) -> crate::console::GrpcService {
     tower::util::BoxCloneSyncService::new(service)
 }
 
-/// The host name plus a random suffix: unique even for two nodes on one host.
 /// A new node key: 32 random bytes (rand's thread generator, a CSPRNG seeded by the operating
 /// system), in hex.
 fn fresh_node_key() -> String {
@@ -255,6 +254,7 @@ fn fresh_node_key() -> String {
         .collect()
 }
 
+/// The host name plus a random suffix: unique even for two nodes on one host.
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

@@ -69,6 +69,33 @@ impl ClusterConfig {
         !self.redis_url.is_empty()
     }
 
+    fn redis_tls_files(&self) -> [(&'static str, &std::path::Path); 3] {
+        [
+            ("cluster.redis_ca_file", &self.redis_ca_file),
+            ("cluster.redis_cert_file", &self.redis_cert_file),
+            ("cluster.redis_key_file", &self.redis_key_file),
+        ]
+    }
+
+    /// What a `rediss://` connection trusts and presents, read from the files (`None`: the
+    /// defaults); the error names the key whose file could not be read.
+    pub fn redis_tls(&self) -> Result<Option<super::RedisTls>, FieldError> {
+        let read = |(key, path): (&'static str, &std::path::Path)| {
+            if path.as_os_str().is_empty() {
+                return Ok(None);
+            }
+            std::fs::read(path)
+                .map(Some)
+                .map_err(|e| FieldError::new(key, format!("{}: {e}", path.display())))
+        };
+        let [ca, cert, key] = self.redis_tls_files();
+        let tls = super::RedisTls {
+            ca_pem: read(ca)?,
+            client: read(cert)?.zip(read(key)?),
+        };
+        Ok((tls != super::RedisTls::default()).then_some(tls))
+    }
+
     /// Each key's rule; the error names the key.
     pub fn validate(&self) -> Result<(), FieldError> {
         let url = &self.redis_url;
@@ -140,35 +167,6 @@ impl ClusterConfig {
             ));
         }
         Ok(())
-    }
-}
-
-impl ClusterConfig {
-    fn redis_tls_files(&self) -> [(&'static str, &std::path::Path); 3] {
-        [
-            ("cluster.redis_ca_file", &self.redis_ca_file),
-            ("cluster.redis_cert_file", &self.redis_cert_file),
-            ("cluster.redis_key_file", &self.redis_key_file),
-        ]
-    }
-
-    /// What a `rediss://` connection trusts and presents, read from the files (`None`: the
-    /// defaults); the error names the key whose file could not be read.
-    pub fn redis_tls(&self) -> Result<Option<super::RedisTls>, FieldError> {
-        let read = |(key, path): (&'static str, &std::path::Path)| {
-            if path.as_os_str().is_empty() {
-                return Ok(None);
-            }
-            std::fs::read(path)
-                .map(Some)
-                .map_err(|e| FieldError::new(key, format!("{}: {e}", path.display())))
-        };
-        let [ca, cert, key] = self.redis_tls_files();
-        let tls = super::RedisTls {
-            ca_pem: read(ca)?,
-            client: read(cert)?.zip(read(key)?),
-        };
-        Ok((tls != super::RedisTls::default()).then_some(tls))
     }
 }
 
