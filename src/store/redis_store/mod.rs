@@ -2,7 +2,7 @@
 //! of the queues' lease.
 //!
 //! - **Reads** are answered by an in-memory mirror ([`MemoryStore`]) loaded from Redis when the
-//!   store opens: the owner is the only writer, so the mirror is exactly what Redis holds plus
+//!   store opens ([`load`]): the owner is the only writer, so the mirror is exactly what Redis holds plus
 //!   what is waiting for the next flush.
 //! - **Writes** update the mirror and queue the equivalent Redis commands as one batch per
 //!   trait call. A flush sends every queued batch in **one Lua script** that first checks that
@@ -26,6 +26,7 @@ mod blocking;
 mod conn;
 mod durability;
 mod journal;
+mod load;
 mod records;
 mod server;
 
@@ -38,6 +39,7 @@ use ::redis::Script;
 
 pub use conn::{RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
+use load::text;
 pub use server::{RedisCluster, RedisServer};
 
 use super::memory::{Data, MemoryStore};
@@ -45,11 +47,11 @@ use super::{
     History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
     StoredPlayer, StoredTicket, redact,
 };
-use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
+use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// The lease key the fencing check reads (written by `cluster::lease`).
 const LEASE: &str = "{mm}:lease";
@@ -291,31 +293,7 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        // Decoding a large state takes seconds of CPU: pages are decoded on a thread of their
-        // own as they arrive, so the reading goes on meanwhile, and so does the node's runtime
-        // (its lease renewals above all).
-        let (pages, mut arriving) = tokio::sync::mpsc::channel::<(&'static str, Fields)>(4);
-        let decoder = tokio::task::spawn_blocking(move || {
-            let mirror = MemoryStore::mirror();
-            let mut rest = Loaded::new();
-            while let Some((name, page)) = arriving.blocking_recv() {
-                if name == hash_name(Hash::Players) {
-                    fill_players(&mut mirror.data(), page)?;
-                } else {
-                    rest.entry(name).or_default().extend(page);
-                }
-            }
-            fill(&mut mirror.data(), rest)?;
-            Ok::<_, StoreError>(mirror)
-        });
-        let read = load_all(&mut conn, url, &pages).await;
-        drop(pages);
-        let decoded = decoder
-            .await
-            .map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))?;
-        // A decoding error stops the reading too: it is the one to report.
-        let mirror = decoded?;
-        read?;
+        let mirror = load::mirror(&mut conn, url).await?;
         Ok(Self {
             url: url.to_string(),
             token,
@@ -548,145 +526,6 @@ impl Drop for Flight<'_> {
             pending.batches.extend(later);
         }
     }
-}
-
-/// Everything read from Redis at open: each hash's fields and values.
-type Loaded = BTreeMap<&'static str, Fields>;
-
-/// Reads every loaded hash a page at a time, each page sent to `pages` as it arrives.
-async fn load_all(
-    conn: &mut RedisConn,
-    url: &str,
-    pages: &tokio::sync::mpsc::Sender<(&'static str, Fields)>,
-) -> Result<(), StoreError> {
-    for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, page): (u64, Fields) = ::redis::cmd("HSCAN")
-                .arg(name)
-                .arg(cursor)
-                .arg("COUNT")
-                .arg(10_000)
-                .query_async(conn)
-                .await
-                .map_err(redis_error(url))?;
-            if pages.send((name, page)).await.is_err() {
-                return Err(StoreError::Redis(format!(
-                    "{}: loading stopped: a record could not be decoded",
-                    redact(url)
-                )));
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok(())
-}
-
-/// Puts a page of the players hash into the mirror.
-fn fill_players(data: &mut Data, page: Fields) -> Result<(), StoreError> {
-    for (k, v) in page {
-        let id = text(&k);
-        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
-        data.players.insert(PlayerId::new(id.as_str()), pools);
-    }
-    Ok(())
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
-/// and every copy is the same value).
-fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
-    let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
-    fill_players(data, take(Hash::Players))?;
-    for (k, v) in take(Hash::Parties) {
-        let key = text(&k);
-        let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;
-        data.parties.insert(key, pools);
-    }
-    for (k, v) in take(Hash::Journal) {
-        let seq: u64 = text(&k).parse().map_err(|_| StoreError::Decode {
-            key: format!("journal {}", text(&k)),
-            detail: "not a sequence number".into(),
-        })?;
-        data.journal
-            .insert(seq, decode(&v, &format!("journal {seq}"))?);
-    }
-    for (k, v) in take(Hash::Acks) {
-        let id = text(&k);
-        let ack: ResultAck = decode(&v, &format!("ack {id}"))?;
-        data.acks.insert(MatchId::new(id.as_str()), ack);
-    }
-    for (k, v) in take(Hash::Meta) {
-        match text(&k).as_str() {
-            "snapshot_seq" => data.snapshot_seq = text(&v).parse().unwrap_or(0),
-            "reloaded_queues" => data.reloaded = Some(decode(&v, "reloaded queues")?),
-            _ => {}
-        }
-    }
-    for (k, v) in take(Hash::Seasons) {
-        let pool = text(&k);
-        let state: SeasonState = decode(&v, &format!("season {pool}"))?;
-        data.seasons.insert(pool, state);
-    }
-    for (k, v) in take(Hash::Weeks) {
-        let key = text(&k);
-        let parts: Vec<&str> = key.split('\u{1f}').collect();
-        let [pool, season, week] = parts[..] else {
-            continue;
-        };
-        let (season, week) = (season.parse().unwrap_or(0), week.parse().unwrap_or(0));
-        let rp: Vec<(PlayerId, RankPoints)> = decode(&v, &format!("week {key}"))?;
-        for (player, points) in &rp {
-            data.player_weeks
-                .insert((pool.to_string(), player.clone(), season, week), *points);
-        }
-        data.weeks.insert((pool.to_string(), season, week), rp);
-    }
-    for (k, v) in take(Hash::Ranks) {
-        let key = text(&k);
-        let Some((pool, season)) = key.split_once('\u{1f}') else {
-            continue;
-        };
-        let season: u32 = season.parse().unwrap_or(0);
-        let ranks: Vec<SeasonRank> = decode(&v, &format!("ranks {key}"))?;
-        for rank in &ranks {
-            data.player_ranks.insert(
-                (pool.to_string(), rank.player.to_string(), season),
-                rank.clone(),
-            );
-        }
-        data.ranks.insert((pool.to_string(), season), ranks);
-    }
-    for (k, v) in take(Hash::Segments) {
-        let id: u64 = text(&k).parse().unwrap_or(0);
-        let matches: Vec<StoredMatch> = decode(&v, &format!("segment {id}"))?;
-        data.segments.insert(id, matches);
-    }
-    for (k, _) in take(Hash::Ended) {
-        data.ended.insert(MatchId::new(text(&k).as_str()));
-    }
-    for (k, v) in take(Hash::Calibrations) {
-        let pool = text(&k);
-        let c: Calibration = decode(&v, &format!("calibration {pool}"))?;
-        data.calibrations.insert(pool, c);
-    }
-    for (k, v) in take(Hash::Tickets) {
-        let id = text(&k);
-        let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
-        data.tickets.insert(TicketId::new(id.as_str()), t);
-    }
-    for (k, v) in take(Hash::Rosters) {
-        let id = text(&k);
-        let r: PartyRoster = decode(&v, &format!("party {id}"))?;
-        data.rosters.insert(PartyId::new(id.as_str()), r);
-    }
-    admin::fill(data, take(Hash::Admin))
 }
 
 /// The JSON array of a segment's matches, from their encodings.

@@ -1,0 +1,183 @@
+//! Loading the mirror when the store opens: every hash but the match history, read a page
+//! at a time (HSCAN) and decoded on a thread of its own as the pages arrive, so the reading
+//! goes on meanwhile, and so does the node's runtime (its lease renewals above all): a
+//! million rated players take seconds of CPU to decode.
+
+use std::collections::BTreeMap;
+
+use super::{
+    Data, Fields, HASHES, Hash, MemoryStore, StoreError, admin, decode, hash_name, loaded_hash,
+};
+use super::{RedisConn, redact, redis_error};
+use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
+use crate::ranking::RankPoints;
+use crate::ranking::season::{SeasonRank, SeasonState};
+use crate::rating::calibration::Calibration;
+use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use crate::store::{StoredMatch, StoredTicket};
+
+/// Reads and decodes everything the mirror holds.
+pub(super) async fn mirror(conn: &mut RedisConn, url: &str) -> Result<MemoryStore, StoreError> {
+    let (pages, mut arriving) = tokio::sync::mpsc::channel::<(&'static str, Fields)>(4);
+    let decoder = tokio::task::spawn_blocking(move || {
+        let mirror = MemoryStore::mirror();
+        let mut rest = Loaded::new();
+        while let Some((name, page)) = arriving.blocking_recv() {
+            if name == hash_name(Hash::Players) {
+                fill_players(&mut mirror.data(), page)?;
+            } else {
+                rest.entry(name).or_default().extend(page);
+            }
+        }
+        fill(&mut mirror.data(), rest)?;
+        Ok::<_, StoreError>(mirror)
+    });
+    let read = load_all(conn, url, &pages).await;
+    drop(pages);
+    let decoded = decoder
+        .await
+        .map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))?;
+    // A decoding error stops the reading too: it is the one to report.
+    let mirror = decoded?;
+    read?;
+    Ok(mirror)
+}
+
+/// Everything read from Redis at open: each hash's fields and values.
+type Loaded = BTreeMap<&'static str, Fields>;
+
+/// Reads every loaded hash a page at a time, each page sent to `pages` as it arrives.
+async fn load_all(
+    conn: &mut RedisConn,
+    url: &str,
+    pages: &tokio::sync::mpsc::Sender<(&'static str, Fields)>,
+) -> Result<(), StoreError> {
+    for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, Fields) = ::redis::cmd("HSCAN")
+                .arg(name)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(conn)
+                .await
+                .map_err(redis_error(url))?;
+            if pages.send((name, page)).await.is_err() {
+                return Err(StoreError::Redis(format!(
+                    "{}: loading stopped: a record could not be decoded",
+                    redact(url)
+                )));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
+
+/// Puts a page of the players hash into the mirror.
+fn fill_players(data: &mut Data, page: Fields) -> Result<(), StoreError> {
+    for (k, v) in page {
+        let id = text(&k);
+        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
+        data.players.insert(PlayerId::new(id.as_str()), pools);
+    }
+    Ok(())
+}
+
+pub(super) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
+/// and every copy is the same value).
+fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
+    let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
+    fill_players(data, take(Hash::Players))?;
+    for (k, v) in take(Hash::Parties) {
+        let key = text(&k);
+        let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;
+        data.parties.insert(key, pools);
+    }
+    for (k, v) in take(Hash::Journal) {
+        let seq: u64 = text(&k).parse().map_err(|_| StoreError::Decode {
+            key: format!("journal {}", text(&k)),
+            detail: "not a sequence number".into(),
+        })?;
+        data.journal
+            .insert(seq, decode(&v, &format!("journal {seq}"))?);
+    }
+    for (k, v) in take(Hash::Acks) {
+        let id = text(&k);
+        let ack: ResultAck = decode(&v, &format!("ack {id}"))?;
+        data.acks.insert(MatchId::new(id.as_str()), ack);
+    }
+    for (k, v) in take(Hash::Meta) {
+        match text(&k).as_str() {
+            "snapshot_seq" => data.snapshot_seq = text(&v).parse().unwrap_or(0),
+            "reloaded_queues" => data.reloaded = Some(decode(&v, "reloaded queues")?),
+            _ => {}
+        }
+    }
+    for (k, v) in take(Hash::Seasons) {
+        let pool = text(&k);
+        let state: SeasonState = decode(&v, &format!("season {pool}"))?;
+        data.seasons.insert(pool, state);
+    }
+    for (k, v) in take(Hash::Weeks) {
+        let key = text(&k);
+        let parts: Vec<&str> = key.split('\u{1f}').collect();
+        let [pool, season, week] = parts[..] else {
+            continue;
+        };
+        let (season, week) = (season.parse().unwrap_or(0), week.parse().unwrap_or(0));
+        let rp: Vec<(PlayerId, RankPoints)> = decode(&v, &format!("week {key}"))?;
+        for (player, points) in &rp {
+            data.player_weeks
+                .insert((pool.to_string(), player.clone(), season, week), *points);
+        }
+        data.weeks.insert((pool.to_string(), season, week), rp);
+    }
+    for (k, v) in take(Hash::Ranks) {
+        let key = text(&k);
+        let Some((pool, season)) = key.split_once('\u{1f}') else {
+            continue;
+        };
+        let season: u32 = season.parse().unwrap_or(0);
+        let ranks: Vec<SeasonRank> = decode(&v, &format!("ranks {key}"))?;
+        for rank in &ranks {
+            data.player_ranks.insert(
+                (pool.to_string(), rank.player.to_string(), season),
+                rank.clone(),
+            );
+        }
+        data.ranks.insert((pool.to_string(), season), ranks);
+    }
+    for (k, v) in take(Hash::Segments) {
+        let id: u64 = text(&k).parse().unwrap_or(0);
+        let matches: Vec<StoredMatch> = decode(&v, &format!("segment {id}"))?;
+        data.segments.insert(id, matches);
+    }
+    for (k, _) in take(Hash::Ended) {
+        data.ended.insert(MatchId::new(text(&k).as_str()));
+    }
+    for (k, v) in take(Hash::Calibrations) {
+        let pool = text(&k);
+        let c: Calibration = decode(&v, &format!("calibration {pool}"))?;
+        data.calibrations.insert(pool, c);
+    }
+    for (k, v) in take(Hash::Tickets) {
+        let id = text(&k);
+        let t: StoredTicket = decode(&v, &format!("ticket {id}"))?;
+        data.tickets.insert(TicketId::new(id.as_str()), t);
+    }
+    for (k, v) in take(Hash::Rosters) {
+        let id = text(&k);
+        let r: PartyRoster = decode(&v, &format!("party {id}"))?;
+        data.rosters.insert(PartyId::new(id.as_str()), r);
+    }
+    admin::fill(data, take(Hash::Admin))
+}
