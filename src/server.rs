@@ -155,15 +155,7 @@ pub async fn run_engine(
     publish: Publish,
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
-    let verifier = Verifier::from_config(&config.auth)?.map(Arc::new);
-    if let Some(v) = &verifier {
-        v.refresh().await.map_err(|e| {
-            ServerError::Auth(crate::rejection::FieldError::new(
-                "auth.jwks_url",
-                e.to_string(),
-            ))
-        })?;
-    }
+    let verifier = verifier(&config.auth).await?;
     let prepared = Prepared {
         config,
         verifier,

@@ -38,18 +38,6 @@ const EVENT_BUFFER: usize = 64;
 /// A `WatchEvents` stream.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<proto::Event, Status>> + Send>>;
 
-/// A `ListLiveMatches` or `ListRecentResults` request's `limit`, or the rule it breaks.
-fn page_limit(limit: u32) -> Result<usize, Rejection> {
-    match limit {
-        0 => Ok(LIVE_MATCHES_PAGE),
-        n if n as usize > LIVE_MATCHES_MAX => Err(Rejection::invalid(
-            "limit",
-            format!("must be at most {LIVE_MATCHES_MAX} (got {n})"),
-        )),
-        n => Ok(n as usize),
-    }
-}
-
 /// The queue a MATCH_COMPLETED event names in its detail.
 fn completed_queue(event: &EventRecord) -> String {
     serde_json::from_str::<serde_json::Value>(&event.detail_json)
@@ -250,16 +238,37 @@ impl Admin {
         }))
     }
 
+    /// A `ListLiveMatches` or `ListRecentResults` request's queue (`None`: every queue's) and
+    /// limit, or the field and rule one breaks.
+    fn match_page<'a>(
+        &self,
+        queue: &'a str,
+        limit: u32,
+    ) -> Result<(Option<&'a str>, usize), Status> {
+        if !queue.is_empty() {
+            self.state.queue("queue", queue)?;
+        }
+        let limit = match limit {
+            0 => LIVE_MATCHES_PAGE,
+            n if n as usize > LIVE_MATCHES_MAX => {
+                return Err(Rejection::invalid(
+                    "limit",
+                    format!("must be at most {LIVE_MATCHES_MAX} (got {n})"),
+                )
+                .into());
+            }
+            n => n as usize,
+        };
+        Ok(((!queue.is_empty()).then_some(queue), limit))
+    }
+
     pub(super) async fn list_recent_results_call(
         &self,
         request: Request<proto::ListRecentResultsRequest>,
     ) -> Result<Response<proto::ListRecentResultsResponse>, Status> {
         note(&request, format!("queue={:?}", request.get_ref().queue));
         let req = request.into_inner();
-        if !req.queue.is_empty() {
-            self.state.queue("queue", &req.queue)?;
-        }
-        let limit = page_limit(req.limit)?;
+        let (queue, limit) = self.match_page(&req.queue, req.limit)?;
         let store = self.state.store();
         let mut ids = Vec::new();
         let mut upto = store.append_events(&[])?;
@@ -275,7 +284,7 @@ impl Admin {
                     .filter(|(cursor, e)| {
                         *cursor <= upto
                             && e.kind == EventKind::MatchCompleted
-                            && (req.queue.is_empty() || completed_queue(e) == req.queue)
+                            && queue.is_none_or(|q| completed_queue(e) == q)
                     })
                     .map(|(_, e)| crate::ids::MatchId::new(e.match_id.as_str())),
             );
@@ -303,11 +312,7 @@ impl Admin {
     ) -> Result<Response<proto::ListLiveMatchesResponse>, Status> {
         note(&request, format!("queue={:?}", request.get_ref().queue));
         let req = request.into_inner();
-        if !req.queue.is_empty() {
-            self.state.queue("queue", &req.queue)?;
-        }
-        let limit = page_limit(req.limit)?;
-        let queue = (!req.queue.is_empty()).then_some(req.queue.as_str());
+        let (queue, limit) = self.match_page(&req.queue, req.limit)?;
         let (total, live) = self.state.live_matches(queue, limit);
         Ok(Response::new(proto::ListLiveMatchesResponse {
             total: total as u64,
