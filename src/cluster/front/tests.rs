@@ -70,17 +70,24 @@ fn echoing_engine() -> crate::server::EngineService {
 }
 
 /// A node's front with `route`, served on a free loopback port; its address.
-async fn serve_front(route: Route, name: &str) -> (watch::Sender<Route>, Front, String) {
+/// The front of node `name` on `route` (and the route's sender, which must live as long as the
+/// front is used), waiting at most `patience` for an owner.
+fn front(route: Route, name: &str, patience: Duration) -> (watch::Sender<Route>, Front) {
     let (tx, rx) = watch::channel(route);
     let front = Front::new(
         name.into(),
         rx,
-        Duration::from_secs(2),
+        patience,
         1 << 20,
         CancellationToken::new(),
         None,
         http::HeaderValue::from_static(KEY),
     );
+    (tx, front)
+}
+
+async fn serve_front(route: Route, name: &str) -> (watch::Sender<Route>, Front, String) {
+    let (tx, front) = front(route, name, Duration::from_secs(2));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front.clone()));
@@ -190,24 +197,15 @@ async fn a_forwarding_node_passes_on_the_address_it_saw_not_the_one_a_caller_cla
 /// The front of node "me", while node "other" owns the queues (and the route's sender,
 /// which must live as long as the front is used).
 fn front_of_a_node_without_the_queues() -> (watch::Sender<Route>, Front) {
-    let (tx, rx) = watch::channel(Route {
+    let route = Route {
         owner: Some(Owner {
             token: 1,
             node_id: "other".into(),
             addr: "127.0.0.1:1".into(),
         }),
         engine: None,
-    });
-    let front = Front::new(
-        "me".into(),
-        rx,
-        Duration::from_millis(300),
-        1 << 20,
-        CancellationToken::new(),
-        None,
-        http::HeaderValue::from_static(KEY),
-    );
-    (tx, front)
+    };
+    front(route, "me", Duration::from_millis(300))
 }
 
 #[tokio::test]
@@ -278,16 +276,7 @@ async fn a_front_takes_unary_calls_on_a_link_and_refuses_streams_there() {
 
 #[tokio::test]
 async fn with_no_owner_a_call_waits_then_is_unavailable_naming_the_failover() {
-    let (_tx, rx) = watch::channel(Route::default());
-    let front = Front::new(
-        "me".into(),
-        rx,
-        Duration::from_millis(250),
-        1 << 20,
-        CancellationToken::new(),
-        None,
-        http::HeaderValue::from_static(KEY),
-    );
+    let (_tx, front) = front(Route::default(), "me", Duration::from_millis(250));
     let request = http::Request::builder()
         .uri("/matchmaker.v1.ClientService/GetPlayer")
         .body(Body::empty())
