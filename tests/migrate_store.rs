@@ -402,3 +402,90 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
         "{report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_into_a_keyspace_is_what_a_cluster_in_that_keyspace_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    {
+        let server = TestServer::start_in(&data, "").await;
+        let channel = server.channel().await;
+        let mut offers =
+            common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
+        common::enter(
+            &mut ClientServiceClient::new(channel.clone()),
+            "1v1",
+            &["moved"],
+        )
+        .await;
+        common::enter(
+            &mut ClientServiceClient::new(channel.clone()),
+            "1v1",
+            &["other"],
+        )
+        .await;
+        let m = common::next(&mut offers).await;
+        GameServerServiceClient::new(channel)
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: common::placements_with_winner(&m, "moved"),
+                ..Default::default()
+            })
+            .await
+            .expect("report_match_result");
+    }
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+
+    // A keyspace that is no hash tag is refused before anything is written, naming the flag.
+    let bad = migrate_command(&data, &redis.url())
+        .args(["--keyspace", "e{u}"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("--keyspace"), "{said}");
+
+    let mut command = migrate_command(&data, &redis.url());
+    command.args(["--keyspace", "eu"]);
+    let report = migrated(command);
+    assert_eq!(report["verified"], true);
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut players =
+        |key: &str| -> usize { redis::cmd("HLEN").arg(key).query(&mut conn).unwrap() };
+    assert_eq!(players("{eu}:players"), 2);
+    assert_eq!(players("{mm}:players"), 0);
+
+    // A node of the `eu` keyspace serves the migrated player's game; one of the default
+    // keyspace does not know it.
+    for (keyspace, games) in [("eu", 1), ("mm", 0)] {
+        let path = dir.path().join(format!("{keyspace}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "[cluster]\nredis_url = \"{}\"\nlease_ms = 1000\nkeyspace = \"{keyspace}\"\n",
+                redis.url()
+            ),
+        )
+        .unwrap();
+        let node = common::cluster_node(&path, keyspace, None);
+        let channel = node.channel().await;
+        let view = common::poll_until("the node answers", || {
+            let mut client = ClientServiceClient::new(channel.clone());
+            async move {
+                client
+                    .get_player(proto::GetPlayerRequest {
+                        player_id: "moved".into(),
+                        queue: "1v1".into(),
+                    })
+                    .await
+            }
+        })
+        .await
+        .into_inner();
+        assert_eq!(view.games, games, "keyspace {keyspace}");
+    }
+}

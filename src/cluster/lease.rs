@@ -1,5 +1,5 @@
-//! The queues' lease: one key in Redis that names the node owning every queue, with a fencing
-//! token. Acquire, renew and release are each one Lua script, so they are atomic on the server.
+//! The queues' lease: one key in Redis (in the cluster's keyspace) that names the node owning
+//! every queue, with a fencing token. Acquire, renew and release are each one Lua script, so they are atomic on the server.
 //!
 //! The token comes from a counter that only grows (`INCR`), so each new owner's token is larger
 //! than every earlier one; the store sends it with every write and Redis refuses writes whose
@@ -8,16 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::store::RedisConn;
+use crate::store::{Keys, RedisConn};
 use redis::Script;
-
-/// The lease key. The hash tag keeps every cluster key in one slot (Redis Cluster).
-pub const LEASE_KEY: &str = "{mm}:lease";
-/// The fencing counter.
-pub const FENCE_KEY: &str = "{mm}:fence";
-/// The cluster's node key: what a node's front shows the others to be believed about the
-/// client of a call it forwards (see `front`). Set once, by the first node to start.
-pub const NODE_KEY: &str = "{mm}:node_key";
 
 const NODE_KEY_SCRIPT: &str = r"
 redis.call('SET', KEYS[1], ARGV[1], 'NX')
@@ -98,16 +90,22 @@ impl From<redis::RedisError> for LeaseError {
     }
 }
 
-/// The lease operations on one connection.
+/// The lease operations on one connection, on the lease of one keyspace.
 #[derive(Clone)]
 pub struct LeaseClient {
     conn: RedisConn,
     lease: Duration,
+    keys: Keys,
 }
 
 impl LeaseClient {
-    pub fn new(conn: RedisConn, lease: Duration) -> Self {
-        Self { conn, lease }
+    pub fn new(conn: RedisConn, lease: Duration, keys: Keys) -> Self {
+        Self { conn, lease, keys }
+    }
+
+    /// The keyspace's keys.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 
     fn lease_ms(&self) -> u64 {
@@ -117,8 +115,8 @@ impl LeaseClient {
     /// Takes the lease if nobody holds it.
     pub async fn acquire(&self, node_id: &str, addr: &str) -> Result<Acquired, LeaseError> {
         let (token, value): (u64, String) = Script::new(ACQUIRE)
-            .key(LEASE_KEY)
-            .key(FENCE_KEY)
+            .key(self.keys.lease())
+            .key(self.keys.fence())
             .arg(node_id)
             .arg(addr)
             .arg(self.lease_ms())
@@ -135,7 +133,7 @@ impl LeaseClient {
     /// Extends the lease if `owner` still holds it; `false` when it does not.
     pub async fn renew(&self, owner: &Owner) -> Result<bool, LeaseError> {
         let renewed: i64 = Script::new(RENEW)
-            .key(LEASE_KEY)
+            .key(self.keys.lease())
             .arg(owner.value())
             .arg(self.lease_ms())
             .invoke_async(&mut self.conn.clone())
@@ -146,17 +144,19 @@ impl LeaseClient {
     /// Gives the lease up (graceful stop), so another node takes the queues at once.
     pub async fn release(&self, owner: &Owner) -> Result<bool, LeaseError> {
         let released: i64 = Script::new(RELEASE)
-            .key(LEASE_KEY)
+            .key(self.keys.lease())
             .arg(owner.value())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(released == 1)
     }
 
-    /// The cluster's node key: the one in Redis, or `fresh` when there was none.
+    /// The cluster's node key: what a node's front shows the others to be believed about the
+    /// client of a call it forwards (see `front`). The one in Redis, or `fresh` when there was
+    /// none (the first node to start sets it).
     pub async fn node_key(&self, fresh: &str) -> Result<String, LeaseError> {
         Ok(Script::new(NODE_KEY_SCRIPT)
-            .key(NODE_KEY)
+            .key(self.keys.node_key())
             .arg(fresh)
             .invoke_async(&mut self.conn.clone())
             .await?)
@@ -165,7 +165,7 @@ impl LeaseClient {
     /// The current holder, if any.
     pub async fn owner(&self) -> Result<Option<Owner>, LeaseError> {
         let value: Option<String> = redis::cmd("GET")
-            .arg(LEASE_KEY)
+            .arg(self.keys.lease())
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(value.as_deref().and_then(Owner::parse))

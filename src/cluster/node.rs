@@ -74,7 +74,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         cluster.advertise_addr.clone()
     };
     let lease_time = Duration::from_millis(cluster.lease_ms);
-    info!(addr = %bound, node = %node_id, advertise = %advertise, lease_ms = cluster.lease_ms, "serving gRPC");
+    info!(addr = %bound, node = %node_id, advertise = %advertise, keyspace = %cluster.keyspace, lease_ms = cluster.lease_ms, "serving gRPC");
 
     let shutdown = CancellationToken::new();
     let (console, key_refresh) = node_console(&config, &shutdown).await?;
@@ -87,7 +87,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         config: Arc::new(config),
         node_id: node_id.clone(),
         advertise,
-        lease: LeaseClient::new(conn, lease_time),
+        lease: LeaseClient::new(conn, lease_time, cluster.keys()),
         lease_time,
         redis_tls: tls,
         route: route_tx,
@@ -101,7 +101,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
             http::HeaderValue::from_str(&key).map_err(|_| {
                 redis_error(format!(
                     "{} holds no valid node key; delete it and start the nodes again",
-                    lease::NODE_KEY
+                    node.lease.keys().node_key()
                 ))
             })
         })?;
@@ -432,6 +432,7 @@ impl Node {
                     wait_replicas: cluster.wait_replicas,
                     wait_timeout_ms: cluster.wait_timeout_ms,
                     tls,
+                    keys: cluster.keys(),
                 };
                 let started = Instant::now();
                 let opened = tokio::select! {

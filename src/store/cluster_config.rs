@@ -20,6 +20,11 @@ pub struct ClusterConfig {
     pub redis_cert_file: std::path::PathBuf,
     /// The client certificate's PEM private key.
     pub redis_key_file: std::path::PathBuf,
+    /// The hash tag of every key this cluster writes (`{mm}:lease`, `{mm}:players`, ...).
+    /// Clusters in different keyspaces share one Redis without seeing each other (one per
+    /// region, say); on a Redis Cluster each keyspace is one slot, so they spread over the
+    /// primaries. Every node of one cluster names the same.
+    pub keyspace: String,
     /// This node's name in the lease and in logs; empty: the host name plus a random suffix.
     pub node_id: String,
     /// The address other nodes reach this node's gRPC on (`HOST:PORT`); empty: the bound one.
@@ -51,6 +56,7 @@ impl Default for ClusterConfig {
             redis_ca_file: std::path::PathBuf::new(),
             redis_cert_file: std::path::PathBuf::new(),
             redis_key_file: std::path::PathBuf::new(),
+            keyspace: super::DEFAULT_KEYSPACE.to_string(),
             node_id: String::new(),
             advertise_addr: String::new(),
             lease_ms: 3000,
@@ -67,6 +73,11 @@ impl ClusterConfig {
     /// Whether this process is a cluster node.
     pub fn enabled(&self) -> bool {
         !self.redis_url.is_empty()
+    }
+
+    /// The names of this cluster's keys.
+    pub fn keys(&self) -> super::Keys {
+        super::Keys::new(&self.keyspace)
     }
 
     fn redis_tls_files(&self) -> [(&'static str, &std::path::Path); 3] {
@@ -142,6 +153,8 @@ impl ClusterConfig {
                 "a client certificate needs both cluster.redis_cert_file and cluster.redis_key_file",
             ));
         }
+        super::check_keyspace(&self.keyspace)
+            .map_err(|rule| FieldError::new("cluster.keyspace", rule))?;
         if self.node_id.contains('|') || self.node_id.chars().any(char::is_whitespace) {
             return Err(FieldError::new(
                 "cluster.node_id",
@@ -206,6 +219,13 @@ mod tests {
                 ..base()
             }),
             "cluster.redis_url"
+        );
+        assert_eq!(
+            bad(ClusterConfig {
+                keyspace: "{eu}".into(),
+                ..base()
+            }),
+            "cluster.keyspace"
         );
         assert_eq!(
             bad(ClusterConfig {

@@ -120,6 +120,9 @@ pub enum AdminCommand {
         /// Its PEM private key, as `cluster.redis_key_file`.
         #[arg(long)]
         redis_key_file: Option<PathBuf>,
+        /// The cluster's `cluster.keyspace`: the hash tag of every key it writes.
+        #[arg(long, default_value = crate::store::DEFAULT_KEYSPACE)]
+        keyspace: String,
         /// Records per write.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
@@ -313,6 +316,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
         redis_ca_file,
         redis_cert_file,
         redis_key_file,
+        keyspace,
         batch,
     } = &args.command
     {
@@ -322,6 +326,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
             redis_ca_file: redis_ca_file.clone().unwrap_or_default(),
             redis_cert_file: redis_cert_file.clone().unwrap_or_default(),
             redis_key_file: redis_key_file.clone().unwrap_or_default(),
+            keyspace: keyspace.clone(),
             ..crate::store::ClusterConfig::default()
         };
         let tls = target
@@ -335,6 +340,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
             from_data_dir,
             to_redis,
             tls.as_ref(),
+            target.keys(),
             *batch,
             |line| {
                 if !json {

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::ToolError;
 use super::loadgen::{self, Rpc};
-use crate::cluster::lease::{LEASE_KEY, Owner};
+use crate::cluster::lease::Owner;
 use crate::proto;
 use crate::store::RedisServer;
 
@@ -307,7 +307,7 @@ async fn store_players(url: &str, n: usize) -> Result<(), ToolError> {
         .map_err(run)?;
     let lease = |cmd: &str| {
         let mut c = redis::cmd(cmd);
-        c.arg(LEASE_KEY);
+        c.arg(crate::store::Keys::default().lease());
         c
     };
     let () = lease("SET")
@@ -366,7 +366,7 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         .await
         .map_err(run)?;
     let () = redis::cmd("SET")
-        .arg(LEASE_KEY)
+        .arg(crate::store::Keys::default().lease())
         .arg("1|bench|-")
         .query_async(&mut conn)
         .await
@@ -523,7 +523,7 @@ async fn wait_for_owner(
     let deadline = Instant::now() + within;
     loop {
         let value: Option<String> = redis::cmd("GET")
-            .arg(LEASE_KEY)
+            .arg(crate::store::Keys::default().lease())
             .query_async(&mut conn)
             .await
             .map_err(run)?;

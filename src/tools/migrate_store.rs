@@ -217,6 +217,7 @@ pub async fn migrate(
     from: &Path,
     to: &str,
     tls: Option<&crate::store::RedisTls>,
+    keys: crate::store::Keys,
     batch: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Report, MigrateError> {
@@ -229,12 +230,13 @@ pub async fn migrate(
     let source = crate::store::open(from, &config.store)?;
     let options = RedisOptions {
         tls: tls.cloned(),
+        keys: keys.clone(),
         ..RedisOptions::default()
     };
     let conn = crate::store::RedisConn::connect(to, tls)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
-    let lease = LeaseClient::new(conn, LEASE);
+    let lease = LeaseClient::new(conn, LEASE, keys);
     let owner = take_lease(&lease, &mut progress).await?;
     let renewal = tokio::spawn({
         let (lease, owner) = (lease.clone(), owner.clone());

@@ -1,4 +1,4 @@
-//! The Redis backend's admin records, in the hash `{mm}:admin` (the same hash tag as every other
+//! The Redis backend's admin records, in the hash `admin` (the same hash tag as every other
 //! key, so a flush stays one script): `b/<player>` → ban, `a/<seq>` → audit entry, `e/<seq>` →
 //! event (sequence numbers zero-padded to 20 digits), `n/a` and `n/e` → the last sequence numbers.
 //!
@@ -10,7 +10,6 @@
 use super::super::AdminRecords;
 use super::super::admin_records::{AdminData, Erasure};
 use super::super::memory::Data;
-use super::records::history_list;
 use super::{Fields, Hash, Op, RedisStore, decode, json, ranks_field, text, week_field};
 use crate::ids::PlayerId;
 use crate::store::{AuditRecord, Ban, EventRecord, StoreError};
@@ -236,7 +235,7 @@ impl AdminRecords for RedisStore {
                 }
                 None => Vec::new(),
             };
-            batch.push(Op::Unhold(history_list(player), id.to_string(), value));
+            batch.push(Op::Unhold(self.keys.history(player), id.to_string(), value));
         }
         self.queue(batch);
         Ok(())

@@ -53,6 +53,7 @@ impl RedisStore {
             }
         }
         batch.extend(history_ops(
+            &self.keys,
             entries.iter().filter_map(|e| e.history.as_ref()),
         )?);
         self.mirror.append_journal(first_seq, entries)?;

@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    Data, Fields, HASHES, Hash, MemoryStore, StoreError, admin, decode, hash_name, loaded_hash,
-};
+use super::{Data, Fields, Hash, Keys, MemoryStore, StoreError, admin, decode, loaded_hash};
 use super::{RedisConn, redact, redis_error};
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
@@ -17,22 +15,26 @@ use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
 use crate::store::{StoredMatch, StoredTicket};
 
 /// Reads and decodes everything the mirror holds.
-pub(super) async fn mirror(conn: &mut RedisConn, url: &str) -> Result<MemoryStore, StoreError> {
-    let (pages, mut arriving) = tokio::sync::mpsc::channel::<(&'static str, Fields)>(4);
+pub(super) async fn mirror(
+    conn: &mut RedisConn,
+    url: &str,
+    keys: &Keys,
+) -> Result<MemoryStore, StoreError> {
+    let (pages, mut arriving) = tokio::sync::mpsc::channel::<(Hash, Fields)>(4);
     let decoder = tokio::task::spawn_blocking(move || {
         let mirror = MemoryStore::mirror();
         let mut rest = Loaded::new();
-        while let Some((name, page)) = arriving.blocking_recv() {
-            if name == hash_name(Hash::Players) {
+        while let Some((hash, page)) = arriving.blocking_recv() {
+            if hash == Hash::Players {
                 fill_players(&mut mirror.data(), page)?;
             } else {
-                rest.entry(name).or_default().extend(page);
+                rest.entry(hash).or_default().extend(page);
             }
         }
         fill(&mut mirror.data(), rest)?;
         Ok::<_, StoreError>(mirror)
     });
-    let read = load_all(conn, url, &pages).await;
+    let read = load_all(conn, url, keys, &pages).await;
     drop(pages);
     let decoded = decoder
         .await
@@ -44,15 +46,16 @@ pub(super) async fn mirror(conn: &mut RedisConn, url: &str) -> Result<MemoryStor
 }
 
 /// Everything read from Redis at open: each hash's fields and values.
-type Loaded = BTreeMap<&'static str, Fields>;
+type Loaded = BTreeMap<Hash, Fields>;
 
 /// Reads every loaded hash a page at a time, each page sent to `pages` as it arrives.
 async fn load_all(
     conn: &mut RedisConn,
     url: &str,
-    pages: &tokio::sync::mpsc::Sender<(&'static str, Fields)>,
+    keys: &Keys,
+    pages: &tokio::sync::mpsc::Sender<(Hash, Fields)>,
 ) -> Result<(), StoreError> {
-    for (_, name) in HASHES.iter().filter(|(h, _)| loaded_hash(*h)) {
+    for (hash, name) in keys.hashes().filter(|(h, _)| loaded_hash(*h)) {
         let mut cursor: u64 = 0;
         loop {
             let (next, page): (u64, Fields) = ::redis::cmd("HSCAN")
@@ -63,7 +66,7 @@ async fn load_all(
                 .query_async(conn)
                 .await
                 .map_err(redis_error(url))?;
-            if pages.send((name, page)).await.is_err() {
+            if pages.send((hash, page)).await.is_err() {
                 return Err(StoreError::Redis(format!(
                     "{}: loading stopped: a record could not be decoded",
                     redact(url)
@@ -95,7 +98,7 @@ pub(super) fn text(bytes: &[u8]) -> String {
 /// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
 /// and every copy is the same value).
 fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
-    let mut take = |h: Hash| loaded.remove(hash_name(h)).unwrap_or_default();
+    let mut take = |h: Hash| loaded.remove(&h).unwrap_or_default();
     fill_players(data, take(Hash::Players))?;
     for (k, v) in take(Hash::Parties) {
         let key = text(&k);

@@ -14,8 +14,8 @@
 //!   fenced for good and every later write and flush fails with [`StoreError::Fenced`].
 //! - **Durable** means what Redis' own persistence makes of an executed script (see
 //!   docs/cluster.md), plus `WAIT` for `wait_replicas` replicas when configured.
-//! - **One hash tag**, `{mm}`, on every key: a script may only touch keys of one slot in Redis
-//!   Cluster, and each flush touches several of them.
+//! - **One hash tag** on every key, the cluster's keyspace (`{mm}` by default, see [`Keys`]): a
+//!   script may only touch keys of one slot in Redis Cluster, and each flush touches several.
 //!
 //! A journal entry also writes the players' and parties' full records (they are absolute redo
 //! records), so the `players` hash is always current and snapshots rewrite nothing that did not
@@ -26,6 +26,7 @@ mod blocking;
 mod conn;
 mod durability;
 mod journal;
+mod keys;
 mod load;
 mod records;
 mod server;
@@ -39,6 +40,7 @@ use ::redis::Script;
 
 pub use conn::{RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
+pub use keys::{DEFAULT_KEYSPACE, Keys, check_keyspace};
 use load::text;
 pub use server::{RedisCluster, RedisServer};
 
@@ -53,11 +55,8 @@ use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
-/// The lease key the fencing check reads (written by `cluster::lease`).
-const LEASE: &str = "{mm}:lease";
-
 /// The hashes, in the order the script receives them (`KEYS[2..]`; `KEYS[1]` is the lease).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Hash {
     Players = 2,
     Parties,
@@ -81,33 +80,30 @@ enum Hash {
     Admin,
 }
 
+/// The hashes and their names in the keyspace (see [`Keys`]).
 const HASHES: [(Hash, &str); 16] = [
-    (Hash::Players, "{mm}:players"),
-    (Hash::Parties, "{mm}:parties"),
-    (Hash::Journal, "{mm}:journal"),
-    (Hash::Acks, "{mm}:acks"),
-    (Hash::Meta, "{mm}:meta"),
-    (Hash::Seasons, "{mm}:seasons"),
-    (Hash::Weeks, "{mm}:weeks"),
-    (Hash::Ranks, "{mm}:ranks"),
-    (Hash::Segments, "{mm}:segments"),
-    (Hash::Ended, "{mm}:ended"),
-    (Hash::Calibrations, "{mm}:calibrations"),
-    (Hash::Tickets, "{mm}:tickets"),
-    (Hash::Rosters, "{mm}:rosters"),
-    (Hash::MatchRecords, "{mm}:match_records"),
-    (Hash::MatchRefs, "{mm}:match_refs"),
-    (Hash::Admin, "{mm}:admin"),
+    (Hash::Players, "players"),
+    (Hash::Parties, "parties"),
+    (Hash::Journal, "journal"),
+    (Hash::Acks, "acks"),
+    (Hash::Meta, "meta"),
+    (Hash::Seasons, "seasons"),
+    (Hash::Weeks, "weeks"),
+    (Hash::Ranks, "ranks"),
+    (Hash::Segments, "segments"),
+    (Hash::Ended, "ended"),
+    (Hash::Calibrations, "calibrations"),
+    (Hash::Tickets, "tickets"),
+    (Hash::Rosters, "rosters"),
+    (Hash::MatchRecords, "match_records"),
+    (Hash::MatchRefs, "match_refs"),
+    (Hash::Admin, "admin"),
 ];
 
 /// Hashes read into the mirror when the store opens: all but the match history, which can
 /// grow to every player's `[history] matches_per_player` matches and is read from Redis.
 fn loaded_hash(h: Hash) -> bool {
     !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
-}
-
-fn hash_name(h: Hash) -> &'static str {
-    HASHES.iter().find(|(k, _)| *k == h).map_or("", |(_, n)| *n)
 }
 
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
@@ -229,6 +225,8 @@ pub struct RedisOptions {
     pub wait_timeout_ms: u64,
     /// For a `rediss://` URL: what to trust and present beyond the defaults.
     pub tls: Option<RedisTls>,
+    /// The cluster's keys.
+    pub keys: Keys,
 }
 
 /// The Redis backend. See the module documentation.
@@ -236,6 +234,7 @@ pub struct RedisStore {
     url: String,
     token: u64,
     options: RedisOptions,
+    keys: Keys,
     mirror: MemoryStore,
     conn: RedisConn,
     pending: Mutex<Pending>,
@@ -286,18 +285,19 @@ impl RedisStore {
             )));
         }
         let lease: Option<String> = ::redis::cmd("GET")
-            .arg(LEASE)
+            .arg(options.keys.lease())
             .query_async(&mut conn)
             .await
             .map_err(&err)?;
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        let mirror = load::mirror(&mut conn, url).await?;
+        let mirror = load::mirror(&mut conn, url, &options.keys).await?;
         Ok(Self {
             url: url.to_string(),
             token,
             options: options.clone(),
+            keys: options.keys.clone(),
             mirror,
             conn,
             pending: Mutex::new(Pending::default()),
@@ -409,11 +409,11 @@ impl RedisStore {
 
     async fn send_script(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
         let mut invocation = self.apply.prepare_invoke();
-        invocation.key(LEASE);
-        for (_, name) in HASHES {
+        invocation.key(self.keys.lease());
+        for (_, name) in self.keys.hashes() {
             invocation.key(name);
         }
-        // History lists are keys of their own (same `{mm}` slot), declared after the hashes.
+        // History lists are keys of their own (same slot), declared after the hashes.
         let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for op in batches.iter().flatten() {
             if let Op::Push(list, _, _) | Op::Unhold(list, _, _) | Op::List(list, _) = op

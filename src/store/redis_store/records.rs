@@ -1,18 +1,14 @@
-//! The cluster store's records: `PartyService` rosters in the `{mm}:rosters` hash (mirrored,
-//! like everything else) and the match history, which stays in Redis and is read from there:
-//! `{mm}:match_records` (match id → record), `{mm}:match_refs` (match id → how many players'
-//! lists hold it) and one list per player, `{mm}:history:<player>`, most recently ended first.
+//! The cluster store's records: `PartyService` rosters in the `rosters` hash (mirrored, like
+//! everything else) and the match history, which stays in Redis and is read from there:
+//! `match_records` (match id → record), `match_refs` (match id → how many players' lists hold
+//! it) and one list per player, `history:<player>`, most recently ended first (each key in the
+//! cluster's keyspace, see [`super::Keys`]).
 //! The script's `p` op keeps the lists and counts (see `APPLY`).
 
-use super::{Hash, Op, RedisStore, decode, hash_name, json, redis_error};
+use super::{Hash, Keys, Op, RedisStore, decode, json, redis_error};
 use crate::ids::{MatchId, PartyId, PlayerId};
 use crate::records::{MatchRecord, PartyRoster};
 use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
-
-/// The key of a player's history list: match ids, most recently ended first.
-pub(super) fn history_list(player: &PlayerId) -> String {
-    format!("{{mm}}:history:{player}")
-}
 
 impl RedisStore {
     /// The matches a player's history holds, each with its record if still stored.
@@ -40,6 +36,7 @@ impl RedisStore {
 /// The ops that add `writes` to the history: each record and its holder count, then its
 /// players' pushes.
 pub(super) fn history_ops<'a>(
+    keys: &Keys,
     writes: impl IntoIterator<Item = &'a HistoryWrite>,
 ) -> Result<Vec<Op>, StoreError> {
     let mut ops = Vec::new();
@@ -53,7 +50,7 @@ pub(super) fn history_ops<'a>(
             players.len().to_string().into(),
         ));
         for p in &players {
-            ops.push(Op::Push(history_list(p), id.clone(), w.keep.max(1)));
+            ops.push(Op::Push(keys.history(p), id.clone(), w.keep.max(1)));
         }
     }
     Ok(ops)
@@ -62,7 +59,7 @@ pub(super) fn history_ops<'a>(
 impl RecordStorage for RedisStore {
     fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
         self.check_fence()?;
-        self.queue(history_ops(writes)?);
+        self.queue(history_ops(&self.keys, writes)?);
         Ok(())
     }
 
@@ -70,7 +67,7 @@ impl RecordStorage for RedisStore {
         Box::pin(async move {
             self.flush_pending().await?;
             let value: Option<Vec<u8>> = ::redis::cmd("HGET")
-                .arg(hash_name(Hash::MatchRecords))
+                .arg(self.keys.hash(Hash::MatchRecords))
                 .arg(id.as_str())
                 .query_async(&mut self.conn.clone())
                 .await
@@ -85,7 +82,7 @@ impl RecordStorage for RedisStore {
         Box::pin(async move {
             self.flush_pending().await?;
             let ids: Vec<String> = ::redis::cmd("LRANGE")
-                .arg(history_list(player))
+                .arg(self.keys.history(player))
                 .arg(0)
                 .arg(-1)
                 .query_async(&mut self.conn.clone())
@@ -102,7 +99,7 @@ impl RecordStorage for RedisStore {
             }
             self.flush_pending().await?;
             let mut cmd = ::redis::cmd("HMGET");
-            cmd.arg(hash_name(Hash::MatchRecords));
+            cmd.arg(self.keys.hash(Hash::MatchRecords));
             for id in ids {
                 cmd.arg(id.as_str());
             }
@@ -167,7 +164,7 @@ impl RecordStorage for RedisStore {
         let mut batch = Vec::new();
         for (player, list) in lists {
             let ids = list.iter().map(ToString::to_string).collect();
-            batch.push(Op::List(history_list(player), ids));
+            batch.push(Op::List(self.keys.history(player), ids));
         }
         for (record, holders) in records {
             let id = record.match_id.to_string();

@@ -10,7 +10,7 @@ fn set_lease(url: &str, value: &str) {
     let client = ::redis::Client::open(url).unwrap();
     let mut conn = client.get_connection().unwrap();
     let () = ::redis::cmd("SET")
-        .arg(LEASE)
+        .arg(Keys::default().lease())
         .arg(value)
         .query(&mut conn)
         .unwrap();

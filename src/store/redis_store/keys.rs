@@ -1,0 +1,136 @@
+//! The names of a cluster's keys. Every key carries the hash tag of the cluster's keyspace
+//! (`{mm}` by default, `cluster.keyspace`): a script may only touch keys of one slot in Redis
+//! Cluster, and each flush touches several of them. Clusters in different keyspaces share a
+//! Redis without seeing each other's keys; on a Redis Cluster each keyspace is one slot, so
+//! keyspaces spread over the primaries.
+
+use super::{HASHES, Hash};
+use crate::ids::PlayerId;
+
+/// The keyspace of a cluster that names none.
+pub const DEFAULT_KEYSPACE: &str = "mm";
+
+/// The longest keyspace name.
+const MAX_KEYSPACE: usize = 64;
+
+/// Every key name of one keyspace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    keyspace: String,
+    lease: String,
+    fence: String,
+    node_key: String,
+    /// By `Hash as usize - 2`, as the script receives them.
+    hashes: Vec<String>,
+}
+
+impl Default for Keys {
+    fn default() -> Self {
+        Self::new(DEFAULT_KEYSPACE)
+    }
+}
+
+impl Keys {
+    /// The keys of `keyspace` (check it first with [`check_keyspace`]).
+    pub fn new(keyspace: &str) -> Self {
+        let key = |name: &str| format!("{{{keyspace}}}:{name}");
+        Self {
+            keyspace: keyspace.to_string(),
+            lease: key("lease"),
+            fence: key("fence"),
+            node_key: key("node_key"),
+            hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
+        }
+    }
+
+    /// The keyspace's name.
+    pub fn keyspace(&self) -> &str {
+        &self.keyspace
+    }
+
+    /// The lease: `token|node_id|advertise_addr`, with a time to live.
+    pub fn lease(&self) -> &str {
+        &self.lease
+    }
+
+    /// The fencing counter.
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    /// The key the nodes show each other (set once, by the first node to start).
+    pub fn node_key(&self) -> &str {
+        &self.node_key
+    }
+
+    /// One of the store's hashes.
+    pub(super) fn hash(&self, h: Hash) -> &str {
+        &self.hashes[h as usize - 2]
+    }
+
+    /// Every hash, in the order the script receives them.
+    pub(super) fn hashes(&self) -> impl Iterator<Item = (Hash, &str)> {
+        HASHES
+            .iter()
+            .zip(&self.hashes)
+            .map(|((h, _), name)| (*h, name.as_str()))
+    }
+
+    /// A player's history list: match ids, most recently ended first.
+    pub(super) fn history(&self, player: &PlayerId) -> String {
+        format!("{{{}}}:history:{player}", self.keyspace)
+    }
+}
+
+/// Why `keyspace` cannot name a keyspace, if it cannot: 1 to 64 letters, digits, `-`, `_`
+/// or `.` (the braces of a hash tag, and anything a shell or URL would mangle, are out).
+pub fn check_keyspace(keyspace: &str) -> Result<(), String> {
+    if keyspace.is_empty() || keyspace.len() > MAX_KEYSPACE {
+        return Err(format!("must be 1 to {MAX_KEYSPACE} characters"));
+    }
+    match keyspace
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        Some(c) => Err(format!(
+            "{c:?} is not allowed: use letters, digits, '-', '_' or '.'"
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_keyspace_carries_its_hash_tag() {
+        let keys = Keys::new("eu-west");
+        assert_eq!(keys.lease(), "{eu-west}:lease");
+        assert_eq!(keys.fence(), "{eu-west}:fence");
+        assert_eq!(keys.node_key(), "{eu-west}:node_key");
+        assert_eq!(keys.hash(Hash::Players), "{eu-west}:players");
+        assert_eq!(keys.hash(Hash::Admin), "{eu-west}:admin");
+        assert_eq!(keys.history(&PlayerId::new("p1")), "{eu-west}:history:p1");
+        assert_eq!(keys.hashes().count(), HASHES.len());
+        assert!(keys.hashes().all(|(h, name)| keys.hash(h) == name));
+        assert!(
+            keys.hashes()
+                .all(|(_, name)| name.starts_with("{eu-west}:"))
+        );
+        // The default keyspace names the keys every earlier cluster wrote.
+        assert_eq!(Keys::default().hash(Hash::Tickets), "{mm}:tickets");
+    }
+
+    #[test]
+    fn a_keyspace_is_a_short_plain_name() {
+        assert!(check_keyspace("mm").is_ok());
+        assert!(check_keyspace("na.ranked_2-v2").is_ok());
+        assert!(check_keyspace("").is_err());
+        assert!(check_keyspace(&"x".repeat(65)).is_err());
+        for bad in ["a}b", "{a", "a b", "a:b", "é"] {
+            let err = check_keyspace(bad).unwrap_err();
+            assert!(err.contains("is not allowed"), "{bad}: {err}");
+        }
+    }
+}
