@@ -1,5 +1,6 @@
 //! Leaderboards: each pool's rank index, kept in step with the players' records.
 
+use std::collections::BTreeMap;
 use std::sync::MutexGuard;
 
 use super::{QueueInfo, State};
@@ -10,17 +11,25 @@ use crate::records::PoolRecord;
 impl State {
     /// Rebuilds every pool's leaderboard from the players in memory (after recovery).
     pub fn rebuild_rank_indexes(&self) {
-        let mut rows: Vec<(String, LeaderboardEntry)> = Vec::new();
+        let mut rows: BTreeMap<&str, Vec<LeaderboardEntry>> = self
+            .inner
+            .ranks
+            .keys()
+            .map(|pool| (pool.as_str(), Vec::new()))
+            .collect();
         for entry in self.inner.players.iter() {
             let state = entry.value().lock();
             for (pool, r) in state.pools.iter() {
-                if let Some(row) = self.leaderboard_entry(entry.key(), pool, r) {
-                    rows.push((pool.to_string(), row));
+                if let (Some(board), Some(row)) = (
+                    rows.get_mut(pool),
+                    self.leaderboard_entry(entry.key(), pool, r),
+                ) {
+                    board.push(row);
                 }
             }
         }
-        for (pool, row) in rows {
-            self.rank_index(&pool).replace(None, row);
+        for (pool, board) in rows {
+            self.rank_index(pool).rebuild(board);
         }
     }
 

@@ -136,20 +136,19 @@ impl State {
                 .collect(),
         );
         let players = DashMap::new();
-        for record in store.load_players()? {
-            let (id, pools) = record?;
+        store.visit_players(&mut |id, pools| {
             let pools = PoolRecords::from_map(pools, &pool_names);
             players.insert(
                 id.clone(),
                 Arc::new(PlayerSlot {
-                    id,
+                    id: id.clone(),
                     state: Mutex::new(PlayerState {
                         status: PlayerStatus::Idle,
                         pools,
                     }),
                 }),
             );
-        }
+        })?;
         let calibrations = calibration::load(&pool_systems, &store)?;
         let events = events::Events::new(store.append_events(&[])?);
         let bans = store

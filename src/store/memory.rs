@@ -208,6 +208,16 @@ impl Storage for MemoryStore {
         Ok(Box::new(players.into_iter()))
     }
 
+    fn visit_players(
+        &self,
+        visit: &mut dyn FnMut(&PlayerId, &BTreeMap<String, PoolRecord>),
+    ) -> Result<(), StoreError> {
+        for (id, pools) in &self.data().players {
+            visit(id, pools);
+        }
+        Ok(())
+    }
+
     fn put_players(
         &self,
         records: &[(&PlayerId, &BTreeMap<String, PoolRecord>)],

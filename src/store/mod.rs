@@ -123,6 +123,18 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
 
     /// Every stored player, in id order.
     fn load_players(&self) -> Result<Box<dyn Iterator<Item = StoredPlayer> + '_>, StoreError>;
+    /// Hands every stored player to `visit`, in id order: [`Self::load_players`] without a copy
+    /// of each record where the store holds them in memory (a server's start-up loads millions).
+    fn visit_players(
+        &self,
+        visit: &mut dyn FnMut(&PlayerId, &BTreeMap<String, PoolRecord>),
+    ) -> Result<(), StoreError> {
+        for player in self.load_players()? {
+            let (id, pools) = player?;
+            visit(&id, &pools);
+        }
+        Ok(())
+    }
     /// Writes several players' records in one atomic batch (snapshots).
     fn put_players(
         &self,

@@ -1,5 +1,5 @@
 //! Loading the mirror when the store opens: every hash but the match history, read a page
-//! at a time (HSCAN) and decoded on a thread of its own as the pages arrive, so the reading
+//! at a time (HSCAN) and decoded on threads of their own as the pages arrive, so the reading
 //! goes on meanwhile, and so does the node's runtime (its lease renewals above all): a
 //! million rated players take seconds of CPU to decode.
 
@@ -20,28 +20,44 @@ pub(super) async fn mirror(
     url: &str,
     keys: &Keys,
 ) -> Result<MemoryStore, StoreError> {
-    let (pages, mut arriving) = tokio::sync::mpsc::channel::<(Hash, Fields)>(4);
-    let decoder = tokio::task::spawn_blocking(move || {
-        let mirror = MemoryStore::mirror();
-        let mut rest = Loaded::new();
-        while let Some((hash, page)) = arriving.blocking_recv() {
-            if hash == Hash::Players {
-                fill_players(&mut mirror.data(), page)?;
-            } else {
-                rest.entry(hash).or_default().extend(page);
+    let mirror = std::sync::Arc::new(MemoryStore::mirror());
+    // The players' pages are most of the work: decoders on up to four cores take them in turn
+    // (each page a lock of the mirror to put it in); the first also keeps the other hashes.
+    let decoders = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 4));
+    let mut senders = Vec::with_capacity(decoders);
+    let mut workers = Vec::with_capacity(decoders);
+    for _ in 0..decoders {
+        let (pages, mut arriving) = tokio::sync::mpsc::channel::<(Hash, Fields)>(2);
+        let mirror = std::sync::Arc::clone(&mirror);
+        senders.push(pages);
+        workers.push(tokio::task::spawn_blocking(move || {
+            let mut rest = Loaded::new();
+            while let Some((hash, page)) = arriving.blocking_recv() {
+                if hash == Hash::Players {
+                    let decoded = decode_players(page)?;
+                    mirror.data().players.extend(decoded);
+                } else {
+                    rest.entry(hash).or_default().extend(page);
+                }
             }
+            Ok::<_, StoreError>(rest)
+        }));
+    }
+    let read = load_all(conn, url, keys, &senders).await;
+    drop(senders);
+    let mut rest = Loaded::new();
+    for worker in workers {
+        let decoded = worker
+            .await
+            .map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))?;
+        // A decoding error stops the reading too: it is the one to report.
+        for (hash, fields) in decoded? {
+            rest.entry(hash).or_default().extend(fields);
         }
-        fill(&mut mirror.data(), rest)?;
-        Ok::<_, StoreError>(mirror)
-    });
-    let read = load_all(conn, url, keys, &pages).await;
-    drop(pages);
-    let decoded = decoder
-        .await
-        .map_err(|e| StoreError::Redis(format!("{}: loading: {e}", redact(url))))?;
-    // A decoding error stops the reading too: it is the one to report.
-    let mirror = decoded?;
+    }
     read?;
+    let mirror = std::sync::Arc::into_inner(mirror).expect("the decoders ended");
+    fill(&mut mirror.data(), rest)?;
     Ok(mirror)
 }
 
@@ -53,8 +69,9 @@ async fn load_all(
     conn: &mut RedisConn,
     url: &str,
     keys: &Keys,
-    pages: &tokio::sync::mpsc::Sender<(Hash, Fields)>,
+    decoders: &[tokio::sync::mpsc::Sender<(Hash, Fields)>],
 ) -> Result<(), StoreError> {
+    let mut turn = 0;
     for (hash, name) in keys.hashes().filter(|(h, _)| loaded_hash(*h)) {
         let mut cursor: u64 = 0;
         loop {
@@ -66,7 +83,13 @@ async fn load_all(
                 .query_async(conn)
                 .await
                 .map_err(redis_error(url))?;
-            if pages.send((hash, page)).await.is_err() {
+            let to = if hash == Hash::Players {
+                turn += 1;
+                &decoders[turn % decoders.len()]
+            } else {
+                &decoders[0]
+            };
+            if to.send((hash, page)).await.is_err() {
                 return Err(StoreError::Redis(format!(
                     "{}: loading stopped: a record could not be decoded",
                     redact(url)
@@ -81,14 +104,18 @@ async fn load_all(
     Ok(())
 }
 
-/// Puts a page of the players hash into the mirror.
-fn fill_players(data: &mut Data, page: Fields) -> Result<(), StoreError> {
-    for (k, v) in page {
-        let id = text(&k);
-        let pools: BTreeMap<String, PoolRecord> = decode(&v, &format!("player {id}"))?;
-        data.players.insert(PlayerId::new(id.as_str()), pools);
-    }
-    Ok(())
+/// A player and their record in each pool.
+type Player = (PlayerId, BTreeMap<String, PoolRecord>);
+
+/// Decodes a page of the players hash.
+fn decode_players(page: Fields) -> Result<Vec<Player>, StoreError> {
+    page.into_iter()
+        .map(|(k, v)| {
+            let id = text(&k);
+            let pools = decode(&v, &format!("player {id}"))?;
+            Ok((PlayerId::new(id.as_str()), pools))
+        })
+        .collect()
 }
 
 pub(super) fn text(bytes: &[u8]) -> String {
@@ -99,7 +126,7 @@ pub(super) fn text(bytes: &[u8]) -> String {
 /// and every copy is the same value).
 fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
     let mut take = |h: Hash| loaded.remove(&h).unwrap_or_default();
-    fill_players(data, take(Hash::Players))?;
+    data.players.extend(decode_players(take(Hash::Players))?);
     for (k, v) in take(Hash::Parties) {
         let key = text(&k);
         let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;

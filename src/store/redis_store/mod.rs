@@ -551,6 +551,13 @@ impl Storage for RedisStore {
         self.mirror.load_players()
     }
 
+    fn visit_players(
+        &self,
+        visit: &mut dyn FnMut(&PlayerId, &BTreeMap<String, PoolRecord>),
+    ) -> Result<(), StoreError> {
+        self.mirror.visit_players(visit)
+    }
+
     fn put_players(
         &self,
         records: &[(&PlayerId, &BTreeMap<String, PoolRecord>)],
