@@ -107,14 +107,7 @@ async fn ready(channel: &Channel) {
 }
 
 async fn rating(channel: &Channel, player: &str) -> proto::PlayerView {
-    ClientServiceClient::new(channel.clone())
-        .get_player(proto::GetPlayerRequest {
-            player_id: player.into(),
-            queue: "1v1".into(),
-        })
-        .await
-        .expect("get_player")
-        .into_inner()
+    common::player_on(channel, player, "1v1").await
 }
 
 /// Next match offered on `stream` in `queue`.

@@ -60,15 +60,7 @@ async fn waiting(channel: &Channel) -> u64 {
 }
 
 async fn games(channel: &Channel, player: &str) -> u32 {
-    ClientServiceClient::new(channel.clone())
-        .get_player(proto::GetPlayerRequest {
-            player_id: player.into(),
-            queue: "1v1".into(),
-        })
-        .await
-        .expect("get_player")
-        .into_inner()
-        .games
+    common::player_on(channel, player, "1v1").await.games
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,14 +104,7 @@ async fn clusters_in_two_keyspaces_share_one_redis_without_seeing_each_other() {
     let mut offers = common::serve(&mut GameServerServiceClient::new(eu1.clone()), "gs:1").await;
     common::enter(&mut eu_client, "1v1", &["ben"]).await;
     let m = common::next(&mut offers).await;
-    GameServerServiceClient::new(eu2.clone())
-        .report_match_result(proto::MatchResult {
-            match_id: m.match_id.clone(),
-            placements: common::placements_with_winner(&m, "ann"),
-            ..Default::default()
-        })
-        .await
-        .expect("report_match_result");
+    common::report_winner_on(&eu2, &m, "ann").await;
     assert_eq!(games(&eu1, "ann").await, 1);
     assert_eq!(games(&na, "ann").await, 0);
     assert_eq!(hlen(&url, "{eu}:players"), 2);

@@ -426,14 +426,7 @@ async fn a_migration_into_a_keyspace_is_what_a_cluster_in_that_keyspace_loads() 
         )
         .await;
         let m = common::next(&mut offers).await;
-        GameServerServiceClient::new(channel)
-            .report_match_result(proto::MatchResult {
-                match_id: m.match_id.clone(),
-                placements: common::placements_with_winner(&m, "moved"),
-                ..Default::default()
-            })
-            .await
-            .expect("report_match_result");
+        common::report_winner_on(&channel, &m, "moved").await;
     }
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
 

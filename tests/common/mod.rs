@@ -289,9 +289,12 @@ pub fn placements_with_winner(assignment: &proto::MatchAssignment, winner: &str)
 
 /// Reports `m`'s result through a game server's client, the team containing `winner` first.
 pub async fn report_winner(server: &TestServer, m: &proto::MatchAssignment, winner: &str) {
-    server
-        .game_server()
-        .await
+    report_winner_on(&server.channel().await, m, winner).await;
+}
+
+/// [`report_winner`] through any server's channel (a cluster node's).
+pub async fn report_winner_on(channel: &Channel, m: &proto::MatchAssignment, winner: &str) {
+    GameServerServiceClient::new(channel.clone())
         .report_match_result(proto::MatchResult {
             match_id: m.match_id.clone(),
             placements: placements_with_winner(m, winner),
@@ -303,9 +306,12 @@ pub async fn report_winner(server: &TestServer, m: &proto::MatchAssignment, winn
 
 /// A player's view in one queue.
 pub async fn player(server: &TestServer, player: &str, queue: &str) -> proto::PlayerView {
-    server
-        .client()
-        .await
+    player_on(&server.channel().await, player, queue).await
+}
+
+/// [`player`] through any server's channel (a cluster node's).
+pub async fn player_on(channel: &Channel, player: &str, queue: &str) -> proto::PlayerView {
+    ClientServiceClient::new(channel.clone())
         .get_player(proto::GetPlayerRequest {
             player_id: player.into(),
             queue: queue.into(),
