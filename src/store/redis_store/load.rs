@@ -56,7 +56,10 @@ pub(super) async fn mirror(
         }
     }
     read?;
-    let mirror = std::sync::Arc::into_inner(mirror).expect("the decoders ended");
+    // Every decoder has ended, and with it its handle on the mirror.
+    let mirror = std::sync::Arc::into_inner(mirror).ok_or_else(|| {
+        StoreError::Redis(format!("{}: loading: a decoder outlived it", redact(url)))
+    })?;
     fill(&mut mirror.data(), rest)?;
     Ok(mirror)
 }
@@ -64,7 +67,8 @@ pub(super) async fn mirror(
 /// Everything read from Redis at open: each hash's fields and values.
 type Loaded = BTreeMap<Hash, Fields>;
 
-/// Reads every loaded hash a page at a time, each page sent to `pages` as it arrives.
+/// Reads every loaded hash a page at a time, each page sent to a decoder as it arrives (the
+/// players' pages to each in turn, the others to the first).
 async fn load_all(
     conn: &mut RedisConn,
     url: &str,
