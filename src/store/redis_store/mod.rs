@@ -107,7 +107,8 @@ fn loaded_hash(h: Hash) -> bool {
 }
 
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
-/// `s KEY FIELD VALUE` (HSET), `d KEY FIELD` (HDEL), `x KEY` (DEL) or `p LIST MEMBER KEEP
+/// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
+/// `x KEY` (DEL) or `p LIST MEMBER KEEP
 /// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
 /// off loses a holder in REFS and goes from RECORDS with its last) or `u LIST MEMBER RECORDS
 /// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
@@ -127,11 +128,13 @@ while i <= n do
   local op = ARGV[i]
   local key = KEYS[tonumber(ARGV[i + 1])]
   if op == 's' then
-    redis.call('HSET', key, ARGV[i + 2], ARGV[i + 3])
-    i = i + 4
+    local count = tonumber(ARGV[i + 2])
+    redis.call('HSET', key, unpack(ARGV, i + 3, i + 2 + 2 * count))
+    i = i + 3 + 2 * count
   elseif op == 'd' then
-    redis.call('HDEL', key, ARGV[i + 2])
-    i = i + 3
+    local count = tonumber(ARGV[i + 2])
+    redis.call('HDEL', key, unpack(ARGV, i + 3, i + 2 + count))
+    i = i + 3 + count
   elseif op == 'x' then
     redis.call('DEL', key)
     i = i + 2
@@ -181,7 +184,7 @@ return n
 ";
 
 /// One queued Redis write.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 enum Op {
     Set(Hash, String, Vec<u8>),
     Del(Hash, String),
@@ -199,8 +202,8 @@ impl Op {
     /// Arguments the op takes in the script.
     fn args(&self) -> usize {
         match self {
-            Self::Set(..) => 4,
-            Self::Del(..) => 3,
+            Self::Set(..) => 5,
+            Self::Del(..) => 4,
             Self::Clear(..) => 2,
             Self::Push(..) | Self::Unhold(..) => 6,
             Self::List(_, members) => 3 + members.len(),
@@ -424,7 +427,25 @@ impl RedisStore {
             }
         }
         invocation.arg(self.token.to_string());
-        for op in batches.iter().flatten() {
+        for run in runs(batches.iter().flatten()) {
+            let op = match run {
+                Run::Set(h, fields) => {
+                    invocation.arg("s").arg(h as usize).arg(fields.len());
+                    for (field, value) in fields {
+                        invocation.arg(field).arg(value);
+                    }
+                    continue;
+                }
+                Run::Del(h, fields) => {
+                    invocation
+                        .arg("d")
+                        .arg(h as usize)
+                        .arg(fields.len())
+                        .arg(fields);
+                    continue;
+                }
+                Run::One(op) => op,
+            };
             match op {
                 Op::Push(list, member, keep) => {
                     invocation
@@ -451,12 +472,7 @@ impl RedisStore {
                         .arg(Hash::MatchRefs as usize)
                         .arg(value);
                 }
-                Op::Set(h, field, value) => {
-                    invocation.arg("s").arg(*h as usize).arg(field).arg(value);
-                }
-                Op::Del(h, field) => {
-                    invocation.arg("d").arg(*h as usize).arg(field);
-                }
+                Op::Set(..) | Op::Del(..) => unreachable!("runs() sends these as runs"),
                 Op::Clear(h) => {
                     invocation.arg("x").arg(*h as usize);
                 }
@@ -498,6 +514,43 @@ impl RedisStore {
         }
         Ok(())
     }
+}
+
+/// Most fields one `s` or `d` op carries: the script spreads them over one command's arguments
+/// (`unpack`), which Lua bounds.
+const MAX_RUN: usize = 1000;
+
+/// Ops as the script receives them: consecutive writes to one hash go as one command.
+#[derive(Debug, PartialEq)]
+enum Run<'a> {
+    Set(Hash, Vec<(&'a str, &'a [u8])>),
+    Del(Hash, Vec<&'a str>),
+    One(&'a Op),
+}
+
+/// Groups consecutive sets (and consecutive deletes) of one hash, at most [`MAX_RUN`] fields a
+/// run, keeping the order of everything: Redis applies the same writes in the same order, in
+/// fewer commands.
+fn runs<'a>(ops: impl Iterator<Item = &'a Op>) -> Vec<Run<'a>> {
+    let mut out: Vec<Run<'a>> = Vec::new();
+    for op in ops {
+        match (op, out.last_mut()) {
+            (Op::Set(h, f, v), Some(Run::Set(last, fields)))
+                if last == h && fields.len() < MAX_RUN =>
+            {
+                fields.push((f, v));
+            }
+            (Op::Del(h, f), Some(Run::Del(last, fields)))
+                if last == h && fields.len() < MAX_RUN =>
+            {
+                fields.push(f);
+            }
+            (Op::Set(h, f, v), _) => out.push(Run::Set(*h, vec![(f.as_str(), v.as_slice())])),
+            (Op::Del(h, f), _) => out.push(Run::Del(*h, vec![f.as_str()])),
+            (op, _) => out.push(Run::One(op)),
+        }
+    }
+    out
 }
 
 /// A hash's fields and values as Redis returns them.

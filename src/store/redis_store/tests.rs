@@ -221,3 +221,72 @@ fn a_large_state_loads_page_by_page_and_a_record_that_does_not_decode_is_named()
         }
     });
 }
+
+#[test]
+fn consecutive_writes_to_one_hash_go_as_one_command_in_their_order() {
+    let set = |h, f: &str| Op::Set(h, f.to_string(), f.as_bytes().to_vec());
+    let del = |h, f: &str| Op::Del(h, f.to_string());
+    let ops = [
+        set(Hash::Tickets, "t1"),
+        set(Hash::Tickets, "t2"),
+        set(Hash::Players, "p1"),
+        del(Hash::Tickets, "t1"),
+        del(Hash::Tickets, "t2"),
+        Op::Clear(Hash::Ended),
+        set(Hash::Tickets, "t3"),
+        del(Hash::Players, "p1"),
+        set(Hash::Tickets, "t4"),
+    ];
+    let got = runs(ops.iter());
+    assert_eq!(
+        got,
+        vec![
+            Run::Set(Hash::Tickets, vec![("t1", &b"t1"[..]), ("t2", &b"t2"[..])]),
+            Run::Set(Hash::Players, vec![("p1", &b"p1"[..])]),
+            Run::Del(Hash::Tickets, vec!["t1", "t2"]),
+            Run::One(&Op::Clear(Hash::Ended)),
+            Run::Set(Hash::Tickets, vec![("t3", &b"t3"[..])]),
+            Run::Del(Hash::Players, vec!["p1"]),
+            Run::Set(Hash::Tickets, vec![("t4", &b"t4"[..])]),
+        ]
+    );
+    // A run stops at MAX_RUN fields, so one command's arguments stay within what Lua unpacks.
+    let many: Vec<Op> = (0..2 * MAX_RUN + 1)
+        .map(|i| set(Hash::Players, &format!("p{i}")))
+        .collect();
+    let sizes: Vec<usize> = runs(many.iter())
+        .iter()
+        .map(|r| match r {
+            Run::Set(_, fields) => fields.len(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, [MAX_RUN, MAX_RUN, 1]);
+}
+
+#[test]
+fn a_flush_of_more_writes_to_one_hash_than_a_run_holds_lands_whole() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "4|n|a");
+        let store = open(&runtime, &url, 4);
+        let n = 2 * MAX_RUN + 7;
+        let pools = record(1500.0);
+        let ids: Vec<PlayerId> = (0..n)
+            .map(|i| PlayerId::new(format!("run-{i}").as_str()))
+            .collect();
+        let rows: Vec<_> = ids.iter().map(|id| (id, &pools)).collect();
+        store.put_players(&rows).unwrap();
+        // And a run of deletes as long, in the same flush.
+        let gone = &ids[..MAX_RUN + 3];
+        store.queue(
+            gone.iter()
+                .map(|id| Op::Del(Hash::Players, id.to_string()))
+                .collect(),
+        );
+        store.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), n - gone.len());
+        let back = open(&runtime, &url, 4);
+        assert_eq!(back.player_count(), n - gone.len());
+    });
+}
