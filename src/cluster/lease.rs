@@ -1,5 +1,6 @@
 //! The queues' lease: one key in Redis (in the cluster's keyspace) that names the node owning
-//! every queue, with a fencing token. Acquire, renew and release are each one Lua script, so they are atomic on the server.
+//! every queue, with a fencing token. Acquire, renew and release are each one Lua script, so
+//! they are atomic on the server.
 //!
 //! The token comes from a counter that only grows (`INCR`), so each new owner's token is larger
 //! than every earlier one; the store sends it with every write and Redis refuses writes whose

@@ -472,7 +472,18 @@ impl RedisStore {
                         .arg(Hash::MatchRefs as usize)
                         .arg(value);
                 }
-                Op::Set(..) | Op::Del(..) => unreachable!("runs() sends these as runs"),
+                // `runs` groups every set and delete; one alone is a run of one.
+                Op::Set(h, field, value) => {
+                    invocation
+                        .arg("s")
+                        .arg(*h as usize)
+                        .arg(1)
+                        .arg(field)
+                        .arg(value);
+                }
+                Op::Del(h, field) => {
+                    invocation.arg("d").arg(*h as usize).arg(1).arg(field);
+                }
                 Op::Clear(h) => {
                     invocation.arg("x").arg(*h as usize);
                 }
