@@ -49,19 +49,8 @@ fn start_server(metrics_addr: &str, dir: &std::path::Path, extra_toml: &str) -> 
         format!("[console]\nsample_seconds = 1.0\n{extra_toml}"),
     )
     .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
-    command
-        .args([
-            "serve",
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            metrics_addr,
-        ])
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.join("data"));
+    let mut command = common::serve_command(&config, metrics_addr);
+    command.arg("--data-dir").arg(dir.join("data"));
     ServerProcess::spawn(command)
 }
 
