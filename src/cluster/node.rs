@@ -20,7 +20,7 @@ use super::lease::{self, Acquired, LeaseClient, Owner};
 use crate::config::Config;
 use crate::server::{self, ServerError};
 use crate::state::Ownership;
-use crate::store::{RedisOptions, RedisStore, Storage, Store, redact};
+use crate::store::{Followed, RedisOptions, RedisStore, Standby, Storage, Store, redact};
 use crate::telemetry as m;
 
 /// Why a node could not start.
@@ -91,6 +91,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         lease_time,
         redis_tls: tls,
         route: route_tx,
+        standby: cluster
+            .standby
+            .then(|| Arc::new(tokio::sync::Mutex::new(None))),
     });
     let node_key = node
         .lease
@@ -107,6 +110,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         })?;
     let lease_stop = CancellationToken::new();
     let lease_task = tokio::spawn(node.clone().hold_lease(lease_stop.clone()));
+    let standby_task = tokio::spawn(node.clone().keep_standby(lease_stop.clone()));
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -179,6 +183,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         Ok(()) => {}
         Err(e) => error!(error = %e, "the lease task failed"),
     }
+    let _ = standby_task.await;
     let _ = health_task.await;
     if let Some(exporter) = exporter {
         let _ = exporter.await;
@@ -274,6 +279,8 @@ struct Node {
     /// What the store's connection to a `rediss://` Redis trusts and presents.
     redis_tls: Option<crate::store::RedisTls>,
     route: watch::Sender<Route>,
+    /// The standby copy of the state (`cluster.standby`), while another node owns the queues.
+    standby: Option<Arc<tokio::sync::Mutex<Option<Standby>>>>,
 }
 
 /// The engine while this node owns the queues.
@@ -401,6 +408,89 @@ impl Node {
         }
     }
 
+    /// Whether the lease names this node.
+    fn owns(&self) -> bool {
+        self.route
+            .borrow()
+            .owner
+            .as_ref()
+            .is_some_and(|o| o.node_id == self.node_id)
+    }
+
+    /// While another node owns the queues, keeps the standby copy of the state that a takeover
+    /// starts from: read whole once, then following the owner's change log. A copy that falls
+    /// out of step is read again, less often each time it happens again soon.
+    async fn keep_standby(self: Arc<Self>, stop: CancellationToken) {
+        let Some(slot) = self.standby.clone() else {
+            return;
+        };
+        let cluster = &self.config.cluster;
+        let keys = cluster.keys();
+        let follow_every = Duration::from_millis(100);
+        // Nodes starting together first settle which one owns: the owner needs no copy.
+        let mut wait = self.lease_time;
+        let mut loaded = Instant::now();
+        let mut misses = 0u32;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            wait = follow_every;
+            if self.owns() {
+                if slot.lock().await.take().is_some() {
+                    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
+                }
+                continue;
+            }
+            let mut copy = slot.lock().await;
+            let Some(standby) = copy.as_mut() else {
+                drop(copy);
+                let started = Instant::now();
+                match Standby::load(&cluster.redis_url, self.redis_tls.as_ref(), &keys).await {
+                    Ok(standby) if !self.owns() => {
+                        let players = standby.player_count();
+                        info!(
+                            players,
+                            seconds = started.elapsed().as_secs_f64(),
+                            "standby copy loaded"
+                        );
+                        metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(players as f64);
+                        *slot.lock().await = Some(standby);
+                        loaded = Instant::now();
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(error = %e, "cannot load a standby copy");
+                        wait = self.lease_time;
+                    }
+                }
+                continue;
+            };
+            let why = match standby.follow().await {
+                Ok(Followed::InStep) => {
+                    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(standby.player_count() as f64);
+                    continue;
+                }
+                Ok(Followed::Gap) => "it missed a change".to_string(),
+                Err(e) => e.to_string(),
+            };
+            *copy = None;
+            metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
+            misses = if loaded.elapsed() < Duration::from_secs(60) {
+                (misses + 1).min(6)
+            } else {
+                0
+            };
+            wait = self.lease_time * (1 << misses);
+            warn!(
+                reason = %why,
+                retry_in_ms = wait.as_millis() as u64,
+                "the standby copy fell out of step; reading it again"
+            );
+        }
+    }
+
     /// Stops acting at once; the engine winds down in the background (its writes are fenced).
     fn lost(&self, r: &Running) {
         r.ownership.revoke();
@@ -424,6 +514,7 @@ impl Node {
         let route = self.route.clone();
         let token = owner.token;
         let tls = self.redis_tls.clone();
+        let standby = self.standby.clone();
         let task = tokio::spawn({
             let ownership = ownership.clone();
             let stop = stop.clone();
@@ -433,10 +524,16 @@ impl Node {
                     wait_timeout_ms: cluster.wait_timeout_ms,
                     tls,
                     keys: cluster.keys(),
+                    change_log: cluster.standby,
                 };
                 let started = Instant::now();
+                let copy = match &standby {
+                    Some(slot) => slot.lock().await.take(),
+                    None => None,
+                };
+                metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
                 let opened = tokio::select! {
-                    r = RedisStore::open(&cluster.redis_url, token, &options) => r,
+                    r = RedisStore::open_from(&cluster.redis_url, token, &options, copy) => r,
                     () = stop.cancelled() => return,
                 };
                 let store: Store = match opened {

@@ -32,6 +32,10 @@ pub struct ClusterConfig {
     /// How long the queues' lease lasts without a renewal (milliseconds). A dead or cut-off
     /// owner loses the queues to another node within twice this.
     pub lease_ms: u64,
+    /// Keep a standby copy of the state while another node owns the queues, following the
+    /// owner's change log, so that a takeover starts from it rather than reading everything
+    /// (the owner logs its writes when this is set). Costs each node the state's memory.
+    pub standby: bool,
     /// Start on a Redis with neither an append-only file nor replicas (acknowledged results
     /// could then be lost with it).
     pub allow_volatile: bool,
@@ -60,6 +64,7 @@ impl Default for ClusterConfig {
             node_id: String::new(),
             advertise_addr: String::new(),
             lease_ms: 3000,
+            standby: true,
             allow_volatile: false,
             wait_replicas: 0,
             wait_timeout_ms: 1000,

@@ -314,7 +314,7 @@ fn waiting_tickets_survive_a_reopen_oldest_first(reopen: Reopen<'_>) {
     assert_eq!(back, vec![ticket("t-early", 10.0), ticket("t-late", 30.0)]);
 }
 
-fn ticket(id: &str, entered_unix: f64) -> StoredTicket {
+pub(super) fn ticket(id: &str, entered_unix: f64) -> StoredTicket {
     StoredTicket {
         ticket_id: TicketId::new(id),
         queue: "2v2".into(),

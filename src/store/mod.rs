@@ -38,8 +38,8 @@ pub use committer::{CommitError, Committed, Committer};
 pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
-    DEFAULT_KEYSPACE, Durability, Keys, RedisCluster, RedisConn, RedisOptions, RedisServer,
-    RedisStore, RedisTls, check_durability, check_keyspace,
+    DEFAULT_KEYSPACE, Durability, Followed, Keys, RedisCluster, RedisConn, RedisOptions,
+    RedisServer, RedisStore, RedisTls, Standby, check_durability, check_keyspace,
 };
 
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};

@@ -96,6 +96,11 @@ pub const CLUSTER_FRONT_STARTED: &str = "matchmaker_cluster_front_started_total"
 pub const CLUSTER_FRONT_HANDLED: &str = "matchmaker_cluster_front_handled_total";
 /// Seconds from such a call's start to its status, as this node's client saw it (histogram).
 pub const CLUSTER_FRONT_SECONDS: &str = "matchmaker_cluster_front_handling_seconds";
+/// Stores this node opened on taking the lease, by where the state came `from` (standby: its
+/// standby copy; redis: read whole) (counter).
+pub const CLUSTER_STORE_OPENED: &str = "matchmaker_cluster_store_opened_total";
+/// Players in this node's standby copy of the state, 0 while it has none (gauge).
+pub const CLUSTER_STANDBY_PLAYERS: &str = "matchmaker_cluster_standby_players";
 /// Seconds of one round trip to Redis, per operation (lease | flush) (histogram).
 pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
 
@@ -217,6 +222,14 @@ pub fn describe() {
     describe_counter!(
         CLUSTER_FORWARDED,
         "Calls forwarded to the owner on another node"
+    );
+    describe_counter!(
+        CLUSTER_STORE_OPENED,
+        "Stores opened on taking the lease, by where the state came from"
+    );
+    describe_gauge!(
+        CLUSTER_STANDBY_PLAYERS,
+        "Players in this node's standby copy of the state"
     );
     describe_histogram!(
         CLUSTER_REDIS_SECONDS,

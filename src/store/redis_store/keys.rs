@@ -20,6 +20,8 @@ pub struct Keys {
     lease: String,
     fence: String,
     node_key: String,
+    changes: String,
+    change_seq: String,
     /// By `Hash as usize - 2`, as the script receives them.
     hashes: Vec<String>,
 }
@@ -39,6 +41,8 @@ impl Keys {
             lease: key("lease"),
             fence: key("fence"),
             node_key: key("node_key"),
+            changes: key("changes"),
+            change_seq: key("change_seq"),
             hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
         }
     }
@@ -61,6 +65,18 @@ impl Keys {
     /// The key the nodes show each other (set once, by the first node to start).
     pub fn node_key(&self) -> &str {
         &self.node_key
+    }
+
+    /// The change log: a stream with one entry per flush naming the fields it wrote, which
+    /// standby nodes follow to keep a copy of the state (see `standby.rs`).
+    pub fn changes(&self) -> &str {
+        &self.changes
+    }
+
+    /// The flush counter: every flush adds one, logged or not, so a follower that misses one
+    /// sees the gap.
+    pub fn change_seq(&self) -> &str {
+        &self.change_seq
     }
 
     /// One of the store's hashes.
@@ -109,6 +125,8 @@ mod tests {
         assert_eq!(keys.lease(), "{eu-west}:lease");
         assert_eq!(keys.fence(), "{eu-west}:fence");
         assert_eq!(keys.node_key(), "{eu-west}:node_key");
+        assert_eq!(keys.changes(), "{eu-west}:changes");
+        assert_eq!(keys.change_seq(), "{eu-west}:change_seq");
         assert_eq!(keys.hash(Hash::Players), "{eu-west}:players");
         assert_eq!(keys.hash(Hash::Admin), "{eu-west}:admin");
         assert_eq!(keys.history(&PlayerId::new("p1")), "{eu-west}:history:p1");

@@ -20,6 +20,18 @@ pub(super) async fn mirror(
     url: &str,
     keys: &Keys,
 ) -> Result<MemoryStore, StoreError> {
+    let (mirror, rest) = read(conn, url, keys).await?;
+    fill(&mut mirror.data(), rest)?;
+    Ok(mirror)
+}
+
+/// Reads every hash the mirror holds: the players decoded into a mirror, the other hashes
+/// as they came (see [`fill`]).
+pub(super) async fn read(
+    conn: &mut RedisConn,
+    url: &str,
+    keys: &Keys,
+) -> Result<(MemoryStore, Loaded), StoreError> {
     let mirror = std::sync::Arc::new(MemoryStore::mirror());
     // The players' pages are most of the work: decoders on up to four cores take them in turn
     // (each page a lock of the mirror to put it in); the first also keeps the other hashes.
@@ -60,12 +72,11 @@ pub(super) async fn mirror(
     let mirror = std::sync::Arc::into_inner(mirror).ok_or_else(|| {
         StoreError::Redis(format!("{}: loading: a decoder outlived it", redact(url)))
     })?;
-    fill(&mut mirror.data(), rest)?;
-    Ok(mirror)
+    Ok((mirror, rest))
 }
 
 /// Everything read from Redis at open: each hash's fields and values.
-type Loaded = BTreeMap<Hash, Fields>;
+pub(super) type Loaded = BTreeMap<Hash, Fields>;
 
 /// Reads every loaded hash a page at a time, each page sent to a decoder as it arrives (the
 /// players' pages to each in turn, the others to the first).
@@ -109,10 +120,10 @@ async fn load_all(
 }
 
 /// A player and their record in each pool.
-type Player = (PlayerId, BTreeMap<String, PoolRecord>);
+pub(super) type Player = (PlayerId, BTreeMap<String, PoolRecord>);
 
 /// Decodes a page of the players hash.
-fn decode_players(page: Fields) -> Result<Vec<Player>, StoreError> {
+pub(super) fn decode_players(page: Fields) -> Result<Vec<Player>, StoreError> {
     page.into_iter()
         .map(|(k, v)| {
             let id = text(&k);
@@ -128,7 +139,7 @@ pub(super) fn text(bytes: &[u8]) -> String {
 
 /// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
 /// and every copy is the same value).
-fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
+pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
     let mut take = |h: Hash| loaded.remove(&h).unwrap_or_default();
     data.players.extend(decode_players(take(Hash::Players))?);
     for (k, v) in take(Hash::Parties) {

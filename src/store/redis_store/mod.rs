@@ -29,7 +29,9 @@ mod journal;
 mod keys;
 mod load;
 mod records;
+mod script;
 mod server;
+mod standby;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -42,7 +44,12 @@ pub use conn::{RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
 pub use keys::{DEFAULT_KEYSPACE, Keys, check_keyspace};
 use load::text;
+pub use script::CHANGE_LOG_ENTRIES;
+#[cfg(test)]
+use script::MAX_RUN;
+use script::{Run, apply_script, runs};
 pub use server::{RedisCluster, RedisServer};
+pub use standby::{Followed, Standby};
 
 use super::memory::{Data, MemoryStore};
 use super::{
@@ -56,7 +63,7 @@ use crate::rating::calibration::Calibration;
 use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 /// The hashes, in the order the script receives them (`KEYS[2..]`; `KEYS[1]` is the lease).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Hash {
     Players = 2,
     Parties,
@@ -106,83 +113,6 @@ fn loaded_hash(h: Hash) -> bool {
     !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
 }
 
-/// Applies queued writes if the lease still carries the token in ARGV[1]. Operations follow as
-/// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
-/// `x KEY` (DEL) or `p LIST MEMBER KEEP
-/// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
-/// off loses a holder in REFS and goes from RECORDS with its last) or `u LIST MEMBER RECORDS
-/// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
-/// goes with its last, or else takes VALUE) or `l LIST N MEMBER…` (LIST replaced by the N
-/// members), KEY an index into KEYS.
-/// Sending the same batches again in order (a flight whose answer was lost) leaves the same
-/// history: a record's write resets its holder count before its pushes.
-const APPLY: &str = r"
-local lease = redis.call('GET', KEYS[1])
-local token = ARGV[1]
-if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
-  return redis.error_reply('FENCED the lease no longer carries token ' .. token)
-end
-local i = 2
-local n = #ARGV
-while i <= n do
-  local op = ARGV[i]
-  local key = KEYS[tonumber(ARGV[i + 1])]
-  if op == 's' then
-    local count = tonumber(ARGV[i + 2])
-    redis.call('HSET', key, unpack(ARGV, i + 3, i + 2 + 2 * count))
-    i = i + 3 + 2 * count
-  elseif op == 'd' then
-    local count = tonumber(ARGV[i + 2])
-    redis.call('HDEL', key, unpack(ARGV, i + 3, i + 2 + count))
-    i = i + 3 + count
-  elseif op == 'x' then
-    redis.call('DEL', key)
-    i = i + 2
-  elseif op == 'l' then
-    local count = tonumber(ARGV[i + 2])
-    redis.call('DEL', key)
-    if count > 0 then
-      redis.call('RPUSH', key, unpack(ARGV, i + 3, i + 2 + count))
-    end
-    i = i + 3 + count
-  elseif op == 'u' then
-    local member = ARGV[i + 2]
-    local records = KEYS[tonumber(ARGV[i + 3])]
-    local refs = KEYS[tonumber(ARGV[i + 4])]
-    if redis.call('LREM', key, 0, member) > 0 then
-      if redis.call('HINCRBY', refs, member, -1) <= 0 then
-        redis.call('HDEL', refs, member)
-        redis.call('HDEL', records, member)
-      elseif ARGV[i + 5] ~= '' and redis.call('HEXISTS', records, member) == 1 then
-        redis.call('HSET', records, member, ARGV[i + 5])
-      end
-    end
-    i = i + 6
-  elseif op == 'p' then
-    local member = ARGV[i + 2]
-    local keep = tonumber(ARGV[i + 3])
-    local records = KEYS[tonumber(ARGV[i + 4])]
-    local refs = KEYS[tonumber(ARGV[i + 5])]
-    redis.call('LREM', key, 0, member)
-    redis.call('LPUSH', key, member)
-    local evicted = redis.call('LRANGE', key, keep, -1)
-    if #evicted > 0 then
-      redis.call('LTRIM', key, 0, keep - 1)
-      for _, old in ipairs(evicted) do
-        if redis.call('HINCRBY', refs, old, -1) <= 0 then
-          redis.call('HDEL', refs, old)
-          redis.call('HDEL', records, old)
-        end
-      end
-    end
-    i = i + 6
-  else
-    return redis.error_reply('bad operation ' .. tostring(op))
-  end
-end
-return n
-";
-
 /// One queued Redis write.
 #[derive(Clone, Debug, PartialEq)]
 enum Op {
@@ -230,6 +160,8 @@ pub struct RedisOptions {
     pub tls: Option<RedisTls>,
     /// The cluster's keys.
     pub keys: Keys,
+    /// Whether flushes append to the change log standby nodes follow.
+    pub change_log: bool,
 }
 
 /// The Redis backend. See the module documentation.
@@ -276,6 +208,17 @@ fn ranks_field(pool: &str, season: u32) -> String {
 impl RedisStore {
     /// Connects to `url` and loads everything into the mirror; writes will carry `token`.
     pub async fn open(url: &str, token: u64, options: &RedisOptions) -> Result<Self, StoreError> {
+        Self::open_from(url, token, options, None).await
+    }
+
+    /// [`RedisStore::open`], starting from a standby's copy of the state when there is one
+    /// and the change log shows it current (and reading everything otherwise).
+    pub async fn open_from(
+        url: &str,
+        token: u64,
+        options: &RedisOptions,
+        standby: Option<Standby>,
+    ) -> Result<Self, StoreError> {
         let err = redis_error(url);
         let mut conn = RedisConn::connect(url, options.tls.as_ref())
             .await
@@ -295,7 +238,7 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
             return Err(StoreError::Fenced);
         }
-        let mirror = load::mirror(&mut conn, url, &options.keys).await?;
+        let mirror = standby::mirror(standby, &mut conn, url, &options.keys).await?;
         Ok(Self {
             url: url.to_string(),
             token,
@@ -307,7 +250,7 @@ impl RedisStore {
             flushed: AtomicU64::new(0),
             flight: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
-            apply: Script::new(APPLY),
+            apply: apply_script(),
         })
     }
 
@@ -416,17 +359,26 @@ impl RedisStore {
         for (_, name) in self.keys.hashes() {
             invocation.key(name);
         }
-        // History lists are keys of their own (same slot), declared after the hashes.
+        invocation
+            .key(self.keys.changes())
+            .key(self.keys.change_seq());
+        // History lists are keys of their own (same slot), declared after those.
         let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for op in batches.iter().flatten() {
             if let Op::Push(list, _, _) | Op::Unhold(list, _, _) | Op::List(list, _) = op
                 && !lists.contains_key(list.as_str())
             {
-                lists.insert(list, 2 + HASHES.len() + lists.len());
+                lists.insert(list, 4 + HASHES.len() + lists.len());
                 invocation.key(list);
             }
         }
-        invocation.arg(self.token.to_string());
+        invocation
+            .arg(self.token.to_string())
+            .arg(if self.options.change_log {
+                CHANGE_LOG_ENTRIES
+            } else {
+                0
+            });
         for run in runs(batches.iter().flatten()) {
             let op = match run {
                 Run::Set(h, fields) => {
@@ -525,43 +477,6 @@ impl RedisStore {
         }
         Ok(())
     }
-}
-
-/// Most fields one `s` or `d` op carries: the script spreads them over one command's arguments
-/// (`unpack`), which Lua bounds.
-const MAX_RUN: usize = 1000;
-
-/// Ops as the script receives them: consecutive writes to one hash go as one command.
-#[derive(Debug, PartialEq)]
-enum Run<'a> {
-    Set(Hash, Vec<(&'a str, &'a [u8])>),
-    Del(Hash, Vec<&'a str>),
-    One(&'a Op),
-}
-
-/// Groups consecutive sets (and consecutive deletes) of one hash, at most [`MAX_RUN`] fields a
-/// run, keeping the order of everything: Redis applies the same writes in the same order, in
-/// fewer commands.
-fn runs<'a>(ops: impl Iterator<Item = &'a Op>) -> Vec<Run<'a>> {
-    let mut out: Vec<Run<'a>> = Vec::new();
-    for op in ops {
-        match (op, out.last_mut()) {
-            (Op::Set(h, f, v), Some(Run::Set(last, fields)))
-                if last == h && fields.len() < MAX_RUN =>
-            {
-                fields.push((f, v));
-            }
-            (Op::Del(h, f), Some(Run::Del(last, fields)))
-                if last == h && fields.len() < MAX_RUN =>
-            {
-                fields.push(f);
-            }
-            (Op::Set(h, f, v), _) => out.push(Run::Set(*h, vec![(f.as_str(), v.as_slice())])),
-            (Op::Del(h, f), _) => out.push(Run::Del(*h, vec![f.as_str()])),
-            (op, _) => out.push(Run::One(op)),
-        }
-    }
-    out
 }
 
 /// A hash's fields and values as Redis returns them.

@@ -1,0 +1,168 @@
+//! The flush's script, and the grouping of queued writes into the commands it runs.
+
+use ::redis::Script;
+
+use super::{HASHES, Hash, Op};
+
+/// Applies queued writes if the lease still carries the token in ARGV[1]. Every flush adds one
+/// to the flush counter (`KEYS[2 + HASHES]`, after the hashes and the change log); with ARGV[2]
+/// above 0 it also appends to the change log (`KEYS[1 + HASHES]`, a stream cut to about ARGV[2]
+/// entries) one entry naming the fields it set or deleted: `q SEQ c CHANGES`, CHANGES being
+/// `INDEX,LEN:FIELD` for each (`xINDEX,0:` for a hash deleted whole), or `q SEQ r ''` when
+/// more than [`LOGGED_FIELDS`] changed: followers read everything again. Operations follow from ARGV[3] as
+/// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
+/// `x KEY` (DEL) or `p LIST MEMBER KEEP
+/// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
+/// off loses a holder in REFS and goes from RECORDS with its last) or `u LIST MEMBER RECORDS
+/// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
+/// goes with its last, or else takes VALUE) or `l LIST N MEMBER…` (LIST replaced by the N
+/// members), KEY an index into KEYS.
+/// Sending the same batches again in order (a flight whose answer was lost) leaves the same
+/// history: a record's write resets its holder count before its pushes.
+pub(super) const APPLY: &str = r"
+local lease = redis.call('GET', KEYS[1])
+local token = ARGV[1]
+if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
+  return redis.error_reply('FENCED the lease no longer carries token ' .. token)
+end
+local logged = tonumber(ARGV[2])
+local log = {}
+local whole = false
+local function note(index, field)
+  if logged > 0 and not whole then
+    if #log >= LOGGED_FIELDS then
+      whole = true
+    else
+      log[#log + 1] = index .. ',' .. #field .. ':' .. field
+    end
+  end
+end
+local i = 3
+local n = #ARGV
+while i <= n do
+  local op = ARGV[i]
+  local key = KEYS[tonumber(ARGV[i + 1])]
+  if op == 's' then
+    local count = tonumber(ARGV[i + 2])
+    redis.call('HSET', key, unpack(ARGV, i + 3, i + 2 + 2 * count))
+    for j = 0, count - 1 do
+      note(ARGV[i + 1], ARGV[i + 3 + 2 * j])
+    end
+    i = i + 3 + 2 * count
+  elseif op == 'd' then
+    local count = tonumber(ARGV[i + 2])
+    redis.call('HDEL', key, unpack(ARGV, i + 3, i + 2 + count))
+    for j = 0, count - 1 do
+      note(ARGV[i + 1], ARGV[i + 3 + j])
+    end
+    i = i + 3 + count
+  elseif op == 'x' then
+    redis.call('DEL', key)
+    note('x' .. ARGV[i + 1], '')
+    i = i + 2
+  elseif op == 'l' then
+    local count = tonumber(ARGV[i + 2])
+    redis.call('DEL', key)
+    if count > 0 then
+      redis.call('RPUSH', key, unpack(ARGV, i + 3, i + 2 + count))
+    end
+    i = i + 3 + count
+  elseif op == 'u' then
+    local member = ARGV[i + 2]
+    local records = KEYS[tonumber(ARGV[i + 3])]
+    local refs = KEYS[tonumber(ARGV[i + 4])]
+    if redis.call('LREM', key, 0, member) > 0 then
+      if redis.call('HINCRBY', refs, member, -1) <= 0 then
+        redis.call('HDEL', refs, member)
+        redis.call('HDEL', records, member)
+      elseif ARGV[i + 5] ~= '' and redis.call('HEXISTS', records, member) == 1 then
+        redis.call('HSET', records, member, ARGV[i + 5])
+      end
+    end
+    i = i + 6
+  elseif op == 'p' then
+    local member = ARGV[i + 2]
+    local keep = tonumber(ARGV[i + 3])
+    local records = KEYS[tonumber(ARGV[i + 4])]
+    local refs = KEYS[tonumber(ARGV[i + 5])]
+    redis.call('LREM', key, 0, member)
+    redis.call('LPUSH', key, member)
+    local evicted = redis.call('LRANGE', key, keep, -1)
+    if #evicted > 0 then
+      redis.call('LTRIM', key, 0, keep - 1)
+      for _, old in ipairs(evicted) do
+        if redis.call('HINCRBY', refs, old, -1) <= 0 then
+          redis.call('HDEL', refs, old)
+          redis.call('HDEL', records, old)
+        end
+      end
+    end
+    i = i + 6
+  else
+    return redis.error_reply('bad operation ' .. tostring(op))
+  end
+end
+local seq = redis.call('INCR', KEYS[HASHES + 3])
+if logged > 0 then
+  local what, changes = 'c', table.concat(log)
+  if whole then
+    what, changes = 'r', ''
+  end
+  redis.call('XADD', KEYS[HASHES + 2], 'MAXLEN', '~', logged, '*', 'q', seq, what, changes)
+end
+return n
+";
+
+/// The most fields one change-log entry names; a flush that changes more (a season reset, a
+/// migration) logs `r`: followers read everything again rather than field by field.
+pub(super) const LOGGED_FIELDS: usize = 100_000;
+
+/// The script as sent: [`APPLY`] with its constants filled in.
+pub(super) fn apply_script() -> Script {
+    Script::new(
+        &APPLY
+            .replace("LOGGED_FIELDS", &LOGGED_FIELDS.to_string())
+            .replace("HASHES", &HASHES.len().to_string()),
+    )
+}
+
+/// How many flushes the change log keeps (about: Redis trims whole nodes of the stream). A
+/// standby that falls further behind than this reads everything again.
+pub const CHANGE_LOG_ENTRIES: u64 = 20_000;
+
+/// Most fields one `s` or `d` op carries: the script spreads them over one command's arguments
+/// (`unpack`), which Lua bounds.
+pub(super) const MAX_RUN: usize = 1000;
+
+/// Ops as the script receives them: consecutive writes to one hash go as one command.
+#[derive(Debug, PartialEq)]
+pub(super) enum Run<'a> {
+    Set(Hash, Vec<(&'a str, &'a [u8])>),
+    Del(Hash, Vec<&'a str>),
+    One(&'a Op),
+}
+
+/// Groups consecutive sets (and consecutive deletes) of one hash, at most [`MAX_RUN`] fields a
+/// run, keeping the order of everything: Redis applies the same writes in the same order, in
+/// fewer commands.
+pub(super) fn runs<'a>(ops: impl Iterator<Item = &'a Op>) -> Vec<Run<'a>> {
+    let mut out: Vec<Run<'a>> = Vec::new();
+    for op in ops {
+        match (op, out.last_mut()) {
+            (Op::Set(h, f, v), Some(Run::Set(last, fields)))
+                if last == h && fields.len() < MAX_RUN =>
+            {
+                fields.push((f, v));
+            }
+            (Op::Del(h, f), Some(Run::Del(last, fields)))
+                if last == h && fields.len() < MAX_RUN =>
+            {
+                fields.push(f);
+            }
+            (Op::Set(h, f, v), _) => out.push(Run::Set(*h, vec![(f.as_str(), v.as_slice())])),
+            (Op::Del(h, f), _) => out.push(Run::Del(*h, vec![f.as_str()])),
+            (op, _) => out.push(Run::One(op)),
+        }
+    }
+    out
+}

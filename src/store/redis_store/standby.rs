@@ -1,0 +1,561 @@
+//! A standby's copy of the state: a node that does not own the queues reads everything once,
+//! then follows the owner's change log (one stream entry per flush, naming the fields it set
+//! or deleted: see the flush's script) and reads those fields again, so that when it takes the
+//! lease it opens its store from this copy instead of reading every hash from Redis.
+//!
+//! The copy is exact once the lease is this node's: every earlier flush is then in the log
+//! (a stale owner's later flushes are refused by the fence), so reading the log to its end
+//! and checking that the flush counter names its last entry leaves nothing out. A gap (a
+//! flush that logged nothing, or entries trimmed before they were read) means the copy can no
+//! longer be trusted: it is dropped and read again.
+
+use std::collections::{BTreeSet, HashMap};
+
+use ::redis::{Script, Value};
+
+use super::load::{self, Loaded};
+use super::{HASHES, loaded_hash};
+use super::{Hash, Keys, MemoryStore, RedisConn, RedisTls, StoreError, redis_error};
+use crate::ids::PlayerId;
+
+/// Where the change log stands: the flush counter and the id of the log's last entry, read
+/// in one step.
+const POSITION: &str = r"
+local seq = redis.call('GET', KEYS[1]) or '0'
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+if last then
+  return {seq, last[1]}
+end
+return {seq, '0-0'}
+";
+
+/// Log entries after ARGV[1] (at most ARGV[2]) and the flush counter, read in one step: when
+/// the entries reach the log's end, the counter must name the last of them.
+const FOLLOW: &str = r"
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+return {redis.call('GET', KEYS[2]) or '0', entries}
+";
+
+/// Log entries read at a time.
+const PAGE: usize = 1000;
+
+/// Whether a standby copy still follows the log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Followed {
+    /// Every flush so far is in the copy (as far as the log has been read).
+    InStep,
+    /// A flush is missing from the log: the copy is out of date for good.
+    Gap,
+}
+
+/// A copy of the store's state kept by a node that does not own the queues.
+pub struct Standby {
+    url: String,
+    keys: Keys,
+    conn: RedisConn,
+    /// The players, decoded (most of the state, and most of the work of a load).
+    mirror: MemoryStore,
+    /// Every other hash the mirror holds, as Redis returns it; decoded when the copy is used.
+    rest: HashMap<Hash, HashMap<Vec<u8>, Vec<u8>>>,
+    /// The last flush in the copy, and its log entry's id.
+    seq: u64,
+    last_id: String,
+}
+
+impl Standby {
+    /// Reads everything, after noting where the log stands: what changes during the reading
+    /// is in the log after that point and is read again by [`Standby::follow`].
+    pub async fn load(url: &str, tls: Option<&RedisTls>, keys: &Keys) -> Result<Self, StoreError> {
+        let err = redis_error(url);
+        let mut conn = RedisConn::connect(url, tls).await.map_err(&err)?;
+        let (seq, last_id): (String, String) = Script::new(POSITION)
+            .key(keys.change_seq())
+            .key(keys.changes())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(&err)?;
+        let seq = seq.parse().map_err(|_| StoreError::Decode {
+            key: keys.change_seq().to_string(),
+            detail: format!("{seq:?} is not a count"),
+        })?;
+        let (mirror, loaded) = load::read(&mut conn, url, keys).await?;
+        let rest = loaded
+            .into_iter()
+            .map(|(h, fields)| (h, fields.into_iter().collect()))
+            .collect();
+        Ok(Self {
+            url: url.to_string(),
+            keys: keys.clone(),
+            conn,
+            mirror,
+            rest,
+            seq,
+            last_id,
+        })
+    }
+
+    /// Players in the copy.
+    pub fn player_count(&self) -> usize {
+        self.mirror.data().players.len()
+    }
+
+    /// Reads the log from the last entry in the copy to its end, and every field it names.
+    pub async fn follow(&mut self) -> Result<Followed, StoreError> {
+        loop {
+            let (counter, page): (String, Value) = Script::new(FOLLOW)
+                .key(self.keys.changes())
+                .key(self.keys.change_seq())
+                .arg(format!("({}", self.last_id))
+                .arg(PAGE)
+                .invoke_async(&mut self.conn)
+                .await
+                .map_err(redis_error(&self.url))?;
+            let counter = parse(counter.as_bytes())
+                .ok_or_else(|| self.bad_log("the flush counter is not a count"))?;
+            let entries = entries(page).ok_or_else(|| self.bad_log("an entry is malformed"))?;
+            let Some((last, _)) = entries.last() else {
+                // The end of the log: a flush counted but not logged is a gap.
+                return Ok(if counter == self.seq {
+                    Followed::InStep
+                } else {
+                    Followed::Gap
+                });
+            };
+            let last = last.clone();
+            let mut touched: HashMap<Hash, BTreeSet<Vec<u8>>> = HashMap::new();
+            let mut seq = self.seq;
+            for (_, pairs) in &entries {
+                let mut pairs = pairs.iter();
+                match pairs.next() {
+                    Some((q, n)) if q == b"q" && parse(n) == Some(seq + 1) => seq += 1,
+                    _ => return Ok(Followed::Gap),
+                }
+                let changes = match pairs.next() {
+                    Some((c, changes)) if c == b"c" => changes,
+                    _ => return Ok(Followed::Gap),
+                };
+                let changes =
+                    changed(changes).ok_or_else(|| self.bad_log("an entry is malformed"))?;
+                for (index, field) in changes {
+                    if let Some(cleared) = index.strip_prefix(b"x") {
+                        let Some(h) = hash(cleared) else { continue };
+                        // Deleted whole: fields named before in this page are read again
+                        // below, and come back only if they were set after.
+                        if h == Hash::Players {
+                            self.mirror.data().players.clear();
+                        } else {
+                            self.rest.remove(&h);
+                        }
+                        continue;
+                    }
+                    if let Some(h) = hash(index) {
+                        touched.entry(h).or_default().insert(field.to_vec());
+                    }
+                }
+            }
+            for (h, fields) in touched {
+                let fields: Vec<Vec<u8>> = fields.into_iter().collect();
+                for chunk in fields.chunks(PAGE) {
+                    self.read_again(h, chunk).await?;
+                }
+            }
+            self.seq = seq;
+            self.last_id = last;
+            if entries.len() < PAGE {
+                return Ok(if counter == self.seq {
+                    Followed::InStep
+                } else {
+                    Followed::Gap
+                });
+            }
+        }
+    }
+
+    /// The copy as the store's mirror, once the lease is this node's: `None` when the log
+    /// shows it out of date (the store then reads everything).
+    pub(super) async fn into_mirror(mut self) -> Result<Option<MemoryStore>, StoreError> {
+        // No flush lands after the lease passed to this node: following the log to its end
+        // leaves nothing out.
+        if self.follow().await? == Followed::Gap {
+            return Ok(None);
+        }
+        let loaded: Loaded = self
+            .rest
+            .into_iter()
+            .map(|(h, fields)| (h, fields.into_iter().collect()))
+            .collect();
+        load::fill(&mut self.mirror.data(), loaded)?;
+        Ok(Some(self.mirror))
+    }
+
+    /// Reads `fields` of `h` from Redis into the copy (a field no longer there leaves it).
+    async fn read_again(&mut self, h: Hash, fields: &[Vec<u8>]) -> Result<(), StoreError> {
+        let values: Vec<Option<Vec<u8>>> = ::redis::cmd("HMGET")
+            .arg(self.keys.hash(h))
+            .arg(fields)
+            .query_async(&mut self.conn)
+            .await
+            .map_err(redis_error(&self.url))?;
+        if h == Hash::Players {
+            let mut gone = Vec::new();
+            let mut present = Vec::new();
+            for (field, value) in fields.iter().zip(values) {
+                match value {
+                    Some(v) => present.push((field.clone(), v)),
+                    None => gone.push(PlayerId::new(load::text(field).as_str())),
+                }
+            }
+            let decoded = load::decode_players(present)?;
+            let mut data = self.mirror.data();
+            for id in gone {
+                data.players.remove(&id);
+            }
+            data.players.extend(decoded);
+            return Ok(());
+        }
+        let copy = self.rest.entry(h).or_default();
+        for (field, value) in fields.iter().zip(values) {
+            match value {
+                Some(v) => copy.insert(field.clone(), v),
+                None => copy.remove(field),
+            };
+        }
+        Ok(())
+    }
+
+    fn bad_log(&self, detail: &str) -> StoreError {
+        StoreError::Decode {
+            key: self.keys.changes().to_string(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// The store's mirror at open: the standby's copy when it is current, or everything read from
+/// Redis.
+pub(super) async fn mirror(
+    standby: Option<Standby>,
+    conn: &mut RedisConn,
+    url: &str,
+    keys: &Keys,
+) -> Result<MemoryStore, StoreError> {
+    let started = std::time::Instant::now();
+    let from = match standby {
+        Some(standby) => match standby.into_mirror().await {
+            Ok(Some(mirror)) => {
+                tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "took over from the standby copy"
+                );
+                Some(mirror)
+            }
+            Ok(None) => {
+                tracing::info!("the standby copy is out of date; reading everything");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the standby copy failed; reading everything");
+                None
+            }
+        },
+        None => None,
+    };
+    let copy = if from.is_some() { "standby" } else { "redis" };
+    metrics::counter!(crate::telemetry::CLUSTER_STORE_OPENED, "from" => copy).increment(1);
+    match from {
+        Some(mirror) => Ok(mirror),
+        None => load::mirror(conn, url, keys).await,
+    }
+}
+
+/// The hash a log entry names by its index in the script's keys, if the mirror holds it.
+fn hash(index: &[u8]) -> Option<Hash> {
+    let index = parse(index)?;
+    HASHES
+        .iter()
+        .map(|(h, _)| *h)
+        .find(|h| *h as u64 == index)
+        .filter(|h| loaded_hash(*h))
+}
+
+/// An entry's changes, `INDEX,LEN:FIELD` after one another, as (index, field) pairs.
+fn changed(mut bytes: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let comma = bytes.iter().position(|b| *b == b',')?;
+        let (index, rest) = (&bytes[..comma], &bytes[comma + 1..]);
+        let colon = rest.iter().position(|b| *b == b':')?;
+        let len = usize::try_from(parse(&rest[..colon])?).ok()?;
+        let field = rest.get(colon + 1..colon + 1 + len)?;
+        out.push((index, field));
+        bytes = &rest[colon + 1 + len..];
+    }
+    Some(out)
+}
+
+fn parse(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// A log entry: its id and its field-value pairs, in order (a field may come twice).
+type Entry = (String, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// XRANGE's answer as entries; `None` if it is not one.
+fn entries(page: Value) -> Option<Vec<Entry>> {
+    let Value::Array(items) = page else {
+        return None;
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Array(mut parts) = item else {
+                return None;
+            };
+            if parts.len() != 2 {
+                return None;
+            }
+            let Value::Array(flat) = parts.pop()? else {
+                return None;
+            };
+            let id = bulk(parts.pop()?)?;
+            let mut pairs = Vec::with_capacity(flat.len() / 2);
+            let mut flat = flat.into_iter();
+            while let Some(field) = flat.next() {
+                pairs.push((bulk(field)?, bulk(flat.next()?)?));
+            }
+            Some((String::from_utf8(id).ok()?, pairs))
+        })
+        .collect()
+}
+
+fn bulk(value: Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_log_page_parses_into_entries_with_repeated_fields_kept_in_order() {
+        let page = Value::Array(vec![
+            Value::Array(vec![
+                b("1-0"),
+                Value::Array(vec![b("q"), b("1"), b("2"), b("p1"), b("2"), b("p2")]),
+            ]),
+            Value::Array(vec![b("2-0"), Value::Array(vec![b("q"), b("2")])]),
+        ]);
+        let parsed = entries(page).unwrap();
+        assert_eq!(parsed.len(), 2);
+        assert_eq!(parsed[0].0, "1-0");
+        let fields: Vec<&[u8]> = parsed[0].1.iter().map(|(_, f)| f.as_slice()).collect();
+        assert_eq!(fields, [b"1".as_slice(), b"p1", b"p2"]);
+        assert!(entries(Value::Array(vec![b("1-0")])).is_none());
+        assert!(entries(Value::Nil).is_none());
+    }
+
+    #[test]
+    fn an_entrys_changes_parse_with_any_bytes_in_a_field() {
+        let parsed = changed(b"2,2:p12,5:a,b:c13,0:x13,0:").unwrap();
+        assert_eq!(
+            parsed,
+            [
+                (b"2".as_slice(), b"p1".as_slice()),
+                (b"2", b"a,b:c"),
+                (b"13", b""),
+                (b"x13", b""),
+            ]
+        );
+        assert_eq!(changed(b"").unwrap(), []);
+        assert!(
+            changed(b"2,9:p1").is_none(),
+            "a field shorter than its length"
+        );
+        assert!(changed(b"2,p1").is_none());
+    }
+
+    #[test]
+    fn log_indexes_name_the_hashes_the_mirror_holds() {
+        assert_eq!(hash(b"2"), Some(Hash::Players));
+        assert_eq!(hash(b"13"), Some(Hash::Tickets));
+        assert_eq!(hash(b"15"), None, "match records stay in Redis");
+        assert_eq!(hash(b"1"), None, "the lease is no hash");
+        assert_eq!(hash(b"x"), None);
+    }
+}
+
+#[cfg(test)]
+mod against_redis {
+    use super::*;
+    use crate::ids::TicketId;
+    use crate::store::contract::{record, ticket, with_redis};
+    use crate::store::{RedisOptions, RedisStore, Storage};
+
+    fn lease(url: &str, value: &str) {
+        let mut conn = ::redis::Client::open(url)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let () = ::redis::cmd("SET")
+            .arg(Keys::default().lease())
+            .arg(value)
+            .query(&mut conn)
+            .unwrap();
+    }
+
+    fn options(change_log: bool) -> RedisOptions {
+        RedisOptions {
+            change_log,
+            ..RedisOptions::default()
+        }
+    }
+
+    fn player(i: usize) -> PlayerId {
+        PlayerId::new(format!("p{i}").as_str())
+    }
+
+    /// What a takeover reads: players, tickets, rosters and the journal's position.
+    fn dump(store: &dyn Storage) -> String {
+        let mut players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
+        players.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut tickets = store.load_tickets().unwrap();
+        tickets.sort_by(|a, b| a.ticket_id.cmp(&b.ticket_id));
+        format!(
+            "{players:?}\n{tickets:?}\n{:?}\n{}",
+            store.load_rosters().unwrap(),
+            store.snapshot_seq().unwrap()
+        )
+    }
+
+    #[test]
+    fn a_standby_copy_follows_the_owner_and_equals_a_full_read_at_takeover() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            lease(&url, "1|a|127.0.0.1:1");
+            let owner = runtime
+                .block_on(RedisStore::open(&url, 1, &options(true)))
+                .unwrap();
+            let ids: Vec<PlayerId> = (0..100).map(player).collect();
+            let records: Vec<_> = ids.iter().map(|p| (p, record(1500.0))).collect();
+            let refs: Vec<_> = records.iter().map(|(p, r)| (*p, r)).collect();
+            owner.put_players(&refs).unwrap();
+            owner.put_ticket(&ticket("t1", 10.0)).unwrap();
+            owner.put_ticket(&ticket("t2", 11.0)).unwrap();
+            owner.flush().unwrap();
+
+            let mut standby = runtime
+                .block_on(Standby::load(&url, None, &Keys::default()))
+                .unwrap();
+            assert_eq!(standby.player_count(), 100);
+            // The owner goes on: a changed player, a new one, a ticket gone and one new.
+            owner
+                .put_players(&[
+                    (&player(1), &record(1700.0)),
+                    (&player(200), &record(1400.0)),
+                ])
+                .unwrap();
+            owner.remove_tickets(&[TicketId::new("t1")]).unwrap();
+            owner.put_ticket(&ticket("t3", 12.0)).unwrap();
+            owner.flush().unwrap();
+            assert_eq!(
+                runtime.block_on(standby.follow()).unwrap(),
+                Followed::InStep
+            );
+            assert_eq!(standby.player_count(), 101);
+            // Written after the last follow, before the owner lost the lease.
+            owner.remove_tickets(&[TicketId::new("t2")]).unwrap();
+            owner.put_players(&[(&player(2), &record(1234.5))]).unwrap();
+            owner.flush().unwrap();
+
+            // The lease passes to the standby's node: its copy is what Redis holds.
+            lease(&url, "2|b|127.0.0.1:2");
+            let copy = runtime
+                .block_on(standby.into_mirror())
+                .unwrap()
+                .expect("the copy followed every flush");
+            let full = runtime
+                .block_on(RedisStore::open(&url, 2, &options(true)))
+                .unwrap();
+            assert_eq!(dump(&copy), dump(&full));
+            assert!(
+                dump(&copy).contains("1234.5"),
+                "the last write is in the copy"
+            );
+            assert_eq!(copy.load_tickets().unwrap().len(), 1, "only t3 still waits");
+        });
+    }
+
+    #[test]
+    fn a_flush_the_log_does_not_name_puts_a_standby_copy_out_of_step() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            lease(&url, "1|a|127.0.0.1:1");
+            let logging = runtime
+                .block_on(RedisStore::open(&url, 1, &options(true)))
+                .unwrap();
+            logging
+                .put_players(&[(&player(1), &record(1500.0))])
+                .unwrap();
+            logging.flush().unwrap();
+            let load = || {
+                runtime
+                    .block_on(Standby::load(&url, None, &Keys::default()))
+                    .unwrap()
+            };
+
+            // An owner that does not log (standby off in its config).
+            let mut standby = load();
+            let silent = runtime
+                .block_on(RedisStore::open(&url, 1, &options(false)))
+                .unwrap();
+            silent
+                .put_players(&[(&player(2), &record(1500.0))])
+                .unwrap();
+            silent.flush().unwrap();
+            assert_eq!(runtime.block_on(standby.follow()).unwrap(), Followed::Gap);
+
+            // A flush naming more fields than an entry holds.
+            let mut standby = load();
+            let ids: Vec<PlayerId> = (0..LOGGED_FIELDS_IN_TEST + 1).map(player).collect();
+            let records: Vec<_> = ids.iter().map(|p| (p, record(1600.0))).collect();
+            let refs: Vec<_> = records.iter().map(|(p, r)| (*p, r)).collect();
+            logging.put_players(&refs).unwrap();
+            logging.flush().unwrap();
+            assert_eq!(runtime.block_on(standby.follow()).unwrap(), Followed::Gap);
+
+            // A copy that did not follow to the end before the takeover still reads to it.
+            let standby = load();
+            logging
+                .put_players(&[(&player(3), &record(1500.0))])
+                .unwrap();
+            logging.flush().unwrap();
+            logging
+                .put_players(&[(&player(1_000_000), &record(1500.0))])
+                .unwrap();
+            logging.flush().unwrap();
+            let copy = runtime.block_on(standby.into_mirror()).unwrap();
+            // p0 to p100000 (p1, p2 and p3 among them), then p1000000.
+            assert_eq!(
+                copy.map(|m| m.player_count()),
+                Some(LOGGED_FIELDS_IN_TEST + 2)
+            );
+            // And one that missed a flush is refused there.
+            let standby = load();
+            silent
+                .put_players(&[(&player(4), &record(1500.0))])
+                .unwrap();
+            silent.flush().unwrap();
+            assert!(runtime.block_on(standby.into_mirror()).unwrap().is_none());
+        });
+    }
+
+    const LOGGED_FIELDS_IN_TEST: usize = super::super::script::LOGGED_FIELDS;
+}

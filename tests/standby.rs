@@ -1,0 +1,201 @@
+//! Standby copies in cluster mode, against a real `redis-server` on 127.0.0.1 on a free port:
+//! a node that does not own the queues follows the owner's change log, and when the owner is
+//! killed it takes over from its copy, with every write the owner made up to its death. A
+//! machine without `redis-server` fails these tests with the command that installs it.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use matchmaker::proto;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::store::RedisServer;
+use tonic::transport::Channel;
+
+fn config(dir: &std::path::Path, redis: &RedisServer, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n{extra}",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn redis_get(redis: &RedisServer, args: &[&str]) -> redis::Value {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut conn).unwrap()
+}
+
+fn lease_holder(redis: &RedisServer) -> Option<String> {
+    match redis_get(redis, &["GET", "{mm}:lease"]) {
+        redis::Value::BulkString(v) => String::from_utf8(v)
+            .ok()?
+            .split('|')
+            .nth(1)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
+async fn ready(channel: &Channel) {
+    let admin = AdminServiceClient::new(channel.clone());
+    common::poll_until("the cluster answers", || {
+        let mut admin = admin.clone();
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
+async fn set_rating(channel: &Channel, player: &str, mean: f64) {
+    AdminServiceClient::new(channel.clone())
+        .set_rating(proto::SetRatingRequest {
+            player_id: player.into(),
+            queue: "1v1".into(),
+            rating: Some(proto::Rating {
+                mean,
+                deviation: 80.0,
+                ..Default::default()
+            }),
+            rank_points: None,
+        })
+        .await
+        .expect("set_rating");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut owner = common::cluster_node(&config, "n1", None);
+    ready(&owner.channel().await).await;
+    let standby = common::cluster_node(&config, "n2", None);
+    let channel = standby.channel().await;
+    ready(&channel).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    // Written before the standby's copy is read, and after.
+    set_rating(&channel, "early", 1800.0).await;
+    common::poll_until("the standby's copy is loaded", || {
+        let loaded = standby.logged("standby copy loaded");
+        async move { if loaded { Ok(()) } else { Err(()) } }
+    })
+    .await;
+    set_rating(&channel, "late", 2100.0).await;
+    // Tickets wait (no game server: their matches form but stay unallocated, so the tickets
+    // stay in the store).
+    let players: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    let mut client = ClientServiceClient::new(channel.clone());
+    for p in &players {
+        common::enter(&mut client, "1v1", &[p.as_str()]).await;
+    }
+    let redis::Value::Int(logged) = redis_get(&redis, &["XLEN", "{mm}:changes"]) else {
+        panic!("no change log");
+    };
+    assert!(logged > 0, "the owner logs its flushes");
+
+    owner.child.kill().unwrap();
+    let _ = owner.child.wait();
+    common::poll_until("n2 owns the queues", || {
+        let holder = lease_holder(&redis);
+        async move {
+            match holder.as_deref() {
+                Some("n2") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    ready(&channel).await;
+    assert!(
+        standby.logged("took over from the standby copy"),
+        "{:?}",
+        standby.log_lines()
+    );
+    // Every write the dead owner made is there: both ratings, and each waiting ticket,
+    // matched exactly once.
+    assert_eq!(
+        common::player_on(&channel, "early", "1v1")
+            .await
+            .rating
+            .unwrap()
+            .mean,
+        1800.0
+    );
+    assert_eq!(
+        common::player_on(&channel, "late", "1v1")
+            .await
+            .rating
+            .unwrap()
+            .mean,
+        2100.0
+    );
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-1:7777").await;
+    let mut matched: BTreeMap<String, String> = BTreeMap::new();
+    while matched.len() < players.len() {
+        let m = common::next(&mut offers).await;
+        for p in m.teams.iter().flat_map(|t| t.player_ids.clone()) {
+            assert!(
+                matched.insert(p.clone(), m.match_id.clone()).is_none(),
+                "{p} was matched twice"
+            );
+        }
+    }
+    assert_eq!(matched.into_keys().collect::<Vec<_>>(), players);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_standby_off_nodes_keep_no_copy_and_owners_log_nothing() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "standby = false\n");
+    let mut owner = common::cluster_node(&config, "n1", None);
+    ready(&owner.channel().await).await;
+    let other = common::cluster_node(&config, "n2", None);
+    let channel = other.channel().await;
+    ready(&channel).await;
+    set_rating(&channel, "p1", 1700.0).await;
+    assert_eq!(
+        redis_get(&redis, &["EXISTS", "{mm}:changes"]),
+        redis::Value::Int(0)
+    );
+    owner.child.kill().unwrap();
+    let _ = owner.child.wait();
+    common::poll_until("n2 answers as the owner", || {
+        let holder = lease_holder(&redis);
+        let channel = channel.clone();
+        async move {
+            if holder.as_deref() != Some("n2") {
+                return Err(format!("{holder:?}"));
+            }
+            Ok(common::player_on(&channel, "p1", "1v1").await)
+        }
+    })
+    .await;
+    assert_eq!(
+        common::player_on(&channel, "p1", "1v1")
+            .await
+            .rating
+            .unwrap()
+            .mean,
+        1700.0
+    );
+    assert!(!other.logged("standby copy"), "{:?}", other.log_lines());
+}
