@@ -83,8 +83,8 @@ enum Command {
     },
     /// A cluster node against the embedded server in the same run (EnterQueue and durable
     /// results per second, through the owner and through a forwarding node), then failover
-    /// times over repeated kill -9 of the owner. Starts its own redis-server and servers on
-    /// loopback.
+    /// times over repeated kill -9 of the owner, with standby copies and without. Starts its
+    /// own redis-server and servers on loopback.
     BenchCluster {
         /// Cluster nodes.
         #[arg(long, default_value_t = 2)]

@@ -79,6 +79,18 @@ async fn set_rating(channel: &Channel, player: &str, mean: f64) {
         .expect("set_rating");
 }
 
+/// The node's `standby` health status: SERVING while it holds a current copy.
+async fn standby_status(channel: &Channel) -> Result<i32, tonic::Status> {
+    tonic_health::pb::health_client::HealthClient::new(channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "standby".into(),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
@@ -93,10 +105,21 @@ async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner
     // Written before the standby's copy is read, and after.
     set_rating(&channel, "early", 1800.0).await;
     common::poll_until("the standby's copy is loaded", || {
-        let loaded = standby.logged("standby copy loaded");
-        async move { if loaded { Ok(()) } else { Err(()) } }
+        let channel = channel.clone();
+        async move {
+            match standby_status(&channel).await {
+                Ok(SERVING) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
     })
     .await;
+    assert!(standby.logged("standby copy loaded"));
+    assert_ne!(
+        standby_status(&owner.channel().await).await.unwrap(),
+        SERVING,
+        "the owner holds no copy"
+    );
     set_rating(&channel, "late", 2100.0).await;
     // Tickets wait (no game server: their matches form but stay unallocated, so the tickets
     // stay in the store).
@@ -127,6 +150,11 @@ async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner
         standby.logged("took over from the standby copy"),
         "{:?}",
         standby.log_lines()
+    );
+    assert_ne!(
+        standby_status(&channel).await.unwrap(),
+        SERVING,
+        "its copy became the owner's store"
     );
     // Every write the dead owner made is there: both ratings, and each waiting ticket,
     // matched exactly once.
@@ -198,4 +226,9 @@ async fn with_standby_off_nodes_keep_no_copy_and_owners_log_nothing() {
         1700.0
     );
     assert!(!other.logged("standby copy"), "{:?}", other.log_lines());
+    assert_eq!(
+        standby_status(&channel).await.unwrap_err().code(),
+        tonic::Code::NotFound,
+        "a node that keeps no copy has no standby status"
+    );
 }

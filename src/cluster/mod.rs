@@ -5,14 +5,16 @@
 //! which sends the token with every write, so a stale owner's writes are refused. Every node's
 //! front ([`front`]) forwards each call to the owner's engine. When the owner dies, stalls or is
 //! cut off, its lease expires and another node takes it within two lease periods, loads the
-//! state (players, parties, seasons, live matches, waiting tickets) and continues.
+//! state (players, parties, seasons, live matches, waiting tickets) and continues: from the
+//! standby copy it kept by following the owner's change log (`store::Standby`), or by reading
+//! everything.
 //!
-//! The node itself ([`node`]) runs the front, the lease task and, while it owns the queues, the
-//! engine.
+//! The node itself ([`node`]) runs the front, the lease task, the standby copy and, while it
+//! owns the queues, the engine.
 
 pub mod front;
 pub mod lease;
 pub mod link;
 mod node;
 
-pub use node::{NodeError, run_node};
+pub use node::{NodeError, STANDBY, run_node};

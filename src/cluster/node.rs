@@ -83,6 +83,10 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         None => None,
     };
     let (route_tx, route_rx) = watch::channel(Route::default());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    if cluster.standby {
+        copy_held(&health, None).await;
+    }
     let node = Arc::new(Node {
         config: Arc::new(config),
         node_id: node_id.clone(),
@@ -94,6 +98,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         standby: cluster
             .standby
             .then(|| Arc::new(tokio::sync::Mutex::new(None))),
+        health: health.clone(),
     });
     let node_key = node
         .lease
@@ -112,7 +117,6 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let lease_task = tokio::spawn(node.clone().hold_lease(lease_stop.clone()));
     let standby_task = tokio::spawn(node.clone().keep_standby(lease_stop.clone()));
 
-    let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_service_status(server::LIVENESS, ServingStatus::Serving)
         .await;
@@ -281,6 +285,8 @@ struct Node {
     route: watch::Sender<Route>,
     /// The standby copy of the state (`cluster.standby`), while another node owns the queues.
     standby: Option<Arc<tokio::sync::Mutex<Option<Standby>>>>,
+    /// The node's health service: `standby` tells whether it holds a current copy.
+    health: HealthReporter,
 }
 
 /// The engine while this node owns the queues.
@@ -426,7 +432,7 @@ impl Node {
         };
         let cluster = &self.config.cluster;
         let keys = cluster.keys();
-        let follow_every = Duration::from_millis(100);
+        let follow_every = Duration::from_millis(250);
         // Nodes starting together first settle which one owns: the owner needs no copy.
         let mut wait = self.lease_time;
         let mut loaded = Instant::now();
@@ -439,7 +445,7 @@ impl Node {
             wait = follow_every;
             if self.owns() {
                 if slot.lock().await.take().is_some() {
-                    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
+                    copy_held(&self.health, None).await;
                 }
                 continue;
             }
@@ -455,8 +461,8 @@ impl Node {
                             seconds = started.elapsed().as_secs_f64(),
                             "standby copy loaded"
                         );
-                        metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(players as f64);
                         *slot.lock().await = Some(standby);
+                        copy_held(&self.health, Some(players)).await;
                         loaded = Instant::now();
                     }
                     Ok(_) => {}
@@ -476,7 +482,8 @@ impl Node {
                 Err(e) => e.to_string(),
             };
             *copy = None;
-            metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
+            drop(copy);
+            copy_held(&self.health, None).await;
             misses = if loaded.elapsed() < Duration::from_secs(60) {
                 (misses + 1).min(6)
             } else {
@@ -515,6 +522,7 @@ impl Node {
         let token = owner.token;
         let tls = self.redis_tls.clone();
         let standby = self.standby.clone();
+        let health = self.health.clone();
         let task = tokio::spawn({
             let ownership = ownership.clone();
             let stop = stop.clone();
@@ -531,7 +539,9 @@ impl Node {
                     Some(slot) => slot.lock().await.take(),
                     None => None,
                 };
-                metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(0.0);
+                if copy.is_some() {
+                    copy_held(&health, None).await;
+                }
                 let opened = tokio::select! {
                     r = RedisStore::open_from(&cluster.redis_url, token, &options, copy) => r,
                     () = stop.cancelled() => return,
@@ -573,6 +583,23 @@ impl Node {
             task,
         }
     }
+}
+
+/// The health service that tells whether a node holds a current standby copy: SERVING while
+/// it does, so a rolling restart can wait for it on a restarted node before stopping the next
+/// one, and a copy is always ready for a takeover.
+pub const STANDBY: &str = "standby";
+
+/// Reports whether this node holds a standby copy (of `players` players): the gauge and the
+/// [`STANDBY`] health service.
+async fn copy_held(health: &HealthReporter, players: Option<usize>) {
+    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(players.unwrap_or(0) as f64);
+    let status = if players.is_some() {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    health.set_service_status(STANDBY, status).await;
 }
 
 fn record_round_trip(sent: Instant) {

@@ -6,7 +6,9 @@
 //! the queues and against a node that forwards to it. Last, on a fresh cluster, it enters
 //! `--waiting` tickets and kills the owner with SIGKILL, `--kills` times, and measures how long
 //! the cluster takes to answer again through another node; with `--players N`, the cluster holds
-//! N rated players, which each new owner loads before it answers.
+//! N rated players, which each new owner loads before it answers. The kills run twice: with
+//! standby copies (the default; each kill waits until every other node holds one), and with
+//! `standby = false`, each new owner reading everything.
 //! Everything runs on loopback, bounded in time, and is stopped at the end.
 
 use std::io::{BufRead, BufReader};
@@ -32,18 +34,111 @@ pub struct ClusterBench {
     pub concurrency: usize,
     pub enter_queue: Sides,
     pub report_result: Sides,
-    /// Kill of the owner → lease held by another node (ms), per kill.
-    pub lease_handover_ms: Vec<f64>,
-    /// Kill of the owner → a call through another node answered OK (ms), per kill; measured on
-    /// a fresh cluster with `waiting_per_kill` more waiting tickets before each kill.
-    pub failover_ms: Vec<f64>,
     pub waiting_per_kill: usize,
     /// Rated players stored before the failovers, which each new owner loads.
     pub rated_players: usize,
-    pub failover_p50_ms: f64,
-    pub failover_max_ms: f64,
+    /// Kills of the owner while the other nodes keep standby copies (the default): each kill
+    /// waits until every other node holds one.
+    pub failover: Failovers,
+    /// The same with `standby = false`: each new owner reads everything from Redis.
+    pub failover_reading_everything: Failovers,
+    /// `failover.p50_ms / failover_reading_everything.p50_ms`.
+    pub failover_p50_ratio: f64,
     /// What each durable write costs Redis itself, measured on the store alone.
     pub redis_cost: RedisCost,
+    /// The same with `standby = false`: flushes count themselves but log no change.
+    pub redis_cost_without_change_log: RedisCost,
+}
+
+/// Failover times over repeated kills of the owner, measured on a fresh cluster with
+/// `waiting_per_kill` more waiting tickets before each kill.
+#[derive(Debug, Default, Serialize)]
+pub struct Failovers {
+    /// Kill of the owner → lease held by another node (ms), per kill.
+    pub lease_handover_ms: Vec<f64>,
+    /// Kill of the owner → a call through another node answered OK (ms), per kill.
+    pub failover_ms: Vec<f64>,
+    pub p50_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Kills the owner `opts.kills` times on a fresh cluster in database `db` of `redis`, with
+/// standby copies on or off, and times each failover.
+async fn failovers(
+    redis: &RedisServer,
+    config: &Path,
+    opts: &Options,
+    db: u32,
+    standby: bool,
+) -> Result<Failovers, ToolError> {
+    let fresh = redis.url().replace("/0", &format!("/{db}"));
+    let fresh_env = |i: usize| {
+        vec![
+            ("MATCHMAKER_CLUSTER__REDIS_URL", fresh.clone()),
+            ("MATCHMAKER_CLUSTER__NODE_ID", format!("bench-{i}")),
+            ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
+            ("MATCHMAKER_CLUSTER__STANDBY", standby.to_string()),
+        ]
+    };
+    store_players(&fresh, opts.players).await?;
+    let mut nodes = Vec::new();
+    for i in 0..opts.nodes {
+        nodes.push(Process::start(config, &fresh_env(i))?);
+    }
+    let mut out = Failovers::default();
+    for kill in 0..opts.kills {
+        let owner = wait_for_owner(&fresh, None, Duration::from_secs(30)).await?;
+        let i = nodes_index(&owner)?;
+        let survivor = nodes[(i + 1) % nodes.len()].addr.clone();
+        // The survivor answers before the kill, so what is measured is the failover alone.
+        answer(&survivor, Duration::from_secs(30)).await?;
+        if standby {
+            for (j, node) in nodes.iter().enumerate() {
+                if j != i {
+                    standby_ready(&node.addr, Duration::from_secs(300)).await?;
+                }
+            }
+        }
+        enter_waiting(&survivor, kill, opts.waiting).await?;
+        let killed = Instant::now();
+        let _ = nodes[i].child.kill();
+        let _ = nodes[i].child.wait();
+        wait_for_owner(&fresh, Some(&owner), Duration::from_secs(60)).await?;
+        out.lease_handover_ms
+            .push(killed.elapsed().as_secs_f64() * 1e3);
+        answer(&survivor, Duration::from_secs(60)).await?;
+        out.failover_ms.push(killed.elapsed().as_secs_f64() * 1e3);
+        nodes[i] = Process::start(config, &fresh_env(i))?;
+    }
+    let mut sorted = out.failover_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    out.p50_ms = crate::math::percentile(&sorted, 0.5);
+    out.max_ms = sorted.last().copied().unwrap_or(0.0);
+    Ok(out)
+}
+
+/// Waits until the node at `addr` reports a current standby copy (its `standby` health).
+async fn standby_ready(addr: &str, within: Duration) -> Result<(), ToolError> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let deadline = Instant::now() + within;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect_lazy();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    loop {
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: crate::cluster::STANDBY.into(),
+        };
+        if let Ok(r) = health.check(request).await
+            && r.into_inner().status == ServingStatus::Serving as i32
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(ToolError::Run(format!(
+                "{addr} held no standby copy within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Redis CPU (user + system, from `INFO cpu`) per durable write, in microseconds, with 64
@@ -239,42 +334,12 @@ async fn measure(
     drop(nodes);
 
     // Failover on a fresh cluster (its own database): the loaded one above holds every match
-    // the load formed, which no game server ever ended. Before each kill, waiting tickets are
-    // entered, which the next owner restores.
-    let fresh = redis.url().replace("/0", "/2");
-    let fresh_env = |i: usize| {
-        vec![
-            ("MATCHMAKER_CLUSTER__REDIS_URL", fresh.clone()),
-            ("MATCHMAKER_CLUSTER__NODE_ID", format!("bench-{i}")),
-            ("MATCHMAKER_CLUSTER__LEASE_MS", opts.lease_ms.to_string()),
-        ]
-    };
-    store_players(&fresh, opts.players).await?;
-    let mut nodes = Vec::new();
-    for i in 0..opts.nodes {
-        nodes.push(Process::start(&config, &fresh_env(i))?);
-    }
-    let mut handover = Vec::new();
-    let mut failover = Vec::new();
-    for kill in 0..opts.kills {
-        let owner = wait_for_owner(&fresh, None, Duration::from_secs(30)).await?;
-        let i = nodes_index(&owner)?;
-        let survivor = nodes[(i + 1) % nodes.len()].addr.clone();
-        // The survivor answers before the kill, so what is measured is the failover alone.
-        answer(&survivor, Duration::from_secs(30)).await?;
-        enter_waiting(&survivor, kill, opts.waiting).await?;
-        let killed = Instant::now();
-        let _ = nodes[i].child.kill();
-        let _ = nodes[i].child.wait();
-        wait_for_owner(&fresh, Some(&owner), Duration::from_secs(60)).await?;
-        handover.push(killed.elapsed().as_secs_f64() * 1e3);
-        answer(&survivor, Duration::from_secs(60)).await?;
-        failover.push(killed.elapsed().as_secs_f64() * 1e3);
-        nodes[i] = Process::start(&config, &fresh_env(i))?;
-    }
-    let redis_cost = redis_cost(redis, 20_000).await?;
-    let mut sorted = failover.clone();
-    sorted.sort_by(f64::total_cmp);
+    // the load formed, which no game server ever ended. Once with standby copies (the
+    // default), once with every new owner reading everything.
+    let warm = failovers(redis, &config, &opts, 2, true).await?;
+    let cold = failovers(redis, &config, &opts, 3, false).await?;
+    let redis_cost_without_change_log = redis_cost(redis, 20_000, 4, false).await?;
+    let redis_cost = redis_cost(redis, 20_000, 1, true).await?;
     Ok(ClusterBench {
         nodes: opts.nodes,
         lease_ms: opts.lease_ms,
@@ -282,13 +347,13 @@ async fn measure(
         concurrency: opts.concurrency,
         enter_queue: enter,
         report_result: report,
-        lease_handover_ms: handover,
-        failover_p50_ms: crate::math::percentile(&sorted, 0.5),
-        failover_max_ms: sorted.last().copied().unwrap_or(0.0),
-        failover_ms: failover,
         waiting_per_kill: opts.waiting,
+        failover_p50_ratio: warm.p50_ms / cold.p50_ms.max(f64::MIN_POSITIVE),
+        failover: warm,
+        failover_reading_everything: cold,
         rated_players: opts.players,
         redis_cost,
+        redis_cost_without_change_log,
     })
 }
 
@@ -353,12 +418,17 @@ async fn redis_usage(
 }
 
 /// Writes `n` tickets, then `n` matches (each removing two tickets), then `n` results through
-/// the Redis store on database 1 of `redis`, 64 flushes at a time, and divides Redis' CPU by
-/// the count.
-async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolError> {
+/// the Redis store on database `db` of `redis`, 64 flushes at a time, and divides Redis' CPU by
+/// the count; with or without the change log standby copies follow.
+async fn redis_cost(
+    redis: &RedisServer,
+    n: usize,
+    db: u32,
+    change_log: bool,
+) -> Result<RedisCost, ToolError> {
     use crate::ids::{MatchId, PlayerId, TicketId};
     use crate::store::{EntryKind, JournalEntry, Storage, StoredMatch, StoredTicket};
-    let url = redis.url().replace("/0", "/1");
+    let url = redis.url().replace("/0", &format!("/{db}"));
     let run = |e: redis::RedisError| ToolError::Run(format!("redis: {e}"));
     let client = redis::Client::open(url.as_str()).map_err(run)?;
     let mut conn = client
@@ -372,7 +442,15 @@ async fn redis_cost(redis: &RedisServer, n: usize) -> Result<RedisCost, ToolErro
         .await
         .map_err(run)?;
     let store = std::sync::Arc::new(
-        crate::store::RedisStore::open(&url, 1, &crate::store::RedisOptions::default()).await?,
+        crate::store::RedisStore::open(
+            &url,
+            1,
+            &crate::store::RedisOptions {
+                change_log,
+                ..crate::store::RedisOptions::default()
+            },
+        )
+        .await?,
     );
     let config = crate::config::Config::from_toml_str("")?;
     let q = &config.queues["1v1"];

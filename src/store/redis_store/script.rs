@@ -7,7 +7,8 @@ use super::{HASHES, Hash, Op};
 /// Applies queued writes if the lease still carries the token in ARGV[1]. Every flush adds one
 /// to the flush counter (`KEYS[2 + HASHES]`, after the hashes and the change log); with ARGV[2]
 /// above 0 it also appends to the change log (`KEYS[1 + HASHES]`, a stream cut to about ARGV[2]
-/// entries) one entry naming the fields it set or deleted: `q SEQ c CHANGES`, CHANGES being
+/// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`]):
+/// `q SEQ c CHANGES`, CHANGES being
 /// `INDEX,LEN:FIELD` for each (`xINDEX,0:` for a hash deleted whole), or `q SEQ r ''` when
 /// more than [`LOGGED_FIELDS`] changed: followers read everything again. Operations follow from ARGV[3] as
 /// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
@@ -28,8 +29,11 @@ end
 local logged = tonumber(ARGV[2])
 local log = {}
 local whole = false
+local function logs(index)
+  return logged > 0 and index ~= 'UNLOGGED'
+end
 local function note(index, field)
-  if logged > 0 and not whole then
+  if not whole then
     if #log >= LOGGED_FIELDS then
       whole = true
     else
@@ -45,20 +49,26 @@ while i <= n do
   if op == 's' then
     local count = tonumber(ARGV[i + 2])
     redis.call('HSET', key, unpack(ARGV, i + 3, i + 2 + 2 * count))
-    for j = 0, count - 1 do
-      note(ARGV[i + 1], ARGV[i + 3 + 2 * j])
+    if logs(ARGV[i + 1]) then
+      for j = 0, count - 1 do
+        note(ARGV[i + 1], ARGV[i + 3 + 2 * j])
+      end
     end
     i = i + 3 + 2 * count
   elseif op == 'd' then
     local count = tonumber(ARGV[i + 2])
     redis.call('HDEL', key, unpack(ARGV, i + 3, i + 2 + count))
-    for j = 0, count - 1 do
-      note(ARGV[i + 1], ARGV[i + 3 + j])
+    if logs(ARGV[i + 1]) then
+      for j = 0, count - 1 do
+        note(ARGV[i + 1], ARGV[i + 3 + j])
+      end
     end
     i = i + 3 + count
   elseif op == 'x' then
     redis.call('DEL', key)
-    note('x' .. ARGV[i + 1], '')
+    if logs(ARGV[i + 1]) then
+      note('x' .. ARGV[i + 1], '')
+    end
     i = i + 2
   elseif op == 'l' then
     local count = tonumber(ARGV[i + 2])
@@ -113,6 +123,11 @@ end
 return n
 ";
 
+/// The hash whose writes the change log leaves out: waiting tickets, written on every
+/// `EnterQueue` and gone again when matched, are few at any time, so a standby reads them whole
+/// when it takes over rather than following every one.
+pub(super) const UNLOGGED: Hash = Hash::Tickets;
+
 /// The most fields one change-log entry names; a flush that changes more (a season reset, a
 /// migration) logs `r`: followers read everything again rather than field by field.
 pub(super) const LOGGED_FIELDS: usize = 100_000;
@@ -122,7 +137,8 @@ pub(super) fn apply_script() -> Script {
     Script::new(
         &APPLY
             .replace("LOGGED_FIELDS", &LOGGED_FIELDS.to_string())
-            .replace("HASHES", &HASHES.len().to_string()),
+            .replace("HASHES", &HASHES.len().to_string())
+            .replace("UNLOGGED", &(UNLOGGED as usize).to_string()),
     )
 }
 

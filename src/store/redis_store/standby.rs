@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use ::redis::{Script, Value};
 
 use super::load::{self, Loaded};
+use super::script::UNLOGGED;
 use super::{HASHES, loaded_hash};
 use super::{Hash, Keys, MemoryStore, RedisConn, RedisTls, StoreError, redis_error};
 use crate::ids::PlayerId;
@@ -179,6 +180,8 @@ impl Standby {
         if self.follow().await? == Followed::Gap {
             return Ok(None);
         }
+        let unlogged = self.read_whole(UNLOGGED).await?;
+        self.rest.insert(UNLOGGED, unlogged.into_iter().collect());
         let loaded: Loaded = self
             .rest
             .into_iter()
@@ -186,6 +189,27 @@ impl Standby {
             .collect();
         load::fill(&mut self.mirror.data(), loaded)?;
         Ok(Some(self.mirror))
+    }
+
+    /// Every field of `h`, a page at a time.
+    async fn read_whole(&mut self, h: Hash) -> Result<super::Fields, StoreError> {
+        let mut fields = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, page): (u64, super::Fields) = ::redis::cmd("HSCAN")
+                .arg(self.keys.hash(h))
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(&mut self.conn)
+                .await
+                .map_err(redis_error(&self.url))?;
+            fields.extend(page);
+            if next == 0 {
+                return Ok(fields);
+            }
+            cursor = next;
+        }
     }
 
     /// Reads `fields` of `h` from Redis into the copy (a field no longer there leaves it).
@@ -268,14 +292,15 @@ pub(super) async fn mirror(
     }
 }
 
-/// The hash a log entry names by its index in the script's keys, if the mirror holds it.
+/// The hash a log entry names by its index in the script's keys, if the copy follows it (the
+/// mirror holds it, and it is not read whole at takeover).
 fn hash(index: &[u8]) -> Option<Hash> {
     let index = parse(index)?;
     HASHES
         .iter()
         .map(|(h, _)| *h)
         .find(|h| *h as u64 == index)
-        .filter(|h| loaded_hash(*h))
+        .filter(|h| loaded_hash(*h) && *h != UNLOGGED)
 }
 
 /// An entry's changes, `INDEX,LEN:FIELD` after one another, as (index, field) pairs.
@@ -385,7 +410,8 @@ mod tests {
     #[test]
     fn log_indexes_name_the_hashes_the_mirror_holds() {
         assert_eq!(hash(b"2"), Some(Hash::Players));
-        assert_eq!(hash(b"13"), Some(Hash::Tickets));
+        assert_eq!(hash(b"3"), Some(Hash::Parties));
+        assert_eq!(hash(b"13"), None, "waiting tickets are read whole at takeover");
         assert_eq!(hash(b"15"), None, "match records stay in Redis");
         assert_eq!(hash(b"1"), None, "the lease is no hash");
         assert_eq!(hash(b"x"), None);
