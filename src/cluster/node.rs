@@ -85,7 +85,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let (route_tx, route_rx) = watch::channel(Route::default());
     let (health, health_service) = tonic_health::server::health_reporter();
     if cluster.standby {
-        copy_held(&health, None).await;
+        standby_status(&health, Warmth::Cold).await;
     }
     let node = Arc::new(Node {
         config: Arc::new(config),
@@ -444,14 +444,14 @@ impl Node {
             }
             wait = follow_every;
             if self.owns() {
-                if slot.lock().await.take().is_some() {
-                    copy_held(&self.health, None).await;
-                }
+                slot.lock().await.take();
+                standby_status(&self.health, Warmth::Owner).await;
                 continue;
             }
             let mut copy = slot.lock().await;
             let Some(standby) = copy.as_mut() else {
                 drop(copy);
+                standby_status(&self.health, Warmth::Cold).await;
                 let started = Instant::now();
                 match Standby::load(&cluster.redis_url, self.redis_tls.as_ref(), &keys).await {
                     Ok(standby) if !self.owns() => {
@@ -462,7 +462,7 @@ impl Node {
                             "standby copy loaded"
                         );
                         *slot.lock().await = Some(standby);
-                        copy_held(&self.health, Some(players)).await;
+                        standby_status(&self.health, Warmth::Copy(players)).await;
                         loaded = Instant::now();
                     }
                     Ok(_) => {}
@@ -483,7 +483,7 @@ impl Node {
             };
             *copy = None;
             drop(copy);
-            copy_held(&self.health, None).await;
+            standby_status(&self.health, Warmth::Cold).await;
             misses = if loaded.elapsed() < Duration::from_secs(60) {
                 (misses + 1).min(6)
             } else {
@@ -539,8 +539,8 @@ impl Node {
                     Some(slot) => slot.lock().await.take(),
                     None => None,
                 };
-                if copy.is_some() {
-                    copy_held(&health, None).await;
+                if standby.is_some() {
+                    standby_status(&health, Warmth::Owner).await;
                 }
                 let opened = tokio::select! {
                     r = RedisStore::open_from(&cluster.redis_url, token, &options, copy) => r,
@@ -585,19 +585,32 @@ impl Node {
     }
 }
 
-/// The health service that tells whether a node holds a current standby copy: SERVING while
-/// it does, so a rolling restart can wait for it on a restarted node before stopping the next
-/// one, and a copy is always ready for a takeover.
+/// The health service that tells whether a node could carry on the queues without reading
+/// everything: SERVING while it owns them or holds a current standby copy. A rolling restart
+/// that waits for it on each restarted node (a startup probe) never stops a node while no other
+/// is ready to take over from a copy.
 pub const STANDBY: &str = "standby";
 
-/// Reports whether this node holds a standby copy (of `players` players): the gauge and the
-/// [`STANDBY`] health service.
-async fn copy_held(health: &HealthReporter, players: Option<usize>) {
-    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(players.unwrap_or(0) as f64);
-    let status = if players.is_some() {
-        ServingStatus::Serving
-    } else {
-        ServingStatus::NotServing
+/// Where a node stands for a takeover.
+enum Warmth {
+    /// It owns the queues.
+    Owner,
+    /// It holds a current copy of this many players.
+    Copy(usize),
+    /// It has no copy (yet).
+    Cold,
+}
+
+/// Reports `warmth`: the standby copy's gauge and the [`STANDBY`] health service.
+async fn standby_status(health: &HealthReporter, warmth: Warmth) {
+    let players = match warmth {
+        Warmth::Copy(players) => players,
+        Warmth::Owner | Warmth::Cold => 0,
+    };
+    metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(players as f64);
+    let status = match warmth {
+        Warmth::Owner | Warmth::Copy(_) => ServingStatus::Serving,
+        Warmth::Cold => ServingStatus::NotServing,
     };
     health.set_service_status(STANDBY, status).await;
 }

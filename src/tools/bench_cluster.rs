@@ -336,8 +336,8 @@ async fn measure(
     // Failover on a fresh cluster (its own database): the loaded one above holds every match
     // the load formed, which no game server ever ended. Once with standby copies (the
     // default), once with every new owner reading everything.
-    let warm = failovers(redis, &config, &opts, 2, true).await?;
-    let cold = failovers(redis, &config, &opts, 3, false).await?;
+    let warm = failovers(redis, &config, opts, 2, true).await?;
+    let cold = failovers(redis, &config, opts, 3, false).await?;
     let redis_cost_without_change_log = redis_cost(redis, 20_000, 4, false).await?;
     let redis_cost = redis_cost(redis, 20_000, 1, true).await?;
     Ok(ClusterBench {

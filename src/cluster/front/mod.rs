@@ -324,8 +324,7 @@ impl Inner {
                 ),
             };
         }
-        let patience =
-            caller_timeout(request.headers()).map_or(self.patience, |t| t.min(self.patience));
+        let patience = patience(caller_timeout(request.headers()), self.patience);
         // What the caller says of itself is not passed on; what this node saw of it is.
         let client = crate::limits::peer_ip(request.extensions());
         let headers = request.headers_mut();
@@ -682,6 +681,17 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
         .await
         .map(|c| c.to_bytes())
         .map_err(|e| format!("request message larger than server.max_message_bytes ({limit}): {e}"))
+}
+
+/// How long a call may wait for an owner: the node's patience, or less when the caller's
+/// deadline comes first. Then a little less than the deadline, so that the caller gets this
+/// node's UNAVAILABLE (its reason, and a code clients retry) rather than racing its own timer
+/// for the same instant: a twentieth of the deadline, at most 100 ms.
+fn patience(caller: Option<Duration>, node: Duration) -> Duration {
+    match caller {
+        Some(t) if t <= node => t - (t / 20).min(Duration::from_millis(100)),
+        _ => node,
+    }
 }
 
 /// The caller's `grpc-timeout`, if it sent one.

@@ -17,6 +17,34 @@ fn the_callers_deadline_is_read_in_every_unit() {
 }
 
 #[test]
+fn a_call_gives_up_waiting_a_little_before_the_callers_deadline() {
+    let node = Duration::from_secs(7);
+    let ms = Duration::from_millis;
+    assert_eq!(
+        patience(None, node),
+        node,
+        "no deadline: the node's patience"
+    );
+    assert_eq!(
+        patience(Some(ms(60_000)), node),
+        node,
+        "the node's patience comes first"
+    );
+    assert_eq!(
+        patience(Some(ms(2000)), node),
+        ms(1900),
+        "a twentieth before it"
+    );
+    assert_eq!(
+        patience(Some(ms(7000)), node),
+        ms(6900),
+        "100 ms before at most"
+    );
+    assert_eq!(patience(Some(ms(100)), node), ms(95));
+    assert_eq!(patience(Some(Duration::ZERO), node), Duration::ZERO);
+}
+
+#[test]
 fn framing_knows_message_boundaries_across_chunks() {
     let mut f = Framing::default();
     assert!(f.at_boundary());

@@ -411,7 +411,11 @@ mod tests {
     fn log_indexes_name_the_hashes_the_mirror_holds() {
         assert_eq!(hash(b"2"), Some(Hash::Players));
         assert_eq!(hash(b"3"), Some(Hash::Parties));
-        assert_eq!(hash(b"13"), None, "waiting tickets are read whole at takeover");
+        assert_eq!(
+            hash(b"13"),
+            None,
+            "waiting tickets are read whole at takeover"
+        );
         assert_eq!(hash(b"15"), None, "match records stay in Redis");
         assert_eq!(hash(b"1"), None, "the lease is no hash");
         assert_eq!(hash(b"x"), None);
