@@ -137,7 +137,7 @@ impl State {
         );
         let players = DashMap::new();
         store.visit_players(&mut |id, pools| {
-            let pools = PoolRecords::from_map(pools, &pool_names);
+            let pools = PoolRecords::from_pairs(pools, &pool_names);
             players.insert(
                 id.clone(),
                 Arc::new(PlayerSlot {

@@ -94,9 +94,9 @@ impl PoolRecords {
     }
 
     /// From the persisted form, with pool names taken from `names` when known.
-    pub(super) fn from_map(map: &BTreeMap<String, PoolRecord>, names: &PoolNames) -> Self {
+    pub(super) fn from_pairs(pairs: &[(String, PoolRecord)], names: &PoolNames) -> Self {
         let mut records = Self::default();
-        for (p, r) in map {
+        for (p, r) in pairs {
             records.insert(names.get(p), r.clone());
         }
         records
@@ -284,7 +284,8 @@ mod tests {
         assert_eq!(pools, [("1v1", 5.0), ("5v5", 2.0), ("ffa", 4.0)]);
         assert!(r.contains_key("ffa") && !r.contains_key("2v2"));
         let names = PoolNames::default();
-        assert_eq!(PoolRecords::from_map(&r.to_map(), &names), r);
+        let pairs: Vec<(String, PoolRecord)> = r.to_map().into_iter().collect();
+        assert_eq!(PoolRecords::from_pairs(&pairs, &names), r);
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub enum StoreError {
 }
 
 /// One decoded player record: its id and its per-pool standing.
+/// Visits one player's records (see [`Storage::visit_players`]): their id, and each
+/// (pool, record) in pool-name order.
+pub type PlayerVisit<'a> = dyn FnMut(&PlayerId, &[(String, PoolRecord)]) + 'a;
 pub type StoredPlayer = Result<(PlayerId, BTreeMap<String, PoolRecord>), StoreError>;
 
 /// One party's records: its key and its per-pool record.
@@ -123,14 +126,13 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
 
     /// Every stored player, in id order.
     fn load_players(&self) -> Result<Box<dyn Iterator<Item = StoredPlayer> + '_>, StoreError>;
-    /// Hands every stored player to `visit`, in id order: [`Self::load_players`] without a copy
-    /// of each record where the store holds them in memory (a server's start-up loads millions).
-    fn visit_players(
-        &self,
-        visit: &mut dyn FnMut(&PlayerId, &BTreeMap<String, PoolRecord>),
-    ) -> Result<(), StoreError> {
+    /// Hands every stored player to `visit`, in id order, with their records in pool-name
+    /// order: [`Self::load_players`] without a copy of each record where the store holds them
+    /// in memory (a server's start-up loads millions).
+    fn visit_players(&self, visit: &mut PlayerVisit<'_>) -> Result<(), StoreError> {
         for player in self.load_players()? {
             let (id, pools) = player?;
+            let pools: Vec<(String, PoolRecord)> = pools.into_iter().collect();
             visit(&id, &pools);
         }
         Ok(())

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeMap;
 
-use super::{Data, Fields, Hash, Keys, MemoryStore, StoreError, admin, decode, loaded_hash};
+use super::{Data, Fields, Hash, Keys, MemoryStore, Pools, StoreError, admin, decode, loaded_hash};
 use super::{RedisConn, redact, redis_error};
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PartyRoster, PoolRecord, ResultAck};
+use crate::records::{PartyRecord, PartyRoster, ResultAck};
 use crate::store::{StoredMatch, StoredTicket};
 
 /// Reads and decodes everything the mirror holds.
@@ -120,7 +120,7 @@ async fn load_all(
 }
 
 /// A player and their record in each pool.
-pub(super) type Player = (PlayerId, BTreeMap<String, PoolRecord>);
+pub(super) type Player = (PlayerId, Pools);
 
 /// Decodes a page of the players hash.
 pub(super) fn decode_players(page: Fields) -> Result<Vec<Player>, StoreError> {
@@ -128,7 +128,7 @@ pub(super) fn decode_players(page: Fields) -> Result<Vec<Player>, StoreError> {
         .map(|(k, v)| {
             let id = text(&k);
             let pools = decode(&v, &format!("player {id}"))?;
-            Ok((PlayerId::new(id.as_str()), pools))
+            Ok((PlayerId::new(id.as_str()), Pools::from_map(pools)))
         })
         .collect()
 }

@@ -51,7 +51,7 @@ use script::{Run, apply_script, runs};
 pub use server::{RedisCluster, RedisServer};
 pub use standby::{Followed, Standby};
 
-use super::memory::{Data, MemoryStore};
+use super::memory::{Data, MemoryStore, Pools};
 use super::{
     History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
     StoredPlayer, StoredTicket, redact,
@@ -530,10 +530,7 @@ impl Storage for RedisStore {
         self.mirror.load_players()
     }
 
-    fn visit_players(
-        &self,
-        visit: &mut dyn FnMut(&PlayerId, &BTreeMap<String, PoolRecord>),
-    ) -> Result<(), StoreError> {
+    fn visit_players(&self, visit: &mut crate::store::PlayerVisit<'_>) -> Result<(), StoreError> {
         self.mirror.visit_players(visit)
     }
 
@@ -547,11 +544,11 @@ impl Storage for RedisStore {
             let mut data = self.mirror.data();
             for (id, pools) in records {
                 // Journal entries already wrote changed records: only what differs goes out.
-                if data.players.get(*id) == Some(*pools) {
+                if data.players.get(*id).is_some_and(|p| p.same_as(pools)) {
                     continue;
                 }
                 batch.push(Op::Set(Hash::Players, id.to_string(), json(pools)?));
-                data.players.insert((*id).clone(), (*pools).clone());
+                data.players.insert((*id).clone(), Pools::copy_of(pools));
             }
         }
         self.queue(batch);
