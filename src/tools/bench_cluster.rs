@@ -60,6 +60,9 @@ pub struct Failovers {
     pub failover_ms: Vec<f64>,
     pub p50_ms: f64,
     pub max_ms: f64,
+    /// Resident memory of the owner and of the other node before the first kill, MB.
+    pub owner_rss_mb: f64,
+    pub other_rss_mb: f64,
 }
 
 /// Kills the owner `opts.kills` times on a fresh cluster in database `db` of `redis`, with
@@ -99,6 +102,10 @@ async fn failovers(
                 }
             }
         }
+        if kill == 0 {
+            out.owner_rss_mb = rss_mb(&nodes[i].child);
+            out.other_rss_mb = rss_mb(&nodes[(i + 1) % nodes.len()].child);
+        }
         enter_waiting(&survivor, kill, opts.waiting).await?;
         let killed = Instant::now();
         let _ = nodes[i].child.kill();
@@ -115,6 +122,17 @@ async fn failovers(
     out.p50_ms = crate::math::percentile(&sorted, 0.5);
     out.max_ms = sorted.last().copied().unwrap_or(0.0);
     Ok(out)
+}
+
+/// A child process's resident memory (`VmRSS`), MB; 0 where `/proc` does not tell.
+fn rss_mb(child: &Child) -> f64 {
+    std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 /// Waits until the node at `addr` reports a current standby copy (its `standby` health).
