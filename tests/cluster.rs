@@ -6,6 +6,9 @@
 
 mod common;
 
+use common::lease_holder;
+use common::queues_answer as ready;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
@@ -54,14 +57,6 @@ fn redis() -> RedisServer {
     RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The node that owns the queues, as the lease says (`None` while nobody does).
-fn lease_holder(redis: &RedisServer) -> Option<String> {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().ok()?;
-    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
-    Some(value?.split('|').nth(1)?.to_string())
-}
-
 /// Kills the node `owner` (SIGKILL) and waits until `next` holds the queues' lease.
 async fn kill_owner_until(
     nodes: &mut BTreeMap<String, ServerProcess>,
@@ -88,22 +83,6 @@ async fn holder_becomes(redis: &RedisServer, next: &str) {
         }
     })
     .await;
-}
-
-/// Waits until some node owns the queues and answers through `channel`.
-async fn ready(channel: &Channel) {
-    let mut admin = AdminServiceClient::new(channel.clone());
-    common::poll_until("the cluster answers", || {
-        let mut admin = admin.clone();
-        async move {
-            admin
-                .get_queue_stats(proto::GetQueueStatsRequest::default())
-                .await
-                .map(|_| ())
-        }
-    })
-    .await;
-    let _ = &mut admin;
 }
 
 async fn rating(channel: &Channel, player: &str) -> proto::PlayerView {

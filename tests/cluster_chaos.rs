@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::lease_holder;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -340,11 +342,4 @@ async fn acknowledged_results_survive_a_redis_crash_under_load() {
         acked.len() < matches.len(),
         "the crash hit no report in flight; the test proved nothing"
     );
-}
-
-fn lease_holder(redis: &RedisServer) -> Option<String> {
-    let client = redis::Client::open(redis.url()).ok()?;
-    let mut conn = client.get_connection().ok()?;
-    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
-    Some(value?.split('|').nth(1)?.to_string())
 }

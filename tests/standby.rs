@@ -6,6 +6,9 @@
 
 mod common;
 
+use common::lease_holder;
+use common::queues_answer as ready;
+
 use std::collections::BTreeMap;
 
 use matchmaker::proto;
@@ -36,31 +39,6 @@ fn redis_get(redis: &RedisServer, args: &[&str]) -> redis::Value {
         cmd.arg(*a);
     }
     cmd.query(&mut conn).unwrap()
-}
-
-fn lease_holder(redis: &RedisServer) -> Option<String> {
-    match redis_get(redis, &["GET", "{mm}:lease"]) {
-        redis::Value::BulkString(v) => String::from_utf8(v)
-            .ok()?
-            .split('|')
-            .nth(1)
-            .map(str::to_string),
-        _ => None,
-    }
-}
-
-async fn ready(channel: &Channel) {
-    let admin = AdminServiceClient::new(channel.clone());
-    common::poll_until("the cluster answers", || {
-        let mut admin = admin.clone();
-        async move {
-            admin
-                .get_queue_stats(proto::GetQueueStatsRequest::default())
-                .await
-                .map(|_| ())
-        }
-    })
-    .await;
 }
 
 async fn set_rating(channel: &Channel, player: &str, mean: f64) {

@@ -473,6 +473,29 @@ pub fn tls_redis(
     (redis, cert_file, key_file, tls)
 }
 
+/// The node that owns the queues of the default keyspace in `redis`, as the lease says
+/// (`None` while nobody does).
+pub fn lease_holder(redis: &matchmaker::store::RedisServer) -> Option<String> {
+    let client = redis::Client::open(redis.url()).ok()?;
+    let mut conn = client.get_connection().ok()?;
+    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
+    Some(value?.split('|').nth(1)?.to_string())
+}
+
+/// Waits until some node owns the queues and answers through `channel`.
+pub async fn queues_answer(channel: &Channel) {
+    poll_until("the cluster answers", || {
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            admin
+                .get_queue_stats(proto::GetQueueStatsRequest::default())
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
 /// Starts `matchmaker serve` as cluster node `name` on `config` (a file naming the Redis), at
 /// log level `rust_log` (`info` by default); returns once it logged its address.
 pub fn cluster_node(config: &std::path::Path, name: &str, rust_log: Option<&str>) -> ServerProcess {
