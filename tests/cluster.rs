@@ -1431,7 +1431,25 @@ async fn each_node_exports_its_cluster_metrics() {
         }
     })
     .await;
-    let other_page = scrape(other_metrics).await;
+    // The other node keeps a standby copy: it reads the owner's change log, timed.
+    let other_page = common::poll_until("the standby's reading of the log timed", || {
+        let page = scrape(other_metrics.clone());
+        async move {
+            let page = page.await;
+            match sample(
+                &page,
+                "matchmaker_cluster_redis_round_trip_seconds_count{op=\"follow\"}",
+            ) {
+                Some(n) if n >= 1.0 => Ok(page),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(
+        sample(&other_page, "matchmaker_cluster_standby_players").is_some(),
+        "{other_page}"
+    );
     let owned = |page: &str| sample(page, "matchmaker_cluster_queues_owned").unwrap_or(0.0);
     assert!(owned(&owner_page) >= 1.0, "{owner_page}");
     assert_eq!(owned(&other_page), 0.0);

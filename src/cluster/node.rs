@@ -473,7 +473,11 @@ impl Node {
                 }
                 continue;
             };
-            let why = match standby.follow().await {
+            let sent = Instant::now();
+            let followed = standby.follow().await;
+            metrics::histogram!(m::CLUSTER_REDIS_SECONDS, "op" => "follow")
+                .record(sent.elapsed().as_secs_f64());
+            let why = match followed {
                 Ok(Followed::InStep) => {
                     metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(standby.player_count() as f64);
                     continue;

@@ -101,7 +101,8 @@ pub const CLUSTER_FRONT_SECONDS: &str = "matchmaker_cluster_front_handling_secon
 pub const CLUSTER_STORE_OPENED: &str = "matchmaker_cluster_store_opened_total";
 /// Players in this node's standby copy of the state, 0 while it has none (gauge).
 pub const CLUSTER_STANDBY_PLAYERS: &str = "matchmaker_cluster_standby_players";
-/// Seconds of one round trip to Redis, per operation (lease | flush) (histogram).
+/// Seconds of one round trip to Redis, per operation (lease | flush | follow: a standby's
+/// reading of the change log and the fields it names) (histogram).
 pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
 
 /// Bounds for an RPC's time: unary calls take milliseconds, streams up to minutes.
