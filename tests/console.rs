@@ -756,16 +756,7 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
     let metrics = common::free_addr();
     let other = node("other", &metrics);
     let channel = owner.channel().await;
-    common::poll_until("the owner answers", || {
-        let mut admin = AdminServiceClient::new(channel.clone());
-        async move {
-            admin
-                .get_queue_stats(proto::GetQueueStatsRequest::default())
-                .await
-                .map(|_| ())
-        }
-    })
-    .await;
+    common::queues_answer(&channel).await;
     // One player waits in 1v1 (nobody to play), one is banned: both on the owner.
     common::enter(
         &mut ClientServiceClient::new(channel.clone()),

@@ -61,6 +61,8 @@ pub struct Standby {
     /// The last flush in the copy, and its log entry's id.
     seq: u64,
     last_id: String,
+    /// [`FOLLOW`], its digest computed once.
+    follow: Script,
 }
 
 impl Standby {
@@ -92,6 +94,7 @@ impl Standby {
             rest,
             seq,
             last_id,
+            follow: Script::new(FOLLOW),
         })
     }
 
@@ -103,7 +106,8 @@ impl Standby {
     /// Reads the log from the last entry in the copy to its end, and every field it names.
     pub async fn follow(&mut self) -> Result<Followed, StoreError> {
         loop {
-            let (counter, page): (String, Value) = Script::new(FOLLOW)
+            let (counter, page): (String, Value) = self
+                .follow
                 .key(self.keys.changes())
                 .key(self.keys.change_seq())
                 .arg(format!("({}", self.last_id))
