@@ -36,16 +36,7 @@ fn config_with_lease(
     lease_ms: u64,
     extra: &str,
 ) -> std::path::PathBuf {
-    let path = dir.join("cluster.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = {lease_ms}\n{extra}",
-            redis.url()
-        ),
-    )
-    .unwrap();
-    path
+    common::cluster_config(dir, &redis.url(), lease_ms, extra)
 }
 
 /// Starts node `name` of the cluster.

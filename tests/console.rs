@@ -923,16 +923,7 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
         }
     });
     let channel = other.channel().await;
-    common::poll_until("the new owner answers", || {
-        let mut admin = AdminServiceClient::new(channel.clone());
-        async move {
-            admin
-                .get_queue_stats(proto::GetQueueStatsRequest::default())
-                .await
-                .map(|_| ())
-        }
-    })
-    .await;
+    common::queues_answer(&channel).await;
     // Away from the player's page first, so the ban checked is the one read now.
     browser.open(&format!("{console}#/queues"));
     browser.wait_for(

@@ -19,16 +19,7 @@ use matchmaker::store::RedisServer;
 use tonic::transport::Channel;
 
 fn config(dir: &std::path::Path, redis: &RedisServer, extra: &str) -> std::path::PathBuf {
-    let path = dir.join("cluster.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n{extra}",
-            redis.url()
-        ),
-    )
-    .unwrap();
-    path
+    common::cluster_config(dir, &redis.url(), 1000, extra)
 }
 
 fn redis_get(redis: &RedisServer, args: &[&str]) -> redis::Value {

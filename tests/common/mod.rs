@@ -473,6 +473,25 @@ pub fn tls_redis(
     (redis, cert_file, key_file, tls)
 }
 
+/// Writes `dir/cluster.toml` for nodes on `redis_url` with a lease of `lease_ms` and a 20 ms
+/// tick, `extra` TOML in `[cluster]` after it; returns its path.
+pub fn cluster_config(
+    dir: &std::path::Path,
+    redis_url: &str,
+    lease_ms: u64,
+    extra: &str,
+) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{redis_url}\"\nlease_ms = {lease_ms}\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
 /// The node that owns the queues of the default keyspace in `redis`, as the lease says
 /// (`None` while nobody does).
 pub fn lease_holder(redis: &matchmaker::store::RedisServer) -> Option<String> {
