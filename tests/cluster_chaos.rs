@@ -29,6 +29,8 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const PLAYERS: usize = 12;
+/// The nodes' lease.
+const LEASE_MS: u64 = 1000;
 /// Kill once this many results of the round are acknowledged (the rest are in flight).
 const KILL_AFTER_ACKS: usize = 2;
 
@@ -39,7 +41,7 @@ fn config(dir: &Path, redis: &RedisServer) -> std::path::PathBuf {
         &path,
         format!(
             "[server]\ntick_interval_ms = 10\n[store]\nsnapshot_interval_seconds = 1\n\
-             [cluster]\nredis_url = \"{}\"\nlease_ms = 1000\n\
+             [cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n\
              [queues.1v1.matching]\nwindow = 100000.0\nmin_quality = 0.0\nmax_latency_ms = 100000\nexpansion = []\n",
             redis.url()
         ),
@@ -311,7 +313,7 @@ async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_results_survive_a_redis_crash_under_load() {
-    let mut redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis);
     let nodes: Vec<ServerProcess> = ["n1", "n2"].iter().map(|n| node(&config, n)).collect();
@@ -322,14 +324,28 @@ async fn acknowledged_results_survive_a_redis_crash_under_load() {
     let players: Vec<String> = (0..60).map(|i| format!("r{i}")).collect();
     let mut rng = StdRng::seed_from_u64(20);
     let pid = redis.pid().expect("redis runs");
+    let redis = Arc::new(std::sync::Mutex::new(redis));
+    let mut restarted = None;
     let (matches, placements, acked) = round(&channels, &players, 2, &mut rng, || {
-        // SIGKILL Redis with reports in flight, then start it again on its AOF.
+        // SIGKILL Redis with reports in flight; it starts again on its AOF a lease later,
+        // while the reports go on.
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();
+        let redis = redis.clone();
+        restarted = Some(tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(LEASE_MS)).await;
+            tokio::task::spawn_blocking(move || redis.lock().unwrap().restart())
+                .await
+                .unwrap()
+        }));
     })
     .await;
-    redis.restart().unwrap();
+    restarted
+        .expect("the crash ran")
+        .await
+        .unwrap()
+        .expect("redis restarts");
     let applied = settle(&channels[1], &matches, &placements, &acked).await;
     ratings_equal_a_replay(&channels[0], &players, &applied).await;
     eprintln!(

@@ -20,7 +20,7 @@ use super::lease::{self, Acquired, LeaseClient, Owner};
 use crate::config::Config;
 use crate::server::{self, ServerError};
 use crate::state::Ownership;
-use crate::store::{Followed, RedisOptions, RedisStore, Standby, Storage, Store, redact};
+use crate::store::{Followed, Patience, RedisOptions, RedisStore, Standby, Storage, Store, redact};
 use crate::telemetry as m;
 
 /// Why a node could not start.
@@ -50,7 +50,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
             .await
             .map_err(|e| redis_error(e.to_string()))?;
     info!(redis = %url, durability = ?durability, "cluster store checked");
-    let conn = crate::store::RedisConn::connect(&cluster.redis_url, tls.as_ref())
+    let lease_time = Duration::from_millis(cluster.lease_ms);
+    let patience = Patience::for_lease(lease_time);
+    let conn = crate::store::RedisConn::connect(&cluster.redis_url, tls.as_ref(), patience)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let listener = TcpListener::bind(&config.server.addr)
@@ -73,7 +75,6 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     } else {
         cluster.advertise_addr.clone()
     };
-    let lease_time = Duration::from_millis(cluster.lease_ms);
     info!(addr = %bound, node = %node_id, advertise = %advertise, keyspace = %cluster.keyspace, lease_ms = cluster.lease_ms, "serving gRPC");
 
     let shutdown = CancellationToken::new();
@@ -453,7 +454,14 @@ impl Node {
                 drop(copy);
                 standby_status(&self.health, Warmth::Cold).await;
                 let started = Instant::now();
-                match Standby::load(&cluster.redis_url, self.redis_tls.as_ref(), &keys).await {
+                match Standby::load(
+                    &cluster.redis_url,
+                    self.redis_tls.as_ref(),
+                    &keys,
+                    Patience::for_lease(self.lease_time),
+                )
+                .await
+                {
                     Ok(standby) if !self.owns() => {
                         let players = standby.player_count();
                         info!(
@@ -537,6 +545,7 @@ impl Node {
                     tls,
                     keys: cluster.keys(),
                     change_log: cluster.standby,
+                    patience: Patience::for_lease(Duration::from_millis(cluster.lease_ms)),
                 };
                 let started = Instant::now();
                 let copy = match &standby {

@@ -38,7 +38,7 @@ pub use committer::{CommitError, Committed, Committer};
 pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
-    DEFAULT_KEYSPACE, Durability, Followed, Keys, RedisCluster, RedisConn, RedisOptions,
+    DEFAULT_KEYSPACE, Durability, Followed, Keys, Patience, RedisCluster, RedisConn, RedisOptions,
     RedisServer, RedisStore, RedisTls, Standby, check_durability, check_keyspace,
 };
 

@@ -22,7 +22,7 @@ use crate::cluster::lease::{Acquired, LeaseClient, Owner};
 use crate::ids::{MatchId, PlayerId};
 use crate::records::{MatchRecord, PartyRecord, PartyRoster, PoolRecord};
 use crate::store::{
-    AdminRecords, History, RecordStorage, RedisOptions, RedisStore, Storage, StoreError,
+    AdminRecords, History, Patience, RecordStorage, RedisOptions, RedisStore, Storage, StoreError,
     encode_match, redact, segment_bounds,
 };
 
@@ -231,9 +231,10 @@ pub async fn migrate(
     let options = RedisOptions {
         tls: tls.cloned(),
         keys: keys.clone(),
+        patience: Patience::for_lease(LEASE),
         ..RedisOptions::default()
     };
-    let conn = crate::store::RedisConn::connect(to, tls)
+    let conn = crate::store::RedisConn::connect(to, tls, options.patience)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
     let lease = LeaseClient::new(conn, LEASE, keys);

@@ -2,7 +2,9 @@
 //! primary, as Sentinel setups provide) and for a Redis Cluster, chosen by asking the server.
 //! Both reconnect on their own after Redis restarts or the cluster moves slots.
 
-use ::redis::aio::{ConnectionLike, ConnectionManager};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
 
@@ -49,6 +51,60 @@ pub fn client(url: &str, tls: Option<&RedisTls>) -> ::redis::RedisResult<::redis
     }
 }
 
+/// How long a call waits on Redis before it fails: for one reply, and for a lost connection
+/// to come back. A node's calls must fail within about its lease: past it, its writes are
+/// refused by the fence anyway, and a call that waits longer only holds its caller (the
+/// client library's own defaults retry a lost connection for 6 to 13 s, or minutes on a
+/// Redis Cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Patience {
+    /// The longest wait for one reply.
+    pub reply: Duration,
+    /// The longest wait for one connection attempt, and between two attempts.
+    pub connect: Duration,
+    /// Attempts after the first when the connection is lost; the waits between them double
+    /// from 100 ms up to `connect`, with jitter.
+    pub retries: usize,
+}
+
+impl Patience {
+    /// For a node whose lease lasts `lease`: a reply within 500 ms (the client library's
+    /// default), a connection attempt within a quarter lease (at most a second), and three
+    /// retries, so that a call to a Redis that went away fails within about a lease (0.7 to
+    /// 1.4 s of waits with the default lease, plus the attempts) and one that comes back
+    /// within that time is not noticed.
+    pub fn for_lease(lease: Duration) -> Self {
+        Self {
+            reply: Duration::from_millis(500),
+            connect: (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+            retries: 3,
+        }
+    }
+
+    /// The same, waiting at least `reply` for a reply (a flush that ends in `WAIT`).
+    pub fn reply_within(self, reply: Duration) -> Self {
+        Self {
+            reply: self.reply.max(reply),
+            ..self
+        }
+    }
+
+    fn manager(self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.reply))
+            .set_connection_timeout(Some(self.connect))
+            .set_max_delay(self.connect)
+            .set_number_of_retries(self.retries)
+    }
+}
+
+impl Default for Patience {
+    /// For the default lease, 3 s.
+    fn default() -> Self {
+        Self::for_lease(Duration::from_secs(3))
+    }
+}
+
 /// A connection to a single Redis or to a Redis Cluster.
 #[derive(Clone)]
 pub enum RedisConn {
@@ -58,8 +114,12 @@ pub enum RedisConn {
 
 impl RedisConn {
     /// Connects to `url`; a node with `cluster_enabled:1` gets a cluster connection that follows
-    /// the cluster's slot map from there.
-    pub async fn connect(url: &str, tls: Option<&RedisTls>) -> Result<Self, ::redis::RedisError> {
+    /// the cluster's slot map from there. Calls on it wait as `patience` says.
+    pub async fn connect(
+        url: &str,
+        tls: Option<&RedisTls>,
+        patience: Patience,
+    ) -> Result<Self, ::redis::RedisError> {
         let client = client(url, tls)?;
         let mut probe = client.get_multiplexed_async_connection().await?;
         let info: String = ::redis::cmd("INFO")
@@ -67,14 +127,27 @@ impl RedisConn {
             .query_async(&mut probe)
             .await?;
         if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
-            let mut cluster = ::redis::cluster::ClusterClient::builder(vec![url]);
+            let connect = u64::try_from(patience.connect.as_millis()).unwrap_or(u64::MAX);
+            let mut cluster = ::redis::cluster::ClusterClient::builder(vec![url])
+                .connection_timeout(patience.connect)
+                .response_timeout(patience.reply)
+                .overall_response_timeout(Some(
+                    patience.reply + patience.connect * (patience.retries as u32 + 1),
+                ))
+                .retries(patience.retries as u32)
+                .min_retry_wait(100.min(connect))
+                .max_retry_wait(connect);
             if let Some(tls) = tls {
                 cluster = cluster.certs(tls.certificates());
             }
             let cluster = cluster.build()?;
             return Ok(Self::Cluster(cluster.get_async_connection().await?));
         }
-        Ok(Self::Single(client.get_connection_manager().await?))
+        Ok(Self::Single(
+            client
+                .get_connection_manager_with_config(patience.manager())
+                .await?,
+        ))
     }
 
     /// Whether this is a Redis Cluster.

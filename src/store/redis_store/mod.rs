@@ -36,11 +36,11 @@ mod standby;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::redis::Script;
 
-pub use conn::{RedisConn, RedisTls};
+pub use conn::{Patience, RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
 pub use keys::{DEFAULT_KEYSPACE, Keys, check_keyspace};
 use load::text;
@@ -162,6 +162,8 @@ pub struct RedisOptions {
     pub keys: Keys,
     /// Whether flushes append to the change log standby nodes follow.
     pub change_log: bool,
+    /// How long calls wait on Redis (a flush's reply also waits `wait_timeout_ms` longer).
+    pub patience: Patience,
 }
 
 /// The Redis backend. See the module documentation.
@@ -220,7 +222,10 @@ impl RedisStore {
         standby: Option<Standby>,
     ) -> Result<Self, StoreError> {
         let err = redis_error(url);
-        let mut conn = RedisConn::connect(url, options.tls.as_ref())
+        let patience = options
+            .patience
+            .reply_within(options.patience.reply + Duration::from_millis(options.wait_timeout_ms));
+        let mut conn = RedisConn::connect(url, options.tls.as_ref(), patience)
             .await
             .map_err(&err)?;
         if conn.is_cluster() && options.wait_replicas > 0 {

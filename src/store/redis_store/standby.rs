@@ -16,7 +16,7 @@ use ::redis::{Script, Value};
 use super::load::{self, Loaded};
 use super::script::UNLOGGED;
 use super::{HASHES, loaded_hash};
-use super::{Hash, Keys, MemoryStore, RedisConn, RedisTls, StoreError, redis_error};
+use super::{Hash, Keys, MemoryStore, Patience, RedisConn, RedisTls, StoreError, redis_error};
 use crate::ids::PlayerId;
 
 /// Where the change log stands: the flush counter and the id of the log's last entry, read
@@ -68,9 +68,14 @@ pub struct Standby {
 impl Standby {
     /// Reads everything, after noting where the log stands: what changes during the reading
     /// is in the log after that point and is read again by [`Standby::follow`].
-    pub async fn load(url: &str, tls: Option<&RedisTls>, keys: &Keys) -> Result<Self, StoreError> {
+    pub async fn load(
+        url: &str,
+        tls: Option<&RedisTls>,
+        keys: &Keys,
+        patience: Patience,
+    ) -> Result<Self, StoreError> {
         let err = redis_error(url);
-        let mut conn = RedisConn::connect(url, tls).await.map_err(&err)?;
+        let mut conn = RedisConn::connect(url, tls, patience).await.map_err(&err)?;
         let (seq, last_id): (String, String) = Script::new(POSITION)
             .key(keys.change_seq())
             .key(keys.changes())
@@ -486,7 +491,12 @@ mod against_redis {
             owner.flush().unwrap();
 
             let mut standby = runtime
-                .block_on(Standby::load(&url, None, &Keys::default()))
+                .block_on(Standby::load(
+                    &url,
+                    None,
+                    &Keys::default(),
+                    Patience::default(),
+                ))
                 .unwrap();
             assert_eq!(standby.player_count(), 100);
             // The owner goes on: a changed player, a new one, a ticket gone and one new.
@@ -541,7 +551,12 @@ mod against_redis {
             logging.flush().unwrap();
             let load = || {
                 runtime
-                    .block_on(Standby::load(&url, None, &Keys::default()))
+                    .block_on(Standby::load(
+                        &url,
+                        None,
+                        &Keys::default(),
+                        Patience::default(),
+                    ))
                     .unwrap()
             };
 

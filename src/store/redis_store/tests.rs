@@ -290,3 +290,42 @@ fn a_flush_of_more_writes_to_one_hash_than_a_run_holds_lands_whole() {
         assert_eq!(back.player_count(), n - gone.len());
     });
 }
+
+#[test]
+fn calls_to_a_redis_that_went_away_fail_within_about_a_lease_and_work_once_it_is_back() {
+    with_redis(|server, runtime| {
+        let lease = std::time::Duration::from_secs(3);
+        let mut conn = runtime
+            .block_on(RedisConn::connect(
+                &server.url(),
+                None,
+                Patience::for_lease(lease),
+            ))
+            .unwrap();
+        let mut ping = || {
+            let started = std::time::Instant::now();
+            let pong: Result<String, _> =
+                runtime.block_on(::redis::cmd("PING").query_async(&mut conn));
+            (pong, started.elapsed())
+        };
+        assert_eq!(ping().0.unwrap(), "PONG");
+        server.kill();
+        // The call in flight when the connection broke fails at once; the next waits for the
+        // reconnection attempts, which the client library's defaults would go on with for 6
+        // to 13 s.
+        let (broken, _) = ping();
+        assert!(broken.is_err());
+        let (refused, waited) = ping();
+        assert!(refused.is_err());
+        assert!(waited < lease + lease / 3, "a call waited {waited:?}");
+        server.restart().unwrap();
+        let back = (0..50).find_map(|_| match ping().0 {
+            Ok(pong) => Some(pong),
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                None
+            }
+        });
+        assert_eq!(back.as_deref(), Some("PONG"));
+    });
+}
