@@ -89,6 +89,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         standby_status(&health, Warmth::Cold).await;
     }
     let node = Arc::new(Node {
+        stopping: shutdown.clone(),
         config: Arc::new(config),
         node_id: node_id.clone(),
         advertise,
@@ -276,6 +277,8 @@ fn default_node_id() -> String {
 }
 
 struct Node {
+    /// Cancelled when the node starts stopping (its front closes).
+    stopping: CancellationToken,
     config: Arc<Config>,
     node_id: String,
     advertise: String,
@@ -321,6 +324,9 @@ impl Node {
             return;
         };
         r.stop.cancel();
+        // The front is closed: nothing calls the engine any more, and the services it holds
+        // keep the result journal open, which the engine waits for as it stops.
+        self.route.send_modify(|route| route.engine = None);
         loop {
             tokio::select! {
                 _ = &mut r.task => break,
@@ -332,7 +338,6 @@ impl Node {
                 }
             }
         }
-        self.route.send_modify(|route| route.engine = None);
         match self.lease.release(&r.owner).await {
             Ok(true) => info!(token = r.owner.token, "lease released"),
             Ok(false) => warn!("the lease had already passed to another node"),
@@ -348,7 +353,7 @@ impl Node {
         record_round_trip(sent);
         match acquired {
             Ok(Ok(Acquired::Mine(owner))) => {
-                let ownership = Arc::new(Ownership::new());
+                let ownership = Arc::new(Ownership::stopping_with(&self.stopping));
                 ownership.extend(lease::valid_until(sent, self.lease_time));
                 metrics::counter!(m::CLUSTER_LEASE_ACQUIRED).increment(1);
                 metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(self.config.queues.len() as f64);
@@ -532,6 +537,7 @@ impl Node {
         let cluster = self.config.cluster.clone();
         let route = self.route.clone();
         let token = owner.token;
+        let node_id = owner.node_id.clone();
         let tls = self.redis_tls.clone();
         let standby = self.standby.clone();
         let health = self.health.clone();
@@ -546,6 +552,7 @@ impl Node {
                     keys: cluster.keys(),
                     change_log: cluster.standby,
                     patience: Patience::for_lease(Duration::from_millis(cluster.lease_ms)),
+                    node: node_id,
                 };
                 let started = Instant::now();
                 let copy = match &standby {

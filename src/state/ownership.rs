@@ -6,12 +6,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use tokio_util::sync::CancellationToken;
+
 /// The lease's validity as this process knows it.
 #[derive(Debug)]
 pub struct Ownership {
     base: Instant,
     /// Nanoseconds after `base` until which the lease holds (0: not held).
     until_nanos: AtomicU64,
+    /// Cancelled when the node starts stopping: the engine ends its streams then, which would
+    /// otherwise hold the node's connections open.
+    node_stopping: CancellationToken,
 }
 
 impl Default for Ownership {
@@ -23,10 +28,21 @@ impl Default for Ownership {
 impl Ownership {
     /// Not held.
     pub fn new() -> Self {
+        Self::stopping_with(&CancellationToken::new())
+    }
+
+    /// Not held, on a node that starts stopping when `node` is cancelled.
+    pub fn stopping_with(node: &CancellationToken) -> Self {
         Self {
             base: Instant::now(),
             until_nanos: AtomicU64::new(0),
+            node_stopping: node.child_token(),
         }
+    }
+
+    /// Cancelled when the node starts stopping.
+    pub fn node_stopping(&self) -> &CancellationToken {
+        &self.node_stopping
     }
 
     /// The lease holds until `until` (never moves backwards: a late renewal's answer cannot

@@ -116,14 +116,28 @@ impl ClusterConfig {
     pub fn validate(&self) -> Result<(), FieldError> {
         let url = &self.redis_url;
         let schemes = ["redis://", "rediss://", "valkey://", "valkeys://"];
-        if !url.is_empty() && !schemes.iter().any(|s| url.starts_with(s)) {
+        if super::redis_store::is_sentinel_url(url) {
+            super::redis_store::SentinelUrl::parse(url).map_err(|e| {
+                FieldError::new(
+                    "cluster.redis_url",
+                    format!(
+                        "a redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] URL {e} (got {:?})",
+                        redact(url)
+                    ),
+                )
+            })?;
+        } else if !url.is_empty() && !schemes.iter().any(|s| url.starts_with(s)) {
             return Err(FieldError::new(
                 "cluster.redis_url",
-                format!("must be a redis://HOST:PORT/DB URL (got {:?})", redact(url)),
+                format!(
+                    "must be a redis://HOST:PORT/DB URL, or redis+sentinel://HOST:PORT/SERVICE \
+                     for Sentinel (got {:?})",
+                    redact(url)
+                ),
             ));
         }
         let files = self.redis_tls_files();
-        let tls_url = ["rediss://", "valkeys://"]
+        let tls_url = ["rediss://", "valkeys://", "rediss+sentinel://"]
             .iter()
             .any(|s| url.starts_with(s));
         for (key, path) in files {
@@ -225,6 +239,20 @@ mod tests {
             }),
             "cluster.redis_url"
         );
+        let sentinel = |url: &str| ClusterConfig {
+            redis_url: url.into(),
+            ..base()
+        };
+        assert_eq!(
+            sentinel("redis+sentinel://a:26379,b:26379/mm/0").validate(),
+            Ok(())
+        );
+        let error = sentinel("redis+sentinel://:pw@a:26379")
+            .validate()
+            .unwrap_err();
+        assert_eq!(error.field, "cluster.redis_url");
+        assert!(error.rule.contains("SERVICE"), "{}", error.rule);
+        assert!(!error.rule.contains("pw"), "{}", error.rule);
         assert_eq!(
             bad(ClusterConfig {
                 keyspace: "{eu}".into(),

@@ -39,7 +39,8 @@ pub use history::page_after;
 pub use memory::MemoryStore;
 pub use redis_store::{
     DEFAULT_KEYSPACE, Durability, Followed, Keys, Patience, RedisCluster, RedisConn, RedisOptions,
-    RedisServer, RedisStore, RedisTls, Standby, check_durability, check_keyspace,
+    RedisSentinels, RedisServer, RedisStore, RedisTls, SENTINEL_SERVICE, Standby, check_durability,
+    check_keyspace,
 };
 
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};

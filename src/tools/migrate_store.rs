@@ -232,6 +232,7 @@ pub async fn migrate(
         tls: tls.cloned(),
         keys: keys.clone(),
         patience: Patience::for_lease(LEASE),
+        node: NODE_ID.to_string(),
         ..RedisOptions::default()
     };
     let conn = crate::store::RedisConn::connect(to, tls, options.patience)

@@ -1,12 +1,15 @@
 //! One connection type for a single Redis (a primary, or an address that always reaches the
-//! primary, as Sentinel setups provide) and for a Redis Cluster, chosen by asking the server.
-//! Both reconnect on their own after Redis restarts or the cluster moves slots.
+//! primary), for a Redis behind Sentinel (the URL names the sentinels) and for a Redis
+//! Cluster, chosen by the URL and by asking the server. All reconnect on their own after Redis
+//! restarts, the sentinels name another primary or the cluster moves slots.
 
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::sentinel::{SentinelConn, is_sentinel_url};
 
 /// What a `rediss://` connection trusts and presents, beyond the defaults (the system's trust
 /// store, no client certificate).
@@ -29,7 +32,7 @@ impl std::fmt::Debug for RedisTls {
 }
 
 impl RedisTls {
-    fn certificates(&self) -> ::redis::TlsCertificates {
+    pub(super) fn certificates(&self) -> ::redis::TlsCertificates {
         ::redis::TlsCertificates {
             client_tls: self
                 .client
@@ -41,6 +44,18 @@ impl RedisTls {
             root_cert: self.ca_pem.clone(),
         }
     }
+}
+
+/// A client of the primary of `url`: the single Redis it names, or the one its sentinels name
+/// now; with `tls` for a `rediss://` one.
+pub async fn primary_client(
+    url: &str,
+    tls: Option<&RedisTls>,
+) -> ::redis::RedisResult<::redis::Client> {
+    if is_sentinel_url(url) {
+        return super::sentinel::primary_client(url, tls).await;
+    }
+    client(url, tls)
 }
 
 /// A client of the single Redis at `url`, with `tls` for a `rediss://` one.
@@ -105,10 +120,11 @@ impl Default for Patience {
     }
 }
 
-/// A connection to a single Redis or to a Redis Cluster.
+/// A connection to a single Redis, to the primary sentinels name, or to a Redis Cluster.
 #[derive(Clone)]
 pub enum RedisConn {
     Single(ConnectionManager),
+    Sentinel(SentinelConn),
     Cluster(ClusterConnection),
 }
 
@@ -120,6 +136,11 @@ impl RedisConn {
         tls: Option<&RedisTls>,
         patience: Patience,
     ) -> Result<Self, ::redis::RedisError> {
+        if is_sentinel_url(url) {
+            return Ok(Self::Sentinel(
+                SentinelConn::connect(url, tls, patience).await?,
+            ));
+        }
         let client = client(url, tls)?;
         let mut probe = client.get_multiplexed_async_connection().await?;
         let info: String = ::redis::cmd("INFO")
@@ -160,6 +181,7 @@ impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Single(c) => c.req_packed_command(cmd),
+            Self::Sentinel(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
         }
     }
@@ -172,6 +194,7 @@ impl ConnectionLike for RedisConn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Sentinel(c) => c.req_packed_commands(cmd, offset, count),
             Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
         }
     }
@@ -179,6 +202,7 @@ impl ConnectionLike for RedisConn {
     fn get_db(&self) -> i64 {
         match self {
             Self::Single(c) => c.get_db(),
+            Self::Sentinel(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
         }
     }

@@ -22,7 +22,7 @@ pub async fn check_durability(
     allow_volatile: bool,
 ) -> Result<Durability, StoreError> {
     let err = redis_error(url);
-    let client = super::conn::client(url, tls).map_err(&err)?;
+    let client = super::conn::primary_client(url, tls).await.map_err(&err)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await

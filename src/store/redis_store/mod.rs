@@ -30,6 +30,7 @@ mod keys;
 mod load;
 mod records;
 mod script;
+mod sentinel;
 mod server;
 mod standby;
 
@@ -48,7 +49,8 @@ pub use script::CHANGE_LOG_ENTRIES;
 #[cfg(test)]
 use script::MAX_RUN;
 use script::{Run, apply_script, runs};
-pub use server::{RedisCluster, RedisServer};
+pub use sentinel::{SentinelUrl, is_sentinel_url};
+pub use server::{RedisCluster, RedisSentinels, RedisServer, SENTINEL_SERVICE};
 pub use standby::{Followed, Standby};
 
 use super::memory::{Data, MemoryStore, Pools};
@@ -164,6 +166,20 @@ pub struct RedisOptions {
     pub change_log: bool,
     /// How long calls wait on Redis (a flush's reply also waits `wait_timeout_ms` longer).
     pub patience: Patience,
+    /// The node the lease names with the token; empty: the token alone is checked. With it,
+    /// a token given twice (a Redis failover that lost the counter's last increment before a
+    /// replica had it) still fences the node that no longer holds the lease.
+    pub node: String,
+}
+
+/// What the flush script finds at the start of the lease's value while this store holds it:
+/// `TOKEN` or `TOKEN|NODE`.
+fn fence(token: u64, node: &str) -> String {
+    if node.is_empty() {
+        token.to_string()
+    } else {
+        format!("{token}|{node}")
+    }
 }
 
 /// The Redis backend. See the module documentation.
@@ -240,7 +256,7 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(&err)?;
-        if !lease.is_some_and(|v| v.starts_with(&format!("{token}|"))) {
+        if !lease.is_some_and(|v| v.starts_with(&format!("{}|", fence(token, &options.node)))) {
             return Err(StoreError::Fenced);
         }
         let mirror = standby::mirror(standby, &mut conn, url, &options.keys).await?;
@@ -378,7 +394,7 @@ impl RedisStore {
             }
         }
         invocation
-            .arg(self.token.to_string())
+            .arg(fence(self.token, &self.options.node))
             .arg(if self.options.change_log {
                 CHANGE_LOG_ENTRIES
             } else {

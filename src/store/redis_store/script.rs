@@ -4,7 +4,8 @@ use ::redis::Script;
 
 use super::{HASHES, Hash, Op};
 
-/// Applies queued writes if the lease still carries the token in ARGV[1]. Every flush adds one
+/// Applies queued writes if the lease's value starts with ARGV[1] and a `|` (the token, or the
+/// token and the node). Every flush adds one
 /// to the flush counter (`KEYS[2 + HASHES]`, after the hashes and the change log); with ARGV[2]
 /// above 0 it also appends to the change log (`KEYS[1 + HASHES]`, a stream cut to about ARGV[2]
 /// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`]):
@@ -24,7 +25,7 @@ pub(super) const APPLY: &str = r"
 local lease = redis.call('GET', KEYS[1])
 local token = ARGV[1]
 if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
-  return redis.error_reply('FENCED the lease no longer carries token ' .. token)
+  return redis.error_reply('FENCED the lease no longer carries ' .. token)
 end
 local logged = tonumber(ARGV[2])
 local log = {}

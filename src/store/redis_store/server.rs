@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a started server gets to answer PING.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running Redis server owned by this process.
 pub struct RedisServer {
@@ -263,5 +263,188 @@ impl RedisCluster {
     /// The URL of node `i` (any node reaches the whole cluster).
     pub fn url(&self, i: usize) -> String {
         self.nodes[i % self.nodes.len()].url()
+    }
+}
+
+/// The service name [`RedisSentinels`] watch.
+pub const SENTINEL_SERVICE: &str = "mm-primary";
+
+/// A primary, two replicas of it and one sentinel watching them as [`SENTINEL_SERVICE`]
+/// (quorum 1, a server is down after a second), on loopback; killed when dropped.
+pub struct RedisSentinels {
+    /// The first primary, then its replicas; the sentinel moves the roles.
+    pub servers: Vec<RedisServer>,
+    sentinel: Option<Child>,
+    sentinel_port: u16,
+    dir: PathBuf,
+}
+
+impl RedisSentinels {
+    /// Starts them and returns once the replicas are in step and the sentinel knows them.
+    pub fn start() -> Result<Self, RedisServerError> {
+        const REPLICAS: usize = 2;
+        let primary = RedisServer::start()?;
+        let mut servers = vec![primary];
+        for _ in 0..REPLICAS {
+            servers.push(RedisServer::start_with(vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                servers[0].port.to_string(),
+            ])?);
+        }
+        let sentinel_port = RedisServer::create(Vec::new())?.port;
+        let dir = servers[0].dir.join("sentinel");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RedisServerError::Start(format!("{}: {e}", dir.display())))?;
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {sentinel_port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
+                 sentinel failover-timeout {SENTINEL_SERVICE} 2000\n",
+                dir.display(),
+                servers[0].port
+            ),
+        )
+        .map_err(|e| RedisServerError::Start(format!("{}: {e}", conf.display())))?;
+        let sentinel = Command::new(&servers[0].binary)
+            .arg(&conf)
+            .args(["--sentinel", "--logfile", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| RedisServerError::Start(format!("sentinel: {e}")))?;
+        let sentinels = Self {
+            servers,
+            sentinel: Some(sentinel),
+            sentinel_port,
+            dir,
+        };
+        sentinels.wait_until(
+            "the replicas are in step and the sentinel knows them",
+            |s| {
+                let known = match s.sentinel_query(&["SENTINEL", "REPLICAS", SENTINEL_SERVICE])? {
+                    ::redis::Value::Array(replicas) => replicas.len(),
+                    _ => 0,
+                };
+                let mut in_step = 0;
+                for replica in 1..=REPLICAS {
+                    in_step += usize::from(
+                        s.info(replica, "replication")?
+                            .contains("master_link_status:up"),
+                    );
+                }
+                Ok(known == REPLICAS && in_step == REPLICAS)
+            },
+        )?;
+        Ok(sentinels)
+    }
+
+    /// `redis+sentinel://127.0.0.1:PORT/mm-primary/0`.
+    pub fn url(&self) -> String {
+        format!(
+            "redis+sentinel://127.0.0.1:{}/{SENTINEL_SERVICE}/0",
+            self.sentinel_port
+        )
+    }
+
+    /// Which of [`RedisSentinels::servers`] the sentinel names primary now.
+    pub fn primary(&self) -> Result<usize, RedisServerError> {
+        let addr: Vec<String> = self
+            .sentinel_query(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE])
+            .and_then(|v| {
+                ::redis::from_redis_value(v)
+                    .map_err(|e| RedisServerError::Start(format!("sentinel: {e}")))
+            })?;
+        let port = addr.get(1).and_then(|p| p.parse::<u16>().ok());
+        self.servers
+            .iter()
+            .position(|s| Some(s.port) == port)
+            .ok_or_else(|| RedisServerError::Start(format!("sentinel names {addr:?}")))
+    }
+
+    /// `SENTINEL FAILOVER`: a replica becomes primary, the others and the primary its
+    /// replicas.
+    pub fn failover(&self) -> Result<(), RedisServerError> {
+        self.sentinel_query(&["SENTINEL", "FAILOVER", SENTINEL_SERVICE])
+            .map(|_| ())
+    }
+
+    /// Waits until the sentinel names a server other than `old` primary, it says so itself,
+    /// and every other running server follows it in step (Sentinel reconfigures a demoted
+    /// primary at its next `INFO`, up to 10 s later); returns which.
+    pub fn wait_for_new_primary(&self, old: usize) -> Result<usize, RedisServerError> {
+        self.wait_until(
+            "the sentinel names a new primary and the others follow it",
+            |s| {
+                let new = s.primary()?;
+                if new == old || !s.info(new, "replication")?.contains("role:master") {
+                    return Ok(false);
+                }
+                let port = format!("master_port:{}", s.servers[new].port);
+                for (i, server) in s.servers.iter().enumerate() {
+                    if i == new || server.pid().is_none() {
+                        continue;
+                    }
+                    let info = s.info(i, "replication")?;
+                    if !(info.contains(&port) && info.contains("master_link_status:up")) {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            },
+        )?;
+        self.primary()
+    }
+
+    fn sentinel_query(&self, args: &[&str]) -> Result<::redis::Value, RedisServerError> {
+        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("sentinel: {e}"));
+        let mut conn = ::redis::Client::open(format!("redis://127.0.0.1:{}", self.sentinel_port))
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            .map_err(fail)?;
+        let mut cmd = ::redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut conn).map_err(fail)
+    }
+
+    fn info(&self, server: usize, section: &str) -> Result<String, RedisServerError> {
+        ::redis::Client::open(self.servers[server].url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            .and_then(|mut c| ::redis::cmd("INFO").arg(section).query(&mut c))
+            .map_err(|e| RedisServerError::Start(format!("INFO {section}: {e}")))
+    }
+
+    fn wait_until(
+        &self,
+        what: &str,
+        done: impl Fn(&Self) -> Result<bool, RedisServerError>,
+    ) -> Result<(), RedisServerError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let seen = done(self);
+            if matches!(seen, Ok(true)) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(RedisServerError::Start(format!(
+                    "{what}: not within {START_TIMEOUT:?} ({seen:?})"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for RedisSentinels {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.sentinel.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

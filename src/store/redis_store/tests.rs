@@ -329,3 +329,33 @@ fn calls_to_a_redis_that_went_away_fail_within_about_a_lease_and_work_once_it_is
         assert_eq!(back.as_deref(), Some("PONG"));
     });
 }
+
+#[test]
+fn a_token_given_twice_still_fences_the_node_that_lost_the_lease() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        // A Redis failover lost the counter's last increment: the next node got token 7 again.
+        set_lease(&url, "7|a|127.0.0.1:1");
+        let options = |node: &str| RedisOptions {
+            node: node.into(),
+            ..RedisOptions::default()
+        };
+        let a = runtime
+            .block_on(RedisStore::open(&url, 7, &options("a")))
+            .unwrap();
+        set_lease(&url, "7|b|127.0.0.1:2");
+        let p1 = PlayerId::new("p1");
+        a.put_players(&[(&p1, &record(1500.0))]).unwrap();
+        assert!(matches!(a.flush(), Err(StoreError::Fenced)));
+        assert!(matches!(
+            runtime.block_on(RedisStore::open(&url, 7, &options("a"))),
+            Err(StoreError::Fenced)
+        ));
+        let b = runtime
+            .block_on(RedisStore::open(&url, 7, &options("b")))
+            .unwrap();
+        b.put_players(&[(&p1, &record(1600.0))]).unwrap();
+        b.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), 1);
+    });
+}

@@ -1,0 +1,345 @@
+//! Redis behind Sentinel: the nodes ask the sentinels where the primary is, and ask again when
+//! it moves.
+//!
+//! `redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` names the
+//! sentinels and the service they watch (`rediss+sentinel://` for TLS to both). The credentials
+//! and the database are the primary's; the sentinels are asked without credentials. This is the
+//! form of the `redis-sentinel-url` convention (Python's `redis-sentinel-url`, Sidekiq's and
+//! Celery's multi-sentinel URLs).
+//!
+//! A connection keeps one multiplexed connection to the primary the sentinels named, checked
+//! with `ROLE` (Redis' documented client protocol for Sentinel). It drops it, and the next call
+//! asks the sentinels again, when a call fails in a way a moved primary explains (the
+//! connection broke or was refused, no reply in time, `READONLY` from a primary demoted to a
+//! replica), and when the sentinels, asked every [`Patience::connect`], name another primary:
+//! after a failover the old primary may go on taking writes until Sentinel reconfigures it,
+//! which its periodic `INFO` (every 10 s) can take, and whatever it took then is lost when it
+//! follows the new one.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, MultiplexedConnection};
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use ::redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError,
+    RedisFuture, RedisResult, TlsMode, Value,
+};
+
+use super::conn::{Patience, RedisTls};
+
+const SCHEMES: [(&str, bool); 2] = [("redis+sentinel://", false), ("rediss+sentinel://", true)];
+
+/// A parsed `redis+sentinel://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// Where the sentinels listen.
+    pub sentinels: Vec<(String, u16)>,
+    /// The name the sentinels know the primary by (`sentinel monitor NAME ...`).
+    pub service: String,
+    /// The primary's database.
+    pub db: i64,
+    /// The primary's user and password.
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// TLS to the sentinels and the primary.
+    pub tls: bool,
+}
+
+/// Whether `url` names sentinels rather than a Redis.
+pub fn is_sentinel_url(url: &str) -> bool {
+    SCHEMES.iter().any(|(s, _)| url.starts_with(s))
+}
+
+impl SentinelUrl {
+    /// Parses a sentinel URL; the error says what is wrong with it (never its password).
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let (rest, tls) = SCHEMES
+            .iter()
+            .find_map(|(s, tls)| url.strip_prefix(s).map(|rest| (rest, *tls)))
+            .ok_or("must start with redis+sentinel:// or rediss+sentinel://")?;
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((userinfo, rest)) => (Some(userinfo), rest),
+            None => (None, rest),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (user, password) = info.split_once(':').unwrap_or((info, ""));
+                let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+                (nonempty(user), nonempty(password))
+            }
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let sentinels = hosts
+            .split(',')
+            .map(|host| {
+                let (name, port) = host
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("sentinel {host:?} needs a port (HOST:PORT)"))?;
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| format!("sentinel {host:?} has no valid port"))?;
+                if name.is_empty() {
+                    return Err(format!("sentinel {host:?} has no host"));
+                }
+                Ok((name.trim_matches(['[', ']']).to_string(), port))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut path = path.split('/');
+        let service = path.next().unwrap_or_default().to_string();
+        if service.is_empty() {
+            return Err("needs the service the sentinels watch: .../SERVICE[/DB]".into());
+        }
+        let db = match path.next() {
+            None | Some("") => 0,
+            Some(db) => db
+                .parse()
+                .map_err(|_| format!("database {db:?} is not a number"))?,
+        };
+        if path.next().is_some() {
+            return Err("has more path than /SERVICE/DB".into());
+        }
+        Ok(Self {
+            sentinels,
+            service,
+            db,
+            username,
+            password,
+            tls,
+        })
+    }
+
+    fn client(&self, tls: Option<&RedisTls>) -> RedisResult<SentinelClient> {
+        let addr = |(host, port): &(String, u16)| match self.tls {
+            false => ConnectionAddr::Tcp(host.clone(), *port),
+            true => ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let mut builder = SentinelClientBuilder::new(
+            self.sentinels.iter().map(addr),
+            &self.service,
+            SentinelServerType::Master,
+        )?
+        .set_client_to_redis_db(self.db);
+        if let Some(user) = &self.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &self.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if self.tls {
+            builder = builder
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            if let Some(tls) = tls {
+                builder = builder
+                    .set_client_to_redis_certificates(tls.certificates())
+                    .set_client_to_sentinel_certificates(tls.certificates());
+            }
+        }
+        builder.build()
+    }
+}
+
+/// A client of the primary the sentinels of `url` name now.
+pub async fn primary_client(url: &str, tls: Option<&RedisTls>) -> RedisResult<Client> {
+    let parsed = SentinelUrl::parse(url).map_err(invalid)?;
+    parsed.client(tls)?.async_get_client().await
+}
+
+fn invalid(detail: String) -> RedisError {
+    RedisError::from((ErrorKind::InvalidClientConfig, "redis_url", detail))
+}
+
+/// A connection to whichever Redis the sentinels name primary; see the module documentation.
+#[derive(Clone)]
+pub struct SentinelConn(Arc<Shared>);
+
+struct Shared {
+    sentinels: tokio::sync::Mutex<SentinelClient>,
+    primary: Mutex<Primary>,
+    config: AsyncConnectionConfig,
+    db: i64,
+}
+
+/// The primary's connection, its address, and its generation (so that a call that failed on
+/// an older connection does not drop a newer).
+#[derive(Default)]
+struct Primary {
+    generation: u64,
+    addr: Option<ConnectionAddr>,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl SentinelConn {
+    /// Connects to the primary the sentinels of `url` name now.
+    pub async fn connect(
+        url: &str,
+        tls: Option<&RedisTls>,
+        patience: Patience,
+    ) -> RedisResult<Self> {
+        let parsed = SentinelUrl::parse(url).map_err(invalid)?;
+        let conn = Self(Arc::new(Shared {
+            sentinels: tokio::sync::Mutex::new(parsed.client(tls)?),
+            primary: Mutex::new(Primary::default()),
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(patience.connect))
+                .set_response_timeout(Some(patience.reply)),
+            db: parsed.db,
+        }));
+        conn.primary().await?;
+        tokio::spawn(watch(
+            Arc::downgrade(&conn.0),
+            patience.connect.max(Duration::from_millis(100)),
+        ));
+        Ok(conn)
+    }
+
+    fn current(&self) -> (u64, Option<MultiplexedConnection>) {
+        let primary = self.0.primary.lock().unwrap_or_else(|p| p.into_inner());
+        (primary.generation, primary.conn.clone())
+    }
+
+    /// The primary's connection, asking the sentinels for it if there is none.
+    async fn primary(&self) -> RedisResult<(u64, MultiplexedConnection)> {
+        if let (generation, Some(conn)) = self.current() {
+            return Ok((generation, conn));
+        }
+        let mut sentinels = self.0.sentinels.lock().await;
+        // Another call may have asked while this one waited.
+        if let (generation, Some(conn)) = self.current() {
+            return Ok((generation, conn));
+        }
+        let client = sentinels.async_get_client().await?;
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&self.0.config)
+            .await?;
+        let mut primary = self.0.primary.lock().unwrap_or_else(|p| p.into_inner());
+        primary.generation += 1;
+        primary.addr = Some(client.get_connection_info().addr().clone());
+        primary.conn = Some(conn.clone());
+        Ok((primary.generation, conn))
+    }
+
+    /// Drops the connection of `generation` after `error`, when a moved primary explains it.
+    fn after(&self, generation: u64, error: &RedisError) {
+        let moved = error.is_io_error()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+            || error.is_timeout()
+            || error.kind() == ErrorKind::Server(::redis::ServerErrorKind::ReadOnly);
+        if moved {
+            let mut primary = self.0.primary.lock().unwrap_or_else(|p| p.into_inner());
+            if primary.generation == generation {
+                primary.conn = None;
+            }
+        }
+    }
+}
+
+/// Asks the sentinels every `every` which server is primary, and drops the connection to
+/// another; ends with the connection's last clone.
+async fn watch(shared: Weak<Shared>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let named = shared.sentinels.lock().await.async_get_client().await;
+        let Ok(named) = named else {
+            // No sentinel answers, or the one named is down: the calls find out on their own.
+            continue;
+        };
+        let mut primary = shared.primary.lock().unwrap_or_else(|p| p.into_inner());
+        let addr = named.get_connection_info().addr();
+        if primary.conn.is_some() && primary.addr.as_ref() != Some(addr) {
+            tracing::info!(primary = %addr, "the sentinels name another primary; connecting to it");
+            primary.conn = None;
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.primary().await?;
+            let reply = conn.req_packed_command(cmd).await;
+            if let Err(e) = &reply {
+                self.after(generation, e);
+            }
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let (generation, mut conn) = self.primary().await?;
+            let reply = conn.req_packed_commands(cmd, offset, count).await;
+            if let Err(e) = &reply {
+                self.after(generation, e);
+            }
+            reply
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.0.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_service_and_the_primarys_database_and_password() {
+        let url = SentinelUrl::parse(
+            "redis+sentinel://:s3cret@10.0.0.1:26379,sentinel-b:26380/mm-primary/2",
+        )
+        .unwrap();
+        assert_eq!(
+            url,
+            SentinelUrl {
+                sentinels: vec![("10.0.0.1".into(), 26379), ("sentinel-b".into(), 26380)],
+                service: "mm-primary".into(),
+                db: 2,
+                username: None,
+                password: Some("s3cret".into()),
+                tls: false,
+            }
+        );
+        let tls = SentinelUrl::parse("rediss+sentinel://app:pw@[::1]:26379/m").unwrap();
+        assert_eq!(tls.sentinels, vec![("::1".into(), 26379)]);
+        assert_eq!((tls.db, tls.tls), (0, true));
+        assert_eq!(tls.username.as_deref(), Some("app"));
+        assert!(is_sentinel_url("rediss+sentinel://h:1/m"));
+        assert!(!is_sentinel_url("redis://h:1/0"));
+    }
+
+    #[test]
+    fn a_sentinel_url_without_a_service_a_port_or_a_numeric_database_is_refused() {
+        for (url, says) in [
+            ("redis+sentinel://h:26379", "service"),
+            ("redis+sentinel://h:26379/", "service"),
+            ("redis+sentinel://h/m", "port"),
+            ("redis+sentinel://h:x/m", "port"),
+            ("redis+sentinel://:26379/m", "host"),
+            ("redis+sentinel://h:26379/m/zero", "number"),
+            ("redis+sentinel://h:26379/m/0/x", "path"),
+            ("redis://h:26379/m", "redis+sentinel://"),
+        ] {
+            let error = SentinelUrl::parse(url).unwrap_err();
+            assert!(error.contains(says), "{url}: {error}");
+        }
+    }
+}
