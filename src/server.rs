@@ -478,7 +478,16 @@ async fn serve(
                 &limits, routes,
             ))));
             info!("engine serving its node's front");
-            shutdown.cancelled().await;
+            // When the node starts stopping, its front waits for its connections to end:
+            // the streams, which never end on their own, end first (marked as no longer the
+            // owner's, so other nodes move theirs on), and the engine answers its last calls.
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = state.node_stopping() => {
+                    state.close_server_streams();
+                    shutdown.cancelled().await;
+                }
+            }
             state.close_server_streams();
             Ok(())
         }

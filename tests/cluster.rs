@@ -953,9 +953,25 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     // Calls through the other node open its links to the owner; tickets wait (six players
     // never fill a 5v5 match).
     let mut client = ClientServiceClient::new(channel.clone());
+    let mut tickets = Vec::new();
     for i in 0..6 {
-        common::enter(&mut client, "5v5", &[format!("s{i}").as_str()]).await;
+        tickets.push(common::enter(&mut client, "5v5", &[format!("s{i}").as_str()]).await);
     }
+    // A game server and a watcher connected to the other node: their streams go on through
+    // the hand-over (the stopping owner ends them marked as no longer its own).
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "stays:1").await;
+    let mut watch = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: tickets[0].clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        common::next(&mut watch).await.state,
+        proto::TicketState::Searching as i32
+    );
     let waiting = |channel: Channel| async move {
         let stats = AdminServiceClient::new(channel)
             .get_queue_stats(proto::GetQueueStatsRequest::default())
@@ -1021,6 +1037,23 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         before,
         "the waiting tickets moved with the queues"
     );
+    client
+        .cancel_ticket(proto::CancelTicketRequest {
+            ticket_id: tickets[0].clone(),
+        })
+        .await
+        .unwrap();
+    // The next owner sends the ticket's state again, then the cancel.
+    let mut update = common::next(&mut watch).await;
+    while update.state == proto::TicketState::Searching as i32 {
+        update = common::next(&mut watch).await;
+    }
+    assert_eq!(update.state, proto::TicketState::Cancelled as i32);
+    for p in ["g1", "g2"] {
+        common::enter(&mut client, "1v1", &[p]).await;
+    }
+    let m = common::next(&mut offers).await;
+    assert_eq!(m.queue, "1v1", "the game server is still registered");
     eprintln!("owner exited after {exited:?}; queues handed over after {handed_over:?}");
 }
 

@@ -310,11 +310,16 @@ impl ClientService for Client {
         convert::id("ticket_id", &req.ticket_id)?;
         let ticket = self.state.ticket(&TicketId::new(req.ticket_id.as_str()))?;
         identity.may_act_for(&ticket.players, "watch this ticket")?;
+        if self.state.closing() {
+            return Err(super::error::streams_closed(&self.state));
+        }
         let mut rx = ticket.subscribe();
         let (tx, out) = mpsc::channel(self.state.config().server.stream_buffer);
         let shutdown = self.shutdown.clone();
+        let closed = self.state.streams_closed();
         let ticket_id = req.ticket_id;
         let clock = self.clock.clone();
+        let cluster = self.state.is_cluster_engine();
         tokio::spawn(async move {
             // The heartbeat counts from when the last watcher went away.
             let _touch_on_exit = TouchOnDrop { ticket, clock };
@@ -324,7 +329,8 @@ impl ClientService for Client {
                 let update = convert::ticket_update(&ticket_id, &view);
                 tokio::select! {
                     sent = tx.send(Ok(update)) => if sent.is_err() { return },
-                    () = shutdown.cancelled() => return,
+                    () = shutdown.cancelled() => break,
+                    () = closed.cancelled() => break,
                 }
                 if last {
                     return;
@@ -332,8 +338,14 @@ impl ClientService for Client {
                 tokio::select! {
                     changed = rx.changed() => if changed.is_err() { return },
                     () = tx.closed() => return,
-                    () = shutdown.cancelled() => return,
+                    () = shutdown.cancelled() => break,
+                    () = closed.cancelled() => break,
                 }
+            }
+            // A cluster engine that stops says so: the node the watcher is connected to moves
+            // the stream to the next owner.
+            if cluster {
+                let _ = tx.send(Err(super::error::engine_stopped())).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(out))))

@@ -69,6 +69,30 @@ impl From<StoreError> for Status {
 }
 
 /// A storage failure: logged and counted here, INTERNAL to the caller.
+/// Marks an answer or a stream's end from a cluster node whose engine does not (or no longer)
+/// serve the queues: the node that forwarded the call sends it on to the next owner.
+pub const NOT_OWNER: &str = "x-matchmaker-not-owner";
+
+/// How a cluster engine ends a stream that outlives owners (`WatchTicket`, `ServeMatches`)
+/// when it stops: the forwarding node's relay moves the stream to the next owner.
+pub(super) fn engine_stopped() -> Status {
+    let mut status = Status::unavailable("this node no longer serves the queues; call again");
+    status
+        .metadata_mut()
+        .insert(NOT_OWNER, tonic::metadata::MetadataValue::from_static("1"));
+    status
+}
+
+/// How an engine whose streams are closed (it or its node is stopping) answers a new stream:
+/// on a cluster node as [`engine_stopped`], so the stream goes to the next owner.
+pub(super) fn streams_closed(state: &crate::state::State) -> Status {
+    if state.is_cluster_engine() {
+        engine_stopped()
+    } else {
+        Status::unavailable("the server is stopping; call again")
+    }
+}
+
 fn store_failure(e: &StoreError) -> Status {
     tracing::error!(error = %e, "store failure");
     crate::telemetry::store_error("request");

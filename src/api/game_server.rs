@@ -41,11 +41,22 @@ impl GameServerService for GameServer {
         if req.region.len() > convert::MAX_ID_LEN {
             return Err(Rejection::invalid("region", "must be at most 128 bytes").into());
         }
+        if self.state.closing() {
+            return Err(super::error::streams_closed(&self.state));
+        }
         tracing::info!(server = %req.server_address, region = %req.region, capacity = req.capacity, "game server registered");
         let rx = self
             .state
             .register_server(req.server_address, req.region, req.capacity);
-        let stream = ReceiverStream::new(rx).map(|a| Ok(convert::assignment(&a)));
+        // A cluster engine that stops ends the stream saying so, and the node the game server
+        // is connected to moves it to the next owner.
+        let state = self.state.clone();
+        let stopped = std::iter::once_with(move || {
+            (state.is_cluster_engine() && state.closing()).then(super::error::engine_stopped)
+        });
+        let stream = ReceiverStream::new(rx)
+            .map(|a| Ok(convert::assignment(&a)))
+            .chain(tokio_stream::iter(stopped.flatten()).map(Err));
         Ok(Response::new(Box::pin(stream)))
     }
 

@@ -9,6 +9,7 @@ pub mod audit;
 mod client;
 pub mod convert;
 mod error;
+pub use error::NOT_OWNER;
 mod game_server;
 pub mod layers;
 mod party;

@@ -345,6 +345,7 @@ impl State {
 
     /// Drops every server stream (graceful shutdown closes them this way).
     pub fn close_server_streams(&self) {
+        self.inner.closing.cancel();
         self.inner
             .servers
             .lock()

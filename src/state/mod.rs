@@ -97,6 +97,8 @@ struct Inner {
     /// Each erasure as `(player, marker)`, for views that keep copies of records in memory
     /// (the console's recent results) to erase them too.
     erasures: tokio::sync::broadcast::Sender<(PlayerId, PlayerId)>,
+    /// Cancelled when the engine's streams are closed (it or its node is stopping).
+    closing: tokio_util::sync::CancellationToken,
 }
 
 impl State {
@@ -176,6 +178,7 @@ impl State {
                 bans,
                 events,
                 erasures: tokio::sync::broadcast::Sender::new(64),
+                closing: tokio_util::sync::CancellationToken::new(),
             }),
         })
     }
@@ -188,6 +191,30 @@ impl State {
     /// Makes the optimizer depend on `lease` (cluster nodes; set once, before the loop starts).
     pub fn set_ownership(&self, lease: Arc<Ownership>) {
         let _ = self.inner.ownership.set(lease);
+    }
+
+    /// Whether this is a cluster node's engine, which serves the queues while its lease holds.
+    pub fn is_cluster_engine(&self) -> bool {
+        self.inner.ownership.get().is_some()
+    }
+
+    /// Whether the engine's streams are closed ([`State::close_server_streams`] ran): it or
+    /// its node is stopping, and it opens no new ones.
+    pub fn closing(&self) -> bool {
+        self.inner.closing.is_cancelled()
+    }
+
+    /// Cancelled when the engine's streams are closed.
+    pub fn streams_closed(&self) -> tokio_util::sync::CancellationToken {
+        self.inner.closing.clone()
+    }
+
+    /// Returns when this cluster engine's node starts stopping; never on an embedded server.
+    pub async fn node_stopping(&self) {
+        match self.inner.ownership.get() {
+            Some(o) => o.node_stopping().cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Whether this process may form matches now: always on an embedded server, while the

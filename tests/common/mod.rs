@@ -334,9 +334,17 @@ pub struct ServerProcess {
 }
 
 impl Drop for ServerProcess {
+    /// Kills the server; when the test failed, prints the end of its log first.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            eprintln!("--- the last lines of the server on {} ---", self.addr);
+            for line in log.iter().skip(log.len().saturating_sub(60)) {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 

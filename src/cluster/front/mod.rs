@@ -51,8 +51,7 @@ pub const NODE_KEY: &str = "x-matchmaker-node-key";
 /// The IP address of the client of a forwarded call, as the forwarding node saw it: the owner's
 /// per-address rate limit (`rate_limit.anonymous`) counts the client, not the node.
 pub const CLIENT_ADDR: &str = "x-matchmaker-client-addr";
-/// Set on the answer of a node that received a forwarded call but does not own the queues.
-const NOT_OWNER: &str = "x-matchmaker-not-owner";
+use crate::api::NOT_OWNER;
 /// Connections a front keeps to each node it forwards to. Streams share them, and each link
 /// rides one: several leave room beyond one connection's stream limit on the owner
 /// (`server.max_concurrent_requests_per_connection`) for streams, which stay open.
@@ -479,6 +478,8 @@ enum Stop {
     Done,
     /// The owner changed or the connection broke; `at_boundary`: between two messages.
     Moved { at_boundary: bool },
+    /// This node is stopping: its callers go to another node.
+    Closing,
 }
 
 impl Relay {
@@ -487,7 +488,23 @@ impl Relay {
             let at_boundary = match self.pipe(upstream, token).await {
                 Stop::Done => return,
                 Stop::Moved { at_boundary } => at_boundary,
+                Stop::Closing => {
+                    self.end(
+                        tonic::Code::Unavailable,
+                        "this matchmaker node is stopping; call again",
+                    )
+                    .await;
+                    return;
+                }
             };
+            if self.front.closing.is_cancelled() {
+                self.end(
+                    tonic::Code::Unavailable,
+                    "this matchmaker node is stopping; call again",
+                )
+                .await;
+                return;
+            }
             if !self.resumable || !at_boundary {
                 self.end(
                     tonic::Code::Unavailable,
@@ -538,8 +555,12 @@ impl Relay {
                     Some(Ok(frame)) => {
                         if let Some(data) = frame.data_ref() {
                             framing.feed(data);
-                        } else if self.resumable && moved(&route) {
-                            // The old owner's engine ended the stream as it stopped.
+                        } else if self.resumable
+                            && (moved(&route)
+                                || frame.trailers_ref().is_some_and(|t| t.contains_key(NOT_OWNER)))
+                        {
+                            // The old owner's engine ended the stream as it stopped (this
+                            // node may not have seen the lease move yet).
                             return Stop::Moved { at_boundary: framing.at_boundary() };
                         }
                         let last = frame.is_trailers();
@@ -557,6 +578,7 @@ impl Relay {
                     }
                 }
                 () = self.tx.closed() => return Stop::Done,
+                () = self.front.closing.cancelled() => return Stop::Closing,
             }
         }
     }
