@@ -31,7 +31,7 @@ use super::conn::{Patience, RedisTls};
 const SCHEMES: [(&str, bool); 2] = [("redis+sentinel://", false), ("rediss+sentinel://", true)];
 
 /// A parsed `redis+sentinel://` URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct SentinelUrl {
     /// Where the sentinels listen.
     pub sentinels: Vec<(String, u16)>,
@@ -44,6 +44,20 @@ pub struct SentinelUrl {
     pub password: Option<String>,
     /// TLS to the sentinels and the primary.
     pub tls: bool,
+}
+
+impl std::fmt::Debug for SentinelUrl {
+    /// Everything but the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelUrl")
+            .field("sentinels", &self.sentinels)
+            .field("service", &self.service)
+            .field("db", &self.db)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// Whether `url` names sentinels rather than a Redis.
@@ -323,6 +337,7 @@ mod tests {
         assert_eq!((tls.db, tls.tls), (0, true));
         assert_eq!(tls.username.as_deref(), Some("app"));
         assert!(is_sentinel_url("rediss+sentinel://h:1/m"));
+        assert!(!format!("{tls:?}").contains("pw"), "{tls:?}");
         assert!(!is_sentinel_url("redis://h:1/0"));
     }
 
