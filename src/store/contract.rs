@@ -393,7 +393,7 @@ fn wait<T>(f: StoreFuture<'_, T>) -> T {
     }
 }
 
-fn history(id: &str, teams: &[&[&str]], keep: u32) -> HistoryWrite {
+pub(super) fn history(id: &str, teams: &[&[&str]], keep: u32) -> HistoryWrite {
     HistoryWrite {
         record: MatchRecord {
             match_id: MatchId::from(id),

@@ -2,13 +2,14 @@
 
 use ::redis::Script;
 
-use super::{HASHES, Hash, Op};
+use super::{HASHES, Hash, Op, loaded_hash};
 
 /// Applies queued writes if the lease's value starts with ARGV[1] and a `|` (the token, or the
 /// token and the node). Every flush adds one
 /// to the flush counter (`KEYS[2 + HASHES]`, after the hashes and the change log); with ARGV[2]
 /// above 0 it also appends to the change log (`KEYS[1 + HASHES]`, a stream cut to about ARGV[2]
-/// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`]):
+/// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`], and of
+/// the hashes no copy holds):
 /// `q SEQ c CHANGES`, CHANGES being
 /// `INDEX,LEN:FIELD` for each (`xINDEX,0:` for a hash deleted whole), or `q SEQ r ''` when
 /// more than [`LOGGED_FIELDS`] changed: followers read everything again. Operations follow from ARGV[3] as
@@ -30,8 +31,12 @@ end
 local logged = tonumber(ARGV[2])
 local log = {}
 local whole = false
+local unlogged = {}
+for index in string.gmatch('UNLOGGED', '%d+') do
+  unlogged[index] = true
+end
 local function logs(index)
-  return logged > 0 and index ~= 'UNLOGGED'
+  return logged > 0 and not unlogged[index]
 end
 local function note(index, field)
   if not whole then
@@ -139,7 +144,18 @@ pub(super) fn apply_script() -> Script {
         &APPLY
             .replace("LOGGED_FIELDS", &LOGGED_FIELDS.to_string())
             .replace("HASHES", &HASHES.len().to_string())
-            .replace("UNLOGGED", &(UNLOGGED as usize).to_string()),
+            .replace(
+                "UNLOGGED",
+                // ... and the hashes no copy holds (the match history, read from Redis: each
+                // result writes a record and its holder count).
+                &HASHES
+                    .iter()
+                    .map(|(h, _)| *h)
+                    .filter(|h| *h == UNLOGGED || !loaded_hash(*h))
+                    .map(|h| (h as usize).to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
     )
 }
 

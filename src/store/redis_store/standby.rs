@@ -435,8 +435,8 @@ mod tests {
 mod against_redis {
     use super::*;
     use crate::ids::TicketId;
-    use crate::store::contract::{record, ticket, with_redis};
-    use crate::store::{RedisOptions, RedisStore, Storage};
+    use crate::store::contract::{history, record, ticket, with_redis};
+    use crate::store::{RecordStorage, RedisOptions, RedisStore, Storage};
 
     fn lease(url: &str, value: &str) {
         let mut conn = ::redis::Client::open(url)
@@ -472,6 +472,63 @@ mod against_redis {
             store.load_rosters().unwrap(),
             store.snapshot_seq().unwrap()
         )
+    }
+
+    #[test]
+    fn the_change_log_names_the_fields_a_copy_keeps_and_not_the_match_history() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            lease(&url, "1|a|127.0.0.1:1");
+            let owner = runtime
+                .block_on(RedisStore::open(&url, 1, &options(true)))
+                .unwrap();
+            let (a, b) = (player(1), player(2));
+            owner
+                .put_players(&[(&a, &record(1500.0)), (&b, &record(1400.0))])
+                .unwrap();
+            owner
+                .append_history(&[history("m1", &[&["p1"], &["p2"]], 10)])
+                .unwrap();
+            owner.flush().unwrap();
+            let mut conn = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = ::redis::cmd("XRANGE")
+                .arg(Keys::default().changes())
+                .arg("-")
+                .arg("+")
+                .query(&mut conn)
+                .unwrap();
+            let logged: Vec<(Option<Hash>, String)> = entries
+                .iter()
+                .flat_map(|(_, fields)| fields.iter().filter(|(k, _)| k == "c"))
+                .flat_map(|(_, changes)| changed(changes).unwrap())
+                .map(|(index, field)| {
+                    let index = parse(index).unwrap();
+                    let hash = HASHES.iter().map(|(h, _)| *h).find(|h| *h as u64 == index);
+                    (hash, String::from_utf8_lossy(field).into_owned())
+                })
+                .collect();
+            assert!(
+                logged.contains(&(Some(Hash::Players), "p1".into())),
+                "{logged:?}"
+            );
+            assert!(
+                logged.contains(&(Some(Hash::Players), "p2".into())),
+                "{logged:?}"
+            );
+            assert!(
+                logged.iter().all(|(h, _)| h.is_some_and(loaded_hash)),
+                "only what a copy keeps is logged: {logged:?}"
+            );
+            // The history itself was written.
+            let held: usize = ::redis::cmd("HLEN")
+                .arg(Keys::default().hash(Hash::MatchRecords))
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(held, 1);
+        });
     }
 
     #[test]
