@@ -168,7 +168,8 @@ pub struct RedisCost {
     pub ticket_cpu_us: f64,
     /// A formed 1v1 match written and its two tickets removed (allocation).
     pub match_cpu_us: f64,
-    /// A 1v1 result journaled with both players' records and its acknowledgement.
+    /// A 1v1 result journaled with both players' records, its acknowledgement and its match
+    /// record at the head of both players' histories.
     pub result_cpu_us: f64,
     /// Redis memory per rated player (one 1v1 record), bytes.
     pub player_bytes: f64,
@@ -524,7 +525,26 @@ async fn redis_cost(
         kind: EntryKind::Result,
         season: None,
         calibration: None,
-        history: None,
+        // As a server writes it: the match's record, at the head of both players' histories.
+        history: Some(crate::store::HistoryWrite {
+            record: crate::records::MatchRecord {
+                match_id: MatchId::new(format!("m-{i}").as_str()),
+                queue: "1v1".into(),
+                phase: crate::records::EndedPhase::Completed,
+                teams: vec![
+                    vec![PlayerId::new(format!("p-{}", 2 * i).as_str())],
+                    vec![PlayerId::new(format!("p-{}", 2 * i + 1).as_str())],
+                ],
+                placements: vec![1, 2],
+                changes: Vec::new(),
+                server_address: "10.0.0.1:7777".into(),
+                win_probability: vec![0.5, 0.5],
+                formed_unix: 1.7e9,
+                started_unix: None,
+                ended_unix: 1.7e9 + 600.0,
+            },
+            keep: config.history.matches_per_player,
+        }),
     };
     // One phase: `write(i)` then a flush, 64 at a time; Redis CPU per write.
     async fn phase(

@@ -494,7 +494,9 @@ mod against_redis {
                 .unwrap()
                 .get_connection()
                 .unwrap();
-            let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = ::redis::cmd("XRANGE")
+            // Each entry: its id, then its fields and values.
+            type Entry = (String, Vec<(String, Vec<u8>)>);
+            let entries: Vec<Entry> = ::redis::cmd("XRANGE")
                 .arg(Keys::default().changes())
                 .arg("-")
                 .arg("+")
