@@ -911,13 +911,7 @@ async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
     for p in ["rl-1", "rl-2", "rl-3", "rl-4"] {
         tickets.push(common::enter(&mut client, "2v2", &[p]).await);
     }
-    let mut watch = client
-        .watch_ticket(proto::WatchTicketRequest {
-            ticket_id: tickets[0].clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = common::watch(&mut client, &tickets[0]).await;
     let matched = loop {
         let u = common::next(&mut watch).await;
         if u.state == proto::TicketState::Matched as i32 {
@@ -961,13 +955,7 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     // the hand-over (the stopping owner ends them marked as no longer its own).
     let mut gs = GameServerServiceClient::new(channel.clone());
     let mut offers = common::serve(&mut gs, "stays:1").await;
-    let mut watch = client
-        .watch_ticket(proto::WatchTicketRequest {
-            ticket_id: tickets[0].clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut watch = common::watch(&mut client, &tickets[0]).await;
     assert_eq!(
         common::next(&mut watch).await.state,
         proto::TicketState::Searching as i32

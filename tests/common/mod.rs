@@ -192,18 +192,26 @@ pub async fn enter(
         .ticket_id
 }
 
-/// Watches a ticket until its stream ends; returns every update.
-pub async fn watch_to_end(
+/// A ticket's `WatchTicket` stream.
+pub async fn watch(
     client: &mut ClientServiceClient<Channel>,
     ticket_id: &str,
-) -> Vec<TicketUpdate> {
-    let mut stream = client
+) -> tonic::Streaming<TicketUpdate> {
+    client
         .watch_ticket(proto::WatchTicketRequest {
             ticket_id: ticket_id.into(),
         })
         .await
         .expect("watch_ticket")
-        .into_inner();
+        .into_inner()
+}
+
+/// Watches a ticket until its stream ends; returns every update.
+pub async fn watch_to_end(
+    client: &mut ClientServiceClient<Channel>,
+    ticket_id: &str,
+) -> Vec<TicketUpdate> {
+    let mut stream = watch(client, ticket_id).await;
     let mut updates = Vec::new();
     loop {
         match tokio::time::timeout(EVENT_TIMEOUT, stream.next()).await {
@@ -256,13 +264,7 @@ pub async fn form_match(
     for players in tickets {
         ids.push(enter(client, queue, players).await);
     }
-    let mut stream = client
-        .watch_ticket(proto::WatchTicketRequest {
-            ticket_id: ids[0].clone(),
-        })
-        .await
-        .expect("watch_ticket")
-        .into_inner();
+    let mut stream = watch(client, &ids[0]).await;
     loop {
         let u = next(&mut stream).await;
         if u.state == proto::TicketState::Matched as i32 {

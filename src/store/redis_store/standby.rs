@@ -457,6 +457,14 @@ mod against_redis {
         }
     }
 
+    /// The store of the node holding the lease (token 1), logging its changes.
+    fn owner(url: &str, runtime: &tokio::runtime::Handle) -> RedisStore {
+        lease(url, "1|a|127.0.0.1:1");
+        runtime
+            .block_on(RedisStore::open(url, 1, &options(true)))
+            .unwrap()
+    }
+
     fn player(i: usize) -> PlayerId {
         PlayerId::new(format!("p{i}").as_str())
     }
@@ -478,10 +486,7 @@ mod against_redis {
     fn the_change_log_names_the_fields_a_copy_keeps_and_not_the_match_history() {
         with_redis(|server, runtime| {
             let url = server.url();
-            lease(&url, "1|a|127.0.0.1:1");
-            let owner = runtime
-                .block_on(RedisStore::open(&url, 1, &options(true)))
-                .unwrap();
+            let owner = owner(&url, &runtime);
             let (a, b) = (player(1), player(2));
             owner
                 .put_players(&[(&a, &record(1500.0)), (&b, &record(1400.0))])
@@ -537,10 +542,7 @@ mod against_redis {
     fn a_standby_copy_follows_the_owner_and_equals_a_full_read_at_takeover() {
         with_redis(|server, runtime| {
             let url = server.url();
-            lease(&url, "1|a|127.0.0.1:1");
-            let owner = runtime
-                .block_on(RedisStore::open(&url, 1, &options(true)))
-                .unwrap();
+            let owner = owner(&url, &runtime);
             let ids: Vec<PlayerId> = (0..100).map(player).collect();
             let records: Vec<_> = ids.iter().map(|p| (p, record(1500.0))).collect();
             let refs: Vec<_> = records.iter().map(|(p, r)| (*p, r)).collect();
