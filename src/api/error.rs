@@ -68,7 +68,6 @@ impl From<StoreError> for Status {
     }
 }
 
-/// A storage failure: logged and counted here, INTERNAL to the caller.
 /// Marks an answer or a stream's end from a cluster node whose engine does not (or no longer)
 /// serve the queues: the node that forwarded the call sends it on to the next owner.
 pub const NOT_OWNER: &str = "x-matchmaker-not-owner";
@@ -93,6 +92,7 @@ pub(super) fn streams_closed(state: &crate::state::State) -> Status {
     }
 }
 
+/// A storage failure: logged and counted here, INTERNAL to the caller.
 fn store_failure(e: &StoreError) -> Status {
     tracing::error!(error = %e, "store failure");
     crate::telemetry::store_error("request");

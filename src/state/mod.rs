@@ -68,9 +68,7 @@ struct Inner {
     /// Replaced whole by a config reload (queue settings only; the set of queues and their
     /// pools and rating systems never change while running).
     queues: std::sync::RwLock<BTreeMap<QueueId, Arc<QueueInfo>>>,
-    /// Hashed with foldhash (seeded per process): a takeover inserts millions, and SipHash was
-    /// a tenth of that work.
-    players: DashMap<PlayerId, Arc<PlayerSlot>, foldhash::quality::RandomState>,
+    players: DashMap<PlayerId, Arc<PlayerSlot>>,
     /// Server-minted keys, so the fast id hasher (players keep SipHash: clients choose those).
     tickets: DashMap<TicketId, Arc<TicketSlot>, crate::matching::IdHash>,
     matches: DashMap<MatchId, Arc<MatchSlot>, crate::matching::IdHash>,
@@ -139,7 +137,7 @@ impl State {
                 .map(|p| (p.clone(), Arc::from(p.as_str())))
                 .collect(),
         );
-        let players = DashMap::with_hasher(foldhash::quality::RandomState::default());
+        let players = DashMap::new();
         store.visit_players(&mut |id, pools| {
             let pools = PoolRecords::from_pairs(pools, &pool_names);
             players.insert(
