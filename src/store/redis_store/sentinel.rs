@@ -14,8 +14,11 @@
 //! replica), and when the sentinels, asked every [`Patience::connect`], name another primary:
 //! after a failover the old primary may go on taking writes until Sentinel reconfigures it,
 //! which its periodic `INFO` (every 10 s) can take, and whatever it took then is lost when it
-//! follows the new one.
+//! follows the new one. That question (`SENTINEL GET-MASTER-ADDR-BY-NAME`) goes on one kept
+//! connection to a sentinel; only a connection to a new primary opens one to it (and checks its
+//! `ROLE`).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -179,6 +182,9 @@ struct Shared {
     primary: Mutex<Primary>,
     config: AsyncConnectionConfig,
     db: i64,
+    service: String,
+    /// How many times the watcher heard from a sentinel which server is primary.
+    checks: AtomicU64,
 }
 
 /// The primary's connection, its address, and its generation (so that a call that failed on
@@ -205,6 +211,8 @@ impl SentinelConn {
                 .set_connection_timeout(Some(patience.connect))
                 .set_response_timeout(Some(patience.reply)),
             db: parsed.db,
+            service: parsed.service.clone(),
+            checks: AtomicU64::new(0),
         }));
         conn.primary().await?;
         tokio::spawn(watch(
@@ -256,25 +264,69 @@ impl SentinelConn {
     }
 }
 
-/// Asks the sentinels every `every` which server is primary, and drops the connection to
-/// another; ends with the connection's last clone.
+/// Asks a sentinel every `every` which server is primary, and drops the connection to another;
+/// ends with the connection's last clone. It keeps its connection to the sentinel that
+/// answered and moves to the next one that does when it fails.
 async fn watch(shared: Weak<Shared>, every: Duration) {
+    let mut sentinel: Option<MultiplexedConnection> = None;
     loop {
         tokio::time::sleep(every).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let named = shared.sentinels.lock().await.async_get_client().await;
-        let Ok(named) = named else {
-            // No sentinel answers, or the one named is down: the calls find out on their own.
+        if sentinel.is_none() {
+            let client = shared
+                .sentinels
+                .lock()
+                .await
+                .async_get_sentinel_client()
+                .await;
+            sentinel = match client {
+                Ok(client) => client
+                    .get_multiplexed_async_connection_with_config(&shared.config)
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
+        }
+        let Some(conn) = sentinel.as_mut() else {
+            // No sentinel answers: the calls find out on their own whether the primary moved.
             continue;
         };
+        let named: RedisResult<Option<(String, u16)>> = ::redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&shared.service)
+            .query_async(conn)
+            .await;
+        let (host, port) = match named {
+            Ok(Some(addr)) => addr,
+            Ok(None) => continue,
+            Err(_) => {
+                sentinel = None;
+                continue;
+            }
+        };
+        shared.checks.fetch_add(1, Ordering::Relaxed);
         let mut primary = shared.primary.lock().unwrap_or_else(|p| p.into_inner());
-        let addr = named.get_connection_info().addr();
-        if primary.conn.is_some() && primary.addr.as_ref() != Some(addr) {
-            tracing::info!(primary = %addr, "the sentinels name another primary; connecting to it");
+        let same = primary
+            .addr
+            .as_ref()
+            .is_some_and(|addr| names(addr, &host, port));
+        if primary.conn.is_some() && !same {
+            tracing::info!(primary = %format!("{host}:{port}"), "the sentinels name another primary; connecting to it");
             primary.conn = None;
         }
+    }
+}
+
+/// Whether `addr` is `host:port`.
+fn names(addr: &ConnectionAddr, host: &str, port: u16) -> bool {
+    match addr {
+        ConnectionAddr::Tcp(h, p)
+        | ConnectionAddr::TcpTls {
+            host: h, port: p, ..
+        } => h == host && *p == port,
+        _ => false,
     }
 }
 
@@ -339,6 +391,85 @@ mod tests {
         assert!(is_sentinel_url("rediss+sentinel://h:1/m"));
         assert!(!format!("{tls:?}").contains("pw"), "{tls:?}");
         assert!(!is_sentinel_url("redis://h:1/0"));
+    }
+
+    fn connections_received(info: &mut ::redis::Connection) -> u64 {
+        let stats: String = ::redis::cmd("INFO").arg("stats").query(info).unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    }
+
+    fn primary_port(conn: &SentinelConn) -> Option<u16> {
+        let primary = conn.0.primary.lock().unwrap();
+        match primary.addr.as_ref()? {
+            ConnectionAddr::Tcp(_, port) => Some(*port),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn watching_the_sentinels_opens_no_connection_to_the_primary_and_sees_it_move() {
+        use crate::store::RedisSentinels;
+        use std::time::Instant;
+        let sentinels = RedisSentinels::start().unwrap_or_else(|e| panic!("{e}"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        // A quarter of a 400 ms lease: the sentinels are asked every 100 ms.
+        let patience = Patience::for_lease(Duration::from_millis(400));
+        let mut conn = runtime
+            .block_on(SentinelConn::connect(&sentinels.url(), None, patience))
+            .unwrap();
+        let old = sentinels.primary().unwrap();
+        assert_eq!(primary_port(&conn), Some(sentinels.servers[old].port));
+        let mut info = ::redis::Client::open(sentinels.servers[old].url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let before = connections_received(&mut info);
+        let checks = conn.0.checks.load(Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while conn.0.checks.load(Ordering::Relaxed) < checks + 10 {
+            assert!(Instant::now() < deadline, "the watcher asked no sentinel");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let opened = connections_received(&mut info) - before;
+        assert!(
+            opened <= 1,
+            "ten checks opened {opened} connections to the primary"
+        );
+
+        sentinels.failover().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let new = loop {
+            match sentinels.primary() {
+                Ok(new) if new != old => break new,
+                _ => assert!(Instant::now() < deadline, "no failover"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Sentinel reconfigures the old primary at its next INFO, up to 10 s later; until
+        // then it takes writes. The watcher moves the connection on well before.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let _: RedisResult<String> =
+                runtime.block_on(::redis::cmd("PING").query_async(&mut conn));
+            if primary_port(&conn) == Some(sentinels.servers[new].port) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still on {:?} 5 s after the sentinel named {}",
+                primary_port(&conn),
+                sentinels.servers[new].port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct RedisServer {
     child: Option<Child>,
     binary: PathBuf,
-    port: u16,
+    pub(super) port: u16,
     dir: PathBuf,
     /// Extra command-line arguments (cluster mode).
     extra: Vec<String>,
