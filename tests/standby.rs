@@ -198,3 +198,113 @@ async fn with_standby_off_nodes_keep_no_copy_and_owners_log_nothing() {
         "a node that keeps no copy has no standby status"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    // A 3 s lease: a node reads no copy in its first lease, so the two started last hold none
+    // when the owner stops.
+    let config = common::cluster_config(dir.path(), &redis.url(), 3000, "");
+    let owner = common::cluster_node(&config, "n1", None);
+    ready(&owner.channel().await).await;
+    let warm = common::cluster_node(&config, "n2", None);
+    let channel = warm.channel().await;
+    common::poll_until("n2's copy is loaded", || {
+        let channel = channel.clone();
+        async move {
+            match standby_status(&channel).await {
+                Ok(SERVING) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let listed = |node: &'static str| {
+        let redis = &redis;
+        move || {
+            let score = redis_get(redis, &["ZSCORE", "{mm}:standbys", node]);
+            async move {
+                match score {
+                    redis::Value::Nil => Err("not listed"),
+                    _ => Ok(()),
+                }
+            }
+        }
+    };
+    common::poll_until("n2 is listed as holding a copy", listed("n2")).await;
+    let cold: Vec<_> = ["n3", "n4"]
+        .iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    for node in &cold {
+        let channel = node.channel().await;
+        ready(&channel).await;
+        assert_ne!(standby_status(&channel).await.unwrap(), SERVING);
+    }
+    // A graceful stop gives the lease up: every other node finds it free at its next try.
+    let pid = owner.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let holder = common::poll_until("another node owns the queues", || {
+        let holder = lease_holder(&redis);
+        async move {
+            match holder {
+                Some(h) if h != "n1" => Ok(h),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(holder, "n2", "a node without a copy took the queues");
+    ready(&channel).await;
+    assert!(
+        warm.logged("took over from the standby copy"),
+        "{:?}",
+        warm.log_lines()
+    );
+    for node in &cold {
+        assert!(!node.logged("this node owns the queues"));
+    }
+    // The owner holds no copy, so it is no longer listed.
+    common::poll_until("n2 is no longer listed", || {
+        let score = redis_get(&redis, &["ZSCORE", "{mm}:standbys", "n2"]);
+        async move {
+            match score {
+                redis::Value::Nil => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_a_copy_finding_the_lease_free_lets_a_node_with_one_try_first() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    // A node that says it holds a copy (for the next hour) but never takes the lease.
+    let in_an_hour = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000)
+        .to_string();
+    redis_get(&redis, &["ZADD", "{mm}:standbys", &in_an_hour, "ghost"]);
+    let config = config(dir.path(), &redis, "");
+    let node = common::cluster_node(&config, "n1", None);
+    // It starts without a copy: it finds the lease free, waits a try, then takes it.
+    ready(&node.channel().await).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    assert_eq!(
+        node.times_logged("a node with a standby copy may take it first"),
+        1,
+        "{:?}",
+        node.log_lines()
+    );
+}

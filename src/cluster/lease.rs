@@ -42,6 +42,20 @@ end
 return 0
 ";
 
+const PEEK: &str = r"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+return {redis.call('GET', KEYS[1]) or '', redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')}
+";
+
+const MARK_WARM: &str = r"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return 1
+";
+
 /// Who holds the lease, as its value says: `token|node_id|addr`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
@@ -161,6 +175,39 @@ impl LeaseClient {
             .arg(fresh)
             .invoke_async(&mut self.conn.clone())
             .await?)
+    }
+
+    /// The lease's holder, if any, and how many nodes hold a current standby copy
+    /// ([`LeaseClient::mark_warm`]), in one atomic look.
+    pub async fn peek(&self) -> Result<(Option<Owner>, u64), LeaseError> {
+        let (value, warm): (String, u64) = Script::new(PEEK)
+            .key(self.keys.lease())
+            .key(self.keys.standbys())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok((Owner::parse(&value), warm))
+    }
+
+    /// Says that `node_id` holds a current standby copy, for a lease from now (so a node that
+    /// died drops out on its own).
+    pub async fn mark_warm(&self, node_id: &str) -> Result<(), LeaseError> {
+        let _: i64 = Script::new(MARK_WARM)
+            .key(self.keys.standbys())
+            .arg(node_id)
+            .arg(self.lease_ms())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Says that `node_id` no longer holds a copy.
+    pub async fn mark_cold(&self, node_id: &str) -> Result<(), LeaseError> {
+        let _: i64 = redis::cmd("ZREM")
+            .arg(self.keys.standbys())
+            .arg(node_id)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// The current holder, if any.

@@ -3,6 +3,7 @@
 //! go through the front like any client's.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
@@ -101,6 +102,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
             .standby
             .then(|| Arc::new(tokio::sync::Mutex::new(None))),
         health: health.clone(),
+        warm: AtomicBool::new(false),
     });
     let node_key = node
         .lease
@@ -291,6 +293,8 @@ struct Node {
     standby: Option<Arc<tokio::sync::Mutex<Option<Standby>>>>,
     /// The node's health service: `standby` tells whether it holds a current copy.
     health: HealthReporter,
+    /// Whether it holds a current standby copy now.
+    warm: AtomicBool,
 }
 
 /// The engine while this node owns the queues.
@@ -310,6 +314,8 @@ impl Node {
         let mut ticker = tokio::time::interval(every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut running: Option<Running> = None;
+        // Whether this node, without a standby copy, saw the lease free at its last look.
+        let mut seen_free = false;
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
@@ -317,7 +323,23 @@ impl Node {
             }
             running = match running.take() {
                 Some(r) => self.renew(r, every).await,
-                None => self.try_acquire(every).await,
+                None if self.defers() && !seen_free => match self.free_lease(every).await {
+                    // Nobody holds a copy: no node is faster to take over.
+                    Some(0) => self.try_acquire(every).await,
+                    Some(warm) => {
+                        info!(
+                            warm,
+                            "the lease is free; a node with a standby copy may take it first"
+                        );
+                        seen_free = true;
+                        None
+                    }
+                    None => None,
+                },
+                None => {
+                    seen_free = false;
+                    self.try_acquire(every).await
+                }
             };
         }
         let Some(mut r) = running else {
@@ -344,6 +366,61 @@ impl Node {
             Err(e) => warn!(error = %e, "could not release the lease; it expires on its own"),
         }
         metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(0.0);
+    }
+
+    /// Whether this node lets others take a free lease first: it keeps standby copies but holds
+    /// none now (it started less than a lease ago, or its copy fell out of step), so a node
+    /// holding one takes over faster. When some node says it holds one
+    /// ([`LeaseClient::mark_warm`]), it takes the lease only if it still finds it free at its
+    /// next try, a quarter lease later: by then every node with a copy has tried.
+    fn defers(&self) -> bool {
+        self.standby.is_some() && !self.warm.load(Ordering::Relaxed)
+    }
+
+    /// Looks at the lease without taking it (see [`Node::defers`]): when it is free, how many
+    /// nodes hold a current copy; `None` when it is held or Redis did not answer.
+    async fn free_lease(&self, within: Duration) -> Option<u64> {
+        let sent = Instant::now();
+        let peeked = tokio::time::timeout(within, self.lease.peek()).await;
+        record_round_trip(sent);
+        match peeked {
+            Ok(Ok((owner, warm))) => {
+                let free = owner.is_none();
+                self.route.send_if_modified(|route| {
+                    let changed = route.owner != owner;
+                    route.owner = owner;
+                    changed
+                });
+                free.then_some(warm)
+            }
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot reach Redis for the lease");
+                None
+            }
+            Err(_) => {
+                warn!("Redis did not answer the lease request in time");
+                None
+            }
+        }
+    }
+
+    /// Records whether this node holds a current standby copy, here and in Redis (for the
+    /// others' [`Node::defers`]): warm nodes say so again every quarter lease, since each
+    /// entry lapses after a lease.
+    async fn set_warm(&self, warm: bool, said: &mut Option<Instant>) {
+        let was = self.warm.swap(warm, Ordering::Relaxed);
+        let due = said.is_none_or(|at| at.elapsed() >= lease::renew_every(self.lease_time));
+        if warm && (!was || due) {
+            match self.lease.mark_warm(&self.node_id).await {
+                Ok(()) => *said = Some(Instant::now()),
+                Err(e) => warn!(error = %e, "cannot record the standby copy in Redis"),
+            }
+        } else if !warm && (was || said.is_some()) {
+            *said = None;
+            if let Err(e) = self.lease.mark_cold(&self.node_id).await {
+                warn!(error = %e, "cannot record in Redis that the standby copy is gone");
+            }
+        }
     }
 
     async fn try_acquire(&self, within: Duration) -> Option<Running> {
@@ -443,14 +520,19 @@ impl Node {
         let mut wait = self.lease_time;
         let mut loaded = Instant::now();
         let mut misses = 0u32;
+        let mut said = None;
         loop {
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = stop.cancelled() => {
+                    self.set_warm(false, &mut said).await;
+                    return;
+                }
                 () = tokio::time::sleep(wait) => {}
             }
             wait = follow_every;
             if self.owns() {
                 slot.lock().await.take();
+                self.set_warm(false, &mut said).await;
                 standby_status(&self.health, Warmth::Owner).await;
                 continue;
             }
@@ -475,6 +557,7 @@ impl Node {
                             "standby copy loaded"
                         );
                         *slot.lock().await = Some(standby);
+                        self.set_warm(true, &mut said).await;
                         standby_status(&self.health, Warmth::Copy(players)).await;
                         loaded = Instant::now();
                     }
@@ -493,6 +576,8 @@ impl Node {
             let why = match followed {
                 Ok(Followed::InStep) => {
                     metrics::gauge!(m::CLUSTER_STANDBY_PLAYERS).set(standby.player_count() as f64);
+                    drop(copy);
+                    self.set_warm(true, &mut said).await;
                     continue;
                 }
                 Ok(Followed::Gap) => "it missed a change".to_string(),
@@ -500,6 +585,7 @@ impl Node {
             };
             *copy = None;
             drop(copy);
+            self.set_warm(false, &mut said).await;
             standby_status(&self.health, Warmth::Cold).await;
             misses = if loaded.elapsed() < Duration::from_secs(60) {
                 (misses + 1).min(6)
@@ -540,6 +626,8 @@ impl Node {
         let node_id = owner.node_id.clone();
         let tls = self.redis_tls.clone();
         let standby = self.standby.clone();
+        // The engine takes the copy.
+        self.warm.store(false, Ordering::Relaxed);
         let health = self.health.clone();
         let task = tokio::spawn({
             let ownership = ownership.clone();

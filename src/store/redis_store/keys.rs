@@ -20,6 +20,7 @@ pub struct Keys {
     lease: String,
     fence: String,
     node_key: String,
+    standbys: String,
     changes: String,
     change_seq: String,
     /// By `Hash as usize - 2`, as the script receives them.
@@ -41,6 +42,7 @@ impl Keys {
             lease: key("lease"),
             fence: key("fence"),
             node_key: key("node_key"),
+            standbys: key("standbys"),
             changes: key("changes"),
             change_seq: key("change_seq"),
             hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
@@ -65,6 +67,12 @@ impl Keys {
     /// The key the nodes show each other (set once, by the first node to start).
     pub fn node_key(&self) -> &str {
         &self.node_key
+    }
+
+    /// The nodes holding a current standby copy: a sorted set of node ids, each scored with
+    /// the time (Redis' clock, in milliseconds) its entry lapses unless renewed.
+    pub fn standbys(&self) -> &str {
+        &self.standbys
     }
 
     /// The change log: a stream with one entry per flush naming the fields it wrote, which
