@@ -538,6 +538,97 @@ async fn a_redis_cluster_backs_the_nodes_the_same_way() {
     assert_eq!(a.rating, b.rating);
 }
 
+/// On a Redis Cluster with replicas and `wait_replicas = 1`, a result is acknowledged once the
+/// replica of the keyspace's primary has it: when that primary dies, its replica takes over and
+/// the nodes carry on with every acknowledged result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_results_survive_the_death_of_the_redis_cluster_primary_holding_them() {
+    let mut redis =
+        matchmaker::store::RedisCluster::start_with_replicas(1).unwrap_or_else(|e| panic!("{e}"));
+    let primary = redis.primary_of("{mm}:lease").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // Each node starts from a primary that does not hold the keyspace.
+    let nodes: Vec<ServerProcess> = (1..3)
+        .map(|i| {
+            let path = dir.path().join(format!("node{i}.toml"));
+            std::fs::write(
+                &path,
+                format!(
+                    "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\nwait_replicas = 1\n",
+                    redis.url((primary + i) % 3)
+                ),
+            )
+            .unwrap();
+            node(&path, &format!("c{i}"))
+        })
+        .collect();
+    let first = nodes[0].channel().await;
+    let second = nodes[1].channel().await;
+    ready(&second).await;
+    let mut gs = GameServerServiceClient::new(second.clone());
+    let mut offers = common::serve(&mut gs, "gs-r:7777").await;
+    let mut play = async |a: &str, b: &str| {
+        common::enter(&mut ClientServiceClient::new(first.clone()), "1v1", &[a]).await;
+        common::enter(&mut ClientServiceClient::new(second.clone()), "1v1", &[b]).await;
+        let m = next_match(&mut offers).await;
+        assert_eq!(players_of(&m), BTreeSet::from([a.into(), b.into()]));
+        let result = proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: common::placements_with_winner(&m, a),
+            ..Default::default()
+        };
+        let ack = GameServerServiceClient::new(first.clone())
+            .report_match_result(result.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!ack.duplicate);
+        (result, ack)
+    };
+    let (result, ack) = play("ann", "ben").await;
+
+    redis.node(primary).kill();
+    // The replica takes the slots over (the nodes time out after a second) with the result.
+    common::poll_until("the replica takes over", || {
+        let now = redis.primary_of("{mm}:lease");
+        async move {
+            match now {
+                Ok(now) if now != primary => Ok(now),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let mut conn = redis::cluster::ClusterClient::new(vec![redis.url(primary + 1)])
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let kept: bool = redis::cmd("HEXISTS")
+        .arg("{mm}:acks")
+        .arg(&result.match_id)
+        .query(&mut conn)
+        .unwrap();
+    assert!(kept, "the acknowledged result was lost with the primary");
+    // The old primary comes back, as the new one's replica: results are acknowledged again.
+    redis.node(primary).restart().unwrap();
+    redis.wait_in_step().unwrap();
+    // Meanwhile calls failed or waited; the nodes carry on from what the replica holds.
+    let again = common::poll_until("the result is read back after the failover", || {
+        let result = result.clone();
+        let mut gs = GameServerServiceClient::new(second.clone());
+        async move { gs.report_match_result(result).await.map(|r| r.into_inner()) }
+    })
+    .await;
+    assert!(again.duplicate);
+    assert!(common::same_changes(&again.changes, &ack.changes));
+    for channel in [&first, &second] {
+        let ann = rating(channel, "ann").await;
+        assert_eq!((ann.games, ann.wins), (1, 1));
+    }
+    let (_, ack) = play("cat", "dan").await;
+    assert!(!ack.changes.is_empty());
+}
+
 /// Records written through the node that owns the queues are read through the other node, by
 /// forwarding while the writer owns them, and from Redis once the writer is killed and the
 /// other node took over: party rosters, completed and cancelled matches in the match history,

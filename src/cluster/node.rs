@@ -46,10 +46,14 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let tls = cluster
         .redis_tls()
         .map_err(|e| redis_error(e.to_string()))?;
-    let durability =
-        crate::store::check_durability(&cluster.redis_url, tls.as_ref(), cluster.allow_volatile)
-            .await
-            .map_err(|e| redis_error(e.to_string()))?;
+    let durability = crate::store::check_durability(
+        &cluster.redis_url,
+        tls.as_ref(),
+        &cluster.keys(),
+        cluster.allow_volatile,
+    )
+    .await
+    .map_err(|e| redis_error(e.to_string()))?;
     info!(redis = %url, durability = ?durability, "cluster store checked");
     let lease_time = Duration::from_millis(cluster.lease_ms);
     let patience = Patience::for_lease(lease_time);

@@ -89,12 +89,18 @@ impl Drop for TracingGuard {
     }
 }
 
+/// The log filter without `RUST_LOG`: `info`, but only errors of the Redis client, whose
+/// cluster connection warns every few milliseconds while a Redis node is down (about a hundred
+/// lines per node in a failover of a few seconds); the node's own warnings say what a Redis
+/// outage does to it.
+pub const DEFAULT_LOG: &str = "info,redis=error";
+
 /// Installs the process's subscriber: logs on stderr (JSON lines with `json`), filtered by
-/// `RUST_LOG` (default `info`), and spans to `config.otlp_endpoint` when set. With an endpoint,
+/// `RUST_LOG` (default [`DEFAULT_LOG`]), and spans to `config.otlp_endpoint` when set. With an endpoint,
 /// call it inside a tokio runtime (the exporter's connection lives there).
 pub fn init(json: bool, config: Option<&TelemetryConfig>) -> Result<TracingGuard, TracingError> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG));
     let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));

@@ -358,12 +358,12 @@ impl ServerProcess {
         Self::spawn(command)
     }
 
-    /// Runs `command`, a server on 127.0.0.1:0 (or a shell that execs one), at log level info;
-    /// returns once it logged its address.
+    /// Runs `command`, a server on 127.0.0.1:0 (or a shell that execs one), at the server's
+    /// default log level; returns once it logged its address.
     pub fn spawn(mut command: std::process::Command) -> Self {
         use std::io::{BufRead, BufReader};
         if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
-            command.env("RUST_LOG", "info");
+            command.env("RUST_LOG", matchmaker::telemetry::tracing::DEFAULT_LOG);
         }
         let mut child = command
             .stdout(std::process::Stdio::null())

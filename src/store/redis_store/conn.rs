@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisFuture, Value};
+use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use super::sentinel::{SentinelConn, is_sentinel_url};
 
@@ -44,18 +45,6 @@ impl RedisTls {
             root_cert: self.ca_pem.clone(),
         }
     }
-}
-
-/// A client of the primary of `url`: the single Redis it names, or the one its sentinels name
-/// now; with `tls` for a `rediss://` one.
-pub async fn primary_client(
-    url: &str,
-    tls: Option<&RedisTls>,
-) -> ::redis::RedisResult<::redis::Client> {
-    if is_sentinel_url(url) {
-        return super::sentinel::primary_client(url, tls).await;
-    }
-    client(url, tls)
 }
 
 /// A client of the single Redis at `url`, with `tls` for a `rediss://` one.
@@ -174,6 +163,30 @@ impl RedisConn {
     /// Whether this is a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// Sends `cmd`, a command about one server that names no key (`WAIT`, `INFO`, `CONFIG`),
+    /// to the primary holding `key`'s slot on a Redis Cluster, which a cluster connection would
+    /// otherwise send to any node; elsewhere to the one primary. On a cluster connection it
+    /// follows the writes this connection sent to that primary, so `WAIT` counts them.
+    pub async fn on_primary_of<T: FromRedisValue>(
+        &mut self,
+        key: &str,
+        cmd: Cmd,
+    ) -> ::redis::RedisResult<T> {
+        match self {
+            Self::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let reply = c
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                T::from_redis_value(reply).map_err(Into::into)
+            }
+            _ => cmd.query_async(self).await,
+        }
     }
 }
 

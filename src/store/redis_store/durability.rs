@@ -14,26 +14,27 @@ pub struct Durability {
     pub replicas: u32,
 }
 
-/// Reads the server's persistence and replication settings; refuses a Redis with neither an
+/// Reads the persistence and replication settings of the primary that holds the keyspace of
+/// `keys` (on a Redis Cluster, the primary of its slot); refuses one with neither an
 /// append-only file nor a replica unless `allow_volatile`.
 pub async fn check_durability(
     url: &str,
     tls: Option<&super::RedisTls>,
+    keys: &super::Keys,
     allow_volatile: bool,
 ) -> Result<Durability, StoreError> {
     let err = redis_error(url);
-    let client = super::conn::primary_client(url, tls).await.map_err(&err)?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
+    let mut conn = super::RedisConn::connect(url, tls, super::Patience::default())
         .await
         .map_err(&err)?;
+    let slot = keys.lease();
     let info = |section: &'static str| ::redis::cmd("INFO").arg(section).clone();
-    let persistence: String = info("persistence")
-        .query_async(&mut conn)
+    let persistence: String = conn
+        .on_primary_of(slot, info("persistence"))
         .await
         .map_err(&err)?;
-    let replication: String = info("replication")
-        .query_async(&mut conn)
+    let replication: String = conn
+        .on_primary_of(slot, info("replication"))
         .await
         .map_err(&err)?;
     let field = |text: &str, name: &str| {
@@ -45,10 +46,11 @@ pub async fn check_durability(
     let replicas = field(&replication, "connected_slaves")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let appendfsync = ::redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("appendfsync")
-        .query_async::<Vec<String>>(&mut conn)
+    let appendfsync = conn
+        .on_primary_of::<Vec<String>>(
+            slot,
+            ::redis::cmd("CONFIG").arg("GET").arg("appendfsync").clone(),
+        )
         .await
         .ok()
         .and_then(|v| v.get(1).cloned());

@@ -244,13 +244,6 @@ impl RedisStore {
         let mut conn = RedisConn::connect(url, options.tls.as_ref(), patience)
             .await
             .map_err(&err)?;
-        if conn.is_cluster() && options.wait_replicas > 0 {
-            return Err(StoreError::Redis(format!(
-                "{}: [cluster] wait_replicas is not supported on a Redis Cluster (WAIT is per \
-                 primary); rely on the cluster's replicas and appendfsync instead",
-                redact(url)
-            )));
-        }
         let lease: Option<String> = ::redis::cmd("GET")
             .arg(options.keys.lease())
             .query_async(&mut conn)
@@ -481,10 +474,11 @@ impl RedisStore {
     async fn wait_for_replicas(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         if self.options.wait_replicas > 0 {
-            let acked: i64 = ::redis::cmd("WAIT")
-                .arg(self.options.wait_replicas)
-                .arg(self.options.wait_timeout_ms)
-                .query_async(&mut conn)
+            let mut wait = ::redis::cmd("WAIT");
+            wait.arg(self.options.wait_replicas)
+                .arg(self.options.wait_timeout_ms);
+            let acked: i64 = conn
+                .on_primary_of(self.options.keys.lease(), wait)
                 .await
                 .map_err(redis_error(&self.url))?;
             if acked < i64::from(self.options.wait_replicas) {

@@ -25,8 +25,8 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError,
-    RedisFuture, RedisResult, TlsMode, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, Pipeline, RedisError, RedisFuture,
+    RedisResult, TlsMode, Value,
 };
 
 use super::conn::{Patience, RedisTls};
@@ -161,12 +161,6 @@ impl SentinelUrl {
         }
         builder.build()
     }
-}
-
-/// A client of the primary the sentinels of `url` name now.
-pub async fn primary_client(url: &str, tls: Option<&RedisTls>) -> RedisResult<Client> {
-    let parsed = SentinelUrl::parse(url).map_err(invalid)?;
-    parsed.client(tls)?.async_get_client().await
 }
 
 fn invalid(detail: String) -> RedisError {

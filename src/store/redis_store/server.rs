@@ -186,83 +186,239 @@ impl Drop for RedisServer {
     }
 }
 
-/// A Redis Cluster of three primaries on loopback, each owning a third of the slots; killed
-/// when dropped.
+/// A Redis Cluster of three primaries on loopback, each owning a third of the slots, with
+/// replicas when asked; killed when dropped.
 pub struct RedisCluster {
+    /// The primaries as started, then their replicas.
     nodes: Vec<RedisServer>,
+}
+
+/// A cluster node as `CLUSTER NODES` lists it.
+struct Listed {
+    id: String,
+    port: u16,
+    primary: bool,
+    failed: bool,
+    /// The primary a replica follows.
+    follows: String,
+    slots: Vec<(u16, u16)>,
 }
 
 impl RedisCluster {
     /// Starts three cluster-enabled servers, assigns the slots and joins them, and returns once
     /// every node reports `cluster_state:ok`.
     pub fn start() -> Result<Self, RedisServerError> {
+        Self::start_with_replicas(0)
+    }
+
+    /// The same with `replicas` replicas of each primary, in step when it returns. Nodes time
+    /// out after a second, so a replica takes over a primary that died within a few seconds.
+    pub fn start_with_replicas(replicas: usize) -> Result<Self, RedisServerError> {
         const SLOTS: u16 = 16384;
-        let mut nodes = Vec::new();
-        for _ in 0..3 {
-            nodes.push(RedisServer::start_with(
-                [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ]
-                .iter()
-                .map(|a| (*a).to_string())
-                .collect(),
-            )?);
+        const PRIMARIES: usize = 3;
+        let args = || -> Vec<String> {
+            [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "1000",
+            ]
+            .iter()
+            .map(|a| (*a).to_string())
+            .collect()
+        };
+        let mut cluster = Self { nodes: Vec::new() };
+        for _ in 0..PRIMARIES {
+            cluster.nodes.push(RedisServer::start_with(args())?);
         }
-        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("cluster: {e}"));
-        let per_node = SLOTS / 3 + 1;
-        for (i, node) in nodes.iter().enumerate() {
-            let mut conn = ::redis::Client::open(node.url())
-                .and_then(|c| c.get_connection())
-                .map_err(fail)?;
+        let per_node = SLOTS / PRIMARIES as u16 + 1;
+        for i in 0..PRIMARIES {
             let first = i as u16 * per_node;
             let last = ((i as u16 + 1) * per_node - 1).min(SLOTS - 1);
-            let () = ::redis::cmd("CLUSTER")
-                .arg("ADDSLOTSRANGE")
-                .arg(first)
-                .arg(last)
-                .query(&mut conn)
-                .map_err(fail)?;
+            let () = cluster.query(
+                i,
+                &[
+                    "CLUSTER",
+                    "ADDSLOTSRANGE",
+                    &first.to_string(),
+                    &last.to_string(),
+                ],
+            )?;
             if i > 0 {
-                let mut first_node = ::redis::Client::open(nodes[0].url())
-                    .and_then(|c| c.get_connection())
-                    .map_err(fail)?;
-                let () = ::redis::cmd("CLUSTER")
-                    .arg("MEET")
-                    .arg("127.0.0.1")
-                    .arg(node.port)
-                    .query(&mut first_node)
-                    .map_err(fail)?;
+                cluster.meet(i)?;
             }
         }
-        let deadline = Instant::now() + START_TIMEOUT;
-        for node in &nodes {
-            loop {
-                let info: Result<String, _> = ::redis::Client::open(node.url())
-                    .and_then(|c| c.get_connection())
-                    .and_then(|mut c| ::redis::cmd("CLUSTER").arg("INFO").query(&mut c));
-                if info
-                    .as_deref()
-                    .is_ok_and(|i| i.contains("cluster_state:ok"))
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(RedisServerError::Start(format!(
-                        "the cluster did not form within {START_TIMEOUT:?}: {info:?}"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(50));
+        cluster.wait_until("the cluster forms", |c| c.all_ok())?;
+        for primary in 0..PRIMARIES {
+            let id: String = cluster.query(primary, &["CLUSTER", "MYID"])?;
+            for _ in 0..replicas {
+                cluster.nodes.push(RedisServer::start_with(args())?);
+                let replica = cluster.nodes.len() - 1;
+                cluster.meet(replica)?;
+                cluster.wait_until("a new node learns of its primary", |c| {
+                    Ok(c.listed(replica)?.iter().any(|n| n.id == id))
+                })?;
+                let () = cluster.query(replica, &["CLUSTER", "REPLICATE", &id])?;
             }
         }
-        Ok(Self { nodes })
+        cluster.wait_in_step()?;
+        Ok(cluster)
+    }
+
+    /// Waits until every running replica is in step with its primary and every running node
+    /// reports `cluster_state:ok` (after a node restarted, say: it comes back as a replica).
+    pub fn wait_in_step(&self) -> Result<(), RedisServerError> {
+        self.wait_until("the replicas are in step", |c| {
+            for node in c.up() {
+                let info: String = c.query(node, &["INFO", "replication"])?;
+                if info.contains("role:slave") && !info.contains("master_link_status:up") {
+                    return Ok(false);
+                }
+            }
+            c.all_ok()
+        })
+    }
+
+    /// The nodes running now.
+    fn up(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes.len()).filter(|i| self.nodes[*i].pid().is_some())
     }
 
     /// The URL of node `i` (any node reaches the whole cluster).
     pub fn url(&self, i: usize) -> String {
         self.nodes[i % self.nodes.len()].url()
+    }
+
+    /// Node `i`: the primaries as started, then their replicas.
+    pub fn node(&mut self, i: usize) -> &mut RedisServer {
+        &mut self.nodes[i]
+    }
+
+    /// Which node is, as a running node sees it, the primary holding `key`'s slot.
+    pub fn primary_of(&self, key: &str) -> Result<usize, RedisServerError> {
+        let asker = self.running()?;
+        let slot: u16 = self.query(asker, &["CLUSTER", "KEYSLOT", key])?;
+        let listed = self.listed(asker)?;
+        let port = listed
+            .iter()
+            .find(|n| {
+                n.primary && !n.failed && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+            })
+            .map(|n| n.port)
+            .ok_or_else(|| RedisServerError::Start(format!("no primary holds slot {slot}")))?;
+        self.index(port)
+    }
+
+    /// Which node replicates `primary`.
+    pub fn replica_of(&self, primary: usize) -> Result<usize, RedisServerError> {
+        let listed = self.listed(self.running()?)?;
+        let id = listed
+            .iter()
+            .find(|n| n.port == self.nodes[primary].port)
+            .map(|n| n.id.clone())
+            .ok_or_else(|| RedisServerError::Start(format!("node {primary} is not listed")))?;
+        let port = listed
+            .iter()
+            .find(|n| n.follows == id)
+            .map(|n| n.port)
+            .ok_or_else(|| RedisServerError::Start(format!("node {primary} has no replica")))?;
+        self.index(port)
+    }
+
+    fn index(&self, port: u16) -> Result<usize, RedisServerError> {
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .ok_or_else(|| RedisServerError::Start(format!("no node on port {port}")))
+    }
+
+    fn running(&self) -> Result<usize, RedisServerError> {
+        self.up()
+            .next()
+            .ok_or_else(|| RedisServerError::Start("no node runs".into()))
+    }
+
+    fn meet(&self, node: usize) -> Result<(), RedisServerError> {
+        self.query(
+            0,
+            &[
+                "CLUSTER",
+                "MEET",
+                "127.0.0.1",
+                &self.nodes[node].port.to_string(),
+            ],
+        )
+    }
+
+    fn all_ok(&self) -> Result<bool, RedisServerError> {
+        for i in self.up() {
+            let info: String = self.query(i, &["CLUSTER", "INFO"])?;
+            if !info.contains("cluster_state:ok") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn listed(&self, asker: usize) -> Result<Vec<Listed>, RedisServerError> {
+        let text: String = self.query(asker, &["CLUSTER", "NODES"])?;
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let port = fields
+                    .get(1)?
+                    .split('@')
+                    .next()?
+                    .rsplit_once(':')?
+                    .1
+                    .parse()
+                    .ok()?;
+                let flags = fields.get(2)?;
+                let slots = fields
+                    .iter()
+                    .skip(8)
+                    .filter_map(|range| {
+                        let (a, b) = range.split_once('-').unwrap_or((range, range));
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                Some(Listed {
+                    id: fields[0].to_string(),
+                    port,
+                    primary: flags.contains("master"),
+                    failed: flags.contains("fail"),
+                    follows: fields.get(3)?.to_string(),
+                    slots,
+                })
+            })
+            .collect())
+    }
+
+    fn query<T: ::redis::FromRedisValue>(
+        &self,
+        node: usize,
+        args: &[&str],
+    ) -> Result<T, RedisServerError> {
+        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("cluster: {e}"));
+        let mut conn = ::redis::Client::open(self.nodes[node].url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+            .map_err(fail)?;
+        let mut cmd = ::redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut conn).map_err(fail)
+    }
+
+    fn wait_until(
+        &self,
+        what: &str,
+        done: impl Fn(&Self) -> Result<bool, RedisServerError>,
+    ) -> Result<(), RedisServerError> {
+        wait_until(what, || done(self))
     }
 }
 
@@ -423,19 +579,7 @@ impl RedisSentinels {
         what: &str,
         done: impl Fn(&Self) -> Result<bool, RedisServerError>,
     ) -> Result<(), RedisServerError> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let seen = done(self);
-            if matches!(seen, Ok(true)) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(RedisServerError::Start(format!(
-                    "{what}: not within {START_TIMEOUT:?} ({seen:?})"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(what, || done(self))
     }
 }
 
@@ -446,5 +590,26 @@ impl Drop for RedisSentinels {
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `done` every 50 ms until it says so, for up to [`START_TIMEOUT`]; the error names
+/// `what` and the last answer.
+fn wait_until(
+    what: &str,
+    done: impl Fn() -> Result<bool, RedisServerError>,
+) -> Result<(), RedisServerError> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let seen = done();
+        if matches!(seen, Ok(true)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(RedisServerError::Start(format!(
+                "{what}: not within {START_TIMEOUT:?} ({seen:?})"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -143,7 +143,7 @@ fn a_volatile_redis_is_refused_unless_allowed() {
     with_redis(|server, runtime| {
         let url = server.url();
         let found = runtime
-            .block_on(check_durability(&url, None, false))
+            .block_on(check_durability(&url, None, &Keys::default(), false))
             .unwrap();
         assert!(found.aof, "the test server runs with appendonly yes");
         assert_eq!(found.appendfsync.as_deref(), Some("everysec"));
@@ -156,11 +156,11 @@ fn a_volatile_redis_is_refused_unless_allowed() {
             .query(&mut conn)
             .unwrap();
         let refused = runtime
-            .block_on(check_durability(&url, None, false))
+            .block_on(check_durability(&url, None, &Keys::default(), false))
             .unwrap_err();
         assert!(refused.to_string().contains("appendonly yes"), "{refused}");
         let allowed = runtime
-            .block_on(check_durability(&url, None, true))
+            .block_on(check_durability(&url, None, &Keys::default(), true))
             .unwrap();
         assert!(!allowed.aof);
     });
@@ -358,4 +358,71 @@ fn a_token_given_twice_still_fences_the_node_that_lost_the_lease() {
         b.flush().unwrap();
         assert_eq!(hlen(&url, "{mm}:players"), 1);
     });
+}
+
+#[test]
+fn on_a_redis_cluster_a_flush_waits_for_the_replica_of_its_keyspaces_primary() {
+    let cluster = RedisCluster::start_with_replicas(1).unwrap_or_else(|e| panic!("{e}"));
+    let keys = Keys::default();
+    let primary = cluster.primary_of(keys.lease()).unwrap();
+    let replica = cluster.replica_of(primary).unwrap();
+    let url = cluster.url((primary + 1) % 3);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let mut cluster = cluster;
+    let task = runtime.spawn_blocking(move || {
+        let client = ::redis::cluster::ClusterClient::new(vec![url.clone()]).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let () = ::redis::cmd("SET")
+            .arg(keys.lease())
+            .arg("7|a|127.0.0.1:1")
+            .query(&mut conn)
+            .unwrap();
+        let options = RedisOptions {
+            node: "a".into(),
+            wait_replicas: 1,
+            wait_timeout_ms: 300,
+            ..RedisOptions::default()
+        };
+        let store = handle
+            .block_on(RedisStore::open(&url, 7, &options))
+            .unwrap();
+        let p1 = PlayerId::new("p1");
+        store.put_players(&[(&p1, &record(1500.0))]).unwrap();
+        store.flush().unwrap();
+        // The replica of the keyspace's primary stops: a flush is no longer acknowledged, as
+        // WAIT on that primary says.
+        let signal = |sig: &str, pid: u32| {
+            assert!(
+                std::process::Command::new("kill")
+                    .args([sig, &pid.to_string()])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        };
+        // Another primary's replica stops: flushes still need only their own primary's.
+        let other = cluster.replica_of((primary + 1) % 3).unwrap();
+        let pid = cluster.node(other).pid().unwrap();
+        signal("-STOP", pid);
+        store.put_players(&[(&p1, &record(1550.0))]).unwrap();
+        let flushed = store.flush();
+        signal("-CONT", pid);
+        flushed.unwrap();
+        let pid = cluster.node(replica).pid().unwrap();
+        signal("-STOP", pid);
+        let p2 = PlayerId::new("p2");
+        store.put_players(&[(&p2, &record(1600.0))]).unwrap();
+        let refused = store.flush();
+        signal("-CONT", pid);
+        match refused {
+            Err(StoreError::Redis(e)) => assert!(e.contains("0 of 1 replicas"), "{e}"),
+            other => panic!("a flush no replica acknowledged: {other:?}"),
+        }
+    });
+    runtime.block_on(task).unwrap();
 }
