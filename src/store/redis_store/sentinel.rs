@@ -1,11 +1,14 @@
 //! Redis behind Sentinel: the nodes ask the sentinels where the primary is, and ask again when
 //! it moves.
 //!
-//! `redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB]` names the
-//! sentinels and the service they watch (`rediss+sentinel://` for TLS to both). The credentials
-//! and the database are the primary's; the sentinels are asked without credentials. This is the
-//! form of the `redis-sentinel-url` convention (Python's `redis-sentinel-url`, Sidekiq's and
-//! Celery's multi-sentinel URLs).
+//! `redis+sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB][?PARAMS]` names
+//! the sentinels and the service they watch (`rediss+sentinel://` for TLS to both). The
+//! credentials and the database are the primary's. The sentinels are asked without
+//! credentials unless the parameters `sentinel_password` (and `sentinel_username`) give theirs
+//! (Sentinel's `requirepass`; the Bitnami chart sets it to the primary's password). User names,
+//! passwords and parameters are percent-decoded. This is the form of the `redis-sentinel-url`
+//! convention (Python's `redis-sentinel-url`, Sidekiq's and Celery's multi-sentinel URLs), with
+//! the sentinels' own credentials as go-redis and Lettuce keep them apart.
 //!
 //! A connection keeps one multiplexed connection to the primary the sentinels named, checked
 //! with `ROLE` (Redis' documented client protocol for Sentinel). It drops it, and the next call
@@ -45,6 +48,9 @@ pub struct SentinelUrl {
     /// The primary's user and password.
     pub username: Option<String>,
     pub password: Option<String>,
+    /// The sentinels' user and password.
+    pub sentinel_username: Option<String>,
+    pub sentinel_password: Option<String>,
     /// TLS to the sentinels and the primary.
     pub tls: bool,
 }
@@ -58,6 +64,11 @@ impl std::fmt::Debug for SentinelUrl {
             .field("db", &self.db)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("sentinel_username", &self.sentinel_username)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .field("tls", &self.tls)
             .finish()
     }
@@ -75,6 +86,7 @@ impl SentinelUrl {
             .iter()
             .find_map(|(s, tls)| url.strip_prefix(s).map(|rest| (rest, *tls)))
             .ok_or("must start with redis+sentinel:// or rediss+sentinel://")?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (userinfo, rest) = match rest.rsplit_once('@') {
             Some((userinfo, rest)) => (Some(userinfo), rest),
             None => (None, rest),
@@ -83,10 +95,23 @@ impl SentinelUrl {
             None => (None, None),
             Some(info) => {
                 let (user, password) = info.split_once(':').unwrap_or((info, ""));
-                let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
-                (nonempty(user), nonempty(password))
+                (decoded("user", user)?, decoded("password", password)?)
             }
         };
+        let (mut sentinel_username, mut sentinel_password) = (None, None);
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = param.split_once('=').unwrap_or((param, ""));
+            match name {
+                "sentinel_username" => sentinel_username = decoded(name, value)?,
+                "sentinel_password" => sentinel_password = decoded(name, value)?,
+                _ => {
+                    return Err(format!(
+                        "has an unknown parameter {name:?} (known: sentinel_username, \
+                         sentinel_password)"
+                    ));
+                }
+            }
+        }
         let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
         let sentinels = hosts
             .split(',')
@@ -123,6 +148,8 @@ impl SentinelUrl {
             db,
             username,
             password,
+            sentinel_username,
+            sentinel_password,
             tls,
         })
     }
@@ -149,6 +176,12 @@ impl SentinelUrl {
         if let Some(password) = &self.password {
             builder = builder.set_client_to_redis_password(password);
         }
+        if let Some(user) = &self.sentinel_username {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = &self.sentinel_password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
         if self.tls {
             builder = builder
                 .set_client_to_redis_tls_mode(TlsMode::Secure)
@@ -161,6 +194,14 @@ impl SentinelUrl {
         }
         builder.build()
     }
+}
+
+/// `value` percent-decoded; `None` when empty. The error names `what` (never the value).
+fn decoded(what: &str, value: &str) -> Result<Option<String>, String> {
+    let value = percent_encoding::percent_decode_str(value)
+        .decode_utf8()
+        .map_err(|_| format!("{what} is not UTF-8 once percent-decoded"))?;
+    Ok((!value.is_empty()).then(|| value.into_owned()))
 }
 
 fn invalid(detail: String) -> RedisError {
@@ -208,7 +249,17 @@ impl SentinelConn {
             service: parsed.service.clone(),
             checks: AtomicU64::new(0),
         }));
-        conn.primary().await?;
+        conn.primary().await.map_err(|e| {
+            let auth = e.kind() == ErrorKind::AuthenticationFailed
+                || e.code().is_some_and(|c| c == "NOAUTH" || c == "WRONGPASS");
+            match auth {
+                true if parsed.sentinel_password.is_none() => invalid(format!(
+                    "{e}: if the sentinels ask for a password (Sentinel's requirepass), give it \
+                     as ?sentinel_password=... in the URL"
+                )),
+                _ => e,
+            }
+        })?;
         tokio::spawn(watch(
             Arc::downgrade(&conn.0),
             patience.connect.max(Duration::from_millis(100)),
@@ -375,6 +426,8 @@ mod tests {
                 db: 2,
                 username: None,
                 password: Some("s3cret".into()),
+                sentinel_username: None,
+                sentinel_password: None,
                 tls: false,
             }
         );
@@ -385,6 +438,14 @@ mod tests {
         assert!(is_sentinel_url("rediss+sentinel://h:1/m"));
         assert!(!format!("{tls:?}").contains("pw"), "{tls:?}");
         assert!(!is_sentinel_url("redis://h:1/0"));
+        let both = SentinelUrl::parse(
+            "redis+sentinel://:p%40ss@h:26379/m?sentinel_username=watch&sentinel_password=s%26x",
+        )
+        .unwrap();
+        assert_eq!(both.password.as_deref(), Some("p@ss"));
+        assert_eq!(both.sentinel_username.as_deref(), Some("watch"));
+        assert_eq!(both.sentinel_password.as_deref(), Some("s&x"));
+        assert!(!format!("{both:?}").contains("s&x"), "{both:?}");
     }
 
     fn connections_received(info: &mut ::redis::Connection) -> u64 {
@@ -416,6 +477,17 @@ mod tests {
             .unwrap();
         // A quarter of a 400 ms lease: the sentinels are asked every 100 ms.
         let patience = Patience::for_lease(Duration::from_millis(400));
+        // The sentinel asks for a password: without it the URL is refused, saying where it goes.
+        let url = sentinels.url();
+        let (without, _) = url.split_once('?').unwrap();
+        let refused = runtime
+            .block_on(SentinelConn::connect(without, None, patience))
+            .err()
+            .expect("a sentinel that asks for a password answered without one");
+        assert!(
+            refused.to_string().contains("?sentinel_password="),
+            "{refused}"
+        );
         let mut conn = runtime
             .block_on(SentinelConn::connect(&sentinels.url(), None, patience))
             .unwrap();
@@ -477,6 +549,11 @@ mod tests {
             ("redis+sentinel://h:26379/m/zero", "number"),
             ("redis+sentinel://h:26379/m/0/x", "path"),
             ("redis://h:26379/m", "redis+sentinel://"),
+            (
+                "redis+sentinel://h:26379/m?sentinel_pass=x",
+                "unknown parameter",
+            ),
+            ("redis+sentinel://:%ff@h:26379/m", "password is not UTF-8"),
         ] {
             let error = SentinelUrl::parse(url).unwrap_err();
             assert!(error.contains(says), "{url}: {error}");

@@ -425,8 +425,13 @@ impl RedisCluster {
 /// The service name [`RedisSentinels`] watch.
 pub const SENTINEL_SERVICE: &str = "mm-primary";
 
+/// The password [`RedisSentinels`]' sentinel asks for (`requirepass`, as the Bitnami chart
+/// sets by default), with characters a URL must percent-encode.
+const SENTINEL_PASSWORD: &str = "s3cret&more";
+
 /// A primary, two replicas of it and one sentinel watching them as [`SENTINEL_SERVICE`]
-/// (quorum 1, a server is down after a second), on loopback; killed when dropped.
+/// (quorum 1, a server is down after a second, [`SENTINEL_PASSWORD`] asked of its clients), on
+/// loopback; killed when dropped.
 pub struct RedisSentinels {
     /// The first primary, then its replicas; the sentinel moves the roles.
     pub servers: Vec<RedisServer>,
@@ -459,7 +464,8 @@ impl RedisSentinels {
                 "port {sentinel_port}\nbind 127.0.0.1\ndir {}\n\
                  sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
-                 sentinel failover-timeout {SENTINEL_SERVICE} 2000\n",
+                 sentinel failover-timeout {SENTINEL_SERVICE} 2000\n\
+                 requirepass {SENTINEL_PASSWORD}\n",
                 dir.display(),
                 servers[0].port
             ),
@@ -498,11 +504,15 @@ impl RedisSentinels {
         Ok(sentinels)
     }
 
-    /// `redis+sentinel://127.0.0.1:PORT/mm-primary/0`.
+    /// `redis+sentinel://127.0.0.1:PORT/mm-primary/0?sentinel_password=...`.
     pub fn url(&self) -> String {
         format!(
-            "redis+sentinel://127.0.0.1:{}/{SENTINEL_SERVICE}/0",
-            self.sentinel_port
+            "redis+sentinel://127.0.0.1:{}/{SENTINEL_SERVICE}/0?sentinel_password={}",
+            self.sentinel_port,
+            percent_encoding::utf8_percent_encode(
+                SENTINEL_PASSWORD,
+                percent_encoding::NON_ALPHANUMERIC
+            )
         )
     }
 
@@ -557,9 +567,16 @@ impl RedisSentinels {
 
     fn sentinel_query(&self, args: &[&str]) -> Result<::redis::Value, RedisServerError> {
         let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("sentinel: {e}"));
-        let mut conn = ::redis::Client::open(format!("redis://127.0.0.1:{}", self.sentinel_port))
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-            .map_err(fail)?;
+        let mut conn = ::redis::Client::open(format!(
+            "redis://:{}@127.0.0.1:{}",
+            percent_encoding::utf8_percent_encode(
+                SENTINEL_PASSWORD,
+                percent_encoding::NON_ALPHANUMERIC
+            ),
+            self.sentinel_port
+        ))
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        .map_err(fail)?;
         let mut cmd = ::redis::cmd(args[0]);
         for a in &args[1..] {
             cmd.arg(*a);
