@@ -61,6 +61,20 @@ async fn standby_status(channel: &Channel) -> Result<i32, tonic::Status> {
 
 const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
 
+/// `matchmaker admin cluster-status --json` on `redis`.
+fn cluster_status(redis: &RedisServer) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args(["admin", "--json", "cluster-status", "--redis", &redis.url()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
@@ -102,6 +116,13 @@ async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner
         panic!("no change log");
     };
     assert!(logged > 0, "the owner logs its flushes");
+    // What an operator sees: the owner, the node with a copy, the tickets waiting.
+    let status = cluster_status(&redis);
+    assert_eq!(status["owner"]["node_id"], "n1", "{status}");
+    assert_eq!(status["standbys"][0]["node_id"], "n2", "{status}");
+    assert_eq!(status["waiting_tickets"], players.len(), "{status}");
+    assert_eq!(status["players"], 2, "{status}");
+    assert_eq!(status["durability"]["aof"], true, "{status}");
 
     owner.child.kill().unwrap();
     let _ = owner.child.wait();
@@ -122,6 +143,12 @@ async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner
         standby.log_lines()
     );
     assert_eq!(standby_status(&channel).await.unwrap(), SERVING);
+    let status = cluster_status(&redis);
+    assert_eq!(status["owner"]["node_id"], "n2", "{status}");
+    assert!(
+        status["owner"]["token"].as_u64() > Some(1),
+        "a new token: {status}"
+    );
     // Every write the dead owner made is there: both ratings, and each waiting ticket,
     // matched exactly once.
     assert_eq!(

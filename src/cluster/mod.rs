@@ -16,5 +16,6 @@ pub mod front;
 pub mod lease;
 pub mod link;
 mod node;
+pub mod status;
 
 pub use node::{NodeError, STANDBY, run_node};

@@ -37,6 +37,54 @@ pub struct AdminArgs {
     pub command: AdminCommand,
 }
 
+/// How the commands that talk to a cluster's Redis reach it, as a node's `[cluster]` keys say.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RedisFlags {
+    /// For rediss://: PEM certificates Redis' certificate must chain to (default: the
+    /// system's trust store), as `cluster.redis_ca_file`.
+    #[arg(long)]
+    redis_ca_file: Option<PathBuf>,
+    /// For rediss://: a PEM client certificate, as `cluster.redis_cert_file`.
+    #[arg(long)]
+    redis_cert_file: Option<PathBuf>,
+    /// Its PEM private key, as `cluster.redis_key_file`.
+    #[arg(long)]
+    redis_key_file: Option<PathBuf>,
+    /// The cluster's `cluster.keyspace`: the hash tag of every key it writes.
+    #[arg(long, default_value = crate::store::DEFAULT_KEYSPACE)]
+    keyspace: String,
+}
+
+impl RedisFlags {
+    /// The target as a node's `[cluster]` section (checked by the same rules, errors naming
+    /// this command's flags; `url_flag` is the URL's), and its TLS.
+    fn target(
+        &self,
+        url: &str,
+        url_flag: &str,
+    ) -> Result<(crate::store::ClusterConfig, Option<crate::store::RedisTls>), AdminCliError> {
+        let target = crate::store::ClusterConfig {
+            redis_url: url.to_string(),
+            redis_ca_file: self.redis_ca_file.clone().unwrap_or_default(),
+            redis_cert_file: self.redis_cert_file.clone().unwrap_or_default(),
+            redis_key_file: self.redis_key_file.clone().unwrap_or_default(),
+            keyspace: self.keyspace.clone(),
+            ..crate::store::ClusterConfig::default()
+        };
+        let tls = target
+            .validate()
+            .and_then(|()| target.redis_tls())
+            .map_err(|e| {
+                let flag = match e.field.as_str() {
+                    "cluster.redis_url" => url_flag.to_string(),
+                    field => field.replace("cluster.", "--").replace('_', "-"),
+                };
+                AdminCliError::Usage(format!("{flag}: {}", e.rule))
+            })?;
+        Ok((target, tls))
+    }
+}
+
 /// Reset kinds on the command line.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResetKindArg {
@@ -110,22 +158,21 @@ pub enum AdminCommand {
         /// The cluster's Redis: redis://HOST:PORT/DB (rediss:// for TLS).
         #[arg(long)]
         to_redis: String,
-        /// For rediss://: PEM certificates Redis' certificate must chain to (default: the
-        /// system's trust store), as `cluster.redis_ca_file`.
-        #[arg(long)]
-        redis_ca_file: Option<PathBuf>,
-        /// For rediss://: a PEM client certificate, as `cluster.redis_cert_file`.
-        #[arg(long)]
-        redis_cert_file: Option<PathBuf>,
-        /// Its PEM private key, as `cluster.redis_key_file`.
-        #[arg(long)]
-        redis_key_file: Option<PathBuf>,
-        /// The cluster's `cluster.keyspace`: the hash tag of every key it writes.
-        #[arg(long, default_value = crate::store::DEFAULT_KEYSPACE)]
-        keyspace: String,
+        #[command(flatten)]
+        redis: RedisFlags,
         /// Records per write.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
+    },
+    /// A cluster as its keys in Redis describe it: the node owning the queues and its lease,
+    /// the nodes holding a standby copy, flushes, stored players and waiting tickets, and what
+    /// Redis keeps across a crash. Talks to Redis, not to a node.
+    ClusterStatus {
+        /// The cluster's `cluster.redis_url`.
+        #[arg(long)]
+        redis: String,
+        #[command(flatten)]
+        flags: RedisFlags,
     },
     /// Stream every player of a queue in id order; resume with `--after LAST_ID`.
     Export {
@@ -310,32 +357,26 @@ fn player_line(v: &proto::PlayerView) -> String {
 async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
     let mut out = std::io::stdout().lock();
     let json = args.json;
+    if let AdminCommand::ClusterStatus { redis, flags } = &args.command {
+        let (target, tls) = flags.target(redis, "--redis")?;
+        let status = crate::cluster::status::read(redis, tls.as_ref(), &target.keys())
+            .await
+            .map_err(|e| AdminCliError::Usage(e.to_string()))?;
+        if json {
+            writeln!(out, "{}", json!(status))?;
+        } else {
+            write!(out, "{}", super::cluster_status::text(&status))?;
+        }
+        return Ok(());
+    }
     if let AdminCommand::MigrateStore {
         from_data_dir,
         to_redis,
-        redis_ca_file,
-        redis_cert_file,
-        redis_key_file,
-        keyspace,
+        redis,
         batch,
     } = &args.command
     {
-        // The same rules and files as a node's `[cluster]` keys, named as this command's flags.
-        let target = crate::store::ClusterConfig {
-            redis_url: to_redis.clone(),
-            redis_ca_file: redis_ca_file.clone().unwrap_or_default(),
-            redis_cert_file: redis_cert_file.clone().unwrap_or_default(),
-            redis_key_file: redis_key_file.clone().unwrap_or_default(),
-            keyspace: keyspace.clone(),
-            ..crate::store::ClusterConfig::default()
-        };
-        let tls = target
-            .validate()
-            .and_then(|()| target.redis_tls())
-            .map_err(|e| {
-                let flag = e.field.replace("cluster.", "--").replace('_', "-");
-                AdminCliError::Usage(format!("{flag}: {}", e.rule))
-            })?;
+        let (target, tls) = redis.target(to_redis, "--to-redis")?;
         let report = crate::tools::migrate_store::migrate(
             from_data_dir,
             to_redis,
@@ -561,6 +602,7 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
         }
         // Answered above, without a server, or by `match_records`.
         AdminCommand::MigrateStore { .. }
+        | AdminCommand::ClusterStatus { .. }
         | AdminCommand::Match { .. }
         | AdminCommand::Matches { .. }
         | AdminCommand::ActiveTicket { .. }

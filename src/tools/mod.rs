@@ -8,6 +8,7 @@ pub mod bench_cluster;
 pub mod bench_matcher;
 pub mod bench_memory;
 pub mod bench_results;
+mod cluster_status;
 pub mod loadgen;
 mod match_records;
 pub mod migrate_store;

@@ -4,7 +4,7 @@ use super::redis_error;
 use crate::store::{StoreError, redact};
 
 /// What a Redis server keeps across a crash, read at start-up.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Durability {
     /// `appendonly yes`.
     pub aof: bool,

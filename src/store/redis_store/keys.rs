@@ -87,6 +87,16 @@ impl Keys {
         &self.change_seq
     }
 
+    /// Every player's records, by player id.
+    pub fn players(&self) -> &str {
+        self.hash(Hash::Players)
+    }
+
+    /// The waiting tickets, by ticket id.
+    pub fn tickets(&self) -> &str {
+        self.hash(Hash::Tickets)
+    }
+
     /// One of the store's hashes.
     pub(super) fn hash(&self, h: Hash) -> &str {
         &self.hashes[h as usize - 2]
