@@ -538,6 +538,107 @@ async fn a_redis_cluster_backs_the_nodes_the_same_way() {
     assert_eq!(a.rating, b.rating);
 }
 
+/// A node of a cluster on the Redis Cluster node at `url`, with `extra` in `[cluster]`.
+fn node_on(dir: &Path, url: &str, name: &str, extra: &str) -> ServerProcess {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{url}\"\nlease_ms = {LEASE_MS}\n{extra}"
+        ),
+    )
+    .unwrap();
+    node(&path, name)
+}
+
+/// Enters `a` through `first` and `b` through `second`, takes their match from `offers` and
+/// reports `a` the winner through `first`: the result and its (first) acknowledgement.
+async fn play(
+    first: &Channel,
+    second: &Channel,
+    offers: &mut tonic::Streaming<proto::MatchAssignment>,
+    a: &str,
+    b: &str,
+) -> (proto::MatchResult, proto::MatchResultAck) {
+    common::enter(&mut ClientServiceClient::new(first.clone()), "1v1", &[a]).await;
+    common::enter(&mut ClientServiceClient::new(second.clone()), "1v1", &[b]).await;
+    let m = next_match(offers).await;
+    assert_eq!(players_of(&m), BTreeSet::from([a.into(), b.into()]));
+    let result = proto::MatchResult {
+        match_id: m.match_id.clone(),
+        placements: common::placements_with_winner(&m, a),
+        ..Default::default()
+    };
+    let ack = GameServerServiceClient::new(first.clone())
+        .report_match_result(result.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!ack.duplicate);
+    (result, ack)
+}
+
+/// Reports `result` again through `channel` until a node answers (the queues may be moving):
+/// its acknowledgement must be the first one, marked as a duplicate.
+async fn reported_before(
+    channel: &Channel,
+    result: &proto::MatchResult,
+    ack: &proto::MatchResultAck,
+) {
+    let again = common::poll_until("the result is read back", || {
+        let result = result.clone();
+        let mut gs = GameServerServiceClient::new(channel.clone());
+        async move { gs.report_match_result(result).await.map(|r| r.into_inner()) }
+    })
+    .await;
+    assert!(again.duplicate);
+    assert!(common::same_changes(&again.changes, &ack.changes));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyspace_whose_slot_moves_to_another_redis_cluster_primary_loses_nothing() {
+    let redis = matchmaker::store::RedisCluster::start().unwrap_or_else(|e| panic!("{e}"));
+    let from = redis.primary_of("{mm}:lease").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = [
+        node_on(dir.path(), &redis.url(from + 1), "m1", ""),
+        node_on(dir.path(), &redis.url(from + 2), "m2", ""),
+    ];
+    let (first, second) = (nodes[0].channel().await, nodes[1].channel().await);
+    ready(&second).await;
+    let mut offers = common::serve(
+        &mut GameServerServiceClient::new(second.clone()),
+        "gs-m:7777",
+    )
+    .await;
+    let (result, ack) = play(&first, &second, &mut offers, "ann", "ben").await;
+    // A ticket waits through the move.
+    common::enter(
+        &mut ClientServiceClient::new(first.clone()),
+        "1v1",
+        &["cat"],
+    )
+    .await;
+    // A resharding moves the keyspace's slot, its keys a hundred at a time, while the owner
+    // renews its lease and the other node follows it.
+    let to = (from + 1) % 3;
+    tokio::task::block_in_place(|| redis.move_slot("{mm}:lease", to)).unwrap();
+    assert_eq!(redis.primary_of("{mm}:lease").unwrap(), to);
+    reported_before(&second, &result, &ack).await;
+    common::enter(
+        &mut ClientServiceClient::new(second.clone()),
+        "1v1",
+        &["dan"],
+    )
+    .await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(players_of(&m), BTreeSet::from(["cat".into(), "dan".into()]));
+    for channel in [&first, &second] {
+        let ann = rating(channel, "ann").await;
+        assert_eq!((ann.games, ann.wins), (1, 1));
+    }
+}
+
 /// On a Redis Cluster with replicas and `wait_replicas = 1`, a result is acknowledged once the
 /// replica of the keyspace's primary has it: when that primary dies, its replica takes over and
 /// the nodes carry on with every acknowledged result.
@@ -548,44 +649,28 @@ async fn acknowledged_results_survive_the_death_of_the_redis_cluster_primary_hol
     let primary = redis.primary_of("{mm}:lease").unwrap();
     let dir = tempfile::tempdir().unwrap();
     // Each node starts from a primary that does not hold the keyspace.
-    let nodes: Vec<ServerProcess> = (1..3)
-        .map(|i| {
-            let path = dir.path().join(format!("node{i}.toml"));
-            std::fs::write(
-                &path,
-                format!(
-                    "[server]\ntick_interval_ms = 20\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\nwait_replicas = 1\n",
-                    redis.url((primary + i) % 3)
-                ),
-            )
-            .unwrap();
-            node(&path, &format!("c{i}"))
-        })
-        .collect();
-    let first = nodes[0].channel().await;
-    let second = nodes[1].channel().await;
+    let nodes = [
+        node_on(
+            dir.path(),
+            &redis.url((primary + 1) % 3),
+            "c1",
+            "wait_replicas = 1\n",
+        ),
+        node_on(
+            dir.path(),
+            &redis.url((primary + 2) % 3),
+            "c2",
+            "wait_replicas = 1\n",
+        ),
+    ];
+    let (first, second) = (nodes[0].channel().await, nodes[1].channel().await);
     ready(&second).await;
-    let mut gs = GameServerServiceClient::new(second.clone());
-    let mut offers = common::serve(&mut gs, "gs-r:7777").await;
-    let mut play = async |a: &str, b: &str| {
-        common::enter(&mut ClientServiceClient::new(first.clone()), "1v1", &[a]).await;
-        common::enter(&mut ClientServiceClient::new(second.clone()), "1v1", &[b]).await;
-        let m = next_match(&mut offers).await;
-        assert_eq!(players_of(&m), BTreeSet::from([a.into(), b.into()]));
-        let result = proto::MatchResult {
-            match_id: m.match_id.clone(),
-            placements: common::placements_with_winner(&m, a),
-            ..Default::default()
-        };
-        let ack = GameServerServiceClient::new(first.clone())
-            .report_match_result(result.clone())
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(!ack.duplicate);
-        (result, ack)
-    };
-    let (result, ack) = play("ann", "ben").await;
+    let mut offers = common::serve(
+        &mut GameServerServiceClient::new(second.clone()),
+        "gs-r:7777",
+    )
+    .await;
+    let (result, ack) = play(&first, &second, &mut offers, "ann", "ben").await;
 
     redis.node(primary).kill();
     // The replica takes the slots over (the nodes time out after a second) with the result.
@@ -613,19 +698,12 @@ async fn acknowledged_results_survive_the_death_of_the_redis_cluster_primary_hol
     redis.node(primary).restart().unwrap();
     redis.wait_in_step().unwrap();
     // Meanwhile calls failed or waited; the nodes carry on from what the replica holds.
-    let again = common::poll_until("the result is read back after the failover", || {
-        let result = result.clone();
-        let mut gs = GameServerServiceClient::new(second.clone());
-        async move { gs.report_match_result(result).await.map(|r| r.into_inner()) }
-    })
-    .await;
-    assert!(again.duplicate);
-    assert!(common::same_changes(&again.changes, &ack.changes));
+    reported_before(&second, &result, &ack).await;
     for channel in [&first, &second] {
         let ann = rating(channel, "ann").await;
         assert_eq!((ann.games, ann.wins), (1, 1));
     }
-    let (_, ack) = play("cat", "dan").await;
+    let (_, ack) = play(&first, &second, &mut offers, "cat", "dan").await;
     assert!(!ack.changes.is_empty());
 }
 

@@ -327,6 +327,52 @@ impl RedisCluster {
         self.index(port)
     }
 
+    /// Moves the slot holding `key` from its primary to primary `to`, as a resharding does
+    /// (`CLUSTER SETSLOT ... IMPORTING/MIGRATING`, `MIGRATE` of its keys a hundred at a time,
+    /// then `CLUSTER SETSLOT ... NODE` on every primary), while clients go on using it.
+    pub fn move_slot(&self, key: &str, to: usize) -> Result<(), RedisServerError> {
+        let from = self.primary_of(key)?;
+        let slot: u16 = self.query(from, &["CLUSTER", "KEYSLOT", key])?;
+        let slot = slot.to_string();
+        let from_id: String = self.query(from, &["CLUSTER", "MYID"])?;
+        let to_id: String = self.query(to, &["CLUSTER", "MYID"])?;
+        let () = self.query(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id])?;
+        let () = self.query(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id])?;
+        let port = self.nodes[to].port.to_string();
+        loop {
+            let keys: Vec<String> =
+                self.query(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"])?;
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let _: ::redis::Value = self.query(from, &args)?;
+        }
+        for node in [to, from] {
+            let () = self.query(node, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id])?;
+        }
+        // The other nodes learn it from the two by gossip; telling them is quicker.
+        for node in self.up().filter(|n| *n != to && *n != from) {
+            let _ =
+                self.query::<::redis::Value>(node, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        let moved: u16 = slot.parse().unwrap_or_default();
+        self.wait_until("every node sees the slot moved", |c| {
+            for node in c.up() {
+                let elsewhere = c.listed(node)?.iter().any(|n| {
+                    n.primary
+                        && n.port != c.nodes[to].port
+                        && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&moved))
+                });
+                if elsewhere {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+    }
+
     fn index(&self, port: u16) -> Result<usize, RedisServerError> {
         self.nodes
             .iter()
