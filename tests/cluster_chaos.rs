@@ -1,6 +1,7 @@
 //! Cluster chaos against a real `redis-server` (started by the test on a free loopback port, in
-//! a temporary directory, with the append-only file on): repeated `kill -9` of random nodes, and
-//! a crash of Redis itself, while results are reported and players queue. Every acknowledged
+//! a temporary directory, with the append-only file on): repeated `kill -9` of random nodes, a
+//! crash of Redis itself, and the death of the Redis Cluster primary holding the keyspace (with
+//! `wait_replicas`), while results are reported and players queue. Every acknowledged
 //! result is there exactly once afterwards, and every rating equals a replay of the applied
 //! results through the rating library.
 #![cfg(unix)]
@@ -35,15 +36,19 @@ const LEASE_MS: u64 = 1000;
 const KILL_AFTER_ACKS: usize = 2;
 
 fn config(dir: &Path, redis: &RedisServer) -> std::path::PathBuf {
+    config_on(dir, &redis.url(), "")
+}
+
+/// The chaos config on the Redis at `url`, with `extra` in `[cluster]`.
+fn config_on(dir: &Path, url: &str, extra: &str) -> std::path::PathBuf {
     let path = dir.join("chaos.toml");
     // Any two waiting players pair at once; frequent snapshots so kills land around them.
     std::fs::write(
         &path,
         format!(
             "[server]\ntick_interval_ms = 10\n[store]\nsnapshot_interval_seconds = 1\n\
-             [cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n\
+             [cluster]\nredis_url = \"{url}\"\nlease_ms = {LEASE_MS}\n{extra}\
              [queues.1v1.matching]\nwindow = 100000.0\nmin_quality = 0.0\nmax_latency_ms = 100000\nexpansion = []\n",
-            redis.url()
         ),
     )
     .unwrap();
@@ -350,6 +355,64 @@ async fn acknowledged_results_survive_a_redis_crash_under_load() {
     ratings_equal_a_replay(&channels[0], &players, &applied).await;
     eprintln!(
         "redis crash: {} of {} acknowledged, {} applied",
+        acked.len(),
+        matches.len(),
+        applied.len()
+    );
+    assert!(
+        acked.len() < matches.len(),
+        "the crash hit no report in flight; the test proved nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_results_survive_the_death_of_a_redis_cluster_primary_under_load() {
+    let redis =
+        matchmaker::store::RedisCluster::start_with_replicas(1).unwrap_or_else(|e| panic!("{e}"));
+    let primary = redis.primary_of("{mm}:lease").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A result is acknowledged once the primary's replica holds it.
+    let config = config_on(
+        dir.path(),
+        &redis.url((primary + 1) % 3),
+        "wait_replicas = 1\n",
+    );
+    let nodes: Vec<ServerProcess> = ["n1", "n2"].iter().map(|n| node(&config, n)).collect();
+    let mut channels = Vec::new();
+    for n in &nodes {
+        channels.push(n.channel().await);
+    }
+    let players: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
+    let mut rng = StdRng::seed_from_u64(21);
+    let redis = Arc::new(std::sync::Mutex::new(redis));
+    let mut recovered = None;
+    let (matches, placements, acked) = round(&channels, &players, 2, &mut rng, || {
+        // SIGKILL the primary holding the keyspace with reports in flight: its replica takes
+        // over; the old primary comes back as the new one's replica, so that results are
+        // acknowledged again.
+        redis.lock().unwrap().node(primary).kill();
+        let redis = redis.clone();
+        recovered = Some(tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + common::EVENT_TIMEOUT;
+            while redis.lock().unwrap().primary_of("{mm}:lease").ok() == Some(primary) {
+                assert!(std::time::Instant::now() < deadline, "no replica took over");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let mut redis = redis.lock().unwrap();
+            redis.node(primary).restart()?;
+            redis.wait_in_step()
+        }));
+    })
+    .await;
+    recovered
+        .expect("the crash ran")
+        .await
+        .unwrap()
+        .expect("the old primary comes back as a replica");
+    let applied = settle(&channels[1], &matches, &placements, &acked).await;
+    ratings_equal_a_replay(&channels[0], &players, &applied).await;
+    eprintln!(
+        "redis cluster failover: {} of {} acknowledged, {} applied",
         acked.len(),
         matches.len(),
         applied.len()
