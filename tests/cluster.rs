@@ -538,6 +538,38 @@ async fn a_redis_cluster_backs_the_nodes_the_same_way() {
     assert_eq!(a.rating, b.rating);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_finding_the_lease_in_its_own_name_gives_it_up_rather_than_wait_for_it() {
+    let redis = redis();
+    // A lease in this node's name that it does not know of: from an earlier run with the
+    // same node id (a StatefulSet pod restarted within the lease), or an acquisition whose
+    // reply came too late. It would last another minute.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let () = redis::cmd("SET")
+        .arg("{mm}:lease")
+        .arg("5|r1|127.0.0.1:1")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("{mm}:fence")
+        .arg(5)
+        .query(&mut conn)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let node = node(&config, "r1");
+    ready(&node.channel().await).await;
+    let value: String = redis::cmd("GET")
+        .arg("{mm}:lease")
+        .query(&mut conn)
+        .unwrap();
+    assert!(value.starts_with("6|r1|"), "a new token: {value}");
+    assert!(node.logged("the lease names this node, which runs no engine under it"));
+}
+
 /// A node of a cluster on the Redis Cluster node at `url`, with `extra` in `[cluster]`.
 fn node_on(dir: &Path, url: &str, name: &str, extra: &str) -> ServerProcess {
     let path = dir.join(format!("{name}.toml"));

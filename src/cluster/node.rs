@@ -82,6 +82,15 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     };
     info!(addr = %bound, node = %node_id, advertise = %advertise, keyspace = %cluster.keyspace, lease_ms = cluster.lease_ms, "serving gRPC");
 
+    // Everything that can fail is checked before the lease task starts: a node that cannot
+    // serve must not take the queues.
+    let peer = peer_tls(&config)?;
+    let mut builder = Server::builder();
+    if config.tls.enabled {
+        builder = builder
+            .tls_config(server::tls_config(&config.tls)?)
+            .map_err(ServerError::from)?;
+    }
     let shutdown = CancellationToken::new();
     let (console, key_refresh) = node_console(&config, &shutdown).await?;
     let exporter = match config.metrics_addr() {
@@ -142,7 +151,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         lease_time * 2 + Duration::from_secs(1),
         config.server.max_message_bytes,
         shutdown.clone(),
-        peer_tls(config)?,
+        peer,
         node_key,
     );
     if let Some(console) = &console {
@@ -150,12 +159,6 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     }
     let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(front))
         .add_service(health_service);
-    let mut builder = Server::builder();
-    if config.tls.enabled {
-        builder = builder
-            .tls_config(server::tls_config(&config.tls)?)
-            .map_err(ServerError::from)?;
-    }
     let open_files = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|l| crate::listener::open_file_limit(&l));
@@ -390,11 +393,7 @@ impl Node {
         match peeked {
             Ok(Ok((owner, warm))) => {
                 let free = owner.is_none();
-                self.route.send_if_modified(|route| {
-                    let changed = route.owner != owner;
-                    route.owner = owner;
-                    changed
-                });
+                self.seen_owner(owner).await;
                 free.then_some(warm)
             }
             Ok(Err(e)) => {
@@ -427,6 +426,32 @@ impl Node {
         }
     }
 
+    /// Records `owner`, the lease's holder as Redis names it while this node runs no engine.
+    /// A lease naming this node then is one it does not know it holds: an acquisition or
+    /// renewal Redis ran after this node stopped waiting for its answer, or one an earlier run
+    /// of this node (same `node_id`) left. It is given up, so that the queues move on at the
+    /// next try rather than when it expires, and no write is accepted under its token.
+    async fn seen_owner(&self, owner: Option<Owner>) {
+        let owner = match owner {
+            Some(mine) if mine.node_id == self.node_id => {
+                warn!(
+                    token = mine.token,
+                    "the lease names this node, which runs no engine under it; giving it up"
+                );
+                if let Err(e) = self.lease.release(&mine).await {
+                    warn!(error = %e, "could not give the lease up; it expires on its own");
+                }
+                None
+            }
+            other => other,
+        };
+        self.route.send_if_modified(|route| {
+            let changed = route.owner != owner;
+            route.owner = owner;
+            changed
+        });
+    }
+
     async fn try_acquire(&self, within: Duration) -> Option<Running> {
         let sent = Instant::now();
         let acquired =
@@ -446,11 +471,7 @@ impl Node {
                 Some(self.start_engine(owner, ownership))
             }
             Ok(Ok(Acquired::Theirs(owner))) => {
-                self.route.send_if_modified(|route| {
-                    let changed = route.owner != owner;
-                    route.owner = owner;
-                    changed
-                });
+                self.seen_owner(owner).await;
                 None
             }
             Ok(Err(e)) => {
