@@ -233,6 +233,10 @@ impl Inner {
         .keep_alive_while_idle(true);
         let pool: Vec<Channel> = (0..CONNECTIONS).map(|_| endpoint.connect_lazy()).collect();
         let channel = pool[turn % pool.len()].clone();
+        // Calls go to one owner at a time: the connections to earlier owners go (calls and
+        // streams still on them keep their own handles), so a cluster whose nodes change
+        // addresses (pods restarted) does not gather them.
+        channels.clear();
         channels.insert(addr.to_string(), pool);
         Some(channel)
     }
@@ -254,6 +258,8 @@ impl Inner {
             })
             .collect::<Option<Vec<_>>>()?;
         let link = pool[turn].clone();
+        // As with the connections: calls on an earlier owner's links hold them until answered.
+        links.clear();
         links.insert(addr.to_string(), pool);
         Some(link)
     }
