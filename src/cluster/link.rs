@@ -39,6 +39,9 @@ const BATCH_BYTES: usize = 1 << 20;
 const BATCH_CALLS: usize = 512;
 /// Allowance for one call's or answer's headers and framing on top of its message.
 const HEAD_BYTES: usize = 64 << 10;
+/// Calls (or answers) waiting for the stream at most: past it a caller waits for room, so a
+/// slow owner slows its forwarders' callers down rather than their memory growing.
+const QUEUED: usize = 16_384;
 
 /// One forwarded unary call.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -119,7 +122,7 @@ pub fn message_limit(max_message: usize) -> usize {
 /// A stream of batches: each poll takes every item waiting in the channel, up to the batch
 /// limits.
 struct Batches<T, B> {
-    rx: mpsc::UnboundedReceiver<T>,
+    rx: mpsc::Receiver<T>,
     wrap: fn(Vec<T>) -> B,
 }
 
@@ -152,7 +155,7 @@ pub struct Link {
     next: AtomicU64,
     /// Calls sent and not answered yet; `None` once the link broke.
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>,
-    out: mpsc::UnboundedSender<Call>,
+    out: mpsc::Sender<Call>,
     broken: AtomicBool,
 }
 
@@ -164,7 +167,7 @@ impl Link {
         max_message: usize,
         metadata: tonic::metadata::MetadataMap,
     ) -> Arc<Self> {
-        let (out, rx) = mpsc::unbounded_channel();
+        let (out, rx) = mpsc::channel(QUEUED);
         let link = Arc::new(Self {
             next: AtomicU64::new(0),
             pending: Mutex::new(Some(HashMap::new())),
@@ -256,7 +259,7 @@ impl Link {
             headers: to_headers(&parts.headers),
             body,
         };
-        self.out.send(call).map_err(|_| Broken)?;
+        self.out.send(call).await.map_err(|_| Broken)?;
         let answer = rx.await.map_err(|_| Broken)?;
         Ok(into_response(answer))
     }
@@ -324,7 +327,7 @@ where
     }
 
     fn call(&mut self, request: tonic::Request<tonic::Streaming<Calls>>) -> Self::Future {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUED);
         let mut calls = request.into_inner();
         let serve = self.serve.clone();
         let closing = self.closing.clone();
@@ -338,7 +341,7 @@ where
                     tokio::spawn(async move {
                         let id = call.id;
                         let response = serve(into_request(call)).await;
-                        let _ = tx.send(answer(id, response).await);
+                        let _ = tx.send(answer(id, response).await).await;
                     });
                 }
             }
@@ -469,28 +472,28 @@ mod tests {
     #[tokio::test]
     async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
         use tokio_stream::StreamExt;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUED);
         let mut batches = Batches {
             rx,
             wrap: |calls| Calls { calls },
         };
         for id in 0..3 {
-            tx.send(call(id, 10)).unwrap();
+            tx.send(call(id, 10)).await.unwrap();
         }
         let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(ids(batches.next().await.unwrap()), [0, 1, 2]);
         for id in 0..BATCH_CALLS as u64 + 5 {
-            tx.send(call(id, 10)).unwrap();
+            tx.send(call(id, 10)).await.unwrap();
         }
         assert_eq!(batches.next().await.unwrap().calls.len(), BATCH_CALLS);
         assert_eq!(batches.next().await.unwrap().calls.len(), 5);
         // By bytes: a batch stops once it holds the byte limit; a larger call goes alone.
-        tx.send(call(1, BATCH_BYTES / 2)).unwrap();
-        tx.send(call(2, BATCH_BYTES / 2)).unwrap();
-        tx.send(call(3, 10)).unwrap();
+        tx.send(call(1, BATCH_BYTES / 2)).await.unwrap();
+        tx.send(call(2, BATCH_BYTES / 2)).await.unwrap();
+        tx.send(call(3, 10)).await.unwrap();
         assert_eq!(ids(batches.next().await.unwrap()), [1, 2]);
         assert_eq!(ids(batches.next().await.unwrap()), [3]);
-        tx.send(call(4, 2 * BATCH_BYTES)).unwrap();
+        tx.send(call(4, 2 * BATCH_BYTES)).await.unwrap();
         assert_eq!(ids(batches.next().await.unwrap()), [4]);
         drop(tx);
         assert!(batches.next().await.is_none());
