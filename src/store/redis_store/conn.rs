@@ -188,6 +188,32 @@ impl RedisConn {
             _ => cmd.query_async(self).await,
         }
     }
+
+    /// Sends the `count` commands of `pipe` as one request on one connection (on a Redis
+    /// Cluster, the primary holding `key`'s slot) and returns each one's reply, a server error
+    /// as [`Value::ServerError`]. A command that must follow another on its connection (`WAIT`
+    /// after the writes it counts) goes this way: sent alone, it could go on a connection the
+    /// client opened after a reconnection, which wrote nothing.
+    pub async fn pipeline_on_primary_of(
+        &mut self,
+        key: &str,
+        pipe: &Pipeline,
+        count: usize,
+    ) -> ::redis::RedisResult<Vec<Value>> {
+        match self {
+            Self::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                c.route_pipeline(
+                    pipe.clone(),
+                    0,
+                    count,
+                    SingleNodeRoutingInfo::SpecificNode(route),
+                )
+                .await
+            }
+            _ => self.req_packed_commands(pipe, 0, count).await,
+        }
+    }
 }
 
 impl ConnectionLike for RedisConn {

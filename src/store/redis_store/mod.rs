@@ -48,7 +48,7 @@ use load::text;
 pub use script::CHANGE_LOG_ENTRIES;
 #[cfg(test)]
 use script::MAX_RUN;
-use script::{Run, apply_script, runs};
+use script::{Invocation, Run, apply_script, runs};
 pub use sentinel::{SentinelUrl, is_sentinel_url};
 pub use server::{RedisCluster, RedisSentinels, RedisServer, SENTINEL_SERVICE};
 pub use standby::{Followed, Standby};
@@ -364,11 +364,11 @@ impl RedisStore {
             self.send_script(&batches[start..end]).await?;
             start = end;
         }
-        self.wait_for_replicas().await
+        Ok(())
     }
 
     async fn send_script(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
-        let mut invocation = self.apply.prepare_invoke();
+        let mut invocation = Invocation::default();
         invocation.key(self.keys.lease());
         for (_, name) in self.keys.hashes() {
             invocation.key(name);
@@ -455,9 +455,63 @@ impl RedisStore {
                 }
             }
         }
+        self.run_script(&invocation.cmd(&self.apply)).await
+    }
+
+    /// Runs the flush's script; with `wait_replicas`, `WAIT` follows it in the same request on
+    /// the same connection, so it counts the script's writes (`WAIT` counts the writes of its
+    /// own connection: sent apart, after the client reconnected or the sentinels named another
+    /// primary, it would acknowledge writes no replica holds). A Redis that lost the script
+    /// (`NOSCRIPT`: restarted, or a new primary) gets it loaded and the call made again.
+    async fn run_script(&self, script: &::redis::Cmd) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let result: Result<i64, ::redis::RedisError> = invocation.invoke_async(&mut conn).await;
-        if let Err(e) = result {
+        let mut loaded = false;
+        loop {
+            let reply = match self.options.wait_replicas {
+                0 => script
+                    .query_async::<::redis::Value>(&mut conn)
+                    .await
+                    .map(|_| None),
+                replicas => {
+                    let mut pipe = ::redis::pipe();
+                    pipe.add_command(script.clone())
+                        .cmd("WAIT")
+                        .arg(replicas)
+                        .arg(self.options.wait_timeout_ms);
+                    conn.pipeline_on_primary_of(self.keys.lease(), &pipe, 2)
+                        .await
+                        .and_then(|replies| {
+                            let mut replies = replies.into_iter();
+                            let applied = replies.next().map(|v| v.extract_error());
+                            let acked = replies.next().map(|v| v.extract_error());
+                            match (applied, acked) {
+                                (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e),
+                                (Some(Ok(_)), Some(Ok(acked))) => {
+                                    ::redis::from_redis_value::<i64>(acked)
+                                        .map(Some)
+                                        .map_err(Into::into)
+                                }
+                                _ => Err(::redis::RedisError::from((
+                                    ::redis::ErrorKind::UnexpectedReturnType,
+                                    "a flush and its WAIT got fewer than two replies",
+                                ))),
+                            }
+                        })
+                }
+            };
+            let e = match reply {
+                Ok(acked) => return self.acknowledged(acked),
+                Err(e) => e,
+            };
+            if e.kind() == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) && !loaded
+            {
+                loaded = true;
+                self.apply
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(redis_error(&self.url))?;
+                continue;
+            }
             if e.to_string().contains("FENCED") {
                 self.fenced.store(true, Ordering::Release);
                 tracing::warn!(
@@ -468,29 +522,21 @@ impl RedisStore {
             }
             return Err(redis_error(&self.url)(e));
         }
-        Ok(())
     }
 
-    async fn wait_for_replicas(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        if self.options.wait_replicas > 0 {
-            let mut wait = ::redis::cmd("WAIT");
-            wait.arg(self.options.wait_replicas)
-                .arg(self.options.wait_timeout_ms);
-            let acked: i64 = conn
-                .on_primary_of(self.options.keys.lease(), wait)
-                .await
-                .map_err(redis_error(&self.url))?;
-            if acked < i64::from(self.options.wait_replicas) {
-                return Err(StoreError::Redis(format!(
+    /// Whether `acked` replicas (from `WAIT`; `None` without `wait_replicas`) are enough.
+    fn acknowledged(&self, acked: Option<i64>) -> Result<(), StoreError> {
+        match acked {
+            Some(acked) if acked < i64::from(self.options.wait_replicas) => {
+                Err(StoreError::Redis(format!(
                     "{}: {acked} of {} replicas acknowledged within {} ms",
                     redact(&self.url),
                     self.options.wait_replicas,
                     self.options.wait_timeout_ms
-                )));
+                )))
             }
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 

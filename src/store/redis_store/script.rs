@@ -1,13 +1,48 @@
 //! The flush's script, and the grouping of queued writes into the commands it runs.
 
-use ::redis::Script;
+use ::redis::{Cmd, Script, ToRedisArgs};
 
 use super::{HASHES, Hash, Op, loaded_hash};
 
+/// One call of the script, built up key by key and argument by argument: its `EVALSHA`
+/// command, to send alone or followed by `WAIT` in one request.
+#[derive(Default)]
+pub(super) struct Invocation {
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation {
+    pub(super) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// `EVALSHA` of `script` with these keys and arguments (`SCRIPT LOAD` it first where Redis
+    /// answers `NOSCRIPT`).
+    pub(super) fn cmd(&self, script: &Script) -> Cmd {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(self.keys.len());
+        for key in &self.keys {
+            cmd.arg(key.as_slice());
+        }
+        for arg in &self.args {
+            cmd.arg(arg.as_slice());
+        }
+        cmd
+    }
+}
+
 /// Applies queued writes if the lease's value starts with ARGV[1] and a `|` (the token, or the
 /// token and the node). Every flush adds one
-/// to the flush counter (`KEYS[2 + HASHES]`, after the hashes and the change log); with ARGV[2]
-/// above 0 it also appends to the change log (`KEYS[1 + HASHES]`, a stream cut to about ARGV[2]
+/// to the flush counter (`KEYS[3 + HASHES]`, after the lease, the hashes and the change log);
+/// with ARGV[2] above 0 it also appends to the change log (`KEYS[2 + HASHES]`, a stream cut to
+/// about ARGV[2]
 /// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`], and of
 /// the hashes no copy holds):
 /// `q SEQ c CHANGES`, CHANGES being

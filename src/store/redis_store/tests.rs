@@ -423,6 +423,25 @@ fn on_a_redis_cluster_a_flush_waits_for_the_replica_of_its_keyspaces_primary() {
             Err(StoreError::Redis(e)) => assert!(e.contains("0 of 1 replicas"), "{e}"),
             other => panic!("a flush no replica acknowledged: {other:?}"),
         }
+        // A primary that lost the script (restarted, or newly promoted) gets it again.
+        let () = ::redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(
+                &mut ::redis::Client::open(cluster.url(primary))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap(),
+            )
+            .unwrap();
+        store.flush().unwrap();
+        // The fence still refuses the flush and its WAIT whole.
+        let () = ::redis::cmd("SET")
+            .arg(keys.lease())
+            .arg("8|b|127.0.0.1:2")
+            .query(&mut conn)
+            .unwrap();
+        store.put_players(&[(&p2, &record(1700.0))]).unwrap();
+        assert!(matches!(store.flush(), Err(StoreError::Fenced)));
     });
     runtime.block_on(task).unwrap();
 }
