@@ -1161,6 +1161,13 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         common::next(&mut watch).await.state,
         proto::TicketState::Searching as i32
     );
+    // An event watcher on the other node too: its stream does not outlive owners, and must
+    // not hold the stopping owner open either.
+    let mut events = AdminServiceClient::new(channel.clone())
+        .watch_events(proto::WatchEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
     let waiting = |channel: Channel| async move {
         let stats = AdminServiceClient::new(channel)
             .get_queue_stats(proto::GetQueueStatsRequest::default())
@@ -1209,6 +1216,18 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         }
     });
     let exited = stopping.elapsed();
+    // The event stream ends UNAVAILABLE (its client resumes after its last cursor elsewhere).
+    let ended = loop {
+        match tokio::time::timeout(common::EVENT_TIMEOUT, events.message()).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(other) => break other,
+            Err(_) => panic!("the event stream outlived its owner"),
+        }
+    };
+    assert_eq!(
+        ended.map(|_| ()).unwrap_err().code(),
+        tonic::Code::Unavailable
+    );
     holder_becomes(&redis, &other).await;
     let handed_over = stopping.elapsed();
     assert!(

@@ -426,7 +426,10 @@ impl AdminService for Admin {
         let stream = tokio_stream::iter(ids)
             .filter_map(move |id| admin.view(&queue, &id))
             .map(Ok);
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(Box::pin(super::closing::UntilClosed::new(
+            &self.state,
+            Box::pin(stream),
+        ))))
     }
 
     // Player and match records (`admin_records.rs`) and config reloads.

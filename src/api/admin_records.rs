@@ -397,7 +397,10 @@ impl Admin {
             })
             .map_err(Status::from)
         });
-        Ok(Response::new(Box::pin(events)))
+        Ok(Response::new(Box::pin(super::closing::UntilClosed::new(
+            &self.state,
+            Box::pin(events),
+        ))))
     }
 }
 #[cfg(test)]

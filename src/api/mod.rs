@@ -7,6 +7,7 @@ mod admin;
 mod admin_records;
 pub mod audit;
 mod client;
+mod closing;
 pub mod convert;
 mod error;
 pub use error::NOT_OWNER;
