@@ -7,7 +7,12 @@
 //! (a stale owner's later flushes are refused by the fence), so reading the log to its end
 //! and checking that the flush counter names its last entry leaves nothing out. A gap (a
 //! flush that logged nothing, or entries trimmed before they were read) means the copy can no
-//! longer be trusted: it is dropped and read again.
+//! longer be trusted: it is dropped and read again. So does a copy that is not of the Redis
+//! the new owner's store writes to: one followed on another server (the old primary, before
+//! this connection saw the sentinels name a new one), or holding values of a flush that
+//! Redis then lost in a failover (values are read after the log entries that name them, so
+//! they can be of a later flush): the counter the store reads must be the copy's, and no
+//! lower than the latest the copy's values were read at.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -61,6 +66,9 @@ pub struct Standby {
     /// The last flush in the copy, and its log entry's id.
     seq: u64,
     last_id: String,
+    /// The flush counter as read after the copy's latest values: none of them is of a later
+    /// flush.
+    seen: u64,
     /// [`FOLLOW`], its digest computed once.
     follow: Script,
 }
@@ -87,6 +95,7 @@ impl Standby {
             detail: format!("{seq:?} is not a count"),
         })?;
         let (mirror, loaded) = load::read(&mut conn, url, keys).await?;
+        let seen = counter(&mut conn, url, keys).await?;
         let rest = loaded
             .into_iter()
             .map(|(h, fields)| (h, fields.into_iter().collect()))
@@ -99,6 +108,7 @@ impl Standby {
             rest,
             seq,
             last_id,
+            seen,
             follow: Script::new(FOLLOW),
         })
     }
@@ -163,11 +173,14 @@ impl Standby {
                     }
                 }
             }
-            for (h, fields) in touched {
-                let fields: Vec<Vec<u8>> = fields.into_iter().collect();
-                for chunk in fields.chunks(PAGE) {
-                    self.read_again(h, chunk).await?;
+            if !touched.is_empty() {
+                for (h, fields) in touched {
+                    let fields: Vec<Vec<u8>> = fields.into_iter().collect();
+                    for chunk in fields.chunks(PAGE) {
+                        self.read_again(h, chunk).await?;
+                    }
                 }
+                self.note_seen().await?;
             }
             self.seq = seq;
             self.last_id = last;
@@ -181,14 +194,37 @@ impl Standby {
         }
     }
 
-    /// The copy as the store's mirror, once the lease is this node's: `None` when the log
-    /// shows it out of date (the store then reads everything).
-    pub(super) async fn into_mirror(mut self) -> Result<Option<MemoryStore>, StoreError> {
+    /// Reads the flush counter after values were read: none of them is of a later flush.
+    async fn note_seen(&mut self) -> Result<(), StoreError> {
+        let now = counter(&mut self.conn, &self.url, &self.keys).await?;
+        self.seen = self.seen.max(now);
+        Ok(())
+    }
+
+    /// The copy as the store's mirror, once the lease is this node's: `None` when it is out of
+    /// date or not of the Redis the store writes to (the store then reads everything). `conn`
+    /// is the store's connection, which found the lease this node's.
+    pub(super) async fn into_mirror(
+        mut self,
+        conn: &mut RedisConn,
+    ) -> Result<Option<MemoryStore>, StoreError> {
         // No flush lands after the lease passed to this node: following the log to its end
         // leaves nothing out.
         if self.follow().await? == Followed::Gap {
             return Ok(None);
         }
+        let expected = counter(conn, &self.url, &self.keys).await?;
+        if self.seq != expected || self.seen > expected {
+            tracing::warn!(
+                copy = self.seq,
+                values_of = self.seen,
+                redis = expected,
+                "the standby copy is not of the Redis the store writes to (another server, or \
+                 flushes Redis lost)"
+            );
+            return Ok(None);
+        }
+        self.conn = conn.clone();
         let unlogged = self.read_whole(UNLOGGED).await?;
         self.rest.insert(UNLOGGED, unlogged.into_iter().collect());
         let loaded: Loaded = self
@@ -266,6 +302,20 @@ impl Standby {
 
 /// The store's mirror at open: the standby's copy when it is current, or everything read from
 /// Redis.
+/// The flush counter.
+async fn counter(conn: &mut RedisConn, url: &str, keys: &Keys) -> Result<u64, StoreError> {
+    let seq: Option<String> = ::redis::cmd("GET")
+        .arg(keys.change_seq())
+        .query_async(conn)
+        .await
+        .map_err(redis_error(url))?;
+    let seq = seq.unwrap_or_else(|| "0".into());
+    parse(seq.as_bytes()).ok_or_else(|| StoreError::Decode {
+        key: keys.change_seq().to_string(),
+        detail: format!("{seq:?} is not a count"),
+    })
+}
+
 pub(super) async fn mirror(
     standby: Option<Standby>,
     conn: &mut RedisConn,
@@ -274,7 +324,7 @@ pub(super) async fn mirror(
 ) -> Result<MemoryStore, StoreError> {
     let started = std::time::Instant::now();
     let from = match standby {
-        Some(standby) => match standby.into_mirror().await {
+        Some(standby) => match standby.into_mirror(conn).await {
             Ok(Some(mirror)) => {
                 tracing::info!(
                     seconds = started.elapsed().as_secs_f64(),
@@ -469,6 +519,13 @@ mod against_redis {
         PlayerId::new(format!("p{i}").as_str())
     }
 
+    /// A connection as the new owner's store opens one.
+    fn store_conn(url: &str, runtime: &tokio::runtime::Handle) -> RedisConn {
+        runtime
+            .block_on(RedisConn::connect(url, None, Patience::default()))
+            .unwrap()
+    }
+
     /// What a takeover reads: players, tickets, rosters and the journal's position.
     fn dump(store: &dyn Storage) -> String {
         let mut players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
@@ -583,7 +640,7 @@ mod against_redis {
             // The lease passes to the standby's node: its copy is what Redis holds.
             lease(&url, "2|b|127.0.0.1:2");
             let copy = runtime
-                .block_on(standby.into_mirror())
+                .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
                 .unwrap()
                 .expect("the copy followed every flush");
             let full = runtime
@@ -651,7 +708,9 @@ mod against_redis {
                 .put_players(&[(&player(1_000_000), &record(1500.0))])
                 .unwrap();
             logging.flush().unwrap();
-            let copy = runtime.block_on(standby.into_mirror()).unwrap();
+            let copy = runtime
+                .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+                .unwrap();
             // p0 to p100000 (p1, p2 and p3 among them), then p1000000.
             assert_eq!(
                 copy.map(|m| m.player_count()),
@@ -663,9 +722,85 @@ mod against_redis {
                 .put_players(&[(&player(4), &record(1500.0))])
                 .unwrap();
             silent.flush().unwrap();
-            assert!(runtime.block_on(standby.into_mirror()).unwrap().is_none());
+            assert!(
+                runtime
+                    .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+                    .unwrap()
+                    .is_none()
+            );
         });
     }
 
     const LOGGED_FIELDS_IN_TEST: usize = super::super::script::LOGGED_FIELDS;
+
+    #[test]
+    fn a_copy_holding_values_of_a_flush_redis_lost_is_not_used() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            let owner = owner(&url, &runtime);
+            owner.put_players(&[(&player(1), &record(1500.0))]).unwrap();
+            owner.flush().unwrap();
+            let mut standby = runtime
+                .block_on(Standby::load(
+                    &url,
+                    None,
+                    &Keys::default(),
+                    Patience::default(),
+                ))
+                .unwrap();
+            let mut conn = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let players = Keys::default().players().to_string();
+            let before: Vec<u8> = ::redis::cmd("HGET")
+                .arg(&players)
+                .arg("p1")
+                .query(&mut conn)
+                .unwrap();
+            // The next flush; the standby reads its value before its log entry, as when the
+            // flush lands between reading the log and reading the fields it named.
+            owner.put_players(&[(&player(1), &record(1600.0))]).unwrap();
+            owner.flush().unwrap();
+            runtime
+                .block_on(standby.read_again(Hash::Players, &[b"p1".to_vec()]))
+                .unwrap();
+            runtime.block_on(standby.note_seen()).unwrap();
+            // Redis loses that flush (a replica that had not got it is promoted): the
+            // counter, the log entry and the value are as before it.
+            type Entry = (String, Vec<(String, Vec<u8>)>);
+            let entries: Vec<Entry> = ::redis::cmd("XREVRANGE")
+                .arg(Keys::default().changes())
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(1)
+                .query(&mut conn)
+                .unwrap();
+            let last = &entries[0].0;
+            let _: i64 = ::redis::cmd("XDEL")
+                .arg(Keys::default().changes())
+                .arg(last)
+                .query(&mut conn)
+                .unwrap();
+            let _: i64 = ::redis::cmd("DECR")
+                .arg(Keys::default().change_seq())
+                .query(&mut conn)
+                .unwrap();
+            let _: i64 = ::redis::cmd("HSET")
+                .arg(&players)
+                .arg("p1")
+                .arg(&before)
+                .query(&mut conn)
+                .unwrap();
+            lease(&url, "2|b|127.0.0.1:2");
+            assert!(
+                runtime
+                    .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+                    .unwrap()
+                    .is_none(),
+                "a copy with a value Redis no longer holds was used"
+            );
+        });
+    }
 }
