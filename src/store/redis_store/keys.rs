@@ -23,6 +23,7 @@ pub struct Keys {
     standbys: String,
     changes: String,
     change_seq: String,
+    flight: String,
     /// By `Hash as usize - 2`, as the script receives them.
     hashes: Vec<String>,
 }
@@ -45,6 +46,7 @@ impl Keys {
             standbys: key("standbys"),
             changes: key("changes"),
             change_seq: key("change_seq"),
+            flight: key("flight"),
             hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
         }
     }
@@ -95,6 +97,12 @@ impl Keys {
     /// The waiting tickets, by ticket id.
     pub fn tickets(&self) -> &str {
         self.hash(Hash::Tickets)
+    }
+
+    /// The last flush call the owner's store had applied, as `TOKEN|NODE|N` (see the flush's
+    /// script).
+    pub fn flight(&self) -> &str {
+        &self.flight
     }
 
     /// One of the store's hashes.

@@ -197,6 +197,9 @@ pub struct RedisStore {
     flight: tokio::sync::Mutex<()>,
     fenced: AtomicBool,
     apply: Script,
+    /// The next number a flush call carries (see the flush's script): above any an earlier
+    /// store of the same token and node had applied.
+    calls: AtomicU64,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -252,6 +255,16 @@ impl RedisStore {
         if !lease.is_some_and(|v| v.starts_with(&format!("{}|", fence(token, &options.node)))) {
             return Err(StoreError::Fenced);
         }
+        let landed: Option<String> = ::redis::cmd("GET")
+            .arg(options.keys.flight())
+            .query_async(&mut conn)
+            .await
+            .map_err(&err)?;
+        let prefix = format!("{}|", fence(token, &options.node));
+        let calls = landed
+            .and_then(|v| v.strip_prefix(&prefix).and_then(|n| n.parse::<u64>().ok()))
+            .unwrap_or(0)
+            + 1;
         let mirror = standby::mirror(standby, &mut conn, url, &options.keys).await?;
         Ok(Self {
             url: url.to_string(),
@@ -265,6 +278,7 @@ impl RedisStore {
             flight: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
             apply: apply_script(),
+            calls: AtomicU64::new(calls),
         })
     }
 
@@ -368,6 +382,12 @@ impl RedisStore {
     }
 
     async fn send_script(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
+        self.send_call(batches, self.calls.fetch_add(1, Ordering::Relaxed))
+            .await
+    }
+
+    /// Sends `batches` as call number `call` of this store's (see the flush's script).
+    async fn send_call(&self, batches: &[Vec<Op>], call: u64) -> Result<(), StoreError> {
         let mut invocation = Invocation::default();
         invocation.key(self.keys.lease());
         for (_, name) in self.keys.hashes() {
@@ -375,14 +395,15 @@ impl RedisStore {
         }
         invocation
             .key(self.keys.changes())
-            .key(self.keys.change_seq());
+            .key(self.keys.change_seq())
+            .key(self.keys.flight());
         // History lists are keys of their own (same slot), declared after those.
         let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for op in batches.iter().flatten() {
             if let Op::Push(list, _, _) | Op::Unhold(list, _, _) | Op::List(list, _) = op
                 && !lists.contains_key(list.as_str())
             {
-                lists.insert(list, 4 + HASHES.len() + lists.len());
+                lists.insert(list, 5 + HASHES.len() + lists.len());
                 invocation.key(list);
             }
         }
@@ -392,7 +413,8 @@ impl RedisStore {
                 CHANGE_LOG_ENTRIES
             } else {
                 0
-            });
+            })
+            .arg(call);
         for run in runs(batches.iter().flatten()) {
             let op = match run {
                 Run::Set(h, fields) => {

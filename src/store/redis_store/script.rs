@@ -47,7 +47,11 @@ impl Invocation {
 /// the hashes no copy holds):
 /// `q SEQ c CHANGES`, CHANGES being
 /// `INDEX,LEN:FIELD` for each (`xINDEX,0:` for a hash deleted whole), or `q SEQ r ''` when
-/// more than [`LOGGED_FIELDS`] changed: followers read everything again. Operations follow from ARGV[3] as
+/// more than [`LOGGED_FIELDS`] changed: followers read everything again. ARGV[3] numbers the
+/// call among this owner's (`KEYS[4 + HASHES]` keeps the last one applied, as `TOKEN|NODE|N`):
+/// a call numbered no higher than that is skipped whole, so a flight that timed out and was
+/// sent again in a later call cannot land after it (on a connection opened meanwhile) and put
+/// back what the later call changed. Operations follow from ARGV[4] as
 /// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
 /// `x KEY` (DEL) or `p LIST MEMBER KEEP
 /// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
@@ -63,6 +67,15 @@ local token = ARGV[1]
 if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
   return redis.error_reply('FENCED the lease no longer carries ' .. token)
 end
+local flight = tonumber(ARGV[3])
+local landed = redis.call('GET', KEYS[HASHES + 4])
+if landed and string.sub(landed, 1, string.len(token) + 1) == token .. '|' then
+  local last = tonumber(string.sub(landed, string.len(token) + 2))
+  if last and last >= flight then
+    return 0
+  end
+end
+redis.call('SET', KEYS[HASHES + 4], token .. '|' .. flight)
 local logged = tonumber(ARGV[2])
 local log = {}
 local whole = false
@@ -82,7 +95,7 @@ local function note(index, field)
     end
   end
 end
-local i = 3
+local i = 4
 local n = #ARGV
 while i <= n do
   local op = ARGV[i]

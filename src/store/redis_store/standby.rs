@@ -680,8 +680,13 @@ mod against_redis {
 
             // An owner that does not log (standby off in its config).
             let mut standby = load();
+            // (Another store under the same lease: each numbers its own calls.)
+            let silent_options = RedisOptions {
+                node: "a".into(),
+                ..options(false)
+            };
             let silent = runtime
-                .block_on(RedisStore::open(&url, 1, &options(false)))
+                .block_on(RedisStore::open(&url, 1, &silent_options))
                 .unwrap();
             silent
                 .put_players(&[(&player(2), &record(1500.0))])

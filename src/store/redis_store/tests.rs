@@ -445,3 +445,42 @@ fn on_a_redis_cluster_a_flush_waits_for_the_replica_of_its_keyspaces_primary() {
     });
     runtime.block_on(task).unwrap();
 }
+
+#[test]
+fn a_flush_call_that_lands_after_a_later_one_changes_nothing() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "7|a|127.0.0.1:1");
+        let options = RedisOptions {
+            node: "a".into(),
+            ..RedisOptions::default()
+        };
+        let store = runtime
+            .block_on(RedisStore::open(&url, 7, &options))
+            .unwrap();
+        let probe = |value: &str| vec![vec![Op::Set(Hash::Meta, "probe".into(), value.into())]];
+        let read = || -> String {
+            let client = ::redis::Client::open(url.as_str()).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            ::redis::cmd("HGET")
+                .arg(Keys::default().hash(Hash::Meta))
+                .arg("probe")
+                .query(&mut conn)
+                .unwrap()
+        };
+        // Call 1 timed out; its writes went again in call 2, which landed first (on a new
+        // connection). Call 1 arriving now must not put back what call 2 changed.
+        runtime.block_on(store.send_call(&probe("new"), 2)).unwrap();
+        runtime.block_on(store.send_call(&probe("old"), 1)).unwrap();
+        assert_eq!(read(), "new");
+        // A store opened again under the same token and node numbers its calls after the
+        // last one applied, so its writes land.
+        let again = runtime
+            .block_on(RedisStore::open(&url, 7, &options))
+            .unwrap();
+        runtime
+            .block_on(again.send_script(&probe("newer")))
+            .unwrap();
+        assert_eq!(read(), "newer");
+    });
+}
