@@ -65,6 +65,13 @@ struct Applied {
     placements: Vec<u32>,
 }
 
+/// What a round leaves: the matches, their placements and the acknowledgements.
+type Round = (
+    Vec<proto::MatchAssignment>,
+    BTreeMap<String, Vec<u32>>,
+    BTreeMap<String, proto::MatchResultAck>,
+);
+
 /// One round: every player queues through some node, a game server takes the matches, every
 /// match is reported concurrently through random nodes, and `crash` strikes once a few results
 /// are acknowledged. Returns the matches, their placements and the acknowledgements.
@@ -74,11 +81,7 @@ async fn round(
     reporters: usize,
     rng: &mut StdRng,
     crash: impl FnOnce(),
-) -> (
-    Vec<proto::MatchAssignment>,
-    BTreeMap<String, Vec<u32>>,
-    BTreeMap<String, proto::MatchResultAck>,
-) {
+) -> Round {
     for p in players {
         let ch = channels[rng.random_range(0..channels.len())].clone();
         common::poll_until(&format!("{p} queues"), || {
@@ -220,6 +223,28 @@ async fn settle(
     applied
 }
 
+/// What a round with one crash in it ([`round`]) leaves: settled through one node, ratings
+/// equal a replay through the other, and the crash did hit reports in flight.
+async fn after_the_crash(
+    what: &str,
+    channels: &[Channel],
+    players: &[String],
+    (matches, placements, acked): &Round,
+) {
+    let applied = settle(&channels[1], matches, placements, acked).await;
+    ratings_equal_a_replay(&channels[0], players, &applied).await;
+    eprintln!(
+        "{what}: {} of {} acknowledged, {} applied",
+        acked.len(),
+        matches.len(),
+        applied.len()
+    );
+    assert!(
+        acked.len() < matches.len(),
+        "the crash hit no report in flight; the test proved nothing"
+    );
+}
+
 /// Every player's rating through `channel` equals the replay of `applied` in order.
 async fn ratings_equal_a_replay(channel: &Channel, players: &[String], applied: &[Applied]) {
     let system = Config::from_toml_str("").unwrap().queues["1v1"]
@@ -331,7 +356,7 @@ async fn acknowledged_results_survive_a_redis_crash_under_load() {
     let pid = redis.pid().expect("redis runs");
     let redis = Arc::new(std::sync::Mutex::new(redis));
     let mut restarted = None;
-    let (matches, placements, acked) = round(&channels, &players, 2, &mut rng, || {
+    let played = round(&channels, &players, 2, &mut rng, || {
         // SIGKILL Redis with reports in flight; it starts again on its AOF a lease later,
         // while the reports go on.
         let _ = Command::new("kill")
@@ -351,18 +376,7 @@ async fn acknowledged_results_survive_a_redis_crash_under_load() {
         .await
         .unwrap()
         .expect("redis restarts");
-    let applied = settle(&channels[1], &matches, &placements, &acked).await;
-    ratings_equal_a_replay(&channels[0], &players, &applied).await;
-    eprintln!(
-        "redis crash: {} of {} acknowledged, {} applied",
-        acked.len(),
-        matches.len(),
-        applied.len()
-    );
-    assert!(
-        acked.len() < matches.len(),
-        "the crash hit no report in flight; the test proved nothing"
-    );
+    after_the_crash("redis crash", &channels, &players, &played).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,7 +400,7 @@ async fn acknowledged_results_survive_the_death_of_a_redis_cluster_primary_under
     let mut rng = StdRng::seed_from_u64(21);
     let redis = Arc::new(std::sync::Mutex::new(redis));
     let mut recovered = None;
-    let (matches, placements, acked) = round(&channels, &players, 2, &mut rng, || {
+    let played = round(&channels, &players, 2, &mut rng, || {
         // SIGKILL the primary holding the keyspace with reports in flight: its replica takes
         // over; the old primary comes back as the new one's replica, so that results are
         // acknowledged again.
@@ -409,16 +423,5 @@ async fn acknowledged_results_survive_the_death_of_a_redis_cluster_primary_under
         .await
         .unwrap()
         .expect("the old primary comes back as a replica");
-    let applied = settle(&channels[1], &matches, &placements, &acked).await;
-    ratings_equal_a_replay(&channels[0], &players, &applied).await;
-    eprintln!(
-        "redis cluster failover: {} of {} acknowledged, {} applied",
-        acked.len(),
-        matches.len(),
-        applied.len()
-    );
-    assert!(
-        acked.len() < matches.len(),
-        "the crash hit no report in flight; the test proved nothing"
-    );
+    after_the_crash("redis cluster failover", &channels, &players, &played).await;
 }

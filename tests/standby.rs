@@ -61,6 +61,20 @@ async fn standby_status(channel: &Channel) -> Result<i32, tonic::Status> {
 
 const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
 
+/// Waits until the node behind `channel` holds a current standby copy.
+async fn copy_loaded(channel: &Channel) {
+    common::poll_until("the standby's copy is loaded", || {
+        let channel = channel.clone();
+        async move {
+            match standby_status(&channel).await {
+                Ok(SERVING) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+}
+
 /// `matchmaker admin cluster-status --json` on `redis`.
 fn cluster_status(redis: &RedisServer) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
@@ -88,16 +102,7 @@ async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner
     assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
     // Written before the standby's copy is read, and after.
     set_rating(&channel, "early", 1800.0).await;
-    common::poll_until("the standby's copy is loaded", || {
-        let channel = channel.clone();
-        async move {
-            match standby_status(&channel).await {
-                Ok(SERVING) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    copy_loaded(&channel).await;
     assert!(standby.logged("standby copy loaded"));
     assert_eq!(
         standby_status(&owner.channel().await).await.unwrap(),
@@ -237,16 +242,7 @@ async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() 
     ready(&owner.channel().await).await;
     let warm = common::cluster_node(&config, "n2", None);
     let channel = warm.channel().await;
-    common::poll_until("n2's copy is loaded", || {
-        let channel = channel.clone();
-        async move {
-            match standby_status(&channel).await {
-                Ok(SERVING) => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await;
+    copy_loaded(&channel).await;
     let listed = |node: &'static str| {
         let redis = &redis;
         move || {

@@ -396,14 +396,8 @@ impl Node {
                 self.seen_owner(owner).await;
                 free.then_some(warm)
             }
-            Ok(Err(e)) => {
-                warn!(error = %e, "cannot reach Redis for the lease");
-                None
-            }
-            Err(_) => {
-                warn!("Redis did not answer the lease request in time");
-                None
-            }
+            Ok(Err(e)) => lease_request_failed(Some(&e)),
+            Err(_) => lease_request_failed(None),
         }
     }
 
@@ -474,14 +468,8 @@ impl Node {
                 self.seen_owner(owner).await;
                 None
             }
-            Ok(Err(e)) => {
-                warn!(error = %e, "cannot reach Redis for the lease");
-                None
-            }
-            Err(_) => {
-                warn!("Redis did not answer the lease request in time");
-                None
-            }
+            Ok(Err(e)) => lease_request_failed(Some(&e)),
+            Err(_) => lease_request_failed(None),
         }
     }
 
@@ -746,6 +734,15 @@ async fn standby_status(health: &HealthReporter, warmth: Warmth) {
         Warmth::Cold => ServingStatus::NotServing,
     };
     health.set_service_status(STANDBY, status).await;
+}
+
+/// Logs why a lease request got no answer: Redis' error, or none in time (`None`).
+fn lease_request_failed<T>(error: Option<&lease::LeaseError>) -> Option<T> {
+    match error {
+        Some(e) => warn!(error = %e, "cannot reach Redis for the lease"),
+        None => warn!("Redis did not answer the lease request in time"),
+    }
+    None
 }
 
 fn record_round_trip(sent: Instant) {

@@ -448,15 +448,7 @@ impl RedisCluster {
         node: usize,
         args: &[&str],
     ) -> Result<T, RedisServerError> {
-        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("cluster: {e}"));
-        let mut conn = ::redis::Client::open(self.nodes[node].url())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-            .map_err(fail)?;
-        let mut cmd = ::redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query(&mut conn).map_err(fail)
+        query_at(&self.nodes[node].url(), "cluster", args)
     }
 
     fn wait_until(
@@ -612,22 +604,15 @@ impl RedisSentinels {
     }
 
     fn sentinel_query(&self, args: &[&str]) -> Result<::redis::Value, RedisServerError> {
-        let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("sentinel: {e}"));
-        let mut conn = ::redis::Client::open(format!(
+        let url = format!(
             "redis://:{}@127.0.0.1:{}",
             percent_encoding::utf8_percent_encode(
                 SENTINEL_PASSWORD,
                 percent_encoding::NON_ALPHANUMERIC
             ),
             self.sentinel_port
-        ))
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-        .map_err(fail)?;
-        let mut cmd = ::redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query(&mut conn).map_err(fail)
+        );
+        query_at(&url, "sentinel", args)
     }
 
     fn info(&self, server: usize, section: &str) -> Result<String, RedisServerError> {
@@ -675,4 +660,21 @@ fn wait_until(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Runs `args` on the server at `url`, on a connection of its own; errors say `what` it is.
+fn query_at<T: ::redis::FromRedisValue>(
+    url: &str,
+    what: &str,
+    args: &[&str],
+) -> Result<T, RedisServerError> {
+    let fail = |e: ::redis::RedisError| RedisServerError::Start(format!("{what}: {e}"));
+    let mut conn = ::redis::Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+        .map_err(fail)?;
+    let mut cmd = ::redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut conn).map_err(fail)
 }
