@@ -570,6 +570,57 @@ async fn a_node_finding_the_lease_in_its_own_name_gives_it_up_rather_than_wait_f
     assert!(node.logged("the lease names this node, which runs no engine under it"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_died() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(&config, n)))
+        .collect();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let channel = nodes[&other].channel().await;
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-t:7777").await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let ticket = common::enter(&mut client, "1v1", &["tia"]).await;
+    common::enter(&mut client, "1v1", &["tom"]).await;
+    let m = next_match(&mut offers).await;
+    let views = common::watch_to_end(&mut client, &ticket).await;
+    assert_eq!(
+        views.last().map(|v| v.state),
+        Some(proto::TicketState::Matched as i32)
+    );
+
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    holder_becomes(&redis, &other).await;
+    // Through the surviving node, from the new owner: the ticket, matched to its server.
+    let after = common::poll_until("the ticket is read from the new owner", || {
+        let mut client = client.clone();
+        let ticket = ticket.clone();
+        async move {
+            let mut stream = client
+                .watch_ticket(proto::WatchTicketRequest { ticket_id: ticket })
+                .await?
+                .into_inner();
+            stream
+                .message()
+                .await?
+                .ok_or_else(|| tonic::Status::unknown("the stream ended empty"))
+        }
+    })
+    .await;
+    assert_eq!(after.state, proto::TicketState::Matched as i32);
+    let assignment = after.assignment.expect("an assignment");
+    assert_eq!(assignment.server_address, "gs-t:7777");
+    assert_eq!(assignment.match_id, m.match_id);
+}
+
 /// A node of a cluster on the Redis Cluster node at `url`, with `extra` in `[cluster]`.
 fn node_on(dir: &Path, url: &str, name: &str, extra: &str) -> ServerProcess {
     let path = dir.join(format!("{name}.toml"));

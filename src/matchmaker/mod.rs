@@ -240,6 +240,15 @@ pub fn spawn(
         .min()
         .unwrap_or(state.config().server.tick_interval_ms);
     let tick = Duration::from_millis(tick_ms);
+    // The restored matches a server had taken hold their tickets again (matched to that
+    // server): retained from now, like any finished ticket.
+    let now = clock.now();
+    let finished = restored
+        .iter()
+        .filter(|m| m.phase() != crate::state::MatchPhase::Formed)
+        .flat_map(|m| m.tickets())
+        .map(|id| (now, id))
+        .collect();
     let mut lp = Loop {
         tick_seconds: tick.as_secs_f64(),
         state,
@@ -257,7 +266,7 @@ pub fn spawn(
                 tickets: Vec::new(),
             })
             .collect(),
-        finished: VecDeque::new(),
+        finished,
         last_stale_sweep: f64::NEG_INFINITY,
         ready: HashMap::new(),
         ready_by_ticket: HashMap::new(),

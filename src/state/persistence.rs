@@ -23,7 +23,7 @@ impl State {
         // Encoded before the segments lock, which result handlers also take.
         let encoded: Result<Vec<Vec<u8>>, _> = matches
             .iter()
-            .map(|m| crate::store::encode_match(&Self::stored_match(m)))
+            .map(|m| crate::store::encode_match(&self.stored_match(m)))
             .collect();
         let encoded = match encoded {
             Ok(encoded) => encoded,
@@ -108,9 +108,17 @@ impl State {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn stored_match(m: &MatchSlot) -> StoredMatch {
+    pub(super) fn stored_match(&self, m: &MatchSlot) -> StoredMatch {
         let inner = m.lock();
         let a = &inner.assignment;
+        let tickets = inner
+            .tickets
+            .iter()
+            .filter_map(|id| {
+                let ticket = self.inner.tickets.get(id)?;
+                Some((id.clone(), ticket.players.clone()))
+            })
+            .collect();
         StoredMatch {
             match_id: m.id.clone(),
             queue: m.queue.to_string(),
@@ -125,6 +133,7 @@ impl State {
             roles: inner.roles.clone(),
             attributes: (*a.attributes).clone(),
             started_unix: inner.started_unix,
+            tickets,
         }
     }
 
@@ -172,6 +181,31 @@ impl State {
                 left: m.left.clone(),
                 attributes: Arc::new(m.attributes.clone()),
             });
+            // A match a server took: its tickets read as matched to that server again (the
+            // loop forgets them after the retention, as any finished ticket).
+            let mut tickets = Vec::new();
+            if phase != MatchPhase::Formed {
+                for (id, players) in &m.tickets {
+                    let view = super::tickets::ViewCell {
+                        current: super::tickets::TicketView {
+                            state: super::TicketState::Matched,
+                            assignment: Some(assignment.clone()),
+                            ..super::tickets::TicketView::searching(0.0, String::new())
+                        },
+                        watchers: None,
+                    };
+                    let ticket = Arc::new(super::tickets::TicketSlot {
+                        id: id.clone(),
+                        queue: queue.id.clone(),
+                        players: players.clone(),
+                        entered_at: 0.0,
+                        last_seen: std::sync::atomic::AtomicU64::new(0),
+                        view: Mutex::new(view),
+                    });
+                    self.inner.tickets.insert(id.clone(), ticket);
+                    tickets.push(id.clone());
+                }
+            }
             let slot = Arc::new(MatchSlot {
                 id: m.match_id.clone(),
                 queue: queue.id.clone(),
@@ -181,7 +215,7 @@ impl State {
                 inner: Mutex::new(MatchInner {
                     phase,
                     assignment,
-                    tickets: Vec::new(),
+                    tickets,
                     roles: m.roles.clone(),
                     started_unix: m.started_unix,
                 }),

@@ -67,6 +67,7 @@ pub(super) fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
             crate::matching::AttributeValue::Text("ranked".into()),
         )]),
         started_unix: None,
+        tickets: Vec::new(),
     }
 }
 

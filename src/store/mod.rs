@@ -445,6 +445,10 @@ pub struct StoredMatch {
     /// Unix seconds when its game server called `StartMatch` (absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_unix: Option<f64>,
+    /// The tickets in the match and each one's players, so that after a restart (or on the
+    /// next owner of a cluster's queues) a ticket still reads as matched to its server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tickets: Vec<(crate::ids::TicketId, Vec<PlayerId>)>,
 }
 
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).

@@ -502,6 +502,15 @@ async fn redis_cost(
         roles: Default::default(),
         attributes: Default::default(),
         started_unix: None,
+        // Its two tickets, stored with it as a server stores them.
+        tickets: (2 * i..2 * i + 2)
+            .map(|p| {
+                (
+                    crate::ids::TicketId::new(format!("t-{p:032x}").as_str()),
+                    vec![PlayerId::new(format!("p-{p}").as_str())],
+                )
+            })
+            .collect(),
     };
     let result = |i: usize| JournalEntry {
         match_id: MatchId::new(format!("m-{i}").as_str()),
