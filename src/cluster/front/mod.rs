@@ -385,7 +385,12 @@ impl Inner {
         bytes: &Bytes,
         patience: Duration,
     ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
-        let deadline = tokio::time::Instant::now() + patience;
+        let received = tokio::time::Instant::now();
+        let deadline = received + patience;
+        let caller = caller_timeout(&parts.headers);
+        // A call sent again carries what is left of the caller's deadline, not all of it.
+        let mut again: Option<http::request::Parts> = None;
+        let mut first = true;
         let mut route = self.route.clone();
         let path = parts.uri.path();
         let once = ONCE.contains(&path);
@@ -400,8 +405,20 @@ impl Inner {
                     let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
+                    let sending = match caller {
+                        Some(t) if !first => {
+                            let mut head = parts.clone();
+                            head.headers.insert(
+                                "grpc-timeout",
+                                grpc_timeout(t.saturating_sub(received.elapsed())),
+                            );
+                            &*again.insert(head)
+                        }
+                        _ => parts,
+                    };
+                    first = false;
                     let sent = tokio::select! {
-                        sent = send(target, parts, bytes, &self.node_key) => {
+                        sent = send(target, sending, bytes, &self.node_key) => {
                             if let Some(started) = linked {
                                 self.forwarded_seconds.record(started.elapsed().as_secs_f64());
                             }
@@ -736,6 +753,13 @@ fn caller_timeout(headers: &http::HeaderMap) -> Option<Duration> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+/// `left` as a `grpc-timeout` value: whole milliseconds, at least one, at most the eight
+/// digits the header allows.
+fn grpc_timeout(left: Duration) -> http::HeaderValue {
+    let ms = left.as_millis().clamp(1, 99_999_999);
+    http::HeaderValue::from_str(&format!("{ms}m")).unwrap_or(http::HeaderValue::from_static("1m"))
 }
 
 fn is_not_owner(response: &http::Response<Body>) -> bool {

@@ -17,6 +17,21 @@ fn the_callers_deadline_is_read_in_every_unit() {
 }
 
 #[test]
+fn a_call_sent_again_carries_what_is_left_of_the_callers_deadline() {
+    let value = |d: Duration| grpc_timeout(d).to_str().unwrap().to_string();
+    assert_eq!(value(Duration::from_millis(1500)), "1500m");
+    assert_eq!(
+        value(Duration::ZERO),
+        "1m",
+        "never zero: the owner refuses at once"
+    );
+    assert_eq!(value(Duration::from_secs(1_000_000)), "99999999m");
+    let mut h = http::HeaderMap::new();
+    h.insert("grpc-timeout", grpc_timeout(Duration::from_millis(250)));
+    assert_eq!(caller_timeout(&h), Some(Duration::from_millis(250)));
+}
+
+#[test]
 fn a_call_gives_up_waiting_a_little_before_the_callers_deadline() {
     let node = Duration::from_secs(7);
     let ms = Duration::from_millis;
