@@ -575,13 +575,7 @@ async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_d
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .iter()
-        .map(|n| (n.to_string(), node(&config, n)))
-        .collect();
-    ready(&nodes["n1"].channel().await).await;
-    let owner = lease_holder(&redis).expect("an owner");
-    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let (mut nodes, owner, other) = owner_and_other(&config, &redis).await;
     let channel = nodes[&other].channel().await;
     let mut gs = GameServerServiceClient::new(channel.clone());
     let mut offers = common::serve(&mut gs, "gs-t:7777").await;
@@ -619,6 +613,22 @@ async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_d
     let assignment = after.assignment.expect("an assignment");
     assert_eq!(assignment.server_address, "gs-t:7777");
     assert_eq!(assignment.match_id, m.match_id);
+}
+
+/// Nodes `n1` and `n2` on `config` once one owns the queues: the nodes, the owner's name and
+/// the other's.
+async fn owner_and_other(
+    config: &Path,
+    redis: &RedisServer,
+) -> (BTreeMap<String, ServerProcess>, String, String) {
+    let nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), node(config, n)))
+        .collect();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    (nodes, owner, other)
 }
 
 /// A node of a cluster on the Redis Cluster node at `url`, with `extra` in `[cluster]`.
@@ -800,13 +810,7 @@ async fn records_written_through_one_node_are_read_through_the_other_after_it_di
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .iter()
-        .map(|n| (n.to_string(), node(&config, n)))
-        .collect();
-    ready(&nodes["n1"].channel().await).await;
-    let owner = lease_holder(&redis).expect("an owner");
-    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let (mut nodes, owner, other) = owner_and_other(&config, &redis).await;
     let writer = nodes[&owner].channel().await;
     let reader = nodes[&other].channel().await;
 
@@ -1046,13 +1050,7 @@ async fn an_erasure_through_any_node_takes_the_match_history_in_redis_with_it() 
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .iter()
-        .map(|n| (n.to_string(), node(&config, n)))
-        .collect();
-    ready(&nodes["n1"].channel().await).await;
-    let owner = lease_holder(&redis).expect("an owner");
-    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let (mut nodes, owner, other) = owner_and_other(&config, &redis).await;
     let writer = nodes[&owner].channel().await;
     let reader = nodes[&other].channel().await;
     let mut gs = GameServerServiceClient::new(writer.clone());
@@ -1187,14 +1185,7 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     // queues at its next try (a quarter lease), long before the lease would have expired.
     let lease_ms = 12_000;
     let config = config_with_lease(dir.path(), &redis, lease_ms, "");
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .iter()
-        .map(|n| (n.to_string(), node(&config, n)))
-        .collect();
-    let first = nodes["n1"].channel().await;
-    ready(&first).await;
-    let owner = lease_holder(&redis).expect("an owner");
-    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    let (mut nodes, owner, other) = owner_and_other(&config, &redis).await;
     let channel = nodes[&other].channel().await;
     // Calls through the other node open its links to the owner; tickets wait (six players
     // never fill a 5v5 match).
