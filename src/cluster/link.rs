@@ -119,30 +119,48 @@ pub fn message_limit(max_message: usize) -> usize {
         .saturating_add(HEAD_BYTES)
 }
 
+/// Whether an item waiting in a link's channel is still wanted by whoever queued it.
+type Wanted<T> = Box<dyn Fn(&T) -> bool + Send + Sync>;
+
 /// A stream of batches: each poll takes every item waiting in the channel, up to the batch
-/// limits.
+/// limits, leaving out the ones no longer wanted.
 struct Batches<T, B> {
     rx: mpsc::Receiver<T>,
     wrap: fn(Vec<T>) -> B,
+    wanted: Wanted<T>,
+}
+
+impl<T, B> Batches<T, B> {
+    fn new(rx: mpsc::Receiver<T>, wrap: fn(Vec<T>) -> B) -> Self {
+        Self {
+            rx,
+            wrap,
+            wanted: Box::new(|_| true),
+        }
+    }
 }
 
 impl<T: Weighed, B> tokio_stream::Stream for Batches<T, B> {
     type Item = B;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<B>> {
-        let first = match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(first)) => first,
-            Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
+        let first = loop {
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some(first)) if (self.wanted)(&first) => break first,
+                Poll::Ready(Some(_)) => continue,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
         };
         let mut bytes = first.size();
         let mut batch = vec![first];
         while bytes < BATCH_BYTES && batch.len() < BATCH_CALLS {
             match self.rx.try_recv() {
-                Ok(next) => {
+                Ok(next) if (self.wanted)(&next) => {
                     bytes += next.size();
                     batch.push(next);
                 }
+                Ok(_) => continue,
                 Err(_) => break,
             }
         }
@@ -174,12 +192,31 @@ impl Link {
             out,
             broken: AtomicBool::new(false),
         });
-        let calls = Batches {
-            rx,
-            wrap: |calls| Calls { calls },
-        };
+        let calls = link.batches(rx);
         tokio::spawn(link.clone().run(channel, calls, max_message, metadata));
         link
+    }
+
+    /// The calls queued on `rx` in batches. A call whose caller gave up (its deadline passed,
+    /// or the owner moved on) while it waited for the stream is left out: the owner would do
+    /// work nobody waits for.
+    fn batches(self: &Arc<Self>, rx: mpsc::Receiver<Call>) -> Batches<Call, Calls> {
+        let link = Arc::downgrade(self);
+        Batches {
+            wanted: Box::new(move |call: &Call| {
+                link.upgrade().is_some_and(|link| link.is_waiting(call.id))
+            }),
+            ..Batches::new(rx, |calls| Calls { calls })
+        }
+    }
+
+    /// Whether the caller of call `id` still waits for its answer.
+    fn is_waiting(&self, id: u64) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|pending| pending.contains_key(&id))
     }
 
     /// Whether the link broke (a new one is needed).
@@ -346,10 +383,9 @@ where
                 }
             }
         });
-        std::future::ready(Ok(tonic::Response::new(Batches {
-            rx,
-            wrap: |answers| Ok(Answers { answers }),
-        })))
+        std::future::ready(Ok(tonic::Response::new(Batches::new(rx, |answers| {
+            Ok(Answers { answers })
+        }))))
     }
 }
 
@@ -473,10 +509,7 @@ mod tests {
     async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
         use tokio_stream::StreamExt;
         let (tx, rx) = mpsc::channel(QUEUED);
-        let mut batches = Batches {
-            rx,
-            wrap: |calls| Calls { calls },
-        };
+        let mut batches = Batches::new(rx, |calls| Calls { calls });
         for id in 0..3 {
             tx.send(call(id, 10)).await.unwrap();
         }
@@ -496,6 +529,44 @@ mod tests {
         tx.send(call(4, 2 * BATCH_BYTES)).await.unwrap();
         assert_eq!(ids(batches.next().await.unwrap()), [4]);
         drop(tx);
+        assert!(batches.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
+        use tokio_stream::StreamExt;
+        let (out, rx) = mpsc::channel(QUEUED);
+        let link = Arc::new(Link {
+            next: AtomicU64::new(0),
+            pending: Mutex::new(Some(HashMap::new())),
+            out,
+            broken: AtomicBool::new(false),
+        });
+        let mut batches = link.batches(rx);
+        let (waiting, gave_up, also_waiting) = (1, 2, 3);
+        for id in [waiting, gave_up, also_waiting] {
+            let (tx, _rx) = oneshot::channel();
+            link.pending
+                .lock()
+                .unwrap()
+                .as_mut()
+                .unwrap()
+                .insert(id, tx);
+            link.out.send(call(id, 10)).await.unwrap();
+        }
+        // The caller's future is dropped: its entry goes, as `Forget` takes it.
+        drop(Forget {
+            link: &link,
+            id: gave_up,
+        });
+        let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(ids(batches.next().await.unwrap()), [waiting, also_waiting]);
+        // Nobody waits for anything once the link broke.
+        let (tx, _rx) = oneshot::channel();
+        link.pending.lock().unwrap().as_mut().unwrap().insert(4, tx);
+        link.out.send(call(4, 10)).await.unwrap();
+        link.pending.lock().unwrap().take();
+        drop(link);
         assert!(batches.next().await.is_none());
     }
 
