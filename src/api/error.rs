@@ -92,8 +92,14 @@ pub(super) fn streams_closed(state: &crate::state::State) -> Status {
     }
 }
 
-/// A storage failure: logged and counted here, INTERNAL to the caller.
+/// A storage failure: logged and counted here, INTERNAL to the caller. A write the fence
+/// refused wrote nothing (another node holds the queues' lease): on a cluster the call is
+/// answered as by a stopped engine, so the node that forwarded it sends it to the next owner.
 fn store_failure(e: &StoreError) -> Status {
+    if matches!(e, StoreError::Fenced) {
+        tracing::warn!(error = %e, "a write was fenced; the call goes to the next owner");
+        return engine_stopped();
+    }
     tracing::error!(error = %e, "store failure");
     crate::telemetry::store_error("request");
     Status::internal(format!("storage failure: {e}"))
@@ -179,4 +185,25 @@ pub(super) fn internal(what: &str) -> Status {
 /// The HTTP response of a request a layer refused.
 pub(super) fn refusal<B: Default>(e: impl Into<Status>) -> http::Response<B> {
     e.into().into_http()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_write_is_answered_as_not_the_owner_so_the_call_goes_to_the_next_one() {
+        let direct = Status::from(StoreError::Fenced);
+        let result = Status::from(ReportError::Commit(CommitError::Store(
+            StoreError::Fenced.into(),
+        )));
+        for status in [direct, result] {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(status.metadata().contains_key(NOT_OWNER), "{status:?}");
+        }
+        // Any other storage failure may have written: INTERNAL, never sent again.
+        let failed = Status::from(StoreError::Redis("connection reset".into()));
+        assert_eq!(failed.code(), tonic::Code::Internal);
+        assert!(!failed.metadata().contains_key(NOT_OWNER));
+    }
 }
