@@ -615,6 +615,100 @@ async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_d
     assert_eq!(assignment.match_id, m.match_id);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_queue() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let node = node(&config, "n1");
+    let channel = node.channel().await;
+    ready(&channel).await;
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-p:7777").await;
+    // Redis holds every write for 400 ms: the ticket's write outlasts its caller's 100 ms.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(400)
+        .arg("WRITE")
+        .query(&mut conn)
+        .unwrap();
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut request = tonic::Request::new(proto::EnterQueueRequest {
+        queue: "1v1".into(),
+        player_ids: vec!["pia".into()],
+        ..Default::default()
+    });
+    request.set_timeout(Duration::from_millis(100));
+    let gave_up = client.enter_queue(request).await;
+    assert!(
+        gave_up.is_err(),
+        "answered before Redis took the write: {gave_up:?}"
+    );
+    // The ticket was written once Redis took writes again, and waits in its queue: the next
+    // player is matched with it.
+    common::enter(&mut client, "1v1", &["pat"]).await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(players_of(&m), BTreeSet::from(["pia".into(), "pat".into()]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_cancelled_while_it_was_written_is_in_no_match() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let node = node(&config, "n1");
+    let channel = node.channel().await;
+    ready(&channel).await;
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-c:7777").await;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(400)
+        .arg("WRITE")
+        .query(&mut conn)
+        .unwrap();
+    let mut client = ClientServiceClient::new(channel.clone());
+    let entering = tokio::spawn({
+        let mut client = client.clone();
+        async move { common::enter(&mut client, "1v1", &["cia"]).await }
+    });
+    // The ticket is known (its id readable) while its write waits for Redis: cancel it then.
+    let ticket = common::poll_until("the ticket is known", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .get_active_ticket(proto::GetActiveTicketRequest {
+                    player_id: "cia".into(),
+                })
+                .await
+                .map(|t| t.into_inner().ticket_id)
+        }
+    })
+    .await;
+    let cancelled = client
+        .cancel_ticket(proto::CancelTicketRequest {
+            ticket_id: ticket.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.state, proto::TicketState::Cancelled as i32);
+    assert_eq!(entering.await.unwrap(), ticket);
+    // A cancel answered OK came before any match: the next two players are matched together.
+    common::enter(&mut client, "1v1", &["cob"]).await;
+    common::enter(&mut client, "1v1", &["cid"]).await;
+    let m = next_match(&mut offers).await;
+    assert_eq!(players_of(&m), BTreeSet::from(["cob".into(), "cid".into()]));
+}
+
 /// Nodes `n1` and `n2` on `config` once one owns the queues: the nodes, the owner's name and
 /// the other's.
 async fn owner_and_other(

@@ -204,18 +204,12 @@ impl ClientService for Client {
         )?;
 
         // Room in the loop's queue first, so a full queue rejects before any state changes.
-        let permit = self.matchmaker.reserve(ENTER_WAIT).await?;
+        let permit = self.matchmaker.reserve_owned(ENTER_WAIT).await?;
         let tick = Duration::from_millis(self.state.config().server.tick_interval_ms);
         if self.load.stale(tick)
-            && !self
-                .load
-                .refreshing
-                .swap(true, std::sync::atomic::Ordering::AcqRel)
+            && let Some(_refreshing) = Refreshing::start(&self.load)
         {
             let stats = self.matchmaker.ask(|reply| Command::Stats { reply }).await;
-            self.load
-                .refreshing
-                .store(false, std::sync::atomic::Ordering::Release);
             self.load.refresh(&stats?);
         }
         let max = self.state.config().server.max_tickets_per_queue as u64;
@@ -255,13 +249,28 @@ impl ClientService for Client {
             attributes,
             avoid,
         };
-        // A cluster store keeps waiting tickets: answer only once this one is durable.
-        self.state.persist_ticket(&slot, &entry, now).await?;
+        if self.state.store().keeps_tickets() {
+            // A cluster store keeps waiting tickets: answer only once this one is durable. The
+            // write and the entry run on their own, so a caller that goes away meanwhile (its
+            // deadline) leaves no ticket that is in the state but in no queue.
+            let state = self.state.clone();
+            tokio::spawn(async move {
+                state.persist_ticket(&slot, &entry, now).await?;
+                permit.send(Command::Enter {
+                    ticket: slot,
+                    entry,
+                });
+                Ok::<(), crate::store::StoreError>(())
+            })
+            .await
+            .map_err(super::error::task_failed)??;
+        } else {
+            permit.send(Command::Enter {
+                ticket: slot,
+                entry,
+            });
+        }
         admitted.keep();
-        permit.send(Command::Enter {
-            ticket: slot,
-            entry,
-        });
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
         Ok(Response::new(proto::EnterQueueResponse {
             ticket_id: ticket_id.to_string(),
@@ -564,6 +573,27 @@ impl Drop for TouchOnDrop {
     }
 }
 
+/// The one `EnterQueue` fetching the loop's counts: the next may start once this is dropped,
+/// also when its call is (a deadline while it waits for the loop).
+struct Refreshing<'a>(&'a QueueLoad);
+
+impl<'a> Refreshing<'a> {
+    fn start(load: &'a QueueLoad) -> Option<Self> {
+        (!load
+            .refreshing
+            .swap(true, std::sync::atomic::Ordering::AcqRel))
+        .then_some(Self(load))
+    }
+}
+
+impl Drop for Refreshing<'_> {
+    fn drop(&mut self) {
+        self.0
+            .refreshing
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// A capacity slot that is given back unless the ticket was created.
 struct Admitted<'a> {
     load: &'a QueueLoad,
@@ -599,5 +629,20 @@ fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>
             "roles",
             format!("a party of {n} gives one role per member or none (got {k})"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_call_at_a_time_fetches_the_counts_and_a_dropped_one_lets_the_next_start() {
+        let load = QueueLoad::default();
+        let first = Refreshing::start(&load).expect("nobody fetches yet");
+        assert!(Refreshing::start(&load).is_none(), "one at a time");
+        // The call fetching is dropped mid-way (its deadline): the next may fetch.
+        drop(first);
+        assert!(Refreshing::start(&load).is_some());
     }
 }

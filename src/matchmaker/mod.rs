@@ -16,6 +16,7 @@ mod backfill;
 mod clock;
 mod ready_check;
 mod reconfigure;
+mod retention;
 mod stats;
 mod tick;
 
@@ -115,6 +116,18 @@ impl Handle {
         }
     }
 
+    /// As [`Handle::reserve`], with a permit that can move into a task of its own.
+    pub async fn reserve_owned(
+        &self,
+        wait: Duration,
+    ) -> Result<mpsc::OwnedPermit<Command>, HandleError> {
+        match tokio::time::timeout(wait, self.tx.clone().reserve_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(HandleError::Closed),
+            Err(_) => Err(HandleError::Busy),
+        }
+    }
+
     /// Sends a command and waits for its reply.
     pub async fn ask<T>(
         &self,
@@ -164,7 +177,7 @@ struct Loop {
     queue_index: HashMap<QueueId, usize>,
     waiting: HashMap<TicketId, Waiting, matching::IdHash>,
     unallocated: VecDeque<Unallocated>,
-    finished: VecDeque<(f64, TicketId)>,
+    finished: retention::Retained,
     last_stale_sweep: f64,
     ready: HashMap<MatchId, ReadyCheck>,
     ready_by_ticket: HashMap<TicketId, MatchId>,
@@ -337,6 +350,10 @@ impl Loop {
                 let Some(&qi) = self.queue_index.get(&ticket.queue) else {
                     return;
                 };
+                // Cancelled while it was being written (see `cancel`): it never waits.
+                if ticket.view().is_final() {
+                    return;
+                }
                 self.queues[qi].metrics.entered.increment(1);
                 // A ban set while the ticket was on its way: the ban is in the state before
                 // `BanPlayer` cancels waiting tickets, so checking here closes that window.
@@ -531,9 +548,26 @@ impl Loop {
                     self.decline(&match_id, id);
                     return TicketState::Cancelled;
                 }
-                self.state
-                    .ticket(id)
-                    .map_or(TicketState::Cancelled, |t| t.view().state)
+                let Ok(slot) = self.state.ticket(id) else {
+                    return TicketState::Cancelled;
+                };
+                let state = slot.view().state;
+                if state != TicketState::Searching {
+                    return state;
+                }
+                // Searching but in no pool: `EnterQueue` is still writing it and its `Enter`
+                // has not come yet. It ends here, and is left out when it comes: the cancel
+                // answered OK happened before any match could take it.
+                self.state.end_ticket(
+                    &slot,
+                    TicketState::Cancelled,
+                    now,
+                    "cancelled by client".into(),
+                );
+                metrics::counter!(m::TICKETS_CANCELLED, "queue" => slot.queue.to_string())
+                    .increment(1);
+                self.finished.push_back((now, id.clone()));
+                TicketState::Cancelled
             }
         }
     }

@@ -278,13 +278,11 @@ impl Loop {
     }
 
     pub(super) fn forget_finished(&mut self, now: f64) {
-        while let Some((at, _)) = self.finished.front() {
-            if now - at < self.state.config().server.finished_ticket_retention_seconds {
-                break;
-            }
-            let (_, id) = self.finished.pop_front().expect("front exists");
-            // A ticket requeued since (its match was cancelled before it started) waits again.
-            if !self.waiting.contains_key(&id) {
+        let retention = self.state.config().server.finished_ticket_retention_seconds;
+        for id in self.finished.due(now, retention) {
+            // A ticket waiting again, or in a match not settled yet, finishes again later.
+            let settled = self.state.ticket(&id).is_ok_and(|t| t.view().is_final());
+            if settled && !self.waiting.contains_key(&id) {
                 self.state.forget_ticket(&id);
             }
         }
