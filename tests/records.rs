@@ -393,6 +393,57 @@ async fn a_match_cancelled_before_it_starts_requeues_its_tickets_and_after_it_fr
     common::enter(&mut client, "1v1", &["c-a"]).await;
 }
 
+async fn serve_with_capacity(
+    gs: &mut GameServerServiceClient<Channel>,
+    address: &str,
+    capacity: u32,
+) -> tonic::Streaming<proto::MatchAssignment> {
+    gs.serve_matches(proto::ServeMatchesRequest {
+        server_address: address.into(),
+        capacity,
+        ..Default::default()
+    })
+    .await
+    .expect("serve_matches")
+    .into_inner()
+}
+
+#[tokio::test]
+async fn a_server_that_connects_again_gets_its_unstarted_matches_again_and_keeps_its_capacity() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let mut gs = server.game_server().await;
+    let mut offers = serve_with_capacity(&mut gs, "gs-r:1", 2).await;
+    let unstarted = pair(&mut client, &mut offers, "r-a", "r-b").await;
+    let started = pair(&mut client, &mut offers, "r-c", "r-d").await;
+    start(&mut gs, &started.match_id, None).await.unwrap();
+
+    // The stream breaks (a network blip, a restart of the server's process): it connects again
+    // and first gets the match it had not started, which the old stream may have lost.
+    drop(offers);
+    let mut offers = serve_with_capacity(&mut gs, "gs-r:1", 2).await;
+    let again = next(&mut offers).await;
+    assert_eq!(
+        (again.match_id.as_str(), again.server_address.as_str()),
+        (unstarted.match_id.as_str(), "gs-r:1")
+    );
+    // The two matches it holds fill its capacity of 2: the next match waits for room.
+    common::enter(&mut client, "1v1", &["r-e"]).await;
+    common::enter(&mut client, "1v1", &["r-f"]).await;
+    let early = tokio::time::timeout(std::time::Duration::from_secs(1), offers.message()).await;
+    assert!(early.is_err(), "a match past the capacity: {early:?}");
+    // A result frees room, and the waiting match comes.
+    report(&mut gs, &unstarted, "r-a", None).await;
+    let third = next(&mut offers).await;
+    let mut players: Vec<String> = third
+        .teams
+        .iter()
+        .flat_map(|t| t.player_ids.clone())
+        .collect();
+    players.sort();
+    assert_eq!(players, ["r-e", "r-f"]);
+}
+
 #[tokio::test]
 async fn a_formed_match_no_server_took_is_not_started_and_its_cancel_requeues() {
     let server = TestServer::start("").await;

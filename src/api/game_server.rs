@@ -45,16 +45,24 @@ impl GameServerService for GameServer {
             return Err(super::error::streams_closed(&self.state));
         }
         tracing::info!(server = %req.server_address, region = %req.region, capacity = req.capacity, "game server registered");
-        let rx = self
+        let address = req.server_address.clone();
+        let (rx, again) = self
             .state
             .register_server(req.server_address, req.region, req.capacity);
+        if !again.is_empty() {
+            // Sent only once durable, as every match is: the flush covers every allocation
+            // made so far.
+            self.state.store().flush_async().await?;
+            tracing::info!(server = %address, matches = again.len(), "matches not started sent again to a server that connected again");
+        }
         // A cluster engine that stops ends the stream saying so, and the node the game server
         // is connected to moves it to the next owner.
         let state = self.state.clone();
         let stopped = std::iter::once_with(move || {
             (state.is_cluster_engine() && state.closing()).then(super::error::engine_stopped)
         });
-        let stream = ReceiverStream::new(rx)
+        let stream = tokio_stream::iter(again)
+            .chain(ReceiverStream::new(rx))
             .map(|a| Ok(convert::assignment(&a)))
             .chain(tokio_stream::iter(stopped.flatten()).map(Err));
         Ok(Response::new(Box::pin(stream)))

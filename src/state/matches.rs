@@ -329,18 +329,46 @@ impl State {
         });
     }
 
-    /// Registers a game server; matches flow into the returned receiver.
+    /// Registers a game server; matches flow into the returned receiver. Returned with it:
+    /// the matches allocated to this address that have not started, to be sent again (the
+    /// server connecting again may have lost them with its earlier stream, or with a cluster
+    /// owner that stopped). The live matches it holds count against its capacity from the
+    /// start: the stream may be new, its matches are not.
     pub fn register_server(
         &self,
         address: String,
         region: String,
         capacity: u32,
-    ) -> tokio::sync::mpsc::Receiver<Arc<Assignment>> {
+    ) -> (
+        tokio::sync::mpsc::Receiver<Arc<Assignment>>,
+        Vec<Arc<Assignment>>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.serve_matches_buffer);
+        let mut held = 0u32;
+        let mut unstarted = Vec::new();
+        for m in self.inner.matches.iter() {
+            let (phase, assignment) = {
+                let inner = m.value().lock();
+                (inner.phase, inner.assignment.clone())
+            };
+            if assignment.server_address != address {
+                continue;
+            }
+            match phase {
+                MatchPhase::Allocated => {
+                    held += 1;
+                    unstarted.push(assignment);
+                }
+                MatchPhase::Started | MatchPhase::Completing => held += 1,
+                _ => {}
+            }
+        }
+        let mut server = ServerHandle::new(address, region, capacity, tx);
+        server.assigned = held;
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
-        registry.register(ServerHandle::new(address, region, capacity, tx));
+        registry.register(server);
         metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
-        rx
+        (rx, unstarted)
     }
 
     /// Drops every server stream (graceful shutdown closes them this way).
