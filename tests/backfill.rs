@@ -294,6 +294,8 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
     let server = TestServer::start_in(dir.path(), config).await;
     let mut game_server = server.game_server().await;
     let mut matches = common::serve(&mut game_server, "gs-roles:1").await;
+    // Not started before the restart: the match comes to its server again first.
+    assert_eq!(next(&mut matches).await.match_id, first.match_id);
     let mut client = server.client().await;
     // The healer of team 1 leaves: only another healer may take the slot.
     let team = team_of(&first, "h1");
