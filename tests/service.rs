@@ -676,3 +676,35 @@ async fn a_draining_server_is_not_ready_but_alive_and_still_serves() {
         "the server drains for drain_ms before it stops"
     );
 }
+
+#[tokio::test]
+async fn a_ticket_naming_none_of_a_regional_queues_regions_is_refused() {
+    let server = TestServer::start("[queues.1v1.matching]\nregions = [\"eu\", \"us\"]\n").await;
+    let mut client = server.client().await;
+    let enter = |player: &str, latency: &[(&str, u32)]| proto::EnterQueueRequest {
+        queue: "1v1".into(),
+        player_ids: vec![player.into()],
+        region_latency_ms: latency.iter().map(|(r, ms)| (r.to_string(), *ms)).collect(),
+        ..Default::default()
+    };
+    // It could play in no region of the queue and would wait until it expired.
+    let err = client
+        .enter_queue(enter("r-1", &[("euw", 30)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(
+        err.message().contains("region_latency_ms") && err.message().contains("eu, us"),
+        "{}",
+        err.message()
+    );
+    // One of them is enough; no latencies at all means any region.
+    client
+        .enter_queue(enter("r-1", &[("euw", 30), ("us", 90)]))
+        .await
+        .expect("a region of the queue");
+    client
+        .enter_queue(enter("r-2", &[]))
+        .await
+        .expect("any region");
+}

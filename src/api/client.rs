@@ -180,6 +180,23 @@ impl ClientService for Client {
             region_latency_ms.push((region.clone(), *ms));
         }
         region_latency_ms.sort();
+        let regions = &q.matching.regions;
+        if !regions.is_empty()
+            && !region_latency_ms.is_empty()
+            && !region_latency_ms.iter().any(|(r, _)| regions.contains(r))
+        {
+            // Such a ticket could play in none of the queue's regions: it would wait until it
+            // expired.
+            return Err(Rejection::invalid(
+                "region_latency_ms",
+                format!(
+                    "names none of queue {:?}'s regions ({})",
+                    req.queue,
+                    regions.join(", ")
+                ),
+            )
+            .into());
+        }
         let roles = roles_per_player(&req.roles, players.len())?;
         let known_roles = &q.matching.roles;
         for (i, role) in req.roles.iter().enumerate() {
