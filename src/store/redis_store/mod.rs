@@ -48,7 +48,7 @@ use load::text;
 pub use script::CHANGE_LOG_ENTRIES;
 #[cfg(test)]
 use script::MAX_RUN;
-use script::{Invocation, Run, apply_script, runs};
+use script::{ChangeList, Invocation, Run, apply_script, runs};
 pub use sentinel::{SentinelUrl, is_sentinel_url};
 pub use server::{RedisCluster, RedisSentinels, RedisServer, SENTINEL_SERVICE};
 pub use standby::{Followed, Standby};
@@ -415,7 +415,24 @@ impl RedisStore {
                 0
             })
             .arg(call);
-        for run in runs(batches.iter().flatten()) {
+        let runs = runs(batches.iter().flatten());
+        let (what, changes) = if self.options.change_log {
+            let mut list = ChangeList::default();
+            for run in &runs {
+                match run {
+                    Run::Set(h, fields) => fields.iter().for_each(|(f, _)| list.field(*h, f)),
+                    Run::Del(h, fields) => fields.iter().for_each(|f| list.field(*h, f)),
+                    Run::One(Op::Set(h, f, _) | Op::Del(h, f)) => list.field(*h, f),
+                    Run::One(Op::Clear(h)) => list.cleared(*h),
+                    Run::One(_) => {}
+                }
+            }
+            list.into_entry()
+        } else {
+            ("c", Vec::new())
+        };
+        invocation.arg(what).arg(changes);
+        for run in runs {
             let op = match run {
                 Run::Set(h, fields) => {
                     invocation.arg("s").arg(h as usize).arg(fields.len());

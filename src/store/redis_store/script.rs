@@ -1,5 +1,7 @@
 //! The flush's script, and the grouping of queued writes into the commands it runs.
 
+use std::io::Write;
+
 use ::redis::{Cmd, Script, ToRedisArgs};
 
 use super::{HASHES, Hash, Op, loaded_hash};
@@ -42,16 +44,13 @@ impl Invocation {
 /// token and the node). Every flush adds one
 /// to the flush counter (`KEYS[3 + HASHES]`, after the lease, the hashes and the change log);
 /// with ARGV[2] above 0 it also appends to the change log (`KEYS[2 + HASHES]`, a stream cut to
-/// about ARGV[2]
-/// entries) one entry naming the fields it set or deleted (but those of [`UNLOGGED`], and of
-/// the hashes no copy holds):
-/// `q SEQ c CHANGES`, CHANGES being
-/// `INDEX,LEN:FIELD` for each (`xINDEX,0:` for a hash deleted whole), or `q SEQ r ''` when
-/// more than [`LOGGED_FIELDS`] changed: followers read everything again. ARGV[3] numbers the
+/// about ARGV[2] entries) the entry `q SEQ ARGV[4] ARGV[5]`: the client names there the fields
+/// the call sets or deletes ([`ChangeList`]), so the script builds no strings for it. ARGV[3]
+/// numbers the
 /// call among this owner's (`KEYS[4 + HASHES]` keeps the last one applied, as `TOKEN|NODE|N`):
 /// a call numbered no higher than that is skipped whole, so a flight that timed out and was
 /// sent again in a later call cannot land after it (on a connection opened meanwhile) and put
-/// back what the later call changed. Operations follow from ARGV[4] as
+/// back what the later call changed. Operations follow from ARGV[6] as
 /// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
 /// `x KEY` (DEL) or `p LIST MEMBER KEEP
 /// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
@@ -77,25 +76,7 @@ if landed and string.sub(landed, 1, string.len(token) + 1) == token .. '|' then
 end
 redis.call('SET', KEYS[HASHES + 4], token .. '|' .. flight)
 local logged = tonumber(ARGV[2])
-local log = {}
-local whole = false
-local unlogged = {}
-for index in string.gmatch('UNLOGGED', '%d+') do
-  unlogged[index] = true
-end
-local function logs(index)
-  return logged > 0 and not unlogged[index]
-end
-local function note(index, field)
-  if not whole then
-    if #log >= LOGGED_FIELDS then
-      whole = true
-    else
-      log[#log + 1] = index .. ',' .. #field .. ':' .. field
-    end
-  end
-end
-local i = 4
+local i = 6
 local n = #ARGV
 while i <= n do
   local op = ARGV[i]
@@ -103,26 +84,13 @@ while i <= n do
   if op == 's' then
     local count = tonumber(ARGV[i + 2])
     redis.call('HSET', key, unpack(ARGV, i + 3, i + 2 + 2 * count))
-    if logs(ARGV[i + 1]) then
-      for j = 0, count - 1 do
-        note(ARGV[i + 1], ARGV[i + 3 + 2 * j])
-      end
-    end
     i = i + 3 + 2 * count
   elseif op == 'd' then
     local count = tonumber(ARGV[i + 2])
     redis.call('HDEL', key, unpack(ARGV, i + 3, i + 2 + count))
-    if logs(ARGV[i + 1]) then
-      for j = 0, count - 1 do
-        note(ARGV[i + 1], ARGV[i + 3 + j])
-      end
-    end
     i = i + 3 + count
   elseif op == 'x' then
     redis.call('DEL', key)
-    if logs(ARGV[i + 1]) then
-      note('x' .. ARGV[i + 1], '')
-    end
     i = i + 2
   elseif op == 'l' then
     local count = tonumber(ARGV[i + 2])
@@ -168,11 +136,7 @@ while i <= n do
 end
 local seq = redis.call('INCR', KEYS[HASHES + 3])
 if logged > 0 then
-  local what, changes = 'c', table.concat(log)
-  if whole then
-    what, changes = 'r', ''
-  end
-  redis.call('XADD', KEYS[HASHES + 2], 'MAXLEN', '~', logged, '*', 'q', seq, what, changes)
+  redis.call('XADD', KEYS[HASHES + 2], 'MAXLEN', '~', logged, '*', 'q', seq, ARGV[4], ARGV[5])
 end
 return n
 ";
@@ -188,23 +152,58 @@ pub(super) const LOGGED_FIELDS: usize = 100_000;
 
 /// The script as sent: [`APPLY`] with its constants filled in.
 pub(super) fn apply_script() -> Script {
-    Script::new(
-        &APPLY
-            .replace("LOGGED_FIELDS", &LOGGED_FIELDS.to_string())
-            .replace("HASHES", &HASHES.len().to_string())
-            .replace(
-                "UNLOGGED",
-                // ... and the hashes no copy holds (the match history, read from Redis: each
-                // result writes a record and its holder count).
-                &HASHES
-                    .iter()
-                    .map(|(h, _)| *h)
-                    .filter(|h| *h == UNLOGGED || !loaded_hash(*h))
-                    .map(|h| (h as usize).to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
-    )
+    Script::new(&APPLY.replace("HASHES", &HASHES.len().to_string()))
+}
+
+/// Whether writes to `h` are named in the change log: not those of [`UNLOGGED`], nor of the
+/// hashes no copy holds (the match history, read from Redis: each result writes a record and
+/// its holder count).
+fn logged(h: Hash) -> bool {
+    h != UNLOGGED && loaded_hash(h)
+}
+
+/// The change-log entry of one call: `INDEX,LEN:FIELD` for each field set or deleted in a
+/// logged hash (`xINDEX,0:` for a hash deleted whole), in the order written, or `r` with
+/// nothing once more than [`LOGGED_FIELDS`] changed (followers read everything again).
+#[derive(Default)]
+pub(super) struct ChangeList {
+    changes: Vec<u8>,
+    count: usize,
+    whole: bool,
+}
+
+impl ChangeList {
+    fn note(&mut self, index: &str, h: Hash, field: &str) {
+        if !logged(h) || self.whole {
+            return;
+        }
+        if self.count >= LOGGED_FIELDS {
+            self.whole = true;
+            return;
+        }
+        self.count += 1;
+        let _ = write!(self.changes, "{index}{},{}:", h as usize, field.len());
+        self.changes.extend_from_slice(field.as_bytes());
+    }
+
+    /// A field of `h` set or deleted.
+    pub fn field(&mut self, h: Hash, field: &str) {
+        self.note("", h, field);
+    }
+
+    /// `h` deleted whole.
+    pub fn cleared(&mut self, h: Hash) {
+        self.note("x", h, "");
+    }
+
+    /// The entry's kind (`c` or `r`) and its changes.
+    pub fn into_entry(self) -> (&'static str, Vec<u8>) {
+        if self.whole {
+            ("r", Vec::new())
+        } else {
+            ("c", self.changes)
+        }
+    }
 }
 
 /// How many flushes the change log keeps (about: Redis trims whole nodes of the stream). A

@@ -467,6 +467,40 @@ mod tests {
     }
 
     #[test]
+    fn a_calls_change_list_names_what_a_copy_follows_as_the_copy_reads_it() {
+        use super::super::script::{ChangeList, LOGGED_FIELDS};
+        let mut list = ChangeList::default();
+        list.field(Hash::Players, "p1");
+        list.field(Hash::Tickets, "t-1");
+        list.field(Hash::MatchRecords, "m-1");
+        list.field(Hash::Players, "a,b:c");
+        list.cleared(Hash::Parties);
+        let (what, changes) = list.into_entry();
+        assert_eq!(what, "c");
+        let read: Vec<(Option<Hash>, &[u8])> = changed(&changes)
+            .unwrap()
+            .into_iter()
+            .map(|(index, field)| (hash(index.strip_prefix(b"x").unwrap_or(index)), field))
+            .collect();
+        // Waiting tickets and match records are left out: copies do not hold them.
+        assert_eq!(
+            read,
+            [
+                (Some(Hash::Players), b"p1".as_slice()),
+                (Some(Hash::Players), b"a,b:c"),
+                (Some(Hash::Parties), b""),
+            ]
+        );
+        assert!(changes.ends_with(b"x3,0:"), "a hash deleted whole");
+        // Past the limit a copy reads everything again.
+        let mut many = ChangeList::default();
+        for i in 0..=LOGGED_FIELDS {
+            many.field(Hash::Players, &i.to_string());
+        }
+        assert_eq!(many.into_entry(), ("r", Vec::new()));
+    }
+
+    #[test]
     fn log_indexes_name_the_hashes_the_mirror_holds() {
         assert_eq!(hash(b"2"), Some(Hash::Players));
         assert_eq!(hash(b"3"), Some(Hash::Parties));
