@@ -53,6 +53,9 @@ pub struct Ledger {
     committer: Committer,
     /// Results read, admin changes write (see the module docs).
     gate: Arc<tokio::sync::RwLock<()>>,
+    /// One snapshot at a time: two at once could write a player's older records after the
+    /// newer one trimmed the journal entries that made them newer.
+    snapshotting: Arc<tokio::sync::Mutex<()>>,
     /// Every applied result, for whoever listens (the operator console's recent results); a
     /// slow listener loses the oldest, never holds a report up. Sent only while someone listens.
     applied: tokio::sync::broadcast::Sender<Arc<AppliedResult>>,
@@ -84,6 +87,7 @@ impl Ledger {
             state,
             committer,
             gate: Arc::new(tokio::sync::RwLock::new(())),
+            snapshotting: Arc::new(tokio::sync::Mutex::new(())),
             applied: tokio::sync::broadcast::channel(APPLIED_BUFFER).0,
         }
     }
@@ -225,26 +229,34 @@ impl Ledger {
 
     /// Takes a snapshot now (blocking I/O runs off the async threads). Returns players written.
     /// Holds the gate's read side, so an erasure never lands between reading a player and
-    /// writing it back.
+    /// writing it back, and runs alone among snapshots. Runs in its own task, like
+    /// [`Ledger::admin`]: a caller going away (its deadline) must not let go of the gate while
+    /// the snapshot still writes.
     pub async fn snapshot(&self) -> Result<usize, StoreError> {
-        let _gate = self.gate.read().await;
-        let horizon = self.committer.horizon();
-        let state = self.state.clone();
-        let started = std::time::Instant::now();
-        let (n, bytes) = tokio::task::spawn_blocking(move || {
-            state.snapshot(horizon).map(|n| (n, state.store_bytes()))
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _alone = this.snapshotting.lock().await;
+            let _gate = this.gate.read().await;
+            let horizon = this.committer.horizon();
+            let state = this.state.clone();
+            let started = std::time::Instant::now();
+            let (n, bytes) = tokio::task::spawn_blocking(move || {
+                state.snapshot(horizon).map(|n| (n, state.store_bytes()))
+            })
+            .await
+            .map_err(StoreError::Task)??;
+            metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
+            metrics::gauge!(m::STORE_BYTES).set(bytes as f64);
+            tracing::info!(
+                players = n,
+                horizon,
+                seconds = started.elapsed().as_secs_f64(),
+                "snapshot written"
+            );
+            Ok(n)
         })
         .await
-        .map_err(StoreError::Task)??;
-        metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::gauge!(m::STORE_BYTES).set(bytes as f64);
-        tracing::info!(
-            players = n,
-            horizon,
-            seconds = started.elapsed().as_secs_f64(),
-            "snapshot written"
-        );
-        Ok(n)
+        .map_err(StoreError::Task)?
     }
 
     /// Closes ended rating periods of periodic Glicko pools every `every` until `shutdown`
