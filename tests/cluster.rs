@@ -1308,6 +1308,77 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_owner_exits_within_its_grace_time_though_a_stream_consumer_reads_nothing() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let grace = Duration::from_millis(1500);
+    let start = |name: &str| {
+        let mut command = common::serve_command(&config, "");
+        command
+            .env("MATCHMAKER_CLUSTER__NODE_ID", name)
+            .env("MATCHMAKER_SERVER__DRAIN_MS", "0")
+            .env(
+                "MATCHMAKER_SERVER__SHUTDOWN_GRACE_MS",
+                grace.as_millis().to_string(),
+            );
+        (name.to_string(), ServerProcess::spawn(command))
+    };
+    let mut nodes: BTreeMap<String, ServerProcess> = [start("n1"), start("n2")].into();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    // An event watcher on the owner that never reads: its stream's flow-control window (a few
+    // bytes) fills, then everything the owner holds for it.
+    let stalled = Channel::from_shared(format!("http://{}", nodes[&owner].addr))
+        .unwrap()
+        .initial_stream_window_size(Some(64))
+        .connect()
+        .await
+        .unwrap();
+    let _unread = AdminServiceClient::new(stalled)
+        .watch_events(proto::WatchEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut admin = AdminServiceClient::new(nodes[&owner].channel().await);
+    for i in 0..200 {
+        admin
+            .ban_player(proto::BanPlayerRequest {
+                player_id: format!("p{i}"),
+                until_unix: 0,
+                reason: "a test ban".into(),
+            })
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    let pid = nodes[&owner].child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut stopped = nodes.remove(&owner).unwrap();
+    let bound = grace + Duration::from_secs(5);
+    loop {
+        if stopped.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            stopping.elapsed() < bound,
+            "the owner still runs {bound:?} after SIGTERM, with a grace time of {grace:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder_becomes(&redis, &other).await;
+    ready(&nodes[&other].channel().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
     let (redis, cert_file, key_file, tls) = common::tls_redis(dir.path());

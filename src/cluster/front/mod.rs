@@ -587,8 +587,13 @@ impl Relay {
                             return Stop::Moved { at_boundary: framing.at_boundary() };
                         }
                         let last = frame.is_trailers();
-                        if self.tx.send(Ok(frame)).await.is_err() || last {
-                            return Stop::Done;
+                        // A caller that does not read fills the channel: the send waits for
+                        // room, and must not hold a stopping node open meanwhile.
+                        tokio::select! {
+                            sent = self.tx.send(Ok(frame)) => if sent.is_err() || last {
+                                return Stop::Done;
+                            },
+                            () = self.front.closing.cancelled() => return Stop::Closing,
                         }
                     }
                     Some(Err(_)) | None => {
@@ -606,14 +611,26 @@ impl Relay {
         }
     }
 
-    /// Ends the caller's stream with a status in the trailers.
+    /// Ends the caller's stream with a status in the trailers. While the node stops, a caller
+    /// that does not read gets them only if there is room for them: its stream ends either way.
     async fn end(&self, code: tonic::Code, message: &str) {
         let mut trailers = http::HeaderMap::new();
         if tonic::Status::new(code, message)
             .add_header(&mut trailers)
-            .is_ok()
+            .is_err()
         {
-            let _ = self.tx.send(Ok(http_body::Frame::trailers(trailers))).await;
+            return;
+        }
+        let frame = Ok(http_body::Frame::trailers(trailers));
+        let permit = tokio::select! {
+            biased;
+            permit = self.tx.reserve() => permit,
+            () = self.front.closing.cancelled() => self.tx.try_reserve().map_err(|_| {
+                tokio::sync::mpsc::error::SendError(())
+            }),
+        };
+        if let Ok(permit) = permit {
+            permit.send(frame);
         }
     }
 }

@@ -338,3 +338,39 @@ async fn with_no_owner_a_call_waits_then_is_unavailable_naming_the_failover() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn a_stopping_node_ends_a_relayed_stream_whose_caller_reads_nothing() {
+    let (_route, front) = front(owner_route("127.0.0.1:1"), "owner", Duration::from_secs(2));
+    // The owner sends messages for ever; the caller takes none, so the relay's channel fills.
+    let messages = std::iter::repeat_with(|| {
+        Ok::<_, tonic::Status>(http_body::Frame::data(Bytes::from_static(&[0; 5])))
+    });
+    let upstream = Body::new(http_body_util::StreamBody::new(tokio_stream::iter(
+        messages,
+    )));
+    let (tx, _unread) = tokio::sync::mpsc::channel(1);
+    let (parts, ()) = http::Request::builder()
+        .uri("/matchmaker.v1.AdminService/WatchEvents")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let relay = Relay {
+        front: front.inner.clone(),
+        parts,
+        bytes: Bytes::new(),
+        resumable: false,
+        tx,
+    };
+    let relaying = tokio::spawn(relay.run(upstream, 1));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !relaying.is_finished(),
+        "the stream goes on while the node runs"
+    );
+    front.inner.closing.cancel();
+    tokio::time::timeout(Duration::from_secs(2), relaying)
+        .await
+        .expect("the relay ended when the node began to stop")
+        .unwrap();
+}
