@@ -1,6 +1,6 @@
 //! The front of a cluster node: every gRPC call that reaches the node goes to the owner of the
-//! queues, as it came (headers, token, deadline and body), so any node serves any call behind a
-//! plain load balancer. On the owner the call goes to its own engine; elsewhere to the owner's
+//! queues, as it came (headers, token and body; a unary call's deadline less the time it
+//! waited here), so any node serves any call behind a plain load balancer. On the owner the call goes to its own engine; elsewhere to the owner's
 //! advertised address, marked as forwarded so it is never forwarded twice.
 //!
 //! Every request of the API is one message, so the front keeps it until the call is answered:
@@ -10,8 +10,8 @@
 //! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, `StartMatch`,
 //! `CancelMatch` of a cancelled match, `JoinParty` of one's own party, reads), except
 //! `SeasonReset`, `RequestBackfill`, `CreateParty` and `LeaveParty`: those are answered
-//! UNAVAILABLE instead when the owner went away after they were sent, and the caller checks
-//! before calling again.
+//! UNAVAILABLE instead when the owner went away after they were sent or did not answer in
+//! time, and the caller checks before calling again.
 //!
 //! Streams are relayed by a task. `WatchTicket` and `ServeMatches` outlive owners: when the
 //! owner changes or its connection breaks between two messages, the relay sends the same
@@ -306,6 +306,8 @@ impl Inner {
     }
 
     async fn forward(self: Arc<Self>, mut request: http::Request<Body>) -> http::Response<Body> {
+        // The caller's deadline runs from here, however long its body takes to come.
+        let arrived = tokio::time::Instant::now();
         let forwarded = request.headers().contains_key(FORWARDED);
         if forwarded {
             // Another node's front sent it and keeps it to send again: here it is answered by
@@ -349,12 +351,12 @@ impl Inner {
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
         if !resumable && !STREAMS.contains(&path) {
-            return match self.call(&parts, &bytes, patience).await {
+            return match self.call(&parts, &bytes, arrived, arrived + patience).await {
                 Ok((response, _)) => response,
                 Err(answer) => answer,
             };
         }
-        let (response, token) = match self.call(&parts, &bytes, patience).await {
+        let (response, token) = match self.call(&parts, &bytes, arrived, arrived + patience).await {
             Ok(answered) => answered,
             Err(answer) => return answer,
         };
@@ -368,6 +370,7 @@ impl Inner {
             front: self,
             parts,
             bytes,
+            arrived,
             resumable,
             tx,
         };
@@ -376,21 +379,24 @@ impl Inner {
         http::Response::from_parts(head, Body::new(body))
     }
 
-    /// Sends the call to the owner until it is answered by one, waiting out a failover for up to
-    /// `patience`; the answer and the token of the owner that gave it, or the UNAVAILABLE to
-    /// return.
+    /// Sends the call (which `arrived` then) to the owner until it is answered by one, waiting
+    /// out a failover until `deadline`; the answer and the token of the owner that gave it, or
+    /// the UNAVAILABLE to return.
+    ///
+    /// Each send of a unary call carries what is left until `deadline`, less a margin
+    /// ([`margin`]), as its `grpc-timeout`: the owner gives up on it before this node answers
+    /// the caller, so a call this node gave up on is not served after it said so. A stream's
+    /// send carries what is left of the caller's own deadline, if it set one.
     async fn call(
         &self,
         parts: &http::request::Parts,
         bytes: &Bytes,
-        patience: Duration,
+        arrived: tokio::time::Instant,
+        deadline: tokio::time::Instant,
     ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
-        let received = tokio::time::Instant::now();
-        let deadline = received + patience;
+        let owner_deadline = deadline - margin(deadline.saturating_duration_since(arrived));
         let caller = caller_timeout(&parts.headers);
-        // A call sent again carries what is left of the caller's deadline, not all of it.
-        let mut again: Option<http::request::Parts> = None;
-        let mut first = true;
+        let mut head = parts.clone();
         let mut route = self.route.clone();
         let path = parts.uri.path();
         let once = ONCE.contains(&path);
@@ -405,20 +411,16 @@ impl Inner {
                     let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
-                    let sending = match caller {
-                        Some(t) if !first => {
-                            let mut head = parts.clone();
-                            head.headers.insert(
-                                "grpc-timeout",
-                                grpc_timeout(t.saturating_sub(received.elapsed())),
-                            );
-                            &*again.insert(head)
-                        }
-                        _ => parts,
+                    let left = if unary {
+                        Some(owner_deadline.saturating_duration_since(tokio::time::Instant::now()))
+                    } else {
+                        caller.map(|t| t.saturating_sub(arrived.elapsed()))
                     };
-                    first = false;
+                    if let Some(left) = left {
+                        head.headers.insert("grpc-timeout", grpc_timeout(left));
+                    }
                     let sent = tokio::select! {
-                        sent = send(target, sending, bytes, &self.node_key) => {
+                        sent = send(target, &head, bytes, &self.node_key) => {
                             if let Some(started) = linked {
                                 self.forwarded_seconds.record(started.elapsed().as_secs_f64());
                             }
@@ -428,7 +430,7 @@ impl Inner {
                         () = tokio::time::sleep_until(deadline) => {
                             return Err(status(
                                 tonic::Code::Unavailable,
-                                "the owner did not answer in time",
+                                if once { MAYBE_SERVED } else { "the owner did not answer in time" },
                                 false,
                             ));
                         }
@@ -439,11 +441,7 @@ impl Inner {
                         }
                         Some(Ok(_)) => "the node forwarded to no longer owns the queues",
                         Some(Err(_)) | None if once => {
-                            return Err(status(
-                                tonic::Code::Unavailable,
-                                "the owner went away during the call; check whether it took effect before calling again",
-                                false,
-                            ));
+                            return Err(status(tonic::Code::Unavailable, MAYBE_SERVED, false));
                         }
                         Some(Err(_)) => "the owner cannot be reached",
                         None => "the owner changed during the call",
@@ -464,6 +462,10 @@ impl Inner {
         }
     }
 }
+
+/// The answer to a call sent once ([`ONCE`]) that the owner may have served without its
+/// answer reaching this node.
+const MAYBE_SERVED: &str = "the owner went away during the call or did not answer in time; check whether it took effect before calling again";
 
 /// Returns once the owner with `token` no longer owns the queues (as this node sees it).
 async fn moved(route: &mut watch::Receiver<Route>, token: u64) {
@@ -491,6 +493,8 @@ struct Relay {
     front: Arc<Inner>,
     parts: http::request::Parts,
     bytes: Bytes,
+    /// When the caller's call came, from which its deadline runs.
+    arrived: tokio::time::Instant,
     resumable: bool,
     tx: Frames,
 }
@@ -536,8 +540,12 @@ impl Relay {
                 .await;
                 return;
             }
-            let patience = self.front.patience;
-            match self.front.call(&self.parts, &self.bytes, patience).await {
+            let deadline = tokio::time::Instant::now() + self.front.patience;
+            match self
+                .front
+                .call(&self.parts, &self.bytes, self.arrived, deadline)
+                .await
+            {
                 Ok((response, t)) => {
                     if let Some(s) = tonic::Status::from_header_map(response.headers()) {
                         self.end(s.code(), s.message()).await;
@@ -751,9 +759,15 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
 /// for the same instant: a twentieth of the deadline, at most 100 ms.
 fn patience(caller: Option<Duration>, node: Duration) -> Duration {
     match caller {
-        Some(t) if t <= node => t - (t / 20).min(Duration::from_millis(100)),
+        Some(t) if t <= node => t - margin(t),
         _ => node,
     }
+}
+
+/// How much sooner than a deadline of `t` the next hop is told to give up: a twentieth of
+/// it, at most 100 ms.
+fn margin(t: Duration) -> Duration {
+    (t / 20).min(Duration::from_millis(100))
 }
 
 /// The caller's `grpc-timeout`, if it sent one.

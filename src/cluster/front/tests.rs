@@ -359,6 +359,7 @@ async fn a_stopping_node_ends_a_relayed_stream_whose_caller_reads_nothing() {
         front: front.inner.clone(),
         parts,
         bytes: Bytes::new(),
+        arrived: tokio::time::Instant::now(),
         resumable: false,
         tx,
     };
@@ -373,4 +374,89 @@ async fn a_stopping_node_ends_a_relayed_stream_whose_caller_reads_nothing() {
         .await
         .expect("the relay ended when the node began to stop")
         .unwrap();
+}
+
+/// An engine that answers every call with the `grpc-timeout` it came with (the `x-timeout`
+/// header, empty when none), or never when `answers` is false.
+fn timing_engine(answers: bool) -> crate::server::EngineService {
+    crate::server::EngineService::new(tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |request: http::Request<Body>| async move {
+            if !answers {
+                std::future::pending::<()>().await;
+            }
+            let timeout = request
+                .headers()
+                .get("grpc-timeout")
+                .cloned()
+                .unwrap_or(http::HeaderValue::from_static(""));
+            let mut response = tonic::Status::ok("").into_http::<Body>();
+            response.headers_mut().insert("x-timeout", timeout);
+            Ok::<_, tower::BoxError>(response)
+        },
+    )))
+}
+
+/// A call with a deadline of `timeout` to `path`, as a client sends it.
+fn call_with_deadline(path: &str, timeout: &str) -> http::Request<Body> {
+    http::Request::builder()
+        .uri(path)
+        .header("grpc-timeout", timeout)
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_that_waited_for_an_owner_is_sent_with_what_is_left_of_its_deadline() {
+    let (route, front) = front(Route::default(), "me", Duration::from_secs(10));
+    let owner = Route {
+        engine: Some(timing_engine(true)),
+        ..owner_route("127.0.0.1:1")
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        route.send_replace(owner);
+        // The sender lives as long as the call may need it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let response = front
+        .inner
+        .clone()
+        .forward(call_with_deadline(
+            "/matchmaker.v1.ClientService/GetPlayer",
+            "2S",
+        ))
+        .await;
+    let mut seen = http::HeaderMap::new();
+    seen.insert("grpc-timeout", response.headers()["x-timeout"].clone());
+    let sent = caller_timeout(&seen).expect("a deadline went with the call");
+    // 2 s less the 600 ms it waited, less the caller's margin and the owner's (about 100 ms
+    // each).
+    assert!(
+        sent <= Duration::from_millis(1300),
+        "the owner was given {sent:?}"
+    );
+    assert!(
+        sent >= Duration::from_millis(900),
+        "the owner was given {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_sent_once_that_the_owner_did_not_answer_in_time_is_to_be_checked() {
+    let owner = Route {
+        engine: Some(timing_engine(false)),
+        ..owner_route("127.0.0.1:1")
+    };
+    let (_route, front) = front(owner, "me", Duration::from_secs(10));
+    let response = front
+        .inner
+        .clone()
+        .forward(call_with_deadline(
+            "/matchmaker.v1.PartyService/CreateParty",
+            "300m",
+        ))
+        .await;
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("check"), "{}", status.message());
 }
