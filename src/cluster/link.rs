@@ -173,7 +173,9 @@ pub struct Link {
     next: AtomicU64,
     /// Calls sent and not answered yet; `None` once the link broke.
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>,
-    out: mpsc::Sender<Call>,
+    /// Where calls queue for the stream; `None` once the link is closed ([`Link::close`]): the
+    /// stream's request side then ends once the calls queued are sent, and with it the link.
+    out: Mutex<Option<mpsc::Sender<Call>>>,
     broken: AtomicBool,
 }
 
@@ -189,7 +191,7 @@ impl Link {
         let link = Arc::new(Self {
             next: AtomicU64::new(0),
             pending: Mutex::new(Some(HashMap::new())),
-            out,
+            out: Mutex::new(Some(out)),
             broken: AtomicBool::new(false),
         });
         let calls = link.batches(rx);
@@ -222,6 +224,13 @@ impl Link {
     /// Whether the link broke (a new one is needed).
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed)
+    }
+
+    /// Takes no further call: the calls already taken are sent and answered, then the stream
+    /// ends, and the link's task and the owner's end of it with it. For a link to a node that
+    /// no longer owns the queues, which would otherwise stay open for as long as the process.
+    pub fn close(&self) {
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     async fn run(
@@ -296,7 +305,13 @@ impl Link {
             headers: to_headers(&parts.headers),
             body,
         };
-        self.out.send(call).await.map_err(|_| Broken)?;
+        let out = self
+            .out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(Broken)?;
+        out.send(call).await.map_err(|_| Broken)?;
         let answer = rx.await.map_err(|_| Broken)?;
         Ok(into_response(answer))
     }
@@ -539,9 +554,10 @@ mod tests {
         let link = Arc::new(Link {
             next: AtomicU64::new(0),
             pending: Mutex::new(Some(HashMap::new())),
-            out,
+            out: Mutex::new(Some(out)),
             broken: AtomicBool::new(false),
         });
+        let out = link.out.lock().unwrap().clone().unwrap();
         let mut batches = link.batches(rx);
         let (waiting, gave_up, also_waiting) = (1, 2, 3);
         for id in [waiting, gave_up, also_waiting] {
@@ -552,7 +568,7 @@ mod tests {
                 .as_mut()
                 .unwrap()
                 .insert(id, tx);
-            link.out.send(call(id, 10)).await.unwrap();
+            out.send(call(id, 10)).await.unwrap();
         }
         // The caller's future is dropped: its entry goes, as `Forget` takes it.
         drop(Forget {
@@ -564,9 +580,9 @@ mod tests {
         // Nobody waits for anything once the link broke.
         let (tx, _rx) = oneshot::channel();
         link.pending.lock().unwrap().as_mut().unwrap().insert(4, tx);
-        link.out.send(call(4, 10)).await.unwrap();
+        out.send(call(4, 10)).await.unwrap();
         link.pending.lock().unwrap().take();
-        drop(link);
+        drop((link, out));
         assert!(batches.next().await.is_none());
     }
 
@@ -706,6 +722,37 @@ mod tests {
             out.push(handle.await.unwrap());
         }
         out
+    }
+
+    #[tokio::test]
+    async fn a_closed_link_answers_the_calls_it_took_then_ends() {
+        let here = tokio::runtime::Handle::current();
+        let (addr, _closing) = serve_link(&here, |_request: http::Request<Body>| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            http::Response::new(Body::empty())
+        })
+        .await;
+        let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
+        let link = Link::open(channel(&addr), 1 << 20, Default::default());
+        let answered = tokio::spawn({
+            let link = link.clone();
+            let parts = parts.clone();
+            async move { link.call(&parts, Bytes::new()).await.is_ok() }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        link.close();
+        assert!(
+            link.call(&parts, Bytes::new()).await.is_err(),
+            "no call after"
+        );
+        assert!(answered.await.unwrap(), "the call taken before is answered");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !link.is_broken() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the closed link ended");
     }
 
     #[tokio::test]

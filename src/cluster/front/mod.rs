@@ -258,8 +258,11 @@ impl Inner {
             })
             .collect::<Option<Vec<_>>>()?;
         let link = pool[turn].clone();
-        // As with the connections: calls on an earlier owner's links hold them until answered.
-        links.clear();
+        // As with the connections: calls on an earlier owner's links hold them until answered,
+        // then the links end (their tasks, and the streams they hold open on that node).
+        for (_, earlier) in links.drain() {
+            earlier.iter().for_each(|l| l.close());
+        }
         links.insert(addr.to_string(), pool);
         Some(link)
     }

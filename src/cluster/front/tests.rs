@@ -460,3 +460,38 @@ async fn a_call_sent_once_that_the_owner_did_not_answer_in_time_is_to_be_checked
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert!(status.message().contains("check"), "{}", status.message());
 }
+
+#[tokio::test]
+async fn the_links_to_an_earlier_owner_end_once_calls_go_to_the_next() {
+    let (_a, _front_a, a) = serve_front(owner_route("127.0.0.1:1"), "a").await;
+    let (_b, _front_b, b) = serve_front(owner_route("127.0.0.1:1"), "b").await;
+    let on = |addr: &str, token| Route {
+        owner: Some(Owner {
+            token,
+            node_id: "owner".into(),
+            addr: addr.into(),
+        }),
+        engine: None,
+    };
+    let (route, front) = front(on(&a, 1), "me", Duration::from_secs(2));
+    let get = || {
+        http::Request::builder()
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let response = front.inner.clone().forward(get()).await;
+    assert_eq!(response.headers()["x-leaked"], "no", "answered by a");
+    let earlier = front.inner.links.lock().unwrap()[&a].clone();
+    assert!(earlier.iter().all(|l| !l.is_broken()));
+    route.send_replace(on(&b, 2));
+    let response = front.inner.clone().forward(get()).await;
+    assert_eq!(response.headers()["x-leaked"], "no", "answered by b");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !earlier.iter().all(|l| l.is_broken()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the links to the earlier owner ended");
+}
