@@ -19,6 +19,7 @@ use matchmaker::proto;
 use matchmaker::proto::admin_service_client::AdminServiceClient;
 use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::proto::party_service_client::PartyServiceClient;
 use matchmaker::store::RedisServer;
 use tonic::transport::Channel;
 
@@ -806,7 +807,6 @@ async fn acknowledged_results_survive_the_death_of_the_redis_cluster_primary_hol
 /// and a started match.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_written_through_one_node_are_read_through_the_other_after_it_died() {
-    use matchmaker::proto::party_service_client::PartyServiceClient;
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
@@ -1239,6 +1239,28 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
             (ok, failed)
         }
     });
+    // And calls that are sent only once (CreateParty): those on their way to the owner as it
+    // stops are sent to the next owner, not failed as possibly served.
+    let party_callers: Vec<_> = (0..4)
+        .map(|k| {
+            let stop = stop.clone();
+            let mut parties = PartyServiceClient::new(channel.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut request = tonic::Request::new(proto::CreatePartyRequest {
+                        player_id: format!("party-{k}-{ok}-{}", failed.len()),
+                    });
+                    request.set_timeout(Duration::from_secs(20));
+                    match parties.create_party(request).await {
+                        Ok(_) => ok += 1,
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopping = Instant::now();
     let pid = nodes[&owner].child.id().to_string();
@@ -1282,6 +1304,14 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     let (ok, failed) = caller.await.unwrap();
     assert!(failed.is_empty(), "{ok} answered, failed: {failed:?}");
     assert!(ok > 0);
+    for party_caller in party_callers {
+        let (ok, failed) = party_caller.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "{ok} parties created, failed: {failed:?}"
+        );
+        assert!(ok > 0);
+    }
     assert_eq!(
         waiting(channel).await,
         before,

@@ -246,7 +246,8 @@ impl Inner {
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % LINKS;
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(pool) = links.get_mut(addr) {
-            if pool[turn].is_broken() {
+            if !pool[turn].is_open() {
+                pool[turn].close();
                 pool[turn] = Link::open(self.channel(addr)?, self.max_body, self.link_head());
             }
             return Some(pool[turn].clone());
@@ -265,6 +266,32 @@ impl Inner {
         }
         links.insert(addr.to_string(), pool);
         Some(link)
+    }
+
+    /// Resolves when this node stops or, once it has run, its engine does (the lease lost or
+    /// given up): the links other nodes opened to it stop serving calls then.
+    fn engine_stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let closing = self.closing.clone();
+        let mut route = self.route.clone();
+        async move {
+            let gone = async {
+                let mut had = false;
+                loop {
+                    let has = route.borrow_and_update().engine.is_some();
+                    if had && !has {
+                        return;
+                    }
+                    had |= has;
+                    if route.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = closing.cancelled() => {}
+                () = gone => {}
+            }
+        }
     }
 
     /// What a link's stream opens with: the node key.
@@ -443,6 +470,15 @@ impl Inner {
                             return Ok((response, token));
                         }
                         Some(Ok(_)) => "the node forwarded to no longer owns the queues",
+                        // Known not to have left this node: safe to send to the next owner.
+                        Some(Err(e))
+                            if matches!(
+                                e.downcast_ref::<link::Failed>(),
+                                Some(link::Failed::NotSent)
+                            ) =>
+                        {
+                            "the owner cannot be reached"
+                        }
                         Some(Err(_)) | None if once => {
                             return Err(status(tonic::Code::Unavailable, MAYBE_SERVED, false));
                         }
@@ -825,8 +861,9 @@ impl Service<http::Request<axum::body::Body>> for Front {
     fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
         let inner = self.inner.clone();
         if request.uri().path() == link::PATH {
-            // Another node's link: each of its calls is served as if it came on its own.
-            let closing = inner.closing.clone();
+            // Another node's link: each of its calls is served as if it came on its own, until
+            // this node stops or its engine does.
+            let stop = inner.engine_stopped();
             let max_body = inner.max_body;
             // A link opened with the node key is another node's: its calls are believed about
             // their clients. Any other counts as a client at the link's own address.
@@ -853,7 +890,7 @@ impl Service<http::Request<axum::body::Body>> for Front {
                         inner.forward(call).await
                     }
                 };
-                Ok(link::accept(request.map(Body::new), max_body, closing, serve).await)
+                Ok(link::accept(request.map(Body::new), max_body, stop, serve).await)
             });
         }
         if request.headers().contains_key(FORWARDED) {

@@ -495,3 +495,21 @@ async fn the_links_to_an_earlier_owner_end_once_calls_go_to_the_next() {
     .await
     .expect("the links to the earlier owner ended");
 }
+
+#[tokio::test]
+async fn a_call_sent_once_that_never_left_this_node_waits_for_an_owner_instead_of_failing() {
+    // The owner's address takes no connection: the link's stream never opens.
+    let (_route, front) = front_of_a_node_without_the_queues();
+    let request = http::Request::builder()
+        .uri("/matchmaker.v1.PartyService/CreateParty")
+        .body(Body::empty())
+        .unwrap();
+    let response = front.inner.clone().forward(request).await;
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status.message().contains("failover") && !status.message().contains("check"),
+        "{}",
+        status.message()
+    );
+}
