@@ -1409,6 +1409,46 @@ async fn a_stopping_owner_exits_within_its_grace_time_though_a_stream_consumer_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_reflection_answers_through_every_node_while_its_client_keeps_its_side_open() {
+    use tokio_stream::StreamExt;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let (nodes, owner, other) = owner_and_other(&config, &redis).await;
+    for name in [&other, &owner] {
+        let mut reflection = ServerReflectionClient::new(nodes[name].channel().await);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        // As grpcurl does: one request, and the request side stays open.
+        let requests = tokio_stream::iter([request]).chain(tokio_stream::pending());
+        let mut responses = tokio::time::timeout(
+            common::EVENT_TIMEOUT,
+            reflection.server_reflection_info(requests),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: no reflection answer"))
+        .unwrap()
+        .into_inner();
+        let response = common::next(&mut responses).await;
+        let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+            panic!("unexpected reflection response {response:?}");
+        };
+        assert!(
+            list.service
+                .iter()
+                .any(|s| s.name == "matchmaker.v1.ClientService"),
+            "{name}: {list:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_keep_their_state_in_a_redis_that_takes_only_tls_with_client_certificates() {
     let dir = tempfile::tempdir().unwrap();
     let (redis, cert_file, key_file, tls) = common::tls_redis(dir.path());

@@ -18,7 +18,9 @@
 //! request to the next owner and goes on, so a watcher keeps its updates and a game server its
 //! registration through a failover without noticing. Other streams (`ExportPlayers`,
 //! `WatchEvents`) end with UNAVAILABLE then, since sending them again would repeat what was
-//! already sent; a `WatchEvents` client resumes after the last cursor it got.
+//! already sent; a `WatchEvents` client resumes after the last cursor it got. Calls of other
+//! services than the API (server reflection, whose client keeps its side of the stream open)
+//! are passed on as they come, their bodies streaming, and never sent again.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -61,6 +63,8 @@ const CONNECTIONS: usize = 16;
 /// larger batches: on one 2-core machine 1 and 2 links forwarded as many EnterQueue calls
 /// (17.2k/s and 17.3k/s), 4 links 16.3k/s and 8 links 15.7k/s (docs/performance.md, C22).
 const LINKS: usize = 2;
+/// The API's calls begin so; any other (server reflection) is passed on as it comes.
+const API: &str = "/matchmaker.v1.";
 /// Streams that continue on the next owner.
 const RESUMABLE: &[&str] = &[
     "/matchmaker.v1.ClientService/WatchTicket",
@@ -374,6 +378,11 @@ impl Inner {
         if let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
             parts.headers.insert(FORWARDED, v);
         }
+        if !parts.uri.path().starts_with(API) {
+            // Another service's call (server reflection streams both ways, and its client
+            // keeps its side open until it has its answers): passed on as it comes, once.
+            return self.pass(parts, body).await;
+        }
         let bytes = match collect(body, self.max_body).await {
             Ok(b) => b,
             Err(message) => return status(tonic::Code::ResourceExhausted, &message, false),
@@ -407,6 +416,35 @@ impl Inner {
         tokio::spawn(relay.run(upstream, token));
         let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
         http::Response::from_parts(head, Body::new(body))
+    }
+
+    /// Sends a call of another service than the API to the owner as it comes, its request
+    /// body streaming, and returns the owner's response as it comes: such a call is neither
+    /// kept nor sent again.
+    async fn pass(&self, parts: http::request::Parts, body: Body) -> http::Response<Body> {
+        let target = match self.target(false) {
+            Ok(target) => target,
+            Err(why) => return status(tonic::Code::Unavailable, &format!("{why}; retry"), false),
+        };
+        let sent = match target {
+            Target::Engine(engine, _) => engine.call(http::Request::from_parts(parts, body)).await,
+            Target::Node(mut channel, _) => {
+                self.forwarded.increment(1);
+                let request = to_node(&parts, body, &self.node_key);
+                match channel.ready().await {
+                    Ok(ready) => ready.call(request).await.map_err(Into::into),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Target::Link(..) => unreachable!("a stream's target is never a link"),
+        };
+        sent.unwrap_or_else(|e| {
+            status(
+                tonic::Code::Unavailable,
+                &format!("the owner cannot be reached: {e}"),
+                false,
+            )
+        })
     }
 
     /// Sends the call (which `arrived` then) to the owner until it is answered by one, waiting
@@ -762,14 +800,7 @@ async fn send(
                 .await
         }
         Target::Node(mut channel, _) => {
-            // Another process: the extensions (this connection's peer address and such) mean
-            // nothing there, so only the head is copied.
-            let mut request = http::Request::new(body());
-            *request.method_mut() = parts.method.clone();
-            *request.uri_mut() = parts.uri.clone();
-            *request.version_mut() = parts.version;
-            *request.headers_mut() = parts.headers.clone();
-            request.headers_mut().insert(NODE_KEY, node_key.clone());
+            let request = to_node(parts, body(), node_key);
             let ready = channel.ready().await?;
             Ok(ready.call(request).await?)
         }
@@ -777,10 +808,27 @@ async fn send(
     }
 }
 
+/// A request to another node with `parts`' head, `body` and the node key. Another process:
+/// the extensions (this connection's peer address and such) mean nothing there, so only the
+/// head is copied.
+fn to_node(
+    parts: &http::request::Parts,
+    body: Body,
+    node_key: &http::HeaderValue,
+) -> http::Request<Body> {
+    let mut request = http::Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request.headers_mut().insert(NODE_KEY, node_key.clone());
+    request
+}
+
 /// A unary call of the API: it goes on a link. Streams, and any other service's calls (server
 /// reflection streams both ways), each go on a call of their own.
 fn is_unary(path: &str) -> bool {
-    path.starts_with("/matchmaker.v1.") && !RESUMABLE.contains(&path) && !STREAMS.contains(&path)
+    path.starts_with(API) && !RESUMABLE.contains(&path) && !STREAMS.contains(&path)
 }
 
 /// The request body: one gRPC message of at most `limit` bytes and its 5-byte prefix.
