@@ -19,6 +19,7 @@ use matchmaker::proto;
 use matchmaker::proto::admin_service_client::AdminServiceClient;
 use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::proto::party_service_client::PartyServiceClient;
 use matchmaker::store::RedisServer;
 use tonic::transport::Channel;
 
@@ -900,7 +901,6 @@ async fn acknowledged_results_survive_the_death_of_the_redis_cluster_primary_hol
 /// and a started match.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_written_through_one_node_are_read_through_the_other_after_it_died() {
-    use matchmaker::proto::party_service_client::PartyServiceClient;
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
@@ -1333,6 +1333,28 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
             (ok, failed)
         }
     });
+    // And calls that are sent only once (CreateParty): those on their way to the owner as it
+    // stops are sent to the next owner, not failed as possibly served.
+    let party_callers: Vec<_> = (0..4)
+        .map(|k| {
+            let stop = stop.clone();
+            let mut parties = PartyServiceClient::new(channel.clone());
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u32, Vec::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let mut request = tonic::Request::new(proto::CreatePartyRequest {
+                        player_id: format!("party-{k}-{ok}-{}", failed.len()),
+                    });
+                    request.set_timeout(Duration::from_secs(20));
+                    match parties.create_party(request).await {
+                        Ok(_) => ok += 1,
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopping = Instant::now();
     let pid = nodes[&owner].child.id().to_string();
@@ -1376,6 +1398,14 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     let (ok, failed) = caller.await.unwrap();
     assert!(failed.is_empty(), "{ok} answered, failed: {failed:?}");
     assert!(ok > 0);
+    for party_caller in party_callers {
+        let (ok, failed) = party_caller.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "{ok} parties created, failed: {failed:?}"
+        );
+        assert!(ok > 0);
+    }
     assert_eq!(
         waiting(channel).await,
         before,
@@ -1399,6 +1429,117 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     let m = common::next(&mut offers).await;
     assert_eq!(m.queue, "1v1", "the game server is still registered");
     eprintln!("owner exited after {exited:?}; queues handed over after {handed_over:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_owner_exits_within_its_grace_time_though_a_stream_consumer_reads_nothing() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let grace = Duration::from_millis(1500);
+    let start = |name: &str| {
+        let mut command = common::serve_command(&config, "");
+        command
+            .env("MATCHMAKER_CLUSTER__NODE_ID", name)
+            .env("MATCHMAKER_SERVER__DRAIN_MS", "0")
+            .env(
+                "MATCHMAKER_SERVER__SHUTDOWN_GRACE_MS",
+                grace.as_millis().to_string(),
+            );
+        (name.to_string(), ServerProcess::spawn(command))
+    };
+    let mut nodes: BTreeMap<String, ServerProcess> = [start("n1"), start("n2")].into();
+    ready(&nodes["n1"].channel().await).await;
+    let owner = lease_holder(&redis).expect("an owner");
+    let other = nodes.keys().find(|n| **n != owner).unwrap().clone();
+    // An event watcher on the owner that never reads: its stream's flow-control window (a few
+    // bytes) fills, then everything the owner holds for it.
+    let stalled = Channel::from_shared(format!("http://{}", nodes[&owner].addr))
+        .unwrap()
+        .initial_stream_window_size(Some(64))
+        .connect()
+        .await
+        .unwrap();
+    let _unread = AdminServiceClient::new(stalled)
+        .watch_events(proto::WatchEventsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut admin = AdminServiceClient::new(nodes[&owner].channel().await);
+    for i in 0..200 {
+        admin
+            .ban_player(proto::BanPlayerRequest {
+                player_id: format!("p{i}"),
+                until_unix: 0,
+                reason: "a test ban".into(),
+            })
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    let pid = nodes[&owner].child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let mut stopped = nodes.remove(&owner).unwrap();
+    let bound = grace + Duration::from_secs(5);
+    loop {
+        if stopped.child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            stopping.elapsed() < bound,
+            "the owner still runs {bound:?} after SIGTERM, with a grace time of {grace:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder_becomes(&redis, &other).await;
+    ready(&nodes[&other].channel().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_reflection_answers_through_every_node_while_its_client_keeps_its_side_open() {
+    use tokio_stream::StreamExt;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let (nodes, owner, other) = owner_and_other(&config, &redis).await;
+    for name in [&other, &owner] {
+        let mut reflection = ServerReflectionClient::new(nodes[name].channel().await);
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        // As grpcurl does: one request, and the request side stays open.
+        let requests = tokio_stream::iter([request]).chain(tokio_stream::pending());
+        let mut responses = tokio::time::timeout(
+            common::EVENT_TIMEOUT,
+            reflection.server_reflection_info(requests),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: no reflection answer"))
+        .unwrap()
+        .into_inner();
+        let response = common::next(&mut responses).await;
+        let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+            panic!("unexpected reflection response {response:?}");
+        };
+        assert!(
+            list.service
+                .iter()
+                .any(|s| s.name == "matchmaker.v1.ClientService"),
+            "{name}: {list:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,7 +164,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         .and_then(|l| crate::listener::open_file_limit(&l));
     let max_connections =
         crate::listener::effective_max_connections(config.server.max_connections, open_files);
-    let served = builder
+    let serve = builder
         .accept_http1(config.server.grpc_web)
         .http2_keepalive_interval(
             (config.server.http2_keepalive_interval_ms > 0)
@@ -185,8 +185,19 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         .serve_with_incoming_shutdown(
             crate::listener::incoming(listener, max_connections),
             shutdown.clone().cancelled_owned(),
-        )
-        .await;
+        );
+    // A connection whose client reads nothing (a stream's flow-control window full) would keep
+    // the graceful shutdown waiting, and the node holding the lease with its listener closed:
+    // past the grace time the remaining connections are dropped.
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let mut serve = std::pin::pin!(serve);
+    let served = tokio::select! {
+        r = &mut serve => r,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+            warn!(grace_ms = grace.as_millis() as u64, "connections still open after the grace time; closing them");
+            Ok(())
+        }
+    };
     // The front is closed: stop the engine (it writes its last state under the lease), then
     // give the lease up.
     shutdown.cancel();

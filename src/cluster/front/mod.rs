@@ -1,6 +1,6 @@
 //! The front of a cluster node: every gRPC call that reaches the node goes to the owner of the
-//! queues, as it came (headers, token, deadline and body), so any node serves any call behind a
-//! plain load balancer. On the owner the call goes to its own engine; elsewhere to the owner's
+//! queues, as it came (headers, token and body; a unary call's deadline less the time it
+//! waited here), so any node serves any call behind a plain load balancer. On the owner the call goes to its own engine; elsewhere to the owner's
 //! advertised address, marked as forwarded so it is never forwarded twice.
 //!
 //! Every request of the API is one message, so the front keeps it until the call is answered:
@@ -10,15 +10,17 @@
 //! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, `StartMatch`,
 //! `CancelMatch` of a cancelled match, `JoinParty` of one's own party, reads), except
 //! `SeasonReset`, `RequestBackfill`, `CreateParty` and `LeaveParty`: those are answered
-//! UNAVAILABLE instead when the owner went away after they were sent, and the caller checks
-//! before calling again.
+//! UNAVAILABLE instead when the owner went away after they were sent or did not answer in
+//! time, and the caller checks before calling again.
 //!
 //! Streams are relayed by a task. `WatchTicket` and `ServeMatches` outlive owners: when the
 //! owner changes or its connection breaks between two messages, the relay sends the same
 //! request to the next owner and goes on, so a watcher keeps its updates and a game server its
 //! registration through a failover without noticing. Other streams (`ExportPlayers`,
 //! `WatchEvents`) end with UNAVAILABLE then, since sending them again would repeat what was
-//! already sent; a `WatchEvents` client resumes after the last cursor it got.
+//! already sent; a `WatchEvents` client resumes after the last cursor it got. Calls of other
+//! services than the API (server reflection, whose client keeps its side of the stream open)
+//! are passed on as they come, their bodies streaming, and never sent again.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -61,6 +63,8 @@ const CONNECTIONS: usize = 16;
 /// larger batches: on one 2-core machine 1 and 2 links forwarded as many EnterQueue calls
 /// (17.2k/s and 17.3k/s), 4 links 16.3k/s and 8 links 15.7k/s (docs/performance.md, C22).
 const LINKS: usize = 2;
+/// The API's calls begin so; any other (server reflection) is passed on as it comes.
+const API: &str = "/matchmaker.v1.";
 /// Streams that continue on the next owner.
 const RESUMABLE: &[&str] = &[
     "/matchmaker.v1.ClientService/WatchTicket",
@@ -246,7 +250,8 @@ impl Inner {
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % LINKS;
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(pool) = links.get_mut(addr) {
-            if pool[turn].is_broken() {
+            if !pool[turn].is_open() {
+                pool[turn].close();
                 pool[turn] = Link::open(self.channel(addr)?, self.max_body, self.link_head());
             }
             return Some(pool[turn].clone());
@@ -258,10 +263,39 @@ impl Inner {
             })
             .collect::<Option<Vec<_>>>()?;
         let link = pool[turn].clone();
-        // As with the connections: calls on an earlier owner's links hold them until answered.
-        links.clear();
+        // As with the connections: calls on an earlier owner's links hold them until answered,
+        // then the links end (their tasks, and the streams they hold open on that node).
+        for (_, earlier) in links.drain() {
+            earlier.iter().for_each(|l| l.close());
+        }
         links.insert(addr.to_string(), pool);
         Some(link)
+    }
+
+    /// Resolves when this node stops or, once it has run, its engine does (the lease lost or
+    /// given up): the links other nodes opened to it stop serving calls then.
+    fn engine_stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let closing = self.closing.clone();
+        let mut route = self.route.clone();
+        async move {
+            let gone = async {
+                let mut had = false;
+                loop {
+                    let has = route.borrow_and_update().engine.is_some();
+                    if had && !has {
+                        return;
+                    }
+                    had |= has;
+                    if route.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = closing.cancelled() => {}
+                () = gone => {}
+            }
+        }
     }
 
     /// What a link's stream opens with: the node key.
@@ -306,6 +340,8 @@ impl Inner {
     }
 
     async fn forward(self: Arc<Self>, mut request: http::Request<Body>) -> http::Response<Body> {
+        // The caller's deadline runs from here, however long its body takes to come.
+        let arrived = tokio::time::Instant::now();
         let forwarded = request.headers().contains_key(FORWARDED);
         if forwarded {
             // Another node's front sent it and keeps it to send again: here it is answered by
@@ -342,6 +378,11 @@ impl Inner {
         if let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
             parts.headers.insert(FORWARDED, v);
         }
+        if !parts.uri.path().starts_with(API) {
+            // Another service's call (server reflection streams both ways, and its client
+            // keeps its side open until it has its answers): passed on as it comes, once.
+            return self.pass(parts, body).await;
+        }
         let bytes = match collect(body, self.max_body).await {
             Ok(b) => b,
             Err(message) => return status(tonic::Code::ResourceExhausted, &message, false),
@@ -349,12 +390,12 @@ impl Inner {
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
         if !resumable && !STREAMS.contains(&path) {
-            return match self.call(&parts, &bytes, patience).await {
+            return match self.call(&parts, &bytes, arrived, arrived + patience).await {
                 Ok((response, _)) => response,
                 Err(answer) => answer,
             };
         }
-        let (response, token) = match self.call(&parts, &bytes, patience).await {
+        let (response, token) = match self.call(&parts, &bytes, arrived, arrived + patience).await {
             Ok(answered) => answered,
             Err(answer) => return answer,
         };
@@ -368,6 +409,7 @@ impl Inner {
             front: self,
             parts,
             bytes,
+            arrived,
             resumable,
             tx,
         };
@@ -376,21 +418,53 @@ impl Inner {
         http::Response::from_parts(head, Body::new(body))
     }
 
-    /// Sends the call to the owner until it is answered by one, waiting out a failover for up to
-    /// `patience`; the answer and the token of the owner that gave it, or the UNAVAILABLE to
-    /// return.
+    /// Sends a call of another service than the API to the owner as it comes, its request
+    /// body streaming, and returns the owner's response as it comes: such a call is neither
+    /// kept nor sent again.
+    async fn pass(&self, parts: http::request::Parts, body: Body) -> http::Response<Body> {
+        let target = match self.target(false) {
+            Ok(target) => target,
+            Err(why) => return status(tonic::Code::Unavailable, &format!("{why}; retry"), false),
+        };
+        let sent = match target {
+            Target::Engine(engine, _) => engine.call(http::Request::from_parts(parts, body)).await,
+            Target::Node(mut channel, _) => {
+                self.forwarded.increment(1);
+                let request = to_node(&parts, body, &self.node_key);
+                match channel.ready().await {
+                    Ok(ready) => ready.call(request).await.map_err(Into::into),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            Target::Link(..) => unreachable!("a stream's target is never a link"),
+        };
+        sent.unwrap_or_else(|e| {
+            status(
+                tonic::Code::Unavailable,
+                &format!("the owner cannot be reached: {e}"),
+                false,
+            )
+        })
+    }
+
+    /// Sends the call (which `arrived` then) to the owner until it is answered by one, waiting
+    /// out a failover until `deadline`; the answer and the token of the owner that gave it, or
+    /// the UNAVAILABLE to return.
+    ///
+    /// Each send of a unary call carries what is left until `deadline`, less a margin
+    /// ([`margin`]), as its `grpc-timeout`: the owner gives up on it before this node answers
+    /// the caller, so a call this node gave up on is not served after it said so. A stream's
+    /// send carries what is left of the caller's own deadline, if it set one.
     async fn call(
         &self,
         parts: &http::request::Parts,
         bytes: &Bytes,
-        patience: Duration,
+        arrived: tokio::time::Instant,
+        deadline: tokio::time::Instant,
     ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
-        let received = tokio::time::Instant::now();
-        let deadline = received + patience;
+        let owner_deadline = deadline - margin(deadline.saturating_duration_since(arrived));
         let caller = caller_timeout(&parts.headers);
-        // A call sent again carries what is left of the caller's deadline, not all of it.
-        let mut again: Option<http::request::Parts> = None;
-        let mut first = true;
+        let mut head = parts.clone();
         let mut route = self.route.clone();
         let path = parts.uri.path();
         let once = ONCE.contains(&path);
@@ -405,20 +479,16 @@ impl Inner {
                     let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on.
-                    let sending = match caller {
-                        Some(t) if !first => {
-                            let mut head = parts.clone();
-                            head.headers.insert(
-                                "grpc-timeout",
-                                grpc_timeout(t.saturating_sub(received.elapsed())),
-                            );
-                            &*again.insert(head)
-                        }
-                        _ => parts,
+                    let left = if unary {
+                        Some(owner_deadline.saturating_duration_since(tokio::time::Instant::now()))
+                    } else {
+                        caller.map(|t| t.saturating_sub(arrived.elapsed()))
                     };
-                    first = false;
+                    if let Some(left) = left {
+                        head.headers.insert("grpc-timeout", grpc_timeout(left));
+                    }
                     let sent = tokio::select! {
-                        sent = send(target, sending, bytes, &self.node_key) => {
+                        sent = send(target, &head, bytes, &self.node_key) => {
                             if let Some(started) = linked {
                                 self.forwarded_seconds.record(started.elapsed().as_secs_f64());
                             }
@@ -428,7 +498,7 @@ impl Inner {
                         () = tokio::time::sleep_until(deadline) => {
                             return Err(status(
                                 tonic::Code::Unavailable,
-                                "the owner did not answer in time",
+                                if once { MAYBE_SERVED } else { "the owner did not answer in time" },
                                 false,
                             ));
                         }
@@ -438,12 +508,17 @@ impl Inner {
                             return Ok((response, token));
                         }
                         Some(Ok(_)) => "the node forwarded to no longer owns the queues",
+                        // Known not to have left this node: safe to send to the next owner.
+                        Some(Err(e))
+                            if matches!(
+                                e.downcast_ref::<link::Failed>(),
+                                Some(link::Failed::NotSent)
+                            ) =>
+                        {
+                            "the owner cannot be reached"
+                        }
                         Some(Err(_)) | None if once => {
-                            return Err(status(
-                                tonic::Code::Unavailable,
-                                "the owner went away during the call; check whether it took effect before calling again",
-                                false,
-                            ));
+                            return Err(status(tonic::Code::Unavailable, MAYBE_SERVED, false));
                         }
                         Some(Err(_)) => "the owner cannot be reached",
                         None => "the owner changed during the call",
@@ -464,6 +539,10 @@ impl Inner {
         }
     }
 }
+
+/// The answer to a call sent once ([`ONCE`]) that the owner may have served without its
+/// answer reaching this node.
+const MAYBE_SERVED: &str = "the owner went away during the call or did not answer in time; check whether it took effect before calling again";
 
 /// Returns once the owner with `token` no longer owns the queues (as this node sees it).
 async fn moved(route: &mut watch::Receiver<Route>, token: u64) {
@@ -491,6 +570,8 @@ struct Relay {
     front: Arc<Inner>,
     parts: http::request::Parts,
     bytes: Bytes,
+    /// When the caller's call came, from which its deadline runs.
+    arrived: tokio::time::Instant,
     resumable: bool,
     tx: Frames,
 }
@@ -536,8 +617,12 @@ impl Relay {
                 .await;
                 return;
             }
-            let patience = self.front.patience;
-            match self.front.call(&self.parts, &self.bytes, patience).await {
+            let deadline = tokio::time::Instant::now() + self.front.patience;
+            match self
+                .front
+                .call(&self.parts, &self.bytes, self.arrived, deadline)
+                .await
+            {
                 Ok((response, t)) => {
                     if let Some(s) = tonic::Status::from_header_map(response.headers()) {
                         self.end(s.code(), s.message()).await;
@@ -587,8 +672,13 @@ impl Relay {
                             return Stop::Moved { at_boundary: framing.at_boundary() };
                         }
                         let last = frame.is_trailers();
-                        if self.tx.send(Ok(frame)).await.is_err() || last {
-                            return Stop::Done;
+                        // A caller that does not read fills the channel: the send waits for
+                        // room, and must not hold a stopping node open meanwhile.
+                        tokio::select! {
+                            sent = self.tx.send(Ok(frame)) => if sent.is_err() || last {
+                                return Stop::Done;
+                            },
+                            () = self.front.closing.cancelled() => return Stop::Closing,
                         }
                     }
                     Some(Err(_)) | None => {
@@ -606,14 +696,26 @@ impl Relay {
         }
     }
 
-    /// Ends the caller's stream with a status in the trailers.
+    /// Ends the caller's stream with a status in the trailers. While the node stops, a caller
+    /// that does not read gets them only if there is room for them: its stream ends either way.
     async fn end(&self, code: tonic::Code, message: &str) {
         let mut trailers = http::HeaderMap::new();
         if tonic::Status::new(code, message)
             .add_header(&mut trailers)
-            .is_ok()
+            .is_err()
         {
-            let _ = self.tx.send(Ok(http_body::Frame::trailers(trailers))).await;
+            return;
+        }
+        let frame = Ok(http_body::Frame::trailers(trailers));
+        let permit = tokio::select! {
+            biased;
+            permit = self.tx.reserve() => permit,
+            () = self.front.closing.cancelled() => self.tx.try_reserve().map_err(|_| {
+                tokio::sync::mpsc::error::SendError(())
+            }),
+        };
+        if let Ok(permit) = permit {
+            permit.send(frame);
         }
     }
 }
@@ -698,14 +800,7 @@ async fn send(
                 .await
         }
         Target::Node(mut channel, _) => {
-            // Another process: the extensions (this connection's peer address and such) mean
-            // nothing there, so only the head is copied.
-            let mut request = http::Request::new(body());
-            *request.method_mut() = parts.method.clone();
-            *request.uri_mut() = parts.uri.clone();
-            *request.version_mut() = parts.version;
-            *request.headers_mut() = parts.headers.clone();
-            request.headers_mut().insert(NODE_KEY, node_key.clone());
+            let request = to_node(parts, body(), node_key);
             let ready = channel.ready().await?;
             Ok(ready.call(request).await?)
         }
@@ -713,10 +808,27 @@ async fn send(
     }
 }
 
+/// A request to another node with `parts`' head, `body` and the node key. Another process:
+/// the extensions (this connection's peer address and such) mean nothing there, so only the
+/// head is copied.
+fn to_node(
+    parts: &http::request::Parts,
+    body: Body,
+    node_key: &http::HeaderValue,
+) -> http::Request<Body> {
+    let mut request = http::Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request.headers_mut().insert(NODE_KEY, node_key.clone());
+    request
+}
+
 /// A unary call of the API: it goes on a link. Streams, and any other service's calls (server
 /// reflection streams both ways), each go on a call of their own.
 fn is_unary(path: &str) -> bool {
-    path.starts_with("/matchmaker.v1.") && !RESUMABLE.contains(&path) && !STREAMS.contains(&path)
+    path.starts_with(API) && !RESUMABLE.contains(&path) && !STREAMS.contains(&path)
 }
 
 /// The request body: one gRPC message of at most `limit` bytes and its 5-byte prefix.
@@ -734,9 +846,15 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
 /// for the same instant: a twentieth of the deadline, at most 100 ms.
 fn patience(caller: Option<Duration>, node: Duration) -> Duration {
     match caller {
-        Some(t) if t <= node => t - (t / 20).min(Duration::from_millis(100)),
+        Some(t) if t <= node => t - margin(t),
         _ => node,
     }
+}
+
+/// How much sooner than a deadline of `t` the next hop is told to give up: a twentieth of
+/// it, at most 100 ms.
+fn margin(t: Duration) -> Duration {
+    (t / 20).min(Duration::from_millis(100))
 }
 
 /// The caller's `grpc-timeout`, if it sent one.
@@ -791,8 +909,9 @@ impl Service<http::Request<axum::body::Body>> for Front {
     fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
         let inner = self.inner.clone();
         if request.uri().path() == link::PATH {
-            // Another node's link: each of its calls is served as if it came on its own.
-            let closing = inner.closing.clone();
+            // Another node's link: each of its calls is served as if it came on its own, until
+            // this node stops or its engine does.
+            let stop = inner.engine_stopped();
             let max_body = inner.max_body;
             // A link opened with the node key is another node's: its calls are believed about
             // their clients. Any other counts as a client at the link's own address.
@@ -819,7 +938,7 @@ impl Service<http::Request<axum::body::Body>> for Front {
                         inner.forward(call).await
                     }
                 };
-                Ok(link::accept(request.map(Body::new), max_body, closing, serve).await)
+                Ok(link::accept(request.map(Body::new), max_body, stop, serve).await)
             });
         }
         if request.headers().contains_key(FORWARDED) {

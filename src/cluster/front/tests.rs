@@ -338,3 +338,178 @@ async fn with_no_owner_a_call_waits_then_is_unavailable_naming_the_failover() {
         status.message()
     );
 }
+
+#[tokio::test]
+async fn a_stopping_node_ends_a_relayed_stream_whose_caller_reads_nothing() {
+    let (_route, front) = front(owner_route("127.0.0.1:1"), "owner", Duration::from_secs(2));
+    // The owner sends messages for ever; the caller takes none, so the relay's channel fills.
+    let messages = std::iter::repeat_with(|| {
+        Ok::<_, tonic::Status>(http_body::Frame::data(Bytes::from_static(&[0; 5])))
+    });
+    let upstream = Body::new(http_body_util::StreamBody::new(tokio_stream::iter(
+        messages,
+    )));
+    let (tx, _unread) = tokio::sync::mpsc::channel(1);
+    let (parts, ()) = http::Request::builder()
+        .uri("/matchmaker.v1.AdminService/WatchEvents")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let relay = Relay {
+        front: front.inner.clone(),
+        parts,
+        bytes: Bytes::new(),
+        arrived: tokio::time::Instant::now(),
+        resumable: false,
+        tx,
+    };
+    let relaying = tokio::spawn(relay.run(upstream, 1));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !relaying.is_finished(),
+        "the stream goes on while the node runs"
+    );
+    front.inner.closing.cancel();
+    tokio::time::timeout(Duration::from_secs(2), relaying)
+        .await
+        .expect("the relay ended when the node began to stop")
+        .unwrap();
+}
+
+/// An engine that answers every call with the `grpc-timeout` it came with (the `x-timeout`
+/// header, empty when none), or never when `answers` is false.
+fn timing_engine(answers: bool) -> crate::server::EngineService {
+    crate::server::EngineService::new(tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |request: http::Request<Body>| async move {
+            if !answers {
+                std::future::pending::<()>().await;
+            }
+            let timeout = request
+                .headers()
+                .get("grpc-timeout")
+                .cloned()
+                .unwrap_or(http::HeaderValue::from_static(""));
+            let mut response = tonic::Status::ok("").into_http::<Body>();
+            response.headers_mut().insert("x-timeout", timeout);
+            Ok::<_, tower::BoxError>(response)
+        },
+    )))
+}
+
+/// A call with a deadline of `timeout` to `path`, as a client sends it.
+fn call_with_deadline(path: &str, timeout: &str) -> http::Request<Body> {
+    http::Request::builder()
+        .uri(path)
+        .header("grpc-timeout", timeout)
+        .body(Body::empty())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_that_waited_for_an_owner_is_sent_with_what_is_left_of_its_deadline() {
+    let (route, front) = front(Route::default(), "me", Duration::from_secs(10));
+    let owner = Route {
+        engine: Some(timing_engine(true)),
+        ..owner_route("127.0.0.1:1")
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        route.send_replace(owner);
+        // The sender lives as long as the call may need it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    });
+    let response = front
+        .inner
+        .clone()
+        .forward(call_with_deadline(
+            "/matchmaker.v1.ClientService/GetPlayer",
+            "2S",
+        ))
+        .await;
+    let mut seen = http::HeaderMap::new();
+    seen.insert("grpc-timeout", response.headers()["x-timeout"].clone());
+    let sent = caller_timeout(&seen).expect("a deadline went with the call");
+    // 2 s less the 600 ms it waited, less the caller's margin and the owner's (about 100 ms
+    // each).
+    assert!(
+        sent <= Duration::from_millis(1300),
+        "the owner was given {sent:?}"
+    );
+    assert!(
+        sent >= Duration::from_millis(900),
+        "the owner was given {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_sent_once_that_the_owner_did_not_answer_in_time_is_to_be_checked() {
+    let owner = Route {
+        engine: Some(timing_engine(false)),
+        ..owner_route("127.0.0.1:1")
+    };
+    let (_route, front) = front(owner, "me", Duration::from_secs(10));
+    let response = front
+        .inner
+        .clone()
+        .forward(call_with_deadline(
+            "/matchmaker.v1.PartyService/CreateParty",
+            "300m",
+        ))
+        .await;
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(status.message().contains("check"), "{}", status.message());
+}
+
+#[tokio::test]
+async fn the_links_to_an_earlier_owner_end_once_calls_go_to_the_next() {
+    let (_a, _front_a, a) = serve_front(owner_route("127.0.0.1:1"), "a").await;
+    let (_b, _front_b, b) = serve_front(owner_route("127.0.0.1:1"), "b").await;
+    let on = |addr: &str, token| Route {
+        owner: Some(Owner {
+            token,
+            node_id: "owner".into(),
+            addr: addr.into(),
+        }),
+        engine: None,
+    };
+    let (route, front) = front(on(&a, 1), "me", Duration::from_secs(2));
+    let get = || {
+        http::Request::builder()
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let response = front.inner.clone().forward(get()).await;
+    assert_eq!(response.headers()["x-leaked"], "no", "answered by a");
+    let earlier = front.inner.links.lock().unwrap()[&a].clone();
+    assert!(earlier.iter().all(|l| !l.is_broken()));
+    route.send_replace(on(&b, 2));
+    let response = front.inner.clone().forward(get()).await;
+    assert_eq!(response.headers()["x-leaked"], "no", "answered by b");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !earlier.iter().all(|l| l.is_broken()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the links to the earlier owner ended");
+}
+
+#[tokio::test]
+async fn a_call_sent_once_that_never_left_this_node_waits_for_an_owner_instead_of_failing() {
+    // The owner's address takes no connection: the link's stream never opens.
+    let (_route, front) = front_of_a_node_without_the_queues();
+    let request = http::Request::builder()
+        .uri("/matchmaker.v1.PartyService/CreateParty")
+        .body(Body::empty())
+        .unwrap();
+    let response = front.inner.clone().forward(request).await;
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status.message().contains("failover") && !status.message().contains("check"),
+        "{}",
+        status.message()
+    );
+}

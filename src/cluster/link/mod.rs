@@ -11,7 +11,10 @@
 //! message and trailers back. Batching is by availability: a sender takes every call that is
 //! waiting when the stream can take a message, so a lone call goes at once and, under load,
 //! calls ride together. A link that breaks fails the calls in flight on it, as a broken
-//! connection does, and the next call opens a new one.
+//! connection does (telling apart those that never left the node, [`Failed::NotSent`]), and
+//! the next call opens a new one. An owner that stops serving (its node or its engine stops)
+//! tells the forwarding node to close the link, and answers every call that reaches it after
+//! that as not the owner's, so none is lost between the two ends.
 //!
 //! The messages are declared here with prost rather than in `proto/`: they are the private
 //! wire between nodes of one release, not part of the API.
@@ -25,10 +28,11 @@ use std::task::{Context, Poll};
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::transport::Channel;
+
+use crate::api::NOT_OWNER;
 
 /// The link's one RPC (bidirectional streaming: [`Calls`] in, [`Answers`] out).
 pub const PATH: &str = "/matchmaker.cluster.v1.Link/Calls";
@@ -88,12 +92,31 @@ pub struct Answer {
 pub struct Answers {
     #[prost(message, repeated, tag = "1")]
     pub answers: Vec<Answer>,
+    /// The owner serves no further call on this link (it stops, or its engine did): the
+    /// forwarding node closes the link, and the calls it sent meanwhile come back answered as
+    /// not the owner's, to be sent to the next owner.
+    #[prost(bool, tag = "2")]
+    pub closing: bool,
 }
 
-/// The link failed before the call was answered: it may or may not have reached the owner.
+/// Why a call on a link got no answer.
 #[derive(Debug, thiserror::Error)]
-#[error("the link to the owner broke")]
-pub struct Broken;
+pub enum Failed {
+    /// The call never left this node (the link's stream never opened, or ended before the
+    /// call's turn): no owner can have served it.
+    #[error("the link to the owner could not take the call")]
+    NotSent,
+    /// The link failed after the call was sent: it may or may not have reached the owner.
+    #[error("the link to the owner broke")]
+    Broken,
+}
+
+/// A call waiting for its answer.
+struct Waiting {
+    answer: oneshot::Sender<Result<Answer, Failed>>,
+    /// Whether the stream took it (it may have reached the owner).
+    taken: bool,
+}
 
 /// What a batch is made of, weighed for the batch limit.
 trait Weighed {
@@ -171,9 +194,11 @@ impl<T: Weighed, B> tokio_stream::Stream for Batches<T, B> {
 /// A forwarding node's end of one link to the owner.
 pub struct Link {
     next: AtomicU64,
-    /// Calls sent and not answered yet; `None` once the link broke.
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>,
-    out: mpsc::Sender<Call>,
+    /// Calls queued or sent and not answered yet; `None` once the link broke.
+    pending: Mutex<Option<HashMap<u64, Waiting>>>,
+    /// Where calls queue for the stream; `None` once the link is closed ([`Link::close`]): the
+    /// stream's request side then ends once the calls queued are sent, and with it the link.
+    out: Mutex<Option<mpsc::Sender<Call>>>,
     broken: AtomicBool,
 }
 
@@ -189,7 +214,7 @@ impl Link {
         let link = Arc::new(Self {
             next: AtomicU64::new(0),
             pending: Mutex::new(Some(HashMap::new())),
-            out,
+            out: Mutex::new(Some(out)),
             broken: AtomicBool::new(false),
         });
         let calls = link.batches(rx);
@@ -204,24 +229,39 @@ impl Link {
         let link = Arc::downgrade(self);
         Batches {
             wanted: Box::new(move |call: &Call| {
-                link.upgrade().is_some_and(|link| link.is_waiting(call.id))
+                link.upgrade().is_some_and(|link| link.take(call.id))
             }),
             ..Batches::new(rx, |calls| Calls { calls })
         }
     }
 
-    /// Whether the caller of call `id` still waits for its answer.
-    fn is_waiting(&self, id: u64) -> bool {
+    /// Whether the caller of call `id` still waits for its answer; if so the stream takes the
+    /// call, which from then on may reach the owner.
+    fn take(&self, id: u64) -> bool {
         self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|pending| pending.contains_key(&id))
+            .as_mut()
+            .and_then(|pending| pending.get_mut(&id))
+            .map(|waiting| waiting.taken = true)
+            .is_some()
+    }
+
+    /// Whether the link takes calls: neither broken nor closed.
+    pub fn is_open(&self) -> bool {
+        !self.is_broken() && self.out.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     }
 
     /// Whether the link broke (a new one is needed).
     pub fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed)
+    }
+
+    /// Takes no further call: the calls already taken are sent and answered, then the stream
+    /// ends, and the link's task and the owner's end of it with it. For a link to a node that
+    /// no longer owns the queues, which would otherwise stay open for as long as the process.
+    pub fn close(&self) {
+        self.out.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     async fn run(
@@ -248,13 +288,17 @@ impl Link {
                 .await?
                 .into_inner();
             while let Some(batch) = answers.message().await? {
+                if batch.closing {
+                    // The stream ends once the owner has answered what it was sent.
+                    self.close();
+                }
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
                 let Some(pending) = pending.as_mut() else {
                     break;
                 };
                 for answer in batch.answers {
                     if let Some(waiting) = pending.remove(&answer.id) {
-                        let _ = waiting.send(answer);
+                        let _ = waiting.answer.send(Ok(answer));
                     }
                 }
             }
@@ -264,11 +308,18 @@ impl Link {
             tracing::debug!(error = %e, "cluster link closed");
         }
         self.broken.store(true, Ordering::Relaxed);
-        // Every call still waiting fails now, as on a broken connection.
-        self.pending
+        // Every call still waiting fails now, as on a broken connection; one the stream never
+        // took is known not to have been sent.
+        let pending = self
+            .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
+        for waiting in pending.into_iter().flat_map(HashMap::into_values) {
+            if !waiting.taken {
+                let _ = waiting.answer.send(Err(Failed::NotSent));
+            }
+        }
     }
 
     /// Sends one call and waits for its answer.
@@ -276,7 +327,7 @@ impl Link {
         &self,
         parts: &http::request::Parts,
         body: Bytes,
-    ) -> Result<http::Response<Body>, Broken> {
+    ) -> Result<http::Response<Body>, Failed> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match self
@@ -285,8 +336,14 @@ impl Link {
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
         {
-            Some(pending) => pending.insert(id, tx),
-            None => return Err(Broken),
+            Some(pending) => pending.insert(
+                id,
+                Waiting {
+                    answer: tx,
+                    taken: false,
+                },
+            ),
+            None => return Err(Failed::NotSent),
         };
         // A caller that gives up (its deadline, the owner moving on) takes its entry back.
         let _forget = Forget { link: self, id };
@@ -296,8 +353,14 @@ impl Link {
             headers: to_headers(&parts.headers),
             body,
         };
-        self.out.send(call).await.map_err(|_| Broken)?;
-        let answer = rx.await.map_err(|_| Broken)?;
+        let out = self
+            .out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(Failed::NotSent)?;
+        out.send(call).await.map_err(|_| Failed::NotSent)?;
+        let answer = rx.await.map_err(|_| Failed::Broken)??;
         Ok(into_response(answer))
     }
 }
@@ -323,21 +386,27 @@ impl Drop for Forget<'_> {
 
 /// The owner's end of a link: each call is handed to `serve` (the front, as for a call on its
 /// own stream) in a task of its own, and its answer sent back as soon as it is ready. Once
-/// `closing` is cancelled (the node stops) no further call is taken, and the link ends when
-/// the calls taken are answered, so it does not hold the node's shutdown open; the forwarding
-/// node sends the calls it had in flight again elsewhere, as after a broken connection.
-pub async fn accept<S, F>(
+/// `stop` resolves (the node stops, or its engine did) no further call is served: the
+/// forwarding node is told to close the link, each call that reaches this end after that is
+/// answered UNAVAILABLE marked as not the owner's ([`NOT_OWNER`], as a stopping engine
+/// answers), so the forwarding node sends it to the next owner knowing it was not served, and
+/// the link ends once the forwarding node has closed its side and every call is answered.
+pub async fn accept<S, F, E>(
     request: http::Request<Body>,
     max_message: usize,
-    closing: CancellationToken,
+    stop: E,
     serve: S,
 ) -> http::Response<Body>
 where
     S: Fn(http::Request<Body>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = http::Response<Body>> + Send + 'static,
+    E: std::future::Future<Output = ()> + Send + 'static,
 {
     let limit = message_limit(max_message);
-    let service = Accept { serve, closing };
+    let service = Accept {
+        serve,
+        stop: Mutex::new(Some(Box::pin(stop))),
+    };
     tonic::server::Grpc::new(tonic_prost::ProstCodec::<Answers, Calls>::default())
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)
@@ -347,7 +416,59 @@ where
 
 struct Accept<S> {
     serve: S,
-    closing: CancellationToken,
+    /// What ends the serving of calls; the one stream takes it.
+    stop: Mutex<Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>>,
+}
+
+/// What the owner's end queues for the stream back.
+enum Reply {
+    Answer(Answer),
+    /// The owner serves no further call ([`Answers::closing`]).
+    Closing,
+}
+
+impl Weighed for Reply {
+    fn size(&self) -> usize {
+        match self {
+            Self::Answer(answer) => answer.size(),
+            Self::Closing => 0,
+        }
+    }
+}
+
+/// The replies of a batch as one message.
+fn answers(replies: Vec<Reply>) -> Result<Answers, tonic::Status> {
+    let mut answers = Answers {
+        answers: Vec::with_capacity(replies.len()),
+        closing: false,
+    };
+    for reply in replies {
+        match reply {
+            Reply::Answer(answer) => answers.answers.push(answer),
+            Reply::Closing => answers.closing = true,
+        }
+    }
+    Ok(answers)
+}
+
+/// The answer to call `id`, which reached the owner's end after it stopped serving: not
+/// served, as a node that does not own the queues answers a forwarded call.
+fn not_served(id: u64) -> Answer {
+    let mut headers = http::HeaderMap::new();
+    let _ = tonic::Status::unavailable("this node no longer serves calls for the queues")
+        .add_header(&mut headers);
+    headers.insert(NOT_OWNER, http::HeaderValue::from_static("1"));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    Answer {
+        id,
+        status: 200,
+        headers: to_headers(&headers),
+        body: Bytes::new(),
+        trailers: Bytes::new(),
+    }
 }
 
 impl<S, F> tower::Service<tonic::Request<tonic::Streaming<Calls>>> for Accept<S>
@@ -355,7 +476,7 @@ where
     S: Fn(http::Request<Body>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = http::Response<Body>> + Send + 'static,
 {
-    type Response = tonic::Response<Batches<Answer, Result<Answers, tonic::Status>>>;
+    type Response = tonic::Response<Batches<Reply, Result<Answers, tonic::Status>>>;
     type Error = tonic::Status;
     type Future = std::future::Ready<Result<Self::Response, tonic::Status>>;
 
@@ -367,25 +488,44 @@ where
         let (tx, rx) = mpsc::channel(QUEUED);
         let mut calls = request.into_inner();
         let serve = self.serve.clone();
-        let closing = self.closing.clone();
+        let stop = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
         tokio::spawn(async move {
-            // Ends when the forwarding node closes its side, the link breaks or this node
-            // stops; calls already taken finish and their answers go before the stream ends.
-            while let Some(Ok(Some(batch))) = closing.run_until_cancelled(calls.message()).await {
+            let mut stop = stop.unwrap_or_else(|| Box::pin(std::future::ready(())));
+            // Serves until the forwarding node closes its side, the link breaks or `stop`;
+            // calls already taken finish and their answers go before the stream ends.
+            loop {
+                let batch = tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    batch = calls.message() => batch,
+                };
+                let Ok(Some(batch)) = batch else {
+                    return;
+                };
                 for call in batch.calls {
                     let serve = serve.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
                         let id = call.id;
                         let response = serve(into_request(call)).await;
-                        let _ = tx.send(answer(id, response).await).await;
+                        let _ = tx.send(Reply::Answer(answer(id, response).await)).await;
                     });
                 }
             }
+            // The forwarding node closes its side once it reads this; what it sent before is
+            // answered as not served, for it to send to the next owner.
+            if tx.send(Reply::Closing).await.is_err() {
+                return;
+            }
+            while let Ok(Some(batch)) = calls.message().await {
+                for call in batch.calls {
+                    if tx.send(Reply::Answer(not_served(call.id))).await.is_err() {
+                        return;
+                    }
+                }
+            }
         });
-        std::future::ready(Ok(tonic::Response::new(Batches::new(rx, |answers| {
-            Ok(Answers { answers })
-        }))))
+        std::future::ready(Ok(tonic::Response::new(Batches::new(rx, answers))))
     }
 }
 
@@ -491,277 +631,4 @@ fn into_response(answer: Answer) -> http::Response<Body> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::convert::Infallible;
-    use std::time::Duration;
-
-    fn call(id: u64, body: usize) -> Call {
-        Call {
-            id,
-            path: "/matchmaker.v1.ClientService/GetPlayer".into(),
-            headers: Bytes::new(),
-            body: Bytes::from(vec![0u8; body]),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
-        use tokio_stream::StreamExt;
-        let (tx, rx) = mpsc::channel(QUEUED);
-        let mut batches = Batches::new(rx, |calls| Calls { calls });
-        for id in 0..3 {
-            tx.send(call(id, 10)).await.unwrap();
-        }
-        let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
-        assert_eq!(ids(batches.next().await.unwrap()), [0, 1, 2]);
-        for id in 0..BATCH_CALLS as u64 + 5 {
-            tx.send(call(id, 10)).await.unwrap();
-        }
-        assert_eq!(batches.next().await.unwrap().calls.len(), BATCH_CALLS);
-        assert_eq!(batches.next().await.unwrap().calls.len(), 5);
-        // By bytes: a batch stops once it holds the byte limit; a larger call goes alone.
-        tx.send(call(1, BATCH_BYTES / 2)).await.unwrap();
-        tx.send(call(2, BATCH_BYTES / 2)).await.unwrap();
-        tx.send(call(3, 10)).await.unwrap();
-        assert_eq!(ids(batches.next().await.unwrap()), [1, 2]);
-        assert_eq!(ids(batches.next().await.unwrap()), [3]);
-        tx.send(call(4, 2 * BATCH_BYTES)).await.unwrap();
-        assert_eq!(ids(batches.next().await.unwrap()), [4]);
-        drop(tx);
-        assert!(batches.next().await.is_none());
-    }
-
-    #[tokio::test]
-    async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
-        use tokio_stream::StreamExt;
-        let (out, rx) = mpsc::channel(QUEUED);
-        let link = Arc::new(Link {
-            next: AtomicU64::new(0),
-            pending: Mutex::new(Some(HashMap::new())),
-            out,
-            broken: AtomicBool::new(false),
-        });
-        let mut batches = link.batches(rx);
-        let (waiting, gave_up, also_waiting) = (1, 2, 3);
-        for id in [waiting, gave_up, also_waiting] {
-            let (tx, _rx) = oneshot::channel();
-            link.pending
-                .lock()
-                .unwrap()
-                .as_mut()
-                .unwrap()
-                .insert(id, tx);
-            link.out.send(call(id, 10)).await.unwrap();
-        }
-        // The caller's future is dropped: its entry goes, as `Forget` takes it.
-        drop(Forget {
-            link: &link,
-            id: gave_up,
-        });
-        let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
-        assert_eq!(ids(batches.next().await.unwrap()), [waiting, also_waiting]);
-        // Nobody waits for anything once the link broke.
-        let (tx, _rx) = oneshot::channel();
-        link.pending.lock().unwrap().as_mut().unwrap().insert(4, tx);
-        link.out.send(call(4, 10)).await.unwrap();
-        link.pending.lock().unwrap().take();
-        drop(link);
-        assert!(batches.next().await.is_none());
-    }
-
-    #[test]
-    fn headers_cross_as_lines_and_come_back_the_same() {
-        let mut map = http::HeaderMap::new();
-        map.insert("authorization", "Bearer a:b:c".parse().unwrap());
-        map.append("x-many", "one".parse().unwrap());
-        map.append("x-many", "two".parse().unwrap());
-        map.insert("grpc-timeout", "5S".parse().unwrap());
-        map.insert("x-empty", "".parse().unwrap());
-        let lines = to_headers(&map);
-        assert_eq!(from_headers(&lines), map);
-        assert!(from_headers(&to_headers(&http::HeaderMap::new())).is_empty());
-        // A line that is no header is dropped, the others kept.
-        let mixed = Bytes::from_static(b"no colon here\nx-a:1\nbad name:2\nx-b:3");
-        let back = from_headers(&mixed);
-        assert_eq!(back.len(), 2);
-        assert_eq!(back["x-a"], "1");
-        assert_eq!(back["x-b"], "3");
-    }
-
-    /// A server on a free loopback port, on `runtime`, whose link answers each call with
-    /// `serve`; its address and the token that ends the link (`closing`).
-    async fn serve_link<S, F>(
-        runtime: &tokio::runtime::Handle,
-        serve: S,
-    ) -> (String, CancellationToken)
-    where
-        S: Fn(http::Request<Body>) -> F + Clone + Send + Sync + 'static,
-        F: std::future::Future<Output = http::Response<Body>> + Send + 'static,
-    {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let closing = CancellationToken::new();
-        let link_closing = closing.clone();
-        let service = tower::service_fn(move |request: http::Request<axum::body::Body>| {
-            let serve = serve.clone();
-            let closing = link_closing.clone();
-            async move {
-                Ok::<_, Infallible>(accept(request.map(Body::new), 1 << 20, closing, serve).await)
-            }
-        });
-        let routes = tonic::service::Routes::from(axum::Router::new().fallback_service(service));
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            tonic::transport::Server::builder()
-                .add_routes(routes)
-                .serve_with_incoming(incoming)
-                .await
-        });
-        (addr, closing)
-    }
-
-    fn channel(addr: &str) -> Channel {
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_lazy()
-    }
-
-    fn request(path: &str, authorization: &str) -> http::request::Parts {
-        let (parts, ()) = http::Request::builder()
-            .method("POST")
-            .uri(path)
-            .header("authorization", authorization)
-            .header("grpc-timeout", "5S")
-            .body(())
-            .unwrap()
-            .into_parts();
-        parts
-    }
-
-    async fn read(response: http::Response<Body>) -> (http::HeaderMap, Bytes, http::HeaderMap) {
-        let (head, body) = response.into_parts();
-        let collected = body.collect().await.unwrap();
-        let trailers = collected.trailers().cloned().unwrap_or_default();
-        (head.headers, collected.to_bytes(), trailers)
-    }
-
-    #[tokio::test]
-    async fn calls_cross_a_link_with_their_headers_and_come_back_with_head_message_and_trailers() {
-        // The far end echoes: the path and the token as headers, the body reversed, and a
-        // trailer naming the call.
-        let here = tokio::runtime::Handle::current();
-        let (addr, _closing) = serve_link(&here, |request: http::Request<Body>| async move {
-            let (parts, body) = request.into_parts();
-            let mut bytes = body.collect().await.unwrap().to_bytes().to_vec();
-            bytes.reverse();
-            let mut trailers = http::HeaderMap::new();
-            trailers.insert("grpc-status", "0".parse().unwrap());
-            trailers.insert("x-token", parts.headers["authorization"].clone());
-            let body = http_body_util::StreamBody::new(tokio_stream::iter([
-                Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(bytes))),
-                Ok(http_body::Frame::trailers(trailers)),
-            ]));
-            http::Response::builder()
-                .header("content-type", "application/grpc")
-                .header("x-path", parts.uri.path())
-                .header("x-timeout", parts.headers["grpc-timeout"].clone())
-                .body(Body::new(body))
-                .unwrap()
-        })
-        .await;
-        let link = Link::open(channel(&addr), 1 << 20, Default::default());
-        // Many calls at once: each gets its own answer.
-        let calls = (0..50u8).map(|i| {
-            let link = link.clone();
-            async move {
-                let path = format!("/matchmaker.v1.ClientService/Call{i}");
-                let parts = request(&path, &format!("Bearer t{i}"));
-                let answer = link.call(&parts, Bytes::from(vec![0, 1, i])).await;
-                (i, path, answer)
-            }
-        });
-        for (i, path, answer) in join_all(calls).await {
-            let (headers, body, trailers) = read(answer.unwrap()).await;
-            assert_eq!(headers["x-path"], path.as_str());
-            assert_eq!(headers["x-timeout"], "5S");
-            assert_eq!(body.as_ref(), [i, 1, 0]);
-            assert_eq!(trailers["grpc-status"], "0");
-            assert_eq!(trailers["x-token"], format!("Bearer t{i}").as_str());
-        }
-        assert!(!link.is_broken());
-    }
-
-    /// Runs every future to its end, concurrently.
-    async fn join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
-    where
-        F: std::future::Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        let handles: Vec<_> = futures.map(tokio::spawn).collect();
-        let mut out = Vec::with_capacity(handles.len());
-        for handle in handles {
-            out.push(handle.await.unwrap());
-        }
-        out
-    }
-
-    #[tokio::test]
-    async fn a_call_in_flight_fails_when_its_link_breaks_and_a_closing_node_ends_its_links() {
-        let here = tokio::runtime::Handle::current();
-        let (addr, closing) = serve_link(&here, |_request: http::Request<Body>| async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            http::Response::new(Body::empty())
-        })
-        .await;
-        let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
-
-        // The node closes: the call it took is answered, then the link ends.
-        let link = Link::open(channel(&addr), 1 << 20, Default::default());
-        let answered = tokio::spawn({
-            let link = link.clone();
-            let parts = parts.clone();
-            async move { link.call(&parts, Bytes::new()).await.is_ok() }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        closing.cancel();
-        assert!(answered.await.unwrap(), "a call taken is answered");
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while !link.is_broken() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the closing node ended the link");
-        assert!(link.call(&parts, Bytes::new()).await.is_err());
-
-        // The far end dies with a call in flight (its runtime, every connection with it, is
-        // gone): the call fails, it does not hang.
-        let far = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let (addr, _closing) =
-            serve_link(far.handle(), |_request: http::Request<Body>| async move {
-                std::future::pending::<()>().await;
-                http::Response::new(Body::empty())
-            })
-            .await;
-        let link = Link::open(channel(&addr), 1 << 20, Default::default());
-        let in_flight = tokio::spawn({
-            let link = link.clone();
-            async move { link.call(&parts, Bytes::new()).await.is_err() }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        far.shutdown_background();
-        let failed = tokio::time::timeout(Duration::from_secs(10), in_flight)
-            .await
-            .expect("the call in flight ended")
-            .unwrap();
-        assert!(failed, "the call in flight failed");
-        assert!(link.is_broken());
-    }
-}
+mod tests;
