@@ -478,7 +478,10 @@ impl Inner {
                     }
                     let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
-                    // A stalled owner never answers: give up on it when the lease moves on.
+                    // A stalled owner never answers: give up on it when the lease moves on. A
+                    // call sent only once waits for its answer even then (a stopping owner
+                    // answers every call it took, served or not): given up on, it could only be
+                    // answered "check whether it took effect".
                     let left = if unary {
                         Some(owner_deadline.saturating_duration_since(tokio::time::Instant::now()))
                     } else {
@@ -494,7 +497,7 @@ impl Inner {
                             }
                             Some(sent)
                         }
-                        () = moved(&mut watch, token) => None,
+                        () = moved(&mut watch, token), if !once => None,
                         () = tokio::time::sleep_until(deadline) => {
                             return Err(status(
                                 tonic::Code::Unavailable,
