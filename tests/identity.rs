@@ -103,6 +103,18 @@ async fn issuer_audience_and_a_providers_role_claim_are_checked() {
     let e = enter(&server, &wrong_iss, "bob").await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
     assert!(e.message().contains("auth.issuer"), "{e:?}");
+    // A configured issuer and audience must be in the token: one without them (another client
+    // of the same provider, a token minted for something else) is refused.
+    for missing in ["iss", "aud"] {
+        let mut token = claims("dan", "https://idp.example", "matchmaker".into());
+        token.as_object_mut().unwrap().remove(missing);
+        let e = enter(&server, &hs256(token), "dan").await.unwrap_err();
+        assert_eq!(e.code(), Code::Unauthenticated);
+        assert!(
+            e.message().contains(&format!("no {missing} claim")),
+            "{e:?}"
+        );
+    }
     // A role claim that names no role is refused, not defaulted.
     let mut odd = claims("carol", "https://idp.example", "matchmaker".into());
     odd["https://matchmaker.example/role"] = "superuser".into();
@@ -257,6 +269,59 @@ async fn keys_rotate_at_the_provider_without_a_restart() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
     assert!(e.message().contains("bad signature"), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_fetched_key_set_gives_no_shared_secret_and_an_empty_one_keeps_the_keys_there_are() {
+    use base64::Engine;
+    let (jwk1, key1) = ed25519("k1");
+    // The set also publishes a shared secret: anyone who could answer the fetch could sign
+    // with it, so it is ignored.
+    let published = b"published-secret-0123456789";
+    let oct = serde_json::json!({
+        "kty": "oct", "kid": "s1", "alg": "HS256",
+        "k": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(published),
+    });
+    let idp = KeySetServer::start(serde_json::json!({ "keys": [jwk1, oct] }).to_string()).await;
+    let server = TestServer::start(&format!(
+        "[auth]\nenabled = true\njwt_secret = \"{SECRET}\"\njwks_url = \"{}\"\n",
+        idp.url
+    ))
+    .await;
+    // The configured secret verifies its tokens whatever key id their signer put in them,
+    // without a fetch for each.
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("game-servers".into());
+    let own = sign(
+        &header,
+        &serde_json::json!({ "sub": "ops", "role": "admin", "exp": now() + 600 }),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    );
+    queue_stats(&server, &own)
+        .await
+        .expect("a token of the configured secret");
+    assert_eq!(idp.fetches(), 1, "no fetch for a token the secret verifies");
+    // The provider answers an empty set: the keys there are stay.
+    idp.serve(r#"{"keys":[]}"#.into());
+    let (_, key9) = ed25519("k9");
+    let e = enter(&server, &signed_by("k9", &key9, "zoe"), "zoe")
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated);
+    assert_eq!(idp.fetches(), 2, "the unknown key id made it fetch");
+    enter(&server, &signed_by("k1", &key1, "alice"), "alice")
+        .await
+        .expect("k1 is still there");
+    // The shared secret the set published verifies nothing.
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("s1".into());
+    let forged = sign(
+        &header,
+        &serde_json::json!({ "sub": "mallory", "role": "admin", "exp": now() + 600 }),
+        &EncodingKey::from_secret(published),
+    );
+    let e = queue_stats(&server, &forged).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
 }
 
 #[tokio::test]

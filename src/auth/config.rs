@@ -125,11 +125,14 @@ impl AuthConfig {
                 ),
             ));
         }
-        let http = |url: &str| url.starts_with("https://") || url.starts_with("http://");
-        if !self.jwks_url.is_empty() && !http(&self.jwks_url) {
+        if !self.jwks_url.is_empty() && !key_set_url_is_safe(&self.jwks_url) {
             return Err(FieldError::new(
                 "auth.jwks_url",
-                format!("must be an http(s) URL (got {:?})", self.jwks_url),
+                format!(
+                    "must be an https URL, or http on a loopback address (got {:?}): whoever \
+                     answers a plain fetch could sign tokens",
+                    self.jwks_url
+                ),
             ));
         }
         if !(10..=86_400).contains(&self.jwks_refresh_seconds) {
@@ -148,5 +151,49 @@ impl AuthConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// Whether keys fetched from `url` can be trusted: over TLS, or from this machine.
+fn key_set_url_is_safe(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    match url.scheme() {
+        "https" => url.host().is_some(),
+        "http" => url.host_str().is_some_and(|host| {
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_set_url_is_safe;
+
+    #[test]
+    fn keys_are_fetched_over_tls_or_from_this_machine_only() {
+        for safe in [
+            "https://login.example.com/.well-known/jwks.json",
+            "http://127.0.0.1:8080/jwks.json",
+            "http://localhost/jwks.json",
+            "http://[::1]:9000/jwks.json",
+        ] {
+            assert!(key_set_url_is_safe(safe), "{safe}");
+        }
+        for unsafe_url in [
+            "http://auth.internal/jwks.json",
+            "http://10.0.0.7/jwks.json",
+            "ftp://example.com/jwks.json",
+            "jwks.json",
+        ] {
+            assert!(!key_set_url_is_safe(unsafe_url), "{unsafe_url}");
+        }
     }
 }

@@ -188,7 +188,23 @@ impl Verifier {
             return Err(failed(format!("HTTP {}", response.status())));
         }
         let body = response.text().await.map_err(|e| failed(e.to_string()))?;
-        let keys = parse_key_set(&body, &source.url)?;
+        let keys: Vec<Key> = parse_key_set(&body, &source.url)?
+            .into_iter()
+            .filter(|key| {
+                // A shared secret published at a URL is no secret: anyone who can answer the
+                // fetch could sign tokens with it. Secrets come from files only.
+                let symmetric = key.algorithms.contains(&Algorithm::HS256);
+                if symmetric {
+                    tracing::warn!(url = %source.url, kid = ?key.kid, "a symmetric key in a key set fetched from a URL is ignored");
+                }
+                !symmetric
+            })
+            .collect();
+        if keys.is_empty() {
+            // Keeps the keys there are: an empty answer (a provider's outage page, a
+            // misconfigured endpoint) must not stop every token from verifying.
+            return Err(failed("it holds no key that can verify signatures".into()));
+        }
         let n = keys.len();
         *self.fetched.write().unwrap_or_else(|p| p.into_inner()) = keys;
         tracing::info!(url = %source.url, keys = n, "key set fetched");
@@ -256,13 +272,21 @@ impl Verifier {
         let candidates: Vec<&Key> = match &header.kid {
             Some(kid) => {
                 let named: Vec<&Key> = all().filter(|k| k.kid.as_deref() == Some(kid)).collect();
-                if named.is_empty() && self.source.is_some() {
-                    return Err(AuthError::UnknownKey(kid.clone()));
-                }
-                if named.is_empty() {
-                    all().filter(|k| k.kid.is_none()).collect()
-                } else {
+                if !named.is_empty() {
                     named
+                } else {
+                    // Keys without an id (the secret, the PEM key) verify tokens whatever id
+                    // their signer put in them; a token none of them verifies may be signed
+                    // by a key the provider added since the set was fetched.
+                    let unnamed: Vec<&Key> = all().filter(|k| k.kid.is_none()).collect();
+                    if self.source.is_some()
+                        && !unnamed
+                            .iter()
+                            .any(|key| self.decode(token, key, header.alg).is_ok())
+                    {
+                        return Err(AuthError::UnknownKey(kid.clone()));
+                    }
+                    unnamed
                 }
             }
             None => all().collect(),
@@ -272,16 +296,25 @@ impl Verifier {
             if !key.algorithms.contains(&header.alg) {
                 continue;
             }
-            match jsonwebtoken::decode::<Map<String, Value>>(
-                token,
-                &key.key,
-                &self.validation(header.alg),
-            ) {
-                Ok(data) => return self.identity(&data.claims),
+            match self.decode(token, key, header.alg) {
+                Ok(claims) => return self.identity(&claims),
                 Err(e) => last = describe(&e),
             }
         }
         Err(AuthError::Unauthenticated(format!("invalid token: {last}")))
+    }
+
+    fn decode(
+        &self,
+        token: &str,
+        key: &Key,
+        algorithm: Algorithm,
+    ) -> Result<Map<String, Value>, jsonwebtoken::errors::Error> {
+        if !key.algorithms.contains(&algorithm) {
+            return Err(jsonwebtoken::errors::ErrorKind::InvalidAlgorithm.into());
+        }
+        jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &self.validation(algorithm))
+            .map(|data| data.claims)
     }
 
     fn validation(&self, algorithm: Algorithm) -> Validation {
@@ -296,6 +329,16 @@ impl Verifier {
         if let Some(issuer) = &self.rules.issuer {
             v.set_issuer(&[issuer]);
         }
+        // A configured issuer or audience must be in the token, not only match when present:
+        // a token another client of the same provider got without them passes otherwise.
+        let mut required = vec!["exp"];
+        if self.rules.issuer.is_some() {
+            required.push("iss");
+        }
+        if !self.rules.audience.is_empty() {
+            required.push("aud");
+        }
+        v.set_required_spec_claims(&required);
         v
     }
 
