@@ -130,7 +130,11 @@ impl Caller {
 /// Admits a call to the API: the console header, a loopback `Host` when auth is off (so a DNS
 /// name rebound to 127.0.0.1 cannot reach it), and the admin role by the same verifier and rule
 /// as every RPC (`auth::authorize`, `auth::CONSOLE_API`).
-pub(super) fn gate(console: &Console, uri: &Uri, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub(super) async fn gate(
+    console: &Console,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
     if !headers.contains_key(CONSOLE_HEADER) {
         return Err(ApiError(
             StatusCode::FORBIDDEN,
@@ -144,7 +148,16 @@ pub(super) fn gate(console: &Console, uri: &Uri, headers: &HeaderMap) -> Result<
                 .into(),
         ));
     }
-    crate::auth::authorize(console.verifier.as_deref(), uri.path(), headers).map_err(|e| {
+    let verifier = console.verifier.as_deref();
+    let mut authorized = crate::auth::authorize(verifier, uri.path(), headers);
+    if let (Err(crate::auth::AuthError::UnknownKey(_)), Some(v)) = (&authorized, verifier)
+        && v.fetches_keys()
+    {
+        // A key the sets do not hold yet: the provider may have rotated its keys (as for RPCs).
+        v.refresh_for_unknown_key().await;
+        authorized = crate::auth::authorize(verifier, uri.path(), headers);
+    }
+    authorized.map_err(|e| {
         let status = match e {
             crate::auth::AuthError::Denied(_) => StatusCode::FORBIDDEN,
             _ => StatusCode::UNAUTHORIZED,
@@ -203,7 +216,7 @@ pub async fn queues(
     headers: HeaderMap,
     Query(q): Query<Since>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let stats: proto::QueueStats = caller
         .call(
             "/matchmaker.v1.AdminService/GetQueueStats",
@@ -347,7 +360,7 @@ pub async fn leaderboard(
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let board: proto::Leaderboard = caller
         .call(
             "/matchmaker.v1.ClientService/GetLeaderboard",
@@ -388,7 +401,7 @@ pub async fn leaderboard(
 /// `GET /console/api/seasons`: each ranked rating pool's queues and season clock (from
 /// `GetQueueStats`, so a cluster node shows the owner's clock).
 pub async fn seasons(Axum(console): Axum<Arc<Console>>, uri: Uri, headers: HeaderMap) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let stats: proto::QueueStats = caller
         .call(
             "/matchmaker.v1.AdminService/GetQueueStats",
@@ -437,7 +450,7 @@ pub async fn season_reset(
     headers: HeaderMap,
     Json(body): Json<ResetBody>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let kind = match body.kind.as_str() {
         "soft" => proto::SeasonResetKind::Soft,
         "hard" => proto::SeasonResetKind::Hard,
@@ -487,7 +500,7 @@ pub async fn end_season(
     headers: HeaderMap,
     Json(body): Json<EndBody>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let r: proto::EndSeasonResponse = caller
         .call(
             "/matchmaker.v1.AdminService/EndSeason",

@@ -163,7 +163,7 @@ pub async fn matches(
     headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let limit = q.limit(50);
     let live = match caller.backend.state() {
         Some(state) => {
@@ -236,7 +236,7 @@ pub async fn one_match(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let record: proto::MatchRecord = caller
         .call(
             "/matchmaker.v1.ClientService/GetMatch",
@@ -288,7 +288,7 @@ pub async fn player(
     Path(id): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Answer {
-    let caller = gate(&console, &uri, &headers)?;
+    let caller = gate(&console, &uri, &headers).await?;
     let names: Vec<String> = match q.queue() {
         Some(name) => vec![name.to_owned()],
         None => caller
