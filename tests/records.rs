@@ -575,7 +575,16 @@ async fn a_party_is_made_joined_entered_by_id_and_left() {
     }))
     .await
     .unwrap();
-    assert_eq!(got, left);
+    // The one who left gets no invite code back; the members still read it.
+    assert!(left.invite_code.is_empty());
+    assert_eq!(got.invite_code, p.invite_code);
+    assert_eq!(
+        got,
+        proto::Party {
+            invite_code: p.invite_code.clone(),
+            ..left
+        }
+    );
     let ended = party_call(parties.leave_party(proto::LeavePartyRequest {
         party_id: p.party_id.clone(),
         player_id: "pt-mate".into(),
@@ -675,6 +684,18 @@ async fn with_auth_a_player_names_only_itself_and_reads_only_its_own_records() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "not a member");
+    // Leaving a party one is not in changes nothing and gives away no invite code.
+    let left = party_call(parties.leave_party(with(
+        proto::LeavePartyRequest {
+            party_id: p.party_id.clone(),
+            player_id: "carol".into(),
+        },
+        Some(&carol),
+    )))
+    .await
+    .expect("carol was in no party");
+    assert_eq!(left.member_ids, ["alice", "bob"]);
+    assert!(left.invite_code.is_empty(), "{left:?}");
     party_call(parties.get_party(get(&bob)))
         .await
         .expect("a member reads it");

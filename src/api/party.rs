@@ -88,7 +88,11 @@ impl PartyService for Parties {
             &PlayerId::new(req.player_id.as_str()),
             unix_now(),
         )?;
-        self.durable(roster).await
+        let mut answer = self.durable(roster).await?;
+        // The caller is in the party no more (or never was): the code that lets players join
+        // it is for its members only.
+        answer.get_mut().invite_code.clear();
+        Ok(answer)
     }
 
     async fn get_party(

@@ -207,8 +207,13 @@ impl State {
         now: f64,
     ) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
+        let active = rosters.by_id.get(id).map(|r| r.active_unix);
         let roster = self.live_party(&mut rosters, id, now)?;
         if !roster.members.contains(player) {
+            // Changes nothing: a player outside the party does not keep it from expiring.
+            if let Some(active) = active {
+                roster.active_unix = active;
+            }
             return Ok(roster.clone());
         }
         let mut next = roster.clone();
