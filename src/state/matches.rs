@@ -91,6 +91,9 @@ pub struct MatchSlot {
     /// The store segment holding its newest copy ([`segments::NOT_STORED`] before a server took
     /// it, [`segments::ENDED`] after). Changed only under `Inner::segments`.
     pub(super) segment: AtomicU64,
+    /// The number of the newest copy written ([`MatchInner::copies`]); changed only under
+    /// `Inner::segments`, so an older copy that reaches the store later is not written.
+    pub(super) written: AtomicU64,
     /// Set once, by the one report that applies the result; duplicates wait on it and get the
     /// same acknowledgement.
     pub result: tokio::sync::OnceCell<Arc<ResultAck>>,
@@ -107,6 +110,8 @@ pub(super) struct MatchInner {
     pub(super) roles: BTreeMap<PlayerId, Vec<String>>,
     /// Unix seconds of its game server's `StartMatch` (stored with the match).
     pub(super) started_unix: Option<f64>,
+    /// Copies of it taken for the store so far ([`State::stored_match`] numbers each).
+    pub(super) copies: u64,
 }
 
 impl MatchSlot {
@@ -161,8 +166,10 @@ impl State {
                 tickets: tickets.iter().map(|t| t.id.clone()).collect(),
                 roles,
                 started_unix: None,
+                copies: 0,
             }),
             segment: AtomicU64::new(segments::NOT_STORED),
+            written: AtomicU64::new(0),
             result: tokio::sync::OnceCell::new(),
         });
         let ids: Vec<PlayerId> = tickets

@@ -20,25 +20,38 @@ impl State {
         if matches.is_empty() {
             return;
         }
-        // Encoded before the segments lock, which result handlers also take.
-        let encoded: Result<Vec<Vec<u8>>, _> = matches
+        // Encoded before the segments lock, which result handlers also take. Each copy is
+        // numbered: two threads writing one match (the loop adding a backfilled player, a
+        // handler marking it started) may reach the lock in the other order than they copied.
+        let encoded: Result<Vec<(u64, Vec<u8>)>, _> = matches
             .iter()
-            .map(|m| crate::store::encode_match(&self.stored_match(m)))
+            .map(|m| {
+                let (copy, stored) = self.stored_match(m);
+                crate::store::encode_match(&stored).map(|bytes| (copy, bytes))
+            })
             .collect();
-        let encoded = match encoded {
-            Ok(encoded) => encoded,
+        match encoded {
+            Ok(encoded) => self.write_copies(matches, encoded),
             Err(e) => {
                 tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
                 crate::telemetry::store_error("persist_matches");
-                return;
             }
-        };
+        }
+    }
+
+    /// Writes `encoded` (numbered copies, parallel to `matches`) under the segments lock.
+    fn write_copies(&self, matches: &[Arc<MatchSlot>], encoded: Vec<(u64, Vec<u8>)>) {
         let mut segments = self.lock_segments();
-        // A match whose result (or cancel) came in meanwhile is not written again.
+        // A match whose result (or cancel) came in meanwhile is not written again, nor one a
+        // newer copy of which is written already.
         let (live, encoded): (Vec<&Arc<MatchSlot>>, Vec<Vec<u8>>) = matches
             .iter()
             .zip(encoded)
-            .filter(|(m, _)| m.segment.load(Ordering::Relaxed) != segments::ENDED)
+            .filter(|(m, (copy, _))| {
+                m.segment.load(Ordering::Relaxed) != segments::ENDED
+                    && m.written.fetch_max(*copy, Ordering::Relaxed) < *copy
+            })
+            .map(|(m, (_, bytes))| (m, bytes))
             .unzip();
         let (written, dropped) = Self::place_in_segments(&mut segments, &live, &encoded);
         if written.is_empty() {
@@ -108,8 +121,10 @@ impl State {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(super) fn stored_match(&self, m: &MatchSlot) -> StoredMatch {
-        let inner = m.lock();
+    pub(super) fn stored_match(&self, m: &MatchSlot) -> (u64, StoredMatch) {
+        let mut inner = m.lock();
+        inner.copies += 1;
+        let copy = inner.copies;
         let a = &inner.assignment;
         let tickets = inner
             .tickets
@@ -119,7 +134,7 @@ impl State {
                 Some((id.clone(), ticket.players.clone()))
             })
             .collect();
-        StoredMatch {
+        let stored = StoredMatch {
             match_id: m.id.clone(),
             queue: m.queue.to_string(),
             teams: a.teams.clone(),
@@ -134,7 +149,8 @@ impl State {
             attributes: (*a.attributes).clone(),
             started_unix: inner.started_unix,
             tickets,
-        }
+        };
+        (copy, stored)
     }
 
     /// Start-up recovery after [`State::load`]: replays the journal after the snapshot, then
@@ -218,8 +234,10 @@ impl State {
                     tickets,
                     roles: m.roles.clone(),
                     started_unix: m.started_unix,
+                    copies: 0,
                 }),
                 segment: AtomicU64::new(segments::NOT_STORED),
+                written: AtomicU64::new(0),
                 result: tokio::sync::OnceCell::new(),
             });
             let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();
@@ -295,3 +313,60 @@ impl State {
 
 /// Players per store batch when snapshotting.
 const SNAPSHOT_BATCH: usize = 10_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{MatchId, TicketId};
+    use crate::store::Store;
+
+    #[test]
+    fn an_older_copy_of_a_match_that_reaches_the_store_last_is_not_written() {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store.clone()).unwrap();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let tickets: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|p| {
+                let id = TicketId::new(format!("t-{p}"));
+                state
+                    .create_ticket(&queue, vec![PlayerId::new(*p)], id, 0.0)
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        let m = state.form_match(
+            &tickets,
+            Assignment {
+                match_id: MatchId::new("m-1"),
+                queue: queue.id.clone(),
+                teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
+                win_probability: vec![0.5, 0.5],
+                region: None,
+                server_address: "gs:1".into(),
+                parties: vec![],
+                backfill: vec![vec![], vec![]],
+                left: vec![],
+                attributes: Default::default(),
+            },
+            1.0,
+            0.0,
+            None,
+            BTreeMap::new(),
+        );
+        let copy = |state: &State| {
+            let (n, stored) = state.stored_match(&m);
+            (n, crate::store::encode_match(&stored).unwrap())
+        };
+        // One thread copies the match; another marks it started, copies and writes it first.
+        let older = copy(&state);
+        m.lock().started_unix = Some(42.0);
+        let newer = copy(&state);
+        state.write_copies(std::slice::from_ref(&m), vec![newer]);
+        state.write_copies(std::slice::from_ref(&m), vec![older]);
+        let (stored, _) = store.load_matches().unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].started_unix, Some(42.0), "the newer copy stays");
+    }
+}
