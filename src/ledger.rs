@@ -148,7 +148,13 @@ impl Ledger {
                 {
                     Ok(committed) => committed,
                     Err(e) => {
-                        self.state.unclaim(&slot, claimed);
+                        // A batch that failed to write may be on disk in part (its entry
+                        // readable, then durable with the next flush): the match stays claimed,
+                        // so no cancel or other result can follow one that may count. A journal
+                        // that was closing wrote nothing.
+                        if matches!(e, CommitError::Closed) {
+                            self.state.unclaim(&slot, claimed);
+                        }
                         return Err(e.into());
                     }
                 };
