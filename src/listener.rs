@@ -25,6 +25,20 @@ use crate::telemetry as m;
 pub struct Conn {
     stream: TcpStream,
     slot: Option<Slot>,
+    /// Until the client has sent its opening bytes: when it must have.
+    opening: Option<Opening>,
+}
+
+/// How long a new connection may take to send its first [`OPENING_BYTES`] (the HTTP/2 client
+/// preface, or a TLS hello): a connection that sends nothing would hold its slot under
+/// `server.max_connections` for good, and enough of them would lock every client out.
+pub const OPENING_TIMEOUT: Duration = Duration::from_secs(10);
+/// The HTTP/2 client preface is 24 bytes; a TLS hello is longer.
+const OPENING_BYTES: usize = 24;
+
+struct Opening {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    read: usize,
 }
 
 /// A held place under the connection limit.
@@ -110,6 +124,15 @@ fn is_peer_error(e: &io::Error) -> bool {
 /// accepting task ends when the server drops the stream.
 #[must_use]
 pub fn incoming(listener: TcpListener, max_connections: usize) -> ReceiverStream<io::Result<Conn>> {
+    accept(listener, max_connections, OPENING_TIMEOUT)
+}
+
+/// [`incoming`], each connection sending its opening bytes within `opening`.
+fn accept(
+    listener: TcpListener,
+    max_connections: usize,
+    opening: Duration,
+) -> ReceiverStream<io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(1);
     let permits = Arc::new(Semaphore::new(max_connections));
     tokio::spawn(async move {
@@ -149,6 +172,10 @@ pub fn incoming(listener: TcpListener, max_connections: usize) -> ReceiverStream
                     permits: permits.clone(),
                     max: max_connections,
                 }),
+                opening: Some(Opening {
+                    deadline: Box::pin(tokio::time::sleep(opening)),
+                    read: 0,
+                }),
             };
             if tx.send(Ok(conn)).await.is_err() {
                 break;
@@ -172,7 +199,27 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        let this = self.get_mut();
+        let Some(opening) = &mut this.opening else {
+            return Pin::new(&mut this.stream).poll_read(cx, buf);
+        };
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                opening.read += buf.filled().len() - before;
+                if opening.read >= OPENING_BYTES || buf.filled().len() == before {
+                    this.opening = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if opening.deadline.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client sent no request in time",
+                )))
+            }
+            other => other,
+        }
     }
 }
 
@@ -213,6 +260,38 @@ mod tests {
     const LIMITS: &str = "Limit                     Soft Limit           Hard Limit           Units     \n\
         Max processes             96365                96365                processes \n\
         Max open files            1024                 524288               files     \n";
+
+    #[tokio::test]
+    async fn a_connection_that_sends_nothing_frees_its_slot_after_the_opening_time() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio_stream::StreamExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut conns = accept(listener, 1, Duration::from_millis(200));
+        // A client that speaks keeps its connection past the opening time.
+        let mut talker = TcpStream::connect(addr).await.unwrap();
+        talker.write_all(&[b'P'; OPENING_BYTES]).await.unwrap();
+        let mut spoken = conns.next().await.unwrap().unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(spoken.read(&mut buf).await.unwrap(), OPENING_BYTES);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        talker.write_all(b"more").await.unwrap();
+        assert_eq!(spoken.read(&mut buf).await.unwrap(), 4);
+        drop(spoken);
+        // One that sends nothing: its read fails after the opening time, and once the server
+        // drops it the next client gets the slot.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        let mut idle = conns.next().await.unwrap().unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+            .await
+            .expect("the read ends")
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        drop(idle);
+        let _next = TcpStream::connect(addr).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), conns.next()).await;
+        assert!(matches!(next, Ok(Some(Ok(_)))), "the slot was freed");
+    }
 
     #[test]
     fn the_soft_open_file_limit_is_read_and_compared_with_max_connections() {

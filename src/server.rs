@@ -710,7 +710,10 @@ pub(crate) fn tls_config(
 ) -> Result<tonic::transport::ServerTlsConfig, ServerError> {
     let identity =
         tonic::transport::Identity::from_pem(read_pem(&tls.cert_file)?, read_pem(&tls.key_file)?);
-    Ok(tonic::transport::ServerTlsConfig::new().identity(identity))
+    // A client that starts a handshake and never ends it frees its connection slot then.
+    Ok(tonic::transport::ServerTlsConfig::new()
+        .identity(identity)
+        .timeout(crate::listener::OPENING_TIMEOUT))
 }
 
 /// A PEM file of the TLS settings; the error names it.

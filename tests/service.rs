@@ -37,6 +37,39 @@ async fn health_reports_serving_for_the_server_and_each_service() {
 }
 
 #[tokio::test]
+async fn a_health_or_reflection_request_past_a_few_kilobytes_is_refused() {
+    // Open to everyone and outside the concurrency limit: a request claiming a large message
+    // must not get memory set aside for it.
+    let server = TestServer::start("").await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    let e = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "x".repeat(8 * 1024),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+    let mut reflection = ServerReflectionClient::new(server.channel().await);
+    let request = ServerReflectionRequest {
+        host: "h".repeat(8 * 1024),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    // Refused as it is read: the reflection service ends its stream without an answer (it
+    // takes a broken request stream for a closed one), or the call fails saying why.
+    match reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+    {
+        Ok(answer) => match answer.into_inner().message().await {
+            Ok(None) => {}
+            Err(e) => assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}"),
+            Ok(Some(answered)) => panic!("answered: {answered:?}"),
+        },
+        Err(e) => assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}"),
+    }
+}
+
+#[tokio::test]
 async fn reflection_lists_the_three_services_and_health() {
     let server = TestServer::start("").await;
     let mut reflection = ServerReflectionClient::new(server.channel().await);

@@ -219,6 +219,9 @@ impl<S> Layer<S> for MessageSizeLayer {
     }
 }
 
+/// The largest request message of a health or reflection call (theirs are a few dozen bytes).
+pub const OPEN_MESSAGE_BYTES: usize = 4096;
+
 /// The service [`MessageSizeLayer`] makes.
 #[derive(Clone)]
 pub struct MessageSize<S> {
@@ -239,7 +242,14 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let limit = self.limit;
+        // Health and reflection skip the concurrency and rate limits and need no token: their
+        // small requests are all they may send, since tonic sets aside the length a message
+        // claims before it arrives.
+        let limit = if crate::auth::is_open_path(request.uri().path()) {
+            self.limit.min(OPEN_MESSAGE_BYTES)
+        } else {
+            self.limit
+        };
         self.inner.call(request.map(|inner| LimitedBody {
             inner,
             framing: Framing::new(limit),
