@@ -135,7 +135,7 @@ impl Ledger {
                 )?;
                 // The result's events go in the same atomic batch and flush as its entry: an
                 // OK means they are durable too.
-                let mut events = self.state.take_emitted();
+                let (mut events, _taken) = self.state.take_emitted();
                 events.extend(result_events(
                     slot.id.as_str(),
                     &entry.ack,

@@ -39,23 +39,71 @@ impl Kept {
 
 /// The hub inside the state.
 pub(super) struct Events {
-    pending: Mutex<Vec<EventRecord>>,
+    pending: Mutex<Pending>,
     wake: Notify,
     /// The last durable cursor.
     published: watch::Sender<u64>,
+    /// The oldest take whose events may not be durable yet (the next take's number when none
+    /// is): a change that must answer after its events waits for every take before its own.
+    settled: watch::Sender<u64>,
+}
+
+/// Events emitted and not taken yet, and the takes whose events are on their way to the store.
+#[derive(Default)]
+struct Pending {
+    events: Vec<EventRecord>,
+    next_take: u64,
+    in_flight: std::collections::BTreeSet<u64>,
+}
+
+impl Pending {
+    fn settled(&self) -> u64 {
+        self.in_flight.first().copied().unwrap_or(self.next_take)
+    }
 }
 
 impl Events {
     pub(super) fn new(last: u64) -> Self {
         Self {
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(Pending::default()),
             wake: Notify::new(),
             published: watch::Sender::new(last),
+            settled: watch::Sender::new(0),
         }
     }
 
-    fn take(&self) -> Vec<EventRecord> {
-        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()))
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> (Vec<EventRecord>, u64) {
+        let mut pending = self.lock();
+        let take = pending.next_take;
+        pending.next_take += 1;
+        pending.in_flight.insert(take);
+        (std::mem::take(&mut pending.events), take)
+    }
+
+    fn settle(&self, take: u64) {
+        let mut pending = self.lock();
+        pending.in_flight.remove(&take);
+        let settled = pending.settled();
+        self.settled
+            .send_if_modified(|s| (settled > *s).then(|| *s = settled).is_some());
+    }
+}
+
+/// Events taken to be written (by the writer task, a result's batch, a tick's deliveries), until
+/// they are durable or given up: dropped then, so that changes waiting for every earlier take
+/// ([`State::flush_with_events`]) go on.
+pub struct Taken {
+    state: State,
+    take: u64,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        self.state.inner.events.settle(self.take);
     }
 }
 
@@ -113,15 +161,10 @@ pub fn result_events(match_id: &str, ack: &ResultAck, unix: f64) -> Vec<EventRec
 impl State {
     /// Queues an event for the writer task (durable within one of its flushes).
     pub fn emit(&self, events: impl IntoIterator<Item = EventRecord>) {
-        let mut pending = self
-            .inner
-            .events
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let before = pending.len();
-        pending.extend(events);
-        if pending.len() > before {
+        let mut pending = self.inner.events.lock();
+        let before = pending.events.len();
+        pending.events.extend(events);
+        if pending.events.len() > before {
             self.inner.events.wake.notify_one();
         }
     }
@@ -135,16 +178,32 @@ impl State {
     }
 
     /// Writes the events emitted so far, then flushes everything written before: for a change
-    /// whose answer must not come before its events are durable (a game server's cancel).
+    /// whose answer must not come before its events are durable (a game server's cancel). Events
+    /// another writer took before (a result's batch, the writer task) may still be on their
+    /// way: it waits until they are durable too.
     pub async fn flush_with_events(&self) -> Result<(), StoreError> {
-        let events = self.take_emitted();
-        self.emit_durable(&events).await
+        let (events, taken) = self.take_emitted();
+        self.emit_durable(&events).await?;
+        let own = taken.take;
+        drop(taken);
+        let mut settled = self.inner.events.settled.subscribe();
+        // Every take before this one settles (written, or given up by a failing store).
+        let _ = settled.wait_for(|s| *s > own).await;
+        Ok(())
     }
 
     /// Takes the events emitted but not yet written, so that a result's batch carries them
-    /// ahead of its own and the log keeps the order things happened in.
-    pub fn take_emitted(&self) -> Vec<EventRecord> {
-        self.inner.events.take()
+    /// ahead of its own and the log keeps the order things happened in. Keep the [`Taken`]
+    /// until they are durable (or given up).
+    pub fn take_emitted(&self) -> (Vec<EventRecord>, Taken) {
+        let (events, take) = self.inner.events.take();
+        (
+            events,
+            Taken {
+                state: self.clone(),
+                take,
+            },
+        )
     }
 
     /// Lets watchers read every event up to `last`, which the caller made durable (a result's
@@ -236,7 +295,7 @@ impl State {
                     false
                 }
             };
-            let batch = self.inner.events.take();
+            let (batch, _taken) = self.take_emitted();
             if !batch.is_empty() {
                 let written = match self.inner.store.append_events(&batch) {
                     Ok(last) => self.inner.store.flush_async().await.map(|()| last),
@@ -293,6 +352,45 @@ mod tests {
         let detail: serde_json::Value = serde_json::from_str(&events[1].detail_json).unwrap();
         assert_eq!(detail["mean_after"], 1516.0);
         assert_eq!(detail["rank_points_after"], 30);
+    }
+
+    #[tokio::test]
+    async fn a_change_answering_after_its_events_waits_for_events_another_writer_took() {
+        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store).unwrap();
+        let event = |id: &str| EventRecord {
+            kind: EventKind::MatchCancelled,
+            unix: 1.0,
+            match_id: id.into(),
+            player_id: String::new(),
+            detail_json: "{}".into(),
+        };
+        // A cancel's event, taken by a result's batch that is not durable yet.
+        state.emit([event("m-1")]);
+        let (taken_events, taken) = state.take_emitted();
+        assert_eq!(taken_events.len(), 1);
+        let flushing = tokio::spawn({
+            let state = state.clone();
+            async move { state.flush_with_events().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !flushing.is_finished(),
+            "answered before the taken event was durable"
+        );
+        // The batch is durable (or given up): the cancel answers.
+        drop(taken);
+        tokio::time::timeout(Duration::from_secs(5), flushing)
+            .await
+            .expect("answers once the earlier take settled")
+            .unwrap()
+            .unwrap();
+        // With nothing on its way, it answers at once.
+        tokio::time::timeout(Duration::from_secs(5), state.flush_with_events())
+            .await
+            .expect("nothing to wait for")
+            .unwrap();
     }
 
     #[test]

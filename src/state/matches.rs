@@ -308,7 +308,7 @@ impl State {
             return;
         }
         let store = self.inner.store.clone();
-        let events = self.take_emitted();
+        let (events, taken) = self.take_emitted();
         let written = match store.append_events(&events) {
             Ok(last) => Some(last),
             Err(e) => {
@@ -324,6 +324,7 @@ impl State {
             if let (Ok(()), Some(last)) = (&flushed, written) {
                 state.events_durable(last);
             }
+            drop(taken);
             if let Err(e) = flushed {
                 // The store is failing; the server still gets its matches (their results may
                 // be refused after a crash, which the store error already warns about).
