@@ -139,6 +139,8 @@ impl State {
             .map(|(queue, t)| self.reopen_ticket(queue, t, now, &back))
             .collect();
         let requeued: Vec<&TicketId> = slots.iter().map(|t| &t.id).collect();
+        // In the players' histories before they are free (see `cancel_match`).
+        self.record_cancelled(m, &assignment);
         self.release_players(m, &assignment, |t| {
             if requeued.contains(&&t.id) {
                 Release::Requeue {
@@ -160,7 +162,6 @@ impl State {
                 .unwrap_or_else(|p| p.into_inner())
                 .release(&assignment.server_address);
         }
-        self.record_cancelled(m, &assignment);
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         tracing::info!(match_id = %m.id, tickets = slots.len(), reason, "match cancelled before it started; tickets requeued");

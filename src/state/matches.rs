@@ -422,6 +422,9 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
+        // In the players' histories before they are free: a player's erasure waits for them to
+        // be, and must find the record to take it out.
+        self.record_cancelled(m, &assignment);
         self.release_players(m, &assignment, |t| Release::End {
             state: TicketState::Cancelled,
             reason: "the match was cancelled by its game server".into(),
@@ -434,7 +437,6 @@ impl State {
                 .unwrap_or_else(|p| p.into_inner())
                 .release(&assignment.server_address);
         }
-        self.record_cancelled(m, &assignment);
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         self.emit([super::match_event(
