@@ -63,6 +63,24 @@ impl State {
         }
     }
 
+    /// Moves the live matches off the stored segments whose copies name `player` (copies of
+    /// matches that ended stay in a segment until its last live match moves or ends), so that
+    /// those segments go: after an erasure no stored match names the player.
+    pub(super) fn move_matches_off_segments_naming(&self, player: &PlayerId) {
+        let naming = self.lock_segments().naming(player);
+        if naming.is_empty() {
+            return;
+        }
+        let live: Vec<Arc<MatchSlot>> = self
+            .inner
+            .matches
+            .iter()
+            .filter(|e| naming.contains(&e.value().segment.load(Ordering::Relaxed)))
+            .map(|e| e.value().clone())
+            .collect();
+        self.persist_matches(&live);
+    }
+
     /// A live match ended: it is never written again, and its segment goes once no match in it
     /// is live. A match that ended without a result is marked, so no older copy of it comes back
     /// at start (one with a result is recognised by its journaled result).
@@ -104,7 +122,8 @@ impl State {
                 .iter()
                 .map(|m| m.as_ref().segment.load(Ordering::Relaxed))
                 .collect();
-            let (id, emptied) = segments.write(&previous);
+            let names = slots.iter().flat_map(|m| named_players(m.as_ref()));
+            let (id, emptied) = segments.write(&previous, names);
             for m in slots {
                 m.as_ref().segment.store(id, Ordering::Relaxed);
             }
@@ -313,6 +332,20 @@ impl State {
 
 /// Players per store batch when snapshotting.
 const SNAPSHOT_BATCH: usize = 10_000;
+
+/// Every player a stored copy of `m` names.
+fn named_players(m: &MatchSlot) -> Vec<PlayerId> {
+    let inner = m.lock();
+    let a = &inner.assignment;
+    a.teams
+        .iter()
+        .chain(&a.backfill)
+        .flatten()
+        .chain(&a.left)
+        .chain(inner.roles.keys())
+        .cloned()
+        .collect()
+}
 
 #[cfg(test)]
 mod tests {

@@ -110,6 +110,7 @@ impl State {
             .retain(|key, _| !crate::store::party_names(key, player));
         erased.parties = before - self.inner.parties.len();
         self.inner.bans.remove(player);
+        self.move_matches_off_segments_naming(player);
         // A `PartyService` party the player is in loses them as if they had left it (the lead
         // passes on; a party of one ends).
         if self.leave_any_party(player, super::unix_now())? {
@@ -211,6 +212,44 @@ mod tests {
         assert_eq!(stored, vec![PlayerId::new("b")]);
         // The id is free to play again.
         form(&state, "a", "c");
+    }
+
+    #[test]
+    fn after_an_erasure_no_stored_match_names_the_player() {
+        let state = state();
+        // Two matches stored in one segment; the first ends with a result, the second plays on,
+        // so the segment (and the first match's copy in it) stays.
+        let ended = form(&state, "a", "b");
+        let live = form(&state, "c", "d");
+        state.persist_matches(&[ended.clone(), live.clone()]);
+        let (entry, _) = state
+            .prepare_result(&ended, &[1, 2], &[], &BTreeMap::new(), &[])
+            .unwrap();
+        state
+            .store()
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        state.apply_result(&ended, &entry);
+        let names = |state: &State| -> Vec<String> {
+            let (stored, _) = state.store().load_matches().unwrap();
+            let mut names: Vec<String> = stored
+                .iter()
+                .flat_map(|m| m.teams.iter().flatten().map(|p| p.to_string()))
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            names(&state),
+            ["a", "b", "c", "d"],
+            "the ended copy is still stored"
+        );
+        state.erase_player(&PlayerId::new("a")).unwrap().unwrap();
+        assert_eq!(
+            names(&state),
+            ["c", "d"],
+            "the live match moved; its old segment went"
+        );
     }
 
     #[test]

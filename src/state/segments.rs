@@ -5,18 +5,23 @@
 //! Pure: the caller keeps each match's segment id (in its `MatchSlot`) and writes to the store what
 //! these methods decide, under one lock, so the bookkeeping and the writes happen in one order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use crate::ids::PlayerId;
 
 /// A match that was never written (formed, in its ready-check).
 pub const NOT_STORED: u64 = 0;
 /// A match that ended: a write that comes later (a race with its result) must skip it.
 pub const ENDED: u64 = u64::MAX;
 
-/// Live matches per segment, and the next segment id.
+/// Live matches per segment, the players each segment's copies name, and the next segment id.
 #[derive(Debug)]
 pub struct Segments {
     next: u64,
     live: HashMap<u64, usize>,
+    /// The copies in a segment outlive their matches until the segment goes: an erasure moves
+    /// the live matches off the segments naming the erased player, so that they go.
+    names: HashMap<u64, HashSet<PlayerId>>,
 }
 
 impl Segments {
@@ -25,19 +30,35 @@ impl Segments {
         Self {
             next: last + 1,
             live: HashMap::new(),
+            names: HashMap::new(),
         }
     }
 
     /// A new segment for `count` matches whose current segments are `previous` (one entry per
-    /// match; [`NOT_STORED`] for a first write). Returns the new id and the segments that no
-    /// longer hold any live match. Callers skip [`ENDED`] matches before calling.
-    pub fn write(&mut self, previous: &[u64]) -> (u64, Vec<u64>) {
+    /// match; [`NOT_STORED`] for a first write) and whose copies name `players`. Returns the new
+    /// id and the segments that no longer hold any live match. Callers skip [`ENDED`] matches
+    /// before calling.
+    pub fn write(
+        &mut self,
+        previous: &[u64],
+        players: impl IntoIterator<Item = PlayerId>,
+    ) -> (u64, Vec<u64>) {
         debug_assert!(!previous.contains(&ENDED));
         let id = self.next;
         self.next += 1;
         let dropped = previous.iter().filter_map(|&p| self.release(p)).collect();
         self.live.insert(id, previous.len());
+        self.names.insert(id, players.into_iter().collect());
         (id, dropped)
+    }
+
+    /// The segments still stored whose copies name `player`.
+    pub fn naming(&self, player: &PlayerId) -> HashSet<u64> {
+        self.names
+            .iter()
+            .filter(|(_, names)| names.contains(player))
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// A match held by `segment` ended (or moved to a newer segment). Returns the segment if it
@@ -52,6 +73,7 @@ impl Segments {
             return None;
         }
         self.live.remove(&segment);
+        self.names.remove(&segment);
         Some(segment)
     }
 
@@ -69,7 +91,7 @@ mod tests {
     #[test]
     fn a_segment_is_dropped_when_its_last_match_ends() {
         let mut s = Segments::after(7);
-        let (a, dropped) = s.write(&[NOT_STORED, NOT_STORED, NOT_STORED]);
+        let (a, dropped) = s.write(&[NOT_STORED, NOT_STORED, NOT_STORED], []);
         assert_eq!(
             (a, dropped),
             (8, vec![]),
@@ -84,11 +106,11 @@ mod tests {
     #[test]
     fn a_rewrite_moves_a_match_and_may_empty_its_old_segment() {
         let mut s = Segments::after(0);
-        let (a, _) = s.write(&[NOT_STORED, NOT_STORED]);
-        let (b, dropped) = s.write(&[a]);
+        let (a, _) = s.write(&[NOT_STORED, NOT_STORED], []);
+        let (b, dropped) = s.write(&[a], []);
         assert!(b > a);
         assert!(dropped.is_empty(), "the other match still lives in {a}");
-        let (c, dropped) = s.write(&[a, b]);
+        let (c, dropped) = s.write(&[a, b], []);
         assert_eq!(dropped, vec![a, b], "both old homes are empty now");
         assert_eq!(s.segments(), 1);
         assert_eq!(s.release(c), None);
@@ -98,7 +120,7 @@ mod tests {
     #[test]
     fn unstored_and_ended_matches_release_nothing() {
         let mut s = Segments::after(0);
-        let (a, _) = s.write(&[NOT_STORED]);
+        let (a, _) = s.write(&[NOT_STORED], []);
         assert_eq!(s.release(NOT_STORED), None);
         assert_eq!(s.release(ENDED), None);
         assert_eq!(s.release(a + 100), None, "unknown segment");
