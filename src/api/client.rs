@@ -339,7 +339,13 @@ impl ClientService for Client {
         if self.state.closing() {
             return Err(super::error::streams_closed(&self.state));
         }
-        let mut rx = ticket.subscribe();
+        // A ticket is one player's or one party's: a few streams each is plenty, and a cap
+        // keeps a caller from holding a task and a buffer per call it opens.
+        let Some(mut rx) = ticket.subscribe(MAX_WATCHERS_PER_TICKET) else {
+            return Err(Status::resource_exhausted(format!(
+                "ticket_id: at most {MAX_WATCHERS_PER_TICKET} WatchTicket streams per ticket are open at once; close one first"
+            )));
+        };
         let (tx, out) = mpsc::channel(self.state.config().server.stream_buffer);
         let shutdown = self.shutdown.clone();
         let closed = self.state.streams_closed();
@@ -589,6 +595,9 @@ impl Drop for TouchOnDrop {
         self.ticket.touch(self.clock.now());
     }
 }
+
+/// Open `WatchTicket` streams one ticket may have.
+pub const MAX_WATCHERS_PER_TICKET: usize = 16;
 
 /// The one `EnterQueue` fetching the loop's counts: the next may start once this is dropped,
 /// also when its call is (a deadline while it waits for the loop).

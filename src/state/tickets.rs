@@ -117,13 +117,13 @@ impl TicketSlot {
         self.cell().current.clone()
     }
 
-    /// A receiver for `WatchTicket`, holding the current view.
-    pub fn subscribe(&self) -> watch::Receiver<TicketView> {
+    /// A receiver for `WatchTicket`, holding the current view; `None` when `most` watch it
+    /// already.
+    pub fn subscribe(&self, most: usize) -> Option<watch::Receiver<TicketView>> {
         let mut cell = self.cell();
         let ViewCell { current, watchers } = &mut *cell;
-        watchers
-            .get_or_insert_with(|| watch::Sender::new(current.clone()))
-            .subscribe()
+        let sender = watchers.get_or_insert_with(|| watch::Sender::new(current.clone()));
+        (sender.receiver_count() < most).then(|| sender.subscribe())
     }
 
     /// Whether anyone is watching (SEARCHING updates are skipped when not).
@@ -395,16 +395,18 @@ mod tests {
             t.cell().watchers.is_none(),
             "no channel until someone watches"
         );
-        let mut rx = t.subscribe();
+        let mut rx = t.subscribe(2).unwrap();
         assert!(t.watched());
         assert_eq!(rx.borrow_and_update().wait_seconds, 3.0);
         // Published while watched: the watcher is told.
         t.publish(TicketView::searching(4.0, String::new()));
         assert!(rx.has_changed().unwrap());
         assert_eq!(rx.borrow_and_update().wait_seconds, 4.0);
-        // A second watcher shares the channel and starts from the latest view.
-        let rx2 = t.subscribe();
+        // A second watcher shares the channel and starts from the latest view; a third is one
+        // past the most.
+        let rx2 = t.subscribe(2).unwrap();
         assert_eq!(rx2.borrow().wait_seconds, 4.0);
+        assert!(t.subscribe(2).is_none());
         drop((rx, rx2));
         assert!(!t.watched(), "a channel with no receivers is not watched");
         // A final view is never replaced, watched or not.
@@ -414,6 +416,9 @@ mod tests {
         });
         t.publish(TicketView::searching(6.0, String::new()));
         assert_eq!(t.view().state, TicketState::Cancelled);
-        assert_eq!(t.subscribe().borrow().state, TicketState::Cancelled);
+        assert_eq!(
+            t.subscribe(2).unwrap().borrow().state,
+            TicketState::Cancelled
+        );
     }
 }
