@@ -47,6 +47,8 @@ impl Loop {
             for (o, n) in job.open.iter_mut().zip(&open) {
                 *o += n;
             }
+            // The new slots get the whole timeout, as a request of their own would.
+            job.requested_at = self.clock.now();
             return Ok(job.id.clone());
         }
         let id = new_id("b");
@@ -104,7 +106,19 @@ impl Loop {
                     .map(|team| self.state.roles_in(&job.slot, team))
                     .collect(),
                 region: assignment.region.clone(),
-                seated: self.seated.get(&job.slot.id).cloned(),
+                // Tickets whose players all left count no more: their tags and avoid lists
+                // do not bind the newcomers.
+                seated: self.seated.get(&job.slot.id).map(|teams| {
+                    teams
+                        .iter()
+                        .map(|team| {
+                            team.iter()
+                                .filter(|s| !s.players.iter().all(|p| assignment.left.contains(p)))
+                                .cloned()
+                                .collect()
+                        })
+                        .collect()
+                }),
             };
             let q = &mut self.queues[qi];
             let calibration = self.state.queue_calibration(&q.id);

@@ -515,15 +515,30 @@ impl Loop {
             return;
         }
         let id = entry.id.clone();
-        if self.queues[qi].pool.insert(entry).is_ok() {
-            self.waiting.insert(
-                id,
-                Waiting {
-                    slot,
-                    queue: qi,
-                    last_published: f64::NEG_INFINITY,
-                },
-            );
+        match self.queues[qi].pool.insert(entry) {
+            Ok(()) => {
+                self.waiting.insert(
+                    id,
+                    Waiting {
+                        slot,
+                        queue: qi,
+                        last_published: f64::NEG_INFINITY,
+                    },
+                );
+            }
+            Err(e) => {
+                // The queue's settings changed while its match was under way (a reload made
+                // parties smaller, or a rule it no longer meets): it ends, rather than stay
+                // SEARCHING in no pool, where nothing would ever expire it.
+                let now = self.clock.now();
+                self.state.end_ticket(
+                    &slot,
+                    TicketState::Cancelled,
+                    now,
+                    format!("back in its queue, it no longer fits the queue's settings: {e}"),
+                );
+                self.finished.push_back((now, id));
+            }
         }
     }
 
