@@ -166,6 +166,19 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
             },
             "queue",
         ),
+        (
+            proto::SetRatingRequest {
+                player_id: "ann".into(),
+                queue: "1v1".into(),
+                rating: Some(proto::Rating {
+                    mean: 1500.0,
+                    deviation: 80.0,
+                    ..Default::default()
+                }),
+                rank_points: Some(50_000),
+            },
+            "rank_points",
+        ),
     ] {
         let e = admin.set_rating(req).await.unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
@@ -174,6 +187,11 @@ async fn set_rating_is_read_back_and_bad_input_names_the_field() {
     // Nothing a refused call carried was written.
     let r = view_of(&server, "ann", "1v1").await.rating.unwrap();
     assert_eq!((r.mean, r.deviation), (1712.5, 80.0));
+    // A rating past Glicko-2's bounds (6.045 internal units from 1500) is kept within them,
+    // as every result keeps it.
+    let bounded = set(&server, "bea", "1v1", 3000.0, 80.0, None).await;
+    let mean = bounded.rating.unwrap().mean;
+    assert!((mean - (1500.0 + 6.045 * 173.7178)).abs() < 0.1, "{mean}");
     let e = admin
         .season_reset(proto::SeasonResetRequest {
             kind: 0,

@@ -212,6 +212,16 @@ impl State {
                 }
                 other => Rejection::invalid("rating", other.to_string()),
             })?;
+        // Within the system's bounds (Glicko-2 keeps ratings within 6.045 internal units of the
+        // centre), as every result leaves them: a rating past them would be matched above every
+        // rated player and lose rank points on its first win, when the result clamps it.
+        record.skill = queue
+            .config
+            .rating
+            .decay(&record.skill, 0.0)
+            .map_err(|e| Rejection::invalid("rating", e.to_string()))?;
+        // The deviation set is the deviation now: no inactivity before this counts on top.
+        record.last_played_unix = Some(super::unix_now() as i64);
         if let Some(rp) = rank_points {
             match queue.config.ranking {
                 RankingKind::None => {
@@ -220,7 +230,16 @@ impl State {
                         format!("queue {} has no ranking; leave rank_points unset", queue.id),
                     ));
                 }
-                RankingKind::Inversus => record.rank_points = rp,
+                RankingKind::Inversus => {
+                    let max = self.inner.config.ranking.inversus.max_rp;
+                    if rp > max {
+                        return Err(Rejection::invalid(
+                            "rank_points",
+                            format!("INVERSUS rank points are 0..={max} (got {rp})"),
+                        ));
+                    }
+                    record.rank_points = rp;
+                }
                 RankingKind::Ladder => {
                     let s = LadderState::with_rp(&self.inner.config.ranking.ladder, rp);
                     record.rank_points = s.rp;
@@ -590,11 +609,13 @@ impl State {
                 continue;
             };
             let mut record = self.initial_record(queue);
-            record.skill = Skill {
+            let skill = Skill {
                 mean: row.elo,
                 deviation,
                 volatility: initial.volatility,
             };
+            // Within the system's bounds, as for `SetRating`.
+            record.skill = queue.config.rating.decay(&skill, 0.0).unwrap_or(skill);
             match queue.config.ranking {
                 RankingKind::None => {}
                 RankingKind::Inversus => record.rank_points = rp,
