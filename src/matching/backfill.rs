@@ -147,20 +147,24 @@ impl Pool {
         {
             let target = target_rating(&teams, &remaining, k);
             let dev = mean_deviation(&teams);
+            // The nearest tickets that may join at all (in the window, under the rules): a
+            // slot is not left open because the nearest ones the rules refuse crowd out one
+            // they allow.
             let best = nearest(&cands, target, NEAREST, |i| {
                 let t = cands[i].1;
-                !taken.contains(&i) && t.size() as u32 <= remaining[k]
+                if taken.contains(&i) || t.size() as u32 > remaining[k] {
+                    return false;
+                }
+                let lim = config.limits(t.wait(now));
+                if !lim.starving && (cands[i].0 - target).abs() > lim.window {
+                    return false;
+                }
+                !ruled || self.rules_hold(&with_newcomer(&seated, k, t, now))
             })
             .into_iter()
             .filter_map(|i| {
                 let t = cands[i].1;
                 let lim = config.limits(t.wait(now));
-                if !lim.starving && (cands[i].0 - target).abs() > lim.window {
-                    return None;
-                }
-                if ruled && !self.rules_hold(&with_newcomer(&seated, k, t, now)) {
-                    return None;
-                }
                 let after = remaining[k] - t.size() as u32;
                 if !roles_reachable(&config.roles, &roles[k], &declared(t), after) {
                     return None;
@@ -427,6 +431,44 @@ mod tests {
         let fills = p.fill(1.0, &open, &model());
         assert_eq!(fills.len(), 1);
         assert_eq!(fills[0].ticket.id.as_str(), "ok");
+    }
+
+    #[test]
+    fn a_ticket_the_rules_allow_fills_the_slot_behind_more_than_a_handful_they_refuse() {
+        use crate::matching::{AttributeValue, MatchRule, RuleKind};
+        let rules = vec![MatchRule::new(RuleKind::Equal, "mode")];
+        let mut p = pool(MatchingConfig { rules, ..config() });
+        let with_mode = |id: &str, r: f64, mode: &str| {
+            let mut t = ticket(id, &[r], 0.0);
+            t.attributes
+                .insert("mode".into(), AttributeValue::Text(mode.into()));
+            t
+        };
+        // Twice the nearest tickets looked at are casual and closer to the slot's target than
+        // the one ranked ticket, which is still within the window.
+        for i in 0..2 * NEAREST {
+            p.insert(with_mode(
+                &format!("casual{i}"),
+                1600.0 + i as f64 * 0.1,
+                "casual",
+            ))
+            .unwrap();
+        }
+        p.insert(with_mode("ranked", 1630.0, "ranked")).unwrap();
+        let seated: Vec<Vec<crate::matching::Seated>> = (0..2)
+            .map(|team| {
+                let mut s = crate::matching::Seated::of(&with_mode("s", 1500.0, "ranked"));
+                s.players = vec![crate::ids::PlayerId::new(format!("s{team}"))];
+                vec![s]
+            })
+            .collect();
+        let open = OpenMatch {
+            seated: Some(seated),
+            ..open_one_slot()
+        };
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.id.as_str(), "ranked");
     }
 
     #[test]
