@@ -37,25 +37,43 @@ pub fn split(
     team_size: u32,
     roles: &[RoleRequirement],
 ) -> Option<Vec<Vec<usize>>> {
+    split_where(units, teams, team_size, roles, None)
+}
+
+/// Which splits the match rules allow, unit indices per team.
+pub type Allowed<'a> = &'a mut dyn FnMut(&[Vec<usize>]) -> bool;
+
+/// [`split`] among the splits `allowed` accepts too (the match rules that look at each team):
+/// the most balanced such split, not the most balanced split if `allowed` refuses it, so a
+/// group that some split of it allows is never refused for the one it does not.
+pub fn split_where(
+    units: &[Unit],
+    teams: u32,
+    team_size: u32,
+    roles: &[RoleRequirement],
+    mut allowed: Option<Allowed<'_>>,
+) -> Option<Vec<Vec<usize>>> {
     let t = teams as usize;
     let total: u32 = units.iter().map(|u| u.size).sum();
     if total != teams * team_size {
         return None;
     }
+    if units.len() <= EXACT_MAX_UNITS && t == 2 && roles.is_empty() && team_size > 1 {
+        return exact_two(units, team_size, allowed);
+    }
+    let mut legal = |split: &[Vec<usize>]| {
+        split.iter().all(|team| roles_ok(units, team, roles))
+            && allowed.as_mut().is_none_or(|allowed| allowed(split))
+    };
     if team_size == 1 {
         // Free-for-all: every ticket is its own team.
         let out: Vec<Vec<usize>> = (0..units.len()).map(|i| vec![i]).collect();
-        return out
-            .iter()
-            .all(|team| roles_ok(units, team, roles))
-            .then_some(out);
+        return legal(&out).then_some(out);
     }
-    if units.len() <= EXACT_MAX_UNITS && t == 2 && roles.is_empty() {
-        exact_two(units, team_size)
-    } else if units.len() <= EXACT_MAX_UNITS && t <= 4 {
-        exact(units, t, team_size, roles)
+    if units.len() <= EXACT_MAX_UNITS && t <= 4 {
+        exact(units, t, team_size, &mut legal)
     } else {
-        heuristic(units, t, team_size, roles)
+        heuristic(units, t, team_size, &mut legal)
     }
 }
 
@@ -71,23 +89,46 @@ pub fn spread(units: &[Unit], split: &[Vec<usize>]) -> f64 {
     hi - lo
 }
 
+/// The two teams `mask` (bit i − 1 set: unit i with unit 0) makes.
+fn two_teams(n: usize, mask: u32) -> Vec<Vec<usize>> {
+    let mut a = vec![0];
+    let mut b = Vec::with_capacity(n / 2);
+    for i in 1..n {
+        if mask >> (i - 1) & 1 == 1 {
+            a.push(i);
+        } else {
+            b.push(i);
+        }
+    }
+    vec![a, b]
+}
+
 /// Exact split into two teams without roles: walks every subset holding unit 0 in Gray-code
 /// order, so each step updates the side's size and strength in O(1) (at most 2^11 steps).
-fn exact_two(units: &[Unit], team_size: u32) -> Option<Vec<Vec<usize>>> {
+/// Only a split more balanced than the best allowed one so far is checked against `allowed`.
+fn exact_two(
+    units: &[Unit],
+    team_size: u32,
+    mut allowed: Option<Allowed<'_>>,
+) -> Option<Vec<Vec<usize>>> {
     let n = units.len();
     let total: f64 = units.iter().map(|u| u.strength).sum();
     let (mut size, mut sum) = (units[0].size, units[0].strength);
     let mut mask: u32 = 0;
     let mut best: Option<(f64, u32)> = None;
-    let mut consider = |size: u32, sum: f64, mask: u32| {
+    let mut consider = |size: u32, sum: f64, mask: u32, best: &mut Option<(f64, u32)>| {
         if size == team_size {
             let d = (2.0 * sum - total).abs();
-            if best.is_none_or(|(b, _)| d < b) {
-                best = Some((d, mask));
+            if best.is_none_or(|(b, _)| d < b)
+                && allowed
+                    .as_mut()
+                    .is_none_or(|allowed| allowed(&two_teams(n, mask)))
+            {
+                *best = Some((d, mask));
             }
         }
     };
-    consider(size, sum, mask);
+    consider(size, sum, mask, &mut best);
     for step in 1u32..(1 << (n - 1)) {
         let bit = step.trailing_zeros();
         let u = &units[bit as usize + 1];
@@ -99,25 +140,15 @@ fn exact_two(units: &[Unit], team_size: u32) -> Option<Vec<Vec<usize>>> {
             size -= u.size;
             sum -= u.strength;
         }
-        consider(size, sum, mask);
+        consider(size, sum, mask, &mut best);
     }
-    let (_, mask) = best?;
-    let mut a = vec![0];
-    let mut b = Vec::with_capacity(n / 2);
-    for i in 1..n {
-        if mask >> (i - 1) & 1 == 1 {
-            a.push(i);
-        } else {
-            b.push(i);
-        }
-    }
-    Some(vec![a, b])
+    best.map(|(_, mask)| two_teams(n, mask))
 }
 
 struct Search<'a> {
     units: &'a [Unit],
     order: Vec<usize>,
-    roles: &'a [RoleRequirement],
+    legal: &'a mut dyn FnMut(&[Vec<usize>]) -> bool,
     cap: u32,
     fill: Vec<u32>,
     sums: Vec<f64>,
@@ -126,11 +157,20 @@ struct Search<'a> {
     best_assign: Option<Vec<usize>>,
 }
 
+/// Unit indices per team, from each unit's team.
+fn teams_of(assign: &[usize], t: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); t];
+    for (u, &team) in assign.iter().enumerate() {
+        out[team].push(u);
+    }
+    out
+}
+
 fn exact(
     units: &[Unit],
     t: usize,
     team_size: u32,
-    roles: &[RoleRequirement],
+    legal: &mut dyn FnMut(&[Vec<usize>]) -> bool,
 ) -> Option<Vec<Vec<usize>>> {
     let mut order: Vec<usize> = (0..units.len()).collect();
     // Big parties first prunes capacity early; strong first finds a good bound early.
@@ -143,7 +183,7 @@ fn exact(
     let mut s = Search {
         units,
         order,
-        roles,
+        legal,
         cap: team_size,
         fill: vec![0; t],
         sums: vec![0.0; t],
@@ -153,11 +193,7 @@ fn exact(
     };
     s.go(0);
     let assign = s.best_assign?;
-    let mut out = vec![Vec::new(); t];
-    for (u, &team) in assign.iter().enumerate() {
-        out[team].push(u);
-    }
-    Some(out)
+    Some(teams_of(&assign, t))
 }
 
 impl Search<'_> {
@@ -173,7 +209,7 @@ impl Search<'_> {
                     (lo.min(s), hi.max(s))
                 });
             let spread = hi - lo;
-            if spread < self.best && self.roles_hold() {
+            if spread < self.best && (self.legal)(&teams_of(&self.assign, self.fill.len())) {
                 self.best = spread;
                 self.best_assign = Some(self.assign.clone());
             }
@@ -201,25 +237,13 @@ impl Search<'_> {
             self.sums[team] -= self.units[u].strength;
         }
     }
-
-    fn roles_hold(&self) -> bool {
-        if self.roles.is_empty() {
-            return true;
-        }
-        (0..self.fill.len()).all(|team| {
-            let members: Vec<usize> = (0..self.units.len())
-                .filter(|&u| self.assign[u] == team)
-                .collect();
-            roles_ok(self.units, &members, self.roles)
-        })
-    }
 }
 
 fn heuristic(
     units: &[Unit],
     t: usize,
     team_size: u32,
-    roles: &[RoleRequirement],
+    legal: &mut dyn FnMut(&[Vec<usize>]) -> bool,
 ) -> Option<Vec<Vec<usize>>> {
     let mut order: Vec<usize> = (0..units.len()).collect();
     order.sort_by(|&a, &b| {
@@ -265,13 +289,29 @@ fn heuristic(
             break;
         }
     }
-    let mut out = vec![Vec::new(); t];
-    for (u, &team) in assign.iter().enumerate() {
-        out[team].push(u);
+    let out = teams_of(&assign, t);
+    if legal(&out) {
+        return Some(out);
     }
-    out.iter()
-        .all(|team| roles_ok(units, team, roles))
-        .then_some(out)
+    // The balanced split breaks a role minimum or a team rule (the fill looks at strength
+    // alone): the most balanced split one exchange of two equally sized tickets away that
+    // keeps them all.
+    let mut best: Option<(f64, Vec<Vec<usize>>)> = None;
+    for a in 0..units.len() {
+        for b in a + 1..units.len() {
+            if assign[a] == assign[b] || units[a].size != units[b].size {
+                continue;
+            }
+            assign.swap(a, b);
+            let teams = teams_of(&assign, t);
+            assign.swap(a, b);
+            let d = spread(units, &teams);
+            if best.as_ref().is_none_or(|(b, _)| d < *b) && legal(&teams) {
+                best = Some((d, teams));
+            }
+        }
+    }
+    best.map(|(_, teams)| teams)
 }
 
 /// True if the players of `members` can cover every role minimum, each player filling at most
@@ -415,6 +455,65 @@ mod tests {
         assert_eq!(split(&no_healers, 2, 2, &roles), None);
     }
 
+    #[test]
+    fn the_most_balanced_split_the_team_rules_allow_is_taken_when_the_best_is_refused() {
+        // Two speak "de" (units 0 and 2), two "en" (1 and 3); teammates must share one. The most
+        // balanced split, {0, 3} against {1, 2}, is refused; {0, 2} against {1, 3} is allowed.
+        let units = vec![solo(1490.0), solo(1500.0), solo(1500.0), solo(1510.0)];
+        let language = ["de", "en", "de", "en"];
+        let mut shares = |split: &[Vec<usize>]| {
+            split
+                .iter()
+                .all(|team| team.iter().all(|&u| language[u] == language[team[0]]))
+        };
+        let s = split_where(&units, 2, 2, &[], Some(&mut shares)).unwrap();
+        let mut teams: Vec<Vec<usize>> = s
+            .into_iter()
+            .map(|mut t| {
+                t.sort_unstable();
+                t
+            })
+            .collect();
+        teams.sort();
+        assert_eq!(teams, [vec![0, 2], vec![1, 3]]);
+        // With roles (the exhaustive search over up to four teams) the same holds.
+        let roles = [RoleRequirement {
+            name: "any".into(),
+            min_per_team: 1,
+        }];
+        assert!(split_where(&units, 2, 2, &roles, Some(&mut shares)).is_some());
+        assert_eq!(split_where(&units, 2, 2, &[], Some(&mut |_| false)), None);
+    }
+
+    #[test]
+    fn a_large_group_whose_balanced_fill_breaks_a_role_is_repaired_by_an_exchange() {
+        // Twenty solos in two teams of ten: too many for the exhaustive search. The two
+        // healers are the strongest and the fourth strongest, which the balancing fill puts on
+        // one team.
+        let roles = [
+            RoleRequirement {
+                name: "tank".into(),
+                min_per_team: 1,
+            },
+            RoleRequirement {
+                name: "healer".into(),
+                min_per_team: 1,
+            },
+        ];
+        let units: Vec<Unit> = (0..20)
+            .map(|i| Unit {
+                size: 1,
+                strength: 2000.0 - 10.0 * f64::from(i),
+                role_masks: vec![if i == 0 || i == 3 { 0b10 } else { 0b01 }],
+            })
+            .collect();
+        let s = split(&units, 2, 10, &roles).expect("a split that keeps every role");
+        for team in &s {
+            assert_eq!(team.len(), 10);
+            assert!(roles_ok(&units, team, &roles), "{s:?}");
+        }
+    }
+
     proptest! {
         #[test]
         fn exact_split_matches_brute_force(
@@ -439,8 +538,8 @@ mod tests {
                 units.push(Unit { size: 1, strength: 50.0, role_masks: Vec::new() });
                 total += 1;
             }
-            let fast = exact_two(&units, total / 2);
-            let full = exact(&units, 2, total / 2, &[]);
+            let fast = exact_two(&units, total / 2, None);
+            let full = exact(&units, 2, total / 2, &mut |_| true);
             prop_assert_eq!(fast.is_some(), full.is_some());
             if let (Some(f), Some(g)) = (fast, full) {
                 for team in &f {

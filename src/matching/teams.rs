@@ -447,16 +447,30 @@ fn build(
             }
         })
         .collect();
-    let split = balance::split(&units, shape.teams, shape.team_size, &config.roles)?;
-    flat.clear();
-    ends.clear();
-    for team in &split {
-        flat.extend(team.iter().map(|&u| members[u]));
-        ends.push(flat.len());
-    }
-    if !rules.teams_ok(cands, flat, ends) {
-        return None;
-    }
+    let place = |split: &[Vec<usize>], flat: &mut Vec<usize>, ends: &mut Vec<usize>| {
+        flat.clear();
+        ends.clear();
+        for team in split {
+            flat.extend(team.iter().map(|&u| members[u]));
+            ends.push(flat.len());
+        }
+    };
+    // The rules that look at each team choose among the splits, so a group some split of
+    // which they allow is not refused for the one they do not.
+    let mut allowed = |split: &[Vec<usize>]| {
+        place(split, flat, ends);
+        rules.teams_ok(cands, flat, ends)
+    };
+    let split = balance::split_where(
+        &units,
+        shape.teams,
+        shape.team_size,
+        &config.roles,
+        rules
+            .team_rules()
+            .then_some(&mut allowed as balance::Allowed<'_>),
+    )?;
+    place(&split, flat, ends);
     let scored = score(cands, flat, ends, slots, model, scratch);
     if !starving {
         let floor = members
