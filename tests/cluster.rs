@@ -616,8 +616,15 @@ async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_d
     assert_eq!(assignment.match_id, m.match_id);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_queue() {
+/// One node owning the queues with a game server serving its matches, the moment its Redis
+/// starts holding every write for 400 ms (`CLIENT PAUSE ... WRITE`).
+async fn one_node_with_a_game_server() -> (
+    RedisServer,
+    tempfile::TempDir,
+    ServerProcess,
+    Channel,
+    tonic::Streaming<proto::MatchAssignment>,
+) {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
@@ -625,8 +632,7 @@ async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_q
     let channel = node.channel().await;
     ready(&channel).await;
     let mut gs = GameServerServiceClient::new(channel.clone());
-    let mut offers = common::serve(&mut gs, "gs-p:7777").await;
-    // Redis holds every write for 400 ms: the ticket's write outlasts its caller's 100 ms.
+    let offers = common::serve(&mut gs, "gs-p:7777").await;
     let mut conn = redis::Client::open(redis.url())
         .unwrap()
         .get_connection()
@@ -637,6 +643,13 @@ async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_q
         .arg("WRITE")
         .query(&mut conn)
         .unwrap();
+    (redis, dir, node, channel, offers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_queue() {
+    let (_redis, _dir, _node, channel, mut offers) = one_node_with_a_game_server().await;
+    // Redis holds every write for 400 ms: the ticket's write outlasts its caller's 100 ms.
     let mut client = ClientServiceClient::new(channel.clone());
     let mut request = tonic::Request::new(proto::EnterQueueRequest {
         queue: "1v1".into(),
@@ -658,24 +671,7 @@ async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_q
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_cancelled_while_it_was_written_is_in_no_match() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
-    let node = node(&config, "n1");
-    let channel = node.channel().await;
-    ready(&channel).await;
-    let mut gs = GameServerServiceClient::new(channel.clone());
-    let mut offers = common::serve(&mut gs, "gs-c:7777").await;
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(400)
-        .arg("WRITE")
-        .query(&mut conn)
-        .unwrap();
+    let (_redis, _dir, _node, channel, mut offers) = one_node_with_a_game_server().await;
     let mut client = ClientServiceClient::new(channel.clone());
     let entering = tokio::spawn({
         let mut client = client.clone();

@@ -21,6 +21,8 @@ mod reports;
 mod rosters;
 mod segments;
 mod servers;
+#[cfg(test)]
+pub(crate) mod test_util;
 mod tickets;
 
 use std::collections::BTreeMap;

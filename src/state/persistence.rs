@@ -350,44 +350,12 @@ fn named_players(m: &MatchSlot) -> Vec<PlayerId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{MatchId, TicketId};
-    use crate::store::Store;
 
     #[test]
     fn an_older_copy_of_a_match_that_reaches_the_store_last_is_not_written() {
-        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store: Store = Arc::new(crate::store::MemoryStore::default());
-        let state = State::load(config, store.clone()).unwrap();
-        let queue = state.queue("queue", "1v1").unwrap();
-        let tickets: Vec<_> = ["a", "b"]
-            .iter()
-            .map(|p| {
-                let id = TicketId::new(format!("t-{p}"));
-                state
-                    .create_ticket(&queue, vec![PlayerId::new(*p)], id, 0.0)
-                    .unwrap()
-                    .0
-            })
-            .collect();
-        let m = state.form_match(
-            &tickets,
-            Assignment {
-                match_id: MatchId::new("m-1"),
-                queue: queue.id.clone(),
-                teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
-                win_probability: vec![0.5, 0.5],
-                region: None,
-                server_address: "gs:1".into(),
-                parties: vec![],
-                backfill: vec![vec![], vec![]],
-                left: vec![],
-                attributes: Default::default(),
-            },
-            1.0,
-            0.0,
-            None,
-            BTreeMap::new(),
-        );
+        let state = crate::state::test_util::state();
+        let store = state.store().clone();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "gs:1");
         let copy = |state: &State| {
             let (n, stored) = state.stored_match(&m);
             (n, crate::store::encode_match(&stored).unwrap())

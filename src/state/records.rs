@@ -128,53 +128,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::ids::MatchId;
-    use crate::state::{Assignment, TicketSlot};
-    use crate::store::Store;
 
     fn state() -> State {
-        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store: Store = Arc::new(crate::store::MemoryStore::default());
-        State::load(config, store).unwrap()
+        crate::state::test_util::state()
     }
 
-    /// Plays one 1v1 match between `a` and `b` through the state (a wins), leaving `a` in the
-    /// match until `finish` is called.
+    /// Forms one 1v1 match between `a` and `b`, leaving them in it until its result.
     fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
-        let queue = state.queue("queue", "1v1").unwrap();
-        let tickets: Vec<Arc<TicketSlot>> = [a, b]
-            .iter()
-            .map(|p| {
-                state
-                    .create_ticket(
-                        &queue,
-                        vec![PlayerId::new(*p)],
-                        TicketId::new(format!("t-{p}")),
-                        0.0,
-                    )
-                    .unwrap()
-                    .0
-            })
-            .collect();
-        state.form_match(
-            &tickets,
-            Assignment {
-                match_id: MatchId::new(format!("m-{a}-{b}")),
-                queue: queue.id.clone(),
-                teams: vec![vec![PlayerId::new(a)], vec![PlayerId::new(b)]],
-                win_probability: vec![0.5, 0.5],
-                region: None,
-                server_address: String::new(),
-                parties: vec![],
-                backfill: vec![vec![], vec![]],
-                left: vec![],
-                attributes: Default::default(),
-            },
-            1.0,
-            0.0,
-            None,
-            BTreeMap::new(),
-        )
+        crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
     }
 
     #[test]

@@ -244,49 +244,11 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{MatchId, TicketId};
-    use crate::state::TicketSlot;
-    use crate::store::Store;
 
     /// A state on an in-memory store with one FORMED 1v1 match between `a` and `b`.
     fn state_with_a_match() -> (State, Arc<MatchSlot>) {
-        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store: Store = Arc::new(crate::store::MemoryStore::default());
-        let state = State::load(config, store).unwrap();
-        let queue = state.queue("queue", "1v1").unwrap();
-        let tickets: Vec<Arc<TicketSlot>> = ["a", "b"]
-            .iter()
-            .map(|p| {
-                let (t, _) = state
-                    .create_ticket(
-                        &queue,
-                        vec![PlayerId::new(*p)],
-                        TicketId::new(format!("t-{p}")),
-                        0.0,
-                    )
-                    .unwrap();
-                t
-            })
-            .collect();
-        let m = state.form_match(
-            &tickets,
-            Assignment {
-                match_id: MatchId::new("m-1"),
-                queue: queue.id.clone(),
-                teams: vec![vec![PlayerId::new("a")], vec![PlayerId::new("b")]],
-                win_probability: vec![0.5, 0.5],
-                region: None,
-                server_address: String::new(),
-                parties: vec![],
-                backfill: vec![vec![], vec![]],
-                left: vec![],
-                attributes: Default::default(),
-            },
-            1.0,
-            0.0,
-            None,
-            BTreeMap::new(),
-        );
+        let state = crate::state::test_util::state();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
         (state, m)
     }
 
