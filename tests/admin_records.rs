@@ -637,6 +637,63 @@ async fn a_reload_changes_queue_settings_keeps_tickets_and_refuses_bad_files_who
 }
 
 #[tokio::test]
+async fn a_ticket_that_no_longer_fits_its_reloaded_queue_when_its_match_breaks_up_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("matchmaker.toml");
+    std::fs::write(&file, "[queues.2v2]\nready_check_seconds = 30.0\n").unwrap();
+    let config = Config::load(Some(&file), &Overrides::default()).unwrap();
+    let server = TestServer::start_with(&dir.path().join("data"), config).await;
+    let mut client = server.client().await;
+    let duo = enter(&mut client, "2v2", &["duo-a", "duo-b"]).await;
+    let solo = enter(&mut client, "2v2", &["solo-a"]).await;
+    enter(&mut client, "2v2", &["solo-b"]).await;
+    let mut watch = client
+        .watch_ticket(proto::WatchTicketRequest {
+            ticket_id: duo.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let matched = loop {
+        let u = next(&mut watch).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            break u;
+        }
+    };
+    // While the match waits for its ready-check, parties of two leave the queue's settings.
+    std::fs::write(
+        &file,
+        "[queues.2v2]\nready_check_seconds = 30.0\nmax_party_size = 1\n",
+    )
+    .unwrap();
+    server
+        .admin()
+        .await
+        .reload_config(proto::ReloadConfigRequest {})
+        .await
+        .expect("no waiting ticket is a party");
+    // A solo declines: the duo goes back to a queue it no longer fits, and ends.
+    client
+        .accept_match(proto::AcceptMatchRequest {
+            ticket_id: solo,
+            match_id: matched.assignment.unwrap().match_id,
+            accept: false,
+        })
+        .await
+        .unwrap();
+    let last = loop {
+        let u = next(&mut watch).await;
+        if u.state != proto::TicketState::Searching as i32 {
+            break u;
+        }
+    };
+    assert_eq!(last.state, proto::TicketState::Cancelled as i32, "{last:?}");
+    assert!(last.reason.contains("no longer fits"), "{last:?}");
+    // Its players are free: each may queue alone.
+    enter(&mut client, "2v2", &["duo-a"]).await;
+}
+
+#[tokio::test]
 async fn a_server_started_without_a_file_has_nothing_to_reload() {
     let server = TestServer::start("").await;
     let e = server
