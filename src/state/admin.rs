@@ -31,7 +31,7 @@ use crate::ranking::RankingKind;
 use crate::ranking::season::{self, SeasonRank, SeasonState};
 use crate::ranking::{LadderState, RankPoints};
 use crate::rating::{Skill, SystemConfig};
-use crate::records::ResultAck;
+use crate::records::{PartyRecord, ResultAck};
 use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
 
 use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
@@ -277,9 +277,23 @@ impl State {
                 None
             };
             let mut season_ranks = None;
-            let (records, next, week_rp) = match kind {
+            // Parties' own ratings in the pool go through the reset with the players'.
+            let party_rows: Vec<(String, PartyRecord)> = self
+                .inner
+                .parties
+                .iter()
+                .filter_map(|e| Some((e.key().clone(), e.value().get(pool)?.clone())))
+                .collect();
+            let (records, next, week_rp, parties) = match kind {
                 ResetKind::Soft => {
                     let period = system.rating_period_seconds();
+                    let parties: Vec<(String, PartyRecord)> = party_rows
+                        .iter()
+                        .filter_map(|(key, r)| {
+                            let skill = system.decay(&r.skill, period).ok()?;
+                            Some((key.clone(), PartyRecord { skill, ..r.clone() }))
+                        })
+                        .collect();
                     let mut out = Vec::with_capacity(rows.len());
                     for (i, (p, r)) in rows.iter().enumerate() {
                         let mut next = r.clone();
@@ -310,6 +324,7 @@ impl State {
                         out,
                         next_state,
                         Some((state.season, next_state.week, week_rp)),
+                        parties,
                     )
                 }
                 ResetKind::Hard => {
@@ -368,11 +383,26 @@ impl State {
                         }
                         out.push((p.clone(), next));
                     }
+                    let parties: Vec<(String, PartyRecord)> = party_rows
+                        .iter()
+                        .filter_map(|(key, r)| {
+                            // Mapped as a player of its rating would be (a party past every
+                            // player's rating maps to the span's end).
+                            let mut within = r.skill;
+                            if lowest <= highest {
+                                within.mean = within.mean.clamp(lowest, highest);
+                            }
+                            let skill = season::hard_reset_skill(
+                                glicko, initial, within, lowest, highest, cfg,
+                            )?;
+                            Some((key.clone(), PartyRecord { skill, ..r.clone() }))
+                        })
+                        .collect();
                     let next_state = SeasonState {
                         season: state.season.saturating_add(1),
                         week: 0,
                     };
-                    (out, next_state, None)
+                    (out, next_state, None, parties)
                 }
             };
             pools.push(PoolReset {
@@ -417,6 +447,14 @@ impl State {
                 week_rp,
                 ranks: season_ranks,
             });
+            entry.parties = parties
+                .into_iter()
+                .filter(|(key, after)| {
+                    party_rows
+                        .iter()
+                        .any(|(k, before)| k == key && before != after)
+                })
+                .collect();
             entries.push(entry);
         }
         Ok(Ok((
@@ -668,5 +706,60 @@ impl State {
         ids.sort_unstable();
         ids.truncate(limit);
         ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rating::Skill;
+    use crate::records::party_key;
+
+    #[test]
+    fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
+        let state = crate::state::test_util::state();
+        let skill = |mean, deviation| Skill {
+            mean,
+            deviation,
+            volatility: 0.06,
+        };
+        let player = |mean| PoolRecord {
+            skill: skill(mean, 60.0),
+            ..state.initial_record(&state.queue("queue", "2v2").unwrap())
+        };
+        let (a, b) = (PlayerId::new("a"), PlayerId::new("b"));
+        let mut entry = State::admin_entry(
+            "test:setup".into(),
+            "2v2",
+            vec![(a.clone(), player(1400.0)), (b.clone(), player(1800.0))],
+        );
+        // The duo is rated below both its members: settled, with a small deviation.
+        let duo = party_key(&[a, b]);
+        entry.parties = vec![(
+            duo.clone(),
+            PartyRecord {
+                skill: skill(1300.0, 40.0),
+                games: 12,
+                last_played_unix: None,
+            },
+        )];
+        state.apply_admin(&entry);
+
+        let queues = vec![state.queue("queue", "2v2").unwrap()];
+        let (entries, _) = state
+            .prepare_season_reset(ResetKind::Hard, &queues)
+            .unwrap()
+            .unwrap();
+        let cfg = &state.config().season;
+        let reset = entries[0]
+            .parties
+            .iter()
+            .find(|(key, _)| *key == duo)
+            .map(|(_, r)| r.skill)
+            .expect("the duo's rating is reset too");
+        // On the players' new scale, as a player at the lowest rating is, with the reset's
+        // deviation.
+        assert_eq!(reset.mean, cfg.rescale_base);
+        assert_eq!(reset.deviation, cfg.reset_deviation);
     }
 }
