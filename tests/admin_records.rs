@@ -514,6 +514,16 @@ async fn events_cover_matches_ratings_and_admin_changes_and_resume_after_a_resta
     assert!(deleted.cursor > events[4].cursor);
 }
 
+/// The first MATCHED update on a `WatchTicket` stream.
+async fn first_matched(watch: &mut tonic::Streaming<proto::TicketUpdate>) -> proto::TicketUpdate {
+    loop {
+        let u = next(watch).await;
+        if u.state == proto::TicketState::Matched as i32 {
+            return u;
+        }
+    }
+}
+
 const RELOADABLE: &str = "[queues.1v1.matching]\nwindow = 50.0\n";
 
 #[tokio::test]
@@ -552,12 +562,7 @@ async fn a_reload_changes_queue_settings_keeps_tickets_and_refuses_bad_files_who
         .await
         .unwrap()
         .into_inner();
-    let matched = loop {
-        let u = next(&mut watch).await;
-        if u.state == proto::TicketState::Matched as i32 {
-            break u;
-        }
-    };
+    let matched = first_matched(&mut watch).await;
     let ready = matched.ready_check.expect("a ready-check after the reload");
     assert!(
         ready.seconds_left > 0.0 && ready.seconds_left <= 12.0,
@@ -654,12 +659,7 @@ async fn a_ticket_that_no_longer_fits_its_reloaded_queue_when_its_match_breaks_u
         .await
         .unwrap()
         .into_inner();
-    let matched = loop {
-        let u = next(&mut watch).await;
-        if u.state == proto::TicketState::Matched as i32 {
-            break u;
-        }
-    };
+    let matched = first_matched(&mut watch).await;
     // While the match waits for its ready-check, parties of two leave the queue's settings.
     std::fs::write(
         &file,

@@ -10,7 +10,6 @@ mod common;
 use common::ServerProcess;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -255,8 +254,6 @@ async fn acknowledged_results_survive_repeated_kill_9_under_load() {
         applied.len()
     );
     assert!(acked_total >= ROUNDS * KILL_AFTER_ACKS);
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status();
+    server.signal("TERM");
     assert!(server.child.wait().unwrap().success());
 }

@@ -131,11 +131,7 @@ fn serve_logs_the_chosen_port_and_stops_cleanly_on_sigterm() {
         .strip_prefix("127.0.0.1:")
         .expect("the loopback address");
     assert_ne!(port.parse::<u16>().expect("a port"), 0, "{}", server.addr);
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    server.signal("TERM");
     let exit = server.child.wait().unwrap();
     // The log's last lines arrive as the pipe drains after the exit.
     poll_until_blocking("a clean exit whose log says the state was flushed", || {

@@ -305,14 +305,7 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
     let low = common::enter(&mut client, "1v1", &["low"]).await;
     common::enter(&mut client, "1v1", &["high"]).await;
     // Stall the owner while both wait; past its lease, b takes over with the same tickets.
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-STOP", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    a.signal("STOP");
     let mut gs = GameServerServiceClient::new(b_channel.clone());
     let mut offers = common::serve(&mut gs, "gs-b:7777").await;
     let m = next_match(&mut offers).await;
@@ -326,13 +319,7 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
         "the debug line the check below relies on"
     );
     // The stalled owner wakes with both tickets ripe in its own pool; it forms nothing.
-    assert!(
-        Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    a.signal("CONT");
     common::poll_until("a notices it lost the lease", || {
         let lost = a.logged("the lease passed to another node") || a.logged("lease not renewed");
         async move {
@@ -1353,14 +1340,7 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stopping = Instant::now();
-    let pid = nodes[&owner].child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    nodes[&owner].signal("TERM");
     // The owner's process ends: the links the other node holds to it do not keep it open.
     let mut stopped = nodes.remove(&owner).unwrap();
     common::poll_until_blocking("the owner's process ends", || {
@@ -1474,14 +1454,7 @@ async fn a_stopping_owner_exits_within_its_grace_time_though_a_stream_consumer_r
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let stopping = Instant::now();
-    let pid = nodes[&owner].child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    nodes[&owner].signal("TERM");
     let mut stopped = nodes.remove(&owner).unwrap();
     let bound = grace + Duration::from_secs(5);
     loop {

@@ -9,7 +9,6 @@ mod common;
 use common::ServerProcess;
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -201,9 +200,7 @@ async fn every_acknowledged_result_survives_kill_9_exactly_once() {
     let mut all: Vec<&str> = matches.iter().map(|m| m.match_id.as_str()).collect();
     all.sort_unstable();
     assert_eq!(completed, all, "each match completed exactly once");
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status();
+    server.signal("TERM");
     assert!(server.child.wait().unwrap().success());
 }
 
@@ -255,9 +252,7 @@ async fn a_journal_for_a_pool_no_queue_uses_any_more_replays_after_a_crash() {
         .unwrap()
         .into_inner();
     assert_eq!(board.total, 0);
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status();
+    server.signal("TERM");
     assert!(server.child.wait().unwrap().success());
 }
 

@@ -266,14 +266,7 @@ async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() 
         assert_ne!(standby_status(&channel).await.unwrap(), SERVING);
     }
     // A graceful stop gives the lease up: every other node finds it free at its next try.
-    let pid = owner.child.id().to_string();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    owner.signal("TERM");
     let holder = common::poll_until("another node owns the queues", || {
         let holder = lease_holder(&redis);
         async move {

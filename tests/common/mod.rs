@@ -351,6 +351,15 @@ impl Drop for ServerProcess {
 }
 
 impl ServerProcess {
+    /// Sends the process `signal` (`TERM`, `STOP`, `CONT`) with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {}", self.child.id());
+    }
+
     /// Starts `matchmaker serve` on `data_dir` with `config`; returns once it logged its address.
     pub fn start(data_dir: &std::path::Path, config: &std::path::Path) -> Self {
         let mut command = serve_command(config, "");

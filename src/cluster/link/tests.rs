@@ -252,13 +252,7 @@ async fn a_call_reaching_a_node_that_stopped_serving_comes_back_as_not_served() 
     assert_eq!(status.code(), tonic::Code::Unavailable);
     assert_eq!(served.load(Ordering::Relaxed), 0);
     // The forwarding node was told to close the link, and it ends.
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !link.is_broken() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the link ended");
+    ended(&link, "the link ended").await;
 }
 
 #[tokio::test]
@@ -285,11 +279,7 @@ async fn a_closed_link_answers_the_calls_it_took_then_ends() {
     .await;
     let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
     let link = Link::open(channel(&addr), 1 << 20, Default::default());
-    let answered = tokio::spawn({
-        let link = link.clone();
-        let parts = parts.clone();
-        async move { link.call(&parts, Bytes::new()).await.is_ok() }
-    });
+    let answered = answered_in_background(&link, &parts);
     tokio::time::sleep(Duration::from_millis(100)).await;
     link.close();
     assert!(
@@ -297,13 +287,7 @@ async fn a_closed_link_answers_the_calls_it_took_then_ends() {
         "no call after"
     );
     assert!(answered.await.unwrap(), "the call taken before is answered");
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !link.is_broken() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the closed link ended");
+    ended(&link, "the closed link ended").await;
 }
 
 #[tokio::test]
@@ -318,21 +302,11 @@ async fn a_call_in_flight_fails_when_its_link_breaks_and_a_closing_node_ends_its
 
     // The node closes: the call it took is answered, then the link ends.
     let link = Link::open(channel(&addr), 1 << 20, Default::default());
-    let answered = tokio::spawn({
-        let link = link.clone();
-        let parts = parts.clone();
-        async move { link.call(&parts, Bytes::new()).await.is_ok() }
-    });
+    let answered = answered_in_background(&link, &parts);
     tokio::time::sleep(Duration::from_millis(100)).await;
     closing.cancel();
     assert!(answered.await.unwrap(), "a call taken is answered");
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while !link.is_broken() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the closing node ended the link");
+    ended(&link, "the closing node ended the link").await;
     assert!(link.call(&parts, Bytes::new()).await.is_err());
 
     // The far end dies with a call in flight (its runtime, every connection with it, is
@@ -360,4 +334,24 @@ async fn a_call_in_flight_fails_when_its_link_breaks_and_a_closing_node_ends_its
         .unwrap();
     assert!(failed, "the call in flight failed");
     assert!(link.is_broken());
+}
+
+/// Waits (5 s at most) until `link` ended, failing with `what` otherwise.
+async fn ended(link: &Link, what: &str) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !link.is_broken() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect(what);
+}
+
+/// Sends a call on `link` from a task of its own: whether it was answered.
+fn answered_in_background(
+    link: &Arc<Link>,
+    parts: &http::request::Parts,
+) -> tokio::task::JoinHandle<bool> {
+    let (link, parts) = (link.clone(), parts.clone());
+    tokio::spawn(async move { link.call(&parts, Bytes::new()).await.is_ok() })
 }
