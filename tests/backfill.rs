@@ -350,3 +350,97 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
     let update = next(&mut matches).await;
     assert_eq!(update.backfill[team].player_ids, ["h3"]);
 }
+
+/// A request whose slots stayed open past the queue's backfill timeout is dropped; the server
+/// asks again by naming the same leavers, and only the slots still empty open again.
+#[tokio::test]
+async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
+    let server = TestServer::start("[queues.5v5.backfill]\ntimeout_seconds = 0.3\n").await;
+    let mut game_server = server.game_server().await;
+    let mut matches = common::serve(&mut game_server, "gs-5v5:7777").await;
+    let mut client = server.client().await;
+    for i in 0..10 {
+        enter(&mut client, "5v5", &[&format!("t{i}")]).await;
+    }
+    let first = next(&mut matches).await;
+    let team: Vec<String> = first.teams[0].player_ids.clone();
+    let ask = |leavers: Vec<String>| proto::BackfillRequest {
+        match_id: first.match_id.clone(),
+        open_slots: vec![
+            proto::Team {
+                player_ids: leavers,
+            },
+            proto::Team::default(),
+        ],
+    };
+    game_server
+        .request_backfill(ask(vec![team[0].clone(), team[1].clone()]))
+        .await
+        .expect("first request");
+    // Nobody waits: the request times out with both slots open.
+    let mut admin = server.admin().await;
+    poll_until("the request expires", || {
+        let mut admin = admin.clone();
+        async move {
+            let expired = admin
+                .get_queue_stats(proto::GetQueueStatsRequest {
+                    queue: "5v5".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .queues[0]
+                .backfill_requests_expired;
+            if expired == 1 { Ok(()) } else { Err(expired) }
+        }
+    })
+    .await;
+
+    // Asking again for one of them opens one slot: one newcomer of two joins.
+    game_server
+        .request_backfill(ask(vec![team[0].clone()]))
+        .await
+        .expect("a leaver named again reopens the slot");
+    // The same request sent twice (a retry) opens nothing more.
+    game_server
+        .request_backfill(ask(vec![team[0].clone()]))
+        .await
+        .expect("a retry is accepted");
+    enter(&mut client, "5v5", &["again-1"]).await;
+    enter(&mut client, "5v5", &["again-2"]).await;
+    let update = next(&mut matches).await;
+    assert_eq!(update.match_id, first.match_id);
+    assert_eq!(update.backfill[0].player_ids.len(), 1, "{update:?}");
+    assert_eq!(update.teams[0].player_ids.len(), 4);
+    let stats = admin
+        .get_queue_stats(proto::GetQueueStatsRequest {
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queues
+        .remove(0);
+    assert_eq!(stats.backfill_slots_opened, 3, "2 + 1 + 0");
+    assert_eq!(stats.backfill_slots_filled, 1);
+
+    // Now one slot is empty: naming both leavers asks for more than there is.
+    let err = game_server
+        .request_backfill(ask(vec![team[0].clone(), team[1].clone()]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message().contains("open_slots[0].player_ids") && err.message().contains("filled"),
+        "{}",
+        err.message()
+    );
+    // Naming one of them fills the last slot with the one still waiting.
+    game_server
+        .request_backfill(ask(vec![team[1].clone()]))
+        .await
+        .expect("the last empty slot");
+    let update = next(&mut matches).await;
+    assert_eq!(update.backfill[0].player_ids.len(), 1, "{update:?}");
+    assert_eq!(update.teams[0].player_ids.len(), 5);
+}

@@ -33,7 +33,7 @@ pub struct BackfillConfig {
     #[serde(default = "default_true")]
     pub prefer_backfill: bool,
     /// A request with slots still open after this many seconds is dropped (the server may ask
-    /// again).
+    /// again, naming the same leavers).
     #[serde(default = "default_backfill_timeout")]
     pub timeout_seconds: f64,
 }

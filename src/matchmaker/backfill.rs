@@ -15,6 +15,8 @@ pub(super) struct BackfillJob {
     pub(super) slot: Arc<MatchSlot>,
     pub(super) queue: usize,
     pub(super) open: Vec<u32>,
+    /// The leavers whose slots this request opened.
+    pub(super) asked: Vec<PlayerId>,
     pub(super) requested_at: f64,
 }
 
@@ -36,7 +38,14 @@ impl Loop {
                 reason: "has teams of one player; backfill needs teams of two or more",
             });
         }
-        let (_, open) = self.state.mark_left(&slot, leavers)?;
+        let capacity = self.queues[qi].team_size as usize;
+        let (_, open) = match self.backfills.iter().find(|j| j.slot.id == *match_id) {
+            Some(job) => self
+                .state
+                .mark_left(&slot, leavers, capacity, (&job.open, &job.asked))?,
+            None => self.state.mark_left(&slot, leavers, capacity, (&[], &[]))?,
+        };
+        let named = leavers.iter().flatten();
         self.state.persist_matches(std::slice::from_ref(&slot));
         let q = &mut self.queues[qi];
         let opened: u32 = open.iter().sum();
@@ -47,8 +56,16 @@ impl Loop {
             for (o, n) in job.open.iter_mut().zip(&open) {
                 *o += n;
             }
-            // The new slots get the whole timeout, as a request of their own would.
-            job.requested_at = self.clock.now();
+            for p in named {
+                if !job.asked.contains(p) {
+                    job.asked.push(p.clone());
+                }
+            }
+            // The new slots get the whole timeout, as a request of their own would (a request
+            // sent again opens nothing new and leaves the timeout as it was).
+            if opened > 0 {
+                job.requested_at = self.clock.now();
+            }
             return Ok(job.id.clone());
         }
         let id = new_id("b");
@@ -57,6 +74,7 @@ impl Loop {
             slot,
             queue: qi,
             open,
+            asked: named.cloned().collect(),
             requested_at: self.clock.now(),
         });
         Ok(id)

@@ -99,10 +99,18 @@ impl State {
     /// nothing. They stay bound to the match until its result (and are rated as abandons
     /// then), so they cannot queue meanwhile. Returns the new assignment and the slots opened
     /// per team.
+    ///
+    /// Naming a player who already left asks again for a slot an earlier request left empty
+    /// (it timed out, or was lost with a restart): teams have `capacity` places, and
+    /// `filling[k]` of team `k`'s empty ones are being filled by the match's open request,
+    /// which asked for the slots of `asked`; naming one of those again (a request sent twice)
+    /// opens nothing.
     pub fn mark_left(
         &self,
         m: &MatchSlot,
         leavers: &[Vec<PlayerId>],
+        capacity: usize,
+        (filling, asked): (&[u32], &[PlayerId]),
     ) -> Result<(Arc<Assignment>, Vec<u32>), Rejection> {
         let mut inner = m.lock();
         if !running(inner.phase) {
@@ -124,19 +132,17 @@ impl State {
             ));
         }
         let mut seen: Vec<&PlayerId> = Vec::new();
+        let mut new: Vec<&PlayerId> = Vec::new();
+        let mut open = Vec::with_capacity(leavers.len());
         for (k, team) in leavers.iter().enumerate() {
+            let field = format!("open_slots[{k}].player_ids");
+            let mut again = 0usize;
+            let mut newly = 0u32;
             for p in team {
-                let field = format!("open_slots[{k}].player_ids");
                 if !a.teams[k].contains(p) {
                     return Err(Rejection::invalid(
                         field,
                         format!("player {p} is not on team {k} of match {}", m.id),
-                    ));
-                }
-                if a.left.contains(p) {
-                    return Err(Rejection::invalid(
-                        field,
-                        format!("player {p} already left match {}", m.id),
                     ));
                 }
                 if seen.contains(&p) {
@@ -146,7 +152,32 @@ impl State {
                     ));
                 }
                 seen.push(p);
+                if asked.contains(p) {
+                    continue;
+                }
+                if a.left.contains(p) {
+                    again += 1;
+                } else {
+                    new.push(p);
+                    newly += 1;
+                }
             }
+            let seated = a.teams[k].iter().filter(|p| !a.left.contains(p)).count();
+            let empty = capacity.saturating_sub(seated);
+            let being_filled = filling.get(k).map_or(0, |&n| n as usize);
+            if again > empty.saturating_sub(being_filled) {
+                return Err(Rejection::invalid(
+                    field,
+                    format!(
+                        "names {again} players who already left match {} and whose slots are \
+                         not open, but team {k} has {} empty slots to open: the others were \
+                         filled",
+                        m.id,
+                        empty.saturating_sub(being_filled)
+                    ),
+                ));
+            }
+            open.push(newly + again as u32);
         }
         if seen.is_empty() {
             return Err(Rejection::invalid(
@@ -155,10 +186,9 @@ impl State {
             ));
         }
         let mut next = (**a).clone();
-        next.left.extend(seen.into_iter().cloned());
+        next.left.extend(new.into_iter().cloned());
         let next = Arc::new(next);
         inner.assignment = next.clone();
-        let open = leavers.iter().map(|t| t.len() as u32).collect();
         Ok((next, open))
     }
 
