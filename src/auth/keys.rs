@@ -30,6 +30,12 @@ pub const MIN_REFETCH: Duration = Duration::from_secs(10);
 /// How long one fetch of the key set may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How many calls with an unknown key id may wait for one fetch. Each waits holding a place of
+/// the server's concurrency limit, so without a bound tokens naming made-up key ids could hold
+/// every place while a slow provider answers; past it a call is refused at once, as if the
+/// fetch had not found the key.
+const MAX_WAITING_FOR_KEYS: usize = 16;
+
 /// One verification key.
 struct Key {
     kid: Option<String>,
@@ -65,6 +71,8 @@ struct Source {
     last_on_demand: Mutex<Option<Instant>>,
     /// One fetch at a time; callers that waited find the keys fresh.
     fetching: tokio::sync::Mutex<()>,
+    /// Places for callers waiting on a fetch ([`MAX_WAITING_FOR_KEYS`]).
+    waiting: tokio::sync::Semaphore,
 }
 
 /// A key set that could not be fetched or read.
@@ -140,6 +148,7 @@ impl Verifier {
                         client,
                         last_on_demand: Mutex::new(None),
                         fetching: tokio::sync::Mutex::new(()),
+                        waiting: tokio::sync::Semaphore::new(MAX_WAITING_FOR_KEYS),
                     })
                     .map_err(|e| FieldError::new("auth.jwks_url", e.to_string()))
             })
@@ -212,9 +221,13 @@ impl Verifier {
     }
 
     /// After a token named a key id no set holds: fetches the key set again, unless a token did
-    /// that less than [`MIN_REFETCH`] ago (then the keys are as fresh as they get for now).
+    /// that less than [`MIN_REFETCH`] ago (then the keys are as fresh as they get for now), or
+    /// [`MAX_WAITING_FOR_KEYS`] callers wait already (then it returns at once).
     pub async fn refresh_for_unknown_key(&self) {
         let Some(source) = &self.source else {
+            return;
+        };
+        let Ok(_place) = source.waiting.try_acquire() else {
             return;
         };
         let _one_at_a_time = source.fetching.lock().await;
@@ -485,6 +498,44 @@ fn algorithm_of(a: KeyAlgorithm) -> Option<Algorithm> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A provider that takes connections and never answers: callers past the bound do not
+    /// wait for its fetch.
+    #[tokio::test]
+    async fn only_a_few_calls_wait_for_a_slow_key_set_fetch() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                open.push(conn);
+            }
+        });
+        let config: AuthConfig =
+            toml::from_str(&format!(
+            "enabled = true\njwt_secret = \"\"\nallow_insecure = false\njwks_url = \"http://{addr}/keys\""
+        ))
+        .unwrap();
+        let verifier = Arc::new(Verifier::from_config(&config).unwrap().unwrap());
+        let waiting: Vec<_> = (0..MAX_WAITING_FOR_KEYS)
+            .map(|_| {
+                let v = verifier.clone();
+                tokio::spawn(async move { v.refresh_for_unknown_key().await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            waiting.iter().all(|w| !w.is_finished()),
+            "they wait for the fetch"
+        );
+        tokio::time::timeout(Duration::from_secs(1), verifier.refresh_for_unknown_key())
+            .await
+            .expect("one more caller does not wait");
+        for w in waiting {
+            w.abort();
+        }
+        held.abort();
+    }
 
     #[test]
     fn a_role_claim_may_be_a_string_or_a_list() {
