@@ -372,25 +372,7 @@ impl Config {
         if let Some(dir) = &overrides.data_dir {
             config.server.data_dir = dir.clone();
         }
-        for q in config.queues.values_mut() {
-            q.matching.rules = q.rules.clone();
-        }
-        for (name, q) in &mut config.queues {
-            // The queue-level key is the one users set; the matcher reads its own copy.
-            match q.matching.max_party_size {
-                None => q.matching.max_party_size = Some(q.max_party_size),
-                Some(n) if n == q.max_party_size => {}
-                Some(n) => {
-                    return Err(ConfigError::invalid(
-                        format!("queues.{name}.matching.max_party_size"),
-                        format!(
-                            "set queues.{name}.max_party_size instead ({n} here, {} there)",
-                            q.max_party_size
-                        ),
-                    ));
-                }
-            }
-        }
+        settle_queues(&mut config.queues)?;
         config.validate()?;
         Ok(config)
     }
@@ -683,6 +665,31 @@ fn valid_name(s: &str) -> bool {
         && s.len() <= 64
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Fills in the copies the matcher reads from each queue's own keys (its rules and its party
+/// size), which a config read from a file or kept from a reload does not carry.
+pub fn settle_queues(queues: &mut BTreeMap<String, QueueConfig>) -> Result<(), ConfigError> {
+    for q in queues.values_mut() {
+        q.matching.rules = q.rules.clone();
+    }
+    for (name, q) in queues.iter_mut() {
+        // The queue-level key is the one users set; the matcher reads its own copy.
+        match q.matching.max_party_size {
+            None => q.matching.max_party_size = Some(q.max_party_size),
+            Some(n) if n == q.max_party_size => {}
+            Some(n) => {
+                return Err(ConfigError::invalid(
+                    format!("queues.{name}.matching.max_party_size"),
+                    format!(
+                        "set queues.{name}.max_party_size instead ({n} here, {} there)",
+                        q.max_party_size
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

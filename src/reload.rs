@@ -186,10 +186,14 @@ fn applicable(
     running: &Config,
     reload: &ReloadedQueues,
 ) -> Result<BTreeMap<String, QueueConfig>, ReloadError> {
-    let queues: BTreeMap<String, QueueConfig> = serde_json::from_value(reload.queues.clone())
-        .map_err(|e| ReloadError::Refused(format!("the kept reload does not decode: {e}")))?;
+    let mut queues: BTreeMap<String, QueueConfig> =
+        serde_json::from_value(reload.queues.clone())
+            .map_err(|e| ReloadError::Refused(format!("the kept reload does not decode: {e}")))?;
+    // The matcher's copies of the queue keys (the rules among them) are not stored.
+    crate::config::settle_queues(&mut queues)?;
     let mut candidate = running.clone();
     candidate.queues = queues;
+    candidate.validate()?;
     plan(running, &candidate)?;
     Ok(candidate.queues)
 }
@@ -305,6 +309,33 @@ mod tests {
             ReloadError::Refused(m) => m,
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    /// A reload kept for the next owner carries the queues as users write them; the next
+    /// owner's matcher still gets their rules.
+    #[test]
+    fn a_kept_reload_keeps_the_queues_match_rules() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/rules-5v5.toml"),
+        )
+        .unwrap();
+        let running = config(&text);
+        assert!(!running.queues["5v5"].matching.rules.is_empty());
+        let mut changed = running.queues.clone();
+        changed.get_mut("5v5").unwrap().matching.window = 2.5;
+        let kept = ReloadedQueues {
+            unix: f64::MAX,
+            queues: json(&changed),
+        };
+        applicable(&running, &kept).unwrap();
+        let next = with_current_queues(running.clone(), Some(&kept));
+        let q = &next.queues["5v5"];
+        assert_eq!(q.matching.window, 2.5, "the kept reload applies");
+        assert_eq!(json(&q.matching.rules), json(&running.queues["5v5"].rules));
+        assert_eq!(
+            q.matching.max_party_size,
+            running.queues["5v5"].matching.max_party_size
+        );
     }
 
     #[test]
