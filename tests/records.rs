@@ -390,6 +390,19 @@ async fn a_match_cancelled_before_it_starts_requeues_its_tickets_and_after_it_fr
             .len(),
         2
     );
+    // Both cancels are in the event log, the one before the start as the one after it.
+    let cancelled = common::watch_events(
+        &server.channel().await,
+        0,
+        &[proto::EventKind::MatchCancelled],
+        2,
+    )
+    .await;
+    let mut ids: Vec<&str> = cancelled.iter().map(|e| e.match_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected = vec![m.match_id.as_str(), again.match_id.as_str()];
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
     common::enter(&mut client, "1v1", &["c-a"]).await;
 }
 

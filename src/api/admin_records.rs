@@ -155,6 +155,9 @@ impl Admin {
         convert::id("player_id", &req.player_id)?;
         let player = PlayerId::new(req.player_id.as_str());
         let ticket_cancelled = self.cancel_waiting(&player).await?;
+        // Events naming the player (a cancelled match's, emitted before its players were free)
+        // are written first, so that the erasure finds them.
+        self.state.flush_with_events().await?;
         let p = player.clone();
         let erased = self
             .ledger

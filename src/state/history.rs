@@ -139,8 +139,15 @@ impl State {
             .map(|(queue, t)| self.reopen_ticket(queue, t, now, &back))
             .collect();
         let requeued: Vec<&TicketId> = slots.iter().map(|t| &t.id).collect();
-        // In the players' histories before they are free (see `cancel_match`).
+        // In the players' histories and the event log before they are free (see
+        // `cancel_match`).
         self.record_cancelled(m, &assignment);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchCancelled,
+            &assignment,
+            super::unix_now(),
+            reason,
+        )]);
         self.release_players(m, &assignment, |t| {
             if requeued.contains(&&t.id) {
                 Release::Requeue {

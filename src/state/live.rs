@@ -84,14 +84,15 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
-        self.release_players(m, &assignment, decide);
-        self.inner.matches.remove(&m.id);
+        // Emitted before the players are free (see `cancel_match`).
         self.emit([super::match_event(
             crate::store::EventKind::MatchCancelled,
             &assignment,
             super::unix_now(),
             "ready-check failed",
         )]);
+        self.release_players(m, &assignment, decide);
+        self.inner.matches.remove(&m.id);
         true
     }
 

@@ -422,9 +422,16 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
-        // In the players' histories before they are free: a player's erasure waits for them to
-        // be, and must find the record to take it out.
+        // In the players' histories and the event log before they are free: a player's
+        // erasure waits for them to be, and must find the record and the event to take them
+        // out.
         self.record_cancelled(m, &assignment);
+        self.emit([super::match_event(
+            crate::store::EventKind::MatchCancelled,
+            &assignment,
+            unix_now(),
+            reason,
+        )]);
         self.release_players(m, &assignment, |t| Release::End {
             state: TicketState::Cancelled,
             reason: "the match was cancelled by its game server".into(),
@@ -439,12 +446,6 @@ impl State {
         }
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
-        self.emit([super::match_event(
-            crate::store::EventKind::MatchCancelled,
-            &assignment,
-            unix_now(),
-            reason,
-        )]);
         tracing::info!(match_id = %m.id, reason, "match cancelled");
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
             .increment(1);
@@ -463,18 +464,19 @@ impl State {
             inner.phase = MatchPhase::Cancelled;
             inner.assignment.clone()
         };
-        self.release_players(m, &assignment, |t| Release::Requeue {
-            reason: "no game server took the match in time; back at the front of the queue".into(),
-            wait_seconds: now - t.entered_at,
-        });
-        self.forget_stored_match(m, false);
-        self.inner.matches.remove(&m.id);
+        // Emitted before the players are free (see `cancel_match`).
         self.emit([super::match_event(
             crate::store::EventKind::MatchCancelled,
             &assignment,
             unix_now(),
             "no game server took the match in time",
         )]);
+        self.release_players(m, &assignment, |t| Release::Requeue {
+            reason: "no game server took the match in time; back at the front of the queue".into(),
+            wait_seconds: now - t.entered_at,
+        });
+        self.forget_stored_match(m, false);
+        self.inner.matches.remove(&m.id);
         metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "allocation_timeout")
             .increment(1);
         true
