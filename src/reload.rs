@@ -95,33 +95,17 @@ pub fn plan(running: &Config, new: &Config) -> Result<Vec<(QueueId, QueueConfig)
     Ok(changed)
 }
 
-/// Sections read at start only that differ (pure), for the log.
-pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
-    let mut sections = Vec::new();
-    let pairs = [
-        ("server", json(&running.server) == json(&new.server)),
-        ("store", json(&running.store) == json(&new.store)),
-        ("auth", json(&running.auth) == json(&new.auth)),
-        ("tls", json(&running.tls) == json(&new.tls)),
-        (
-            "rate_limit",
-            json(&running.rate_limit) == json(&new.rate_limit),
-        ),
-        ("ranking", json(&running.ranking) == json(&new.ranking)),
-        ("season", json(&running.season) == json(&new.season)),
-        (
-            "telemetry",
-            json(&running.telemetry) == json(&new.telemetry),
-        ),
-        ("cluster", json(&running.cluster) == json(&new.cluster)),
-        ("events", json(&running.events) == json(&new.events)),
-    ];
-    for (name, same) in pairs {
-        if !same {
-            sections.push(name);
-        }
-    }
-    sections
+/// Sections read at start only that differ (pure), for the log: every section but the queues.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
+    let (serde_json::Value::Object(old), serde_json::Value::Object(new)) =
+        (json(running), json(new))
+    else {
+        return Vec::new();
+    };
+    old.iter()
+        .filter(|(name, value)| *name != "queues" && new.get(*name) != Some(*value))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// `config` with the newest queue settings a reload could apply, for a cluster node starting
@@ -254,13 +238,15 @@ impl Reloader {
                 .await?;
             applied.map_err(ReloadError::Refused)?;
         }
-        // What is running now: the new queues, the rest as started; kept for the next owner.
+        // What is running now: the new queues, the rest as started, whether or not keeping
+        // them for the next owner succeeds below (a reload that fails there runs all the same,
+        // and the next compares against it).
+        running.queues = new.queues;
         self.store.put_reloaded_queues(&ReloadedQueues {
             unix: crate::state::unix_now(),
-            queues: json(&new.queues),
+            queues: json(&running.queues),
         })?;
         self.store.flush_async().await?;
-        running.queues = new.queues;
         tracing::info!(changed_queues = ?names, "config reloaded");
         Ok(names)
     }
@@ -379,6 +365,8 @@ mod tests {
         let running = config("");
         let new = config("[server]\ntick_interval_ms = 70\n");
         assert_eq!(restart_only_changes(&running, &new), vec!["server"]);
+        let new = config("[history]\nmatches_per_player = 50\n");
+        assert_eq!(restart_only_changes(&running, &new), vec!["history"]);
         assert!(plan(&running, &new).unwrap().is_empty());
     }
 
