@@ -136,6 +136,8 @@ impl Ledger {
                 // The result's events go in the same atomic batch and flush as its entry: an
                 // OK means they are durable too.
                 let (mut events, _taken) = self.state.take_emitted();
+                // Others' events this batch carries, to give back if it writes nothing.
+                let carried = events.clone();
                 events.extend(result_events(
                     slot.id.as_str(),
                     &entry.ack,
@@ -154,6 +156,8 @@ impl Ledger {
                         // that was closing wrote nothing.
                         if matches!(e, CommitError::Closed) {
                             self.state.unclaim(&slot, claimed);
+                            // Left to the writer, ahead of anything emitted since.
+                            self.state.emit_first(carried);
                         }
                         return Err(e.into());
                     }

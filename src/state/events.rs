@@ -169,6 +169,18 @@ impl State {
         }
     }
 
+    /// Gives back events taken for a write that wrote nothing: they go ahead of those emitted
+    /// since, so the log keeps the order things happened in.
+    pub fn emit_first(&self, events: Vec<EventRecord>) {
+        if events.is_empty() {
+            return;
+        }
+        let mut pending = self.inner.events.lock();
+        let later = std::mem::replace(&mut pending.events, events);
+        pending.events.extend(later);
+        self.inner.events.wake.notify_one();
+    }
+
     /// Appends events and makes them durable now (admin changes, before they answer).
     pub async fn emit_durable(&self, events: &[EventRecord]) -> Result<(), StoreError> {
         let last = self.inner.store.append_events(events)?;
@@ -391,6 +403,29 @@ mod tests {
             .await
             .expect("nothing to wait for")
             .unwrap();
+    }
+
+    /// Events taken by a write that wrote nothing come back ahead of those emitted since.
+    #[test]
+    fn events_given_back_go_ahead_of_later_ones() {
+        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store).unwrap();
+        let event = |id: &str| EventRecord {
+            kind: EventKind::MatchCancelled,
+            unix: 1.0,
+            match_id: id.into(),
+            player_id: String::new(),
+            detail_json: "{}".into(),
+        };
+        state.emit([event("m-1"), event("m-2")]);
+        let (taken_events, taken) = state.take_emitted();
+        state.emit([event("m-3")]);
+        state.emit_first(taken_events);
+        drop(taken);
+        let (all, _taken) = state.take_emitted();
+        let ids: Vec<&str> = all.iter().map(|e| e.match_id.as_str()).collect();
+        assert_eq!(ids, ["m-1", "m-2", "m-3"]);
     }
 
     #[test]
