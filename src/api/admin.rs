@@ -384,10 +384,11 @@ impl AdminService for Admin {
 
     async fn snapshot(
         &self,
-        _request: Request<proto::SnapshotRequest>,
+        request: Request<proto::SnapshotRequest>,
     ) -> Result<Response<proto::SnapshotResponse>, Status> {
         let started = std::time::Instant::now();
         let players = self.ledger.snapshot().await?;
+        super::audit::note(&request, format!("players={players}"));
         Ok(Response::new(proto::SnapshotResponse {
             players: players as u64,
             bytes: self.state.store().size_on_disk(),
@@ -401,6 +402,15 @@ impl AdminService for Admin {
         &self,
         request: Request<proto::ExportPlayersRequest>,
     ) -> Result<Response<Self::ExportPlayersStream>, Status> {
+        super::audit::note(
+            &request,
+            format!(
+                "queue={:?} after_player_id={:?} limit={}",
+                request.get_ref().queue,
+                request.get_ref().after_player_id,
+                request.get_ref().limit
+            ),
+        );
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
         let after = if req.after_player_id.is_empty() {
@@ -494,9 +504,10 @@ impl AdminService for Admin {
 
     async fn reload_config(
         &self,
-        _request: Request<proto::ReloadConfigRequest>,
+        request: Request<proto::ReloadConfigRequest>,
     ) -> Result<Response<proto::ReloadConfigResponse>, Status> {
         let changed_queues = self.reloader.reload().await?;
+        super::audit::note(&request, format!("changed_queues={changed_queues:?}"));
         Ok(Response::new(proto::ReloadConfigResponse {
             changed_queues,
         }))

@@ -24,14 +24,27 @@ use crate::store::{AuditRecord, Store};
 /// The actor written when auth is off.
 pub const ANONYMOUS: &str = "anonymous";
 
+/// The longest note an audit entry keeps.
+pub const MAX_NOTE_BYTES: usize = 512;
+
 /// What the call named, filled in by its handler.
 #[derive(Clone, Default)]
 pub struct AuditNote(Arc<Mutex<String>>);
 
 impl AuditNote {
-    /// Records what the call named (e.g. `player_id="p1"`).
+    /// Records what the call named (e.g. `player_id="p1"`), cut to [`MAX_NOTE_BYTES`]: a
+    /// refused request's oversized field must not become an oversized durable entry.
     pub fn set(&self, detail: impl Into<String>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = detail.into();
+        let mut detail = detail.into();
+        if detail.len() > MAX_NOTE_BYTES {
+            let mut end = MAX_NOTE_BYTES;
+            while !detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            detail.truncate(end);
+            detail.push('…');
+        }
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = detail;
     }
 
     fn take(&self) -> String {
@@ -180,6 +193,21 @@ where
 mod tests {
     use super::*;
     use crate::auth::Role;
+
+    #[test]
+    fn a_long_note_is_cut_on_a_character_boundary() {
+        let note = AuditNote::default();
+        note.set(format!("reason={:?}", "é".repeat(1000)));
+        let kept = note.take();
+        assert!(
+            kept.len() <= MAX_NOTE_BYTES + '…'.len_utf8(),
+            "{}",
+            kept.len()
+        );
+        assert!(kept.starts_with("reason=\"éé") && kept.ends_with('…'));
+        note.set("player_id=\"p1\"");
+        assert_eq!(note.take(), "player_id=\"p1\"");
+    }
 
     #[test]
     fn an_entry_names_the_actor_the_method_and_the_outcome() {
