@@ -703,8 +703,12 @@ impl State {
             .filter(|e| e.value().lock().pools.contains_key(&queue.pool))
             .map(|e| e.key().clone())
             .collect();
+        // A page of a large export: the `limit` smallest in linear time, then only they sorted.
+        if limit < ids.len() {
+            ids.select_nth_unstable(limit);
+            ids.truncate(limit);
+        }
         ids.sort_unstable();
-        ids.truncate(limit);
         ids
     }
 }
