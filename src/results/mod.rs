@@ -317,7 +317,7 @@ pub fn rate_players(
         Some(current) => {
             let mut records = before.to_vec();
             for r in records.iter_mut().flatten() {
-                period::close_period(system, r, current)
+                period::close_period(system, ranking, r, current)
                     .map_err(|e| Rejection::invalid("result", e.to_string()))?;
             }
             closed = records;

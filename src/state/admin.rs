@@ -32,6 +32,7 @@ use crate::ranking::season::{self, SeasonRank, SeasonState};
 use crate::ranking::{LadderState, RankPoints};
 use crate::rating::{Skill, SystemConfig};
 use crate::records::{PartyRecord, ResultAck};
+use crate::results::QueueRanker;
 use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
 
 use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
@@ -497,8 +498,9 @@ impl State {
         ))
     }
 
-    /// Periodic Glicko pools: every record whose rating period ended before `now`
-    /// gets the period's batch update ([`crate::results::close_period`]), one journal entry per pool.
+    /// Periodic Glicko pools: every record whose rating period ended before `now` gets the
+    /// period's batch update and, on a ladder, the period's Δr·F in rank points
+    /// ([`crate::results::close_period`]), one journal entry per pool.
     /// Results close a player's ended period themselves before they rate a new match; this
     /// covers the players who have not played since. Returns how many records changed.
     pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {
@@ -507,10 +509,11 @@ impl State {
         for queue in self.periodic_pools() {
             let pool = queue.pool.as_str();
             let system = &queue.config.rating;
+            let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
             let current = crate::results::period_index(system, now_unix);
             let mut records = Vec::new();
             for (p, mut r) in self.pool_records(pool) {
-                match crate::results::close_period(system, &mut r, current) {
+                match crate::results::close_period(system, &ranker, &mut r, current) {
                     Ok(true) => records.push((p, r)),
                     Ok(false) => {}
                     Err(e) => {
