@@ -15,7 +15,7 @@ mod period;
 mod ranker;
 
 pub use party::rate_party;
-pub use period::{close_period, period_index};
+pub use period::{close_period, close_period_now, period_index};
 pub use ranker::{NoRanking, QueueRanker, Ranker};
 
 use std::collections::{BTreeMap, BTreeSet};

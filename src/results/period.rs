@@ -43,3 +43,15 @@ pub fn close_period(
     *record = next;
     Ok(true)
 }
+
+/// Closes `record`'s pending rating period now, whether or not it has ended: what a season's
+/// hard reset does before it rescales, so the games of the old season are rated against the
+/// opponents as they were then and count toward the old season's rank points. Otherwise as
+/// [`close_period`]; the next results start a new pending period.
+pub fn close_period_now(
+    system: &SystemConfig,
+    ranker: &dyn Ranker,
+    record: &mut PoolRecord,
+) -> Result<bool, RatingError> {
+    close_period(system, ranker, record, u64::MAX)
+}

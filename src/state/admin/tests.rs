@@ -135,3 +135,73 @@ fn the_period_close_pass_journals_the_ladder_rank_points_with_the_skill() {
     assert_eq!(after.rank_points, ladder.state.rp);
     assert_eq!(after.period, None);
 }
+
+#[test]
+fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let open = crate::results::period_index(system, super::unix_now());
+    // `a` has beaten a 1800 player this period, not yet applied; 5 RP short of 1200.
+    let upset = vec![result(glicko(1800.0, 60.0), 1.0)];
+    let a = pending(&state, &queue, 1400.0, 1195, open, upset.clone());
+    let rows = vec![
+        (PlayerId::new("a"), a.clone()),
+        (
+            PlayerId::new("b"),
+            pending(&state, &queue, 1800.0, 700, 0, vec![]),
+        ),
+        (
+            PlayerId::new("c"),
+            pending(&state, &queue, 1600.0, 700, 0, vec![]),
+        ),
+        (
+            PlayerId::new("d"),
+            pending(&state, &queue, 1300.0, 700, 0, vec![]),
+        ),
+    ];
+    state.apply_admin(&State::admin_entry("test:setup".into(), "1v1", rows));
+
+    let (entries, _) = state
+        .prepare_season_reset(ResetKind::Hard, std::slice::from_ref(&queue))
+        .unwrap()
+        .unwrap();
+    let after = |id: &str| {
+        entries[0]
+            .records
+            .iter()
+            .find(|(p, _)| p.as_str() == id)
+            .map(|(_, r)| r.clone())
+            .unwrap()
+    };
+    // The upset is rated against the 1800 player as they were, then the rescale maps the
+    // result onto the new season's scale (d, the lowest, at 1500; b, the highest, at 2250).
+    let closed = system.rate_period(&a.skill, &upset, 0.0).unwrap();
+    assert!(closed.mean > 1400.0);
+    let cfg = &state.config().season;
+    let expected = cfg.rescale_base + (closed.mean - 1300.0) / 500.0 * cfg.rescale_span;
+    let reset = after("a");
+    assert!(
+        (reset.skill.mean - expected).abs() < 1e-9,
+        "{} vs {expected}",
+        reset.skill.mean
+    );
+    assert_eq!(reset.skill.deviation, cfg.reset_deviation);
+    assert_eq!(
+        reset.period, None,
+        "nothing of the old season is left pending"
+    );
+    // Its rank points moved with it in the old season: past 1200 and first on the board, so
+    // the season ends in the top tier and the new one starts from its hard-reset value.
+    let top = state.config().ranking.ladder.tiers.last().unwrap().clone();
+    assert_eq!(reset.rank_points, top.hard_reset_rp.unwrap());
+    assert_eq!(after("d").skill.mean, cfg.rescale_base);
+
+    // Applied, a later close has nothing left to add.
+    for entry in &entries {
+        state.apply_admin(entry);
+    }
+    let later = (open + 2) as f64 * system.rating_period_seconds();
+    let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
+    assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
+}
