@@ -461,13 +461,8 @@ pub fn update(
     rating_delta: f64,
     outcome: Outcome,
 ) -> LadderUpdate {
-    let delta = if rating_delta.is_finite() {
-        rating_delta * cfg.delta_scale
-    } else {
-        0.0
-    };
     let rp = state.rp;
-    let mut change = delta * cfg.factor(rp);
+    let mut change = scaled_delta(cfg, rating_delta) * cfg.factor(rp);
     if outcome == Outcome::Win {
         change += cfg.bias(rp);
         if state.win_streak >= 2 {
@@ -487,6 +482,37 @@ pub fn update(
             floor_rp: state.floor_rp.max(cfg.floor_for(after)),
             win_streak,
         },
+    }
+}
+
+/// New ladder state after a rating change that comes with no match: the end of a rating period
+/// in a periodic Glicko pool, where each match moved only B and A (its Δr was 0, the results
+/// waiting for the period) and the period's whole MMR change Δr arrives at once.
+///
+/// Applies Δr·F with F at the current RP, rounded and never below the floor reached, exactly as
+/// [`update`] does for one match; pays no B or A and leaves the streak alone, since the matches
+/// themselves settled those.
+#[must_use]
+pub fn rating_change(cfg: &LadderConfig, state: &LadderState, rating_delta: f64) -> LadderUpdate {
+    let rp = state.rp;
+    let change = scaled_delta(cfg, rating_delta) * cfg.factor(rp);
+    let after = round_rank_points(f64::from(rp) + change, state.floor_rp, RankPoints::MAX);
+    LadderUpdate {
+        change: RankChange { before: rp, after },
+        state: LadderState {
+            rp: after,
+            floor_rp: state.floor_rp.max(cfg.floor_for(after)),
+            win_streak: state.win_streak,
+        },
+    }
+}
+
+/// Δr times `delta_scale`; a non-finite Δr (impossible from the rating module) counts as 0.
+fn scaled_delta(cfg: &LadderConfig, rating_delta: f64) -> f64 {
+    if rating_delta.is_finite() {
+        rating_delta * cfg.delta_scale
+    } else {
+        0.0
     }
 }
 
@@ -633,6 +659,32 @@ mod tests {
         // The default a = 0 pays nothing.
         let plain = update(&hand(), &state(700, 600, 9), 0.0, Outcome::Win);
         assert_eq!(plain.change.after, 713);
+    }
+
+    #[test]
+    fn a_period_close_moves_by_its_rating_change_alone() {
+        let cfg = hand();
+        // RP 700: F = 0.428571…; Δr = −14 over the period: −6 → 694, no B, streak kept.
+        let down = rating_change(&cfg, &state(700, 600, 3), -14.0);
+        assert_eq!(down.state, state(694, 600, 3));
+        // +14: +6 → 706, where a won match would also have paid B = 12.5.
+        assert_eq!(
+            rating_change(&cfg, &state(700, 600, 0), 14.0).change.after,
+            706
+        );
+        // The floor holds, and a floor reached is kept.
+        assert_eq!(
+            rating_change(&cfg, &state(610, 600, 0), -200.0).state.rp,
+            600
+        );
+        assert_eq!(
+            rating_change(&cfg, &state(590, 300, 0), 50.0).state,
+            state(610, 600, 0)
+        );
+        assert_eq!(
+            rating_change(&cfg, &state(700, 600, 1), f64::NAN).state.rp,
+            700
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod period;
 mod ranker;
 
 pub use party::rate_party;
-pub use period::{close_period, period_index};
+pub use period::{close_period, close_period_now, period_index};
 pub use ranker::{NoRanking, QueueRanker, Ranker};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -317,7 +317,7 @@ pub fn rate_players(
         Some(current) => {
             let mut records = before.to_vec();
             for r in records.iter_mut().flatten() {
-                period::close_period(system, r, current)
+                period::close_period(system, ranking, r, current)
                     .map_err(|e| Rejection::invalid("result", e.to_string()))?;
             }
             closed = records;

@@ -2,6 +2,7 @@
 //! then Glickman's batch update applies them together (Glickman 1999, "Parameter estimation in
 //! large dynamic paired comparison experiments").
 
+use super::Ranker;
 use crate::rating::{RatingError, SystemConfig};
 use crate::records::PoolRecord;
 
@@ -13,11 +14,13 @@ pub fn period_index(system: &SystemConfig, now_unix: f64) -> u64 {
 
 /// Closes `record`'s pending rating period if it ended before period `current`: the skill
 /// becomes Glickman's batch update from the period's results (after the deviation growth of
-/// any idle periods since the previous one), nothing is pending, and `last_played_unix` is
-/// the period's end (so the next close counts idle periods from there). Returns whether the
-/// record changed.
+/// any idle periods since the previous one), rank points move by the period's rating change as
+/// `ranker` moves them ([`Ranker::period_closed`]: the ladder's Δr·F), nothing is pending, and
+/// `last_played_unix` is the period's end (so the next close counts idle periods from there).
+/// Returns whether the record changed.
 pub fn close_period(
     system: &SystemConfig,
+    ranker: &dyn Ranker,
     record: &mut PoolRecord,
     current: u64,
 ) -> Result<bool, RatingError> {
@@ -32,8 +35,23 @@ pub fn close_period(
     let idle = record
         .last_played_unix
         .map_or(0.0, |t| (start - t as f64).max(0.0));
-    record.skill = system.rate_period(&record.skill, &pending.results, idle)?;
-    record.last_played_unix = Some(((pending.index + 1) as f64 * length).floor() as i64);
-    record.period = None;
+    let skill = system.rate_period(&record.skill, &pending.results, idle)?;
+    let end = ((pending.index + 1) as f64 * length).floor() as i64;
+    let mut next = ranker.period_closed(record, &skill);
+    next.last_played_unix = Some(end);
+    next.period = None;
+    *record = next;
     Ok(true)
+}
+
+/// Closes `record`'s pending rating period now, whether or not it has ended: what a season's
+/// hard reset does before it rescales, so the games of the old season are rated against the
+/// opponents as they were then and count toward the old season's rank points. Otherwise as
+/// [`close_period`]; the next results start a new pending period.
+pub fn close_period_now(
+    system: &SystemConfig,
+    ranker: &dyn Ranker,
+    record: &mut PoolRecord,
+) -> Result<bool, RatingError> {
+    close_period(system, ranker, record, u64::MAX)
 }

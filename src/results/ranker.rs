@@ -17,6 +17,17 @@ pub trait Ranker {
         own_team_means: &[f64],
         opponent_means: &[f64],
     ) -> PoolRecord;
+
+    /// The record after its rating period closed (periodic Glicko pools, [`super::close_period`]):
+    /// `skill` replaced by the period's batch update, and rank points that follow the rating
+    /// change moved by the whole period's change. Each match of the period already moved what
+    /// its outcome decides (its own Δr was 0, the result waiting for the close).
+    fn period_closed(&self, before: &PoolRecord, closed_skill: &Skill) -> PoolRecord {
+        PoolRecord {
+            skill: *closed_skill,
+            ..before.clone()
+        }
+    }
 }
 
 /// Leaves rank points unchanged (queues with `ranking = "none"`, and tests).
@@ -106,6 +117,28 @@ impl Ranker for QueueRanker<'_> {
                 next.ladder_floor = u.state.floor_rp;
                 next.win_streak = u.state.win_streak;
             }
+        }
+        next
+    }
+
+    fn period_closed(&self, before: &PoolRecord, closed_skill: &Skill) -> PoolRecord {
+        let mut next = PoolRecord {
+            skill: *closed_skill,
+            ..before.clone()
+        };
+        // The ladder's Δr·F, at the rank points held at the close, with its floors: without it
+        // a periodic ladder would pay B for every win and never take anything for a loss.
+        // INVERSUS moves only with a match's outcome (toward the skill as it then is).
+        if self.kind == RankingKind::Ladder {
+            let state = LadderState {
+                rp: before.rank_points,
+                floor_rp: before.ladder_floor,
+                win_streak: before.win_streak,
+            };
+            let delta = (closed_skill.mean - before.skill.mean) * self.to_glicko_units;
+            let u = ladder::rating_change(&self.config.ladder, &state, delta);
+            next.rank_points = u.state.rp;
+            next.ladder_floor = u.state.floor_rp;
         }
         next
     }

@@ -335,12 +335,12 @@ fn a_periodic_pool_keeps_results_until_the_period_ends_then_applies_them_in_one_
         .rate_period(&fresh[0][0].skill, &pending.results, 0.0)
         .unwrap();
     let mut closed = after2[0][0].clone();
-    assert!(close_period(&system, &mut closed, 11).unwrap());
+    assert!(close_period(&system, &NoRanking, &mut closed, 11).unwrap());
     assert_eq!(closed.skill, expected);
     assert!(closed.skill.mean > 1500.0 && closed.period.is_none());
     assert_eq!(closed.last_played_unix, Some((11.0 * period) as i64));
     assert!(
-        !close_period(&system, &mut closed, 12).unwrap(),
+        !close_period(&system, &NoRanking, &mut closed, 12).unwrap(),
         "nothing pending"
     );
 
@@ -368,7 +368,7 @@ fn a_periodic_pool_keeps_results_until_the_period_ends_then_applies_them_in_one_
     assert_eq!(p13.results[0].score, 0.0);
     // Closing 13 first grows the deviation for the idle periods 11 and 12.
     let mut closed13 = after3[0][0].clone();
-    assert!(close_period(&system, &mut closed13, 14).unwrap());
+    assert!(close_period(&system, &NoRanking, &mut closed13, 14).unwrap());
     let idle = system
         .rate_period(&expected, &p13.results, 2.0 * period)
         .unwrap();
@@ -537,4 +537,109 @@ fn team_scores_and_the_calibration_observation() {
         let e = compute(&plain, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
         assert!(e.to_string().starts_with(field), "{e}");
     }
+}
+
+/// A periodic Glicko ladder: each match pays the winner's bias at once (its own Δr is 0, the
+/// result waits for the period), and the period's close moves rank points by the whole
+/// period's Δr·F, at the rank points held then, within the floors. Without the close's term a
+/// loser would never lose rank points.
+#[test]
+fn a_periodic_ladder_moves_rank_points_by_the_period_rating_change_at_the_close() {
+    use crate::ranking::{LadderState, RankingConfig, RankingKind, ladder};
+    let system = SystemConfig::Glicko2(glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        inactivity_granularity_seconds: 0.0,
+        ..glicko2::Config::default()
+    });
+    let ranking = RankingConfig::default();
+    let ranker = QueueRanker::new(RankingKind::Ladder, &ranking, &system);
+    let cfg = &ranking.ladder;
+    let period = system.rating_period_seconds();
+    let teams = ids(&[&["a"], &["b"]]);
+    // Both in Apprentice II, above the Apprentice I floor (600).
+    let at = |rp| PoolRecord {
+        rank_points: rp,
+        ladder_floor: 600,
+        ..record(1500.0, 200.0)
+    };
+    let start = vec![vec![at(700)], vec![at(700)]];
+    let t = 10.0 * period + 60.0;
+    let (one, _) = rate_players(
+        "q",
+        &system,
+        &ranker,
+        &teams,
+        &start,
+        &input(&[1, 2], &[]),
+        t,
+    )
+    .unwrap();
+    let (two, _) = rate_players(
+        "q",
+        &system,
+        &ranker,
+        &teams,
+        &one,
+        &input(&[1, 2], &[]),
+        t + 60.0,
+    )
+    .unwrap();
+    // Within the period: the winner has B twice, the loser has not moved.
+    // B(700) = 7.5 → 708 (halves away from zero), then B(708) ≈ 7.49 → 715.
+    let won = 715;
+    assert_eq!(two[0][0].rank_points, won);
+    assert_eq!(two[1][0].rank_points, 700);
+    assert_eq!(two[0][0].win_streak, 2);
+
+    let close = |r: &PoolRecord| {
+        let mut closed = r.clone();
+        assert!(close_period(&system, &ranker, &mut closed, 11).unwrap());
+        closed
+    };
+    let (winner, loser) = (close(&two[0][0]), close(&two[1][0]));
+    assert!(winner.skill.mean > 1500.0 && loser.skill.mean < 1500.0);
+    // Δr·F over the whole period, F at the rank points held at the close.
+    let expect = |before: &PoolRecord, after: &PoolRecord| {
+        let state = LadderState {
+            rp: before.rank_points,
+            floor_rp: before.ladder_floor,
+            win_streak: before.win_streak,
+        };
+        ladder::rating_change(cfg, &state, after.skill.mean - before.skill.mean).state
+    };
+    let lost = expect(&two[1][0], &loser);
+    assert!(lost.rp < 700, "two losses cost rank points: {lost:?}");
+    assert_eq!(
+        (loser.rank_points, loser.ladder_floor, loser.win_streak),
+        (lost.rp, lost.floor_rp, 0)
+    );
+    let gained = expect(&two[0][0], &winner);
+    assert!(gained.rp > won);
+    assert_eq!(
+        (winner.rank_points, winner.win_streak),
+        (gained.rp, 2),
+        "the streak is the matches', not the close's"
+    );
+
+    // A match in a later period closes the ended one first, the same way.
+    let (three, ack) = rate_players(
+        "q",
+        &system,
+        &ranker,
+        &teams,
+        &two,
+        &input(&[1, 2], &[]),
+        12.0 * period,
+    )
+    .unwrap();
+    assert_eq!(ack.changes[1].rank_points_before, lost.rp);
+    assert_eq!(three[1][0].rank_points, lost.rp);
+
+    // The floor holds at the close: a heavy period costs no more than down to 600.
+    let mut floored = PoolRecord {
+        rank_points: 605,
+        ..two[1][0].clone()
+    };
+    assert!(close_period(&system, &ranker, &mut floored, 11).unwrap());
+    assert_eq!(floored.rank_points, 600);
 }

@@ -20,7 +20,10 @@
 //!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
 //!   The MMR rescale and deviation reset apply to Glicko-2 and Glicko-1 pools as written, and to
 //!   Weng-Lin pools carried over to their own scale (`ranking::season::hard_reset_skill`); Elo
-//!   pools keep their skills (no deviation to reset).
+//!   pools keep their skills (no deviation to reset). In a periodic Glicko pool every open
+//!   rating period is closed first (`results::close_period_now`), ended or not, and the tiers,
+//!   season ranks and rescale are taken from the closed records: the old season's games are
+//!   rated on the old scale.
 //! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
 //!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
 
@@ -29,9 +32,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankingKind;
 use crate::ranking::season::{self, SeasonRank, SeasonState};
-use crate::ranking::{LadderState, RankPoints};
+use crate::ranking::{LadderState, RankIndex, RankPoints};
 use crate::rating::{Skill, SystemConfig};
 use crate::records::{PartyRecord, ResultAck};
+use crate::results::QueueRanker;
 use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
 
 use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
@@ -139,23 +143,62 @@ impl State {
     }
 
     /// The ladder tier of each player of a pool, by the leaderboard (Grandweaver needs rank).
-    fn tiers_now(&self, pool: &str, rows: &[(PlayerId, PoolRecord)]) -> Vec<crate::ranking::Tier> {
+    /// `rows` are every record of the pool, as held (places from the pool's board) or, when
+    /// `changed`, as a change about to be journaled leaves them (places from a board of `rows`
+    /// themselves, since the pool's board does not hold their new rank points yet).
+    fn tiers_now(
+        &self,
+        pool: &str,
+        rows: &[(PlayerId, PoolRecord)],
+        changed: bool,
+    ) -> Vec<crate::ranking::Tier> {
         let ladder = &self.inner.config.ranking.ladder;
         let entries: Vec<Option<crate::ranking::LeaderboardEntry>> = rows
             .iter()
             .map(|(p, r)| self.leaderboard_entry(p, pool, r))
             .collect();
-        let index = self.rank_index(pool);
-        rows.iter()
-            .zip(&entries)
-            .map(|((_, r), entry)| {
-                entry
-                    .as_ref()
-                    .and_then(|e| ladder.tier_in(&index, e))
-                    .unwrap_or_else(|| ladder.tier_of(r.rank_points, None))
-                    .clone()
-            })
-            .collect()
+        let tiers = |index: &RankIndex| -> Vec<crate::ranking::Tier> {
+            rows.iter()
+                .zip(&entries)
+                .map(|((_, r), entry)| {
+                    entry
+                        .as_ref()
+                        .and_then(|e| ladder.tier_in(index, e))
+                        .unwrap_or_else(|| ladder.tier_of(r.rank_points, None))
+                        .clone()
+                })
+                .collect()
+        };
+        if changed {
+            let mut board = RankIndex::new();
+            board.rebuild(entries.iter().flatten().cloned().collect());
+            tiers(&board)
+        } else {
+            tiers(&self.rank_index(pool))
+        }
+    }
+
+    /// `rows` (records of `queue`'s periodic pool) with every pending rating period closed now
+    /// ([`crate::results::close_period_now`]), rank points moved as the queue's ranking moves
+    /// them at a close.
+    fn close_open_periods(
+        &self,
+        queue: &QueueInfo,
+        rows: &[(PlayerId, PoolRecord)],
+    ) -> Result<Vec<(PlayerId, PoolRecord)>, Rejection> {
+        let system = &queue.config.rating;
+        let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
+        let mut out = rows.to_vec();
+        for (p, r) in &mut out {
+            crate::results::close_period_now(system, &ranker, r).map_err(|e| {
+                Rejection::Rating {
+                    player: p.clone(),
+                    pool: queue.pool.clone(),
+                    detail: e.to_string(),
+                }
+            })?;
+        }
+        Ok(out)
     }
 
     fn admin_entry(
@@ -268,11 +311,26 @@ impl State {
         for queue in Self::pools_of(queues) {
             let pool = queue.pool.as_str();
             let state = self.inner.store.season_state(pool)?;
-            let rows = self.pool_records(pool);
+            let held = self.pool_records(pool);
             let system = &queue.config.rating;
             let ranking = queue.config.ranking;
+            // A hard reset of a periodic pool first closes every open rating period: those
+            // games were played in the old season, against opponents on the old scale, so they
+            // are rated (and move rank points) before the season's ranks are taken and the
+            // ratings rescaled, in this same entry. Left pending, they would be applied at the
+            // period's end to the rescaled rating, against the opponents' old-scale ratings. A
+            // soft reset leaves them: the scale does not change.
+            let closed = if kind == ResetKind::Hard && system.is_periodic() {
+                match self.close_open_periods(&queue, &held) {
+                    Ok(rows) => Some(rows),
+                    Err(rejection) => return Ok(Err(rejection)),
+                }
+            } else {
+                None
+            };
+            let rows = closed.as_deref().unwrap_or(&held);
             let tiers = if ranking == RankingKind::Ladder {
-                Some(self.tiers_now(pool, &rows))
+                Some(self.tiers_now(pool, rows, closed.is_some()))
             } else {
                 None
             };
@@ -337,7 +395,7 @@ impl State {
                     {
                         season_ranks = Some((
                             state.season,
-                            self.season_ranks_now(pool, state.season, &rows, tiers)?,
+                            self.season_ranks_now(pool, state.season, rows, tiers)?,
                         ));
                     }
                     let ended: Option<BTreeMap<String, String>> = recorded
@@ -422,7 +480,7 @@ impl State {
             });
             let records: Vec<(PlayerId, PoolRecord)> = records
                 .into_iter()
-                .zip(&rows)
+                .zip(&held)
                 .filter(|((_, after), (_, before))| after != before)
                 .map(|(after, _)| after)
                 .collect();
@@ -497,8 +555,9 @@ impl State {
         ))
     }
 
-    /// Periodic Glicko pools: every record whose rating period ended before `now`
-    /// gets the period's batch update ([`crate::results::close_period`]), one journal entry per pool.
+    /// Periodic Glicko pools: every record whose rating period ended before `now` gets the
+    /// period's batch update and, on a ladder, the period's Δr·F in rank points
+    /// ([`crate::results::close_period`]), one journal entry per pool.
     /// Results close a player's ended period themselves before they rate a new match; this
     /// covers the players who have not played since. Returns how many records changed.
     pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {
@@ -507,10 +566,11 @@ impl State {
         for queue in self.periodic_pools() {
             let pool = queue.pool.as_str();
             let system = &queue.config.rating;
+            let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
             let current = crate::results::period_index(system, now_unix);
             let mut records = Vec::new();
             for (p, mut r) in self.pool_records(pool) {
-                match crate::results::close_period(system, &mut r, current) {
+                match crate::results::close_period(system, &ranker, &mut r, current) {
                     Ok(true) => records.push((p, r)),
                     Ok(false) => {}
                     Err(e) => {
@@ -573,7 +633,7 @@ impl State {
             }
             let state = self.inner.store.season_state(pool)?;
             let rows = self.pool_records(pool);
-            let tiers = self.tiers_now(pool, &rows);
+            let tiers = self.tiers_now(pool, &rows, false);
             let ranks = self.season_ranks_now(pool, state.season, &rows, &tiers)?;
             ranked += ranks.len() as u64;
             first_state.get_or_insert(state);
@@ -714,56 +774,4 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rating::Skill;
-    use crate::records::party_key;
-
-    #[test]
-    fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
-        let state = crate::state::test_util::state();
-        let skill = |mean, deviation| Skill {
-            mean,
-            deviation,
-            volatility: 0.06,
-        };
-        let player = |mean| PoolRecord {
-            skill: skill(mean, 60.0),
-            ..state.initial_record(&state.queue("queue", "2v2").unwrap())
-        };
-        let (a, b) = (PlayerId::new("a"), PlayerId::new("b"));
-        let mut entry = State::admin_entry(
-            "test:setup".into(),
-            "2v2",
-            vec![(a.clone(), player(1400.0)), (b.clone(), player(1800.0))],
-        );
-        // The duo is rated below both its members: settled, with a small deviation.
-        let duo = party_key(&[a, b]);
-        entry.parties = vec![(
-            duo.clone(),
-            PartyRecord {
-                skill: skill(1300.0, 40.0),
-                games: 12,
-                last_played_unix: None,
-            },
-        )];
-        state.apply_admin(&entry);
-
-        let queues = vec![state.queue("queue", "2v2").unwrap()];
-        let (entries, _) = state
-            .prepare_season_reset(ResetKind::Hard, &queues)
-            .unwrap()
-            .unwrap();
-        let cfg = &state.config().season;
-        let reset = entries[0]
-            .parties
-            .iter()
-            .find(|(key, _)| *key == duo)
-            .map(|(_, r)| r.skill)
-            .expect("the duo's rating is reset too");
-        // On the players' new scale, as a player at the lowest rating is, with the reset's
-        // deviation.
-        assert_eq!(reset.mean, cfg.rescale_base);
-        assert_eq!(reset.deviation, cfg.reset_deviation);
-    }
-}
+mod tests;

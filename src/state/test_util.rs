@@ -8,7 +8,12 @@ use crate::ids::{MatchId, PlayerId, TicketId};
 
 /// A state on an in-memory store with the default queues.
 pub(crate) fn state() -> State {
-    let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+    state_with("")
+}
+
+/// A state on an in-memory store with the default config and `toml` over it.
+pub(crate) fn state_with(toml: &str) -> State {
+    let config = Arc::new(crate::config::Config::from_toml_str(toml).unwrap());
     let store: crate::store::Store = Arc::new(crate::store::MemoryStore::default());
     State::load(config, store).unwrap()
 }

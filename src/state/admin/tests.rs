@@ -1,0 +1,207 @@
+//! Season resets and period closes against a state on an in-memory store.
+
+use super::*;
+use crate::rating::Skill;
+use crate::records::party_key;
+
+#[test]
+fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
+    let state = crate::state::test_util::state();
+    let skill = |mean, deviation| Skill {
+        mean,
+        deviation,
+        volatility: 0.06,
+    };
+    let player = |mean| PoolRecord {
+        skill: skill(mean, 60.0),
+        ..state.initial_record(&state.queue("queue", "2v2").unwrap())
+    };
+    let (a, b) = (PlayerId::new("a"), PlayerId::new("b"));
+    let mut entry = State::admin_entry(
+        "test:setup".into(),
+        "2v2",
+        vec![(a.clone(), player(1400.0)), (b.clone(), player(1800.0))],
+    );
+    // The duo is rated below both its members: settled, with a small deviation.
+    let duo = party_key(&[a, b]);
+    entry.parties = vec![(
+        duo.clone(),
+        PartyRecord {
+            skill: skill(1300.0, 40.0),
+            games: 12,
+            last_played_unix: None,
+        },
+    )];
+    state.apply_admin(&entry);
+
+    let queues = vec![state.queue("queue", "2v2").unwrap()];
+    let (entries, _) = state
+        .prepare_season_reset(ResetKind::Hard, &queues)
+        .unwrap()
+        .unwrap();
+    let cfg = &state.config().season;
+    let reset = entries[0]
+        .parties
+        .iter()
+        .find(|(key, _)| *key == duo)
+        .map(|(_, r)| r.skill)
+        .expect("the duo's rating is reset too");
+    // On the players' new scale, as a player at the lowest rating is, with the reset's
+    // deviation.
+    assert_eq!(reset.mean, cfg.rescale_base);
+    assert_eq!(reset.deviation, cfg.reset_deviation);
+}
+
+/// 1v1 as a periodic Glicko-2 ladder, idle periods counted exactly.
+const PERIODIC_LADDER: &str = r#"
+[queues.1v1]
+ranking = "ladder"
+
+[queues.1v1.rating]
+system = "glicko2"
+mode = "periodic"
+inactivity_granularity_seconds = 0.0
+"#;
+
+fn glicko(mean: f64, deviation: f64) -> Skill {
+    Skill {
+        mean,
+        deviation,
+        volatility: 0.06,
+    }
+}
+
+/// A record in `queue`'s pool at `mean` (deviation 150) with `rank_points` and the floor they
+/// earn, and `results` pending in rating period `index`.
+fn pending(
+    state: &State,
+    queue: &QueueInfo,
+    mean: f64,
+    rank_points: RankPoints,
+    index: u64,
+    results: Vec<crate::rating::teams::PeriodResult>,
+) -> PoolRecord {
+    let ladder = LadderState::with_rp(&state.config().ranking.ladder, rank_points);
+    PoolRecord {
+        skill: glicko(mean, 150.0),
+        rank_points: ladder.rp,
+        ladder_floor: ladder.floor_rp,
+        period: (!results.is_empty())
+            .then(|| Box::new(crate::records::PendingPeriod { index, results })),
+        ..state.initial_record(queue)
+    }
+}
+
+fn result(opponent: Skill, score: f64) -> crate::rating::teams::PeriodResult {
+    crate::rating::teams::PeriodResult {
+        opponent,
+        score,
+        weight: 1.0,
+    }
+}
+
+#[test]
+fn the_period_close_pass_journals_the_ladder_rank_points_with_the_skill() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let losses = vec![result(glicko(1500.0, 150.0), 0.0); 3];
+    let a = PlayerId::new("a");
+    let before = pending(&state, &queue, 1500.0, 700, 0, losses.clone());
+    state.apply_admin(&State::admin_entry(
+        "test:setup".into(),
+        "1v1",
+        vec![(a.clone(), before.clone())],
+    ));
+
+    let now = 3.0 * system.rating_period_seconds();
+    let (entries, closed) = state.prepare_period_close(now).unwrap().unwrap();
+    assert_eq!((entries.len(), closed), (1, 1));
+    let (who, after) = &entries[0].records[0];
+    assert_eq!(who, &a);
+    let skill = system.rate_period(&before.skill, &losses, 0.0).unwrap();
+    assert_eq!(after.skill, skill);
+    // In the same absolute record, so the entry applies (or replays) all of it or none.
+    let ladder = crate::ranking::ladder::rating_change(
+        &state.config().ranking.ladder,
+        &LadderState {
+            rp: 700,
+            floor_rp: before.ladder_floor,
+            win_streak: 0,
+        },
+        skill.mean - before.skill.mean,
+    );
+    assert!(ladder.state.rp < 700, "{ladder:?}");
+    assert_eq!(after.rank_points, ladder.state.rp);
+    assert_eq!(after.period, None);
+}
+
+#[test]
+fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let open = crate::results::period_index(system, super::unix_now());
+    // `a` has beaten a 1800 player this period, not yet applied; 5 RP short of 1200.
+    let upset = vec![result(glicko(1800.0, 60.0), 1.0)];
+    let a = pending(&state, &queue, 1400.0, 1195, open, upset.clone());
+    let rows = vec![
+        (PlayerId::new("a"), a.clone()),
+        (
+            PlayerId::new("b"),
+            pending(&state, &queue, 1800.0, 700, 0, vec![]),
+        ),
+        (
+            PlayerId::new("c"),
+            pending(&state, &queue, 1600.0, 700, 0, vec![]),
+        ),
+        (
+            PlayerId::new("d"),
+            pending(&state, &queue, 1300.0, 700, 0, vec![]),
+        ),
+    ];
+    state.apply_admin(&State::admin_entry("test:setup".into(), "1v1", rows));
+
+    let (entries, _) = state
+        .prepare_season_reset(ResetKind::Hard, std::slice::from_ref(&queue))
+        .unwrap()
+        .unwrap();
+    let after = |id: &str| {
+        entries[0]
+            .records
+            .iter()
+            .find(|(p, _)| p.as_str() == id)
+            .map(|(_, r)| r.clone())
+            .unwrap()
+    };
+    // The upset is rated against the 1800 player as they were, then the rescale maps the
+    // result onto the new season's scale (d, the lowest, at 1500; b, the highest, at 2250).
+    let closed = system.rate_period(&a.skill, &upset, 0.0).unwrap();
+    assert!(closed.mean > 1400.0);
+    let cfg = &state.config().season;
+    let expected = cfg.rescale_base + (closed.mean - 1300.0) / 500.0 * cfg.rescale_span;
+    let reset = after("a");
+    assert!(
+        (reset.skill.mean - expected).abs() < 1e-9,
+        "{} vs {expected}",
+        reset.skill.mean
+    );
+    assert_eq!(reset.skill.deviation, cfg.reset_deviation);
+    assert_eq!(
+        reset.period, None,
+        "nothing of the old season is left pending"
+    );
+    // Its rank points moved with it in the old season: past 1200 and first on the board, so
+    // the season ends in the top tier and the new one starts from its hard-reset value.
+    let top = state.config().ranking.ladder.tiers.last().unwrap().clone();
+    assert_eq!(reset.rank_points, top.hard_reset_rp.unwrap());
+    assert_eq!(after("d").skill.mean, cfg.rescale_base);
+
+    // Applied, a later close has nothing left to add.
+    for entry in &entries {
+        state.apply_admin(entry);
+    }
+    let later = (open + 2) as f64 * system.rating_period_seconds();
+    let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
+    assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
+}
