@@ -286,6 +286,15 @@ async fn bad_record_requests_name_the_field() {
             .unwrap_err(),
         "kinds[0]",
     );
+    let e = admin
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: 1_000_000,
+            kinds: Vec::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::OutOfRange, "{e:?}");
+    assert!(e.message().contains("after_cursor"), "{e:?}");
     // Nothing was banned by the refused calls.
     enter(&mut server.client().await, "1v1", &["p"]).await;
 }

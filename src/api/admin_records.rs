@@ -382,6 +382,17 @@ impl Admin {
         );
         let req = request.into_inner();
         let kinds = kinds_filter(&req.kinds)?;
+        // A cursor this log never reached (a store restored from an older backup, a Redis
+        // failover that lost writes): the events numbered after it anew would be skipped
+        // without a word, so the consumer hears it instead.
+        let last = self.state.last_durable_event();
+        if req.after_cursor > last {
+            return Err(Status::out_of_range(format!(
+                "after_cursor: {} is past the last event written ({last}); resume from {last} \
+                 or 0",
+                req.after_cursor
+            )));
+        }
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
         tokio::spawn(self.state.clone().send_events(
             req.after_cursor,

@@ -169,6 +169,11 @@ impl State {
         }
     }
 
+    /// The cursor of the last durable event (0 before the first).
+    pub fn last_durable_event(&self) -> u64 {
+        *self.inner.events.published.borrow()
+    }
+
     /// Gives back events taken for a write that wrote nothing: they go ahead of those emitted
     /// since, so the log keeps the order things happened in.
     pub fn emit_first(&self, events: Vec<EventRecord>) {
