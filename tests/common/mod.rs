@@ -368,11 +368,14 @@ impl ServerProcess {
     }
 
     /// Runs `command`, a server on 127.0.0.1:0 (or a shell that execs one), at the server's
-    /// default log level; returns once it logged its address.
+    /// default log level (or `MATCHMAKER_TEST_LOG`'s, to see more of a failing test's servers);
+    /// returns once it logged its address.
     pub fn spawn(mut command: std::process::Command) -> Self {
         use std::io::{BufRead, BufReader};
         if !command.get_envs().any(|(k, _)| k == "RUST_LOG") {
-            command.env("RUST_LOG", matchmaker::telemetry::tracing::DEFAULT_LOG);
+            let level = std::env::var("MATCHMAKER_TEST_LOG")
+                .unwrap_or_else(|_| matchmaker::telemetry::tracing::DEFAULT_LOG.to_string());
+            command.env("RUST_LOG", level);
         }
         let mut child = command
             .stdout(std::process::Stdio::null())

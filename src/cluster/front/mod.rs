@@ -134,7 +134,8 @@ struct Inner {
     node_id: String,
     route: watch::Receiver<Route>,
     channels: Mutex<HashMap<String, Vec<Channel>>>,
-    links: Mutex<HashMap<String, Vec<Arc<Link>>>>,
+    /// The links to the owner, by its address, with the owner's token they were opened under.
+    links: Mutex<HashMap<String, (u64, Vec<Arc<Link>>)>>,
     turn: std::sync::atomic::AtomicUsize,
     /// `matchmaker_cluster_forwarded_calls_total`, registered once.
     forwarded: metrics::Counter,
@@ -246,30 +247,42 @@ impl Inner {
     }
 
     /// One of the links to `addr`, in turn; a broken one is replaced by a new link.
-    fn link(&self, addr: &str) -> Option<Arc<Link>> {
+    fn link(&self, addr: &str, token: u64) -> Result<Arc<Link>, &'static str> {
+        const BAD_ADDR: &str = "the owner's advertised address is not a valid URI authority";
         let turn = self.turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % LINKS;
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(pool) = links.get_mut(addr) {
+        if let Some((_, pool)) = links.get_mut(addr).filter(|(t, _)| *t == token) {
             if !pool[turn].is_open() {
+                if pool[turn].closed_by_owner() {
+                    // The owner is stopping (or its engine did): a link opened to it now would
+                    // race its connection's close, and calls sent on it could fail as maybe
+                    // served. They wait for the next owner instead.
+                    return Err("the owner is stopping");
+                }
                 pool[turn].close();
-                pool[turn] = Link::open(self.channel(addr)?, self.max_body, self.link_head());
+                pool[turn] = Link::open(
+                    self.channel(addr).ok_or(BAD_ADDR)?,
+                    self.max_body,
+                    self.link_head(),
+                );
             }
-            return Some(pool[turn].clone());
+            return Ok(pool[turn].clone());
         }
         let pool = (0..LINKS)
             .map(|_| {
                 self.channel(addr)
                     .map(|c| Link::open(c, self.max_body, self.link_head()))
             })
-            .collect::<Option<Vec<_>>>()?;
+            .collect::<Option<Vec<_>>>()
+            .ok_or(BAD_ADDR)?;
         let link = pool[turn].clone();
         // As with the connections: calls on an earlier owner's links hold them until answered,
         // then the links end (their tasks, and the streams they hold open on that node).
-        for (_, earlier) in links.drain() {
+        for (_, (_, earlier)) in links.drain() {
             earlier.iter().for_each(|l| l.close());
         }
-        links.insert(addr.to_string(), pool);
-        Some(link)
+        links.insert(addr.to_string(), (token, pool));
+        Ok(link)
     }
 
     /// Resolves when this node stops or, once it has run, its engine does (the lease lost or
@@ -328,12 +341,16 @@ impl Inner {
             return Ok(Target::Engine(engine.clone(), token));
         }
         match &route.owner {
-            Some(owner) if owner.node_id != self.node_id => if unary {
-                self.link(&owner.addr).map(|l| Target::Link(l, token))
-            } else {
-                self.channel(&owner.addr).map(|c| Target::Node(c, token))
+            Some(owner) if owner.node_id != self.node_id => {
+                if unary {
+                    self.link(&owner.addr, token)
+                        .map(|l| Target::Link(l, token))
+                } else {
+                    self.channel(&owner.addr)
+                        .map(|c| Target::Node(c, token))
+                        .ok_or("the owner's advertised address is not a valid URI authority")
+                }
             }
-            .ok_or("the owner's advertised address is not a valid URI authority"),
             // Ours but the engine is still loading, or nobody's yet.
             _ => Err("no node owns the queues yet"),
         }

@@ -482,7 +482,7 @@ async fn the_links_to_an_earlier_owner_end_once_calls_go_to_the_next() {
     };
     let response = front.inner.clone().forward(get()).await;
     assert_eq!(response.headers()["x-leaked"], "no", "answered by a");
-    let earlier = front.inner.links.lock().unwrap()[&a].clone();
+    let earlier = front.inner.links.lock().unwrap()[&a].1.clone();
     assert!(earlier.iter().all(|l| !l.is_broken()));
     route.send_replace(on(&b, 2));
     let response = front.inner.clone().forward(get()).await;

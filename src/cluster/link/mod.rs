@@ -200,6 +200,8 @@ pub struct Link {
     /// stream's request side then ends once the calls queued are sent, and with it the link.
     out: Mutex<Option<mpsc::Sender<Call>>>,
     broken: AtomicBool,
+    /// The owner said it serves no further call ([`Answers::closing`]).
+    owner_closed: AtomicBool,
 }
 
 impl Link {
@@ -216,6 +218,7 @@ impl Link {
             pending: Mutex::new(Some(HashMap::new())),
             out: Mutex::new(Some(out)),
             broken: AtomicBool::new(false),
+            owner_closed: AtomicBool::new(false),
         });
         let calls = link.batches(rx);
         tokio::spawn(link.clone().run(channel, calls, max_message, metadata));
@@ -250,6 +253,11 @@ impl Link {
     /// Whether the link takes calls: neither broken nor closed.
     pub fn is_open(&self) -> bool {
         !self.is_broken() && self.out.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Whether the owner closed the link: it is stopping, or its engine stopped.
+    pub fn closed_by_owner(&self) -> bool {
+        self.owner_closed.load(Ordering::Relaxed)
     }
 
     /// Whether the link broke (a new one is needed).
@@ -290,6 +298,7 @@ impl Link {
             while let Some(batch) = answers.message().await? {
                 if batch.closing {
                     // The stream ends once the owner has answered what it was sent.
+                    self.owner_closed.store(true, Ordering::Relaxed);
                     self.close();
                 }
                 let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());

@@ -48,6 +48,7 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
         pending: Mutex::new(Some(HashMap::new())),
         out: Mutex::new(Some(out)),
         broken: AtomicBool::new(false),
+        owner_closed: AtomicBool::new(false),
     });
     let out = link.out.lock().unwrap().clone().unwrap();
     let mut batches = link.batches(rx);
