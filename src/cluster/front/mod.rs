@@ -130,12 +130,15 @@ impl Service<http::Request<Body>> for Forward {
     }
 }
 
+/// The links to one owner, with the owner's token they were opened under.
+type LinkPool = (u64, Vec<Arc<Link>>);
+
 struct Inner {
     node_id: String,
     route: watch::Receiver<Route>,
     channels: Mutex<HashMap<String, Vec<Channel>>>,
     /// The links to the owner, by its address, with the owner's token they were opened under.
-    links: Mutex<HashMap<String, (u64, Vec<Arc<Link>>)>>,
+    links: Mutex<HashMap<String, LinkPool>>,
     turn: std::sync::atomic::AtomicUsize,
     /// `matchmaker_cluster_forwarded_calls_total`, registered once.
     forwarded: metrics::Counter,
