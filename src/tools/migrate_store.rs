@@ -11,6 +11,12 @@
 //! was interrupted continues where it stopped when run again. At the end it reads everything
 //! back from Redis into a fresh store and compares counts and a SHA-1 checksum of every record
 //! with the source.
+//!
+//! It writes only into an empty keyspace or one holding its own migration from the same data
+//! dir that no node has written to since (see [`target`]): run again after a cluster has
+//! played on the keyspace, it would put the source's older records back.
+
+mod target;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +51,8 @@ pub enum MigrateError {
     NodeRunning(String),
     #[error("verification failed: {0}")]
     Mismatch(String),
+    #[error("--to-redis {url}: {detail}; nothing was written")]
+    TargetInUse { url: String, detail: String },
 }
 
 /// What a migration moved, and the checksum both sides agree on.
@@ -238,7 +246,16 @@ pub async fn migrate(
     let conn = crate::store::RedisConn::connect(to, tls, options.patience)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
-    let lease = LeaseClient::new(conn, LEASE, keys);
+    let id = std::fs::canonicalize(from).map_err(|source| StoreError::Io {
+        path: from.to_path_buf(),
+        source,
+    })?;
+    let from_source = target::Source {
+        id: id.display().to_string(),
+        last_seq: source.last_seq()?,
+        snapshot_seq: source.snapshot_seq()?,
+    };
+    let lease = LeaseClient::new(conn.clone(), LEASE, keys.clone());
     let owner = take_lease(&lease, &mut progress).await?;
     let renewal = tokio::spawn({
         let (lease, owner) = (lease.clone(), owner.clone());
@@ -251,14 +268,32 @@ pub async fn migrate(
             }
         }
     });
-    let result = copy_and_verify(
-        source.as_ref(),
-        to,
-        &options,
-        owner.token,
-        batch,
-        &mut progress,
-    )
+    let result = async {
+        // Decided under the lease, so no node starts between the look and the first write.
+        let found = target::read(&conn, &keys).await.map_err(&redis_error)?;
+        if let Some(detail) = target::refusal(&found, &from_source, &keys) {
+            return Err(MigrateError::TargetInUse {
+                url: redact(to),
+                detail,
+            });
+        }
+        target::mark(&conn, &keys, &owner, &from_source, false)
+            .await
+            .map_err(&redis_error)?;
+        let copied = copy_and_verify(
+            source.as_ref(),
+            to,
+            &options,
+            owner.token,
+            batch,
+            &mut progress,
+        )
+        .await?;
+        target::mark(&conn, &keys, &owner, &from_source, true)
+            .await
+            .map_err(&redis_error)?;
+        Ok(copied)
+    }
     .await;
     renewal.abort();
     let _ = lease.release(&owner).await;
