@@ -143,7 +143,7 @@ fn a_volatile_redis_is_refused_unless_allowed() {
     with_redis(|server, runtime| {
         let url = server.url();
         let found = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), false))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, false))
             .unwrap();
         assert!(found.aof, "the test server runs with appendonly yes");
         assert_eq!(found.appendfsync.as_deref(), Some("everysec"));
@@ -156,11 +156,11 @@ fn a_volatile_redis_is_refused_unless_allowed() {
             .query(&mut conn)
             .unwrap();
         let refused = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), false))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, false))
             .unwrap_err();
         assert!(refused.to_string().contains("appendonly yes"), "{refused}");
         let allowed = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), true))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, true))
             .unwrap();
         assert!(!allowed.aof);
     });
