@@ -31,7 +31,7 @@ pub(super) fn record(mean: f64) -> BTreeMap<String, PoolRecord> {
     )])
 }
 
-fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
+pub(super) fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
     JournalEntry {
         match_id: MatchId::from(match_id),
         applied_unix: 1.0,
