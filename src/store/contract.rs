@@ -382,7 +382,7 @@ fn history_exports_and_imports_every_result_and_season_record(reopen: Reopen<'_>
 
 /// Waits for a store future: on the runtime when there is one (Redis reads need its
 /// connection), else by polling it once (sled and memory answer at once).
-fn wait<T>(f: StoreFuture<'_, T>) -> T {
+pub(super) fn wait<T>(f: StoreFuture<'_, T>) -> T {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         return handle.block_on(f).unwrap();
     }

@@ -285,6 +285,8 @@ impl AdminRecords for SledStore {
     }
 
     fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
+        // No history write plans against the lists this erasure changes.
+        let _history = self.history_lock();
         let _guard = self.admin.lock();
         let parties: Vec<sled::IVec> = self
             .parties
