@@ -215,6 +215,7 @@ pub async fn digest(
         after = last;
     }
     counts.events = n;
+    add("last audit", &store.last_audit()?.to_be_bytes());
     add("last event", &store.append_events(&[])?.to_be_bytes());
     counts.checksum = sha.digest().to_string();
     Ok(counts)
@@ -512,6 +513,7 @@ async fn copy_records(
     for ban in source.load_bans()? {
         target.put_ban(&ban)?;
     }
+    let last_audit = source.last_audit()?;
     let last_event = source.append_events(&[])?;
     let mut after = 0;
     loop {
@@ -519,7 +521,7 @@ async fn copy_records(
         let Some(last) = audit.last().map(|(s, _)| *s) else {
             break;
         };
-        target.import_log(&audit, &[], 0)?;
+        target.import_log(&audit, &[], last_audit, 0)?;
         target.flush_async().await?;
         after = last;
     }
@@ -529,11 +531,11 @@ async fn copy_records(
         let Some(last) = events.last().map(|(s, _)| *s) else {
             break;
         };
-        target.import_log(&[], &events, last_event)?;
+        target.import_log(&[], &events, 0, last_event)?;
         target.flush_async().await?;
         after = last;
     }
-    target.import_log(&[], &[], last_event)?;
+    target.import_log(&[], &[], last_audit, last_event)?;
     target.flush_async().await?;
     Ok(())
 }
