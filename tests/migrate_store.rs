@@ -482,3 +482,114 @@ async fn a_migration_into_a_keyspace_is_what_a_cluster_in_that_keyspace_loads() 
         assert_eq!(view.games, games, "keyspace {keyspace}");
     }
 }
+
+/// An embedded deployment in `data` where `winner` beat `loser` once, its server stopped.
+async fn played_once(data: &std::path::Path, winner: &str, loser: &str) {
+    std::fs::create_dir_all(data).unwrap();
+    let mut server = TestServer::start_in(data, "").await;
+    let channel = server.channel().await;
+    let mut offers =
+        common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    common::enter(&mut client, "1v1", &[winner]).await;
+    common::enter(&mut client, "1v1", &[loser]).await;
+    let m = common::next(&mut offers).await;
+    common::report_winner_on(&channel, &m, winner).await;
+    drop((client, offers));
+    server.stop().await.unwrap();
+}
+
+/// Every key of the default keyspace and its value (`DUMP`), but the lease and the fencing
+/// counter, which a migration takes before it decides anything.
+fn keyspace(url: &str) -> BTreeMap<String, Vec<u8>> {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("{mm}:*").query(&mut conn).unwrap();
+    keys.into_iter()
+        .filter(|k| k != "{mm}:lease" && k != "{mm}:fence")
+        .map(|k| {
+            let value: Vec<u8> = redis::cmd("DUMP").arg(&k).query(&mut conn).unwrap();
+            (k, value)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_run_again_after_a_cluster_played_on_its_redis_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    played_once(&data, "moved", "other").await;
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        migrated(migrate_command(&data, &redis.url()))["verified"],
+        true
+    );
+
+    // On a cluster node on the migrated Redis, an admin sets `moved`'s rank points; it stops.
+    let config = common::cluster_config(dir.path(), &redis.url(), 1000, "");
+    let mut node = common::cluster_node(&config, "after-migration", None);
+    let channel = node.channel().await;
+    common::queues_answer(&channel).await;
+    let was = common::player_on(&channel, "moved", "1v1").await;
+    assert_eq!(was.games, 1);
+    assert_ne!(was.rank_points, 777);
+    matchmaker::proto::admin_service_client::AdminServiceClient::new(channel.clone())
+        .set_rating(proto::SetRatingRequest {
+            player_id: "moved".into(),
+            queue: "1v1".into(),
+            rating: was.rating,
+            rank_points: Some(777),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        common::player_on(&channel, "moved", "1v1")
+            .await
+            .rank_points,
+        777
+    );
+    node.signal("TERM");
+    node.child.wait().unwrap();
+    assert_eq!(
+        common::lease_holder(&redis),
+        None,
+        "the node gave the lease up"
+    );
+    let played = keyspace(&redis.url());
+
+    // The same migration again would put back `moved`'s old rank points: refused, untouched.
+    let again = migrate_command(&data, &redis.url()).output().unwrap();
+    assert!(!again.status.success());
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains("a cluster node has started on keyspace mm")
+            && said.contains("nothing was written"),
+        "{said}"
+    );
+    assert!(
+        keyspace(&redis.url()) == played,
+        "the refused run changed the keyspace"
+    );
+
+    // So is a migration from another data dir.
+    let other = dir.path().join("other");
+    played_once(&other, "x", "y").await;
+    let foreign = migrate_command(&other, &redis.url()).output().unwrap();
+    assert!(!foreign.status.success());
+    let said = String::from_utf8_lossy(&foreign.stderr);
+    assert!(said.contains("holds a migration from"), "{said}");
+    assert!(
+        keyspace(&redis.url()) == played,
+        "the refused run changed the keyspace"
+    );
+
+    // The cluster still has the admin's edit.
+    let node = common::cluster_node(&config, "later", None);
+    let channel = node.channel().await;
+    common::queues_answer(&channel).await;
+    assert_eq!(
+        common::player_on(&channel, "moved", "1v1")
+            .await
+            .rank_points,
+        777
+    );
+}

@@ -50,6 +50,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
         &cluster.redis_url,
         tls.as_ref(),
         &cluster.keys(),
+        cluster.wait_replicas,
         cluster.allow_volatile,
     )
     .await

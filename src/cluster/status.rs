@@ -69,7 +69,7 @@ pub async fn read(
     keys: &Keys,
 ) -> Result<ClusterStatus, StoreError> {
     let err = |e: redis::RedisError| StoreError::Redis(format!("{}: {e}", redact(url)));
-    let durability = crate::store::check_durability(url, tls, keys, true).await?;
+    let durability = crate::store::check_durability(url, tls, keys, 0, true).await?;
     let mut conn = RedisConn::connect(url, tls, Patience::default())
         .await
         .map_err(&err)?;

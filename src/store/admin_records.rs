@@ -187,6 +187,8 @@ pub trait AdminRecords {
     fn append_audit(&self, entry: &AuditRecord) -> Result<u64, StoreError>;
     /// Up to `limit` audit entries after sequence number `after`, oldest first.
     fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<(u64, AuditRecord)>, StoreError>;
+    /// The last audit sequence number handed out (0: none), kept when its entry is trimmed.
+    fn last_audit(&self) -> Result<u64, StoreError>;
 
     // The event log.
 
@@ -204,13 +206,15 @@ pub trait AdminRecords {
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
 
     /// Writes audit entries and events under their own sequence numbers (replacing any with
-    /// the same number) and raises the last numbers handed out to the highest given, and the
-    /// event cursor to `last_event` at least, so cursors keep their meaning in the new store
+    /// the same number) and raises the last numbers handed out to the highest given, and to
+    /// `last_audit` and `last_event` at least (the source's, whose last entries may have been
+    /// trimmed), so numbers keep their meaning in the new store and none is handed out twice
     /// (`admin migrate-store`). Not durable until a flush.
     fn import_log(
         &self,
         audit: &[(u64, AuditRecord)],
         events: &[(u64, EventRecord)],
+        last_audit: u64,
         last_event: u64,
     ) -> Result<(), StoreError>;
 
@@ -422,6 +426,7 @@ impl Data {
         &mut self,
         audit: &[(u64, AuditRecord)],
         events: &[(u64, EventRecord)],
+        last_audit: u64,
         last_event: u64,
     ) {
         let admin = &mut self.admin;
@@ -433,6 +438,7 @@ impl Data {
             admin.events.insert(*seq, event.clone());
             admin.last_event = admin.last_event.max(*seq);
         }
+        admin.last_audit = admin.last_audit.max(last_audit);
         admin.last_event = admin.last_event.max(last_event);
     }
 

@@ -36,8 +36,8 @@ pub struct ClusterConfig {
     /// owner's change log, so that a takeover starts from it rather than reading everything
     /// (the owner logs its writes when this is set). Costs each node the state's memory.
     pub standby: bool,
-    /// Start on a Redis with neither an append-only file nor replicas (acknowledged results
-    /// could then be lost with it).
+    /// Start on a Redis without an append-only file whose writes wait for no replica (none,
+    /// or `wait_replicas` 0): acknowledged results could then be lost with the primary.
     pub allow_volatile: bool,
     /// Replicas that must hold each write before it is acknowledged (Redis `WAIT`); 0: the
     /// primary's own persistence only.

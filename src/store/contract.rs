@@ -31,7 +31,7 @@ pub(super) fn record(mean: f64) -> BTreeMap<String, PoolRecord> {
     )])
 }
 
-fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
+pub(super) fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
     JournalEntry {
         match_id: MatchId::from(match_id),
         applied_unix: 1.0,
@@ -382,7 +382,7 @@ fn history_exports_and_imports_every_result_and_season_record(reopen: Reopen<'_>
 
 /// Waits for a store future: on the runtime when there is one (Redis reads need its
 /// connection), else by polling it once (sled and memory answer at once).
-fn wait<T>(f: StoreFuture<'_, T>) -> T {
+pub(super) fn wait<T>(f: StoreFuture<'_, T>) -> T {
     if let Ok(handle) = tokio::runtime::Handle::try_current() {
         return handle.block_on(f).unwrap();
     }
@@ -801,6 +801,7 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
                     (7, event(EventKind::PlayerBanned, 1.0, "x")),
                     (9, event(EventKind::PlayerUnbanned, 2.0, "x")),
                 ],
+                8,
                 12,
             )
             .unwrap();
@@ -827,7 +828,9 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
         .collect();
     assert_eq!(events, [7, 9, 13]);
     assert_eq!(store.audit_after(0, 10).unwrap(), vec![(5, audit.clone())]);
-    assert_eq!(store.append_audit(&audit).unwrap(), 6);
+    // Numbers up to the source's last one (its entries 6 to 8 trimmed) are not handed out again.
+    assert_eq!(store.last_audit().unwrap(), 8);
+    assert_eq!(store.append_audit(&audit).unwrap(), 9);
     // The imported holder counts hold: p2's next match leaves "a" to p1, p1's next drops both.
     store
         .append_history(&[history("c", &[&["p2"]], 1)])

@@ -178,6 +178,10 @@ impl super::AdminRecords for MemoryStore {
         Ok(self.data().append_audit(entry))
     }
 
+    fn last_audit(&self) -> Result<u64, StoreError> {
+        Ok(self.data().admin.last_audit)
+    }
+
     fn audit_after(
         &self,
         after: u64,
@@ -220,9 +224,11 @@ impl super::AdminRecords for MemoryStore {
         &self,
         audit: &[(u64, super::AuditRecord)],
         events: &[(u64, super::EventRecord)],
+        last_audit: u64,
         last_event: u64,
     ) -> Result<(), StoreError> {
-        self.data().import_log(audit, events, last_event);
+        self.data()
+            .import_log(audit, events, last_audit, last_event);
         Ok(())
     }
 

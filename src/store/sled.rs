@@ -77,6 +77,10 @@ pub struct SledStore {
     data_file: Arc<std::fs::File>,
     /// Our own lock on the directory, held while the store is open (see [`lock_dir`]).
     _lock: Arc<std::fs::File>,
+    /// Held by every write of the match history from reading the lists and holder counts it
+    /// plans against until its batch is applied (see `records.rs`); taken before the admin
+    /// tree's lock.
+    history: Arc<std::sync::Mutex<()>>,
 }
 
 impl SledStore {
@@ -163,6 +167,7 @@ impl SledStore {
             parties,
             rosters,
             admin,
+            history: Arc::default(),
         })
     }
 
@@ -317,6 +322,7 @@ impl Storage for SledStore {
     /// batch. Not durable until a flush. (Their matches leave the live-match tree when the
     /// state drops their segments; a stale copy is ignored at start because its result is here.)
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
+        let _history = self.history_lock();
         let batch = self.journal_batch(first_seq, entries)?;
         self.journal.apply_batch(batch)?;
         Ok(())
@@ -328,6 +334,7 @@ impl Storage for SledStore {
         entries: &[JournalEntry],
         events: &[EventRecord],
     ) -> Result<u64, StoreError> {
+        let _history = self.history_lock();
         let batch = self.journal_batch(first_seq, entries)?;
         self.journal_and_events(batch, events)
     }

@@ -11,6 +11,12 @@
 //! was interrupted continues where it stopped when run again. At the end it reads everything
 //! back from Redis into a fresh store and compares counts and a SHA-1 checksum of every record
 //! with the source.
+//!
+//! It writes only into an empty keyspace or one holding its own migration from the same data
+//! dir that no node has written to since (see [`target`]): run again after a cluster has
+//! played on the keyspace, it would put the source's older records back.
+
+mod target;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +51,8 @@ pub enum MigrateError {
     NodeRunning(String),
     #[error("verification failed: {0}")]
     Mismatch(String),
+    #[error("--to-redis {url}: {detail}; nothing was written")]
+    TargetInUse { url: String, detail: String },
 }
 
 /// What a migration moved, and the checksum both sides agree on.
@@ -207,6 +215,7 @@ pub async fn digest(
         after = last;
     }
     counts.events = n;
+    add("last audit", &store.last_audit()?.to_be_bytes());
     add("last event", &store.append_events(&[])?.to_be_bytes());
     counts.checksum = sha.digest().to_string();
     Ok(counts)
@@ -238,7 +247,16 @@ pub async fn migrate(
     let conn = crate::store::RedisConn::connect(to, tls, options.patience)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
-    let lease = LeaseClient::new(conn, LEASE, keys);
+    let id = std::fs::canonicalize(from).map_err(|source| StoreError::Io {
+        path: from.to_path_buf(),
+        source,
+    })?;
+    let from_source = target::Source {
+        id: id.display().to_string(),
+        last_seq: source.last_seq()?,
+        snapshot_seq: source.snapshot_seq()?,
+    };
+    let lease = LeaseClient::new(conn.clone(), LEASE, keys.clone());
     let owner = take_lease(&lease, &mut progress).await?;
     let renewal = tokio::spawn({
         let (lease, owner) = (lease.clone(), owner.clone());
@@ -251,14 +269,32 @@ pub async fn migrate(
             }
         }
     });
-    let result = copy_and_verify(
-        source.as_ref(),
-        to,
-        &options,
-        owner.token,
-        batch,
-        &mut progress,
-    )
+    let result = async {
+        // Decided under the lease, so no node starts between the look and the first write.
+        let found = target::read(&conn, &keys).await.map_err(&redis_error)?;
+        if let Some(detail) = target::refusal(&found, &from_source, &keys) {
+            return Err(MigrateError::TargetInUse {
+                url: redact(to),
+                detail,
+            });
+        }
+        target::mark(&conn, &keys, &owner, &from_source, false)
+            .await
+            .map_err(&redis_error)?;
+        let copied = copy_and_verify(
+            source.as_ref(),
+            to,
+            &options,
+            owner.token,
+            batch,
+            &mut progress,
+        )
+        .await?;
+        target::mark(&conn, &keys, &owner, &from_source, true)
+            .await
+            .map_err(&redis_error)?;
+        Ok(copied)
+    }
     .await;
     renewal.abort();
     let _ = lease.release(&owner).await;
@@ -477,6 +513,7 @@ async fn copy_records(
     for ban in source.load_bans()? {
         target.put_ban(&ban)?;
     }
+    let last_audit = source.last_audit()?;
     let last_event = source.append_events(&[])?;
     let mut after = 0;
     loop {
@@ -484,7 +521,7 @@ async fn copy_records(
         let Some(last) = audit.last().map(|(s, _)| *s) else {
             break;
         };
-        target.import_log(&audit, &[], 0)?;
+        target.import_log(&audit, &[], last_audit, 0)?;
         target.flush_async().await?;
         after = last;
     }
@@ -494,11 +531,11 @@ async fn copy_records(
         let Some(last) = events.last().map(|(s, _)| *s) else {
             break;
         };
-        target.import_log(&[], &events, last_event)?;
+        target.import_log(&[], &events, 0, last_event)?;
         target.flush_async().await?;
         after = last;
     }
-    target.import_log(&[], &[], last_event)?;
+    target.import_log(&[], &[], last_audit, last_event)?;
     target.flush_async().await?;
     Ok(())
 }

@@ -90,6 +90,10 @@ impl AdminRecords for RedisStore {
         self.mirror.audit_after(after, limit)
     }
 
+    fn last_audit(&self) -> Result<u64, StoreError> {
+        self.mirror.last_audit()
+    }
+
     fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError> {
         self.check_fence()?;
         let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
@@ -146,6 +150,7 @@ impl AdminRecords for RedisStore {
         &self,
         audit: &[(u64, AuditRecord)],
         events: &[(u64, EventRecord)],
+        last_audit: u64,
         last_event: u64,
     ) -> Result<(), StoreError> {
         self.check_fence()?;
@@ -157,7 +162,7 @@ impl AdminRecords for RedisStore {
             batch.push(Op::Set(Hash::Admin, seq_field('e', *seq), json(event)?));
         }
         let mut data = self.mirror.data();
-        data.import_log(audit, events, last_event);
+        data.import_log(audit, events, last_audit, last_event);
         batch.push(Op::Set(
             Hash::Admin,
             "n/a".into(),

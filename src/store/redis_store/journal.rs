@@ -7,12 +7,15 @@ use super::{Hash, Op, RedisStore, json, ranks_field, week_field};
 use crate::store::{EntryKind, EventRecord, JournalEntry, Storage, StoreError};
 
 impl RedisStore {
-    /// The ops that journal `entries` from `first_seq`; the mirror takes them at once.
-    pub(super) fn journal_batch(
+    /// Queues the batch that journals `entries` from `first_seq`, with `events` appended to it
+    /// (one batch, so one script: all or none); the mirror takes them at once. The last event
+    /// cursor.
+    pub(super) fn queue_journal(
         &self,
         first_seq: u64,
         entries: &[JournalEntry],
-    ) -> Result<Vec<Op>, StoreError> {
+        events: &[EventRecord],
+    ) -> Result<u64, StoreError> {
         self.check_fence()?;
         let mut batch = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
@@ -56,35 +59,22 @@ impl RedisStore {
             &self.keys,
             entries.iter().filter_map(|e| e.history.as_ref()),
         )?);
+        let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
         self.mirror.append_journal(first_seq, entries)?;
         // The players' and parties' whole records, current in the `players` hash at once.
-        {
-            let mut data = self.mirror.data();
-            for entry in entries {
-                for (player, record) in &entry.records {
-                    let pools = data.players.entry(player.clone()).or_default();
-                    pools.insert(entry.pool.clone(), record.clone());
-                    batch.push(Op::Set(Hash::Players, player.to_string(), json(pools)?));
-                }
-                for (party, record) in &entry.parties {
-                    let pools = data.parties.entry(party.clone()).or_default();
-                    pools.insert(entry.pool.clone(), record.clone());
-                    batch.push(Op::Set(Hash::Parties, party.clone(), json(pools)?));
-                }
+        let mut data = self.mirror.data();
+        for entry in entries {
+            for (player, record) in &entry.records {
+                let pools = data.players.entry(player.clone()).or_default();
+                pools.insert(entry.pool.clone(), record.clone());
+                batch.push(Op::Set(Hash::Players, player.to_string(), json(pools)?));
+            }
+            for (party, record) in &entry.parties {
+                let pools = data.parties.entry(party.clone()).or_default();
+                pools.insert(entry.pool.clone(), record.clone());
+                batch.push(Op::Set(Hash::Parties, party.clone(), json(pools)?));
             }
         }
-        Ok(batch)
-    }
-
-    /// Queues `batch` with `events` appended to it (one batch, so one script: all or none);
-    /// the last event cursor.
-    pub(super) fn queue_with_events(
-        &self,
-        mut batch: Vec<Op>,
-        events: &[EventRecord],
-    ) -> Result<u64, StoreError> {
-        let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
-        let mut data = self.mirror.data();
         let first = data.append_events(events);
         let last = data.admin.last_event;
         if !events.is_empty() {
@@ -100,7 +90,8 @@ impl RedisStore {
                 last.to_string().into_bytes(),
             ));
         }
-        // Queued under the mirror's lock, so batches reach Redis in event order.
+        // Queued under the mirror's lock, so the players' records reach Redis in the order the
+        // mirror took them (see `RedisStore::queue`) and events in cursor order.
         self.queue(batch);
         Ok(last)
     }

@@ -24,6 +24,7 @@ pub struct Keys {
     changes: String,
     change_seq: String,
     flight: String,
+    migration: String,
     /// By `Hash as usize - 2`, as the script receives them.
     hashes: Vec<String>,
 }
@@ -47,6 +48,7 @@ impl Keys {
             changes: key("changes"),
             change_seq: key("change_seq"),
             flight: key("flight"),
+            migration: key("migration"),
             hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
         }
     }
@@ -105,6 +107,32 @@ impl Keys {
         &self.flight
     }
 
+    /// What `admin migrate-store` wrote into the keyspace (see `tools::migrate_store`): a hash
+    /// naming its source, and once verified, the flush counter it left.
+    pub fn migration(&self) -> &str {
+        &self.migration
+    }
+
+    /// The store's meta hash (`snapshot_seq`, `last_seq`, ...).
+    pub fn meta(&self) -> &str {
+        self.hash(Hash::Meta)
+    }
+
+    /// Every key a node or a store's flush writes, but the lease, the fencing counter and the
+    /// players' history lists (a flush that writes a list also creates `change_seq`): none of
+    /// them exists in a keyspace nothing has written to.
+    pub fn written(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = self.hashes.iter().map(String::as_str).collect();
+        keys.extend([
+            self.node_key.as_str(),
+            &self.standbys,
+            &self.changes,
+            &self.change_seq,
+            &self.flight,
+        ]);
+        keys
+    }
+
     /// One of the store's hashes.
     pub(super) fn hash(&self, h: Hash) -> &str {
         &self.hashes[h as usize - 2]
@@ -156,6 +184,9 @@ mod tests {
         assert_eq!(keys.hash(Hash::Players), "{eu-west}:players");
         assert_eq!(keys.hash(Hash::Admin), "{eu-west}:admin");
         assert_eq!(keys.history(&PlayerId::new("p1")), "{eu-west}:history:p1");
+        assert_eq!(keys.migration(), "{eu-west}:migration");
+        assert_eq!(keys.written().len(), HASHES.len() + 5);
+        assert!(keys.written().iter().all(|k| k.starts_with("{eu-west}:")));
         assert_eq!(keys.hashes().count(), HASHES.len());
         assert!(keys.hashes().all(|(h, name)| keys.hash(h) == name));
         assert!(

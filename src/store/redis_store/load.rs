@@ -137,6 +137,25 @@ pub(super) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A number kept as text in a field or in a field's name, or an error naming `key`.
+fn number<T: std::str::FromStr>(
+    value: &str,
+    key: impl FnOnce() -> String,
+) -> Result<T, StoreError> {
+    value.parse().map_err(|_| StoreError::Decode {
+        key: key(),
+        detail: format!("{value:?} is not a number"),
+    })
+}
+
+/// A field name of the weeks or ranks hash without the parts `shape` names.
+fn malformed(what: &str, key: &str, shape: &str) -> StoreError {
+    StoreError::Decode {
+        key: format!("{what} {key}"),
+        detail: format!("the field name is not {shape}"),
+    }
+}
+
 /// Puts what was loaded into the mirror (HSCAN may return a field twice: the last copy wins,
 /// and every copy is the same value).
 pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError> {
@@ -162,7 +181,9 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
     }
     for (k, v) in take(Hash::Meta) {
         match text(&k).as_str() {
-            "snapshot_seq" => data.snapshot_seq = text(&v).parse().unwrap_or(0),
+            "snapshot_seq" => {
+                data.snapshot_seq = number(&text(&v), || "meta snapshot_seq".into())?;
+            }
             "reloaded_queues" => data.reloaded = Some(decode(&v, "reloaded queues")?),
             _ => {}
         }
@@ -176,9 +197,10 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
         let key = text(&k);
         let parts: Vec<&str> = key.split('\u{1f}').collect();
         let [pool, season, week] = parts[..] else {
-            continue;
+            return Err(malformed("week", &key, "POOL␟SEASON␟WEEK"));
         };
-        let (season, week) = (season.parse().unwrap_or(0), week.parse().unwrap_or(0));
+        let season: u32 = number(season, || format!("week {key}"))?;
+        let week: u32 = number(week, || format!("week {key}"))?;
         let rp: Vec<(PlayerId, RankPoints)> = decode(&v, &format!("week {key}"))?;
         for (player, points) in &rp {
             data.player_weeks
@@ -189,9 +211,9 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
     for (k, v) in take(Hash::Ranks) {
         let key = text(&k);
         let Some((pool, season)) = key.split_once('\u{1f}') else {
-            continue;
+            return Err(malformed("ranks", &key, "POOL␟SEASON"));
         };
-        let season: u32 = season.parse().unwrap_or(0);
+        let season: u32 = number(season, || format!("ranks {key}"))?;
         let ranks: Vec<SeasonRank> = decode(&v, &format!("ranks {key}"))?;
         for rank in &ranks {
             data.player_ranks.insert(
@@ -202,7 +224,7 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
         data.ranks.insert((pool.to_string(), season), ranks);
     }
     for (k, v) in take(Hash::Segments) {
-        let id: u64 = text(&k).parse().unwrap_or(0);
+        let id: u64 = number(&text(&k), || format!("segment {}", text(&k)))?;
         let matches: Vec<StoredMatch> = decode(&v, &format!("segment {id}"))?;
         data.segments.insert(id, matches);
     }
@@ -225,4 +247,52 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
         data.rosters.insert(PartyId::new(id.as_str()), r);
     }
     admin::fill(data, take(Hash::Admin))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loaded(h: Hash, field: &str, value: &str) -> Loaded {
+        Loaded::from([(
+            h,
+            vec![(field.as_bytes().to_vec(), value.as_bytes().to_vec())],
+        )])
+    }
+
+    #[test]
+    fn marks_and_field_names_that_are_not_numbers_are_refused_naming_them() {
+        let mut data = Data::default();
+        fill(&mut data, loaded(Hash::Meta, "snapshot_seq", "42")).unwrap();
+        assert_eq!(data.snapshot_seq, 42);
+        fill(&mut data, loaded(Hash::Weeks, "1v1\u{1f}3\u{1f}2", "[]")).unwrap();
+        assert!(data.weeks.contains_key(&("1v1".to_string(), 3, 2)));
+        let cases = [
+            (Hash::Meta, "snapshot_seq", "4x2", "meta snapshot_seq"),
+            (Hash::Meta, "snapshot_seq", "", "meta snapshot_seq"),
+            (
+                Hash::Weeks,
+                "1v1\u{1f}three\u{1f}2",
+                "[]",
+                "week 1v1\u{1f}three\u{1f}2",
+            ),
+            (
+                Hash::Weeks,
+                "1v1\u{1f}3\u{1f}-1",
+                "[]",
+                "week 1v1\u{1f}3\u{1f}-1",
+            ),
+            (Hash::Weeks, "1v1\u{1f}3", "[]", "week 1v1\u{1f}3"),
+            (Hash::Ranks, "1v1", "[]", "ranks 1v1"),
+            (Hash::Ranks, "1v1\u{1f}s1", "[]", "ranks 1v1\u{1f}s1"),
+            (Hash::Segments, "seg", "[]", "segment seg"),
+        ];
+        for (h, field, value, named) in cases {
+            let mut data = Data::default();
+            match fill(&mut data, loaded(h, field, value)) {
+                Err(StoreError::Decode { key, .. }) => assert_eq!(key, named),
+                other => panic!("{h:?} {field:?} = {value:?}: {other:?}"),
+            }
+        }
+    }
 }

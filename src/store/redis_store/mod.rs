@@ -300,6 +300,11 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Queues a batch. A write that changes the mirror queues its batch before it lets the
+    /// mirror's lock go: two writers of one record (a snapshot's `put_players` and the
+    /// committer's journal batch, say) then queue in the order they changed the mirror, so
+    /// Redis ends at the mirror's value. Queued after the lock, the older value could land
+    /// last, and later writes of the same value would be skipped as already there.
     fn queue(&self, batch: Vec<Op>) {
         if batch.is_empty() {
             return;
@@ -650,8 +655,9 @@ impl Storage for RedisStore {
                 batch.push(Op::Set(Hash::Players, id.to_string(), json(pools)?));
                 data.players.insert((*id).clone(), Pools::copy_of(pools));
             }
+            // Queued under the mirror's lock (see `queue`).
+            self.queue(batch);
         }
-        self.queue(batch);
         Ok(())
     }
 
@@ -678,15 +684,13 @@ impl Storage for RedisStore {
                 batch.push(Op::Set(Hash::Parties, (*key).to_string(), json(pools)?));
                 data.parties.insert((*key).to_string(), (*pools).clone());
             }
+            self.queue(batch);
         }
-        self.queue(batch);
         Ok(())
     }
 
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
-        let batch = self.journal_batch(first_seq, entries)?;
-        self.queue(batch);
-        Ok(())
+        self.queue_journal(first_seq, entries, &[]).map(|_| ())
     }
 
     fn append_journal_with_events(
@@ -695,8 +699,7 @@ impl Storage for RedisStore {
         entries: &[JournalEntry],
         events: &[super::EventRecord],
     ) -> Result<u64, StoreError> {
-        let batch = self.journal_batch(first_seq, entries)?;
-        self.queue_with_events(batch, events)
+        self.queue_journal(first_seq, entries, events)
     }
 
     fn journal_after(

@@ -128,8 +128,9 @@ impl RecordStorage for RedisStore {
                 batch.push(Op::Set(Hash::Rosters, r.party_id.to_string(), json(r)?));
                 data.rosters.insert(r.party_id.clone(), (*r).clone());
             }
+            // Queued under the mirror's lock (see `RedisStore::queue`).
+            self.queue(batch);
         }
-        self.queue(batch);
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::store::contract::{record, with_redis};
+use crate::store::contract::{entry, record, with_redis};
 
 fn set_lease(url: &str, value: &str) {
     let client = ::redis::Client::open(url).unwrap();
@@ -143,7 +143,7 @@ fn a_volatile_redis_is_refused_unless_allowed() {
     with_redis(|server, runtime| {
         let url = server.url();
         let found = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), false))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, false))
             .unwrap();
         assert!(found.aof, "the test server runs with appendonly yes");
         assert_eq!(found.appendfsync.as_deref(), Some("everysec"));
@@ -156,11 +156,11 @@ fn a_volatile_redis_is_refused_unless_allowed() {
             .query(&mut conn)
             .unwrap();
         let refused = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), false))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, false))
             .unwrap_err();
         assert!(refused.to_string().contains("appendonly yes"), "{refused}");
         let allowed = runtime
-            .block_on(check_durability(&url, None, &Keys::default(), true))
+            .block_on(check_durability(&url, None, &Keys::default(), 0, true))
             .unwrap();
         assert!(!allowed.aof);
     });
@@ -482,5 +482,94 @@ fn a_flush_call_that_lands_after_a_later_one_changes_nothing() {
             .block_on(again.send_script(&probe("newer")))
             .unwrap();
         assert_eq!(read(), "newer");
+    });
+}
+
+/// A write's change of the mirror and its queued batch are one step: while its batch waits
+/// for the queue, nobody can take the mirror's lock (a second writer of the same record would
+/// otherwise change the mirror after it and queue before it, and Redis would end at the value
+/// the mirror had replaced). Each write here is stopped at the queue, held by the test.
+#[test]
+fn no_one_sees_a_mirror_change_before_its_batch_is_queued() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = Arc::new(open(&runtime, &url, 1));
+        type Write = fn(&RedisStore);
+        type Seen = fn(&Data) -> bool;
+        let writes: [(&str, Write, Seen); 4] = [
+            (
+                "put_players",
+                |s| {
+                    s.put_players(&[(&PlayerId::new("p"), &record(1600.0))])
+                        .unwrap()
+                },
+                |d| d.players.contains_key(&PlayerId::new("p")),
+            ),
+            (
+                "append_journal",
+                |s| s.append_journal(1, &[entry("m1", "j", 1700.0)]).unwrap(),
+                |d| d.players.contains_key(&PlayerId::new("j")),
+            ),
+            (
+                "put_parties",
+                |s| {
+                    let pools = BTreeMap::from([(
+                        "1v1".to_string(),
+                        PartyRecord {
+                            skill: record(1400.0)["1v1"].skill,
+                            games: 2,
+                            last_played_unix: None,
+                        },
+                    )]);
+                    s.put_parties(&[("a\u{1f}b", &pools)]).unwrap()
+                },
+                |d| d.parties.contains_key("a\u{1f}b"),
+            ),
+            (
+                "put_rosters",
+                |s| {
+                    use crate::store::RecordStorage;
+                    let roster = crate::records::PartyRoster {
+                        party_id: crate::ids::PartyId::from("x1"),
+                        invite_code: "CODEX1".into(),
+                        members: vec![PlayerId::from("a")],
+                        leader: PlayerId::from("a"),
+                        created_unix: 1.0,
+                        active_unix: 2.0,
+                    };
+                    s.put_rosters(&[&roster]).unwrap()
+                },
+                |d| !d.rosters.is_empty(),
+            ),
+        ];
+        for (name, write, seen) in writes {
+            let held = store.pending.lock().unwrap();
+            let writer = std::thread::spawn({
+                let store = store.clone();
+                move || write(&store)
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            let (tx, rx) = std::sync::mpsc::channel();
+            let reader = std::thread::spawn({
+                let store = store.clone();
+                move || {
+                    let _ = tx.send(seen(&store.mirror.data()));
+                }
+            });
+            let early = rx.recv_timeout(Duration::from_millis(300));
+            drop(held);
+            writer.join().unwrap();
+            reader.join().unwrap();
+            assert_ne!(
+                early,
+                Ok(true),
+                "{name}: the mirror showed a write whose batch was not queued yet"
+            );
+            store.flush().unwrap();
+        }
+        assert_eq!(hlen(&url, "{mm}:players"), 2);
+        assert_eq!(hlen(&url, "{mm}:parties"), 1);
+        assert_eq!(hlen(&url, "{mm}:rosters"), 1);
     });
 }

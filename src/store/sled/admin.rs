@@ -224,6 +224,10 @@ impl AdminRecords for SledStore {
         self.admin.page(b'a', after, limit)
     }
 
+    fn last_audit(&self) -> Result<u64, StoreError> {
+        self.admin.last(LAST_AUDIT)
+    }
+
     fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError> {
         let _guard = self.admin.lock();
         let mut seq = self.admin.last_event()?;
@@ -262,11 +266,12 @@ impl AdminRecords for SledStore {
         &self,
         audit: &[(u64, AuditRecord)],
         events: &[(u64, EventRecord)],
+        last_audit: u64,
         last_event: u64,
     ) -> Result<(), StoreError> {
         let _guard = self.admin.lock();
         let mut batch = sled::Batch::default();
-        let mut last_audit = self.admin.last(LAST_AUDIT)?;
+        let mut last_audit = self.admin.last(LAST_AUDIT)?.max(last_audit);
         for (seq, entry) in audit {
             batch.insert(seq_key(b'a', *seq), encode(entry)?);
             last_audit = last_audit.max(*seq);
@@ -285,6 +290,8 @@ impl AdminRecords for SledStore {
     }
 
     fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
+        // No history write plans against the lists this erasure changes.
+        let _history = self.history_lock();
         let _guard = self.admin.lock();
         let parties: Vec<sled::IVec> = self
             .parties

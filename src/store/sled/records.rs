@@ -8,8 +8,17 @@ use crate::store::history::HistoryPlan;
 use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
 
 impl SledStore {
+    /// The lock every history write holds from planning to applying its batch: the plan reads
+    /// lists and holder counts and the batch writes them whole, so two writes planned against
+    /// the same list (a cancelled match's record and a result's journal batch) would each drop
+    /// the other's push, or count a record's holders wrong and keep it for good.
+    pub(super) fn history_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Adds history writes to a journal-tree batch (keys `h/…`, see [`history_key`]), planned
-    /// against what the tree holds now.
+    /// against what the tree holds now: the caller holds [`SledStore::history_lock`] until it
+    /// applies the batch.
     pub(super) fn history_into(
         &self,
         batch: &mut sled::Batch,
@@ -54,6 +63,7 @@ impl RecordStorage for SledStore {
     fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         let writes: Vec<&HistoryWrite> = writes.iter().collect();
+        let _history = self.history_lock();
         self.history_into(&mut batch, &writes)?;
         self.journal.apply_batch(batch)?;
         Ok(())
@@ -134,6 +144,7 @@ impl RecordStorage for SledStore {
             batch.insert(history_key(b'm', id), encode(record)?);
             batch.insert(history_key(b'c', id), &u64::from(*holders).to_be_bytes());
         }
+        let _history = self.history_lock();
         self.journal.apply_batch(batch)?;
         Ok(())
     }
@@ -163,4 +174,52 @@ pub(super) fn history_key(kind: u8, id: &str) -> Vec<u8> {
 
 pub(super) fn history_name(key: &[u8]) -> String {
     format!("history/{}", String::from_utf8_lossy(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::store::Storage;
+    use crate::store::contract::{entry, history, wait};
+
+    /// A cancelled match's record (`append_history`) and results' journal batches, written at
+    /// once for the same player: every match lands in the list and each record keeps both
+    /// holders.
+    #[test]
+    fn concurrent_history_writes_for_one_player_lose_nothing() {
+        const EACH: usize = 150;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SledStore::open(dir.path(), 1 << 20).unwrap());
+        let cancelled = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                for i in 0..EACH {
+                    let id = format!("c{i}");
+                    let other = format!("x{i}");
+                    let write = history(&id, &[&["p"], &[other.as_str()]], 10_000);
+                    store.append_history(&[write]).unwrap();
+                }
+            }
+        });
+        for i in 0..EACH {
+            let id = format!("r{i}");
+            let other = format!("y{i}");
+            let mut result = entry(&id, "p", 1500.0);
+            result.history = Some(history(&id, &[&["p"], &[other.as_str()]], 10_000));
+            store.append_journal(i as u64 + 1, &[result]).unwrap();
+        }
+        cancelled.join().unwrap();
+        let list = wait(store.player_matches(&PlayerId::from("p")));
+        assert_eq!(list.len(), 2 * EACH, "pushes were lost");
+        for id in &list {
+            let count = store
+                .journal
+                .get(history_key(b'c', id.as_str()))
+                .unwrap()
+                .map(|v| decode_seq(&v));
+            assert_eq!(count, Some(2), "holders of {id}");
+        }
+    }
 }
