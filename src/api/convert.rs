@@ -32,6 +32,13 @@ fn id_rule(field: impl FnOnce() -> String, value: &str) -> Result<(), FieldError
         format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len())
     } else if value.chars().any(char::is_control) {
         "must not contain control characters".to_owned()
+    } else if value.starts_with(crate::records::ERASED_PREFIX) {
+        // An erased player's records name a marker of this form in their place: a new player
+        // taking it would appear in the erased player's matches.
+        format!(
+            "must not start with {:?} (reserved for erased players)",
+            crate::records::ERASED_PREFIX
+        )
     } else {
         return Ok(());
     };
@@ -257,6 +264,13 @@ mod tests {
         assert_eq!(
             id_at("player_ids", 0, &long).unwrap_err().to_string(),
             format!("player_ids[0]: must be at most {MAX_ID_LEN} bytes (got 129)")
+        );
+        let taken = id_at("player_ids", 1, "erased:0123456789ab")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            taken.starts_with("player_ids[1]: must not start with \"erased:\""),
+            "{taken}"
         );
     }
 
