@@ -142,6 +142,22 @@ fn config_prints_no_secret() {
     }
 }
 
+/// `--help` names the token's variable without printing the token it holds.
+#[test]
+fn admin_help_does_not_show_the_token() {
+    for args in [&["admin", "--help"][..], &["admin", "snapshot", "--help"]] {
+        let out = bin()
+            .args(args)
+            .env("MATCHMAKER_ADMIN_TOKEN", "admin-jwt-do-not-print")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("MATCHMAKER_ADMIN_TOKEN"), "{stdout}");
+        assert!(!stdout.contains("admin-jwt-do-not-print"), "{stdout}");
+    }
+}
+
 #[test]
 fn an_environment_variable_is_validated_like_the_file() {
     let out = bin()
