@@ -223,10 +223,7 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
                 .tcp_nodelay(true),
         );
     }
-    let connections = opts
-        .concurrency
-        .div_ceil(WORKERS_PER_CONNECTION)
-        .max(endpoints.len());
+    let connections = connections(opts.concurrency, endpoints.len());
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         channels.push(endpoints[i % endpoints.len()].connect().await?);
@@ -314,6 +311,23 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
         target,
         baseline,
     })
+}
+
+/// How many connections `concurrency` workers open to `addresses` addresses: at most
+/// [`WORKERS_PER_CONNECTION`] workers on each, and the same number to every address (connection
+/// `i` goes to address `i % addresses`). Worker `w` takes connection `w % connections`, so every
+/// address gets its share of the workers, give or take one.
+fn connections(concurrency: usize, addresses: usize) -> usize {
+    concurrency
+        .div_ceil(WORKERS_PER_CONNECTION)
+        .div_ceil(addresses)
+        .max(1)
+        * addresses
+}
+
+/// The connection worker (or open-loop call) `n` uses, of [`connections`] ones.
+fn channel_for(n: usize, connections: usize) -> usize {
+    n % connections
 }
 
 fn request<T>(msg: T, token: Option<&str>) -> Request<T> {
@@ -483,7 +497,7 @@ async fn slice_run(
     let deadline = started + length;
     let mut workers = Vec::with_capacity(opts.concurrency);
     for w in 0..opts.concurrency {
-        let channel = channels[w / WORKERS_PER_CONNECTION].clone();
+        let channel = channels[channel_for(w, channels.len())].clone();
         let token = opts.token.clone();
         let queue: std::sync::Arc<str> = opts.queue.as_str().into();
         let run_id = run_id.to_string();
@@ -603,7 +617,7 @@ async fn open_loop_slice(
             };
             sent += 1;
             let due = started + Duration::from_secs_f64(n as f64 / rate);
-            let channel = channels[n as usize % channels.len()].clone();
+            let channel = channels[channel_for(n as usize, channels.len())].clone();
             let token = opts.token.clone();
             let player = format!("{run_id}-o{round}-{n}");
             let queue = queue.clone();
@@ -738,4 +752,49 @@ fn missed() -> Status {
 
 fn code_name(code: Code) -> String {
     format!("{code:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workers of a closed-loop run on each address (connection `i` goes to address
+    /// `i % addresses`); no connection carries more than its share.
+    fn workers_per_address(concurrency: usize, addresses: usize) -> Vec<usize> {
+        let connections = connections(concurrency, addresses);
+        let mut per_connection = vec![0; connections];
+        let mut per_address = vec![0; addresses];
+        for w in 0..concurrency {
+            let channel = channel_for(w, connections);
+            per_connection[channel] += 1;
+            per_address[channel % addresses] += 1;
+        }
+        assert!(
+            per_connection.iter().all(|&n| n <= WORKERS_PER_CONNECTION),
+            "{concurrency} on {addresses}: {per_connection:?}"
+        );
+        per_address
+    }
+
+    #[test]
+    fn workers_spread_over_every_address() {
+        assert_eq!(workers_per_address(32, 3), [11, 11, 10]);
+        assert_eq!(workers_per_address(64, 3), [22, 21, 21]);
+        assert_eq!(workers_per_address(1, 1), [1]);
+        assert_eq!(workers_per_address(2, 3), [1, 1, 0]);
+        for addresses in 1..=7 {
+            for concurrency in [1, 5, 16, 17, 31, 32, 33, 48, 64, 100, 257, 1000] {
+                let per_address = workers_per_address(concurrency, addresses);
+                let (min, max) = (
+                    per_address.iter().min().unwrap(),
+                    per_address.iter().max().unwrap(),
+                );
+                assert!(
+                    max - min <= 1,
+                    "{concurrency} on {addresses}: {per_address:?}"
+                );
+                assert_eq!(per_address.iter().sum::<usize>(), concurrency);
+            }
+        }
+    }
 }
