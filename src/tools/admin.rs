@@ -166,7 +166,7 @@ pub enum AdminCommand {
         to_redis: String,
         #[command(flatten)]
         redis: RedisFlags,
-        /// Records per write.
+        /// Records per write (1..=100000).
         #[arg(long, default_value_t = 5000)]
         batch: usize,
     },

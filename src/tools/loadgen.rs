@@ -123,6 +123,10 @@ impl Options {
     pub const CONCURRENCY: usize = 64;
     /// `--max-in-flight`'s default.
     pub const MAX_IN_FLIGHT: usize = 20_000;
+    /// The most `--concurrency` callers (each a task; a connection per 16).
+    const MAX_CONCURRENCY: usize = 100_000;
+    /// The most `--max-in-flight` calls (a semaphore's permits; far past any useful value).
+    const MAX_MAX_IN_FLIGHT: usize = 1_000_000;
     /// `--queue`'s default.
     pub const QUEUE: &'static str = "1v1";
 
@@ -155,7 +159,11 @@ impl Options {
                 Err(ToolError::flag(flag, rule))
             }
         };
-        rule(self.concurrency >= 1, "--concurrency", "must be at least 1")?;
+        rule(
+            (1..=Self::MAX_CONCURRENCY).contains(&self.concurrency),
+            "--concurrency",
+            "must be in 1..=100000",
+        )?;
         rule(
             (1..=100).contains(&self.rounds),
             "--rounds",
@@ -179,9 +187,9 @@ impl Options {
                  need ids prepared per caller)",
             )?;
             rule(
-                self.max_in_flight >= 1,
+                (1..=Self::MAX_MAX_IN_FLIGHT).contains(&self.max_in_flight),
                 "--max-in-flight",
-                "must be at least 1",
+                "must be in 1..=1000000",
             )?;
         }
         rule(!self.queue.is_empty(), "--queue", "must name a queue")?;
@@ -796,5 +804,32 @@ mod tests {
                 assert_eq!(per_address.iter().sum::<usize>(), concurrency);
             }
         }
+    }
+
+    #[test]
+    fn flags_past_their_bounds_are_refused_naming_the_flag() {
+        let flag = |opts: Options| match opts.validate() {
+            Err(ToolError::Flag(e)) => e.field,
+            other => panic!("{other:?}"),
+        };
+        let base = || Options::new("127.0.0.1:50051", Rpc::EnterQueue);
+        assert!(base().validate().is_ok());
+        let open = |max_in_flight| Options {
+            rate: Some(100.0),
+            max_in_flight,
+            ..base()
+        };
+        assert!(open(1_000_000).validate().is_ok());
+        assert_eq!(flag(open(0)), "--max-in-flight");
+        assert_eq!(flag(open(1_000_001)), "--max-in-flight");
+        assert_eq!(flag(open(usize::MAX)), "--max-in-flight");
+        let closed = |concurrency| Options {
+            concurrency,
+            ..base()
+        };
+        assert!(closed(100_000).validate().is_ok());
+        assert_eq!(flag(closed(0)), "--concurrency");
+        assert_eq!(flag(closed(100_001)), "--concurrency");
+        assert_eq!(flag(closed(usize::MAX)), "--concurrency");
     }
 }
