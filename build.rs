@@ -1,6 +1,6 @@
 //! Compiles `proto/` with protox (pure Rust), so no system `protoc` is needed.
-//! The encoded descriptor set is written to OUT_DIR for server reflection. Also records the
-//! commit being built.
+//! The encoded descriptor set is written to OUT_DIR for server reflection, with the list of
+//! its methods' gRPC paths for the per-method metrics. Also records the commit being built.
 
 use std::path::PathBuf;
 
@@ -13,6 +13,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir.join("matchmaker_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
+    let mut methods = String::from("&[\n");
+    for file in &fds.file {
+        for service in &file.service {
+            let name = match file.package() {
+                "" => service.name().to_string(),
+                package => format!("{package}.{}", service.name()),
+            };
+            for method in &service.method {
+                methods.push_str(&format!("    \"/{name}/{}\",\n", method.name()));
+            }
+        }
+    }
+    methods.push(']');
+    std::fs::write(out_dir.join("matchmaker_methods.rs"), methods)?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

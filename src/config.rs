@@ -305,6 +305,24 @@ pub struct Overrides {
 }
 
 impl Config {
+    /// This config with its secrets hidden, as `matchmaker config` prints it: the HS256 secret
+    /// reads `<redacted>` (empty stays empty: none is set), and the URLs that can carry
+    /// credentials (Redis, the key set, the trace collector) lose them ([`crate::store::redact`]).
+    pub fn redacted(&self) -> Config {
+        let mut config = self.clone();
+        if !config.auth.jwt_secret.is_empty() {
+            config.auth.jwt_secret = "<redacted>".into();
+        }
+        for url in [
+            &mut config.cluster.redis_url,
+            &mut config.auth.jwks_url,
+            &mut config.telemetry.otlp_endpoint,
+        ] {
+            *url = crate::store::redact(url);
+        }
+        config
+    }
+
     /// Loads defaults ← `file` ← `MATCHMAKER_*` environment ← `overrides`, then validates.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
         Self::load_with_env(file, overrides, Self::environment())

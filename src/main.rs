@@ -199,7 +199,8 @@ enum Command {
         json: bool,
     },
     /// Check the configuration as `serve` would (key files included) and print the effective
-    /// configuration (defaults ← file ← environment) as TOML.
+    /// configuration (defaults ← file ← environment) as TOML, secrets and URL credentials
+    /// hidden.
     Config {
         #[arg(long)]
         config: Option<PathBuf>,
@@ -431,7 +432,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // checks everything a start would.
             matchmaker::auth::Verifier::from_config(&config.auth)
                 .map_err(|e| anyhow::anyhow!("config: {e}"))?;
-            print!("{}", toml::to_string_pretty(&config)?);
+            print!("{}", toml::to_string_pretty(&config.redacted())?);
         }
     }
     Ok(())

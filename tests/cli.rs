@@ -99,6 +99,65 @@ fn kubernetes_service_links_do_not_stop_the_binary() {
     assert!(stdout.contains("tick_interval_ms = 40"), "{stdout}");
 }
 
+/// `config` output gets pasted into tickets and logs: the HS256 secret and the credentials in
+/// URLs do not appear in it, and the rest still does.
+#[test]
+fn config_prints_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("secrets.toml");
+    std::fs::write(
+        &file,
+        "[auth]\nenabled = true\njwt_secret = \"hs256-secret-0123456789abcdef\"\n\
+         jwks_url = \"https://keys:jwks-token@login.example.com/jwks.json\"\n\
+         [cluster]\nredis_url = \"redis://default:redis-p@ss@db.internal:6379/0\"\n\
+         [telemetry]\notlp_endpoint = \"http://otel:otlp-pass@collector:4317\"\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args(["config", "--config"])
+        .arg(&file)
+        .env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "40")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for secret in [
+        "hs256-secret",
+        "jwks-token",
+        "redis-p",
+        "ss@db",
+        "otlp-pass",
+    ] {
+        assert!(!stdout.contains(secret), "{secret} in:\n{stdout}");
+    }
+    for shown in [
+        "jwt_secret = \"<redacted>\"",
+        "redis_url = \"redis://***@db.internal:6379/0\"",
+        "jwks_url = \"https://***@login.example.com/jwks.json\"",
+        "otlp_endpoint = \"http://***@collector:4317\"",
+        "tick_interval_ms = 40",
+    ] {
+        assert!(stdout.contains(shown), "{shown} not in:\n{stdout}");
+    }
+}
+
+/// `--help` names the token's variable without printing the token it holds.
+#[test]
+fn admin_help_does_not_show_the_token() {
+    for args in [&["admin", "--help"][..], &["admin", "snapshot", "--help"]] {
+        let out = bin()
+            .args(args)
+            .env("MATCHMAKER_ADMIN_TOKEN", "admin-jwt-do-not-print")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("MATCHMAKER_ADMIN_TOKEN"), "{stdout}");
+        assert!(!stdout.contains("admin-jwt-do-not-print"), "{stdout}");
+    }
+}
+
 #[test]
 fn an_environment_variable_is_validated_like_the_file() {
     let out = bin()

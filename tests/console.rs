@@ -6,7 +6,7 @@
 //! with auth on and no token the page shows no data. A player's chart, matches and ban and a
 //! match's result are read from the durable records, so they are still shown after a restart;
 //! a cluster node that does not own the queues serves the console through its front (against
-//! a real `redis-server`).
+//! a real `redis-server`); a ban past any date and a malformed link still render.
 //!
 //! The same views also run in headless Firefox (Debian's `firefox-esr`, driven over WebDriver
 //! BiDi by `console/bidi.rs`).
@@ -718,6 +718,40 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
         summary.as_str().unwrap().contains("server restart-gs"),
         "{summary}"
     );
+    drop(server);
+}
+
+/// What the page cannot turn into a date or a page still renders: a ban until a time past any
+/// date shows the number it was given, and a link with a malformed escape (`%E0`) shows the
+/// unknown page instead of leaving the last page up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_past_any_date_and_a_malformed_link_still_render() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = common::free_addr();
+    let server = start_server(&metrics, dir.path(), "");
+    // Past the last time a JavaScript Date holds (8.64e12 s), and exact as a JSON number.
+    let until = 1_000_000_000_000_000_i64;
+    AdminServiceClient::new(server.channel().await)
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "banned-for-ages".into(),
+            until_unix: until,
+            reason: "ban for ages".into(),
+        })
+        .await
+        .expect("ban");
+    let console = format!("http://{metrics}/console/");
+    let mut browser = Browser::launch(1400, 1000);
+    browser.open(&format!("{console}#/players/banned-for-ages"));
+    assert_ban_shown(&mut browser, &format!("Banned until {until} (since "));
+    assert_ban_shown(&mut browser, "ban for ages");
+    browser.open(&format!("{console}#/players/%E0"));
+    let shown = browser.wait_for(
+        "the unknown page",
+        "(() => { const v = document.querySelector('#view');
+                  return v.dataset.view === 'unknown' ? v.textContent : null; })()",
+        PAGE_TIMEOUT,
+    );
+    assert_eq!(shown.as_str(), Some("Unknown page."));
     drop(server);
 }
 

@@ -9,8 +9,10 @@
 //! ([`CLUSTER_FRONT`]): the calls its clients made, whichever node's engine answered them.
 //!
 //! Metric handles are registered once per method (a registry lookup per call was measurable
-//! under load), and at most [`MAX_METHODS`] methods get their own labels: a client naming made-up
-//! methods cannot grow the label set; the rest count as `unknown`.
+//! under load). Only the methods this server defines get labels of their own (`proto/`'s, the
+//! health check and reflection); any other path counts as `unknown`. The layer sits in front of
+//! auth, so a path chosen by a client, signed in or not, never becomes a label: it can neither
+//! grow the label set nor take the place of a real method.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,8 +28,24 @@ use tower::{Layer, Service};
 
 use crate::telemetry as m;
 
-/// Methods that get labels of their own; further ones share `unknown`.
-pub const MAX_METHODS: usize = 128;
+/// The key and labels every path outside [`is_known`] shares.
+const UNKNOWN: &str = "/unknown/unknown";
+
+/// The paths served besides `proto/`'s own: the health check and both reflection versions.
+const OTHER_METHODS: [&str; 4] = [
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// Whether `path` names a method this server defines, and so gets labels of its own.
+fn is_known(path: &str) -> bool {
+    crate::proto::METHODS
+        .iter()
+        .chain(&OTHER_METHODS)
+        .any(|known| *known == path)
+}
 
 /// The names a layer records under.
 #[derive(Clone, Copy, Debug)]
@@ -127,21 +145,25 @@ impl RpcMetricsLayer {
         }
     }
 
-    fn method(&self, path: &str) -> Arc<Method> {
-        if let Some(known) = self
-            .methods
+    fn registered(&self, key: &str) -> Option<Arc<Method>> {
+        self.methods
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(path)
-        {
-            return known.clone();
+            .get(key)
+            .cloned()
+    }
+
+    /// The handles of `path`'s method, or the shared `unknown` ones for a path this server does
+    /// not define. The map only ever holds known methods and `unknown`.
+    fn method(&self, path: &str) -> Arc<Method> {
+        if let Some(method) = self.registered(path) {
+            return method;
+        }
+        let key = if is_known(path) { path } else { UNKNOWN };
+        if let Some(method) = self.registered(key) {
+            return method;
         }
         let mut methods = self.methods.write().unwrap_or_else(|p| p.into_inner());
-        let key = if methods.len() < MAX_METHODS && split_path(path).is_some() {
-            path
-        } else {
-            "/unknown/unknown"
-        };
         methods
             .entry(key.to_string())
             .or_insert_with(|| {
@@ -341,19 +363,47 @@ mod tests {
     }
 
     #[test]
-    fn paths_split_into_service_and_method_and_the_label_set_is_bounded() {
+    fn paths_split_into_service_and_method() {
         assert_eq!(
             split_path("/matchmaker.v1.ClientService/EnterQueue"),
             Some(("matchmaker.v1.ClientService", "EnterQueue"))
         );
         assert_eq!(split_path("/nothing"), None);
         assert_eq!(split_path("/a/b/c"), None);
+    }
+
+    #[test]
+    fn only_the_servers_own_methods_get_labels() {
         let layer = RpcMetricsLayer::default();
-        for i in 0..MAX_METHODS + 50 {
-            layer.method(&format!("/svc/Method{i}"));
+        let made_up = layer.method("/svc/Method0");
+        for i in 0..1000 {
+            let method = layer.method(&format!("/svc/Method{i}"));
+            assert!(Arc::ptr_eq(&method, &made_up), "/svc/Method{i}");
+            layer.method(&format!("/matchmaker.v1.ClientService/Made{i}"));
+            layer.method(&format!("/grpc.health.v1.Health/Made{i}"));
+        }
+        assert_eq!(
+            layer.methods.read().unwrap().keys().collect::<Vec<_>>(),
+            [UNKNOWN],
+            "every made-up path shares one entry"
+        );
+        let real = [
+            "/matchmaker.v1.ClientService/EnterQueue",
+            "/matchmaker.v1.GameServerService/ReportMatchResult",
+            "/matchmaker.v1.AdminService/SeasonReset",
+            "/grpc.health.v1.Health/Check",
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        ];
+        for path in real {
+            assert!(!Arc::ptr_eq(&layer.method(path), &made_up), "{path}");
         }
         let methods = layer.methods.read().unwrap();
-        assert_eq!(methods.len(), MAX_METHODS + 1, "the rest share one entry");
-        assert!(methods.contains_key("/unknown/unknown"));
+        assert_eq!(methods.len(), real.len() + 1);
+        assert!(real.iter().all(|path| methods.contains_key(*path)));
+        assert!(
+            crate::proto::METHODS.len() > real.len(),
+            "{:?}",
+            crate::proto::METHODS
+        );
     }
 }

@@ -202,15 +202,38 @@ impl ClusterConfig {
     }
 }
 
-/// A Redis URL with any password replaced by `***`, for messages and logs.
+/// A URL with its credentials replaced by `***`, for messages and logs: the user and password
+/// before the host, and the value of every query parameter (a Sentinel URL's
+/// `sentinel_password`).
+///
+/// The credentials end at the last `@` before the path, as URL parsers read them, so a
+/// password holding an unescaped `@` is hidden whole. An unescaped `/` in a password would
+/// end the host part for those parsers, but Sentinel URLs take everything before the last `@`
+/// as the user and password; the last `@` before the query counts, so no part of either shows.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    match rest.split_once('@') {
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = match rest.rsplit_once('@') {
         Some((_, host)) => format!("{scheme}://***@{host}"),
-        None => url.to_string(),
+        None => format!("{scheme}://{rest}"),
+    };
+    if let Some(query) = query {
+        out.push('?');
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((name, _)) => format!("{name}=***"),
+                None => param.to_string(),
+            })
+            .collect();
+        out.push_str(&params.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -338,5 +361,22 @@ mod tests {
     fn passwords_never_reach_messages() {
         assert_eq!(redact("redis://:s3cret@db:6379/0"), "redis://***@db:6379/0");
         assert_eq!(redact("redis://db:6379/0"), "redis://db:6379/0");
+        assert_eq!(
+            redact("redis://user:p@ss@db:6379/0"),
+            "redis://***@db:6379/0"
+        );
+        assert_eq!(
+            redact("rediss://:a@b@c@db.example:6380"),
+            "rediss://***@db.example:6380"
+        );
+        assert_eq!(
+            redact("redis+sentinel://:pw@a:26379,b:26379/mm/0?sentinel_password=s3cret"),
+            "redis+sentinel://***@a:26379,b:26379/mm/0?sentinel_password=***"
+        );
+        assert_eq!(
+            redact("redis+sentinel://:p/w@d@a:26379/mm"),
+            "redis+sentinel://***@a:26379/mm"
+        );
+        assert_eq!(redact("not a url"), "not a url");
     }
 }

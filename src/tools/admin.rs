@@ -27,8 +27,14 @@ pub struct AdminArgs {
     /// Server address: http://HOST:PORT (a bare HOST:PORT means http).
     #[arg(long, global = true, default_value = "http://127.0.0.1:50051")]
     pub addr: String,
-    /// A JWT sent as `authorization: Bearer <JWT>`.
-    #[arg(long, global = true, env = "MATCHMAKER_ADMIN_TOKEN")]
+    /// A JWT sent as `authorization: Bearer <JWT>`. `--help` names the variable but never
+    /// shows its value: the token is a credential.
+    #[arg(
+        long,
+        global = true,
+        env = "MATCHMAKER_ADMIN_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// Print JSON (one object; `export` prints one object per line) instead of text.
     #[arg(long, global = true)]
@@ -160,7 +166,7 @@ pub enum AdminCommand {
         to_redis: String,
         #[command(flatten)]
         redis: RedisFlags,
-        /// Records per write.
+        /// Records per write (1..=100000).
         #[arg(long, default_value_t = 5000)]
         batch: usize,
     },

@@ -123,6 +123,10 @@ impl Options {
     pub const CONCURRENCY: usize = 64;
     /// `--max-in-flight`'s default.
     pub const MAX_IN_FLIGHT: usize = 20_000;
+    /// The most `--concurrency` callers (each a task; a connection per 16).
+    const MAX_CONCURRENCY: usize = 100_000;
+    /// The most `--max-in-flight` calls (a semaphore's permits; far past any useful value).
+    const MAX_MAX_IN_FLIGHT: usize = 1_000_000;
     /// `--queue`'s default.
     pub const QUEUE: &'static str = "1v1";
 
@@ -155,7 +159,11 @@ impl Options {
                 Err(ToolError::flag(flag, rule))
             }
         };
-        rule(self.concurrency >= 1, "--concurrency", "must be at least 1")?;
+        rule(
+            (1..=Self::MAX_CONCURRENCY).contains(&self.concurrency),
+            "--concurrency",
+            "must be in 1..=100000",
+        )?;
         rule(
             (1..=100).contains(&self.rounds),
             "--rounds",
@@ -179,9 +187,9 @@ impl Options {
                  need ids prepared per caller)",
             )?;
             rule(
-                self.max_in_flight >= 1,
+                (1..=Self::MAX_MAX_IN_FLIGHT).contains(&self.max_in_flight),
                 "--max-in-flight",
-                "must be at least 1",
+                "must be in 1..=1000000",
             )?;
         }
         rule(!self.queue.is_empty(), "--queue", "must name a queue")?;
@@ -223,10 +231,7 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
                 .tcp_nodelay(true),
         );
     }
-    let connections = opts
-        .concurrency
-        .div_ceil(WORKERS_PER_CONNECTION)
-        .max(endpoints.len());
+    let connections = connections(opts.concurrency, endpoints.len());
     let mut channels = Vec::with_capacity(connections);
     for i in 0..connections {
         channels.push(endpoints[i % endpoints.len()].connect().await?);
@@ -314,6 +319,23 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
         target,
         baseline,
     })
+}
+
+/// How many connections `concurrency` workers open to `addresses` addresses: at most
+/// [`WORKERS_PER_CONNECTION`] workers on each, and the same number to every address (connection
+/// `i` goes to address `i % addresses`). Worker `w` takes connection `w % connections`, so every
+/// address gets its share of the workers, give or take one.
+fn connections(concurrency: usize, addresses: usize) -> usize {
+    concurrency
+        .div_ceil(WORKERS_PER_CONNECTION)
+        .div_ceil(addresses)
+        .max(1)
+        * addresses
+}
+
+/// The connection worker (or open-loop call) `n` uses, of [`connections`] ones.
+fn channel_for(n: usize, connections: usize) -> usize {
+    n % connections
 }
 
 fn request<T>(msg: T, token: Option<&str>) -> Request<T> {
@@ -483,7 +505,7 @@ async fn slice_run(
     let deadline = started + length;
     let mut workers = Vec::with_capacity(opts.concurrency);
     for w in 0..opts.concurrency {
-        let channel = channels[w / WORKERS_PER_CONNECTION].clone();
+        let channel = channels[channel_for(w, channels.len())].clone();
         let token = opts.token.clone();
         let queue: std::sync::Arc<str> = opts.queue.as_str().into();
         let run_id = run_id.to_string();
@@ -603,7 +625,7 @@ async fn open_loop_slice(
             };
             sent += 1;
             let due = started + Duration::from_secs_f64(n as f64 / rate);
-            let channel = channels[n as usize % channels.len()].clone();
+            let channel = channels[channel_for(n as usize, channels.len())].clone();
             let token = opts.token.clone();
             let player = format!("{run_id}-o{round}-{n}");
             let queue = queue.clone();
@@ -738,4 +760,76 @@ fn missed() -> Status {
 
 fn code_name(code: Code) -> String {
     format!("{code:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The workers of a closed-loop run on each address (connection `i` goes to address
+    /// `i % addresses`); no connection carries more than its share.
+    fn workers_per_address(concurrency: usize, addresses: usize) -> Vec<usize> {
+        let connections = connections(concurrency, addresses);
+        let mut per_connection = vec![0; connections];
+        let mut per_address = vec![0; addresses];
+        for w in 0..concurrency {
+            let channel = channel_for(w, connections);
+            per_connection[channel] += 1;
+            per_address[channel % addresses] += 1;
+        }
+        assert!(
+            per_connection.iter().all(|&n| n <= WORKERS_PER_CONNECTION),
+            "{concurrency} on {addresses}: {per_connection:?}"
+        );
+        per_address
+    }
+
+    #[test]
+    fn workers_spread_over_every_address() {
+        assert_eq!(workers_per_address(32, 3), [11, 11, 10]);
+        assert_eq!(workers_per_address(64, 3), [22, 21, 21]);
+        assert_eq!(workers_per_address(1, 1), [1]);
+        assert_eq!(workers_per_address(2, 3), [1, 1, 0]);
+        for addresses in 1..=7 {
+            for concurrency in [1, 5, 16, 17, 31, 32, 33, 48, 64, 100, 257, 1000] {
+                let per_address = workers_per_address(concurrency, addresses);
+                let (min, max) = (
+                    per_address.iter().min().unwrap(),
+                    per_address.iter().max().unwrap(),
+                );
+                assert!(
+                    max - min <= 1,
+                    "{concurrency} on {addresses}: {per_address:?}"
+                );
+                assert_eq!(per_address.iter().sum::<usize>(), concurrency);
+            }
+        }
+    }
+
+    #[test]
+    fn flags_past_their_bounds_are_refused_naming_the_flag() {
+        let flag = |opts: Options| match opts.validate() {
+            Err(ToolError::Flag(e)) => e.field,
+            other => panic!("{other:?}"),
+        };
+        let base = || Options::new("127.0.0.1:50051", Rpc::EnterQueue);
+        assert!(base().validate().is_ok());
+        let open = |max_in_flight| Options {
+            rate: Some(100.0),
+            max_in_flight,
+            ..base()
+        };
+        assert!(open(1_000_000).validate().is_ok());
+        assert_eq!(flag(open(0)), "--max-in-flight");
+        assert_eq!(flag(open(1_000_001)), "--max-in-flight");
+        assert_eq!(flag(open(usize::MAX)), "--max-in-flight");
+        let closed = |concurrency| Options {
+            concurrency,
+            ..base()
+        };
+        assert!(closed(100_000).validate().is_ok());
+        assert_eq!(flag(closed(0)), "--concurrency");
+        assert_eq!(flag(closed(100_001)), "--concurrency");
+        assert_eq!(flag(closed(usize::MAX)), "--concurrency");
+    }
 }

@@ -38,9 +38,15 @@ const LEASE: Duration = Duration::from_secs(5);
 /// The lease holder's name while a migration runs.
 const NODE_ID: &str = "migrate-store";
 
+/// The most records per write (`--batch`): each write is one Redis command of that many.
+const MAX_BATCH: usize = 100_000;
+
 /// Why a migration stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
+    /// A flag's value breaks its rule.
+    #[error(transparent)]
+    Flag(#[from] crate::rejection::FieldError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("--to-redis {url}: {detail}")]
@@ -230,6 +236,13 @@ pub async fn migrate(
     batch: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Report, MigrateError> {
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(crate::rejection::FieldError::new(
+            "--batch",
+            format!("must be in 1..={MAX_BATCH} (got {batch})"),
+        )
+        .into());
+    }
     let redis_error = |detail: String| MigrateError::Redis {
         url: redact(to),
         detail,
@@ -354,7 +367,6 @@ async fn copy_and_verify(
         expected.players, expected.parties, expected.results, expected.live_matches
     ));
     let target = RedisStore::open(to, token, options).await?;
-    let batch = batch.max(1);
 
     // Players, a batch at a time; the ones already there with the same records cost nothing.
     let before: BTreeMap<_, _> = target.load_players()?.collect::<Result<_, _>>()?;
@@ -550,4 +562,32 @@ async fn write_players(
     let n = chunk.len();
     chunk.clear();
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_batch_out_of_bounds_is_refused_before_anything_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        for batch in [0, MAX_BATCH + 1, usize::MAX] {
+            let refused = migrate(
+                &data,
+                "redis://127.0.0.1:1/0",
+                None,
+                crate::store::Keys::new("mm"),
+                batch,
+                |_| {},
+            )
+            .await
+            .unwrap_err();
+            match refused {
+                MigrateError::Flag(e) => assert_eq!(e.field, "--batch", "{e}"),
+                other => panic!("{batch}: {other}"),
+            }
+        }
+        assert!(!data.exists(), "the data dir is not opened");
+    }
 }

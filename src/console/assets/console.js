@@ -73,6 +73,13 @@ const fmt = {
   },
 };
 
+// Unix seconds as an ISO time to the second. A ban may end past any date a Date can hold
+// (BanPlayer takes any future time): that one shows as the number given.
+function isoTime(unix) {
+  const date = new Date(unix * 1000);
+  return isNaN(date.getTime()) ? String(unix) : date.toISOString().replace(/\.\d+Z$/, "Z");
+}
+
 function playerLink(id) { return h("a", { href: "#/players/" + encodeURIComponent(id) }, id); }
 function matchLink(id) { return h("a", { href: "#/matches/" + encodeURIComponent(id) }, id); }
 
@@ -367,7 +374,7 @@ async function viewPlayer(view, gen, id, queue) {
   const recent = data.recent.filter((r) => r.queue === pick).slice(0, 20);
   const ban = data.ban;
   const banText = !ban ? "Not banned."
-    : (ban.active ? "Banned " : "Was banned ") + (ban.until_unix ? "until " + new Date(ban.until_unix * 1000).toISOString().replace(".000Z", "Z") : "for good") + " (since " + new Date(ban.since_unix * 1000).toISOString().replace(/\.\d+Z$/, "Z") + "): " + ban.reason + (ban.active ? "" : " (ended)");
+    : (ban.active ? "Banned " : "Was banned ") + (ban.until_unix ? "until " + isoTime(ban.until_unix) : "for good") + " (since " + isoTime(ban.since_unix) + "): " + ban.reason + (ban.active ? "" : " (ended)");
   view.replaceChildren(playerSearch(id), h("h1", {}, "Player " + id), tabs,
     h("div", { class: "numbers", id: "player-summary", dataset: { queue: pick } },
       ...[["Rating", v.rating ? fmt.num(v.rating.display, 1) : "–"], ["95% interval", v.rating ? fmt.num(v.rating.display_low, 0) + " – " + fmt.num(v.rating.display_high, 0) : "–"],
@@ -511,7 +518,10 @@ async function route() {
   $("#login").hidden = true;
   $("#nav").hidden = false;
   $("#sign-out").hidden = !session.auth;
-  const [name, a, b] = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  // A link with a malformed escape (`#/players/%E0`) names no page: decodeURIComponent throws.
+  let parts = null;
+  try { parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent); } catch { /* no page */ }
+  const [name, a, b] = parts || ["unknown"];
   const current = name || "queues";
   for (const link of document.querySelectorAll("nav a")) link.classList.toggle("active", link.dataset.view === current);
   const view = $("#view");
