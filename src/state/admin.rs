@@ -178,19 +178,23 @@ impl State {
         }
     }
 
-    /// `rows` (records of `queue`'s periodic pool) with every pending rating period closed now
-    /// ([`crate::results::close_period_now`]), rank points moved as the queue's ranking moves
-    /// them at a close.
+    /// `rows` (records of `queue`'s pool) with every pending rating period closed at
+    /// `now_unix` ([`crate::results::close_period_now`]), rank points moved as the queue's
+    /// ranking moves them at a close; `None` when the pool is not periodic (nothing is pending).
     fn close_open_periods(
         &self,
         queue: &QueueInfo,
         rows: &[(PlayerId, PoolRecord)],
-    ) -> Result<Vec<(PlayerId, PoolRecord)>, Rejection> {
+        now_unix: f64,
+    ) -> Result<Option<Vec<(PlayerId, PoolRecord)>>, Rejection> {
         let system = &queue.config.rating;
+        if !system.is_periodic() {
+            return Ok(None);
+        }
         let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
         let mut out = rows.to_vec();
         for (p, r) in &mut out {
-            crate::results::close_period_now(system, &ranker, r).map_err(|e| {
+            crate::results::close_period_now(system, &ranker, r, now_unix).map_err(|e| {
                 Rejection::Rating {
                     player: p.clone(),
                     pool: queue.pool.clone(),
@@ -198,7 +202,7 @@ impl State {
                 }
             })?;
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn admin_entry(
@@ -320,9 +324,9 @@ impl State {
             // ratings rescaled, in this same entry. Left pending, they would be applied at the
             // period's end to the rescaled rating, against the opponents' old-scale ratings. A
             // soft reset leaves them: the scale does not change.
-            let closed = if kind == ResetKind::Hard && system.is_periodic() {
-                match self.close_open_periods(&queue, &held) {
-                    Ok(rows) => Some(rows),
+            let closed = if kind == ResetKind::Hard {
+                match self.close_open_periods(&queue, &held, unix_now()) {
+                    Ok(rows) => rows,
                     Err(rejection) => return Ok(Err(rejection)),
                 }
             } else {

@@ -191,6 +191,13 @@ fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
         reset.period, None,
         "nothing of the old season is left pending"
     );
+    // Closed before its period ended: the last game is dated by the reset, not the period's end.
+    let now = super::unix_now() as i64;
+    assert!(
+        reset.last_played_unix.is_some_and(|t| t <= now),
+        "{:?} is later than {now}",
+        reset.last_played_unix
+    );
     // Its rank points moved with it in the old season: past 1200 and first on the board, so
     // the season ends in the top tier and the new one starts from its hard-reset value.
     let top = state.config().ranking.ladder.tiers.last().unwrap().clone();
