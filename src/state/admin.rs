@@ -14,7 +14,9 @@
 //!   player's skill gets `SystemConfig::decay` for one `rating_period_seconds`. The RP recorded
 //!   as end-of-week RP is the RP *before* the cut (what the player reached that week). Note that
 //!   results also widen the deviation for inactivity since the last game, so a player idle over
-//!   a soft reset gets both.
+//!   a soft reset gets both. In a periodic Glicko pool every open rating period is closed first
+//!   (`results::close_period_now`), ended or not: the week's games are rated on the deviations
+//!   they were played with and their Δr·F is in the week's RP, then the period of growth.
 //! - Hard reset: ladder RP becomes the `hard_reset_rp` of the season rank recorded by
 //!   `EndSeason` if there is one, else of the tier held now (a tier without a value keeps its
 //!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
@@ -318,19 +320,17 @@ impl State {
             let held = self.pool_records(pool);
             let system = &queue.config.rating;
             let ranking = queue.config.ranking;
-            // A hard reset of a periodic pool first closes every open rating period: those
-            // games were played in the old season, against opponents on the old scale, so they
-            // are rated (and move rank points) before the season's ranks are taken and the
-            // ratings rescaled, in this same entry. Left pending, they would be applied at the
-            // period's end to the rescaled rating, against the opponents' old-scale ratings. A
-            // soft reset leaves them: the scale does not change.
-            let closed = if kind == ResetKind::Hard {
-                match self.close_open_periods(&queue, &held, unix_now()) {
-                    Ok(rows) => rows,
-                    Err(rejection) => return Ok(Err(rejection)),
-                }
-            } else {
-                None
+            // A reset of a periodic pool first closes every open rating period, in this same
+            // entry: those games were played in the week (and season) the reset ends, so they
+            // are rated and move rank points before the week's RP and the season's ranks are
+            // taken. A hard reset then rescales the closed ratings; left pending, the games would
+            // be applied at the period's end to the rescaled rating, against the opponents'
+            // old-scale ratings. A soft reset then grows the closed deviations by its one period;
+            // left pending, the games would be rated with that growth already in, and the
+            // period's own growth on top.
+            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+                Ok(rows) => rows,
+                Err(rejection) => return Ok(Err(rejection)),
             };
             let rows = closed.as_deref().unwrap_or(&held);
             let tiers = if ranking == RankingKind::Ladder {
