@@ -27,7 +27,9 @@
 //!   season ranks and rescale are taken from the closed records: the old season's games are
 //!   rated on the old scale.
 //! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
-//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
+//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended). In a
+//!   periodic Glicko pool every open rating period is closed first, as at a reset, and the
+//!   closed records are journaled with the ranks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -616,7 +618,8 @@ impl State {
         )
     }
 
-    /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
+    /// `EndSeason`: every player's season rank per pool, stored as history. Records are unchanged
+    /// but in periodic pools, whose open rating periods close first.
     pub fn prepare_end_season(
         &self,
         queues: &[std::sync::Arc<QueueInfo>],
@@ -636,15 +639,29 @@ impl State {
                 )));
             }
             let state = self.inner.store.season_state(pool)?;
-            let rows = self.pool_records(pool);
-            let tiers = self.tiers_now(pool, &rows, false);
-            let ranks = self.season_ranks_now(pool, state.season, &rows, &tiers)?;
+            let held = self.pool_records(pool);
+            // A periodic pool's open rating periods close first, in this same entry, as at a
+            // reset: their games were played this season, so their Δr·F counts toward the
+            // tiers the season ends in.
+            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+                Ok(rows) => rows,
+                Err(rejection) => return Ok(Err(rejection)),
+            };
+            let rows = closed.as_deref().unwrap_or(&held);
+            let tiers = self.tiers_now(pool, rows, closed.is_some());
+            let ranks = self.season_ranks_now(pool, state.season, rows, &tiers)?;
             ranked += ranks.len() as u64;
             first_state.get_or_insert(state);
+            let records = rows
+                .iter()
+                .zip(&held)
+                .filter(|((_, after), (_, before))| after != before)
+                .map(|(after, _)| after.clone())
+                .collect();
             let mut entry = Self::admin_entry(
                 format!("admin:end-season:{pool}:{}", state.season),
                 pool,
-                Vec::new(),
+                records,
             );
             entry.season = Some(SeasonWrite {
                 state,

@@ -298,3 +298,46 @@ fn a_soft_reset_closes_the_open_period_then_grows_the_deviation_once() {
     let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
     assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
 }
+
+#[test]
+fn the_end_of_a_season_closes_the_open_period_before_it_ranks() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let (a, upset) = with_an_upset_pending(&state);
+
+    let (entries, outcome) = state
+        .prepare_end_season(std::slice::from_ref(&queue))
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.players, 4);
+    let ranks = &entries[0]
+        .season
+        .as_ref()
+        .unwrap()
+        .ranks
+        .as_ref()
+        .unwrap()
+        .1;
+    let rank_a = ranks.iter().find(|r| r.player == "a").unwrap();
+    // The upset's Δr·F takes `a` past 1200, first on the board: the season ends in the top
+    // tier, not in Expert III where the rank points stood before the close.
+    let top = state.config().ranking.ladder.tiers.last().unwrap();
+    assert_eq!(rank_a.tier, top.name);
+    assert!(rank_a.rank_points >= 1200, "{rank_a:?}");
+
+    // The closed record goes into the same entry as the ranks, and only it.
+    let closed = system.rate_period(&a.skill, &upset, 0.0).unwrap();
+    let after = record_of(&entries[0], "a").unwrap();
+    assert_eq!((after.skill, after.period), (closed, None));
+    assert_eq!(after.rank_points, rank_a.rank_points);
+    assert_eq!(entries[0].records.len(), 1);
+
+    for entry in &entries {
+        state.apply_admin(entry);
+    }
+    let open = crate::results::period_index(system, super::unix_now());
+    let later = (open + 2) as f64 * system.rating_period_seconds();
+    let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
+    assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
+}
