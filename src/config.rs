@@ -413,6 +413,23 @@ impl Config {
         })
     }
 
+    /// What a valid config should still tell the operator, one line each, logged at start: a
+    /// queue whose ranking lags its rating system ([`crate::ranking::lag_warning`]).
+    #[must_use]
+    pub fn warnings(&self) -> Vec<String> {
+        self.queues
+            .iter()
+            .filter_map(|(name, q)| {
+                crate::ranking::lag_warning(
+                    name,
+                    q.ranking,
+                    q.rating.is_periodic(),
+                    q.rating.rating_period_seconds() / 86_400.0,
+                )
+            })
+            .collect()
+    }
+
     /// Every rule a config must satisfy; the error names the key and the rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
@@ -713,6 +730,21 @@ pub fn settle_queues(queues: &mut BTreeMap<String, QueueConfig>) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inversus_on_a_periodic_pool_loads_with_a_warning_naming_the_queue() {
+        assert_eq!(
+            Config::from_toml_str("").unwrap().warnings(),
+            Vec::<String>::new()
+        );
+        let c = Config::from_toml_str(
+            "[queues.1v1.rating]\nsystem = \"glicko2\"\nmode = \"periodic\"\n",
+        )
+        .unwrap();
+        let warnings = c.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("queues.1v1: ranking = \"inversus\""));
+    }
 
     #[test]
     fn defaults_load_and_name_the_four_queues() {

@@ -432,6 +432,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // checks everything a start would.
             matchmaker::auth::Verifier::from_config(&config.auth)
                 .map_err(|e| anyhow::anyhow!("config: {e}"))?;
+            // What `serve` would log as warnings, on stderr: stdout is the config.
+            for warning in config.warnings() {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", toml::to_string_pretty(&config.redacted())?);
         }
     }

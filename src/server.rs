@@ -252,6 +252,9 @@ async fn serve(
         verifier,
         store,
     } = prepared;
+    for warning in config.warnings() {
+        warn!("{warning}");
+    }
     let config = Arc::new(config);
     // `signal` asks the server to stop; `shutdown` stops it, after the drain time during which
     // health says NOT_SERVING (so load balancers and orchestrators route elsewhere) while every

@@ -130,9 +130,57 @@ pub fn round_rank_points(value: f64, low: RankPoints, high: RankPoints) -> RankP
     whole
 }
 
+/// What the operator should hear about queue `queue` ranking with `ranking` on a pool that is
+/// `periodic` (classic Glicko rating periods of `period_days`), or `None` when they fit.
+///
+/// INVERSUS on a periodic pool works but lags: each match moves rank points toward the skill as
+/// it then is (up on a win, down on a loss), and a periodic pool moves the skill only when the
+/// period closes, so rank points chase a skill up to a period old. It is a warning, not a
+/// refusal: a server already running the combination keeps starting with its players' rank
+/// points, and the message names the keys that remove the lag. The ladder has no lag (the
+/// close applies the period's Δr·F), and `none` shows nothing.
+#[must_use]
+pub fn lag_warning(
+    queue: &str,
+    ranking: RankingKind,
+    periodic: bool,
+    period_days: f64,
+) -> Option<String> {
+    (ranking == RankingKind::Inversus && periodic).then(|| {
+        format!(
+            "queues.{queue}: ranking = \"inversus\" with rating.mode = \"periodic\": INVERSUS \
+             moves rank points after each match toward the skill, which this pool moves only when \
+             a rating period ({period_days} days) closes, so rank points lag the skill by up to a \
+             period; for rank points that follow every match set queues.{queue}.rating.mode = \
+             \"streaming\", or queues.{queue}.ranking = \"ladder\" (docs/ratings.md, 7.1)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inversus_on_a_periodic_pool_is_a_warning_naming_the_queue_and_keys() {
+        let w = lag_warning("duel", RankingKind::Inversus, true, 14.0).unwrap();
+        for part in [
+            "queues.duel:",
+            "ranking = \"inversus\"",
+            "rating.mode = \"periodic\"",
+            "(14 days)",
+            "queues.duel.rating.mode = \"streaming\"",
+            "queues.duel.ranking = \"ladder\"",
+        ] {
+            assert!(w.contains(part), "{part:?} missing from {w}");
+        }
+        assert_eq!(
+            lag_warning("duel", RankingKind::Inversus, false, 14.0),
+            None
+        );
+        assert_eq!(lag_warning("duel", RankingKind::Ladder, true, 7.0), None);
+        assert_eq!(lag_warning("duel", RankingKind::None, true, 7.0), None);
+    }
 
     #[test]
     fn outcome_from_placements_is_the_net_pairwise_result() {

@@ -44,14 +44,23 @@ pub fn close_period(
     Ok(true)
 }
 
-/// Closes `record`'s pending rating period now, whether or not it has ended: what a season's
-/// hard reset does before it rescales, so the games of the old season are rated against the
-/// opponents as they were then and count toward the old season's rank points. Otherwise as
-/// [`close_period`]; the next results start a new pending period.
+/// Closes `record`'s pending rating period at `now_unix`, whether or not it has ended: what a
+/// season reset does first, so the games of the period are rated against the opponents as they
+/// were then, on the deviation they were played with, and count toward the week's and the
+/// season's rank points before a soft reset grows deviations or a hard reset rescales.
+/// Otherwise as [`close_period`], except that `last_played_unix` is the period's end or
+/// `now_unix`, whichever is earlier: never a time still to come, so idle time after an early
+/// close counts from the close. The next results start a new pending period.
 pub fn close_period_now(
     system: &SystemConfig,
     ranker: &dyn Ranker,
     record: &mut PoolRecord,
+    now_unix: f64,
 ) -> Result<bool, RatingError> {
-    close_period(system, ranker, record, u64::MAX)
+    if !close_period(system, ranker, record, u64::MAX)? {
+        return Ok(false);
+    }
+    let now = now_unix.floor() as i64;
+    record.last_played_unix = record.last_played_unix.map(|end| end.min(now));
+    Ok(true)
 }

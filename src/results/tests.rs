@@ -643,3 +643,47 @@ fn a_periodic_ladder_moves_rank_points_by_the_period_rating_change_at_the_close(
     assert!(close_period(&system, &ranker, &mut floored, 11).unwrap());
     assert_eq!(floored.rank_points, 600);
 }
+
+/// A period closed before its end (a season command's close) dates the player's last game no
+/// later than the close itself; a period that has ended dates it at the period's end, as the
+/// regular close does.
+#[test]
+fn closing_a_period_early_never_dates_the_last_game_in_the_future() {
+    let system = SystemConfig::Glicko2(glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        inactivity_granularity_seconds: 0.0,
+        ..glicko2::Config::default()
+    });
+    let period = system.rating_period_seconds();
+    let win = crate::rating::teams::PeriodResult {
+        opponent: record(1500.0, 200.0).skill,
+        score: 1.0,
+        weight: 1.0,
+    };
+    let pending_in = |index: u64| PoolRecord {
+        last_played_unix: Some((index as f64 * period) as i64),
+        period: Some(Box::new(crate::records::PendingPeriod {
+            index,
+            results: vec![win],
+        })),
+        ..record(1500.0, 200.0)
+    };
+    let expected = system
+        .rate_period(&record(1500.0, 200.0).skill, &[win], 0.0)
+        .unwrap();
+
+    // A day into period 10.
+    let now = 10.0 * period + 86_400.5;
+    let mut open = pending_in(10);
+    assert!(close_period_now(&system, &NoRanking, &mut open, now).unwrap());
+    assert_eq!((open.skill, open.period.as_deref()), (expected, None));
+    assert_eq!(open.last_played_unix, Some(now.floor() as i64));
+
+    let mut ended = pending_in(9);
+    assert!(close_period_now(&system, &NoRanking, &mut ended, now).unwrap());
+    assert_eq!(ended.last_played_unix, Some((10.0 * period) as i64));
+
+    let mut idle = record(1500.0, 200.0);
+    assert!(!close_period_now(&system, &NoRanking, &mut idle, now).unwrap());
+    assert_eq!(idle, record(1500.0, 200.0));
+}

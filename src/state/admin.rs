@@ -14,7 +14,9 @@
 //!   player's skill gets `SystemConfig::decay` for one `rating_period_seconds`. The RP recorded
 //!   as end-of-week RP is the RP *before* the cut (what the player reached that week). Note that
 //!   results also widen the deviation for inactivity since the last game, so a player idle over
-//!   a soft reset gets both.
+//!   a soft reset gets both. In a periodic Glicko pool every open rating period is closed first
+//!   (`results::close_period_now`), ended or not: the week's games are rated on the deviations
+//!   they were played with and their Δr·F is in the week's RP, then the period of growth.
 //! - Hard reset: ladder RP becomes the `hard_reset_rp` of the season rank recorded by
 //!   `EndSeason` if there is one, else of the tier held now (a tier without a value keeps its
 //!   RP), with the floor that RP earns and no streak; INVERSUS RP restarts at 0 (its start value).
@@ -25,7 +27,9 @@
 //!   season ranks and rescale are taken from the closed records: the old season's games are
 //!   rated on the old scale.
 //! - End of season: every ladder player's tier; "Master and above" are the tiers with a soft
-//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended).
+//!   cap, placed by the mean of their end-of-week RP (their current RP if no week ended). In a
+//!   periodic Glicko pool every open rating period is closed first, as at a reset, and the
+//!   closed records are journaled with the ranks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -178,19 +182,23 @@ impl State {
         }
     }
 
-    /// `rows` (records of `queue`'s periodic pool) with every pending rating period closed now
-    /// ([`crate::results::close_period_now`]), rank points moved as the queue's ranking moves
-    /// them at a close.
+    /// `rows` (records of `queue`'s pool) with every pending rating period closed at
+    /// `now_unix` ([`crate::results::close_period_now`]), rank points moved as the queue's
+    /// ranking moves them at a close; `None` when the pool is not periodic (nothing is pending).
     fn close_open_periods(
         &self,
         queue: &QueueInfo,
         rows: &[(PlayerId, PoolRecord)],
-    ) -> Result<Vec<(PlayerId, PoolRecord)>, Rejection> {
+        now_unix: f64,
+    ) -> Result<Option<Vec<(PlayerId, PoolRecord)>>, Rejection> {
         let system = &queue.config.rating;
+        if !system.is_periodic() {
+            return Ok(None);
+        }
         let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
         let mut out = rows.to_vec();
         for (p, r) in &mut out {
-            crate::results::close_period_now(system, &ranker, r).map_err(|e| {
+            crate::results::close_period_now(system, &ranker, r, now_unix).map_err(|e| {
                 Rejection::Rating {
                     player: p.clone(),
                     pool: queue.pool.clone(),
@@ -198,7 +206,7 @@ impl State {
                 }
             })?;
         }
-        Ok(out)
+        Ok(Some(out))
     }
 
     fn admin_entry(
@@ -314,19 +322,17 @@ impl State {
             let held = self.pool_records(pool);
             let system = &queue.config.rating;
             let ranking = queue.config.ranking;
-            // A hard reset of a periodic pool first closes every open rating period: those
-            // games were played in the old season, against opponents on the old scale, so they
-            // are rated (and move rank points) before the season's ranks are taken and the
-            // ratings rescaled, in this same entry. Left pending, they would be applied at the
-            // period's end to the rescaled rating, against the opponents' old-scale ratings. A
-            // soft reset leaves them: the scale does not change.
-            let closed = if kind == ResetKind::Hard && system.is_periodic() {
-                match self.close_open_periods(&queue, &held) {
-                    Ok(rows) => Some(rows),
-                    Err(rejection) => return Ok(Err(rejection)),
-                }
-            } else {
-                None
+            // A reset of a periodic pool first closes every open rating period, in this same
+            // entry: those games were played in the week (and season) the reset ends, so they
+            // are rated and move rank points before the week's RP and the season's ranks are
+            // taken. A hard reset then rescales the closed ratings; left pending, the games would
+            // be applied at the period's end to the rescaled rating, against the opponents'
+            // old-scale ratings. A soft reset then grows the closed deviations by its one period;
+            // left pending, the games would be rated with that growth already in, and the
+            // period's own growth on top.
+            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+                Ok(rows) => rows,
+                Err(rejection) => return Ok(Err(rejection)),
             };
             let rows = closed.as_deref().unwrap_or(&held);
             let tiers = if ranking == RankingKind::Ladder {
@@ -612,7 +618,8 @@ impl State {
         )
     }
 
-    /// `EndSeason`: every player's season rank per pool, stored as history (records unchanged).
+    /// `EndSeason`: every player's season rank per pool, stored as history. Records are unchanged
+    /// but in periodic pools, whose open rating periods close first.
     pub fn prepare_end_season(
         &self,
         queues: &[std::sync::Arc<QueueInfo>],
@@ -632,15 +639,29 @@ impl State {
                 )));
             }
             let state = self.inner.store.season_state(pool)?;
-            let rows = self.pool_records(pool);
-            let tiers = self.tiers_now(pool, &rows, false);
-            let ranks = self.season_ranks_now(pool, state.season, &rows, &tiers)?;
+            let held = self.pool_records(pool);
+            // A periodic pool's open rating periods close first, in this same entry, as at a
+            // reset: their games were played this season, so their Δr·F counts toward the
+            // tiers the season ends in.
+            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+                Ok(rows) => rows,
+                Err(rejection) => return Ok(Err(rejection)),
+            };
+            let rows = closed.as_deref().unwrap_or(&held);
+            let tiers = self.tiers_now(pool, rows, closed.is_some());
+            let ranks = self.season_ranks_now(pool, state.season, rows, &tiers)?;
             ranked += ranks.len() as u64;
             first_state.get_or_insert(state);
+            let records = rows
+                .iter()
+                .zip(&held)
+                .filter(|((_, after), (_, before))| after != before)
+                .map(|(after, _)| after.clone())
+                .collect();
             let mut entry = Self::admin_entry(
                 format!("admin:end-season:{pool}:{}", state.season),
                 pool,
-                Vec::new(),
+                records,
             );
             entry.season = Some(SeasonWrite {
                 state,

@@ -191,6 +191,13 @@ fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
         reset.period, None,
         "nothing of the old season is left pending"
     );
+    // Closed before its period ended: the last game is dated by the reset, not the period's end.
+    let now = super::unix_now() as i64;
+    assert!(
+        reset.last_played_unix.is_some_and(|t| t <= now),
+        "{:?} is later than {now}",
+        reset.last_played_unix
+    );
     // Its rank points moved with it in the old season: past 1200 and first on the board, so
     // the season ends in the top tier and the new one starts from its hard-reset value.
     let top = state.config().ranking.ladder.tiers.last().unwrap().clone();
@@ -201,6 +208,135 @@ fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
     for entry in &entries {
         state.apply_admin(entry);
     }
+    let later = (open + 2) as f64 * system.rating_period_seconds();
+    let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
+    assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
+}
+
+/// `state` with `rows` in the 1v1 pool: `a` at 1400 (deviation 150, 1195 RP, 5 short of
+/// Master) with an upset win over an 1800 player pending in the open period, and three players
+/// with nothing pending.
+fn with_an_upset_pending(state: &State) -> (PoolRecord, Vec<crate::rating::teams::PeriodResult>) {
+    let queue = state.queue("queue", "1v1").unwrap();
+    let open = crate::results::period_index(&queue.config.rating, super::unix_now());
+    let upset = vec![result(glicko(1800.0, 60.0), 1.0)];
+    let a = pending(state, &queue, 1400.0, 1195, open, upset.clone());
+    let mut rows = vec![(PlayerId::new("a"), a.clone())];
+    for (id, mean) in [("b", 1800.0), ("c", 1600.0), ("d", 1300.0)] {
+        rows.push((
+            PlayerId::new(id),
+            pending(state, &queue, mean, 700, 0, vec![]),
+        ));
+    }
+    state.apply_admin(&State::admin_entry("test:setup".into(), "1v1", rows));
+    (a, upset)
+}
+
+fn record_of(entry: &JournalEntry, id: &str) -> Option<PoolRecord> {
+    entry
+        .records
+        .iter()
+        .find(|(p, _)| p.as_str() == id)
+        .map(|(_, r)| r.clone())
+}
+
+#[test]
+fn a_soft_reset_closes_the_open_period_then_grows_the_deviation_once() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let period = system.rating_period_seconds();
+    let (a, upset) = with_an_upset_pending(&state);
+
+    let (entries, _) = state
+        .prepare_season_reset(ResetKind::Soft, std::slice::from_ref(&queue))
+        .unwrap()
+        .unwrap();
+    let after = record_of(&entries[0], "a").unwrap();
+    // The upset is rated with the deviation the games were played on, then the week's one
+    // period of growth: not the growth first and the period's own on top.
+    let closed = system.rate_period(&a.skill, &upset, 0.0).unwrap();
+    assert_eq!(after.skill, system.decay(&closed, period).unwrap());
+    assert_eq!(after.period, None, "nothing of the week is left pending");
+    let now = super::unix_now() as i64;
+    assert!(after.last_played_unix.is_some_and(|t| t <= now));
+
+    // The week's RP holds the period's Δr·F: past 1200, so Master, below its 1300 cap.
+    let ladder = &state.config().ranking.ladder;
+    let moved = crate::ranking::ladder::rating_change(
+        ladder,
+        &LadderState {
+            rp: 1195,
+            floor_rp: a.ladder_floor,
+            win_streak: 0,
+        },
+        closed.mean - a.skill.mean,
+    );
+    assert!((1200..=1300).contains(&moved.state.rp), "{moved:?}");
+    assert_eq!(after.rank_points, moved.state.rp);
+    let (_, _, week) = entries[0]
+        .season
+        .as_ref()
+        .and_then(|s| s.week_rp.clone())
+        .unwrap();
+    let week_a = week.iter().find(|(p, _)| p.as_str() == "a").unwrap().1;
+    assert_eq!(week_a, moved.state.rp);
+
+    // A player with nothing pending grows by the one period, as before.
+    let d = record_of(&entries[0], "d").unwrap();
+    assert_eq!(
+        d.skill,
+        system.decay(&glicko(1300.0, 150.0), period).unwrap()
+    );
+
+    // Applied, a later close has nothing left to add.
+    for entry in &entries {
+        state.apply_admin(entry);
+    }
+    let open = crate::results::period_index(system, super::unix_now());
+    let later = (open + 2) as f64 * period;
+    let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
+    assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
+}
+
+#[test]
+fn the_end_of_a_season_closes_the_open_period_before_it_ranks() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let system = &queue.config.rating;
+    let (a, upset) = with_an_upset_pending(&state);
+
+    let (entries, outcome) = state
+        .prepare_end_season(std::slice::from_ref(&queue))
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.players, 4);
+    let ranks = &entries[0]
+        .season
+        .as_ref()
+        .unwrap()
+        .ranks
+        .as_ref()
+        .unwrap()
+        .1;
+    let rank_a = ranks.iter().find(|r| r.player == "a").unwrap();
+    // The upset's Δr·F takes `a` past 1200, first on the board: the season ends in the top
+    // tier, not in Expert III where the rank points stood before the close.
+    let top = state.config().ranking.ladder.tiers.last().unwrap();
+    assert_eq!(rank_a.tier, top.name);
+    assert!(rank_a.rank_points >= 1200, "{rank_a:?}");
+
+    // The closed record goes into the same entry as the ranks, and only it.
+    let closed = system.rate_period(&a.skill, &upset, 0.0).unwrap();
+    let after = record_of(&entries[0], "a").unwrap();
+    assert_eq!((after.skill, after.period), (closed, None));
+    assert_eq!(after.rank_points, rank_a.rank_points);
+    assert_eq!(entries[0].records.len(), 1);
+
+    for entry in &entries {
+        state.apply_admin(entry);
+    }
+    let open = crate::results::period_index(system, super::unix_now());
     let later = (open + 2) as f64 * system.rating_period_seconds();
     let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
     assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
