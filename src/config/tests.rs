@@ -1,0 +1,259 @@
+use super::*;
+
+#[test]
+fn inversus_on_a_periodic_pool_loads_with_a_warning_naming_the_queue() {
+    assert_eq!(
+        Config::from_toml_str("").unwrap().warnings(),
+        Vec::<String>::new()
+    );
+    let c =
+        Config::from_toml_str("[queues.1v1.rating]\nsystem = \"glicko2\"\nmode = \"periodic\"\n")
+            .unwrap();
+    let warnings = c.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("queues.1v1: ranking = \"inversus\""));
+}
+
+#[test]
+fn defaults_load_and_name_the_four_queues() {
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(
+        c.queues.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["1v1", "2v2", "5v5", "ffa8"]
+    );
+    assert_eq!(
+        c.ranking,
+        RankingConfig::default(),
+        "config/default.toml's [ranking] spells out the code's defaults"
+    );
+    assert_eq!(c.queues["1v1"].rating.name(), "glicko2");
+    assert_eq!(c.queues["2v2"].rating.name(), "glicko2");
+    assert_eq!(c.queues["5v5"].rating.name(), "weng-lin-bt");
+    assert_eq!(c.queues["ffa8"].rating.name(), "weng-lin-pl");
+    assert_eq!(c.queues["1v1"].ranking, RankingKind::Inversus);
+    assert_eq!(c.queues["5v5"].ranking, RankingKind::Ladder);
+    assert_eq!(
+        c.queues["ffa8"].shape(),
+        Shape {
+            teams: 8,
+            team_size: 1
+        }
+    );
+    assert_eq!(c.addr().to_string(), "127.0.0.1:50051");
+    assert_eq!(c.metrics_addr().unwrap().to_string(), "127.0.0.1:9090");
+    assert!(c.server.tick_interval_ms <= 1000);
+    assert!(!c.auth.enabled);
+}
+
+#[test]
+fn a_user_file_with_only_auth_merges_over_the_defaults() {
+    let c =
+        Config::from_toml_str("[auth]\nenabled = true\njwt_secret = \"0123456789abcdef0123\"\n")
+            .unwrap();
+    assert!(c.auth.enabled);
+    assert_eq!(c.queues.len(), 4);
+}
+
+fn rule_of(user: &str) -> String {
+    Config::from_toml_str(user).unwrap_err().to_string()
+}
+
+#[test]
+fn queue_rules_reach_the_matcher_config() {
+    let c = Config::from_toml_str(
+        "[[queues.5v5.rules]]\nkind = \"equal\"\nattribute = \"mode\"\n\
+         [[queues.5v5.rules]]\nkind = \"avoid\"\n",
+    )
+    .unwrap();
+    let rules = &c.queues["5v5"].matching.rules;
+    assert_eq!(rules.len(), 2);
+    assert_eq!(rules[0].attribute, "mode");
+    assert!(c.queues["1v1"].matching.rules.is_empty());
+    // The rules live beside `[queues.NAME.matching]`, never inside it.
+    assert!(
+        Config::from_toml_str(
+            "[[queues.5v5.matching.rules]]\nkind = \"equal\"\nattribute = \"m\"\n"
+        )
+        .is_err()
+    );
+}
+
+#[test]
+fn a_nested_rule_names_the_whole_key_path() {
+    let field = |user: &str| match Config::from_toml_str(user).unwrap_err() {
+        ConfigError::Invalid(e) => e.field,
+        other => panic!("not a rule: {other}"),
+    };
+    assert_eq!(
+        field("[queues.1v1.rating]\nsystem = \"glicko2\"\ntau = -1.0\n"),
+        "queues.1v1.rating.tau"
+    );
+    assert_eq!(
+        field("[queues.1v1.matching]\nwindow = 0.0\n"),
+        "queues.1v1.matching.window"
+    );
+    assert_eq!(
+        field("[queues.5v5.backfill]\ntimeout_seconds = 0.0\n"),
+        "queues.5v5.backfill.timeout_seconds"
+    );
+    assert_eq!(
+        field("[[queues.5v5.rules]]\nkind = \"equal\"\nattribute = \"\"\n"),
+        "queues.5v5.rules[0].attribute"
+    );
+    assert_eq!(
+        field(
+            "[[queues.5v5.rules]]\nkind = \"avoid\"\n[[queues.5v5.rules]]\n\
+             kind = \"difference\"\nattribute = \"level\"\n"
+        ),
+        "queues.5v5.rules[1].max"
+    );
+    assert_eq!(
+        field("[auth]\nenabled = true\njwt_secret = \"short\"\n"),
+        "auth.jwt_secret"
+    );
+    assert_eq!(
+        field("[rate_limit]\nburst_seconds = 0.0\n"),
+        "rate_limit.burst_seconds"
+    );
+}
+
+#[test]
+fn bad_values_name_the_key_and_the_rule() {
+    let e = rule_of("[queues.1v1]\ntick_interval_ms = 0\n");
+    assert!(e.contains("queues.1v1.tick_interval_ms"), "{e}");
+    let e = rule_of("[server]\ntick_interval_ms = 0\n");
+    assert!(
+        e.contains("server.tick_interval_ms") && e.contains("1..=1000"),
+        "{e}"
+    );
+    let e = rule_of("[server]\naddr = \"nonsense\"\n");
+    assert!(e.contains("server.addr") && e.contains("HOST:PORT"), "{e}");
+    let e = rule_of("[server]\naddr = \"0.0.0.0:50051\"\n");
+    assert!(e.contains("allow_insecure"), "{e}");
+    let e = rule_of("[queues.1v1]\nmax_party_size = 3\n");
+    assert!(e.contains("queues.1v1.max_party_size"), "{e}");
+    let e =
+        rule_of("[queues.x]\nteams = 1\nteam_size = 1\nmax_party_size = 1\nranking = \"none\"\n");
+    assert!(e.contains("queues.x.teams"), "{e}");
+    let e = rule_of("[auth]\nenabled = true\n");
+    assert!(e.contains("auth.jwt_secret"), "{e}");
+}
+
+#[test]
+fn rate_limits_must_be_finite_non_negative_and_hold_one_request() {
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(c.rate_limit.player, 20.0);
+    assert_eq!(c.rate_limit.anonymous, 0.0);
+    let e = rule_of("[rate_limit]\nplayer = -1.0\n");
+    assert!(e.contains("rate_limit.player") && e.contains(">= 0"), "{e}");
+    let e = rule_of("[rate_limit]\nanonymous = inf\n");
+    assert!(
+        e.contains("rate_limit.anonymous") && e.contains("finite"),
+        "{e}"
+    );
+    let e = rule_of("[rate_limit]\nburst_seconds = 0.0\n");
+    assert!(e.contains("rate_limit.burst_seconds"), "{e}");
+    let e = rule_of("[rate_limit]\nserver = 0.4\nburst_seconds = 2.0\n");
+    assert!(
+        e.contains("rate_limit.server") && e.contains("1 request"),
+        "{e}"
+    );
+    let e = rule_of("[rate_limit]\nplayer = 5\nburst_seconds = 1\nplyer = 3\n");
+    assert!(e.contains("plyer"), "{e}");
+    Config::from_toml_str("[rate_limit]\nplayer = 0.0\nanonymous = 5.0\nburst_seconds = 0.2\n")
+        .expect("0 = unlimited needs no bucket; 5/s × 0.2 s holds one request");
+}
+
+#[test]
+fn wrong_types_and_unknown_keys_name_the_key() {
+    let e = rule_of("[server]\ntick_interval_ms = \"fast\"\n");
+    assert!(e.contains("tick_interval_ms"), "{e}");
+    let e = rule_of("[server]\ntick_intervl_ms = 5\n");
+    assert!(e.contains("tick_intervl_ms"), "{e}");
+    let e = rule_of("[queues.1v1.rating]\nsystem = \"chess\"\n");
+    assert!(e.contains("chess"), "{e}");
+}
+
+#[test]
+fn non_loopback_is_allowed_with_allow_insecure() {
+    let c =
+        Config::from_toml_str("[server]\naddr = \"0.0.0.0:1\"\n[auth]\nallow_insecure = true\n")
+            .unwrap();
+    assert_eq!(c.addr().port(), 1);
+}
+
+#[test]
+fn the_environment_sections_are_the_config_sections() {
+    let c = Config::from_toml_str("").unwrap();
+    let value = toml::Value::try_from(&c).unwrap();
+    let mut keys: Vec<&str> = value
+        .as_table()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut sections = SECTIONS.to_vec();
+    sections.sort_unstable();
+    assert_eq!(keys, sections);
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type.
+fn service_link_variables_are_not_config_but_section_variables_are() {
+    figment::Jail::expect_with(|jail| {
+        // What Kubernetes injects for a Service named `matchmaker`, and the binary's flags.
+        jail.set_env("MATCHMAKER_PORT", "tcp://10.0.0.1:50051");
+        jail.set_env("MATCHMAKER_PORT_50051_TCP", "tcp://10.0.0.1:50051");
+        jail.set_env("MATCHMAKER_PORT_50051_TCP_ADDR", "10.0.0.1");
+        jail.set_env("MATCHMAKER_SERVICE_HOST", "10.0.0.1");
+        jail.set_env("MATCHMAKER_SERVICE_PORT_GRPC", "50051");
+        jail.set_env("MATCHMAKER_LOG_JSON", "true");
+        jail.set_env("MATCHMAKER_ADMIN_TOKEN", "x");
+        jail.set_env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "50");
+        jail.set_env("MATCHMAKER_RATE_LIMIT__PLAYER", "7");
+        let c = Config::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+        assert_eq!(c.server.tick_interval_ms, 50);
+        assert_eq!(c.rate_limit.player, 7.0);
+        // A typo inside a known section is still refused, naming the key.
+        jail.set_env("MATCHMAKER_SERVER__TICK_INTERVL_MS", "50");
+        let e = Config::load(None, &Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tick_intervl_ms"), "{e}");
+        Ok(())
+    });
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type.
+fn environment_overrides_file_and_flags_override_environment() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file("user.toml", "[server]\ntick_interval_ms = 100\n")?;
+        jail.set_env("MATCHMAKER_SERVER__TICK_INTERVAL_MS", "50");
+        jail.set_env("MATCHMAKER_SERVER__ADDR", "127.0.0.1:7000");
+        let overrides = Overrides {
+            addr: Some("127.0.0.1:7001".into()),
+            ..Overrides::default()
+        };
+        let c =
+            Config::load(Some(Path::new("user.toml")), &overrides).map_err(|e| e.to_string())?;
+        assert_eq!(c.server.tick_interval_ms, 50);
+        assert_eq!(c.server.addr, "127.0.0.1:7001");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_config_file_is_an_error() {
+    let e = Config::load(
+        Some(Path::new("/nonexistent/x.toml")),
+        &Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--config") && e.contains("does not exist"),
+        "{e}"
+    );
+}
