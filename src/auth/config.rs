@@ -131,7 +131,7 @@ impl AuthConfig {
                 format!(
                     "must be an https URL, or http on a loopback address (got {:?}): whoever \
                      answers a plain fetch could sign tokens",
-                    self.jwks_url
+                    crate::store::redact(&self.jwks_url)
                 ),
             ));
         }

@@ -33,12 +33,31 @@ pub struct ResultsBench {
     pub ratio_vs_raw_flush: f64,
 }
 
+/// The most results one run reports (two players each, all held in memory).
+const MAX_RESULTS: usize = 10_000_000;
+/// The most concurrent reporters.
+const MAX_CONCURRENCY: usize = 100_000;
+
 /// Runs the benchmark in a fresh directory under `scratch` (removed afterwards).
 pub async fn run(
     results: usize,
     concurrency: usize,
     scratch: PathBuf,
 ) -> Result<ResultsBench, ToolError> {
+    if !(1..=MAX_RESULTS).contains(&results) {
+        return Err(crate::rejection::FieldError::new(
+            "--results",
+            format!("must be in 1..={MAX_RESULTS} (got {results})"),
+        )
+        .into());
+    }
+    if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+        return Err(crate::rejection::FieldError::new(
+            "--concurrency",
+            format!("must be in 1..={MAX_CONCURRENCY} (got {concurrency})"),
+        )
+        .into());
+    }
     let dir = scratch.join(format!("matchmaker-bench-{}", crate::ids::new_id("r")));
     let raw = crate::store::single_write_flush_rate(&dir.join("raw"), results.min(2000)).await?;
     let served = serve_and_report(&dir.join("server"), results, concurrency).await;
