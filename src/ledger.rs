@@ -251,7 +251,13 @@ impl Ledger {
             let state = this.state.clone();
             let started = std::time::Instant::now();
             let (n, bytes) = tokio::task::spawn_blocking(move || {
-                state.snapshot(horizon).map(|n| (n, state.store_bytes()))
+                let n = state.snapshot(horizon)?;
+                // Marks of matches that ended without a result go with the snapshot, so that
+                // a long-running server's store does not keep one for every such match.
+                if let Err(e) = state.compact_stored_matches() {
+                    tracing::warn!(error = %e, "could not compact the stored live matches");
+                }
+                Ok::<_, StoreError>((n, state.store_bytes()))
             })
             .await
             .map_err(StoreError::Task)??;

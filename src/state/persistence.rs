@@ -99,6 +99,9 @@ impl State {
         if ended.is_empty() && dropped.is_empty() {
             return;
         }
+        if !ended.is_empty() {
+            segments.mark_ended();
+        }
         if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
             tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
             crate::telemetry::store_error("end_match");
@@ -131,6 +134,53 @@ impl State {
             dropped.extend(emptied);
         }
         (written, dropped)
+    }
+
+    /// Rewrites every stored live match into fresh segments, and drops every older segment
+    /// and every ended mark with them, in one store batch: when matches ended without a result
+    /// since the last time, whose marks would otherwise stay in the store (and in every standby
+    /// copy) until the next start. Holds the segments lock throughout, so no match write comes
+    /// in between. Returns the matches written (0 when there was nothing to drop).
+    pub fn compact_stored_matches(&self) -> Result<usize, StoreError> {
+        let mut segments = self.lock_segments();
+        if segments.marked() == 0 {
+            return Ok(0);
+        }
+        let live: Vec<Arc<MatchSlot>> = self
+            .inner
+            .matches
+            .iter()
+            .map(|e| e.value().clone())
+            .filter(|m| {
+                let at = m.segment.load(Ordering::Relaxed);
+                at != segments::NOT_STORED && at != segments::ENDED
+            })
+            .collect();
+        let mut encoded = Vec::with_capacity(live.len());
+        let mut copies = Vec::with_capacity(live.len());
+        for m in &live {
+            let (copy, stored) = self.stored_match(m);
+            encoded.push(crate::store::encode_match(&stored)?);
+            copies.push(copy);
+        }
+        let previous: Vec<u64> = live
+            .iter()
+            .map(|m| m.segment.load(Ordering::Relaxed))
+            .collect();
+        let mut fresh = segments.fresh();
+        let (written, _) = Self::place_in_segments(&mut fresh, &live, &encoded);
+        if let Err(e) = self.inner.store.compact_matches(&written) {
+            // The bookkeeping stays as the store (most likely) still is.
+            for (m, at) in live.iter().zip(previous) {
+                m.segment.store(at, Ordering::Relaxed);
+            }
+            return Err(e);
+        }
+        for (m, copy) in live.iter().zip(copies) {
+            m.written.fetch_max(copy, Ordering::Relaxed);
+        }
+        *segments = fresh;
+        Ok(live.len())
     }
 
     pub(super) fn lock_segments(&self) -> MutexGuard<'_, segments::Segments> {
@@ -369,5 +419,47 @@ mod tests {
         let (stored, _) = store.load_matches().unwrap();
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].started_unix, Some(42.0), "the newer copy stays");
+    }
+
+    #[test]
+    fn compacting_drops_the_marks_of_matches_that_ended_and_keeps_the_live_ones() {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let store: crate::store::Store = memory.clone();
+        let state = State::load(config, store.clone()).unwrap();
+        let formed: Vec<Arc<MatchSlot>> = (0..3)
+            .map(|i| {
+                let (a, b) = (format!("a{i}"), format!("b{i}"));
+                crate::state::test_util::formed_1v1(&state, &format!("m-{i}"), &a, &b, "gs:1")
+            })
+            .collect();
+        assert_eq!(
+            state.compact_stored_matches().unwrap(),
+            0,
+            "nothing ended yet"
+        );
+        state.persist_matches(&formed);
+        state
+            .cancel_match(&formed[0], "the map did not load")
+            .unwrap();
+        // The cancelled match is marked: its copy stays in the segment beside the live ones.
+        assert_eq!(memory.marks_and_segments(), (1, 1));
+        assert_eq!(state.compact_stored_matches().unwrap(), 2);
+        assert_eq!(memory.marks_and_segments(), (0, 1));
+        let (stored, _) = store.load_matches().unwrap();
+        let mut ids: Vec<&str> = stored.iter().map(|m| m.match_id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["m-1", "m-2"]);
+        // Nothing ended since: nothing to do.
+        assert_eq!(state.compact_stored_matches().unwrap(), 0);
+        // The live matches still move and end as before.
+        state
+            .cancel_match(&formed[1], "the map did not load")
+            .unwrap();
+        state
+            .cancel_match(&formed[2], "the map did not load")
+            .unwrap();
+        assert_eq!(store.load_matches().unwrap().0.len(), 0);
+        assert_eq!(memory.marks_and_segments().1, 0, "the last segment went");
     }
 }

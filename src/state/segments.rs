@@ -22,6 +22,9 @@ pub struct Segments {
     /// The copies in a segment outlive their matches until the segment goes: an erasure moves
     /// the live matches off the segments naming the erased player, so that they go.
     names: HashMap<u64, HashSet<PlayerId>>,
+    /// Matches marked as ended without a result since this bookkeeping started: their marks
+    /// stay in the store until the live matches are compacted.
+    marked: usize,
 }
 
 impl Segments {
@@ -31,7 +34,24 @@ impl Segments {
             next: last + 1,
             live: HashMap::new(),
             names: HashMap::new(),
+            marked: 0,
         }
+    }
+
+    /// Bookkeeping that starts over, its ids after every one handed out so far: for writing
+    /// every live match anew.
+    pub fn fresh(&self) -> Self {
+        Self::after(self.next - 1)
+    }
+
+    /// A match was marked as ended without a result.
+    pub fn mark_ended(&mut self) {
+        self.marked += 1;
+    }
+
+    /// Matches marked as ended since this bookkeeping started.
+    pub fn marked(&self) -> usize {
+        self.marked
     }
 
     /// A new segment for `count` matches whose current segments are `previous` (one entry per

@@ -152,6 +152,13 @@ impl MemoryStore {
         self.1.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Matches marked as ended, and live-match segments, stored now.
+    #[cfg(test)]
+    pub(crate) fn marks_and_segments(&self) -> (usize, usize) {
+        let data = self.data();
+        (data.ended.len(), data.segments.len())
+    }
+
     pub(super) fn data(&self) -> std::sync::MutexGuard<'_, Data> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
