@@ -42,6 +42,22 @@ pub struct Feed {
     entries: VecDeque<Entry>,
 }
 
+impl Entry {
+    /// Names `marker` wherever the entry names `player`.
+    pub fn erase(&mut self, player: &str, marker: &str) {
+        for id in self.teams.iter_mut().flatten() {
+            if id == player {
+                marker.clone_into(id);
+            }
+        }
+        for change in &mut self.changes {
+            if change.player_id == player {
+                marker.clone_into(&mut change.player_id);
+            }
+        }
+    }
+}
+
 impl Feed {
     #[must_use]
     pub fn new(capacity: usize) -> Self {
@@ -78,16 +94,7 @@ impl Feed {
     /// Puts `marker` in `player`'s place in every kept result (the player was erased).
     pub fn erase(&mut self, player: &str, marker: &str) {
         for entry in &mut self.entries {
-            for id in entry.teams.iter_mut().flatten() {
-                if id == player {
-                    marker.clone_into(id);
-                }
-            }
-            for change in &mut entry.changes {
-                if change.player_id == player {
-                    marker.clone_into(&mut change.player_id);
-                }
-            }
+            entry.erase(player, marker);
         }
     }
 

@@ -259,6 +259,13 @@ impl Console {
     ) {
         use tokio::sync::broadcast::error::RecvError;
         let mut erasures = state.subscribe_erasures();
+        // A result is applied (its players free) a moment before it is announced, so an
+        // erasure can be announced first: results announced soon after one are erased too.
+        let mut recent: std::collections::VecDeque<(
+            std::time::Instant,
+            crate::ids::PlayerId,
+            crate::ids::PlayerId,
+        )> = std::collections::VecDeque::new();
         loop {
             let applied = tokio::select! {
                 r = results.recv() => r,
@@ -266,6 +273,7 @@ impl Console {
                     match erased {
                         Ok((player, marker)) => {
                             self.feed().erase(player.as_str(), marker.as_str());
+                            recent.push_back((std::time::Instant::now(), player, marker));
                         }
                         // Missed erasures cannot be redone: forget every kept result.
                         Err(RecvError::Lagged(_)) => self.feed().clear(),
@@ -277,7 +285,16 @@ impl Console {
             };
             match applied {
                 Ok(applied) => {
-                    let entry = feed_entry(&state, &applied);
+                    let mut entry = feed_entry(&state, &applied);
+                    while recent
+                        .front()
+                        .is_some_and(|(at, _, _)| at.elapsed() > RECENT_ERASURES)
+                    {
+                        recent.pop_front();
+                    }
+                    for (_, player, marker) in &recent {
+                        entry.erase(player.as_str(), marker.as_str());
+                    }
                     self.feed().push(entry);
                 }
                 Err(RecvError::Lagged(n)) => {
@@ -288,6 +305,9 @@ impl Console {
         }
     }
 }
+
+/// How long an erasure is applied to results announced after it.
+const RECENT_ERASURES: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// An applied result as the console shows it: ratings in the queue system's display units.
 fn feed_entry(state: &State, applied: &AppliedResult) -> feed::Entry {
