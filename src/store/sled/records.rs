@@ -47,7 +47,7 @@ impl SledStore {
                 .map(|v| decode(&v, &history_name(&key)))
                 .transpose()
         })?;
-        // Removals first: a record both cut off a list and dropped in this batch is in no index.
+        // Disjoint: a record cut off a list and dropped in the same batch is only removed.
         for (player, id) in &past.removed {
             batch.remove(past_key(player, id));
         }
