@@ -170,6 +170,30 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
         for part in refs.chunks(5000) {
             store.put_players(part).unwrap();
         }
+        // keeper keeps "kept", which left leaver's list: leaver's past index, which an
+        // erasure after the move must still find.
+        let write = |id: &str, teams: &[&str]| matchmaker::store::HistoryWrite {
+            record: matchmaker::records::MatchRecord {
+                match_id: id.into(),
+                queue: "1v1".into(),
+                phase: matchmaker::records::EndedPhase::Cancelled,
+                teams: teams.iter().map(|p| vec![(*p).into()]).collect(),
+                placements: Vec::new(),
+                changes: Vec::new(),
+                server_address: "gs".into(),
+                win_probability: Vec::new(),
+                formed_unix: 1.0,
+                started_unix: None,
+                ended_unix: 2.0,
+            },
+            keep: 1,
+        };
+        store
+            .append_history(&[write("kept", &["leaver", "keeper"])])
+            .unwrap();
+        store
+            .append_history(&[write("newer", &["leaver"])])
+            .unwrap();
         store.flush().unwrap();
     }
     let expected = {
@@ -221,9 +245,10 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     assert!(expected.results >= 3);
     assert_eq!(
         (expected.rosters, expected.bans, expected.history_players),
-        (1, 1, 6)
+        (1, 1, 8)
     );
-    assert_eq!(expected.history_records, 3);
+    assert_eq!(expected.history_records, 5);
+    assert_eq!(expected.past_entries, 1);
     assert!(
         expected.audit_entries >= 6 && expected.events >= 8,
         "{expected:?}"
@@ -231,6 +256,7 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     for key in [
         "rosters",
         "history_records",
+        "past_entries",
         "bans",
         "audit_entries",
         "events",
@@ -358,6 +384,7 @@ fn expected_count(counts: &matchmaker::tools::migrate_store::Counts, key: &str) 
     match key {
         "rosters" => counts.rosters,
         "history_records" => counts.history_records,
+        "past_entries" => counts.past_entries,
         "bans" => counts.bans,
         "audit_entries" => counts.audit_entries,
         _ => counts.events,

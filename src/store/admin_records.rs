@@ -9,16 +9,17 @@
 //! - [`AdminRecords::erase_player`] is one atomic operation: afterwards no stored record names
 //!   the player (player record, party records, journal entries not yet in a snapshot, end-of-week
 //!   and season-rank lists with their per-player indexes, waiting tickets, a ban, their match
-//!   history list); the match records other players' histories still hold and every result's
-//!   acknowledgement name the erasure's marker in their place, and a record only the player's
-//!   list held is dropped;
+//!   history list and past index); the match records other players' histories still hold
+//!   (those the player's list holds, and those that left it, kept by their past index) and
+//!   every result's acknowledgement name the erasure's marker in their place, and a record only
+//!   the player's list held is dropped;
 //! - like every other write, nothing is durable until a flush.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::history::HistoryErasure;
+use super::history::{HistoryErasure, PastChanges};
 use super::memory::Data;
 use super::{JournalEntry, StoreError};
 use crate::ids::{MatchId, PlayerId, TicketId};
@@ -398,19 +399,27 @@ impl Data {
 
     /// Erases `player` from the match history (see [`HistoryErasure`]).
     fn erase_history(&mut self, player: &PlayerId, marker: &PlayerId) {
-        let Some(list) = self.history_lists.remove(player) else {
-            return;
-        };
+        let list = self.history_lists.remove(player).unwrap_or_default();
+        let past: Vec<MatchId> = self
+            .history_past
+            .remove(player)
+            .map(|p| p.into_iter().collect())
+            .unwrap_or_default();
         let (refs, records) = (&self.history_refs, &self.history_records);
         // Reading memory cannot fail.
         let plan = HistoryErasure::plan(
             player,
             marker,
             &list,
+            &past,
             &mut |m| Ok(refs.get(m).copied().unwrap_or(0)),
             &mut |m| Ok(records.get(m).cloned()),
         )
         .unwrap_or_default();
+        self.index_past(PastChanges {
+            added: Vec::new(),
+            removed: plan.unindexed,
+        });
         for id in plan.dropped {
             self.history_refs.remove(&id);
             self.history_records.remove(&id);

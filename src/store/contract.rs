@@ -423,6 +423,13 @@ fn ids(store: &Store, player: &str) -> Vec<String> {
         .collect()
 }
 
+fn past(store: &Store, player: &str) -> Vec<String> {
+    wait(store.past_matches(&PlayerId::from(player)))
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
 fn match_history_keeps_each_players_newest_and_survives_a_reopen(reopen: Reopen<'_>) {
     {
         let store = reopen();
@@ -779,7 +786,7 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
     {
         let store = reopen();
         let (a, b) = (
-            history("a", &[&["p1"], &["p2"]], 1),
+            history("a", &[&["p1"], &["p2", "p3"]], 1),
             history("b", &[&["p1"]], 1),
         );
         store
@@ -791,6 +798,8 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
                     ),
                     (PlayerId::from("p2"), vec![MatchId::from("a")]),
                 ],
+                // "a" left p3's list while the others held it.
+                &[(PlayerId::from("p3"), vec![MatchId::from("a")])],
                 &[(a.record, 2), (b.record, 1)],
             )
             .unwrap();
@@ -819,6 +828,7 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
     let store = reopen();
     assert_eq!(ids(&store, "p1"), ["a", "b"]);
     assert_eq!(ids(&store, "p2"), ["a"]);
+    assert_eq!(past(&store, "p3"), ["a"]);
     assert_eq!(store.journal_after(0).count(), 1);
     let events: Vec<u64> = store
         .events_after(0, 10)
@@ -841,6 +851,10 @@ fn imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry(r
         .unwrap();
     let gone = [MatchId::from("a"), MatchId::from("b")];
     assert!(wait(store.match_records(&gone)).is_empty());
+    assert!(
+        past(&store, "p3").is_empty(),
+        "a dropped record leaves every index"
+    );
 }
 
 fn sled_reopen(dir: &std::path::Path) -> impl FnMut() -> Store + '_ {
@@ -981,3 +995,5 @@ on_every_backend!(
     erasing_a_player_marks_them_in_the_event_log,
     imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );
+
+mod past;

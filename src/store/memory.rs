@@ -2,10 +2,10 @@
 //! nothing more durable). It proves that the state needs nothing of sled and that the contract
 //! tests say what a backend must do, and it is the Redis backend's mirror that answers reads.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 
-use super::history::HistoryPlan;
+use super::history::{HistoryPlan, PastChanges};
 use super::{
     EntryKind, History, HistoryWrite, JournalEntry, RecordStorage, Segment, Storage, StoreError,
     StoreFuture, StoredMatch, StoredParty, StoredPlayer, StoredTicket,
@@ -98,6 +98,9 @@ pub(super) struct Data {
     /// Per record, how many lists hold it.
     pub(super) history_refs: HashMap<MatchId, u32>,
     pub(super) history_records: HashMap<MatchId, MatchRecord>,
+    /// Per player, the stored records that left their list while other lists held them (see
+    /// `history.rs`).
+    pub(super) history_past: HashMap<PlayerId, BTreeSet<MatchId>>,
     pub(super) admin: super::admin_records::AdminData,
     /// The Redis store's mirror: the last accepted reload's queue settings.
     pub(super) reloaded: Option<super::ReloadedQueues>,
@@ -123,6 +126,11 @@ impl Data {
             return;
         }
         let dropped: Vec<MatchId> = plan.dropped().cloned().collect();
+        let records = &self.history_records;
+        let past = plan
+            .past(&mut |m| Ok(records.get(m).cloned()))
+            .expect("memory reads do not fail");
+        self.index_past(past);
         for r in plan.records {
             self.history_records.insert(r.match_id.clone(), r);
         }
@@ -131,6 +139,23 @@ impl Data {
         for d in dropped {
             self.history_refs.remove(&d);
             self.history_records.remove(&d);
+        }
+    }
+}
+
+impl Data {
+    /// Applies changes to the past indexes (an emptied index goes).
+    pub(super) fn index_past(&mut self, changes: PastChanges) {
+        for (player, id) in changes.added {
+            self.history_past.entry(player).or_default().insert(id);
+        }
+        for (player, id) in changes.removed {
+            if let Some(past) = self.history_past.get_mut(&player) {
+                past.remove(&id);
+                if past.is_empty() {
+                    self.history_past.remove(&player);
+                }
+            }
         }
     }
 }
@@ -613,6 +638,16 @@ impl RecordStorage for MemoryStore {
         Box::pin(std::future::ready(Ok(ids)))
     }
 
+    fn past_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        let ids = self
+            .data()
+            .history_past
+            .get(player)
+            .map(|p| p.iter().cloned().collect())
+            .unwrap_or_default();
+        Box::pin(std::future::ready(Ok(ids)))
+    }
+
     fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
         let data = self.data();
         let found = ids
@@ -651,11 +686,20 @@ impl RecordStorage for MemoryStore {
     fn import_match_history(
         &self,
         lists: &[(PlayerId, Vec<MatchId>)],
+        past: &[(PlayerId, Vec<MatchId>)],
         records: &[(MatchRecord, u32)],
     ) -> Result<(), StoreError> {
         let mut data = self.data();
         for (player, list) in lists {
             data.history_lists.insert(player.clone(), list.clone());
+        }
+        for (player, ids) in past {
+            if ids.is_empty() {
+                data.history_past.remove(player);
+            } else {
+                let ids = ids.iter().cloned().collect();
+                data.history_past.insert(player.clone(), ids);
+            }
         }
         for (record, holders) in records {
             data.history_refs.insert(record.match_id.clone(), *holders);

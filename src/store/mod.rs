@@ -304,6 +304,10 @@ pub trait RecordStorage {
     fn match_record<'a>(&'a self, id: &'a MatchId) -> StoreFuture<'a, Option<MatchRecord>>;
     /// The matches a player's history holds, most recently ended first.
     fn player_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>>;
+    /// A player's past index: the stored records that left their list while other players'
+    /// lists still held them, in id order. They still name the player, so an erasure rewrites
+    /// them; a record leaves every index once it is dropped.
+    fn past_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>>;
     /// The records of `ids` that are still held, in `ids`' order.
     fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>>;
     /// Writes party rosters (replacing those with the same id) in one atomic batch. Not durable
@@ -316,14 +320,16 @@ pub trait RecordStorage {
 
     // Moving a deployment (`admin migrate-store`).
 
-    /// Every player with a match history, in id order. A cluster store keeps each list as a
-    /// key of its own and does not list them: it answers an error (nothing migrates out of it).
+    /// Every player with a match history, in id order (a player with a past index has a list:
+    /// a record leaves a list only for a newer one). A cluster store keeps each list as a key
+    /// of its own and does not list them: it answers an error (nothing migrates out of it).
     fn history_players(&self) -> Result<Vec<PlayerId>, StoreError>;
-    /// Writes players' history lists as given (replacing theirs) and records with their holder
-    /// counts, in one atomic batch. Not durable until a flush.
+    /// Writes players' history lists and past indexes as given (replacing theirs) and records
+    /// with their holder counts, in one atomic batch. Not durable until a flush.
     fn import_match_history(
         &self,
         lists: &[(PlayerId, Vec<MatchId>)],
+        past: &[(PlayerId, Vec<MatchId>)],
         records: &[(MatchRecord, u32)],
     ) -> Result<(), StoreError>;
 }

@@ -78,6 +78,8 @@ pub struct Counts {
     /// Players with a match history, and the match records their histories hold.
     pub history_players: usize,
     pub history_records: usize,
+    /// Entries of the players' past indexes (records that left a list while others held them).
+    pub past_entries: usize,
     pub bans: usize,
     pub audit_entries: usize,
     pub events: usize,
@@ -175,6 +177,10 @@ pub async fn digest(
         add("list", &serde_json::to_vec(&list)?);
         held.extend(list);
         counts.history_players += 1;
+        // The records that left the list but still name the player, so an erasure finds them.
+        let past = store.past_matches(player).await?;
+        add("past", &serde_json::to_vec(&past)?);
+        counts.past_entries += past.len();
     }
     let held: Vec<MatchId> = held.into_iter().collect();
     for part in held.chunks(1000) {
@@ -498,14 +504,16 @@ async fn copy_records(
     let mut holders: BTreeMap<MatchId, u32> = BTreeMap::new();
     for part in history_players.chunks(batch) {
         let mut lists = Vec::with_capacity(part.len());
+        let mut past = Vec::with_capacity(part.len());
         for player in part {
             let list = source.player_matches(player).await?;
             for id in &list {
                 *holders.entry(id.clone()).or_default() += 1;
             }
             lists.push((player.clone(), list));
+            past.push((player.clone(), source.past_matches(player).await?));
         }
-        target.import_match_history(&lists, &[])?;
+        target.import_match_history(&lists, &past, &[])?;
         target.flush_async().await?;
     }
     let ids: Vec<MatchId> = holders.keys().cloned().collect();
@@ -519,7 +527,7 @@ async fn copy_records(
                 (r, n)
             })
             .collect();
-        target.import_match_history(&[], &records)?;
+        target.import_match_history(&[], &[], &records)?;
         target.flush_async().await?;
     }
     for ban in source.load_bans()? {

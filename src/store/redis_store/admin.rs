@@ -5,13 +5,14 @@
 //! Only the lease holder writes, so the mirror hands out the numbers: events written by every
 //! owner in turn form one ordered stream, and a new owner continues after the last number it
 //! loaded. A player's erasure is one batch, so one script: all of it or none (its match history
-//! part included, see `APPLY`'s `u` op).
+//! part included, see `APPLY`'s `u` and `f` ops).
 
 use super::super::AdminRecords;
 use super::super::admin_records::{AdminData, Erasure};
 use super::super::memory::Data;
 use super::{Fields, Hash, Op, RedisStore, decode, json, ranks_field, text, week_field};
 use crate::ids::PlayerId;
+use crate::records::MatchRecord;
 use crate::store::{AuditRecord, Ban, EventRecord, StoreError};
 
 pub(super) fn seq_field(prefix: char, seq: u64) -> String {
@@ -181,9 +182,10 @@ impl AdminRecords for RedisStore {
         self.check_fence()?;
         // The history stays in Redis: its records are read (after every queued write) and
         // rewritten here; the script drops each from the player's list and lowers its holder
-        // count in the same batch as the rest of the erasure. The player is in no match and
+        // count, and takes each out of their past index, in the same batch as the rest of the
+        // erasure. The player is in no match and
         // the caller holds the ledger's admin gate, so no write adds to their list meanwhile.
-        let held = super::blocking::run(self.history_held(player))?;
+        let (held, past) = super::blocking::run(self.history_held(player))?;
         let mut data = self.mirror.data();
         let e: Erasure = data.erase_player(player, marker);
         let mut batch = Vec::new();
@@ -232,15 +234,23 @@ impl AdminRecords for RedisStore {
                 batch.push(Op::Set(Hash::Admin, seq_field('e', seq), json(event)?));
             }
         }
-        for (id, record) in held {
-            let value = match record {
+        let erased = |record: Option<MatchRecord>| -> Result<Vec<u8>, StoreError> {
+            match record {
                 Some(mut r) => {
                     r.erase(player, marker);
-                    json(&r)?
+                    json(&r)
                 }
-                None => Vec::new(),
-            };
+                None => Ok(Vec::new()),
+            }
+        };
+        for (id, record) in held {
+            let value = erased(record)?;
             batch.push(Op::Unhold(self.keys.history(player), id.to_string(), value));
+        }
+        // After the list's: a record its last holder's erasure dropped left every index.
+        for (id, record) in past {
+            let value = erased(record)?;
+            batch.push(Op::Forget(self.keys.past(player), id.to_string(), value));
         }
         self.queue(batch);
         Ok(())

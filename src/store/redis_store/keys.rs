@@ -119,8 +119,8 @@ impl Keys {
     }
 
     /// Every key a node or a store's flush writes, but the lease, the fencing counter and the
-    /// players' history lists (a flush that writes a list also creates `change_seq`): none of
-    /// them exists in a keyspace nothing has written to.
+    /// players' history lists and past indexes (a flush that writes one also creates
+    /// `change_seq`): none of them exists in a keyspace nothing has written to.
     pub fn written(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = self.hashes.iter().map(String::as_str).collect();
         keys.extend([
@@ -149,6 +149,17 @@ impl Keys {
     /// A player's history list: match ids, most recently ended first.
     pub(super) fn history(&self, player: &PlayerId) -> String {
         format!("{{{}}}:history:{player}", self.keyspace)
+    }
+
+    /// A player's past index: a set of the stored records that left their history list while
+    /// other lists held them.
+    pub(super) fn past(&self, player: &PlayerId) -> String {
+        format!("{}{player}", self.past_prefix())
+    }
+
+    /// What every past index's name starts with (the flush's script appends a player id).
+    pub(super) fn past_prefix(&self) -> String {
+        format!("{{{}}}:past:", self.keyspace)
     }
 }
 
@@ -184,6 +195,7 @@ mod tests {
         assert_eq!(keys.hash(Hash::Players), "{eu-west}:players");
         assert_eq!(keys.hash(Hash::Admin), "{eu-west}:admin");
         assert_eq!(keys.history(&PlayerId::new("p1")), "{eu-west}:history:p1");
+        assert_eq!(keys.past(&PlayerId::new("p1")), "{eu-west}:past:p1");
         assert_eq!(keys.migration(), "{eu-west}:migration");
         assert_eq!(keys.written().len(), HASHES.len() + 5);
         assert!(keys.written().iter().all(|k| k.starts_with("{eu-west}:")));

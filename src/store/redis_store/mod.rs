@@ -121,13 +121,24 @@ enum Op {
     Set(Hash, String, Vec<u8>),
     Del(Hash, String),
     Clear(Hash),
-    /// A match id to the head of a player's history list (its key), which keeps `keep`.
-    Push(String, String, u32),
+    /// A match id to the head of a player's history list (its key), which keeps `keep`; a
+    /// record cut off that other lists still hold joins the player's past index (its key).
+    Push {
+        list: String,
+        past: String,
+        member: String,
+        keep: u32,
+    },
     /// A match id out of an erased player's history list (its key); the record as it stays
     /// for its other holders (empty: leave it).
     Unhold(String, String, Vec<u8>),
+    /// A match id out of an erased player's past index (its key); the record as it stays for
+    /// its holders (empty: leave it).
+    Forget(String, String, Vec<u8>),
     /// A player's history list (its key) replaced whole (migration).
     List(String, Vec<String>),
+    /// A player's past index (its key) replaced whole (migration).
+    Past(String, Vec<String>),
 }
 
 impl Op {
@@ -137,9 +148,25 @@ impl Op {
             Self::Set(..) => 5,
             Self::Del(..) => 4,
             Self::Clear(..) => 2,
-            Self::Push(..) | Self::Unhold(..) => 6,
-            Self::List(_, members) => 3 + members.len(),
+            Self::Push { .. } => 7,
+            Self::Unhold(..) => 6,
+            Self::Forget(..) => 5,
+            Self::List(_, members) | Self::Past(_, members) => 3 + members.len(),
         }
+    }
+
+    /// The keys of its own the op names (history lists and past indexes), which the script
+    /// receives after the hashes.
+    fn own_keys(&self) -> impl Iterator<Item = &str> {
+        let (first, second) = match self {
+            Self::Push { list, past, .. } => (Some(list), Some(past)),
+            Self::Unhold(key, ..)
+            | Self::Forget(key, ..)
+            | Self::List(key, _)
+            | Self::Past(key, _) => (Some(key), None),
+            Self::Set(..) | Self::Del(..) | Self::Clear(..) => (None, None),
+        };
+        first.into_iter().chain(second).map(String::as_str)
     }
 }
 
@@ -402,14 +429,13 @@ impl RedisStore {
             .key(self.keys.changes())
             .key(self.keys.change_seq())
             .key(self.keys.flight());
-        // History lists are keys of their own (same slot), declared after those.
+        // History lists and past indexes are keys of their own (same slot), declared after
+        // those.
         let mut lists: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        for op in batches.iter().flatten() {
-            if let Op::Push(list, _, _) | Op::Unhold(list, _, _) | Op::List(list, _) = op
-                && !lists.contains_key(list.as_str())
-            {
-                lists.insert(list, 5 + HASHES.len() + lists.len());
-                invocation.key(list);
+        for key in batches.iter().flatten().flat_map(Op::own_keys) {
+            if !lists.contains_key(key) {
+                lists.insert(key, 5 + HASHES.len() + lists.len());
+                invocation.key(key);
             }
         }
         invocation
@@ -436,7 +462,10 @@ impl RedisStore {
         } else {
             ("c", Vec::new())
         };
-        invocation.arg(what).arg(changes);
+        invocation
+            .arg(what)
+            .arg(changes)
+            .arg(self.keys.past_prefix());
         for run in runs {
             let op = match run {
                 Run::Set(h, fields) => {
@@ -457,21 +486,36 @@ impl RedisStore {
                 Run::One(op) => op,
             };
             match op {
-                Op::Push(list, member, keep) => {
+                Op::Push {
+                    list,
+                    past,
+                    member,
+                    keep,
+                } => {
                     invocation
                         .arg("p")
                         .arg(lists[list.as_str()])
                         .arg(member)
                         .arg(*keep)
                         .arg(Hash::MatchRecords as usize)
-                        .arg(Hash::MatchRefs as usize);
+                        .arg(Hash::MatchRefs as usize)
+                        .arg(lists[past.as_str()]);
                 }
-                Op::List(list, members) => {
+                Op::List(key, members) | Op::Past(key, members) => {
+                    let op = if matches!(op, Op::List(..)) { "l" } else { "t" };
                     invocation
-                        .arg("l")
-                        .arg(lists[list.as_str()])
+                        .arg(op)
+                        .arg(lists[key.as_str()])
                         .arg(members.len())
                         .arg(members);
+                }
+                Op::Forget(past, member, value) => {
+                    invocation
+                        .arg("f")
+                        .arg(lists[past.as_str()])
+                        .arg(member)
+                        .arg(Hash::MatchRecords as usize)
+                        .arg(value);
                 }
                 Op::Unhold(list, member, value) => {
                     invocation

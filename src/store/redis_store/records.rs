@@ -1,35 +1,41 @@
 //! The cluster store's records: `PartyService` rosters in the `rosters` hash (mirrored, like
 //! everything else) and the match history, which stays in Redis and is read from there:
 //! `match_records` (match id → record), `match_refs` (match id → how many players' lists hold
-//! it) and one list per player, `history:<player>`, most recently ended first (each key in the
-//! cluster's keyspace, see [`super::Keys`]).
-//! The script's `p` op keeps the lists and counts (see `APPLY`).
+//! it), one list per player, `history:<player>`, most recently ended first, and one set per
+//! player, `past:<player>`, of the stored records that left their list while other lists held
+//! them (each key in the cluster's keyspace, see [`super::Keys`]).
+//! The script's `p` op keeps the lists, counts and past indexes (see `APPLY`).
 
 use super::{Hash, Keys, Op, RedisStore, decode, json, redis_error};
 use crate::ids::{MatchId, PartyId, PlayerId};
 use crate::records::{MatchRecord, PartyRoster};
 use crate::store::{HistoryWrite, RecordStorage, StoreError, StoreFuture};
 
+/// The history entries an erasure rewrites: each match id with its record if still stored.
+pub(super) type Held = Vec<(MatchId, Option<MatchRecord>)>;
+
 impl RedisStore {
-    /// The matches a player's history holds, each with its record if still stored.
-    pub(super) async fn history_held(
-        &self,
-        player: &PlayerId,
-    ) -> Result<Vec<(MatchId, Option<MatchRecord>)>, StoreError> {
+    /// The matches a player's history list holds and those of their past index, each with its
+    /// record if still stored.
+    pub(super) async fn history_held(&self, player: &PlayerId) -> Result<(Held, Held), StoreError> {
         let ids = self.player_matches(player).await?;
-        let mut records: std::collections::HashMap<MatchId, MatchRecord> = self
-            .match_records(&ids)
+        let past = self.past_matches(player).await?;
+        let wanted: Vec<MatchId> = ids.iter().chain(&past).cloned().collect();
+        let records: std::collections::HashMap<MatchId, MatchRecord> = self
+            .match_records(&wanted)
             .await?
             .into_iter()
             .map(|r| (r.match_id.clone(), r))
             .collect();
-        Ok(ids
-            .into_iter()
-            .map(|id| {
-                let record = records.remove(&id);
-                (id, record)
-            })
-            .collect())
+        let with_records = |ids: Vec<MatchId>| -> Held {
+            ids.into_iter()
+                .map(|id| {
+                    let record = records.get(&id).cloned();
+                    (id, record)
+                })
+                .collect()
+        };
+        Ok((with_records(ids), with_records(past)))
     }
 }
 
@@ -50,7 +56,12 @@ pub(super) fn history_ops<'a>(
             players.len().to_string().into(),
         ));
         for p in &players {
-            ops.push(Op::Push(keys.history(p), id.clone(), w.keep.max(1)));
+            ops.push(Op::Push {
+                list: keys.history(p),
+                past: keys.past(p),
+                member: id.clone(),
+                keep: w.keep.max(1),
+            });
         }
     }
     Ok(ops)
@@ -88,6 +99,19 @@ impl RecordStorage for RedisStore {
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(redis_error(&self.url))?;
+            Ok(ids.iter().map(|m| MatchId::new(m.as_str())).collect())
+        })
+    }
+
+    fn past_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        Box::pin(async move {
+            self.flush_pending().await?;
+            let mut ids: Vec<String> = ::redis::cmd("SMEMBERS")
+                .arg(self.keys.past(player))
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            ids.sort();
             Ok(ids.iter().map(|m| MatchId::new(m.as_str())).collect())
         })
     }
@@ -159,6 +183,7 @@ impl RecordStorage for RedisStore {
     fn import_match_history(
         &self,
         lists: &[(PlayerId, Vec<MatchId>)],
+        past: &[(PlayerId, Vec<MatchId>)],
         records: &[(MatchRecord, u32)],
     ) -> Result<(), StoreError> {
         self.check_fence()?;
@@ -166,6 +191,10 @@ impl RecordStorage for RedisStore {
         for (player, list) in lists {
             let ids = list.iter().map(ToString::to_string).collect();
             batch.push(Op::List(self.keys.history(player), ids));
+        }
+        for (player, ids) in past {
+            let ids = ids.iter().map(ToString::to_string).collect();
+            batch.push(Op::Past(self.keys.past(player), ids));
         }
         for (record, holders) in records {
             let id = record.match_id.to_string();

@@ -76,7 +76,23 @@ if landed and string.sub(landed, 1, string.len(token) + 1) == token .. '|' then
 end
 redis.call('SET', KEYS[HASHES + 4], token .. '|' .. flight)
 local logged = tonumber(ARGV[2])
-local i = 6
+local past = ARGV[6]
+local function drop(records, refs, id)
+  local value = redis.call('HGET', records, id)
+  if value then
+    local ok, record = pcall(cjson.decode, value)
+    if ok and type(record) == 'table' and type(record.teams) == 'table' then
+      for _, team in ipairs(record.teams) do
+        for _, player in ipairs(team) do
+          redis.call('SREM', past .. player, id)
+        end
+      end
+    end
+  end
+  redis.call('HDEL', refs, id)
+  redis.call('HDEL', records, id)
+end
+local i = 7
 local n = #ARGV
 while i <= n do
   local op = ARGV[i]
@@ -105,18 +121,33 @@ while i <= n do
     local refs = KEYS[tonumber(ARGV[i + 4])]
     if redis.call('LREM', key, 0, member) > 0 then
       if redis.call('HINCRBY', refs, member, -1) <= 0 then
-        redis.call('HDEL', refs, member)
-        redis.call('HDEL', records, member)
+        drop(records, refs, member)
       elseif ARGV[i + 5] ~= '' and redis.call('HEXISTS', records, member) == 1 then
         redis.call('HSET', records, member, ARGV[i + 5])
       end
     end
     i = i + 6
+  elseif op == 'f' then
+    local member = ARGV[i + 2]
+    local records = KEYS[tonumber(ARGV[i + 3])]
+    if redis.call('SREM', key, member) > 0 and ARGV[i + 4] ~= ''
+        and redis.call('HEXISTS', records, member) == 1 then
+      redis.call('HSET', records, member, ARGV[i + 4])
+    end
+    i = i + 5
+  elseif op == 't' then
+    local count = tonumber(ARGV[i + 2])
+    redis.call('DEL', key)
+    if count > 0 then
+      redis.call('SADD', key, unpack(ARGV, i + 3, i + 2 + count))
+    end
+    i = i + 3 + count
   elseif op == 'p' then
     local member = ARGV[i + 2]
     local keep = tonumber(ARGV[i + 3])
     local records = KEYS[tonumber(ARGV[i + 4])]
     local refs = KEYS[tonumber(ARGV[i + 5])]
+    local owner = KEYS[tonumber(ARGV[i + 6])]
     redis.call('LREM', key, 0, member)
     redis.call('LPUSH', key, member)
     local evicted = redis.call('LRANGE', key, keep, -1)
@@ -124,12 +155,13 @@ while i <= n do
       redis.call('LTRIM', key, 0, keep - 1)
       for _, old in ipairs(evicted) do
         if redis.call('HINCRBY', refs, old, -1) <= 0 then
-          redis.call('HDEL', refs, old)
-          redis.call('HDEL', records, old)
+          drop(records, refs, old)
+        else
+          redis.call('SADD', owner, old)
         end
       end
     end
-    i = i + 6
+    i = i + 7
   else
     return redis.error_reply('bad operation ' .. tostring(op))
   end

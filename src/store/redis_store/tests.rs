@@ -573,3 +573,96 @@ fn no_one_sees_a_mirror_change_before_its_batch_is_queued() {
         assert_eq!(hlen(&url, "{mm}:rosters"), 1);
     });
 }
+
+/// The match history as Redis holds it: every list, past index, record and holder count.
+fn history_dump(url: &str) -> BTreeMap<String, Vec<String>> {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let mut dump = BTreeMap::new();
+    for pattern in ["{mm}:history:*", "{mm}:past:*"] {
+        let keys: Vec<String> = ::redis::cmd("KEYS").arg(pattern).query(&mut conn).unwrap();
+        for key in keys {
+            let members: Vec<String> = if pattern.contains("history") {
+                ::redis::cmd("LRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(-1)
+                    .query(&mut conn)
+            } else {
+                ::redis::cmd("SMEMBERS").arg(&key).query(&mut conn)
+            }
+            .unwrap();
+            let mut members = members;
+            if !pattern.contains("history") {
+                members.sort();
+            }
+            dump.insert(key, members);
+        }
+    }
+    for hash in [Hash::MatchRecords, Hash::MatchRefs] {
+        let key = Keys::default().hash(hash).to_string();
+        let fields: BTreeMap<String, String> =
+            ::redis::cmd("HGETALL").arg(&key).query(&mut conn).unwrap();
+        dump.insert(
+            key,
+            fields
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        );
+    }
+    dump
+}
+
+/// A flight whose answer was lost goes again, whole and in order, after it landed: the
+/// history's lists, holder counts, records and past indexes end the same, for history writes
+/// (records cut off lists, joining and leaving past indexes) and for an erasure.
+#[test]
+fn a_history_flight_sent_twice_leaves_the_same_history_and_past_indexes() {
+    use crate::store::contract::history;
+    use crate::store::{AdminRecords, RecordStorage};
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = open(&runtime, &url, 1);
+        let take = |store: &RedisStore| std::mem::take(&mut store.pending.lock().unwrap().batches);
+        let twice = |batches: &[Vec<Op>]| {
+            runtime.block_on(store.send_script(batches)).unwrap();
+            let once = history_dump(&url);
+            runtime.block_on(store.send_script(batches)).unwrap();
+            assert_eq!(history_dump(&url), once);
+            once
+        };
+        let solo = |id: &str, p: &str| history(id, &[&[p]], 2);
+        for writes in [
+            vec![history("m0", &[&["gone"], &["o0"]], 2)],
+            vec![solo("x1", "o0"), solo("x2", "o0")],
+            vec![history("m1", &[&["gone"], &["o1"]], 2)],
+            vec![history("m2", &[&["gone"], &["o2"]], 2)],
+            vec![history("m3", &[&["gone"], &["o3"]], 2)],
+            vec![solo("y1", "o3")],
+            vec![solo("y2", "o3"), solo("m4", "gone")],
+        ] {
+            store.append_history(&writes).unwrap();
+        }
+        let written = twice(&take(&store));
+        let set =
+            |members: &[&str]| -> Vec<String> { members.iter().map(ToString::to_string).collect() };
+        assert_eq!(written["{mm}:past:gone"], set(&["m1", "m2"]));
+        assert_eq!(written["{mm}:past:o3"], set(&["m3"]));
+        assert!(!written.contains_key("{mm}:past:o0"), "m0 was dropped");
+        store
+            .erase_player(&PlayerId::from("gone"), &PlayerId::from("erased:x"))
+            .unwrap();
+        let erased = twice(&take(&store));
+        for gone in ["{mm}:history:gone", "{mm}:past:gone", "{mm}:past:o3"] {
+            assert!(!erased.contains_key(gone), "{gone}: {erased:?}");
+        }
+        let records = &erased["{mm}:match_records"];
+        assert!(
+            records.iter().all(|r| !r.contains("\"gone\"")),
+            "{records:?}"
+        );
+        assert_eq!(records.len(), 6, "m1, m2 and the solo matches of o0 and o3");
+    });
+}

@@ -26,7 +26,7 @@ use super::super::admin_records::{
 };
 use super::super::history::HistoryErasure;
 use super::super::{AdminRecords, AuditRecord, Ban, EventRecord, JournalEntry, StoreError};
-use super::records::{history_key, history_name};
+use super::records::{history_key, history_name, past_key};
 use super::{SledStore, decode, decode_seq, encode, journal_key};
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
@@ -372,6 +372,9 @@ impl AdminRecords for SledStore {
         }
         let player_key = player.as_str().as_bytes();
         let ban = ban_key(player);
+        // Only the player's own pushes add to their past index (and they are in no match);
+        // the records other batches drop meanwhile leave it, which the transaction sees.
+        let past = self.past_of(player)?;
         (
             &self.players,
             &self.journal,
@@ -381,7 +384,7 @@ impl AdminRecords for SledStore {
             .transaction(|(players, journal, parties_tree, admin)| {
                 // The history is read inside the transaction, which holds sled's write lock:
                 // no batch changes a holder count between this read and the write.
-                erase_history(journal, player, marker)?;
+                erase_history(journal, player, marker, &past)?;
                 players.remove(player_key)?;
                 for k in &parties {
                     parties_tree.remove(k)?;
@@ -403,21 +406,30 @@ impl AdminRecords for SledStore {
 }
 
 /// Erases `player` from the match history in the journal tree, within the erasure's
-/// transaction (see [`HistoryErasure`]).
+/// transaction (see [`HistoryErasure`]); `past` is their past index as read before it.
 fn erase_history(
     journal: &TransactionalTree,
     player: &PlayerId,
     marker: &PlayerId,
+    past: &[MatchId],
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
-    let list_key = history_key(b'p', player.as_str());
-    let Some(v) = journal.get(&list_key)? else {
-        return Ok(());
-    };
     let abort = ConflictableTransactionError::Abort;
-    let list: Vec<MatchId> = decode(&v, &history_name(&list_key)).map_err(abort)?;
+    let list_key = history_key(b'p', player.as_str());
+    let list: Vec<MatchId> = match journal.get(&list_key)? {
+        Some(v) => decode(&v, &history_name(&list_key)).map_err(abort)?,
+        None => Vec::new(),
+    };
+    let mut indexed = Vec::with_capacity(past.len());
+    for id in past {
+        let key = past_key(player, id);
+        if journal.get(&key)?.is_some() {
+            journal.remove(key)?;
+            indexed.push(id.clone());
+        }
+    }
     let mut refs = HashMap::new();
     let mut records = HashMap::new();
-    for id in &list {
+    for id in list.iter().chain(&indexed) {
         let count = journal.get(history_key(b'c', id.as_str()))?;
         refs.insert(id.clone(), count.map_or(0, |c| decode_seq(&c) as u32));
         let key = history_key(b'm', id.as_str());
@@ -430,11 +442,15 @@ fn erase_history(
         player,
         marker,
         &list,
+        &indexed,
         &mut |m| Ok(refs.get(m).copied().unwrap_or(0)),
         &mut |m| Ok(records.get(m).cloned()),
     )
     .map_err(abort)?;
     journal.remove(list_key)?;
+    for (other, id) in &plan.unindexed {
+        journal.remove(past_key(other, id))?;
+    }
     for id in &plan.dropped {
         journal.remove(history_key(b'c', id.as_str()))?;
         journal.remove(history_key(b'm', id.as_str()))?;

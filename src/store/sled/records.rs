@@ -40,6 +40,20 @@ impl SledStore {
                 },
             )?;
         }
+        let past = plan.past(&mut |m| {
+            let key = history_key(b'm', m.as_str());
+            self.journal
+                .get(&key)?
+                .map(|v| decode(&v, &history_name(&key)))
+                .transpose()
+        })?;
+        // Disjoint: a record cut off a list and dropped in the same batch is only removed.
+        for (player, id) in &past.removed {
+            batch.remove(past_key(player, id));
+        }
+        for (player, id) in &past.added {
+            batch.insert(past_key(player, id), &[]);
+        }
         for r in &plan.records {
             batch.insert(history_key(b'm', r.match_id.as_str()), encode(r)?);
         }
@@ -89,6 +103,10 @@ impl RecordStorage for SledStore {
         Box::pin(std::future::ready(found))
     }
 
+    fn past_matches<'a>(&'a self, player: &'a PlayerId) -> StoreFuture<'a, Vec<MatchId>> {
+        Box::pin(std::future::ready(self.past_of(player)))
+    }
+
     fn match_records<'a>(&'a self, ids: &'a [MatchId]) -> StoreFuture<'a, Vec<MatchRecord>> {
         let found = ids
             .iter()
@@ -133,18 +151,27 @@ impl RecordStorage for SledStore {
     fn import_match_history(
         &self,
         lists: &[(PlayerId, Vec<MatchId>)],
+        past: &[(PlayerId, Vec<MatchId>)],
         records: &[(MatchRecord, u32)],
     ) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         for (player, list) in lists {
             batch.insert(history_key(b'p', player.as_str()), encode(list)?);
         }
+        let _history = self.history_lock();
+        for (player, ids) in past {
+            for old in self.past_of(player)? {
+                batch.remove(past_key(player, &old));
+            }
+            for id in ids {
+                batch.insert(past_key(player, id), &[]);
+            }
+        }
         for (record, holders) in records {
             let id = record.match_id.as_str();
             batch.insert(history_key(b'm', id), encode(record)?);
             batch.insert(history_key(b'c', id), &u64::from(*holders).to_be_bytes());
         }
-        let _history = self.history_lock();
         self.journal.apply_batch(batch)?;
         Ok(())
     }
@@ -160,9 +187,32 @@ impl RecordStorage for SledStore {
     }
 }
 
+impl SledStore {
+    /// A player's past index, in id order.
+    pub(super) fn past_of(&self, player: &PlayerId) -> Result<Vec<MatchId>, StoreError> {
+        let prefix = past_key(player, &MatchId::from(""));
+        self.journal
+            .scan_prefix(&prefix)
+            .keys()
+            .map(|k| {
+                Ok(MatchId::new(
+                    String::from_utf8_lossy(&k?[prefix.len()..]).as_ref(),
+                ))
+            })
+            .collect()
+    }
+}
+
+/// A record in a player's past index: `h/x/<player>␟<match id>` → empty (ids hold no control
+/// character, so one player's keys are exactly those under `h/x/<player>␟`).
+pub(super) fn past_key(player: &PlayerId, id: &MatchId) -> Vec<u8> {
+    history_key(b'x', &format!("{player}\u{1f}{id}"))
+}
+
 /// Match history in the journal tree (so a result's record is in its entry's batch):
 /// `h/m/<match id>` → [`MatchRecord`], `h/c/<match id>` → how many lists hold it (big-endian
-/// u64), `h/p/<player>` → JSON list of match ids, most recently ended first.
+/// u64), `h/p/<player>` → JSON list of match ids, most recently ended first, and the past
+/// indexes under `h/x/` (see [`past_key`]).
 pub(super) fn history_key(kind: u8, id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + id.len());
     k.extend_from_slice(b"h/");
