@@ -355,7 +355,7 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
 /// asks again by naming the same leavers, and only the slots still empty open again.
 #[tokio::test]
 async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
-    let server = TestServer::start("[queues.5v5.backfill]\ntimeout_seconds = 0.3\n").await;
+    let server = TestServer::start("[queues.5v5.backfill]\ntimeout_seconds = 2.0\n").await;
     let mut game_server = server.game_server().await;
     let mut matches = common::serve(&mut game_server, "gs-5v5:7777").await;
     let mut client = server.client().await;

@@ -39,6 +39,18 @@ impl Loop {
             });
         }
         let capacity = self.queues[qi].team_size as usize;
+        // A request past its timeout that the next tick has not dropped yet is dropped now: a
+        // server asking again as it times out opens its slots anew.
+        let timeout = self.queues[qi].backfill.timeout_seconds;
+        let now = self.clock.now();
+        if let Some(at) = self
+            .backfills
+            .iter()
+            .position(|j| j.slot.id == *match_id && now - j.requested_at > timeout)
+        {
+            self.backfills.remove(at);
+            self.queues[qi].stats.backfill_requests_expired += 1;
+        }
         let (_, open) = match self.backfills.iter().find(|j| j.slot.id == *match_id) {
             Some(job) => self
                 .state
