@@ -163,6 +163,14 @@ impl Admin {
             .ledger
             .exclusive(move |state| state.erase_player(&p))
             .await??;
+        // A match cancelled between that flush and the erasure emitted its event before the
+        // player was free, and it may have been on its way to the store while the erasure
+        // rewrote it: once everything emitted so far is durable, the store is erased again.
+        self.state.flush_with_events().await?;
+        let (p, marker) = (player.clone(), erased.marker.clone());
+        self.ledger
+            .exclusive(move |state| state.erase_stored_again(&p, &marker))
+            .await?;
         self.state
             .emit_durable(&[player_event(
                 EventKind::PlayerDeleted,

@@ -11,12 +11,14 @@ use crate::rejection::Rejection;
 use crate::store::{Ban, StoreError};
 
 /// What erasing a player removed.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct Erased {
     /// Rating pools the player had a record in.
     pub pools: Vec<String>,
     /// Party records that named the player (party ratings and `PartyService` parties).
     pub parties: usize,
+    /// What the stored records name in the player's place.
+    pub marker: PlayerId,
 }
 
 impl State {
@@ -72,7 +74,11 @@ impl State {
         // back from the id.
         let marker =
             &erased_marker(std::collections::hash_map::RandomState::new().hash_one(player));
-        let mut erased = Erased::default();
+        let mut erased = Erased {
+            pools: Vec::new(),
+            parties: 0,
+            marker: marker.clone(),
+        };
         if let Some(slot) = self.slot_if_known(player) {
             let mut guard = slot.lock();
             match &guard.status {
@@ -119,6 +125,17 @@ impl State {
         // No receiver (no console) is not an error.
         let _ = self.inner.erasures.send((player.clone(), marker.clone()));
         Ok(Ok(erased))
+    }
+
+    /// Erases `player` from the store once more, under the same `marker`: for what was on its
+    /// way to the store while [`State::erase_player`] rewrote it (the event of a match
+    /// cancelled just before the player was free). Changes nothing else.
+    pub fn erase_stored_again(
+        &self,
+        player: &PlayerId,
+        marker: &PlayerId,
+    ) -> Result<(), StoreError> {
+        self.inner.store.erase_player(player, marker)
     }
 }
 
