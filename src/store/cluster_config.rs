@@ -214,13 +214,30 @@ pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
+    // Where the credentials end: the last `@` before the query, or, when a password holds a
+    // `?` (no `@` before the first `?`, one before the first `/`), the last `@` before the
+    // path that follows the first `@`.
+    let before_query = rest.split_once('?').map_or(rest, |(r, _)| r);
+    let at = before_query.rfind('@').or_else(|| {
+        let first = rest.find('@')?;
+        if rest.find('/').is_some_and(|slash| slash < first) {
+            return None; // an `@` in the path or the query
+        }
+        let path = rest[first..].find('/').map_or(rest.len(), |p| first + p);
+        rest[..path].rfind('@')
+    });
+    let (credentials, rest) = match at {
+        Some(at) => (true, &rest[at + 1..]),
+        None => (false, rest),
+    };
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) => (rest, Some(query)),
         None => (rest, None),
     };
-    let mut out = match rest.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://***@{host}"),
-        None => format!("{scheme}://{rest}"),
+    let mut out = if credentials {
+        format!("{scheme}://***@{rest}")
+    } else {
+        format!("{scheme}://{rest}")
     };
     if let Some(query) = query {
         out.push('?');
@@ -377,6 +394,11 @@ mod tests {
             redact("redis+sentinel://:p/w@d@a:26379/mm"),
             "redis+sentinel://***@a:26379/mm"
         );
+        assert_eq!(
+            redact("redis://:pa?ss@db:6379/0?x=1"),
+            "redis://***@db:6379/0?x=***"
+        );
+        assert_eq!(redact("redis://db:6379/0?x=a@b"), "redis://db:6379/0?x=***");
         assert_eq!(redact("not a url"), "not a url");
     }
 }
