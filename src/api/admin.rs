@@ -111,7 +111,7 @@ impl AdminService for Admin {
             ),
         );
         let req = request.into_inner();
-        convert::id("player_id", &req.player_id)?;
+        convert::new_player_id("player_id", &req.player_id)?;
         let queue = self.state.queue("queue", &req.queue)?;
         let skill = skill(&queue.config.rating, req.rating.as_ref())?;
         let rank_points = req
@@ -262,7 +262,7 @@ impl AdminService for Admin {
         for (i, row) in req.rows.into_iter().enumerate() {
             let index = u32::try_from(i).unwrap_or(u32::MAX);
             let bad = |reason: String| (index, row.player_id.clone(), reason);
-            if let Err(r) = convert::id("player_id", &row.player_id) {
+            if let Err(r) = convert::new_player_id("player_id", &row.player_id) {
                 outcome.rejected.push(bad(r.to_string()));
             } else if !row.elo.is_finite() || !ELO_RANGE.contains(&row.elo) {
                 outcome.rejected.push(bad(format!(

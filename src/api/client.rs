@@ -172,6 +172,7 @@ impl ClientService for Client {
             .into());
         }
         let players = convert::player_ids(field, player_ids)?;
+        convert::new_player_ids(field, &players)?;
         identity.may_enter(&players, party_leader.as_ref())?;
         self.state.check_bans(&players, crate::state::unix_now())?;
         let mut region_latency_ms: Vec<(String, u32)> = Vec::new();

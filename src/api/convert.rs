@@ -18,6 +18,36 @@ pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
     id_rule(|| field.to_owned(), value).map_err(Rejection::Invalid)
 }
 
+/// Validates the id of a player a call may create (EnterQueue, the party calls, SetRating,
+/// MigrateFromElo): an id, and not of the form an erased player's records name in their place
+/// (`erased:…`), which a new player taking would appear in the erased player's matches. Reads
+/// and erasure take any id.
+pub fn new_player_id(field: &str, value: &str) -> Result<(), Rejection> {
+    id(field, value)?;
+    unreserved(|| field.to_owned(), value)
+}
+
+/// [`new_player_id`]'s rule for each of a list's ids (already valid ids).
+pub fn new_player_ids(field: &str, ids: &[PlayerId]) -> Result<(), Rejection> {
+    for (i, p) in ids.iter().enumerate() {
+        unreserved(|| format!("{field}[{i}]"), p.as_str())?;
+    }
+    Ok(())
+}
+
+fn unreserved(field: impl FnOnce() -> String, value: &str) -> Result<(), Rejection> {
+    if value.starts_with(crate::records::ERASED_PREFIX) {
+        return Err(Rejection::Invalid(FieldError::new(
+            field(),
+            format!(
+                "must not start with {:?} (reserved for erased players)",
+                crate::records::ERASED_PREFIX
+            ),
+        )));
+    }
+    Ok(())
+}
+
 /// Validates the `index`th id of a list field. The field name (`field[index]`) is formatted only
 /// when the id is invalid: EnterQueue checks every player id, and a valid one allocates nothing.
 pub fn id_at(field: &str, index: impl std::fmt::Display, value: &str) -> Result<(), Rejection> {
@@ -32,13 +62,6 @@ fn id_rule(field: impl FnOnce() -> String, value: &str) -> Result<(), FieldError
         format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len())
     } else if value.chars().any(char::is_control) {
         "must not contain control characters".to_owned()
-    } else if value.starts_with(crate::records::ERASED_PREFIX) {
-        // An erased player's records name a marker of this form in their place: a new player
-        // taking it would appear in the erased player's matches.
-        format!(
-            "must not start with {:?} (reserved for erased players)",
-            crate::records::ERASED_PREFIX
-        )
     } else {
         return Ok(());
     };
@@ -265,13 +288,20 @@ mod tests {
             id_at("player_ids", 0, &long).unwrap_err().to_string(),
             format!("player_ids[0]: must be at most {MAX_ID_LEN} bytes (got 129)")
         );
-        let taken = id_at("player_ids", 1, "erased:0123456789ab")
-            .unwrap_err()
-            .to_string();
+        // A marker is an id to read and erase, not one a new player may take.
+        assert_eq!(id("player_id", "erased:0123456789ab"), Ok(()));
+        let taken = new_player_ids(
+            "player_ids",
+            &[PlayerId::new("a"), PlayerId::new("erased:1")],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             taken.starts_with("player_ids[1]: must not start with \"erased:\""),
             "{taken}"
         );
+        assert!(new_player_id("player_id", "erased:1").is_err());
+        assert_eq!(new_player_id("player_id", "p1"), Ok(()));
     }
 
     fn text(t: &str) -> proto::AttributeValue {

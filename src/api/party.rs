@@ -49,7 +49,7 @@ impl PartyService for Parties {
     ) -> Result<Response<proto::Party>, Status> {
         let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
-        convert::id("player_id", &req.player_id)?;
+        convert::new_player_id("player_id", &req.player_id)?;
         identity.may_be(&req.player_id, "create a party")?;
         let roster = self
             .state
@@ -64,7 +64,7 @@ impl PartyService for Parties {
         let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         invite_code(&req.invite_code)?;
-        convert::id("player_id", &req.player_id)?;
+        convert::new_player_id("player_id", &req.player_id)?;
         identity.may_be(&req.player_id, "join a party")?;
         let roster = self.state.join_party(
             &req.invite_code,
