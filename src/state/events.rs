@@ -206,6 +206,11 @@ impl State {
         let mut settled = self.inner.events.settled.subscribe();
         // Every take before this one settles (written, or given up by a failing store).
         let _ = settled.wait_for(|s| *s > own).await;
+        // A take given up without writing gave its events back ([`State::emit_first`]).
+        let (events, _taken) = self.take_emitted();
+        if !events.is_empty() {
+            self.emit_durable(&events).await?;
+        }
         Ok(())
     }
 
