@@ -79,7 +79,12 @@ where
             let outcome = match (first, &verifier) {
                 // A key the sets do not hold yet: the provider may have rotated its keys.
                 (Err(AuthError::UnknownKey(_)), Some(v)) if v.fetches_keys() => {
-                    v.refresh_for_unknown_key().await;
+                    if !v.refresh_for_unknown_key().await {
+                        // Too many calls wait for the key set already: a retry, not a refusal.
+                        return Ok(error::refusal(Status::unavailable(
+                            "the identity provider's key set is being fetched; retry",
+                        )));
+                    }
                     authorize(Some(v), req.uri().path(), req.headers())
                 }
                 (first, _) => first,

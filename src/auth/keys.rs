@@ -222,13 +222,14 @@ impl Verifier {
 
     /// After a token named a key id no set holds: fetches the key set again, unless a token did
     /// that less than [`MIN_REFETCH`] ago (then the keys are as fresh as they get for now), or
-    /// [`MAX_WAITING_FOR_KEYS`] callers wait already (then it returns at once).
-    pub async fn refresh_for_unknown_key(&self) {
+    /// [`MAX_WAITING_FOR_KEYS`] callers wait already (then it returns false at once: the
+    /// caller should be told to retry, not that its token is bad).
+    pub async fn refresh_for_unknown_key(&self) -> bool {
         let Some(source) = &self.source else {
-            return;
+            return true;
         };
         let Ok(_place) = source.waiting.try_acquire() else {
-            return;
+            return false;
         };
         let _one_at_a_time = source.fetching.lock().await;
         {
@@ -239,7 +240,7 @@ impl Verifier {
             if let Some(at) = *last
                 && at.elapsed() < MIN_REFETCH
             {
-                return;
+                return true;
             }
             *last = Some(Instant::now());
         }
@@ -247,6 +248,7 @@ impl Verifier {
             tracing::warn!(error = %e, "key set refresh for an unknown key id failed");
             crate::telemetry::key_set_refresh_failed();
         }
+        true
     }
 
     /// Refreshes the key set every `every` until `shutdown`; a failed fetch keeps the keys
@@ -528,9 +530,11 @@ mod tests {
             waiting.iter().all(|w| !w.is_finished()),
             "they wait for the fetch"
         );
-        tokio::time::timeout(Duration::from_secs(1), verifier.refresh_for_unknown_key())
-            .await
-            .expect("one more caller does not wait");
+        let waited =
+            tokio::time::timeout(Duration::from_secs(1), verifier.refresh_for_unknown_key())
+                .await
+                .expect("one more caller does not wait");
+        assert!(!waited, "told to retry");
         for w in waiting {
             w.abort();
         }

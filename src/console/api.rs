@@ -154,7 +154,8 @@ pub(super) async fn gate(
         && v.fetches_keys()
     {
         // A key the sets do not hold yet: the provider may have rotated its keys (as for RPCs).
-        v.refresh_for_unknown_key().await;
+        // Told to retry or not, the unknown key is refused as such here.
+        let _ = v.refresh_for_unknown_key().await;
         authorized = crate::auth::authorize(verifier, uri.path(), headers);
     }
     authorized.map_err(|e| {
