@@ -290,9 +290,10 @@ impl AdminRecords for SledStore {
     }
 
     fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
-        // No history write plans against the lists this erasure changes.
-        let _history = self.history_lock();
-        let _guard = self.admin.lock();
+        // The scans run without the locks (they can take seconds on a large store, and the
+        // matchmaker loop writes history): the caller holds the ledger's gate, so no result or
+        // season change writes meanwhile, and the player is in no match; the transaction
+        // rewrites only what is still there.
         let parties: Vec<sled::IVec> = self
             .parties
             .iter()
@@ -372,6 +373,9 @@ impl AdminRecords for SledStore {
         }
         let player_key = player.as_str().as_bytes();
         let ban = ban_key(player);
+        // No history write plans against the lists this erasure changes.
+        let _history = self.history_lock();
+        let _guard = self.admin.lock();
         // Only the player's own pushes add to their past index (and they are in no match);
         // the records other batches drop meanwhile leave it, which the transaction sees.
         let past = self.past_of(player)?;
@@ -390,7 +394,10 @@ impl AdminRecords for SledStore {
                     parties_tree.remove(k)?;
                 }
                 for (k, v) in &journal_set {
-                    journal.insert(k.as_slice(), v.as_slice())?;
+                    // An entry or event trimmed since the scan stays gone.
+                    if journal.get(k.as_slice())?.is_some() {
+                        journal.insert(k.as_slice(), v.as_slice())?;
+                    }
                 }
                 for k in &journal_remove {
                     journal.remove(k.as_slice())?;
