@@ -237,5 +237,55 @@ mod sled_build {
     }
 }
 
+pub(in crate::store) mod redis_build {
+    use std::sync::Arc;
+
+    use crate::store::{RedisOptions, RedisStore, Store};
+
+    /// Takes every past index and the mark out of the default keyspace.
+    pub(in crate::store) fn forget(url: &str) -> usize {
+        let client = ::redis::Client::open(url).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg("{mm}:past:*")
+            .query(&mut conn)
+            .unwrap();
+        for key in &keys {
+            let () = ::redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+        }
+        let () = ::redis::cmd("HDEL")
+            .arg("{mm}:meta")
+            .arg("past_index")
+            .arg("past_index_cursor")
+            .query(&mut conn)
+            .unwrap();
+        keys.len()
+    }
+
+    #[test]
+    fn a_keyspace_from_before_past_indexes_gets_them_built_by_the_node_taking_over() {
+        super::super::with_redis(|server, runtime| {
+            let url = server.url();
+            let client = ::redis::Client::open(url.as_str()).unwrap();
+            let () = ::redis::cmd("SET")
+                .arg("{mm}:lease")
+                .arg("1|contract|127.0.0.1:1")
+                .query(&mut client.get_connection().unwrap())
+                .unwrap();
+            // What a node does when it takes the queues: open the store, then build.
+            let mut takeover = || {
+                let store = runtime
+                    .block_on(RedisStore::open(&url, 1, &RedisOptions::default()))
+                    .unwrap();
+                runtime.block_on(store.build_past_indexes()).unwrap();
+                Arc::new(store) as Store
+            };
+            super::a_store_from_before_past_indexes_gets_them_built(&mut takeover, &mut || {
+                assert!(forget(&url) > 0);
+            });
+        });
+    }
+}
+
 // `on_every_backend!` is the parent module's.
 on_every_backend!(erasing_a_player_rewrites_the_records_that_left_their_history);
