@@ -679,20 +679,40 @@ impl Node {
                     r = RedisStore::open_from(&cluster.redis_url, token, &options, copy) => r,
                     () = stop.cancelled() => return,
                 };
-                let store: Store = match opened {
+                let store = match opened {
                     Ok(s) => {
                         info!(
                             players = s.player_count(),
                             seconds = started.elapsed().as_secs_f64(),
                             "cluster store loaded"
                         );
-                        Arc::new(s)
+                        s
                     }
                     Err(e) => {
                         error!(error = %e, "cannot open the cluster store");
                         return;
                     }
                 };
+                // A keyspace of an earlier release gets its past indexes before the engine
+                // serves, so no erasure runs while some are missing.
+                let building = Instant::now();
+                let built = tokio::select! {
+                    r = store.build_past_indexes() => r,
+                    () = stop.cancelled() => return,
+                };
+                match built {
+                    Ok(Some(entries)) => info!(
+                        entries,
+                        seconds = building.elapsed().as_secs_f64(),
+                        "built the match history's past indexes"
+                    ),
+                    Ok(None) => {}
+                    Err(e) => {
+                        error!(error = %e, "cannot build the match history's past indexes");
+                        return;
+                    }
+                }
+                let store: Store = Arc::new(store);
                 let publish: server::Publish = Box::new(move |engine| {
                     route.send_modify(|r| {
                         if r.owner.as_ref().is_some_and(|o| o.token == token) {

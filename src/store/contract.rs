@@ -996,4 +996,4 @@ on_every_backend!(
     imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );
 
-mod past;
+pub(super) mod past;

@@ -10,6 +10,7 @@
 mod admin;
 mod export;
 mod journal;
+mod past;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -142,6 +143,7 @@ impl SledStore {
                     });
                 }
                 meta.insert("format", FORMAT)?;
+                Self::mark_past_indexed(&meta)?;
                 db.flush()?;
             }
         }
@@ -155,7 +157,7 @@ impl SledStore {
             path: dir.join("db"),
             source,
         })?;
-        Ok(Self {
+        let store = Self {
             data_file: Arc::new(data_file),
             _lock: Arc::new(lock),
             path,
@@ -168,7 +170,15 @@ impl SledStore {
             rosters,
             admin,
             history: Arc::default(),
-        })
+        };
+        if let Some(added) = store.build_past_indexes()? {
+            tracing::info!(
+                path = %store.path.display(),
+                entries = added,
+                "built the match history's past indexes (a store of an earlier release)"
+            );
+        }
+        Ok(store)
     }
 
     /// Writes one player's pool records (durable after the next flush).

@@ -62,46 +62,60 @@ fn readable(store: &Store) -> Vec<MatchRecord> {
     found
 }
 
+/// No record any read reaches names "gone".
+fn assert_forgotten(store: &Store) {
+    for r in &readable(store) {
+        assert!(
+            !names(r, "gone"),
+            "{} still names the player: {r:?}",
+            r.match_id
+        );
+    }
+}
+
+/// The history both tests start from: records that left "gone"'s list (m1, m2) and o3's (m3)
+/// while other lists keep them, and one (m0) that left o0's and was dropped since.
+fn play(store: &Store) {
+    // Each list keeps 2. o0's own matches cut m0 off o0's list (gone still holds it)...
+    store
+        .append_history(&[history("m0", &[&["gone"], &["o0"]], 2)])
+        .unwrap();
+    store
+        .append_history(&[solo("x1", "o0"), solo("x2", "o0")])
+        .unwrap();
+    assert_eq!(past(store, "o0"), ["m0"]);
+    store
+        .append_journal(1, &[result("m1", "gone", "o1")])
+        .unwrap();
+    // ... then gone's cut it too: dropped, it leaves o0's index.
+    store
+        .append_journal(2, &[result("m2", "gone", "o2")])
+        .unwrap();
+    assert_eq!(wait(store.match_record(&MatchId::from("m0"))), None);
+    assert!(past(store, "o0").is_empty());
+    // m3: o3's own matches cut it off o3's list, gone keeps it.
+    store
+        .append_journal(3, &[result("m3", "gone", "o3")])
+        .unwrap();
+    store
+        .append_history(&[solo("y1", "o3"), solo("y2", "o3")])
+        .unwrap();
+    store.append_history(&[solo("m4", "gone")]).unwrap();
+    store.flush().unwrap();
+    assert_eq!(ids(store, "gone"), ["m4", "m3"]);
+    // m1 and m2 left gone's list; o1 and o2 keep them, still naming gone.
+    assert_eq!(past(store, "gone"), ["m1", "m2"]);
+    assert_eq!(past(store, "o3"), ["m3"]);
+    let m1 = wait(store.match_record(&MatchId::from("m1"))).expect("o1 holds m1");
+    assert!(names(&m1, "gone"));
+}
+
 fn erasing_a_player_rewrites_the_records_that_left_their_history(reopen: Reopen<'_>) {
     let (gone, marker) = (
         PlayerId::from("gone"),
         PlayerId::from("erased:0123456789ab"),
     );
-    {
-        let store = reopen();
-        // Each list keeps 2. o0's own matches cut m0 off o0's list (gone still holds it)...
-        store
-            .append_history(&[history("m0", &[&["gone"], &["o0"]], 2)])
-            .unwrap();
-        store
-            .append_history(&[solo("x1", "o0"), solo("x2", "o0")])
-            .unwrap();
-        assert_eq!(past(&store, "o0"), ["m0"]);
-        store
-            .append_journal(1, &[result("m1", "gone", "o1")])
-            .unwrap();
-        // ... then gone's cut it too: dropped, it leaves o0's index.
-        store
-            .append_journal(2, &[result("m2", "gone", "o2")])
-            .unwrap();
-        assert_eq!(wait(store.match_record(&MatchId::from("m0"))), None);
-        assert!(past(&store, "o0").is_empty());
-        // m3: o3's own matches cut it off o3's list, gone keeps it.
-        store
-            .append_journal(3, &[result("m3", "gone", "o3")])
-            .unwrap();
-        store
-            .append_history(&[solo("y1", "o3"), solo("y2", "o3")])
-            .unwrap();
-        store.append_history(&[solo("m4", "gone")]).unwrap();
-        store.flush().unwrap();
-        assert_eq!(ids(&store, "gone"), ["m4", "m3"]);
-        // m1 and m2 left gone's list; o1 and o2 keep them, still naming gone.
-        assert_eq!(past(&store, "gone"), ["m1", "m2"]);
-        assert_eq!(past(&store, "o3"), ["m3"]);
-        let m1 = wait(store.match_record(&MatchId::from("m1"))).expect("o1 holds m1");
-        assert!(names(&m1, "gone"));
-    }
+    play(&reopen());
     {
         let store = reopen();
         assert_eq!(
@@ -113,14 +127,7 @@ fn erasing_a_player_rewrites_the_records_that_left_their_history(reopen: Reopen<
         store.flush().unwrap();
     }
     let store = reopen();
-    let readable = readable(&store);
-    for r in &readable {
-        assert!(
-            !names(r, "gone"),
-            "{} still names the player: {r:?}",
-            r.match_id
-        );
-    }
+    assert_forgotten(&store);
     // The records others keep name the marker instead, in the teams and the changes.
     for (id, other) in [("m1", "o1"), ("m2", "o2")] {
         let r = wait(store.match_record(&MatchId::from(id))).expect(other);
@@ -153,6 +160,130 @@ fn erasing_a_player_rewrites_the_records_that_left_their_history(reopen: Reopen<
     }
     for player in EVERYONE.iter().chain(&[marker.as_str()]) {
         assert!(past(&store, player).is_empty(), "{player}'s index");
+    }
+}
+
+/// The marker of an erasure made before the past indexes were taken out.
+const EARLIER_MARKER: &str = "erased:aaaaaaaaaaaa";
+
+/// The past index of every player the history names, and of the earlier erasure's marker.
+fn indexes(store: &Store) -> Vec<Vec<String>> {
+    EVERYONE
+        .iter()
+        .chain(&[EARLIER_MARKER])
+        .map(|p| past(store, p))
+        .collect()
+}
+
+/// A store of an earlier release: the history written (with an erasure of o4, so a record
+/// another list keeps names a marker, which has no list), then every past index and the mark
+/// taken out by `forget`. The next open (`reopen`) builds the indexes the writes had built,
+/// and an erasure of "gone" then leaves no record naming them.
+fn a_store_from_before_past_indexes_gets_them_built(reopen: Reopen<'_>, forget: &mut dyn FnMut()) {
+    let built = {
+        let store = reopen();
+        play(&store);
+        store
+            .append_history(&[history("w1", &[&["o4"], &["o1"]], 2)])
+            .unwrap();
+        store
+            .erase_player(&PlayerId::from("o4"), &PlayerId::from(EARLIER_MARKER))
+            .unwrap();
+        store.flush().unwrap();
+        indexes(&store)
+    };
+    forget();
+    {
+        let store = reopen();
+        assert_eq!(indexes(&store), built, "the indexes the writes built");
+        store
+            .erase_player(
+                &PlayerId::from("gone"),
+                &PlayerId::from("erased:0123456789ab"),
+            )
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let store = reopen();
+    assert_forgotten(&store);
+    assert!(past(&store, "gone").is_empty());
+    assert!(ids(&store, "gone").is_empty());
+}
+
+mod sled_build {
+    use crate::store::sled::SledStore;
+
+    fn built(keep_every: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut forget = || {
+            let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+            assert!(store.forget_past_indexes(keep_every) > 0);
+        };
+        super::a_store_from_before_past_indexes_gets_them_built(
+            &mut super::sled_reopen(dir.path()),
+            &mut forget,
+        );
+    }
+
+    #[test]
+    fn a_store_from_before_past_indexes_gets_them_built_on_open() {
+        built(0);
+    }
+
+    /// Some entries written and no mark: a build stopped midway.
+    #[test]
+    fn a_build_stopped_midway_is_finished_by_the_next_open() {
+        built(2);
+    }
+}
+
+pub(in crate::store) mod redis_build {
+    use std::sync::Arc;
+
+    use crate::store::{RedisOptions, RedisStore, Store};
+
+    /// Takes every past index and the mark out of the default keyspace.
+    pub(in crate::store) fn forget(url: &str) -> usize {
+        let client = ::redis::Client::open(url).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg("{mm}:past:*")
+            .query(&mut conn)
+            .unwrap();
+        for key in &keys {
+            let () = ::redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+        }
+        let () = ::redis::cmd("HDEL")
+            .arg("{mm}:meta")
+            .arg("past_index")
+            .arg("past_index_cursor")
+            .query(&mut conn)
+            .unwrap();
+        keys.len()
+    }
+
+    #[test]
+    fn a_keyspace_from_before_past_indexes_gets_them_built_by_the_node_taking_over() {
+        super::super::with_redis(|server, runtime| {
+            let url = server.url();
+            let client = ::redis::Client::open(url.as_str()).unwrap();
+            let () = ::redis::cmd("SET")
+                .arg("{mm}:lease")
+                .arg("1|contract|127.0.0.1:1")
+                .query(&mut client.get_connection().unwrap())
+                .unwrap();
+            // What a node does when it takes the queues: open the store, then build.
+            let mut takeover = || {
+                let store = runtime
+                    .block_on(RedisStore::open(&url, 1, &RedisOptions::default()))
+                    .unwrap();
+                runtime.block_on(store.build_past_indexes()).unwrap();
+                Arc::new(store) as Store
+            };
+            super::a_store_from_before_past_indexes_gets_them_built(&mut takeover, &mut || {
+                assert!(forget(&url) > 0);
+            });
+        });
     }
 }
 

@@ -28,6 +28,7 @@ mod durability;
 mod journal;
 mod keys;
 mod load;
+mod past;
 mod records;
 mod script;
 mod sentinel;
@@ -48,7 +49,7 @@ use load::text;
 pub use script::CHANGE_LOG_ENTRIES;
 #[cfg(test)]
 use script::MAX_RUN;
-use script::{ChangeList, Invocation, Run, apply_script, runs};
+use script::{ChangeList, Invocation, Op, Run, apply_script, runs};
 pub use sentinel::{SentinelUrl, is_sentinel_url};
 pub use server::{RedisCluster, RedisSentinels, RedisServer, SENTINEL_SERVICE};
 pub use standby::{Followed, Standby};
@@ -113,61 +114,6 @@ const HASHES: [(Hash, &str); 16] = [
 /// grow to every player's `[history] matches_per_player` matches and is read from Redis.
 fn loaded_hash(h: Hash) -> bool {
     !matches!(h, Hash::MatchRecords | Hash::MatchRefs)
-}
-
-/// One queued Redis write.
-#[derive(Clone, Debug, PartialEq)]
-enum Op {
-    Set(Hash, String, Vec<u8>),
-    Del(Hash, String),
-    Clear(Hash),
-    /// A match id to the head of a player's history list (its key), which keeps `keep`; a
-    /// record cut off that other lists still hold joins the player's past index (its key).
-    Push {
-        list: String,
-        past: String,
-        member: String,
-        keep: u32,
-    },
-    /// A match id out of an erased player's history list (its key); the record as it stays
-    /// for its other holders (empty: leave it).
-    Unhold(String, String, Vec<u8>),
-    /// A match id out of an erased player's past index (its key); the record as it stays for
-    /// its holders (empty: leave it).
-    Forget(String, String, Vec<u8>),
-    /// A player's history list (its key) replaced whole (migration).
-    List(String, Vec<String>),
-    /// A player's past index (its key) replaced whole (migration).
-    Past(String, Vec<String>),
-}
-
-impl Op {
-    /// Arguments the op takes in the script.
-    fn args(&self) -> usize {
-        match self {
-            Self::Set(..) => 5,
-            Self::Del(..) => 4,
-            Self::Clear(..) => 2,
-            Self::Push { .. } => 7,
-            Self::Unhold(..) => 6,
-            Self::Forget(..) => 5,
-            Self::List(_, members) | Self::Past(_, members) => 3 + members.len(),
-        }
-    }
-
-    /// The keys of its own the op names (history lists and past indexes), which the script
-    /// receives after the hashes.
-    fn own_keys(&self) -> impl Iterator<Item = &str> {
-        let (first, second) = match self {
-            Self::Push { list, past, .. } => (Some(list), Some(past)),
-            Self::Unhold(key, ..)
-            | Self::Forget(key, ..)
-            | Self::List(key, _)
-            | Self::Past(key, _) => (Some(key), None),
-            Self::Set(..) | Self::Del(..) | Self::Clear(..) => (None, None),
-        };
-        first.into_iter().chain(second).map(String::as_str)
-    }
 }
 
 /// Writes not yet sent, as batches (one per trait call), and the sequence of the last one.
@@ -500,6 +446,14 @@ impl RedisStore {
                         .arg(Hash::MatchRecords as usize)
                         .arg(Hash::MatchRefs as usize)
                         .arg(lists[past.as_str()]);
+                }
+                Op::Index { past, list, member } => {
+                    invocation
+                        .arg("a")
+                        .arg(lists[past.as_str()])
+                        .arg(lists[list.as_str()])
+                        .arg(member)
+                        .arg(Hash::MatchRecords as usize);
                 }
                 Op::List(key, members) | Op::Past(key, members) => {
                     let op = if matches!(op, Op::List(..)) { "l" } else { "t" };

@@ -4,7 +4,72 @@ use std::io::Write;
 
 use ::redis::{Cmd, Script, ToRedisArgs};
 
-use super::{HASHES, Hash, Op, loaded_hash};
+use super::{HASHES, Hash, loaded_hash};
+
+/// One queued Redis write.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Op {
+    Set(Hash, String, Vec<u8>),
+    Del(Hash, String),
+    Clear(Hash),
+    /// A match id to the head of a player's history list (its key), which keeps `keep`; a
+    /// record cut off that other lists still hold joins the player's past index (its key).
+    Push {
+        list: String,
+        past: String,
+        member: String,
+        keep: u32,
+    },
+    /// A match id out of an erased player's history list (its key); the record as it stays
+    /// for its other holders (empty: leave it).
+    Unhold(String, String, Vec<u8>),
+    /// A match id out of an erased player's past index (its key); the record as it stays for
+    /// its holders (empty: leave it).
+    Forget(String, String, Vec<u8>),
+    /// A player's history list (its key) replaced whole (migration).
+    List(String, Vec<String>),
+    /// A player's past index (its key) replaced whole (migration).
+    Past(String, Vec<String>),
+    /// A stored record into a player's past index (its key) if the player has a history list
+    /// (its key) that does not hold it: the one-time build of an index a keyspace of an
+    /// earlier release lacks (see `past.rs`).
+    Index {
+        past: String,
+        list: String,
+        member: String,
+    },
+}
+
+impl Op {
+    /// Arguments the op takes in the script.
+    pub(super) fn args(&self) -> usize {
+        match self {
+            Self::Set(..) => 5,
+            Self::Del(..) => 4,
+            Self::Clear(..) => 2,
+            Self::Push { .. } => 7,
+            Self::Unhold(..) => 6,
+            Self::Forget(..) | Self::Index { .. } => 5,
+            Self::List(_, members) | Self::Past(_, members) => 3 + members.len(),
+        }
+    }
+
+    /// The keys of its own the op names (history lists and past indexes), which the script
+    /// receives after the hashes.
+    pub(super) fn own_keys(&self) -> impl Iterator<Item = &str> {
+        let (first, second) = match self {
+            Self::Push { list, past, .. } | Self::Index { list, past, .. } => {
+                (Some(list), Some(past))
+            }
+            Self::Unhold(key, ..)
+            | Self::Forget(key, ..)
+            | Self::List(key, _)
+            | Self::Past(key, _) => (Some(key), None),
+            Self::Set(..) | Self::Del(..) | Self::Clear(..) => (None, None),
+        };
+        first.into_iter().chain(second).map(String::as_str)
+    }
+}
 
 /// One call of the script, built up key by key and argument by argument: its `EVALSHA`
 /// command, to send alone or followed by `WAIT` in one request.
@@ -53,8 +118,10 @@ impl Invocation {
 /// back what the later call changed. Operations follow from ARGV[6] as
 /// `s KEY N FIELD VALUE…` (one HSET of N fields), `d KEY N FIELD…` (one HDEL of N fields),
 /// `x KEY` (DEL) or `p LIST MEMBER KEEP
-/// RECORDS REFS` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record cut
-/// off loses a holder in REFS and goes from RECORDS with its last) or `u LIST MEMBER RECORDS
+/// RECORDS REFS PAST` (history: MEMBER to the head of LIST, once; LIST cut to KEEP; each record
+/// cut off loses a holder in REFS and goes from RECORDS with its last, or else joins PAST) or
+/// `a PAST LIST MEMBER RECORDS` (MEMBER into PAST if RECORDS holds it and LIST exists without
+/// it: the past index's one-time build) or `u LIST MEMBER RECORDS
 /// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
 /// goes with its last, or else takes VALUE) or `l LIST N MEMBER…` (LIST replaced by the N
 /// members), KEY an index into KEYS.
@@ -133,6 +200,15 @@ while i <= n do
     if redis.call('SREM', key, member) > 0 and ARGV[i + 4] ~= ''
         and redis.call('HEXISTS', records, member) == 1 then
       redis.call('HSET', records, member, ARGV[i + 4])
+    end
+    i = i + 5
+  elseif op == 'a' then
+    local list = KEYS[tonumber(ARGV[i + 2])]
+    local member = ARGV[i + 3]
+    local records = KEYS[tonumber(ARGV[i + 4])]
+    if redis.call('HEXISTS', records, member) == 1 and redis.call('EXISTS', list) == 1
+        and not redis.call('LPOS', list, member) then
+      redis.call('SADD', key, member)
     end
     i = i + 5
   elseif op == 't' then
