@@ -15,6 +15,21 @@ fn team_of(a: &proto::MatchAssignment, player: &str) -> usize {
         .expect("player is on a team")
 }
 
+/// The 5v5 queue's statistics.
+async fn stats_5v5(server: &TestServer) -> proto::QueueStat {
+    server
+        .admin()
+        .await
+        .get_queue_stats(proto::GetQueueStatsRequest {
+            queue: "5v5".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .queues
+        .remove(0)
+}
+
 #[tokio::test]
 async fn a_leaver_is_replaced_from_the_queue_and_the_result_rates_both() {
     let server = TestServer::start("").await;
@@ -105,16 +120,7 @@ async fn a_leaver_is_replaced_from_the_queue_and_the_result_rates_both() {
     assert_eq!(a.match_id, first.match_id);
     assert_eq!(a.server_address, "gs-5v5:7777");
 
-    let mut admin = server.admin().await;
-    let stats = admin
-        .get_queue_stats(proto::GetQueueStatsRequest {
-            queue: "5v5".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queues
-        .remove(0);
+    let stats = stats_5v5(&server).await;
     assert_eq!(stats.backfill_requests, 1);
     assert_eq!(stats.backfill_slots_opened, 1);
     assert_eq!(stats.backfill_slots_filled, 1);
@@ -378,21 +384,9 @@ async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
         .await
         .expect("first request");
     // Nobody waits: the request times out with both slots open.
-    let mut admin = server.admin().await;
-    poll_until("the request expires", || {
-        let mut admin = admin.clone();
-        async move {
-            let expired = admin
-                .get_queue_stats(proto::GetQueueStatsRequest {
-                    queue: "5v5".into(),
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .queues[0]
-                .backfill_requests_expired;
-            if expired == 1 { Ok(()) } else { Err(expired) }
-        }
+    poll_until("the request expires", || async {
+        let expired = stats_5v5(&server).await.backfill_requests_expired;
+        if expired == 1 { Ok(()) } else { Err(expired) }
     })
     .await;
 
@@ -412,15 +406,7 @@ async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
     assert_eq!(update.match_id, first.match_id);
     assert_eq!(update.backfill[0].player_ids.len(), 1, "{update:?}");
     assert_eq!(update.teams[0].player_ids.len(), 4);
-    let stats = admin
-        .get_queue_stats(proto::GetQueueStatsRequest {
-            queue: "5v5".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .queues
-        .remove(0);
+    let stats = stats_5v5(&server).await;
     assert_eq!(stats.backfill_slots_opened, 3, "2 + 1 + 0");
     assert_eq!(stats.backfill_slots_filled, 1);
 

@@ -376,20 +376,22 @@ mod tests {
         assert_eq!(detail["rank_points_after"], 30);
     }
 
-    #[tokio::test]
-    async fn a_change_answering_after_its_events_waits_for_events_another_writer_took() {
-        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
-        let state = State::load(config, store).unwrap();
-        let event = |id: &str| EventRecord {
+    /// A match's cancel event, as the tests emit it.
+    fn cancelled(match_id: &str) -> EventRecord {
+        EventRecord {
             kind: EventKind::MatchCancelled,
             unix: 1.0,
-            match_id: id.into(),
+            match_id: match_id.into(),
             player_id: String::new(),
             detail_json: "{}".into(),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_answering_after_its_events_waits_for_events_another_writer_took() {
+        let state = crate::state::test_util::state();
         // A cancel's event, taken by a result's batch that is not durable yet.
-        state.emit([event("m-1")]);
+        state.emit([cancelled("m-1")]);
         let (taken_events, taken) = state.take_emitted();
         assert_eq!(taken_events.len(), 1);
         let flushing = tokio::spawn({
@@ -418,19 +420,10 @@ mod tests {
     /// Events taken by a write that wrote nothing come back ahead of those emitted since.
     #[test]
     fn events_given_back_go_ahead_of_later_ones() {
-        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
-        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
-        let state = State::load(config, store).unwrap();
-        let event = |id: &str| EventRecord {
-            kind: EventKind::MatchCancelled,
-            unix: 1.0,
-            match_id: id.into(),
-            player_id: String::new(),
-            detail_json: "{}".into(),
-        };
-        state.emit([event("m-1"), event("m-2")]);
+        let state = crate::state::test_util::state();
+        state.emit([cancelled("m-1"), cancelled("m-2")]);
         let (taken_events, taken) = state.take_emitted();
-        state.emit([event("m-3")]);
+        state.emit([cancelled("m-3")]);
         state.emit_first(taken_events);
         drop(taken);
         let (all, _taken) = state.take_emitted();
