@@ -100,6 +100,9 @@ fn store_failure(e: &StoreError) -> Status {
         tracing::warn!(error = %e, "a write was fenced; the call goes to the next owner");
         return engine_stopped();
     }
+    if let StoreError::NotYet(why) = e {
+        return Status::unavailable(why.clone());
+    }
     tracing::error!(error = %e, "store failure");
     crate::telemetry::store_error("request");
     Status::internal(format!("storage failure: {e}"))

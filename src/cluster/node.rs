@@ -693,26 +693,11 @@ impl Node {
                         return;
                     }
                 };
-                // A keyspace of an earlier release gets its past indexes before the engine
-                // serves, so no erasure runs while some are missing.
-                let building = Instant::now();
-                let built = tokio::select! {
-                    r = store.build_past_indexes() => r,
-                    () = stop.cancelled() => return,
-                };
-                match built {
-                    Ok(Some(entries)) => info!(
-                        entries,
-                        seconds = building.elapsed().as_secs_f64(),
-                        "built the match history's past indexes"
-                    ),
-                    Ok(None) => {}
-                    Err(e) => {
-                        error!(error = %e, "cannot build the match history's past indexes");
-                        return;
-                    }
-                }
-                let store: Store = Arc::new(store);
+                let redis = Arc::new(store);
+                // A keyspace of an earlier release gets its past indexes while the engine
+                // serves (a large history takes a while); erasures are refused until then.
+                tokio::spawn(build_past_indexes(redis.clone(), stop.clone()));
+                let store: Store = redis;
                 let publish: server::Publish = Box::new(move |engine| {
                     route.send_modify(|r| {
                         if r.owner.as_ref().is_some_and(|o| o.token == token) {
@@ -734,6 +719,38 @@ impl Node {
             ownership,
             stop,
             task,
+        }
+    }
+}
+
+/// Builds the match history's past indexes of a keyspace an earlier release wrote (see
+/// `RedisStore::build_past_indexes`), trying again every 10 s after a failure, until done or
+/// `stop` (the engine stops: the next owner carries on from the saved cursor).
+async fn build_past_indexes(store: Arc<RedisStore>, stop: CancellationToken) {
+    let building = Instant::now();
+    loop {
+        let built = tokio::select! {
+            r = store.build_past_indexes() => r,
+            () = stop.cancelled() => return,
+        };
+        match built {
+            Ok(Some(entries)) => {
+                info!(
+                    entries,
+                    seconds = building.elapsed().as_secs_f64(),
+                    "built the match history's past indexes"
+                );
+                return;
+            }
+            Ok(None) => return,
+            Err(crate::store::StoreError::Fenced) => return,
+            Err(e) => {
+                warn!(error = %e, "cannot build the match history's past indexes yet; erasures wait for them");
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_secs(10)) => {}
+            () = stop.cancelled() => return,
         }
     }
 }

@@ -91,6 +91,9 @@ pub enum StoreError {
     /// Another node holds the queues' lease now: this node's writes are refused for good.
     #[error("store fenced: another node owns the queues now, so this node's writes are refused")]
     Fenced,
+    /// The store cannot do this yet (it is still building what it needs): retry later.
+    #[error("{0}")]
+    NotYet(String),
 }
 
 /// One decoded player record: its id and its per-pool standing.

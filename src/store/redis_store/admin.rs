@@ -180,6 +180,13 @@ impl AdminRecords for RedisStore {
 
     fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
         self.check_fence()?;
+        if !self.past_ready.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::NotYet(
+                "the match history's past indexes are still being built (the first owner after \
+                 an upgrade builds them while it serves); erase the player again in a minute"
+                    .into(),
+            ));
+        }
         // The history stays in Redis: its records are read (after every queued write) and
         // rewritten here; the script drops each from the player's list and lowers its holder
         // count, and takes each out of their past index, in the same batch as the rest of the

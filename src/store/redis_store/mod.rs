@@ -173,6 +173,9 @@ pub struct RedisStore {
     /// The next number a flush call carries (see the flush's script): above any an earlier
     /// store of the same token and node had applied.
     calls: AtomicU64,
+    /// Whether the match history's past indexes are complete (see `past.rs`): until then an
+    /// erasure could miss records, so it is refused.
+    past_ready: AtomicBool,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -239,7 +242,17 @@ impl RedisStore {
             .unwrap_or(0)
             + 1;
         let mirror = standby::mirror(standby, &mut conn, url, &options.keys).await?;
-        Ok(Self {
+        // The past indexes are complete when marked, or when there is no history to index.
+        let (marked, records): (bool, u64) = ::redis::pipe()
+            .cmd("HEXISTS")
+            .arg(options.keys.meta())
+            .arg(past::PAST_INDEX)
+            .cmd("HLEN")
+            .arg(options.keys.hash(Hash::MatchRecords))
+            .query_async(&mut conn)
+            .await
+            .map_err(&err)?;
+        let store = Self {
             url: url.to_string(),
             token,
             options: options.clone(),
@@ -252,7 +265,18 @@ impl RedisStore {
             fenced: AtomicBool::new(false),
             apply: apply_script(),
             calls: AtomicU64::new(calls),
-        })
+            past_ready: AtomicBool::new(marked || records == 0),
+        };
+        if !marked && records == 0 {
+            // Nothing to index: marked with the first flush, so a later open (with a history
+            // by then) knows its indexes are complete.
+            store.queue(vec![Op::Set(
+                Hash::Meta,
+                past::PAST_INDEX.into(),
+                b"1".to_vec(),
+            )]);
+        }
+        Ok(store)
     }
 
     /// Sends what is queued, so a read from Redis sees every write made before it (reads that
