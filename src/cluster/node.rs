@@ -744,6 +744,11 @@ async fn build_past_indexes(store: Arc<RedisStore>, stop: CancellationToken) {
             }
             Ok(None) => return,
             Err(crate::store::StoreError::Fenced) => return,
+            Err(e @ crate::store::StoreError::Decode { .. }) => {
+                // Trying again reads the same record: an operator must mend or remove it.
+                error!(error = %e, "cannot build the match history's past indexes; erasures are refused until a record that decodes is there");
+                return;
+            }
             Err(e) => {
                 warn!(error = %e, "cannot build the match history's past indexes yet; erasures wait for them");
             }

@@ -199,17 +199,16 @@ impl State {
     /// another writer took before (a result's batch, the writer task) may still be on their
     /// way: it waits until they are durable too.
     pub async fn flush_with_events(&self) -> Result<(), StoreError> {
-        let (events, taken) = self.take_emitted();
-        self.emit_durable(&events).await?;
-        let own = taken.take;
-        drop(taken);
-        let mut settled = self.inner.events.settled.subscribe();
-        // Every take before this one settles (written, or given up by a failing store).
-        let _ = settled.wait_for(|s| *s > own).await;
-        // A take given up without writing gave its events back ([`State::emit_first`]).
-        let (events, _taken) = self.take_emitted();
-        if !events.is_empty() {
+        // Twice: a take given up without writing gives its events back ([`State::emit_first`])
+        // and settles; the second round writes them, or waits for the writer that took them.
+        for _ in 0..2 {
+            let (events, taken) = self.take_emitted();
             self.emit_durable(&events).await?;
+            let own = taken.take;
+            drop(taken);
+            let mut settled = self.inner.events.settled.subscribe();
+            // Every take before this one settles (written, or given up by a failing store).
+            let _ = settled.wait_for(|s| *s > own).await;
         }
         Ok(())
     }

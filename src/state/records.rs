@@ -129,13 +129,34 @@ impl State {
 
     /// Erases `player` from the store once more, under the same `marker`: for what was on its
     /// way to the store while [`State::erase_player`] rewrote it (the event of a match
-    /// cancelled just before the player was free). Changes nothing else.
+    /// cancelled just before the player was free). Only while nothing new names the id (no
+    /// record, ticket, ban or party of a new player of that id since): the store would erase
+    /// that too. Whether it ran.
     pub fn erase_stored_again(
         &self,
         player: &PlayerId,
         marker: &PlayerId,
-    ) -> Result<(), StoreError> {
-        self.inner.store.erase_player(player, marker)
+    ) -> Result<bool, StoreError> {
+        let created = || self.inner.bans.contains_key(player) || self.in_a_party(player);
+        match self.slot_if_known(player) {
+            Some(slot) => {
+                let guard = slot.lock();
+                if guard.status != PlayerStatus::Idle
+                    || guard.pools.iter().next().is_some()
+                    || created()
+                {
+                    return Ok(false);
+                }
+                self.inner.store.erase_player(player, marker)?;
+            }
+            None => {
+                if created() {
+                    return Ok(false);
+                }
+                self.inner.store.erase_player(player, marker)?;
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -153,6 +174,27 @@ mod tests {
     /// Forms one 1v1 match between `a` and `b`, leaving them in it until its result.
     fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
         crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
+    }
+
+    /// The second pass erases only while nothing new names the id: a new player who took it
+    /// meanwhile keeps what they made.
+    #[test]
+    fn the_second_pass_leaves_a_new_player_of_the_same_id_alone() {
+        let state = state();
+        let a = PlayerId::new("a");
+        let erased = state.erase_player(&a).unwrap().unwrap();
+        assert!(state.erase_stored_again(&a, &erased.marker).unwrap());
+        // The id queues again before the second pass.
+        let queue = state.queue("queue", "1v1").unwrap();
+        state
+            .create_ticket(
+                &queue,
+                vec![a.clone()],
+                crate::ids::TicketId::new("t-a"),
+                0.0,
+            )
+            .unwrap();
+        assert!(!state.erase_stored_again(&a, &erased.marker).unwrap());
     }
 
     #[test]

@@ -235,6 +235,11 @@ impl State {
 
     /// Takes `player` out of the party they are in, as [`Self::leave_party`] would (player
     /// erasure); whether there was one.
+    /// Whether `player` is in a `PartyService` party.
+    pub(super) fn in_a_party(&self, player: &PlayerId) -> bool {
+        self.rosters().by_player.contains_key(player)
+    }
+
     pub(super) fn leave_any_party(&self, player: &PlayerId, now: f64) -> Result<bool, StoreError> {
         let party = self.rosters().by_player.get(player).cloned();
         let Some(id) = party else {

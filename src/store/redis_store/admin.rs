@@ -182,8 +182,9 @@ impl AdminRecords for RedisStore {
         self.check_fence()?;
         if !self.past_ready.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(StoreError::NotYet(
-                "the match history's past indexes are still being built (the first owner after \
-                 an upgrade builds them while it serves); erase the player again in a minute"
+                "the match history's past indexes are not complete yet (the first owner after \
+                 an upgrade builds them while it serves; its log says when it is done, or why \
+                 it cannot be); erase the player again later"
                     .into(),
             ));
         }
