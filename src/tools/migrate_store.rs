@@ -530,8 +530,9 @@ async fn copy_records(
         target.import_match_history(&[], &[], &records)?;
         target.flush_async().await?;
     }
-    // The indexes came whole (the embedded store builds its own when opened): the build finds
-    // nothing to add and marks the keyspace, so the first node taking it over skips the scan.
+    // The indexes came whole (the embedded store builds its own when opened). A keyspace empty
+    // when this run opened it is marked already; one a stopped run left half-filled is scanned
+    // here, finding nothing to add, and marked: the first node taking it over skips the scan.
     target.build_past_indexes().await?;
     for ban in source.load_bans()? {
         target.put_ban(&ban)?;
