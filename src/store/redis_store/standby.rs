@@ -695,7 +695,7 @@ mod against_redis {
             let url = server.url();
             lease(&url, "1|a|127.0.0.1:1");
             let logging = runtime
-                .block_on(RedisStore::open(&url, 1, &options(true)))
+                .block_on(RedisStore::open(&url, 1, &patient(options(true))))
                 .unwrap();
             logging
                 .put_players(&[(&player(1), &record(1500.0))])
@@ -703,12 +703,7 @@ mod against_redis {
             logging.flush().unwrap();
             let load = || {
                 runtime
-                    .block_on(Standby::load(
-                        &url,
-                        None,
-                        &Keys::default(),
-                        Patience::default(),
-                    ))
+                    .block_on(Standby::load(&url, None, &Keys::default(), PATIENT))
                     .unwrap()
             };
 
@@ -717,7 +712,7 @@ mod against_redis {
             // (Another store under the same lease: each numbers its own calls.)
             let silent_options = RedisOptions {
                 node: "a".into(),
-                ..options(false)
+                ..patient(options(false))
             };
             let silent = runtime
                 .block_on(RedisStore::open(&url, 1, &silent_options))
@@ -748,7 +743,7 @@ mod against_redis {
                 .unwrap();
             logging.flush().unwrap();
             let copy = runtime
-                .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+                .block_on(standby.into_mirror(&mut patient_conn(&url, &runtime)))
                 .unwrap();
             // p0 to p100000 (p1, p2 and p3 among them), then p1000000.
             assert_eq!(
@@ -763,11 +758,32 @@ mod against_redis {
             silent.flush().unwrap();
             assert!(
                 runtime
-                    .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+                    .block_on(standby.into_mirror(&mut patient_conn(&url, &runtime)))
                     .unwrap()
                     .is_none()
             );
         });
+    }
+
+    /// Calls waiting long enough for a flush of [`LOGGED_FIELDS_IN_TEST`] records on a slow
+    /// machine (the default reply wait is half a second).
+    const PATIENT: Patience = Patience {
+        reply: std::time::Duration::from_secs(30),
+        connect: std::time::Duration::from_secs(1),
+        retries: 3,
+    };
+
+    fn patient(options: RedisOptions) -> RedisOptions {
+        RedisOptions {
+            patience: PATIENT,
+            ..options
+        }
+    }
+
+    fn patient_conn(url: &str, runtime: &tokio::runtime::Handle) -> RedisConn {
+        runtime
+            .block_on(RedisConn::connect(url, None, PATIENT))
+            .unwrap()
     }
 
     const LOGGED_FIELDS_IN_TEST: usize = super::super::script::LOGGED_FIELDS;
