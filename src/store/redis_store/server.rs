@@ -271,13 +271,32 @@ impl RedisCluster {
     /// reports `cluster_state:ok` (after a node restarted, say: it comes back as a replica).
     pub fn wait_in_step(&self) -> Result<(), RedisServerError> {
         self.wait_until("the replicas are in step", |c| {
+            // Every running node that is no primary of slots follows one with its link up, and
+            // the primaries count each as online: a node restarted from its own files comes
+            // back a primary of no slots until the cluster tells it to follow.
+            let (mut nodes, mut followers, mut online) = (0, 0, 0);
             for node in c.up() {
+                nodes += 1;
                 let info: String = c.query(node, &["INFO", "replication"])?;
-                if info.contains("role:slave") && !info.contains("master_link_status:up") {
-                    return Ok(false);
+                if info.contains("role:slave") {
+                    if !info.contains("master_link_status:up") {
+                        return Ok(false);
+                    }
+                    followers += 1;
+                } else {
+                    online += info
+                        .lines()
+                        .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                        .count();
                 }
             }
-            c.all_ok()
+            let asker = c.running()?;
+            let primaries = c
+                .listed(asker)?
+                .iter()
+                .filter(|n| n.primary && !n.failed && !n.slots.is_empty())
+                .count();
+            Ok(followers == nodes - primaries && online == followers && c.all_ok()?)
         })
     }
 
