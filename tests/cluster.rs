@@ -1606,10 +1606,12 @@ async fn store_players(redis: &RedisServer, n: usize) {
     .unwrap();
     let config = matchmaker::config::Config::from_toml_str("").unwrap();
     let q = &config.queues["1v1"];
-    let pools = BTreeMap::from([(
-        "1v1".to_string(),
-        matchmaker::records::PoolRecord::initial(&q.rating, q.ranking, &config.ranking),
-    )]);
+    let pools = BTreeMap::from([("1v1".to_string(), {
+        // Rated a while ago: a soft reset grows the deviation of every one of them.
+        let mut r = matchmaker::records::PoolRecord::initial(&q.rating, q.ranking, &config.ranking);
+        r.skill.deviation = 100.0;
+        r
+    })]);
     for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
         let ids: Vec<matchmaker::ids::PlayerId> = chunk
             .iter()
@@ -1662,6 +1664,76 @@ async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
         loaded > Duration::from_millis(600),
         "the load ({loaded:?}) must outlast the lease (300 ms) for this test to mean anything"
     );
+}
+
+/// A season reset of a pool too large for one Redis script (Redis would run it for seconds
+/// and nothing else meanwhile, and past the owner's reply time cut it off) is written in parts
+/// and committed whole: every player is reset, as read through either node, and as the next
+/// owner loads it after the writer is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_season_reset_of_a_large_pool_is_written_in_parts_and_seen_whole_from_every_node() {
+    const PLAYERS: u64 = 12_000;
+    let redis = redis();
+    store_players(&redis, PLAYERS as usize).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let (mut nodes, owner, other) = owner_and_other(&config, &redis).await;
+    let through = nodes[&other].channel().await;
+    let mut admin = AdminServiceClient::new(through.clone());
+    admin
+        .set_rating(proto::SetRatingRequest {
+            player_id: "stored-7".into(),
+            queue: "1v1".into(),
+            rating: Some(proto::Rating {
+                mean: 1700.0,
+                deviation: 50.0,
+                volatility: 0.06,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let before = rating(&through, "stored-7").await;
+    let out = admin
+        .season_reset(proto::SeasonResetRequest {
+            kind: proto::SeasonResetKind::Soft as i32,
+            queue: "1v1".into(),
+            dry_run: false,
+        })
+        .await
+        .expect("season_reset")
+        .into_inner();
+    assert_eq!(out.players_changed, PLAYERS);
+    assert_eq!(out.week, before.week + 1);
+    assert!(
+        nodes[&owner].logged("wrote a large batch in parts"),
+        "{:?}",
+        nodes[&owner].log_lines()
+    );
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let staged: bool = redis::cmd("EXISTS")
+        .arg("{mm}:staged")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!staged, "the stage is gone once applied");
+    let deviation = |view: &proto::PlayerView| view.rating.as_ref().unwrap().deviation;
+    let after = rating(&through, "stored-7").await;
+    assert_eq!(after.week, before.week + 1);
+    assert!(
+        deviation(&after) > deviation(&before),
+        "a soft reset grows the deviation: {after:?}"
+    );
+    // The next owner loads the reset whole.
+    kill_owner_until(&mut nodes, &owner, &redis, &other).await;
+    let last = rating(&through, "stored-11999").await;
+    assert_eq!(last.week, before.week + 1);
+    let again = rating(&through, "stored-7").await;
+    assert_eq!(again.rating, after.rating);
+    assert_eq!(again.rank_points, after.rank_points);
 }
 
 /// A self-signed certificate for `localhost` and 127.0.0.1, written to `dir`: its PEM, and the

@@ -205,7 +205,7 @@ impl AdminRecords for RedisStore {
         }
         for seq in e.journal_rewritten {
             if let Some(entry) = data.journal.get(&seq) {
-                batch.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
+                batch.extend(super::journal::journal_ops(seq, entry, true)?);
             }
         }
         for (pool, season, week) in e.weeks_rewritten {

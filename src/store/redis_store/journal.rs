@@ -3,8 +3,127 @@
 //! result's events when the committer asks for them.
 
 use super::records::history_ops;
+use serde::{Deserialize, Serialize};
+
 use super::{Hash, Op, RedisStore, json, ranks_field, week_field};
+use crate::ids::PlayerId;
+use crate::records::{PartyRecord, PoolRecord};
 use crate::store::{EntryKind, EventRecord, JournalEntry, Storage, StoreError};
+
+/// Records (and party records) past which an entry is kept in parts of this many.
+pub(super) const PART_RECORDS: usize = 1_000;
+
+/// A part of a large entry's records.
+#[derive(Serialize)]
+struct PartOut<'a> {
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    records: &'a [(PlayerId, PoolRecord)],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    parties: &'a [(String, PartyRecord)],
+}
+
+/// A part as read back.
+#[derive(Deserialize)]
+pub(super) struct Part {
+    #[serde(default)]
+    pub records: Vec<(PlayerId, PoolRecord)>,
+    #[serde(default)]
+    pub parties: Vec<(String, PartyRecord)>,
+}
+
+/// How many parts the journal hash keeps `entry` in besides its own field: none up to
+/// [`PART_RECORDS`] records and party records.
+fn parts(entry: &JournalEntry) -> usize {
+    if entry.records.len() + entry.parties.len() <= PART_RECORDS {
+        return 0;
+    }
+    entry.records.len().div_ceil(PART_RECORDS) + entry.parties.len().div_ceil(PART_RECORDS)
+}
+
+/// The field of part `k` (from 1) of entry `seq`.
+fn part_field(seq: u64, k: usize) -> String {
+    format!("{seq}/{k}")
+}
+
+/// The journal hash's writes for entry `seq`: the entry in its field, or past
+/// [`PART_RECORDS`] records (a season reset of a large pool) the entry without its records in
+/// its field and the records in parts `SEQ/1`, `SEQ/2`, ... (read back whole by [`assemble`]),
+/// so that no value is as large as the pool. With `rewrite`, also the deletes of parts an
+/// earlier version held beyond the new ones (an erasure takes out one record at most).
+pub(super) fn journal_ops(
+    seq: u64,
+    entry: &JournalEntry,
+    rewrite: bool,
+) -> Result<Vec<Op>, StoreError> {
+    let n = parts(entry);
+    let mut ops = Vec::with_capacity(n + 3);
+    if n == 0 {
+        ops.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
+    } else {
+        let head = JournalEntry {
+            match_id: entry.match_id.clone(),
+            applied_unix: entry.applied_unix,
+            pool: entry.pool.clone(),
+            records: Vec::new(),
+            parties: Vec::new(),
+            ack: entry.ack.clone(),
+            kind: entry.kind,
+            season: entry.season.clone(),
+            calibration: entry.calibration.clone(),
+            history: entry.history.clone(),
+        };
+        ops.push(Op::Set(Hash::Journal, seq.to_string(), json(&head)?));
+        let records = entry.records.chunks(PART_RECORDS).map(|records| PartOut {
+            records,
+            parties: &[],
+        });
+        let parties = entry.parties.chunks(PART_RECORDS).map(|parties| PartOut {
+            records: &[],
+            parties,
+        });
+        for (k, part) in records.chain(parties).enumerate() {
+            ops.push(Op::Set(Hash::Journal, part_field(seq, k + 1), json(&part)?));
+        }
+    }
+    if rewrite {
+        ops.extend((n + 1..=n + 2).map(|k| Op::Del(Hash::Journal, part_field(seq, k))));
+    }
+    Ok(ops)
+}
+
+/// The journal hash's deletes that trim entry `seq`.
+pub(super) fn journal_dels(seq: u64, entry: &JournalEntry) -> Vec<Op> {
+    std::iter::once(Op::Del(Hash::Journal, seq.to_string()))
+        .chain((1..=parts(entry)).map(|k| Op::Del(Hash::Journal, part_field(seq, k))))
+        .collect()
+}
+
+/// Whether a journal field is a part (`SEQ/K`): its entry's sequence and its number.
+pub(super) fn part_of(field: &str) -> Option<(&str, &str)> {
+    field.split_once('/')
+}
+
+/// Puts each entry's parts (by sequence, then number) back into it, in order.
+pub(super) fn assemble(
+    journal: &mut std::collections::BTreeMap<u64, JournalEntry>,
+    parts: std::collections::BTreeMap<(u64, usize), Part>,
+) -> Result<(), StoreError> {
+    let mut expected = (0, 0);
+    for ((seq, k), part) in parts {
+        let next = if seq == expected.0 { expected.1 + 1 } else { 1 };
+        let entry = journal.get_mut(&seq).filter(|_| k == next);
+        let Some(entry) = entry else {
+            return Err(StoreError::Decode {
+                key: format!("journal {}", part_field(seq, k)),
+                detail: "a part of no entry, or one after a missing part".into(),
+            });
+        };
+        entry.records.extend(part.records);
+        entry.parties.extend(part.parties);
+        expected = (seq, k);
+    }
+    Ok(())
+}
 
 impl RedisStore {
     /// Queues the batch that journals `entries` from `first_seq`, with `events` appended to it
@@ -20,7 +139,7 @@ impl RedisStore {
         let mut batch = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let seq = first_seq + i as u64;
-            batch.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
+            batch.extend(journal_ops(seq, entry, false)?);
             batch.push(Op::Set(
                 Hash::Meta,
                 "last_seq".into(),

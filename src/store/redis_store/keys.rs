@@ -25,6 +25,7 @@ pub struct Keys {
     change_seq: String,
     flight: String,
     migration: String,
+    staged: String,
     /// By `Hash as usize - 2`, as the script receives them.
     hashes: Vec<String>,
 }
@@ -49,6 +50,7 @@ impl Keys {
             change_seq: key("change_seq"),
             flight: key("flight"),
             migration: key("migration"),
+            staged: key("staged"),
             hashes: HASHES.iter().map(|(_, name)| key(name)).collect(),
         }
     }
@@ -113,6 +115,11 @@ impl Keys {
         &self.migration
     }
 
+    /// The stage of a batch too large for one script, written in parts (see `stage.rs`).
+    pub fn staged(&self) -> &str {
+        &self.staged
+    }
+
     /// The store's meta hash (`snapshot_seq`, `last_seq`, ...).
     pub fn meta(&self) -> &str {
         self.hash(Hash::Meta)
@@ -129,6 +136,7 @@ impl Keys {
             &self.changes,
             &self.change_seq,
             &self.flight,
+            &self.staged,
         ]);
         keys
     }
@@ -197,7 +205,8 @@ mod tests {
         assert_eq!(keys.history(&PlayerId::new("p1")), "{eu-west}:history:p1");
         assert_eq!(keys.past(&PlayerId::new("p1")), "{eu-west}:past:p1");
         assert_eq!(keys.migration(), "{eu-west}:migration");
-        assert_eq!(keys.written().len(), HASHES.len() + 5);
+        assert_eq!(keys.staged(), "{eu-west}:staged");
+        assert_eq!(keys.written().len(), HASHES.len() + 6);
         assert!(keys.written().iter().all(|k| k.starts_with("{eu-west}:")));
         assert_eq!(keys.hashes().count(), HASHES.len());
         assert!(keys.hashes().all(|(h, name)| keys.hash(h) == name));

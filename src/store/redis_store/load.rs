@@ -166,14 +166,27 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
         let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;
         data.parties.insert(key, pools);
     }
+    let mut parts = BTreeMap::new();
     for (k, v) in take(Hash::Journal) {
-        let seq: u64 = text(&k).parse().map_err(|_| StoreError::Decode {
-            key: format!("journal {}", text(&k)),
-            detail: "not a sequence number".into(),
-        })?;
+        let field = text(&k);
+        let not_a_number = || StoreError::Decode {
+            key: format!("journal {field}"),
+            detail: "not a sequence number (and part)".into(),
+        };
+        if let Some((seq, part)) = super::journal::part_of(&field) {
+            let at = (
+                seq.parse::<u64>().map_err(|_| not_a_number())?,
+                part.parse::<usize>().map_err(|_| not_a_number())?,
+            );
+            let part: super::journal::Part = decode(&v, &format!("journal {field}"))?;
+            parts.insert(at, part);
+            continue;
+        }
+        let seq: u64 = field.parse().map_err(|_| not_a_number())?;
         data.journal
             .insert(seq, decode(&v, &format!("journal {seq}"))?);
     }
+    super::journal::assemble(&mut data.journal, parts)?;
     for (k, v) in take(Hash::Acks) {
         let id = text(&k);
         let ack: ResultAck = decode(&v, &format!("ack {id}"))?;

@@ -38,6 +38,17 @@ pub(super) enum Op {
         list: String,
         member: String,
     },
+    /// A staged batch's commit (see `stage.rs`): the stage (its key) must hold the attempt
+    /// `id` and its `count` fields; then the meta hash marks it committed.
+    Commit {
+        stage: String,
+        id: String,
+        count: usize,
+    },
+    /// Staged fields (`INDEX:FIELD`) moved from the stage (its key) into their hashes.
+    Move(String, Vec<String>),
+    /// The stage (its key) deleted and its mark with it: a staged batch applied whole.
+    Unstage(String),
 }
 
 impl Op {
@@ -50,7 +61,11 @@ impl Op {
             Self::Push { .. } => 7,
             Self::Unhold(..) => 6,
             Self::Forget(..) | Self::Index { .. } => 5,
-            Self::List(_, members) | Self::Past(_, members) => 3 + members.len(),
+            Self::List(_, members) | Self::Past(_, members) | Self::Move(_, members) => {
+                3 + members.len()
+            }
+            Self::Commit { .. } => 5,
+            Self::Unstage(_) => 3,
         }
     }
 
@@ -64,7 +79,10 @@ impl Op {
             Self::Unhold(key, ..)
             | Self::Forget(key, ..)
             | Self::List(key, _)
-            | Self::Past(key, _) => (Some(key), None),
+            | Self::Past(key, _)
+            | Self::Move(key, _)
+            | Self::Unstage(key)
+            | Self::Commit { stage: key, .. } => (Some(key), None),
             Self::Set(..) | Self::Del(..) | Self::Clear(..) => (None, None),
         };
         first.into_iter().chain(second).map(String::as_str)
@@ -124,7 +142,10 @@ impl Invocation {
 /// it: the past index's one-time build) or `u LIST MEMBER RECORDS
 /// REFS VALUE` (an erasure: MEMBER out of LIST; if it was there, the record loses a holder and
 /// goes with its last, or else takes VALUE) or `l LIST N MEMBER…` (LIST replaced by the N
-/// members), KEY an index into KEYS.
+/// members), KEY an index into KEYS; and for a batch written in parts (`stage.rs`),
+/// `c STAGE ID COUNT META` (STAGE must hold attempt ID and COUNT fields, else the script fails;
+/// then META marks it `staged`), `g STAGE N FIELD…` (each staged `INDEX:FIELD` into its hash,
+/// out of STAGE) and `e STAGE META` (STAGE and its mark deleted).
 /// Sending the same batches again in order (a flight whose answer was lost) leaves the same
 /// history: a record's write resets its holder count before its pushes.
 pub(super) const APPLY: &str = r"
@@ -238,6 +259,34 @@ while i <= n do
       end
     end
     i = i + 7
+  elseif op == 'c' then
+    if redis.call('HGET', key, '') ~= ARGV[i + 2]
+        or redis.call('HLEN', key) ~= tonumber(ARGV[i + 3]) + 1 then
+      return redis.error_reply('STAGE the stage does not hold attempt ' .. ARGV[i + 2] .. ' whole')
+    end
+    redis.call('HSET', KEYS[tonumber(ARGV[i + 4])], 'staged', ARGV[i + 2])
+    i = i + 5
+  elseif op == 'g' then
+    local count = tonumber(ARGV[i + 2])
+    for j = i + 3, i + 2 + count do
+      local field = ARGV[j]
+      local value = redis.call('HGET', key, field)
+      if value then
+        local sep = string.find(field, ':', 1, true)
+        local target = KEYS[tonumber(string.sub(field, 1, sep - 1))]
+        if string.sub(value, 1, 1) == 's' then
+          redis.call('HSET', target, string.sub(field, sep + 1), string.sub(value, 2))
+        else
+          redis.call('HDEL', target, string.sub(field, sep + 1))
+        end
+        redis.call('HDEL', key, field)
+      end
+    end
+    i = i + 3 + count
+  elseif op == 'e' then
+    redis.call('DEL', key)
+    redis.call('HDEL', KEYS[tonumber(ARGV[i + 2])], 'staged')
+    i = i + 3
   else
     return redis.error_reply('bad operation ' .. tostring(op))
   end
@@ -254,8 +303,9 @@ return n
 /// when it takes over rather than following every one.
 pub(super) const UNLOGGED: Hash = Hash::Tickets;
 
-/// The most fields one change-log entry names; a flush that changes more (a season reset, a
-/// migration) logs `r`: followers read everything again rather than field by field.
+/// The most fields one change-log entry names; a call that changes more (a large batch that is
+/// not only whole-field writes, so not written in parts) logs `r`: followers read everything
+/// again rather than field by field.
 pub(super) const LOGGED_FIELDS: usize = 100_000;
 
 /// The script as sent: [`APPLY`] with its constants filled in.

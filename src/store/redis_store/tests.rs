@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::script::{Run, runs};
 use super::*;
 use crate::store::contract::{entry, record, with_redis};
 
