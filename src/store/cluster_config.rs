@@ -206,26 +206,28 @@ impl ClusterConfig {
 /// before the host, and the value of every query parameter (a Sentinel URL's
 /// `sentinel_password`).
 ///
-/// The credentials end at the last `@` before the path, as URL parsers read them, so a
-/// password holding an unescaped `@` is hidden whole. An unescaped `/` in a password would
-/// end the host part for those parsers, but Sentinel URLs take everything before the last `@`
-/// as the user and password; the last `@` before the query counts, so no part of either shows.
+/// The credentials end at the last `@` that is followed by a host list (up to the next `/` or
+/// `?`: names, addresses, ports, commas) and not preceded by a query parameter (`?name=`): so a
+/// password holding an unescaped `@`, `/` or `?` is hidden whole (URL parsers would read such a
+/// URL otherwise, but Sentinel URLs take everything before the last `@` as the user and
+/// password), and an `@` in a query value is not taken for one.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    // Where the credentials end: the last `@` before the query, or, when a password holds a
-    // `?` (no `@` before the first `?`, one before the first `/`), the last `@` before the
-    // path that follows the first `@`.
-    let before_query = rest.split_once('?').map_or(rest, |(r, _)| r);
-    let at = before_query.rfind('@').or_else(|| {
-        let first = rest.find('@')?;
-        if rest.find('/').is_some_and(|slash| slash < first) {
-            return None; // an `@` in the path or the query
-        }
-        let path = rest[first..].find('/').map_or(rest.len(), |p| first + p);
-        rest[..path].rfind('@')
-    });
+    let host_list = |after: &str| {
+        let end = after.find(['/', '?']).unwrap_or(after.len());
+        end > 0
+            && after[..end]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".-_:,[]".contains(c))
+    };
+    let in_query = |before: &str| before.split_once('?').is_some_and(|(_, q)| q.contains('='));
+    let at = rest
+        .match_indices('@')
+        .map(|(i, _)| i)
+        .rev()
+        .find(|&i| host_list(&rest[i + 1..]) && !in_query(&rest[..i]));
     let (credentials, rest) = match at {
         Some(at) => (true, &rest[at + 1..]),
         None => (false, rest),
@@ -399,6 +401,19 @@ mod tests {
             "redis://***@db:6379/0?x=***"
         );
         assert_eq!(redact("redis://db:6379/0?x=a@b"), "redis://db:6379/0?x=***");
+        assert_eq!(
+            redact("redis://:pw@db/0?x=a@b"),
+            "redis://***@db/0?x=***",
+            "the credentials' `@`, not the query's"
+        );
+        // A password holding a `?` and then a `/` (or the other way round).
+        assert_eq!(redact("redis://:pa?s/s@db:6379/0"), "redis://***@db:6379/0");
+        assert_eq!(redact("redis://:p/a?ss@db:6379"), "redis://***@db:6379");
+        assert_eq!(
+            redact("redis://[::1]:6379/0"),
+            "redis://[::1]:6379/0",
+            "an address in brackets is no credential"
+        );
         assert_eq!(redact("not a url"), "not a url");
     }
 }
