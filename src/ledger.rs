@@ -21,6 +21,13 @@
 //! prepare to apply, an admin change holds its write side from prepare through journal and apply.
 //! So no result is computed from records before a reset and applied after it (which would undo
 //! the reset for its players), and a reset sees no result half-applied.
+//!
+//! A rating period's close (the periodic pass, a reset or end of season, a result that closes
+//! a player's ended period first) is reported by one `RATING_CHANGED` per player, journaled in
+//! the close's own atomic batch, so watchers learn of every close that counts and of none that
+//! does not. The one exception: a reset or end of season of several pools is one batch of
+//! several entries, which the committer takes without events; their events are written and
+//! flushed right after it, before the answer (a crash in between loses them, never the change).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
