@@ -21,6 +21,13 @@
 //! prepare to apply, an admin change holds its write side from prepare through journal and apply.
 //! So no result is computed from records before a reset and applied after it (which would undo
 //! the reset for its players), and a reset sees no result half-applied.
+//!
+//! A rating period's close (the periodic pass, a reset or end of season, a result that closes
+//! a player's ended period first) is reported by one `RATING_CHANGED` per player, journaled in
+//! the close's own atomic batch, so watchers learn of every close that counts and of none that
+//! does not. The one exception: a reset or end of season of several pools is one batch of
+//! several entries, which the committer takes without events; their events are written and
+//! flushed right after it, before the answer (a crash in between loses them, never the change).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,8 +38,8 @@ use tokio_util::sync::CancellationToken;
 use crate::ids::MatchId;
 use crate::records::ResultAck;
 use crate::rejection::Rejection;
-use crate::state::{MatchSlot, State, result_events};
-use crate::store::{CommitError, Committer, JournalEntry, StoreError};
+use crate::state::{EntryWithEvents, MatchSlot, PreparedResult, State, Taken};
+use crate::store::{CommitError, Committed, Committer, EventRecord, JournalEntry, StoreError};
 use crate::telemetry as m;
 
 /// Why a report was not applied.
@@ -73,6 +80,21 @@ pub struct AppliedResult {
 
 /// Applied results buffered per listener before it loses the oldest.
 const APPLIED_BUFFER: usize = 1024;
+
+/// How [`Ledger::admin_with_events`] journals an admin change's entries and their events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batching {
+    /// Every entry in one atomic batch, all or none (a season reset or end of season of several
+    /// pools). A single entry's events go in that batch. The committer takes events with one
+    /// entry only, so the events of several entries follow their batch, written and flushed
+    /// before the change answers: a crash in between keeps the change and loses its events,
+    /// never the other way round.
+    Together,
+    /// Each entry in its own atomic batch with its events, in order: for changes whose entries
+    /// are each complete alone (each pool's rating period close). A failure stops at its entry;
+    /// those before it stay journaled and applied.
+    EachAlone,
+}
 
 /// A result's acknowledgement and whether an earlier report already applied it.
 pub struct Reported {
@@ -126,7 +148,11 @@ impl Ledger {
             .get_or_try_init(|| async {
                 ran.store(true, Ordering::Relaxed);
                 let _gate = self.gate.read().await;
-                let (entry, claimed) = self.state.prepare_result(
+                let PreparedResult {
+                    entry,
+                    claimed,
+                    events,
+                } = self.state.prepare_result(
                     &slot,
                     &placements,
                     &team_scores,
@@ -135,19 +161,7 @@ impl Ledger {
                 )?;
                 // The result's events go in the same atomic batch and flush as its entry: an
                 // OK means they are durable too.
-                let (mut events, _taken) = self.state.take_emitted();
-                // Others' events this batch carries, to give back if it writes nothing.
-                let carried = events.clone();
-                events.extend(result_events(
-                    slot.id.as_str(),
-                    &entry.ack,
-                    entry.applied_unix,
-                ));
-                let committed = match self
-                    .committer
-                    .commit_with_events(entry.clone(), events)
-                    .await
-                {
+                let (committed, _taken) = match self.commit_carrying(entry.clone(), events).await {
                     Ok(committed) => committed,
                     Err(e) => {
                         // A batch that failed to write may be on disk in part (its entry
@@ -156,8 +170,6 @@ impl Ledger {
                         // that was closing wrote nothing.
                         if matches!(e, CommitError::Closed) {
                             self.state.unclaim(&slot, claimed);
-                            // Left to the writer, ahead of anything emitted since.
-                            self.state.emit_first(carried);
                         }
                         return Err(e.into());
                     }
@@ -185,6 +197,52 @@ impl Ledger {
         })
     }
 
+    /// Journals `entry` with `events` in one atomic batch and flush, the events emitted and not
+    /// yet written carried ahead of them, so the log keeps the order things happened in. Keep
+    /// the [`Taken`] until the events are published. A journal that was closing wrote nothing:
+    /// the carried events go back to the writer, ahead of anything emitted since.
+    async fn commit_carrying(
+        &self,
+        entry: JournalEntry,
+        events: Vec<EventRecord>,
+    ) -> Result<(Committed, Taken), CommitError> {
+        let (mut batch, taken) = self.state.take_emitted();
+        let carried = batch.clone();
+        batch.extend(events);
+        match self.committer.commit_with_events(entry, batch).await {
+            Ok(committed) => Ok((committed, taken)),
+            Err(e) => {
+                if matches!(e, CommitError::Closed) {
+                    self.state.emit_first(carried);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Journals `entries` in one atomic batch, then applies them in memory.
+    async fn commit_and_apply(&self, entries: &[JournalEntry]) -> Result<(), CommitError> {
+        let first = self.committer.commit_all(entries.to_vec()).await?;
+        for (seq, entry) in (first..).zip(entries) {
+            self.state.apply_admin(entry);
+            self.committer.applied(seq);
+        }
+        Ok(())
+    }
+
+    fn log_admin_change<'a>(entries: impl Iterator<Item = &'a JournalEntry>, events: usize) {
+        let entries: Vec<&JournalEntry> = entries.collect();
+        if let Some(first) = entries.first() {
+            tracing::info!(
+                entries = entries.len(),
+                records = entries.iter().map(|e| e.records.len()).sum::<usize>(),
+                events,
+                label = %first.match_id,
+                "admin change journaled and applied"
+            );
+        }
+    }
+
     /// Runs one admin change atomically with respect to results: `prepare` computes journal
     /// entries (and what to answer) from the current records under the gate's write side; they
     /// are journaled in one atomic batch, then applied in memory. Runs in its own task, so a
@@ -201,17 +259,52 @@ impl Ledger {
             if entries.is_empty() {
                 return Ok(out);
             }
-            let first = this.committer.commit_all(entries.clone()).await?;
-            for (seq, entry) in (first..).zip(&entries) {
-                this.state.apply_admin(entry);
-                this.committer.applied(seq);
+            this.commit_and_apply(&entries).await?;
+            Self::log_admin_change(entries.iter(), 0);
+            Ok(out)
+        })
+        .await
+        .map_err(|e| ReportError::Store(StoreError::Task(e)))?
+    }
+
+    /// [`Ledger::admin`] for a change whose entries come with events (the rating periods it
+    /// closes): journaled as `batching` says, and durable and published before it returns.
+    /// Nothing is journaled, and no event written, for a change whose `prepare` fails or
+    /// returns no entries (a dry run).
+    pub async fn admin_with_events<T, F>(
+        &self,
+        batching: Batching,
+        prepare: F,
+    ) -> Result<T, ReportError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&State) -> Result<(Vec<EntryWithEvents>, T), ReportError> + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _gate = this.gate.write().await;
+            let (prepared, out) = prepare(&this.state)?;
+            let events = prepared.iter().map(|e| e.events.len()).sum::<usize>();
+            if batching == Batching::Together && prepared.len() > 1 {
+                let (entries, events): (Vec<JournalEntry>, Vec<Vec<EventRecord>>) =
+                    prepared.into_iter().map(|e| (e.entry, e.events)).unzip();
+                this.commit_and_apply(&entries).await?;
+                let events: Vec<EventRecord> = events.into_iter().flatten().collect();
+                Self::log_admin_change(entries.iter(), events.len());
+                if !events.is_empty() {
+                    this.state.emit_durable(&events).await?;
+                }
+                return Ok(out);
             }
-            tracing::info!(
-                entries = entries.len(),
-                records = entries.iter().map(|e| e.records.len()).sum::<usize>(),
-                label = %entries[0].match_id,
-                "admin change journaled and applied"
-            );
+            let mut applied = Vec::with_capacity(prepared.len());
+            for EntryWithEvents { entry, events } in prepared {
+                let (committed, _taken) = this.commit_carrying(entry.clone(), events).await?;
+                this.state.apply_admin(&entry);
+                this.state.events_durable(committed.last_event);
+                this.committer.applied(committed.seq);
+                applied.push(entry);
+            }
+            Self::log_admin_change(applied.iter(), events);
             Ok(out)
         })
         .await
@@ -277,7 +370,9 @@ impl Ledger {
 
     /// Closes ended rating periods of periodic Glicko pools every `every` until `shutdown`
     /// ([`State::prepare_period_close`]): journaled like any admin change, so a closed period
-    /// survives a crash and a result never lands half before, half after it.
+    /// survives a crash and a result never lands half before, half after it; each pool's close
+    /// with its `RATING_CHANGED` events in one atomic batch, so watchers learn of every close
+    /// that counts and of none that does not.
     /// A pass reads every record of the periodic pools, so it runs only when a pool's period
     /// moved on since the last successful pass (and once at start, for periods that ended while
     /// the server was down).
@@ -295,7 +390,9 @@ impl Ledger {
                         continue;
                     }
                     let closed = self
-                        .admin(move |state| Ok(state.prepare_period_close(now)??))
+                        .admin_with_events(Batching::EachAlone, move |state| {
+                            Ok(state.prepare_period_close(now)??)
+                        })
                         .await;
                     match closed {
                         Ok(n) => {
@@ -326,5 +423,152 @@ impl Ledger {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PlayerId;
+    use crate::records::{PendingPeriod, PoolRecord};
+    use crate::store::{EntryKind, EventKind, MemoryStore, Store};
+
+    /// 1v1 and 2v2 as periodic Glicko-2 ladders, each its own pool.
+    const PERIODIC_LADDERS: &str = r#"
+[queues.1v1]
+ranking = "ladder"
+[queues.1v1.rating]
+system = "glicko2"
+mode = "periodic"
+
+[queues.2v2]
+ranking = "ladder"
+[queues.2v2.rating]
+system = "glicko2"
+mode = "periodic"
+"#;
+
+    /// A ledger on an in-memory store where `a` has two losses pending in rating period 0 (long
+    /// ended) in each of `pools`.
+    fn ledger_with_ended_periods(pools: &[&str]) -> (Ledger, Arc<MemoryStore>) {
+        let config = Arc::new(crate::config::Config::from_toml_str(PERIODIC_LADDERS).unwrap());
+        let memory = Arc::new(MemoryStore::default());
+        let store: Store = memory.clone();
+        let state = State::load(config, store.clone()).unwrap();
+        for pool in pools {
+            let queue = state.queue("queue", pool).unwrap();
+            let loss = crate::rating::teams::PeriodResult {
+                opponent: queue.config.rating.initial(),
+                score: 0.0,
+                weight: 1.0,
+            };
+            let record = PoolRecord {
+                rank_points: 700,
+                period: Some(Box::new(PendingPeriod {
+                    index: 0,
+                    results: vec![loss; 2],
+                })),
+                ..state.initial_record(&queue)
+            };
+            state.apply_admin(&JournalEntry {
+                match_id: MatchId::new("test:setup"),
+                applied_unix: 0.0,
+                pool: (*pool).into(),
+                records: vec![(PlayerId::new("a"), record)],
+                parties: Vec::new(),
+                ack: ResultAck {
+                    queue: String::new(),
+                    changes: Vec::new(),
+                },
+                kind: EntryKind::Admin,
+                season: None,
+                calibration: None,
+                history: None,
+            });
+        }
+        let (committer, _task) = Committer::spawn(store, 0, 8);
+        (Ledger::new(state, committer), memory)
+    }
+
+    /// Each durable event's kind, player and whether it is a period close.
+    fn durable_events(memory: &MemoryStore) -> Vec<(EventKind, String, bool)> {
+        use crate::store::AdminRecords;
+        memory
+            .events_after(0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|(_, e)| {
+                let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+                (e.kind, e.player_id, detail["period_close"] == true)
+            })
+            .collect()
+    }
+
+    fn rank_points(ledger: &Ledger, pool: &str) -> crate::ranking::RankPoints {
+        let record = ledger.state.player(&PlayerId::new("a"), pool).1.unwrap();
+        record.rank_points
+    }
+
+    #[tokio::test]
+    async fn the_period_close_pass_journals_each_pools_close_with_its_events() {
+        let (ledger, memory) = ledger_with_ended_periods(&["1v1", "2v2"]);
+        let now = 10.0 * 14.0 * 86_400.0;
+        let closed = ledger
+            .admin_with_events(Batching::EachAlone, move |state| {
+                Ok(state.prepare_period_close(now)??)
+            })
+            .await
+            .unwrap();
+        assert_eq!(closed, 2);
+        let close = (EventKind::RatingChanged, "a".to_string(), true);
+        assert_eq!(durable_events(&memory), vec![close.clone(), close]);
+        // Each pool's entry went alone, with its events: two batches, each event published.
+        assert_eq!(ledger.state.store().last_seq().unwrap(), 2);
+        assert_eq!(ledger.state.last_durable_event(), 2);
+        assert!(
+            rank_points(&ledger, "1v1") < 700,
+            "two losses cost rank points"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_season_reset_of_several_pools_writes_their_closes_before_it_answers() {
+        let (ledger, memory) = ledger_with_ended_periods(&["1v1", "2v2"]);
+        let outcome = ledger
+            .admin_with_events(Batching::Together, move |state| {
+                let queues = state.season_queues(None)?;
+                let kind = crate::state::ResetKind::Soft;
+                Ok(state.prepare_season_reset(kind, &queues)??)
+            })
+            .await
+            .unwrap();
+        // Every ranked pool is reset; only the two periodic ones had a period to close.
+        assert!(outcome.pools.len() > 2, "{:?}", outcome.pools);
+        let close = (EventKind::RatingChanged, "a".to_string(), true);
+        assert_eq!(durable_events(&memory), vec![close.clone(), close]);
+        assert_eq!(ledger.state.last_durable_event(), 2);
+        let entries = ledger.state.store().last_seq().unwrap();
+        assert_eq!(entries, outcome.pools.len() as u64);
+    }
+
+    /// A close that does not commit is never reported, and changes nothing.
+    #[tokio::test]
+    async fn a_close_the_journal_refused_writes_no_event() {
+        let (ledger, memory) = ledger_with_ended_periods(&["1v1"]);
+        memory.fail_journal_writes();
+        let now = 10.0 * 14.0 * 86_400.0;
+        let refused = ledger
+            .admin_with_events(Batching::EachAlone, move |state| {
+                Ok(state.prepare_period_close(now)??)
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(ReportError::Commit(_))),
+            "{:?}",
+            refused.err()
+        );
+        assert_eq!(durable_events(&memory), vec![]);
+        assert_eq!(ledger.state.last_durable_event(), 0);
+        assert_eq!(rank_points(&ledger, "1v1"), 700);
     }
 }

@@ -457,6 +457,77 @@ async fn a_periodic_queue_moves_ratings_when_the_period_ends_and_keeps_them() {
     assert!((r.mean - expected.mean).abs() < 1e-9, "{r:?}");
 }
 
+/// [`PERIODIC`] as a ladder: rank points move at the match (the winner's bias) and again at
+/// the period's close (Δr·F).
+const PERIODIC_LADDER: &str = r#"
+[queues.1v1]
+ranking = "ladder"
+
+[queues.1v1.rating]
+system = "glicko2"
+mode = "periodic"
+rating_period_days = 0.000023148148148148148
+inactivity_granularity_seconds = 0.0
+"#;
+
+#[tokio::test]
+async fn a_period_close_reports_each_players_rating_change_to_event_watchers() {
+    let server = TestServer::start(PERIODIC_LADDER).await;
+    let mut client = server.client().await;
+    let m = form_match(&mut client, "1v1", &[&["pa"], &["pb"]]).await;
+    let ack = server
+        .game_server()
+        .await
+        .report_match_result(report(&m.match_id, placements_with_winner(&m, "pa")))
+        .await
+        .unwrap()
+        .into_inner();
+    // The match's two changes, then the close's two, which the server's own pass makes when
+    // the two-second period ends though no one plays again.
+    let events = common::watch_events(
+        &server.channel().await,
+        0,
+        &[proto::EventKind::RatingChanged],
+        4,
+    )
+    .await;
+    let detail =
+        |e: &proto::Event| -> serde_json::Value { serde_json::from_str(&e.detail_json).unwrap() };
+    for e in &events[..2] {
+        let d = detail(e);
+        assert_eq!(e.match_id, m.match_id);
+        assert_eq!(d["pending_period"], true, "{d}");
+        assert_eq!(d["mean_before"], d["mean_after"], "the rating waits: {d}");
+    }
+    for e in &events[2..] {
+        let d = detail(e);
+        assert_eq!(e.match_id, "", "a close is no match's change");
+        assert_eq!(d["period_close"], true, "{d}");
+        let acked = ack
+            .changes
+            .iter()
+            .find(|c| c.player_id == e.player_id)
+            .unwrap();
+        // Before: where the match left the player; after: what the player holds now.
+        assert_eq!(d["rank_points_before"], acked.rank_points_after, "{d}");
+        assert_eq!(d["mean_before"], acked.after.as_ref().unwrap().mean, "{d}");
+        let now = rating_of(&server, &e.player_id, "1v1").await;
+        assert_eq!(d["rank_points_after"], now.rank_points, "{d}");
+        assert_eq!(d["mean_after"], now.rating.unwrap().mean, "{d}");
+    }
+    let closed: BTreeMap<String, serde_json::Value> = events[2..]
+        .iter()
+        .map(|e| (e.player_id.clone(), detail(e)))
+        .collect();
+    assert_eq!(closed.len(), 2, "one close per player: {closed:?}");
+    // The winner's period moves rank points up by its Δr·F.
+    let won = &closed["pa"];
+    assert!(
+        won["rank_points_after"].as_i64() > won["rank_points_before"].as_i64(),
+        "{won}"
+    );
+}
+
 #[tokio::test]
 async fn an_unallocated_match_times_out_and_its_tickets_return_to_the_queue() {
     unallocated_match_times_out("[server]\nallocation_timeout_seconds = 0.05\n").await;

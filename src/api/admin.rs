@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::ids::PlayerId;
+use crate::ledger::Batching;
 use crate::matchmaker::{Command, Handle};
 use crate::proto;
 use crate::proto::admin_service_server::AdminService;
@@ -155,9 +156,11 @@ impl AdminService for Admin {
         let names: Vec<String> = queues.iter().map(|q| q.id.to_string()).collect();
         let dry_run = req.dry_run;
         // A dry run computes the same entries under the same gate and journals none of them.
+        // A periodic pool's open rating periods close first, in the reset's entries, with a
+        // RATING_CHANGED for each (none for a dry run, which journals nothing).
         let outcome = self
             .ledger
-            .admin(move |state| {
+            .admin_with_events(Batching::Together, move |state| {
                 let (entries, outcome) = state.prepare_season_reset(kind, &queues)??;
                 Ok((if dry_run { Vec::new() } else { entries }, outcome))
             })
@@ -228,7 +231,9 @@ impl AdminService for Admin {
             .collect();
         let outcome = self
             .ledger
-            .admin(move |state| Ok(state.prepare_end_season(&queues)??))
+            .admin_with_events(Batching::Together, move |state| {
+                Ok(state.prepare_end_season(&queues)??)
+            })
             .await?;
         Ok(Response::new(proto::EndSeasonResponse {
             season: outcome.state.season,

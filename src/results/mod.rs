@@ -15,7 +15,9 @@ mod period;
 mod ranker;
 
 pub use party::rate_party;
-pub use period::{close_period, close_period_now, period_index};
+pub use period::{
+    PeriodClose, close_ended_periods, close_period, close_period_now, period_close, period_index,
+};
 pub use ranker::{NoRanking, QueueRanker, Ranker};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -73,6 +75,10 @@ pub struct Computed {
     /// What the pool's calibration learns from this result ([`calibration_observation`]):
     /// present when the queue calibrates and the match was played out.
     pub calibration: Option<Observation>,
+    /// Periodic Glicko pools: the players' rating periods that had ended and that this result
+    /// closed before it rated the match, in team order. The acknowledgement's "before" is the
+    /// closed record, so without these the close's own change would be reported by no one.
+    pub period_closes: Vec<PeriodClose>,
 }
 
 /// The result of `report` for the match: validation (every error names the field), the
@@ -100,15 +106,25 @@ pub fn compute(
         &abandoned,
     )?;
     let calibration = calibration_observation(system, &before.players, &input);
-    let (after, ack) = rate_players(
-        m.queue,
-        system,
-        ranker,
-        m.teams,
-        &before.players,
-        &input,
-        now_unix,
-    )?;
+    // Periodic Glicko: ended periods are closed here, where each close can be told apart,
+    // and `rate_players` finds nothing ended left to close.
+    let closed = system
+        .is_periodic()
+        .then(|| {
+            close_ended_periods(
+                system,
+                ranker,
+                m.teams,
+                &before.players,
+                period_index(system, now_unix),
+            )
+        })
+        .transpose()
+        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+    let (closed_records, period_closes) = closed.unzip();
+    let players = closed_records.as_deref().unwrap_or(&before.players);
+    let period_closes = period_closes.unwrap_or_default();
+    let (after, ack) = rate_players(m.queue, system, ranker, m.teams, players, &input, now_unix)?;
     let parties = party::rate_parties(
         system,
         m.teams,
@@ -130,6 +146,7 @@ pub fn compute(
         parties,
         ack,
         calibration,
+        period_closes,
     })
 }
 
@@ -315,12 +332,9 @@ pub fn rate_players(
     let closed: Vec<Vec<PoolRecord>>;
     let before = match current_period {
         Some(current) => {
-            let mut records = before.to_vec();
-            for r in records.iter_mut().flatten() {
-                period::close_period(system, ranking, r, current)
-                    .map_err(|e| Rejection::invalid("result", e.to_string()))?;
-            }
-            closed = records;
+            closed = close_ended_periods(system, ranking, teams, before, current)
+                .map_err(|e| Rejection::invalid("result", e.to_string()))?
+                .0;
             &closed[..]
         }
         None => before,

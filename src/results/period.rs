@@ -3,8 +3,73 @@
 //! large dynamic paired comparison experiments").
 
 use super::Ranker;
+use crate::ids::PlayerId;
 use crate::rating::{RatingError, SystemConfig};
-use crate::records::PoolRecord;
+use crate::records::{PlayerChange, PoolRecord};
+
+/// What closing one player's rating period changed, for whoever reports it (the event log): a
+/// close moves the skill and, on a ladder, the rank points, with no match of its own to report
+/// them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeriodClose {
+    /// The rating period that closed ([`period_index`] of its time).
+    pub period: u64,
+    /// The record's skill and rank points with the period open (before) and closed (after).
+    pub change: PlayerChange,
+}
+
+/// The close of `before`'s open rating period that left `after` (the same player's record);
+/// `None` when `before` had nothing pending, or `after` still holds the same period open.
+#[must_use]
+pub fn period_close(
+    player: &PlayerId,
+    before: &PoolRecord,
+    after: &PoolRecord,
+) -> Option<PeriodClose> {
+    let open = before.period.as_deref()?;
+    if after
+        .period
+        .as_deref()
+        .is_some_and(|p| p.index == open.index)
+    {
+        return None;
+    }
+    Some(PeriodClose {
+        period: open.index,
+        change: PlayerChange {
+            player_id: player.clone(),
+            before: before.skill,
+            after: after.skill,
+            rank_points_before: before.rank_points,
+            rank_points_after: after.rank_points,
+        },
+    })
+}
+
+/// The records of a match's players (same shape as `teams`) with every rating period that
+/// ended before period `current` closed ([`close_period`]), and each close, in team order.
+pub fn close_ended_periods(
+    system: &SystemConfig,
+    ranker: &dyn Ranker,
+    teams: &[Vec<PlayerId>],
+    records: &[Vec<PoolRecord>],
+    current: u64,
+) -> Result<(Vec<Vec<PoolRecord>>, Vec<PeriodClose>), RatingError> {
+    let mut closed = records.to_vec();
+    let mut closes = Vec::new();
+    for (t, team_records) in closed.iter_mut().enumerate() {
+        for (i, record) in team_records.iter_mut().enumerate() {
+            let before = record.clone();
+            if !close_period(system, ranker, record, current)? {
+                continue;
+            }
+            if let Some(player) = teams.get(t).and_then(|team| team.get(i)) {
+                closes.extend(period_close(player, &before, record));
+            }
+        }
+    }
+    Ok((closed, closes))
+}
 
 /// Periodic systems: the rating period `now_unix` falls in, ⌊now / period length⌋.
 #[must_use]

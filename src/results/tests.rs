@@ -687,3 +687,121 @@ fn closing_a_period_early_never_dates_the_last_game_in_the_future() {
     assert!(!close_period_now(&system, &NoRanking, &mut idle, now).unwrap());
     assert_eq!(idle, record(1500.0, 200.0));
 }
+
+/// A result in a periodic pool that first closes a player's ended rating period reports that
+/// close apart: before is the record with the period open, after the closed record the
+/// acknowledgement starts from. A player with nothing ended pending has no close.
+#[test]
+fn a_result_reports_the_ended_period_it_closes_before_it_rates_the_match() {
+    use crate::ranking::{RankingConfig, RankingKind};
+    let system = SystemConfig::Glicko2(glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        inactivity_granularity_seconds: 0.0,
+        ..glicko2::Config::default()
+    });
+    let ranking = RankingConfig::default();
+    let ranker = QueueRanker::new(RankingKind::Ladder, &ranking, &system);
+    let period = system.rating_period_seconds();
+    let teams = ids(&[&["a"], &["b"]]);
+    // `a` lost three times in period 10 and has not played since; `b` is new.
+    let loss = crate::rating::teams::PeriodResult {
+        opponent: record(1500.0, 200.0).skill,
+        score: 0.0,
+        weight: 1.0,
+    };
+    let a = PoolRecord {
+        rank_points: 700,
+        ladder_floor: 600,
+        period: Some(Box::new(crate::records::PendingPeriod {
+            index: 10,
+            results: vec![loss; 3],
+        })),
+        ..record(1500.0, 200.0)
+    };
+    let before = Before {
+        players: vec![vec![a.clone()], vec![record(1500.0, 200.0)]],
+        parties: Vec::new(),
+    };
+    let none = BTreeMap::new();
+    let facts = MatchFacts {
+        queue: "1v1",
+        teams: &teams,
+        parties: &[],
+        left: &[],
+    };
+    let report = Report {
+        placements: &[1, 2],
+        performance: &none,
+        abandoned: &[],
+        team_scores: &[],
+    };
+    let out = compute(&system, &ranker, &facts, &report, &before, 12.0 * period).unwrap();
+
+    let mut closed = a.clone();
+    assert!(close_period(&system, &ranker, &mut closed, 12).unwrap());
+    assert!(closed.rank_points < 700, "three losses cost rank points");
+    assert_eq!(
+        out.period_closes,
+        vec![PeriodClose {
+            period: 10,
+            change: PlayerChange {
+                player_id: PlayerId::from("a"),
+                before: a.skill,
+                after: closed.skill,
+                rank_points_before: 700,
+                rank_points_after: closed.rank_points,
+            },
+        }]
+    );
+    // The acknowledgement starts where the close left off, so between them nothing is lost.
+    let change = &out.ack.changes[0];
+    assert_eq!(
+        (change.before, change.rank_points_before),
+        (closed.skill, closed.rank_points)
+    );
+
+    // Within the period (or in a streaming pool) there is nothing to close.
+    let now = 10.0 * period + 60.0;
+    let within = compute(&system, &ranker, &facts, &report, &before, now).unwrap();
+    assert!(within.period_closes.is_empty());
+}
+
+#[test]
+fn a_period_close_is_reported_only_when_a_pending_period_closed() {
+    let system = SystemConfig::Glicko2(glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        ..glicko2::Config::default()
+    });
+    let player = PlayerId::from("a");
+    let win = crate::rating::teams::PeriodResult {
+        opponent: record(1500.0, 200.0).skill,
+        score: 1.0,
+        weight: 1.0,
+    };
+    let open = PoolRecord {
+        rank_points: 40,
+        period: Some(Box::new(crate::records::PendingPeriod {
+            index: 3,
+            results: vec![win],
+        })),
+        ..record(1500.0, 200.0)
+    };
+    let mut closed = open.clone();
+    assert!(close_period(&system, &NoRanking, &mut closed, 4).unwrap());
+    let close = period_close(&player, &open, &closed).expect("a close");
+    assert_eq!(close.period, 3);
+    assert_eq!(
+        (close.change.before, close.change.after),
+        (open.skill, closed.skill)
+    );
+    assert_eq!(
+        (
+            close.change.rank_points_before,
+            close.change.rank_points_after
+        ),
+        (40, 40)
+    );
+    // Nothing pending before, or the same period still open after: no close.
+    assert_eq!(period_close(&player, &closed, &closed), None);
+    assert_eq!(period_close(&player, &open, &open), None);
+}

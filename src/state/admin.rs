@@ -39,9 +39,10 @@ use crate::ranking::season::{self, SeasonRank, SeasonState};
 use crate::ranking::{LadderState, RankIndex, RankPoints};
 use crate::rating::{Skill, SystemConfig};
 use crate::records::{PartyRecord, ResultAck};
-use crate::results::QueueRanker;
-use crate::store::{EntryKind, JournalEntry, SeasonWrite, StoreError};
+use crate::results::{PeriodClose, QueueRanker};
+use crate::store::{EntryKind, EventRecord, JournalEntry, SeasonWrite, StoreError};
 
+use super::events::period_close_events;
 use super::{PoolRecord, QueueInfo, Rejection, State, unix_now};
 
 /// Which reset.
@@ -95,7 +96,15 @@ pub struct MigrationOutcome {
     pub rejected: Vec<(u32, String, String)>,
 }
 
-type Prepared<T> = Result<Result<(Vec<JournalEntry>, T), Rejection>, StoreError>;
+/// A journal entry of an admin change with the events that report it: a `RATING_CHANGED` for
+/// each rating period it closes (the ledger journals them in the entry's batch where it can).
+#[derive(Clone, Debug)]
+pub struct EntryWithEvents {
+    pub entry: JournalEntry,
+    pub events: Vec<EventRecord>,
+}
+
+type Prepared<T> = Result<Result<(Vec<EntryWithEvents>, T), Rejection>, StoreError>;
 
 impl State {
     /// Applies a durable admin entry in memory (records, leaderboard order).
@@ -209,7 +218,26 @@ impl State {
         Ok(Some(out))
     }
 
-    fn admin_entry(
+    /// The events of the rating periods [`State::close_open_periods`] closed: `held` and
+    /// `closed` are the same rows in the same order, before and after (`None`: nothing closed).
+    fn closed_period_events(
+        queue: &QueueInfo,
+        held: &[(PlayerId, PoolRecord)],
+        closed: Option<&[(PlayerId, PoolRecord)]>,
+        unix: f64,
+    ) -> Vec<EventRecord> {
+        let Some(closed) = closed else {
+            return Vec::new();
+        };
+        let closes: Vec<PeriodClose> = held
+            .iter()
+            .zip(closed)
+            .filter_map(|((p, before), (_, after))| crate::results::period_close(p, before, after))
+            .collect();
+        period_close_events(queue.id.as_str(), &queue.pool, &closes, unix)
+    }
+
+    pub(super) fn admin_entry(
         label: String,
         pool: &str,
         records: Vec<(PlayerId, PoolRecord)>,
@@ -330,10 +358,12 @@ impl State {
             // old-scale ratings. A soft reset then grows the closed deviations by its one period;
             // left pending, the games would be rated with that growth already in, and the
             // period's own growth on top.
-            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+            let now = unix_now();
+            let closed = match self.close_open_periods(&queue, &held, now) {
                 Ok(rows) => rows,
                 Err(rejection) => return Ok(Err(rejection)),
             };
+            let events = Self::closed_period_events(&queue, &held, closed.as_deref(), now);
             let rows = closed.as_deref().unwrap_or(&held);
             let tiers = if ranking == RankingKind::Ladder {
                 Some(self.tiers_now(pool, rows, closed.is_some()))
@@ -519,7 +549,7 @@ impl State {
                         .any(|(k, before)| k == key && before != after)
                 })
                 .collect();
-            entries.push(entry);
+            entries.push(EntryWithEvents { entry, events });
         }
         Ok(Ok((
             entries,
@@ -563,7 +593,8 @@ impl State {
 
     /// Periodic Glicko pools: every record whose rating period ended before `now` gets the
     /// period's batch update and, on a ladder, the period's Δr·F in rank points
-    /// ([`crate::results::close_period`]), one journal entry per pool.
+    /// ([`crate::results::close_period`]), one journal entry per pool, with a `RATING_CHANGED`
+    /// event per record it closes. Each pool's entry is complete alone.
     /// Results close a player's ended period themselves before they rate a new match; this
     /// covers the players who have not played since. Returns how many records changed.
     pub fn prepare_period_close(&self, now_unix: f64) -> Prepared<u64> {
@@ -575,9 +606,16 @@ impl State {
             let ranker = QueueRanker::new(queue.config.ranking, &self.inner.config.ranking, system);
             let current = crate::results::period_index(system, now_unix);
             let mut records = Vec::new();
+            let mut closes = Vec::new();
             for (p, mut r) in self.pool_records(pool) {
+                let open = r.period.is_some().then(|| r.clone());
                 match crate::results::close_period(system, &ranker, &mut r, current) {
-                    Ok(true) => records.push((p, r)),
+                    Ok(true) => {
+                        closes.extend(
+                            open.and_then(|before| crate::results::period_close(&p, &before, &r)),
+                        );
+                        records.push((p, r));
+                    }
                     Ok(false) => {}
                     Err(e) => {
                         return Ok(Err(Rejection::Rating {
@@ -592,11 +630,14 @@ impl State {
                 continue;
             }
             closed += records.len() as u64;
-            entries.push(Self::admin_entry(
-                format!("admin:period-close:{pool}:{current}"),
-                pool,
-                records,
-            ));
+            entries.push(EntryWithEvents {
+                entry: Self::admin_entry(
+                    format!("admin:period-close:{pool}:{current}"),
+                    pool,
+                    records,
+                ),
+                events: period_close_events(queue.id.as_str(), pool, &closes, now_unix),
+            });
         }
         Ok(Ok((entries, closed)))
     }
@@ -643,10 +684,12 @@ impl State {
             // A periodic pool's open rating periods close first, in this same entry, as at a
             // reset: their games were played this season, so their Δr·F counts toward the
             // tiers the season ends in.
-            let closed = match self.close_open_periods(&queue, &held, unix_now()) {
+            let now = unix_now();
+            let closed = match self.close_open_periods(&queue, &held, now) {
                 Ok(rows) => rows,
                 Err(rejection) => return Ok(Err(rejection)),
             };
+            let events = Self::closed_period_events(&queue, &held, closed.as_deref(), now);
             let rows = closed.as_deref().unwrap_or(&held);
             let tiers = self.tiers_now(pool, rows, closed.is_some());
             let ranks = self.season_ranks_now(pool, state.season, rows, &tiers)?;
@@ -668,7 +711,7 @@ impl State {
                 week_rp: None,
                 ranks: Some((state.season, ranks)),
             });
-            entries.push(entry);
+            entries.push(EntryWithEvents { entry, events });
         }
         Ok(Ok((
             entries,

@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::State;
 use super::matches::Assignment;
-use crate::records::ResultAck;
+use crate::records::{PlayerChange, ResultAck};
+use crate::results::PeriodClose;
 use crate::store::{EventKind, EventRecord, StoreError};
 
 /// Events read from the store per step of a watcher.
@@ -128,8 +129,30 @@ pub fn match_event(kind: EventKind, a: &Assignment, unix: f64, extra: &str) -> E
     }
 }
 
+/// A rating change's detail: the queue and the skill and rank points before and after.
+fn rating_detail(queue: &str, c: &PlayerChange) -> serde_json::Value {
+    json!({
+        "queue": queue,
+        "mean_before": c.before.mean,
+        "mean_after": c.after.mean,
+        "deviation_before": c.before.deviation,
+        "deviation_after": c.after.deviation,
+        "rank_points_before": c.rank_points_before,
+        "rank_points_after": c.rank_points_after,
+    })
+}
+
 /// A result's events (pure): the match completed, then each player's rating change.
-pub fn result_events(match_id: &str, ack: &ResultAck, unix: f64) -> Vec<EventRecord> {
+/// `pending_period`: the pool rates in periods (periodic Glicko), so the result waits in each
+/// player's open rating period and its mean and deviation do not move here; each change says
+/// so (`"pending_period": true`), and the rating moves in the close's own event
+/// ([`period_close_events`]).
+pub fn result_events(
+    match_id: &str,
+    ack: &ResultAck,
+    unix: f64,
+    pending_period: bool,
+) -> Vec<EventRecord> {
     let mut events = vec![EventRecord {
         kind: EventKind::MatchCompleted,
         unix,
@@ -138,24 +161,47 @@ pub fn result_events(match_id: &str, ack: &ResultAck, unix: f64) -> Vec<EventRec
         detail_json: json!({ "queue": ack.queue }).to_string(),
     }];
     events.extend(ack.changes.iter().map(|c| {
+        let mut detail = rating_detail(&ack.queue, c);
+        if pending_period {
+            detail["pending_period"] = json!(true);
+        }
         EventRecord {
             kind: EventKind::RatingChanged,
             unix,
             match_id: match_id.to_string(),
             player_id: c.player_id.to_string(),
-            detail_json: json!({
-                "queue": ack.queue,
-                "mean_before": c.before.mean,
-                "mean_after": c.after.mean,
-                "deviation_before": c.before.deviation,
-                "deviation_after": c.after.deviation,
-                "rank_points_before": c.rank_points_before,
-                "rank_points_after": c.rank_points_after,
-            })
-            .to_string(),
+            detail_json: detail.to_string(),
         }
     }));
     events
+}
+
+/// The events of rating periods that closed in `pool` (pure): one `RATING_CHANGED` per
+/// player, before and after as the close found and left the record. A close is no match's
+/// change, so `match_id` is empty (as for the other admin changes' events), and the detail
+/// says `"period_close": true` with the closed period's index (`"period"`) and the pool.
+pub fn period_close_events(
+    queue: &str,
+    pool: &str,
+    closes: &[PeriodClose],
+    unix: f64,
+) -> Vec<EventRecord> {
+    closes
+        .iter()
+        .map(|close| {
+            let mut detail = rating_detail(queue, &close.change);
+            detail["pool"] = json!(pool);
+            detail["period"] = json!(close.period);
+            detail["period_close"] = json!(true);
+            EventRecord {
+                kind: EventKind::RatingChanged,
+                unix,
+                match_id: String::new(),
+                player_id: close.change.player_id.to_string(),
+                detail_json: detail.to_string(),
+            }
+        })
+        .collect()
 }
 
 impl State {
@@ -363,7 +409,7 @@ mod tests {
                 rank_points_after: 30,
             }],
         };
-        let events = result_events("m1", &ack, 7.0);
+        let events = result_events("m1", &ack, 7.0, false);
         let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
@@ -373,6 +419,78 @@ mod tests {
         let detail: serde_json::Value = serde_json::from_str(&events[1].detail_json).unwrap();
         assert_eq!(detail["mean_after"], 1516.0);
         assert_eq!(detail["rank_points_after"], 30);
+    }
+
+    /// A periodic pool's result waits for the period: its changes say so; a streaming pool's
+    /// do not carry the mark at all.
+    #[test]
+    fn a_periodic_pools_result_marks_its_rating_changes_as_pending_the_period() {
+        let skill = Skill {
+            mean: 1500.0,
+            deviation: 200.0,
+            volatility: 0.06,
+        };
+        let ack = ResultAck {
+            queue: "1v1".into(),
+            changes: vec![PlayerChange {
+                player_id: PlayerId::new("p1"),
+                before: skill,
+                after: skill,
+                rank_points_before: 700,
+                rank_points_after: 708,
+            }],
+        };
+        let detail = |pending| {
+            let events = result_events("m1", &ack, 7.0, pending);
+            serde_json::from_str::<serde_json::Value>(&events[1].detail_json).unwrap()
+        };
+        let periodic = detail(true);
+        assert_eq!(periodic["pending_period"], true);
+        assert_eq!(periodic["mean_before"], periodic["mean_after"]);
+        assert_eq!(periodic["rank_points_after"], 708);
+        assert!(detail(false).get("pending_period").is_none());
+    }
+
+    #[test]
+    fn a_period_close_is_one_rating_change_per_player_with_no_match() {
+        let skill = |mean, deviation| Skill {
+            mean,
+            deviation,
+            volatility: 0.06,
+        };
+        let closes = [crate::results::PeriodClose {
+            period: 41,
+            change: PlayerChange {
+                player_id: PlayerId::new("p1"),
+                before: skill(1500.0, 200.0),
+                after: skill(1420.0, 150.0),
+                rank_points_before: 700,
+                rank_points_after: 668,
+            },
+        }];
+        let events = period_close_events("ranked", "ranked-pool", &closes, 9.0);
+        assert_eq!(events.len(), 1);
+        let e = &events[0];
+        assert_eq!(
+            (e.kind, e.match_id.as_str(), e.player_id.as_str(), e.unix),
+            (EventKind::RatingChanged, "", "p1", 9.0)
+        );
+        let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+        assert_eq!(
+            detail,
+            json!({
+                "queue": "ranked",
+                "pool": "ranked-pool",
+                "period": 41,
+                "period_close": true,
+                "mean_before": 1500.0,
+                "mean_after": 1420.0,
+                "deviation_before": 200.0,
+                "deviation_after": 150.0,
+                "rank_points_before": 700,
+                "rank_points_after": 668,
+            })
+        );
     }
 
     /// A match's cancel event, as the tests emit it.

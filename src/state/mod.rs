@@ -37,14 +37,17 @@ use crate::records::{PartyRecord, PoolRecord};
 use crate::rejection::Rejection;
 use crate::store::{Store, StoreError};
 
-pub use admin::{MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome};
-pub use events::{Kept, match_event, result_events};
+pub use admin::{
+    EntryWithEvents, MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome,
+};
+pub use events::{Kept, Taken, match_event, period_close_events, result_events};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
 pub use ownership::Ownership;
 pub use players::{PlayerSlot, PlayerState, PlayerStatus, PoolRecords};
 pub use records::Erased;
+pub use reports::PreparedResult;
 pub use rosters::{INVITE_CODE_LEN, PartyError};
 pub use servers::{Placement, ServerHandle, ServerRegistry};
 pub use tickets::{ReadyView, TicketSlot, TicketState, TicketView};

@@ -206,9 +206,10 @@ mod tests {
             matches!(refused, Err(Rejection::InMatch { .. })),
             "{refused:?}"
         );
-        let (entry, _) = state
+        let entry = state
             .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap();
+            .unwrap()
+            .entry;
         state
             .store()
             .append_journal(1, std::slice::from_ref(&entry))
@@ -242,9 +243,10 @@ mod tests {
         let ended = form(&state, "a", "b");
         let live = form(&state, "c", "d");
         state.persist_matches(&[ended.clone(), live.clone()]);
-        let (entry, _) = state
+        let entry = state
             .prepare_result(&ended, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap();
+            .unwrap()
+            .entry;
         state
             .store()
             .append_journal(1, std::slice::from_ref(&entry))

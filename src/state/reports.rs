@@ -4,18 +4,30 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{Assignment, MatchPhase, MatchSlot, PlayerStatus, State, unix_now};
+use super::events::{period_close_events, result_events};
+use super::{Assignment, MatchPhase, MatchSlot, PlayerStatus, QueueInfo, State, unix_now};
 use crate::ids::PlayerId;
-use crate::records::PoolRecord;
+use crate::records::{PoolRecord, ResultAck};
 use crate::rejection::{MatchRefusal, Rejection};
 use crate::results::{self, QueueRanker};
-use crate::store::JournalEntry;
+use crate::store::{EventRecord, JournalEntry};
+
+/// A result computed from the players' current records, its match claimed for it.
+#[derive(Debug)]
+pub struct PreparedResult {
+    /// What to journal.
+    pub entry: JournalEntry,
+    /// The phase to give back ([`State::unclaim`]) if journaling fails.
+    pub claimed: MatchPhase,
+    /// What to journal in the entry's batch ([`State::result_events_of`]).
+    pub events: Vec<EventRecord>,
+}
 
 impl State {
     /// Validates a report, computes its journal entry from the players' current records and
     /// claims the match for it: the match is [`MatchPhase::Completing`] until
     /// [`State::apply_result`] applies the entry once it is durable, or [`State::unclaim`] gives
-    /// the match back if journaling failed. Changes nothing else. Returns the phase to give back.
+    /// the match back if journaling failed. Changes nothing else.
     ///
     /// The claim is what keeps the entry true: a backfill, cancel or allocation timeout that
     /// landed between computing the entry and applying it would leave players in a match that no
@@ -28,11 +40,11 @@ impl State {
         team_scores: &[f64],
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
-    ) -> Result<(JournalEntry, MatchPhase), Rejection> {
+    ) -> Result<PreparedResult, Rejection> {
         const ATTEMPTS: usize = 8;
         for _ in 0..ATTEMPTS {
             let assignment = Self::resultable(m)?;
-            let entry = self.compute_result(
+            let (entry, events) = self.compute_result(
                 m,
                 &assignment,
                 placements,
@@ -47,8 +59,12 @@ impl State {
                     MatchPhase::Formed | MatchPhase::Allocated | MatchPhase::Started
                 )
             {
-                let previous = std::mem::replace(&mut inner.phase, MatchPhase::Completing);
-                return Ok((entry, previous));
+                let claimed = std::mem::replace(&mut inner.phase, MatchPhase::Completing);
+                return Ok(PreparedResult {
+                    entry,
+                    claimed,
+                    events,
+                });
             }
         }
         Err(Rejection::for_match(&m.id, MatchRefusal::KeptChanging))
@@ -87,7 +103,8 @@ impl State {
     }
 
     /// The journal entry of a result for `assignment`, from the players' and parties' current
-    /// records: [`results::compute`] at the wall clock's time.
+    /// records: [`results::compute`] at the wall clock's time; with its events
+    /// ([`State::result_events_of`]).
     pub(super) fn compute_result(
         &self,
         m: &MatchSlot,
@@ -96,7 +113,7 @@ impl State {
         team_scores: &[f64],
         performance: &BTreeMap<String, f64>,
         abandoned: &[String],
-    ) -> Result<JournalEntry, Rejection> {
+    ) -> Result<(JournalEntry, Vec<EventRecord>), Rejection> {
         let queue = self
             .queue_of(&m.queue)
             .ok_or_else(|| Rejection::for_match(&m.id, MatchRefusal::QueueGone))?;
@@ -152,7 +169,14 @@ impl State {
             &computed.ack.changes,
             now,
         );
-        Ok(JournalEntry {
+        let events = Self::result_events_of(
+            &queue,
+            m.id.as_str(),
+            &computed.ack,
+            &computed.period_closes,
+            now,
+        );
+        let entry = JournalEntry {
             match_id: m.id.clone(),
             applied_unix: now,
             pool: queue.pool.clone(),
@@ -163,7 +187,28 @@ impl State {
             season: None,
             calibration: computed.calibration,
             history: Some(history),
-        })
+        };
+        Ok((entry, events))
+    }
+
+    /// A result's events: first the rating periods it closed before it rated the match (their
+    /// change is in no acknowledgement: its "before" is the closed record), then the match
+    /// completed and each player's change, marked as waiting for the period in a periodic pool.
+    fn result_events_of(
+        queue: &QueueInfo,
+        match_id: &str,
+        ack: &ResultAck,
+        period_closes: &[results::PeriodClose],
+        unix: f64,
+    ) -> Vec<EventRecord> {
+        let mut events = period_close_events(queue.id.as_str(), &queue.pool, period_closes, unix);
+        events.extend(result_events(
+            match_id,
+            ack,
+            unix,
+            queue.config.rating.is_periodic(),
+        ));
+        events
     }
 
     /// Applies a durable journal entry: every player's record at once, players free again, the
@@ -256,7 +301,8 @@ mod tests {
     fn a_result_being_journaled_holds_its_match_until_applied_or_given_back() {
         let (state, m) = state_with_a_match();
         let none = BTreeMap::new();
-        let (entry, previous) = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
+        let prepared = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
+        let (entry, previous) = (prepared.entry, prepared.claimed);
         assert_eq!(previous, MatchPhase::Formed);
         assert_eq!(m.phase(), MatchPhase::Completing);
         // While it is journaled: no cancel, no second result, no dissolving it.
@@ -276,7 +322,8 @@ mod tests {
         // Journaling failed: the match is as it was and can be cancelled.
         state.unclaim(&m, previous);
         assert_eq!(m.phase(), MatchPhase::Formed);
-        let (entry2, previous) = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
+        let prepared = state.prepare_result(&m, &[1, 2], &[], &none, &[]).unwrap();
+        let (entry2, previous) = (prepared.entry, prepared.claimed);
         assert_eq!(
             entry2.records, entry.records,
             "same records from the same state"
@@ -290,5 +337,73 @@ mod tests {
         );
         let cancel = state.cancel_match(&m, "test").unwrap_err().to_string();
         assert!(cancel.contains("already completed"), "{cancel}");
+    }
+
+    /// A result in a periodic pool journals the close of a player's ended rating period as its
+    /// own RATING_CHANGED, ahead of the match's: the match's "before" is the closed record, so
+    /// the close's change would otherwise reach no watcher. Its own changes wait for the period.
+    #[test]
+    fn a_periodic_result_journals_the_close_it_makes_first_as_its_own_event() {
+        use crate::store::EventKind;
+        let state = crate::state::test_util::state_with(
+            "[queues.1v1]\nranking = \"ladder\"\n\n[queues.1v1.rating]\nsystem = \"glicko2\"\nmode = \"periodic\"\n",
+        );
+        let queue = state.queue("queue", "1v1").unwrap();
+        // `a` lost twice in period 0, long ended, and has not played since.
+        let loss = crate::rating::teams::PeriodResult {
+            opponent: queue.config.rating.initial(),
+            score: 0.0,
+            weight: 1.0,
+        };
+        let open = PoolRecord {
+            rank_points: 700,
+            period: Some(Box::new(crate::records::PendingPeriod {
+                index: 0,
+                results: vec![loss; 2],
+            })),
+            ..state.initial_record(&queue)
+        };
+        state.apply_admin(&State::admin_entry(
+            "test:setup".into(),
+            "1v1",
+            vec![(PlayerId::new("a"), open.clone())],
+        ));
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
+        let prepared = state
+            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
+            .unwrap();
+        let kinds: Vec<(EventKind, &str, &str)> = prepared
+            .events
+            .iter()
+            .map(|e| (e.kind, e.match_id.as_str(), e.player_id.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::RatingChanged, "", "a"),
+                (EventKind::MatchCompleted, "m-1", ""),
+                (EventKind::RatingChanged, "m-1", "a"),
+                (EventKind::RatingChanged, "m-1", "b"),
+            ]
+        );
+        let detail = |i: usize| -> serde_json::Value {
+            serde_json::from_str(&prepared.events[i].detail_json).unwrap()
+        };
+        let (close, own) = (detail(0), detail(2));
+        let change = &prepared.entry.ack.changes[0];
+        assert_eq!(close["period_close"], true);
+        assert_eq!(close["rank_points_before"], 700);
+        assert!(
+            change.rank_points_before < 700,
+            "two losses cost rank points"
+        );
+        assert_eq!(close["rank_points_after"], change.rank_points_before);
+        assert_eq!(close["mean_before"], open.skill.mean);
+        assert_eq!(close["mean_after"], change.before.mean);
+        // The match's own change starts where the close left off and waits for the period.
+        assert_eq!(own["rank_points_before"], close["rank_points_after"]);
+        assert_eq!(own["pending_period"], true);
+        assert_eq!(own["mean_before"], own["mean_after"]);
+        assert!(own.get("period_close").is_none());
     }
 }

@@ -4,6 +4,26 @@ use super::*;
 use crate::rating::Skill;
 use crate::records::party_key;
 
+/// A prepared admin change's journal entries, and every event that reports it in entry order.
+fn split(prepared: Vec<EntryWithEvents>) -> (Vec<JournalEntry>, Vec<EventRecord>) {
+    let events = prepared.iter().flat_map(|e| e.events.clone()).collect();
+    (prepared.into_iter().map(|e| e.entry).collect(), events)
+}
+
+/// Each event's player and detail, each checked to be a period close's `RATING_CHANGED`.
+fn period_closes(events: &[EventRecord]) -> Vec<(String, serde_json::Value)> {
+    events
+        .iter()
+        .map(|e| {
+            assert_eq!(e.kind, crate::store::EventKind::RatingChanged, "{e:?}");
+            assert_eq!(e.match_id, "", "a close is no match's: {e:?}");
+            let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+            assert_eq!(detail["period_close"], true, "{detail}");
+            (e.player_id.clone(), detail)
+        })
+        .collect()
+}
+
 #[test]
 fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
     let state = crate::state::test_util::state();
@@ -39,6 +59,7 @@ fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
         .prepare_season_reset(ResetKind::Hard, &queues)
         .unwrap()
         .unwrap();
+    let (entries, events) = split(entries);
     let cfg = &state.config().season;
     let reset = entries[0]
         .parties
@@ -50,6 +71,7 @@ fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
     // deviation.
     assert_eq!(reset.mean, cfg.rescale_base);
     assert_eq!(reset.deviation, cfg.reset_deviation);
+    assert!(events.is_empty(), "no rating period in a streaming pool");
 }
 
 /// 1v1 as a periodic Glicko-2 ladder, idle periods counted exactly.
@@ -116,6 +138,7 @@ fn the_period_close_pass_journals_the_ladder_rank_points_with_the_skill() {
 
     let now = 3.0 * system.rating_period_seconds();
     let (entries, closed) = state.prepare_period_close(now).unwrap().unwrap();
+    let (entries, events) = split(entries);
     assert_eq!((entries.len(), closed), (1, 1));
     let (who, after) = &entries[0].records[0];
     assert_eq!(who, &a);
@@ -134,6 +157,31 @@ fn the_period_close_pass_journals_the_ladder_rank_points_with_the_skill() {
     assert!(ladder.state.rp < 700, "{ladder:?}");
     assert_eq!(after.rank_points, ladder.state.rp);
     assert_eq!(after.period, None);
+    // Reported, in the same entry's batch: before as it stood open, after as it closed.
+    let closes = period_closes(&events);
+    assert_eq!(closes.len(), 1, "{closes:?}");
+    let (who, detail) = &closes[0];
+    assert_eq!(who, "a");
+    assert_eq!(
+        (
+            &detail["queue"],
+            &detail["pool"],
+            &detail["period"],
+            &detail["rank_points_before"],
+            &detail["rank_points_after"],
+        ),
+        (
+            &serde_json::json!("1v1"),
+            &serde_json::json!("1v1"),
+            &serde_json::json!(0),
+            &serde_json::json!(700),
+            &serde_json::json!(after.rank_points),
+        )
+    );
+    assert_eq!(detail["mean_before"], before.skill.mean);
+    assert_eq!(detail["mean_after"], skill.mean);
+    assert_eq!(detail["deviation_before"], before.skill.deviation);
+    assert_eq!(detail["deviation_after"], skill.deviation);
 }
 
 #[test]
@@ -166,6 +214,7 @@ fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
         .prepare_season_reset(ResetKind::Hard, std::slice::from_ref(&queue))
         .unwrap()
         .unwrap();
+    let (entries, events) = split(entries);
     let after = |id: &str| {
         entries[0]
             .records
@@ -203,6 +252,19 @@ fn a_hard_reset_rates_the_open_period_on_the_old_scale_before_it_rescales() {
     let top = state.config().ranking.ladder.tiers.last().unwrap().clone();
     assert_eq!(reset.rank_points, top.hard_reset_rp.unwrap());
     assert_eq!(after("d").skill.mean, cfg.rescale_base);
+    // The close is reported as the close left `a`, on the old scale: the reset's own change
+    // is the SEASON_RESET event's. Those with nothing pending had no close.
+    let closes = period_closes(&events);
+    assert_eq!(closes.len(), 1, "{closes:?}");
+    let (who, detail) = &closes[0];
+    assert_eq!(who, "a");
+    assert_eq!(detail["period"], open);
+    assert_eq!(detail["mean_before"], 1400.0);
+    assert_eq!(detail["mean_after"], closed.mean);
+    assert_eq!(detail["rank_points_before"], 1195);
+    let crossed = detail["rank_points_after"].as_u64().unwrap();
+    assert!(crossed >= 1200, "the upset's Δr·F: {detail}");
+    assert_ne!(crossed, u64::from(reset.rank_points));
 
     // Applied, a later close has nothing left to add.
     for entry in &entries {
@@ -252,6 +314,7 @@ fn a_soft_reset_closes_the_open_period_then_grows_the_deviation_once() {
         .prepare_season_reset(ResetKind::Soft, std::slice::from_ref(&queue))
         .unwrap()
         .unwrap();
+    let (entries, events) = split(entries);
     let after = record_of(&entries[0], "a").unwrap();
     // The upset is rated with the deviation the games were played on, then the week's one
     // period of growth: not the growth first and the period's own on top.
@@ -274,6 +337,16 @@ fn a_soft_reset_closes_the_open_period_then_grows_the_deviation_once() {
     );
     assert!((1200..=1300).contains(&moved.state.rp), "{moved:?}");
     assert_eq!(after.rank_points, moved.state.rp);
+    let closes = period_closes(&events);
+    assert_eq!(closes.len(), 1, "{closes:?}");
+    let (who, detail) = &closes[0];
+    assert_eq!(who, "a");
+    assert_eq!(
+        (&detail["rank_points_before"], &detail["rank_points_after"]),
+        (&serde_json::json!(1195), &serde_json::json!(moved.state.rp))
+    );
+    assert_eq!(detail["mean_after"], closed.mean);
+    assert_eq!(detail["deviation_after"], closed.deviation);
     let (_, _, week) = entries[0]
         .season
         .as_ref()
@@ -310,6 +383,7 @@ fn the_end_of_a_season_closes_the_open_period_before_it_ranks() {
         .prepare_end_season(std::slice::from_ref(&queue))
         .unwrap()
         .unwrap();
+    let (entries, events) = split(entries);
     assert_eq!(outcome.players, 4);
     let ranks = &entries[0]
         .season
@@ -332,6 +406,13 @@ fn the_end_of_a_season_closes_the_open_period_before_it_ranks() {
     assert_eq!((after.skill, after.period), (closed, None));
     assert_eq!(after.rank_points, rank_a.rank_points);
     assert_eq!(entries[0].records.len(), 1);
+    let closes = period_closes(&events);
+    assert_eq!(closes.len(), 1, "{closes:?}");
+    let (who, detail) = &closes[0];
+    assert_eq!(who, "a");
+    assert_eq!(detail["rank_points_before"], 1195);
+    assert_eq!(detail["rank_points_after"], rank_a.rank_points);
+    assert_eq!(detail["mean_after"], closed.mean);
 
     for entry in &entries {
         state.apply_admin(entry);
