@@ -16,7 +16,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 use tracing::{error, info, warn};
 
-use super::front::{Front, Route};
+use super::front::{Front, Route, Waits};
 use super::lease::{self, Acquired, LeaseClient, Owner};
 use crate::config::Config;
 use crate::server::{self, ServerError};
@@ -149,7 +149,10 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let front = Front::new(
         node_id,
         route_rx,
-        lease_time * 2 + Duration::from_secs(1),
+        Waits {
+            for_owner: lease_time * 2 + Duration::from_secs(1),
+            for_answer: Duration::from_millis(config.server.request_timeout_ms),
+        },
         config.server.max_message_bytes,
         shutdown.clone(),
         peer,

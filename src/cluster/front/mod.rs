@@ -146,6 +146,9 @@ struct Inner {
     forwarded_seconds: metrics::Histogram,
     /// How long a call may wait for an owner.
     patience: Duration,
+    /// How long a call may take, the owner's answer included, when its caller sets no shorter
+    /// deadline (`server.request_timeout_ms`, as on a single node).
+    request_timeout: Duration,
     /// Largest request message (`server.max_message_bytes`): the engine would refuse a larger
     /// one anyway.
     max_body: usize,
@@ -157,6 +160,16 @@ struct Inner {
     node_key: http::HeaderValue,
 }
 
+/// How long a front waits for a call's owner, and for its answer.
+#[derive(Clone, Copy, Debug)]
+pub struct Waits {
+    /// For an owner (a failover): 2 × `lease_ms` plus a second.
+    pub for_owner: Duration,
+    /// For the call's answer when its caller sets no shorter deadline:
+    /// `server.request_timeout_ms`, as on a single node.
+    pub for_answer: Duration,
+}
+
 /// Marks a call that came on a link opened with the cluster's node key.
 #[derive(Clone, Copy)]
 struct FromNode;
@@ -165,7 +178,7 @@ impl Front {
     pub fn new(
         node_id: String,
         route: watch::Receiver<Route>,
-        patience: Duration,
+        waits: Waits,
         max_body: usize,
         closing: CancellationToken,
         peer_tls: Option<PeerTls>,
@@ -180,7 +193,8 @@ impl Front {
             turn: std::sync::atomic::AtomicUsize::new(0),
             forwarded: metrics::counter!(crate::telemetry::CLUSTER_FORWARDED),
             forwarded_seconds: metrics::histogram!(crate::telemetry::CLUSTER_FORWARDED_SECONDS),
-            patience,
+            patience: waits.for_owner,
+            request_timeout: waits.for_answer,
             max_body,
             closing,
             peer_tls,
@@ -385,7 +399,9 @@ impl Inner {
                 ),
             };
         }
-        let patience = patience(caller_timeout(request.headers()), self.patience);
+        let caller = caller_timeout(request.headers());
+        let waiting = arrived + patience(caller, self.patience);
+        let deadline = arrived + budget(caller, self.request_timeout);
         // What the caller says of itself is not passed on; what this node saw of it is.
         let client = crate::limits::peer_ip(request.extensions());
         let headers = request.headers_mut();
@@ -410,12 +426,12 @@ impl Inner {
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
         if !resumable && !STREAMS.contains(&path) {
-            return match self.call(&parts, &bytes, arrived, arrived + patience).await {
+            return match self.call(&parts, &bytes, arrived, deadline, waiting).await {
                 Ok((response, _)) => response,
                 Err(answer) => answer,
             };
         }
-        let (response, token) = match self.call(&parts, &bytes, arrived, arrived + patience).await {
+        let (response, token) = match self.call(&parts, &bytes, arrived, deadline, waiting).await {
             Ok(answered) => answered,
             Err(answer) => return answer,
         };
@@ -467,9 +483,11 @@ impl Inner {
         })
     }
 
-    /// Sends the call (which `arrived` then) to the owner until it is answered by one, waiting
-    /// out a failover until `deadline`; the answer and the token of the owner that gave it, or
-    /// the UNAVAILABLE to return.
+    /// Sends the call (which `arrived` then) to the owner until it is answered by one before
+    /// `deadline`, waiting out a failover until `waiting` at most; the answer and the token of
+    /// the owner that gave it, or the UNAVAILABLE to return. An owner may take until `deadline`
+    /// to answer: a call that takes longer than a failover (a season reset of a large pool) is
+    /// not cut short by the wait for an owner.
     ///
     /// Each send of a unary call carries what is left until `deadline`, less a margin
     /// ([`margin`]), as its `grpc-timeout`: the owner gives up on it before this node answers
@@ -481,6 +499,7 @@ impl Inner {
         bytes: &Bytes,
         arrived: tokio::time::Instant,
         deadline: tokio::time::Instant,
+        waiting: tokio::time::Instant,
     ) -> Result<(http::Response<Body>, u64), http::Response<Body>> {
         let owner_deadline = deadline - margin(deadline.saturating_duration_since(arrived));
         let caller = caller_timeout(&parts.headers);
@@ -551,7 +570,7 @@ impl Inner {
             };
             // Wait for the route to change (a new owner, an engine up), a little at most.
             let pause = tokio::time::Instant::now() + Duration::from_millis(100);
-            if pause >= deadline {
+            if pause >= waiting.min(deadline) {
                 return Err(status(
                     tonic::Code::Unavailable,
                     &format!("{why}; retry (cluster failover in progress)"),
@@ -643,7 +662,7 @@ impl Relay {
             let deadline = tokio::time::Instant::now() + self.front.patience;
             match self
                 .front
-                .call(&self.parts, &self.bytes, self.arrived, deadline)
+                .call(&self.parts, &self.bytes, self.arrived, deadline, deadline)
                 .await
             {
                 Ok((response, t)) => {
@@ -872,6 +891,13 @@ fn patience(caller: Option<Duration>, node: Duration) -> Duration {
         Some(t) if t <= node => t - margin(t),
         _ => node,
     }
+}
+
+/// How long a call may take in all: the caller's deadline or the server's request timeout,
+/// whichever is shorter, less a margin (see [`patience`]).
+fn budget(caller: Option<Duration>, server: Duration) -> Duration {
+    let t = caller.map_or(server, |c| c.min(server));
+    t - margin(t)
 }
 
 /// How much sooner than a deadline of `t` the next hop is told to give up: a twentieth of

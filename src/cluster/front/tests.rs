@@ -114,13 +114,26 @@ fn echoing_engine() -> crate::server::EngineService {
 
 /// A node's front with `route`, served on a free loopback port; its address.
 /// The front of node `name` on `route` (and the route's sender, which must live as long as the
-/// front is used), waiting at most `patience` for an owner.
+/// front is used), waiting at most `patience` for an owner, and as long for its answer.
 fn front(route: Route, name: &str, patience: Duration) -> (watch::Sender<Route>, Front) {
+    front_answered_within(route, name, patience, patience)
+}
+
+/// [`front`], its calls answered within `request_timeout` when their callers set no deadline.
+fn front_answered_within(
+    route: Route,
+    name: &str,
+    patience: Duration,
+    request_timeout: Duration,
+) -> (watch::Sender<Route>, Front) {
     let (tx, rx) = watch::channel(route);
     let front = Front::new(
         name.into(),
         rx,
-        patience,
+        Waits {
+            for_owner: patience,
+            for_answer: request_timeout,
+        },
         1 << 20,
         CancellationToken::new(),
         None,
@@ -438,6 +451,50 @@ async fn a_call_that_waited_for_an_owner_is_sent_with_what_is_left_of_its_deadli
     assert!(
         sent >= Duration::from_millis(900),
         "the owner was given {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_may_take_longer_than_a_failover_to_answer_within_the_request_timeout() {
+    // An engine that answers after 1.5 s (a season reset of a large pool, say), with the
+    // deadline it was given.
+    let slow = crate::server::EngineService::new(tower::util::BoxCloneSyncService::new(
+        tower::service_fn(|request: http::Request<Body>| async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let timeout = request.headers().get("grpc-timeout").cloned();
+            let mut response = tonic::Status::ok("").into_http::<Body>();
+            response.headers_mut().insert(
+                "x-timeout",
+                timeout.unwrap_or(http::HeaderValue::from_static("")),
+            );
+            Ok::<_, tower::BoxError>(response)
+        }),
+    ));
+    let owner = Route {
+        engine: Some(slow),
+        ..owner_route("127.0.0.1:1")
+    };
+    // Waiting for an owner ends after 500 ms; the call may take 5 s.
+    let (_route, front) = front_answered_within(
+        owner,
+        "me",
+        Duration::from_millis(500),
+        Duration::from_secs(5),
+    );
+    let call = http::Request::builder()
+        .uri("/matchmaker.v1.AdminService/SeasonReset")
+        .body(Body::empty())
+        .unwrap();
+    let response = front.inner.clone().forward(call).await;
+    let status = tonic::Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), tonic::Code::Ok, "{}", status.message());
+    let mut seen = http::HeaderMap::new();
+    seen.insert("grpc-timeout", response.headers()["x-timeout"].clone());
+    let given = caller_timeout(&seen).expect("a deadline went with the call");
+    // 5 s less this node's margin and the owner's (100 ms each).
+    assert!(
+        given >= Duration::from_millis(4700) && given <= Duration::from_millis(4900),
+        "the owner was given {given:?}"
     );
 }
 
