@@ -25,9 +25,8 @@
 //! A rating period's close (the periodic pass, a reset or end of season, a result that closes
 //! a player's ended period first) is reported by one `RATING_CHANGED` per player, journaled in
 //! the close's own atomic batch, so watchers learn of every close that counts and of none that
-//! does not. The one exception: a reset or end of season of several pools is one batch of
-//! several entries, which the committer takes without events; their events are written and
-//! flushed right after it, before the answer (a crash in between loses them, never the change).
+//! does not (a reset or end of season of several pools: one batch of every pool's entry and
+//! every event).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,11 +83,8 @@ const APPLIED_BUFFER: usize = 1024;
 /// How [`Ledger::admin_with_events`] journals an admin change's entries and their events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Batching {
-    /// Every entry in one atomic batch, all or none (a season reset or end of season of several
-    /// pools). A single entry's events go in that batch. The committer takes events with one
-    /// entry only, so the events of several entries follow their batch, written and flushed
-    /// before the change answers: a crash in between keeps the change and loses its events,
-    /// never the other way round.
+    /// Every entry and every event in one atomic batch, all or none (a season reset or end of
+    /// season of several pools).
     Together,
     /// Each entry in its own atomic batch with its events, in order: for changes whose entries
     /// are each complete alone (each pool's rating period close). A failure stops at its entry;
@@ -161,19 +157,20 @@ impl Ledger {
                 )?;
                 // The result's events go in the same atomic batch and flush as its entry: an
                 // OK means they are durable too.
-                let (committed, _taken) = match self.commit_carrying(entry.clone(), events).await {
-                    Ok(committed) => committed,
-                    Err(e) => {
-                        // A batch that failed to write may be on disk in part (its entry
-                        // readable, then durable with the next flush): the match stays claimed,
-                        // so no cancel or other result can follow one that may count. A journal
-                        // that was closing wrote nothing.
-                        if matches!(e, CommitError::Closed) {
-                            self.state.unclaim(&slot, claimed);
+                let (committed, _taken) =
+                    match self.commit_carrying(vec![entry.clone()], events).await {
+                        Ok(committed) => committed,
+                        Err(e) => {
+                            // A batch that failed to write may be on disk in part (its entry
+                            // readable, then durable with the next flush): the match stays claimed,
+                            // so no cancel or other result can follow one that may count. A journal
+                            // that was closing wrote nothing.
+                            if matches!(e, CommitError::Closed) {
+                                self.state.unclaim(&slot, claimed);
+                            }
+                            return Err(e.into());
                         }
-                        return Err(e.into());
-                    }
-                };
+                    };
                 self.state.apply_result(&slot, &entry);
                 self.state.events_durable(committed.last_event);
                 self.committer.applied(committed.seq);
@@ -197,19 +194,19 @@ impl Ledger {
         })
     }
 
-    /// Journals `entry` with `events` in one atomic batch and flush, the events emitted and not
+    /// Journals `entries` with `events` in one atomic batch and flush, the events emitted and not
     /// yet written carried ahead of them, so the log keeps the order things happened in. Keep
     /// the [`Taken`] until the events are published. A journal that was closing wrote nothing:
     /// the carried events go back to the writer, ahead of anything emitted since.
     async fn commit_carrying(
         &self,
-        entry: JournalEntry,
+        entries: Vec<JournalEntry>,
         events: Vec<EventRecord>,
     ) -> Result<(Committed, Taken), CommitError> {
         let (mut batch, taken) = self.state.take_emitted();
         let carried = batch.clone();
         batch.extend(events);
-        match self.committer.commit_with_events(entry, batch).await {
+        match self.committer.commit_all_with_events(entries, batch).await {
             Ok(committed) => Ok((committed, taken)),
             Err(e) => {
                 if matches!(e, CommitError::Closed) {
@@ -223,10 +220,12 @@ impl Ledger {
     /// Journals `entries` in one atomic batch, then applies them in memory.
     async fn commit_and_apply(&self, entries: &[JournalEntry]) -> Result<(), CommitError> {
         let first = self.committer.commit_all(entries.to_vec()).await?;
-        for (seq, entry) in (first..).zip(entries) {
-            self.state.apply_admin(entry);
-            self.committer.applied(seq);
-        }
+        crate::store::heavy(|| {
+            for (seq, entry) in (first..).zip(entries) {
+                self.state.apply_admin(entry);
+                self.committer.applied(seq);
+            }
+        });
         Ok(())
     }
 
@@ -255,7 +254,8 @@ impl Ledger {
         let this = self.clone();
         tokio::spawn(async move {
             let _gate = this.gate.write().await;
-            let (entries, out) = prepare(&this.state)?;
+            // Off the runtime's workers: a whole pool's change takes seconds (see `heavy`).
+            let (entries, out) = crate::store::heavy(|| prepare(&this.state))?;
             if entries.is_empty() {
                 return Ok(out);
             }
@@ -283,23 +283,28 @@ impl Ledger {
         let this = self.clone();
         tokio::spawn(async move {
             let _gate = this.gate.write().await;
-            let (prepared, out) = prepare(&this.state)?;
+            let (prepared, out) = crate::store::heavy(|| prepare(&this.state))?;
             let events = prepared.iter().map(|e| e.events.len()).sum::<usize>();
             if batching == Batching::Together && prepared.len() > 1 {
                 let (entries, events): (Vec<JournalEntry>, Vec<Vec<EventRecord>>) =
                     prepared.into_iter().map(|e| (e.entry, e.events)).unzip();
-                this.commit_and_apply(&entries).await?;
                 let events: Vec<EventRecord> = events.into_iter().flatten().collect();
-                Self::log_admin_change(entries.iter(), events.len());
-                if !events.is_empty() {
-                    this.state.emit_durable(&events).await?;
-                }
+                let n = events.len();
+                let (committed, _taken) = this.commit_carrying(entries.clone(), events).await?;
+                crate::store::heavy(|| {
+                    for (seq, entry) in (committed.seq..).zip(&entries) {
+                        this.state.apply_admin(entry);
+                        this.committer.applied(seq);
+                    }
+                });
+                this.state.events_durable(committed.last_event);
+                Self::log_admin_change(entries.iter(), n);
                 return Ok(out);
             }
             let mut applied = Vec::with_capacity(prepared.len());
             for EntryWithEvents { entry, events } in prepared {
-                let (committed, _taken) = this.commit_carrying(entry.clone(), events).await?;
-                this.state.apply_admin(&entry);
+                let (committed, _taken) = this.commit_carrying(vec![entry.clone()], events).await?;
+                crate::store::heavy(|| this.state.apply_admin(&entry));
                 this.state.events_durable(committed.last_event);
                 this.committer.applied(committed.seq);
                 applied.push(entry);

@@ -103,6 +103,16 @@ impl Committer {
         self.request(vec![entry], events).await
     }
 
+    /// [`Committer::commit_with_events`] for several entries in one atomic batch: a season
+    /// reset of several pools and the events of the rating periods it closes.
+    pub async fn commit_all_with_events(
+        &self,
+        entries: Vec<JournalEntry>,
+        events: Vec<EventRecord>,
+    ) -> Result<Committed, CommitError> {
+        self.request(entries, events).await
+    }
+
     /// Journals several entries in one atomic batch (all durable or none); returns the first
     /// one's sequence number, the rest follow consecutively. The caller must call
     /// [`Committer::applied`] for each after applying it.
@@ -175,7 +185,16 @@ async fn run(
             .flat_map(|r| r.events.iter().cloned())
             .collect();
         let started = Instant::now();
-        let written = match store.append_journal_with_events(first_seq, &entries, &events) {
+        let records: usize = entries.iter().map(|e| e.records.len()).sum();
+        let append = || store.append_journal_with_events(first_seq, &entries, &events);
+        // A batch of a whole pool (a season reset) takes seconds to encode: off the runtime's
+        // workers, so the node's other tasks (its lease renewals above all) go on meanwhile.
+        let appended = if records > crate::store::HEAVY_RECORDS {
+            crate::store::heavy(append)
+        } else {
+            append()
+        };
+        let written = match appended {
             Ok(last_event) => store.flush_async().await.map(|()| last_event),
             Err(e) => Err(e),
         };

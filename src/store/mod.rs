@@ -534,6 +534,22 @@ pub fn segment_bounds(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
     bounds
 }
 
+/// Records past which a batch's synchronous work (encoding, applying) is [`heavy`].
+pub const HEAVY_RECORDS: usize = 10_000;
+
+/// Runs CPU-heavy synchronous work (a whole pool's journal batch: preparing, encoding, applying
+/// it) from async code without holding up the runtime's other tasks: on a multi-threaded
+/// runtime the worker first hands them to another thread (`block_in_place`), so the node's
+/// lease renewals and its calls go on meanwhile; elsewhere (tests, tools) it just runs.
+pub fn heavy<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

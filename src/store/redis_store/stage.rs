@@ -107,6 +107,28 @@ fn target(staged: &str) -> Option<(Hash, &str)> {
         .map(|(h, _)| (*h, name))
 }
 
+/// The last write of each field of `batch` (only whole-field writes), in the order each was
+/// first written: its staged name (`INDEX:FIELD`) and value (`s` and the value, or `d`).
+fn last_writes(batch: &[Op]) -> Vec<(String, Vec<u8>)> {
+    let mut at: HashMap<(Hash, &str), usize> = HashMap::new();
+    let mut fields: Vec<(String, Vec<u8>)> = Vec::new();
+    for op in batch {
+        let (h, field, value) = match op {
+            Op::Set(h, field, value) => (*h, field, [b"s".as_slice(), value].concat()),
+            Op::Del(h, field) => (*h, field, b"d".to_vec()),
+            _ => unreachable!("only whole-field writes are staged"),
+        };
+        match at.get(&(h, field.as_str())) {
+            Some(&i) => fields[i].1 = value,
+            None => {
+                at.insert((h, field.as_str()), fields.len());
+                fields.push((format!("{}:{field}", h as usize), value));
+            }
+        }
+    }
+    fields
+}
+
 impl RedisStore {
     /// Whether `batch` is written in parts: past the store's bound, and only whole-field writes
     /// (their order within the batch does not matter beyond the last write of each field).
@@ -125,23 +147,9 @@ impl RedisStore {
             fence(self.token, &self.options.node),
             self.calls.fetch_add(1, Ordering::Relaxed)
         );
-        // The last write of each field, in the order each was first written.
-        let mut at: HashMap<(Hash, &str), usize> = HashMap::new();
-        let mut fields: Vec<(String, Vec<u8>)> = Vec::new();
-        for op in batch {
-            let (h, field, value) = match op {
-                Op::Set(h, field, value) => (*h, field, [b"s".as_slice(), value].concat()),
-                Op::Del(h, field) => (*h, field, b"d".to_vec()),
-                _ => unreachable!("only whole-field writes are staged"),
-            };
-            match at.get(&(h, field.as_str())) {
-                Some(&i) => fields[i].1 = value,
-                None => {
-                    at.insert((h, field.as_str()), fields.len());
-                    fields.push((format!("{}:{field}", h as usize), value));
-                }
-            }
-        }
+        // The last write of each field, in the order each was first written (a whole pool's
+        // worth of copying: off the runtime's workers, see `heavy`).
+        let fields = crate::store::heavy(|| last_writes(batch));
         let started = std::time::Instant::now();
         let mut start = 0;
         while start < fields.len() {
