@@ -145,7 +145,8 @@ impl Invocation {
 /// members), KEY an index into KEYS; and for a batch written in parts (`stage.rs`),
 /// `c STAGE ID COUNT META` (STAGE must hold attempt ID and COUNT fields, else the script fails;
 /// then META marks it `staged`), `g STAGE N FIELD…` (each staged `INDEX:FIELD` into its hash,
-/// out of STAGE) and `e STAGE META` (STAGE and its mark deleted).
+/// out of STAGE) and `e STAGE META` (STAGE unlinked, freed in the background, and its mark
+/// deleted).
 /// Sending the same batches again in order (a flight whose answer was lost) leaves the same
 /// history: a record's write resets its holder count before its pushes.
 pub(super) const APPLY: &str = r"
@@ -284,7 +285,7 @@ while i <= n do
     end
     i = i + 3 + count
   elseif op == 'e' then
-    redis.call('DEL', key)
+    redis.call('UNLINK', key)
     redis.call('HDEL', KEYS[tonumber(ARGV[i + 2])], 'staged')
     i = i + 3
   else

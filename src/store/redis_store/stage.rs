@@ -13,10 +13,12 @@
 //! 2. **Committed**: one flush script checks that the stage holds the attempt's every field and
 //!    marks it in the meta hash (`staged`). Before this the batch was not applied (the next
 //!    attempt empties the stage); from here it is, whoever finishes it.
-//! 3. **Applied**: flush scripts move the staged fields into their hashes, a part at a time,
-//!    each naming its fields in the change log so that standby copies follow; the last one
-//!    deletes the stage and its mark. A store that opens with the mark set (its last owner
-//!    stopped midway) applies the rest before it loads anything.
+//! 3. **Applied**: flush scripts write the same parts into their hashes (plain `HSET`s, the
+//!    fastest way to them), each naming its fields in the change log so that standby copies
+//!    follow; the last one deletes the stage (`UNLINK`: freed in the background) and its mark.
+//!    Nothing else writes meanwhile, so a store that opens with the mark set (its last owner
+//!    stopped midway) applies the whole stage again before it loads anything, moving its
+//!    fields into their hashes inside Redis, in parts bounded by their sizes.
 //!
 //! This is the write-ahead pattern of a redo log (the stage) with a single commit record, as
 //! in ARIES (Mohan et al., "ARIES: a transaction recovery method", 1992), on Redis' atomic
@@ -71,7 +73,7 @@ if ARGV[3] == '1' then
   if redis.call('HEXISTS', KEYS[3], 'staged') == 1 then
     return redis.error_reply('STAGE a committed stage is not applied yet')
   end
-  redis.call('DEL', KEYS[2])
+  redis.call('UNLINK', KEYS[2])
   redis.call('HSET', KEYS[2], '', ARGV[2])
 elseif redis.call('HGET', KEYS[2], '') ~= ARGV[2] then
   return redis.error_reply('STAGE another attempt took the stage')
@@ -107,26 +109,48 @@ fn target(staged: &str) -> Option<(Hash, &str)> {
         .map(|(h, _)| (*h, name))
 }
 
+/// A field's last write in a batch: its hash, its name and its value (`None`: deleted).
+type Write<'a> = (Hash, &'a str, Option<&'a [u8]>);
+
 /// The last write of each field of `batch` (only whole-field writes), in the order each was
-/// first written: its staged name (`INDEX:FIELD`) and value (`s` and the value, or `d`).
-fn last_writes(batch: &[Op]) -> Vec<(String, Vec<u8>)> {
+/// first written.
+fn last_writes(batch: &[Op]) -> Vec<Write<'_>> {
     let mut at: HashMap<(Hash, &str), usize> = HashMap::new();
-    let mut fields: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut fields: Vec<Write<'_>> = Vec::new();
     for op in batch {
         let (h, field, value) = match op {
-            Op::Set(h, field, value) => (*h, field, [b"s".as_slice(), value].concat()),
-            Op::Del(h, field) => (*h, field, b"d".to_vec()),
+            Op::Set(h, field, value) => (*h, field.as_str(), Some(value.as_slice())),
+            Op::Del(h, field) => (*h, field.as_str(), None),
             _ => unreachable!("only whole-field writes are staged"),
         };
-        match at.get(&(h, field.as_str())) {
-            Some(&i) => fields[i].1 = value,
+        match at.get(&(h, field)) {
+            Some(&i) => fields[i].2 = value,
             None => {
-                at.insert((h, field.as_str()), fields.len());
-                fields.push((format!("{}:{field}", h as usize), value));
+                at.insert((h, field), fields.len());
+                fields.push((h, field, value));
             }
         }
     }
     fields
+}
+
+/// Where parts of `sizes` end: at most `fields` fields or [`PART_BYTES`] bytes each (a single
+/// larger value goes alone).
+fn part_ends(sizes: impl Iterator<Item = usize>, fields: usize) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let (mut count, mut bytes) = (0, 0);
+    for (i, size) in sizes.enumerate() {
+        if count > 0 && (count == fields || bytes + size > PART_BYTES) {
+            ends.push(i);
+            (count, bytes) = (0, 0);
+        }
+        count += 1;
+        bytes += size;
+    }
+    if count > 0 {
+        ends.push(ends.last().copied().unwrap_or(0) + count);
+    }
+    ends
 }
 
 impl RedisStore {
@@ -147,53 +171,56 @@ impl RedisStore {
             fence(self.token, &self.options.node),
             self.calls.fetch_add(1, Ordering::Relaxed)
         );
-        // The last write of each field, in the order each was first written (a whole pool's
-        // worth of copying: off the runtime's workers, see `heavy`).
+        // A whole pool's worth of work: off the runtime's workers (see `heavy`).
         let fields = crate::store::heavy(|| last_writes(batch));
+        let ends = part_ends(
+            fields.iter().map(|(_, _, v)| v.map_or(0, <[u8]>::len)),
+            self.stage.part_fields,
+        );
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        let parts: Vec<&[Write<'_>]> = starts
+            .zip(&ends)
+            .map(|(start, &end)| &fields[start..end])
+            .collect();
         let started = std::time::Instant::now();
-        let mut start = 0;
-        while start < fields.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < fields.len()
-                && (end == start
-                    || (end - start < self.stage.part_fields
-                        && bytes + fields[end].1.len() <= PART_BYTES))
-            {
-                bytes += fields[end].1.len();
-                end += 1;
-            }
-            self.stage_part(&id, start == 0, &fields[start..end])
-                .await?;
-            start = end;
+        for (i, part) in parts.iter().enumerate() {
+            let staged: Vec<(String, Vec<u8>)> = part
+                .iter()
+                .map(|(h, field, value)| {
+                    let value = match value {
+                        Some(v) => [b"s".as_slice(), v].concat(),
+                        None => b"d".to_vec(),
+                    };
+                    (format!("{}:{field}", *h as usize), value)
+                })
+                .collect();
+            self.stage_part(&id, i == 0, &staged).await?;
         }
         let stage = self.keys.staged().to_string();
         self.send_script(&[vec![Op::Commit {
-            stage,
+            stage: stage.clone(),
             id,
             count: fields.len(),
         }]])
         .await?;
-        let names: Vec<String> = fields.into_iter().map(|(name, _)| name).collect();
-        let count = names.len();
-        self.apply_staged(names).await?;
+        for part in &parts {
+            let ops: Vec<Op> = part
+                .iter()
+                .map(|(h, field, value)| match value {
+                    Some(v) => Op::Set(*h, (*field).to_string(), v.to_vec()),
+                    None => Op::Del(*h, (*field).to_string()),
+                })
+                .collect();
+            self.send_script(&[ops]).await?;
+        }
+        self.send_script(&[vec![Op::Unstage(stage)]]).await?;
         tracing::info!(
-            fields = count,
+            fields = fields.len(),
+            parts = ends.len(),
             seconds = started.elapsed().as_secs_f64(),
             "wrote a large batch in parts"
         );
         Ok(())
-    }
-
-    /// Moves the staged `names` into their hashes, a part at a time, then deletes the stage.
-    async fn apply_staged(&self, names: Vec<String>) -> Result<(), StoreError> {
-        let stage = self.keys.staged();
-        for part in names.chunks(self.stage.part_fields) {
-            self.send_script(&[vec![Op::Move(stage.to_string(), part.to_vec())]])
-                .await?;
-        }
-        self.send_script(&[vec![Op::Unstage(stage.to_string())]])
-            .await
     }
 
     /// Applies the rest of a batch committed but not applied whole (its writer stopped or
@@ -218,13 +245,29 @@ impl RedisStore {
             .map_err(&err)?;
         names.retain(|name| !name.is_empty());
         names.sort_unstable();
-        names.dedup();
+        let mut sizes = Vec::with_capacity(names.len());
+        for chunk in names.chunks(PART_FIELDS) {
+            let mut pipe = ::redis::pipe();
+            for name in chunk {
+                pipe.cmd("HSTRLEN").arg(self.keys.staged()).arg(name);
+            }
+            let got: Vec<usize> = pipe.query_async(&mut conn).await.map_err(&err)?;
+            sizes.extend(got);
+        }
         tracing::info!(
             attempt = %id,
             fields = names.len(),
-            "applying the rest of a batch committed in parts"
+            "applying a batch committed in parts whose writer stopped midway"
         );
-        self.apply_staged(names).await
+        let stage = self.keys.staged().to_string();
+        let mut start = 0;
+        for end in part_ends(sizes.into_iter(), self.stage.part_fields) {
+            let part = names[start..end].to_vec();
+            self.send_script(&[vec![Op::Move(stage.clone(), part)]])
+                .await?;
+            start = end;
+        }
+        self.send_script(&[vec![Op::Unstage(stage)]]).await
     }
 
     /// Stages one part of attempt `id` (the first empties the stage).
@@ -519,6 +562,20 @@ mod tests {
             assert!(matches!(reopened.flush(), Err(StoreError::Fenced)));
             assert_eq!(staged_left(&url), (false, false));
         });
+    }
+
+    #[test]
+    fn parts_end_at_their_field_count_or_byte_bound_and_a_large_value_goes_alone() {
+        assert_eq!(part_ends([1, 1, 1, 1, 1].into_iter(), 2), [2, 4, 5]);
+        assert_eq!(part_ends([1, 1].into_iter(), 2), [2]);
+        assert_eq!(part_ends(std::iter::empty(), 2), Vec::<usize>::new());
+        let half = PART_BYTES / 2;
+        assert_eq!(part_ends([half, half, 1].into_iter(), 10), [2, 3]);
+        assert_eq!(
+            part_ends([1, PART_BYTES + 5, 1].into_iter(), 10),
+            [1, 2, 3],
+            "a value past the bound goes alone"
+        );
     }
 
     #[test]
