@@ -165,6 +165,10 @@ pub struct ServerConfig {
     pub tick_interval_ms: u64,
     pub max_concurrent_requests: usize,
     pub request_timeout_ms: u64,
+    /// The same for the admin calls that change a whole rating pool (`SeasonReset`,
+    /// `EndSeason`, `MigrateFromElo`), which take as long as the pool is large.
+    #[serde(default = "default_admin_request_timeout_ms")]
+    pub admin_request_timeout_ms: u64,
     pub shutdown_grace_ms: u64,
     /// After the stop signal, how long health reports NOT_SERVING while calls are still served.
     #[serde(default)]
@@ -209,6 +213,10 @@ pub struct ServerConfig {
     /// and `CancelTicket` after the fact.
     #[serde(default = "default_finished_ticket_retention_seconds")]
     pub finished_ticket_retention_seconds: f64,
+}
+
+fn default_admin_request_timeout_ms() -> u64 {
+    300_000
 }
 
 fn default_keepalive_interval_ms() -> u64 {
@@ -502,6 +510,12 @@ impl Config {
         if s.request_timeout_ms == 0 {
             return Err(ConfigError::invalid(
                 "server.request_timeout_ms",
+                "must be at least 1",
+            ));
+        }
+        if s.admin_request_timeout_ms == 0 {
+            return Err(ConfigError::invalid(
+                "server.admin_request_timeout_ms",
                 "must be at least 1",
             ));
         }

@@ -428,9 +428,10 @@ async fn serve(
         .option_layer(config.server.grpc_web.then(tonic_web::GrpcWebLayer::new))
         .layer(RpcMetricsLayer::default())
         .layer(AnswerErrorsLayer)
-        .layer(DeadlineLayer::new(Duration::from_millis(
-            config.server.request_timeout_ms,
-        )))
+        .layer(DeadlineLayer::new(
+            Duration::from_millis(config.server.request_timeout_ms),
+            Duration::from_millis(config.server.admin_request_timeout_ms),
+        ))
         .layer(OpenPathsBypass::new(
             ServiceBuilder::new().map_err(count_shed).load_shed().layer(
                 GlobalConcurrencyLimitLayer::new(config.server.max_concurrent_requests),

@@ -492,18 +492,38 @@ where
     }
 }
 
+/// The admin calls that change a whole rating pool and take as long as the pool is large
+/// (seconds per million players): bounded by `server.admin_request_timeout_ms` rather than
+/// `server.request_timeout_ms`.
+pub const LONG_CALLS: [&str; 3] = [
+    "/matchmaker.v1.AdminService/SeasonReset",
+    "/matchmaker.v1.AdminService/EndSeason",
+    "/matchmaker.v1.AdminService/MigrateFromElo",
+];
+
+/// The server's limit for a call to `path`: `long` for [`LONG_CALLS`], `max` for the rest.
+pub fn server_limit(path: &str, max: Duration, long: Duration) -> Duration {
+    if LONG_CALLS.contains(&path) {
+        long
+    } else {
+        max
+    }
+}
+
 /// Answers DEADLINE_EXCEEDED when a call is not answered within its deadline: the caller's
-/// `grpc-timeout` header, capped by the server's own limit. (tonic's server timeout answers
-/// CANCELLED, which clients cannot tell from a hang-up.) For a streaming call the deadline
-/// covers the answer's start, as in tonic.
+/// `grpc-timeout` header, capped by the server's own limit ([`server_limit`]). (tonic's server
+/// timeout answers CANCELLED, which clients cannot tell from a hang-up.) For a streaming call
+/// the deadline covers the answer's start, as in tonic.
 #[derive(Clone, Copy, Debug)]
 pub struct DeadlineLayer {
     max: Duration,
+    long: Duration,
 }
 
 impl DeadlineLayer {
-    pub fn new(max: Duration) -> Self {
-        Self { max }
+    /// `max` for every call but [`LONG_CALLS`], which get `long`.
+    pub fn new(max: Duration, long: Duration) -> Self {
+        Self { max, long }
     }
 }
 
@@ -514,6 +534,7 @@ impl<S> Layer<S> for DeadlineLayer {
         Deadline {
             inner,
             max: self.max,
+            long: self.long,
         }
     }
 }
@@ -523,6 +544,7 @@ impl<S> Layer<S> for DeadlineLayer {
 pub struct Deadline<S> {
     inner: S,
     max: Duration,
+    long: Duration,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Deadline<S>
@@ -539,7 +561,8 @@ where
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let timeout = grpc_timeout(request.headers()).map_or(self.max, |t| t.min(self.max));
+        let max = server_limit(request.uri().path(), self.max, self.long);
+        let timeout = grpc_timeout(request.headers()).map_or(max, |t| t.min(max));
         WithDeadline {
             inner: self.inner.call(request),
             sleep: tokio::time::sleep(timeout),
@@ -628,7 +651,7 @@ mod tests {
         use tower::ServiceExt;
         // The server's own limit applies when the caller sent none.
         let started = tokio::time::Instant::now();
-        let answer = DeadlineLayer::new(Duration::from_millis(20))
+        let answer = DeadlineLayer::new(Duration::from_millis(20), Duration::from_secs(3600))
             .layer(stuck())
             .oneshot(http::Request::new(()))
             .await
@@ -640,12 +663,39 @@ mod tests {
         request
             .headers_mut()
             .insert("grpc-timeout", "30m".parse().unwrap());
-        let answer = DeadlineLayer::new(Duration::from_secs(3600))
+        let answer = DeadlineLayer::new(Duration::from_secs(3600), Duration::from_secs(3600))
             .layer(stuck())
             .oneshot(request)
             .await
             .unwrap();
         assert_eq!(grpc_status(&answer), Some("4"));
+    }
+
+    #[tokio::test]
+    async fn a_call_that_changes_a_whole_pool_has_the_longer_admin_limit() {
+        use tower::ServiceExt;
+        let call = |path: &str| {
+            let request = http::Request::builder().uri(path).body(()).unwrap();
+            DeadlineLayer::new(Duration::from_millis(20), Duration::from_millis(300))
+                .layer(stuck())
+                .oneshot(request)
+        };
+        let started = tokio::time::Instant::now();
+        let answer = call("/matchmaker.v1.AdminService/SeasonReset")
+            .await
+            .unwrap();
+        assert_eq!(grpc_status(&answer), Some("4"));
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "the admin limit"
+        );
+        let started = tokio::time::Instant::now();
+        let answer = call("/matchmaker.v1.AdminService/SetRating").await.unwrap();
+        assert_eq!(grpc_status(&answer), Some("4"));
+        assert!(
+            started.elapsed() < Duration::from_millis(300),
+            "the usual limit"
+        );
     }
 
     #[test]

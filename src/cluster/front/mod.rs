@@ -149,6 +149,9 @@ struct Inner {
     /// How long a call may take, the owner's answer included, when its caller sets no shorter
     /// deadline (`server.request_timeout_ms`, as on a single node).
     request_timeout: Duration,
+    /// The same for the admin calls that change a whole pool
+    /// (`server.admin_request_timeout_ms`).
+    long_timeout: Duration,
     /// Largest request message (`server.max_message_bytes`): the engine would refuse a larger
     /// one anyway.
     max_body: usize,
@@ -168,6 +171,9 @@ pub struct Waits {
     /// For the call's answer when its caller sets no shorter deadline:
     /// `server.request_timeout_ms`, as on a single node.
     pub for_answer: Duration,
+    /// The same for the admin calls that change a whole rating pool
+    /// (`server.admin_request_timeout_ms`).
+    pub for_long_answer: Duration,
 }
 
 /// Marks a call that came on a link opened with the cluster's node key.
@@ -195,6 +201,7 @@ impl Front {
             forwarded_seconds: metrics::histogram!(crate::telemetry::CLUSTER_FORWARDED_SECONDS),
             patience: waits.for_owner,
             request_timeout: waits.for_answer,
+            long_timeout: waits.for_long_answer,
             max_body,
             closing,
             peer_tls,
@@ -401,7 +408,12 @@ impl Inner {
         }
         let caller = caller_timeout(request.headers());
         let waiting = arrived + patience(caller, self.patience);
-        let deadline = arrived + budget(caller, self.request_timeout);
+        let limit = crate::api::layers::server_limit(
+            request.uri().path(),
+            self.request_timeout,
+            self.long_timeout,
+        );
+        let deadline = arrived + budget(caller, limit);
         // What the caller says of itself is not passed on; what this node saw of it is.
         let client = crate::limits::peer_ip(request.extensions());
         let headers = request.headers_mut();

@@ -133,6 +133,7 @@ fn front_answered_within(
         Waits {
             for_owner: patience,
             for_answer: request_timeout,
+            for_long_answer: request_timeout,
         },
         1 << 20,
         CancellationToken::new(),
