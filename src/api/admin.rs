@@ -128,8 +128,9 @@ impl AdminService for Admin {
             .transpose()?;
         let player = PlayerId::new(req.player_id.as_str());
         let (q, p) = (queue.clone(), player.clone());
+        // With its RATING_CHANGED, in the change's own atomic batch.
         self.ledger
-            .admin(move |state| {
+            .admin_with_events(Batching::EachAlone, move |state| {
                 let entry = state.prepare_set_rating(&q, &p, skill, rank_points)?;
                 Ok((vec![entry], ()))
             })

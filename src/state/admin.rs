@@ -267,11 +267,12 @@ impl State {
         player: &PlayerId,
         skill: Skill,
         rank_points: Option<RankPoints>,
-    ) -> Result<JournalEntry, Rejection> {
-        let mut record = self
+    ) -> Result<EntryWithEvents, Rejection> {
+        let before = self
             .player(player, &queue.pool)
             .1
             .unwrap_or_else(|| self.initial_record(queue));
+        let mut record = before.clone();
         // A zero volatility (Weng-Lin and Elo have none; a Glicko-2 caller may omit it) keeps
         // the current one.
         let volatility = record.skill.volatility;
@@ -327,11 +328,27 @@ impl State {
                 }
             }
         }
-        Ok(Self::admin_entry(
-            format!("admin:set-rating:{player}"),
+        let event = super::events::admin_rating_event(
+            queue.id.as_str(),
             &queue.pool,
-            vec![(player.clone(), record)],
-        ))
+            "set_rating",
+            &crate::records::PlayerChange {
+                player_id: player.clone(),
+                before: before.skill,
+                after: record.skill,
+                rank_points_before: before.rank_points,
+                rank_points_after: record.rank_points,
+            },
+            unix_now(),
+        );
+        Ok(EntryWithEvents {
+            entry: Self::admin_entry(
+                format!("admin:set-rating:{player}"),
+                &queue.pool,
+                vec![(player.clone(), record)],
+            ),
+            events: vec![event],
+        })
     }
 
     /// `SeasonReset`: one entry per pool of `queues` with every changed record.

@@ -204,6 +204,27 @@ pub fn period_close_events(
         .collect()
 }
 
+/// An admin's change to one player's rating (pure): a `RATING_CHANGED` whose detail names the
+/// admin call (`"admin": "set_rating"`) and the pool, with no match.
+pub fn admin_rating_event(
+    queue: &str,
+    pool: &str,
+    action: &str,
+    change: &PlayerChange,
+    unix: f64,
+) -> EventRecord {
+    let mut detail = rating_detail(queue, change);
+    detail["pool"] = json!(pool);
+    detail["admin"] = json!(action);
+    EventRecord {
+        kind: EventKind::RatingChanged,
+        unix,
+        match_id: String::new(),
+        player_id: change.player_id.to_string(),
+        detail_json: detail.to_string(),
+    }
+}
+
 impl State {
     /// Queues an event for the writer task (durable within one of its flushes).
     pub fn emit(&self, events: impl IntoIterator<Item = EventRecord>) {

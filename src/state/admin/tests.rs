@@ -422,3 +422,52 @@ fn the_end_of_a_season_closes_the_open_period_before_it_ranks() {
     let (closes, n) = state.prepare_period_close(later).unwrap().unwrap();
     assert_eq!((closes.len(), n), (0, 0), "{closes:?}");
 }
+
+#[test]
+fn an_admins_rating_change_is_reported_with_the_record_before_and_after() {
+    let state = crate::state::test_util::state();
+    let queue = state.queue("queue", "1v1").unwrap();
+    let p = PlayerId::new("edited");
+    let set = |mean: f64, rp: Option<RankPoints>| {
+        let prepared = state
+            .prepare_set_rating(
+                &queue,
+                &p,
+                Skill {
+                    mean,
+                    deviation: 90.0,
+                    volatility: 0.06,
+                },
+                rp,
+            )
+            .unwrap();
+        state.apply_admin(&prepared.entry);
+        prepared.events
+    };
+    let initial = state.initial_record(&queue);
+    // A player with no record yet: before is where every new player starts.
+    let events = set(1700.0, None);
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(
+        (e.kind, e.player_id.as_str(), e.match_id.as_str()),
+        (crate::store::EventKind::RatingChanged, "edited", "")
+    );
+    let detail: serde_json::Value = serde_json::from_str(&e.detail_json).unwrap();
+    assert_eq!(detail["admin"], "set_rating");
+    assert_eq!(detail["pool"], queue.pool.as_str());
+    assert_eq!(detail["mean_before"], initial.skill.mean);
+    assert_eq!(detail["mean_after"], 1700.0);
+    assert_eq!(detail["deviation_after"], 90.0);
+    // The next edit starts from the first one's record.
+    let events = set(1650.0, None);
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail_json).unwrap();
+    assert_eq!(
+        (
+            detail["mean_before"].as_f64(),
+            detail["mean_after"].as_f64()
+        ),
+        (Some(1700.0), Some(1650.0))
+    );
+    assert_eq!(detail["rank_points_before"], detail["rank_points_after"]);
+}
