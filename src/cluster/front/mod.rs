@@ -40,9 +40,12 @@ use tonic::transport::server::TcpConnectInfo;
 use tonic::transport::{Channel, Endpoint};
 use tower::{Service, ServiceExt};
 
+mod deadline;
+
 use super::lease::Owner;
 use super::link::{self, Link};
 use crate::api::rpc_metrics::{RpcMetrics, RpcMetricsLayer};
+use deadline::{budget, caller_timeout, grpc_timeout, margin, patience};
 
 /// Marks a call forwarded by another node's front (its value: that node's id).
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
@@ -892,53 +895,6 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
         .await
         .map(|c| c.to_bytes())
         .map_err(|e| format!("request message larger than server.max_message_bytes ({limit}): {e}"))
-}
-
-/// How long a call may wait for an owner: the node's patience, or less when the caller's
-/// deadline comes first. Then a little less than the deadline, so that the caller gets this
-/// node's UNAVAILABLE (its reason, and a code clients retry) rather than racing its own timer
-/// for the same instant: a twentieth of the deadline, at most 100 ms.
-fn patience(caller: Option<Duration>, node: Duration) -> Duration {
-    match caller {
-        Some(t) if t <= node => t - margin(t),
-        _ => node,
-    }
-}
-
-/// How long a call may take in all: the caller's deadline or the server's request timeout,
-/// whichever is shorter, less a margin (see [`patience`]).
-fn budget(caller: Option<Duration>, server: Duration) -> Duration {
-    let t = caller.map_or(server, |c| c.min(server));
-    t - margin(t)
-}
-
-/// How much sooner than a deadline of `t` the next hop is told to give up: a twentieth of
-/// it, at most 100 ms.
-fn margin(t: Duration) -> Duration {
-    (t / 20).min(Duration::from_millis(100))
-}
-
-/// The caller's `grpc-timeout`, if it sent one.
-fn caller_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    let value = headers.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
-/// `left` as a `grpc-timeout` value: whole milliseconds, at least one, at most the eight
-/// digits the header allows.
-fn grpc_timeout(left: Duration) -> http::HeaderValue {
-    let ms = left.as_millis().clamp(1, 99_999_999);
-    http::HeaderValue::from_str(&format!("{ms}m")).unwrap_or(http::HeaderValue::from_static("1m"))
 }
 
 fn is_not_owner(response: &http::Response<Body>) -> bool {

@@ -195,6 +195,14 @@ impl AdminRecords for RedisStore {
         // the caller holds the ledger's admin gate, so no write adds to their list meanwhile.
         let (held, past) = super::blocking::run(self.history_held(player))?;
         let mut data = self.mirror.data();
+        // The parts each large entry is kept in now: one rewritten with fewer (the erased
+        // player's record and parties out of it) has its extra parts deleted.
+        let parted: std::collections::HashMap<u64, usize> = data
+            .journal
+            .iter()
+            .map(|(seq, entry)| (*seq, super::journal::parts(entry)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
         let e: Erasure = data.erase_player(player, marker);
         let mut batch = Vec::new();
         if e.player_removed {
@@ -205,7 +213,11 @@ impl AdminRecords for RedisStore {
         }
         for seq in e.journal_rewritten {
             if let Some(entry) = data.journal.get(&seq) {
-                batch.extend(super::journal::journal_ops(seq, entry, true)?);
+                batch.extend(super::journal::journal_ops(
+                    seq,
+                    entry,
+                    parted.get(&seq).copied().unwrap_or(0),
+                )?);
             }
         }
         for (pool, season, week) in e.weeks_rewritten {

@@ -1,7 +1,7 @@
 //! Sending queued batches: one flight at a time, in as few scripts as the batches allow, each
 //! fenced by the lease's token (see the module documentation and the script's).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use super::script::{ChangeList, Invocation, Run, runs};
@@ -31,13 +31,16 @@ impl RedisStore {
         }
         // Until the flight is known applied, its batches go back in front of the queue if this
         // future fails or is dropped (a caller that gave up): a later flush sends them again,
-        // in order, and whole-value writes applied twice leave the same result.
+        // in order, and whole-value writes applied twice leave the same result. Those known
+        // applied do not: sent again, an earlier batch would write its older values over a
+        // later one's that a staged write had committed (see `stage.rs`).
         let mut flight = Flight {
             store: self,
             batches: Some(batches),
+            applied: AtomicUsize::new(0),
         };
         let started = Instant::now();
-        let sent = self.send(flight.batches()).await;
+        let sent = self.send(flight.batches(), &flight.applied).await;
         metrics::histogram!(crate::telemetry::CLUSTER_REDIS_SECONDS, "op" => "flush")
             .record(started.elapsed().as_secs_f64());
         match sent {
@@ -58,12 +61,18 @@ impl RedisStore {
     /// Sends `batches` in as few scripts as keep each under [`MAX_SCRIPT_ARGS`] arguments; a
     /// batch is never split, so each stays atomic (one too large for a script is written in
     /// parts and committed whole: see `stage.rs`).
-    pub(super) async fn send(&self, batches: &[Vec<Op>]) -> Result<(), StoreError> {
+    /// `applied` counts the batches known applied, a prefix.
+    pub(super) async fn send(
+        &self,
+        batches: &[Vec<Op>],
+        applied: &AtomicUsize,
+    ) -> Result<(), StoreError> {
         let mut start = 0;
         while start < batches.len() {
             if self.staged(&batches[start]) {
                 self.send_staged(&batches[start]).await?;
                 start += 1;
+                applied.store(start, Ordering::Release);
                 continue;
             }
             let mut end = start;
@@ -78,6 +87,7 @@ impl RedisStore {
             }
             self.send_script(&batches[start..end]).await?;
             start = end;
+            applied.store(start, Ordering::Release);
         }
         Ok(())
     }
@@ -334,6 +344,8 @@ const MAX_SCRIPT_ARGS: usize = 200_000;
 struct Flight<'a> {
     store: &'a RedisStore,
     batches: Option<Vec<Vec<Op>>>,
+    /// How many of them (from the first) are known applied.
+    applied: AtomicUsize,
 }
 
 impl Flight<'_> {
@@ -344,7 +356,9 @@ impl Flight<'_> {
 
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
-        if let Some(batches) = self.batches.take() {
+        if let Some(mut batches) = self.batches.take() {
+            let applied = self.applied.load(Ordering::Acquire).min(batches.len());
+            batches.drain(..applied);
             let mut pending = self.store.pending.lock().unwrap_or_else(|p| p.into_inner());
             let later = std::mem::take(&mut pending.batches);
             pending.batches = batches;

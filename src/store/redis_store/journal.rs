@@ -22,6 +22,21 @@ struct PartOut<'a> {
     parties: &'a [(String, PartyRecord)],
 }
 
+/// The field of a large entry: the entry without its records, and how many parts hold them.
+#[derive(Serialize)]
+struct HeadOut<'a> {
+    parts: usize,
+    entry: &'a JournalEntry,
+}
+
+/// An entry's own field as read back: whole, or the head of an entry kept in parts.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum Head {
+    Parted { parts: usize, entry: JournalEntry },
+    Whole(JournalEntry),
+}
+
 /// A part as read back.
 #[derive(Deserialize)]
 pub(super) struct Part {
@@ -33,7 +48,7 @@ pub(super) struct Part {
 
 /// How many parts the journal hash keeps `entry` in besides its own field: none up to
 /// [`PART_RECORDS`] records and party records.
-fn parts(entry: &JournalEntry) -> usize {
+pub(super) fn parts(entry: &JournalEntry) -> usize {
     if entry.records.len() + entry.parties.len() <= PART_RECORDS {
         return 0;
     }
@@ -47,16 +62,16 @@ fn part_field(seq: u64, k: usize) -> String {
 
 /// The journal hash's writes for entry `seq`: the entry in its field, or past
 /// [`PART_RECORDS`] records (a season reset of a large pool) the entry without its records in
-/// its field and the records in parts `SEQ/1`, `SEQ/2`, ... (read back whole by [`assemble`]),
-/// so that no value is as large as the pool. With `rewrite`, also the deletes of parts an
-/// earlier version held beyond the new ones (an erasure takes out one record at most).
+/// its field, with their count of parts, and the records in parts `SEQ/1`, `SEQ/2`, ... (read
+/// back whole by [`assemble`]), so that no value is as large as the pool. `held`: how many parts
+/// an earlier version of the entry had (a rewrite by an erasure), whose extra parts go.
 pub(super) fn journal_ops(
     seq: u64,
     entry: &JournalEntry,
-    rewrite: bool,
+    held: usize,
 ) -> Result<Vec<Op>, StoreError> {
     let n = parts(entry);
-    let mut ops = Vec::with_capacity(n + 3);
+    let mut ops = Vec::with_capacity(n + 1 + held.saturating_sub(n));
     if n == 0 {
         ops.push(Op::Set(Hash::Journal, seq.to_string(), json(entry)?));
     } else {
@@ -72,7 +87,14 @@ pub(super) fn journal_ops(
             calibration: entry.calibration.clone(),
             history: entry.history.clone(),
         };
-        ops.push(Op::Set(Hash::Journal, seq.to_string(), json(&head)?));
+        ops.push(Op::Set(
+            Hash::Journal,
+            seq.to_string(),
+            json(&HeadOut {
+                parts: n,
+                entry: &head,
+            })?,
+        ));
         let records = entry.records.chunks(PART_RECORDS).map(|records| PartOut {
             records,
             parties: &[],
@@ -85,9 +107,7 @@ pub(super) fn journal_ops(
             ops.push(Op::Set(Hash::Journal, part_field(seq, k + 1), json(&part)?));
         }
     }
-    if rewrite {
-        ops.extend((n + 1..=n + 2).map(|k| Op::Del(Hash::Journal, part_field(seq, k))));
-    }
+    ops.extend((n + 1..=held).map(|k| Op::Del(Hash::Journal, part_field(seq, k))));
     Ok(ops)
 }
 
@@ -103,24 +123,38 @@ pub(super) fn part_of(field: &str) -> Option<(&str, &str)> {
     field.split_once('/')
 }
 
-/// Puts each entry's parts (by sequence, then number) back into it, in order.
+/// Puts each entry's parts (by sequence, then number) back into it, in order; `expected`: how
+/// many parts each entry kept in parts has. A part of no such entry, or a part missing, is an
+/// error naming it.
 pub(super) fn assemble(
     journal: &mut std::collections::BTreeMap<u64, JournalEntry>,
+    expected: &std::collections::BTreeMap<u64, usize>,
     parts: std::collections::BTreeMap<(u64, usize), Part>,
 ) -> Result<(), StoreError> {
-    let mut expected = (0, 0);
+    let mut found: std::collections::BTreeMap<u64, usize> = std::collections::BTreeMap::new();
     for ((seq, k), part) in parts {
-        let next = if seq == expected.0 { expected.1 + 1 } else { 1 };
-        let entry = journal.get_mut(&seq).filter(|_| k == next);
+        let next = found.get(&seq).map_or(1, |k| k + 1);
+        let entry = journal
+            .get_mut(&seq)
+            .filter(|_| k == next && expected.get(&seq).is_some_and(|n| k <= *n));
         let Some(entry) = entry else {
             return Err(StoreError::Decode {
                 key: format!("journal {}", part_field(seq, k)),
-                detail: "a part of no entry, or one after a missing part".into(),
+                detail: "a part of no entry kept in parts, or one after a missing part".into(),
             });
         };
         entry.records.extend(part.records);
         entry.parties.extend(part.parties);
-        expected = (seq, k);
+        found.insert(seq, k);
+    }
+    for (seq, n) in expected {
+        let got = found.get(seq).copied().unwrap_or(0);
+        if got != *n {
+            return Err(StoreError::Decode {
+                key: format!("journal {seq}"),
+                detail: format!("kept in {n} parts, of which {got} were found"),
+            });
+        }
     }
     Ok(())
 }
@@ -139,7 +173,7 @@ impl RedisStore {
         let mut batch = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let seq = first_seq + i as u64;
-            batch.extend(journal_ops(seq, entry, false)?);
+            batch.extend(journal_ops(seq, entry, 0)?);
             batch.push(Op::Set(
                 Hash::Meta,
                 "last_seq".into(),

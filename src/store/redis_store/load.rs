@@ -172,7 +172,7 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
         let pools: BTreeMap<String, PartyRecord> = decode(&v, &format!("party {key}"))?;
         data.parties.insert(key, pools);
     }
-    let mut parts = BTreeMap::new();
+    let (mut parts, mut expected) = (BTreeMap::new(), BTreeMap::new());
     for (k, v) in take(Hash::Journal) {
         let field = text(&k);
         let not_a_number = || StoreError::Decode {
@@ -189,10 +189,16 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
             continue;
         }
         let seq: u64 = field.parse().map_err(|_| not_a_number())?;
-        data.journal
-            .insert(seq, decode(&v, &format!("journal {seq}"))?);
+        let entry = match decode(&v, &format!("journal {seq}"))? {
+            super::journal::Head::Whole(entry) => entry,
+            super::journal::Head::Parted { parts, entry } => {
+                expected.insert(seq, parts);
+                entry
+            }
+        };
+        data.journal.insert(seq, entry);
     }
-    super::journal::assemble(&mut data.journal, parts)?;
+    super::journal::assemble(&mut data.journal, &expected, parts)?;
     for (k, v) in take(Hash::Acks) {
         let id = text(&k);
         let ack: ResultAck = decode(&v, &format!("ack {id}"))?;

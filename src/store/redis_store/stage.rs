@@ -166,10 +166,13 @@ impl RedisStore {
     /// Writes `batch` staged, committed, then applied (see the module documentation).
     pub(super) async fn send_staged(&self, batch: &[Op]) -> Result<(), StoreError> {
         self.finish_staged().await?;
+        // Unique to this attempt: a store reopened under the same token and node numbers its
+        // calls from where Redis saw the last applied, which staging does not record.
         let id = format!(
-            "{}|{}",
+            "{}|{}|{:016x}",
             fence(self.token, &self.options.node),
-            self.calls.fetch_add(1, Ordering::Relaxed)
+            self.calls.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u64>()
         );
         // A whole pool's worth of work: off the runtime's workers (see `heavy`).
         let fields = crate::store::heavy(|| last_writes(batch));
@@ -237,6 +240,24 @@ impl RedisStore {
         let Some(id) = marked else {
             return Ok(());
         };
+        // The stage the mark names, or none to apply: a stage gone (evicted, deleted by hand)
+        // would leave the batch half applied without a word.
+        let owner: Option<String> = ::redis::cmd("HGET")
+            .arg(self.keys.staged())
+            .arg("")
+            .query_async(&mut conn)
+            .await
+            .map_err(&err)?;
+        if owner.as_deref() != Some(id.as_str()) {
+            return Err(StoreError::Decode {
+                key: self.keys.staged().to_string(),
+                detail: format!(
+                    "the meta hash marks attempt {id} committed but its stage holds {}; the \
+                     batch is applied in part: restore the keyspace from a backup",
+                    owner.as_deref().unwrap_or("nothing")
+                ),
+            });
+        }
         // The field names alone (HSCAN's NOVALUES is Redis 7.4 and newer): values can be large.
         let mut names: Vec<String> = ::redis::cmd("HKEYS")
             .arg(self.keys.staged())
@@ -565,6 +586,29 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_mark_whose_stage_is_gone_stops_the_next_owner_instead_of_half_applying() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            lease(&url, "1|a|127.0.0.1:1");
+            drop(small_parts(&runtime, &url, 1));
+            // Committed, then the stage lost (evicted, or deleted by hand).
+            let () = ::redis::cmd("HSET")
+                .arg(Keys::default().meta())
+                .arg("staged")
+                .arg("1|a|7|00")
+                .query(&mut redis(&url))
+                .unwrap();
+            let refused = runtime.block_on(RedisStore::open(&url, 1, &RedisOptions::default()));
+            assert!(
+                matches!(&refused, Err(StoreError::Decode { key, detail })
+                    if key == Keys::default().staged() && detail.contains("1|a|7|00")),
+                "{:?}",
+                refused.err()
+            );
+        });
+    }
+
+    #[test]
     fn parts_end_at_their_field_count_or_byte_bound_and_a_large_value_goes_alone() {
         assert_eq!(part_ends([1, 1, 1, 1, 1].into_iter(), 2), [2, 4, 5]);
         assert_eq!(part_ends([1, 1].into_iter(), 2), [2]);
@@ -584,9 +628,12 @@ mod tests {
             let url = server.url();
             lease(&url, "1|a|127.0.0.1:1");
             let store = small_parts(&runtime, &url, 1);
-            let mut large = reset("m1", 2_001, 1500.0);
+            let journal = Keys::default().hash(Hash::Journal).to_string();
+            // 1,001 records and the party of the last one.
+            let mut large = reset("m1", 1_001, 1500.0);
+            let last = PlayerId::new("p1000");
             large.parties = vec![(
-                "party-1".to_string(),
+                crate::records::party_key(&[last.clone(), PlayerId::new("p0")]),
                 crate::records::PartyRecord {
                     skill: large.records[0].1.skill,
                     games: 3,
@@ -596,8 +643,8 @@ mod tests {
             store.append_journal(1, &[large.clone()]).unwrap();
             store.append_journal(2, &[reset("m2", 3, 1600.0)]).unwrap();
             store.flush().unwrap();
-            // Its own field and four parts (1,000 + 1,000 + 1 records, then the party).
-            assert_eq!(hlen(&url, Keys::default().hash(Hash::Journal)), 1 + 4 + 1);
+            // Its own field and three parts (1,000 records, 1 record, the party).
+            assert_eq!(hlen(&url, &journal), 1 + 3 + 1);
             let reopened = || {
                 runtime
                     .block_on(RedisStore::open(&url, 1, &RedisOptions::default()))
@@ -606,24 +653,40 @@ mod tests {
             let back: Vec<JournalEntry> =
                 reopened().journal_after(0).map(|e| e.unwrap().1).collect();
             assert_eq!(back, vec![large.clone(), reset("m2", 3, 1600.0)]);
-            // An erasure rewrites it one record shorter: the third part goes.
+            // An erasure takes the last record and the party out: 1,000 records are kept whole,
+            // and every part goes.
             let store = reopened();
-            let gone = PlayerId::new("p2000");
             store
-                .erase_player(&gone, &PlayerId::new("erased:000000000000"))
+                .erase_player(&last, &PlayerId::new("erased:000000000000"))
                 .unwrap();
             store.flush().unwrap();
             let mut erased = large.clone();
-            erased.records.retain(|(p, _)| *p != gone);
+            erased.records.retain(|(p, _)| *p != last);
+            erased.parties.clear();
             let back: Vec<JournalEntry> =
                 reopened().journal_after(0).map(|e| e.unwrap().1).collect();
             assert_eq!(back[0], erased);
-            assert_eq!(hlen(&url, Keys::default().hash(Hash::Journal)), 1 + 3 + 1);
-            // A snapshot trims it with its parts.
+            assert_eq!(hlen(&url, &journal), 1 + 1);
+            // A snapshot trims an entry with its parts.
             let store = reopened();
-            store.finish_snapshot(1).unwrap();
-            assert_eq!(hlen(&url, Keys::default().hash(Hash::Journal)), 1);
+            store.append_journal(3, &[large.clone()]).unwrap();
+            store.flush().unwrap();
+            assert_eq!(hlen(&url, &journal), 2 + 1 + 3);
+            store.finish_snapshot(2).unwrap();
+            assert_eq!(hlen(&url, &journal), 1 + 3);
             assert_eq!(reopened().journal_after(0).count(), 1);
+            // A part gone (by hand) stops the load, naming the entry.
+            let () = ::redis::cmd("HDEL")
+                .arg(&journal)
+                .arg("3/3")
+                .query(&mut redis(&url))
+                .unwrap();
+            let refused = runtime.block_on(RedisStore::open(&url, 1, &RedisOptions::default()));
+            assert!(
+                matches!(&refused, Err(StoreError::Decode { key, .. }) if key == "journal 3"),
+                "{:?}",
+                refused.err()
+            );
         });
     }
 }
