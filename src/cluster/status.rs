@@ -19,7 +19,9 @@ return {
   redis.call('GET', KEYS[4]) or '0',
   redis.call('XLEN', KEYS[5]),
   redis.call('HLEN', KEYS[6]),
-  redis.call('HLEN', KEYS[7])
+  redis.call('HLEN', KEYS[7]),
+  redis.call('HLEN', KEYS[8]),
+  redis.call('HEXISTS', KEYS[9], 'staged')
 }
 ";
 
@@ -39,8 +41,20 @@ pub struct ClusterStatus {
     pub change_log_entries: u64,
     pub players: u64,
     pub waiting_tickets: u64,
+    /// A write too large for one script in progress (a large pool's season reset): its
+    /// fields staged so far, and whether it is committed (then being applied, or left for the
+    /// next owner to apply, see docs/cluster.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub large_write: Option<LargeWrite>,
     /// What the primary holding the keyspace keeps across a crash.
     pub durability: Durability,
+}
+
+/// A write in parts in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LargeWrite {
+    pub staged_fields: u64,
+    pub committed: bool,
 }
 
 /// The lease's holder.
@@ -83,8 +97,10 @@ pub async fn read(
         u64,
         u64,
         u64,
+        u64,
+        bool,
     );
-    let (lease, pttl, standbys, now, fence, flushes, logged, players, tickets): Reply =
+    let (lease, pttl, standbys, now, fence, flushes, logged, players, tickets, staged, committed): Reply =
         redis::Script::new(STATUS)
             .key(keys.lease())
             .key(keys.standbys())
@@ -93,6 +109,8 @@ pub async fn read(
             .key(keys.changes())
             .key(keys.players())
             .key(keys.tickets())
+            .key(keys.staged())
+            .key(keys.meta())
             .invoke_async(&mut conn)
             .await
             .map_err(&err)?;
@@ -116,6 +134,11 @@ pub async fn read(
         change_log_entries: logged,
         players,
         waiting_tickets: tickets,
+        // The stage's own field (its attempt) is no staged write.
+        large_write: (staged > 0 || committed).then(|| LargeWrite {
+            staged_fields: staged.saturating_sub(1),
+            committed,
+        }),
         durability,
     })
 }

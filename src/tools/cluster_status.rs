@@ -42,10 +42,22 @@ pub fn text(status: &ClusterStatus) -> String {
         d.replicas,
         if d.replicas == 1 { "" } else { "s" }
     );
+    let large = match status.large_write {
+        None => String::new(),
+        Some(w) => format!(
+            "large      a write in parts, {} fields staged, {}\n",
+            w.staged_fields,
+            if w.committed {
+                "committed: being applied (or left to the next owner to apply)"
+            } else {
+                "not committed yet"
+            }
+        ),
+    };
     format!(
         "keyspace   {}\nowner      {owner}\nstandbys   {standbys}\nwrites     {} flushes, \
          fencing token {}, change log {} entries\nstored     {} players, {} waiting tickets\n\
-         redis      {redis}\n",
+         {large}redis      {redis}\n",
         status.keyspace,
         status.flushes,
         status.fencing_token,
@@ -80,6 +92,7 @@ mod tests {
             change_log_entries: 1200,
             players: 1_000_000,
             waiting_tickets: 52,
+            large_write: None,
             durability: Durability {
                 aof: true,
                 appendfsync: Some("everysec".into()),
@@ -105,5 +118,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("standbys   none"), "{text}");
+        assert!(
+            !text.contains("large"),
+            "no write in parts: no line\n{text}"
+        );
+        status.large_write = Some(crate::cluster::status::LargeWrite {
+            staged_fields: 1_001_004,
+            committed: true,
+        });
+        let text = super::text(&status);
+        assert!(
+            text.contains("large      a write in parts, 1001004 fields staged, committed"),
+            "{text}"
+        );
     }
 }
