@@ -52,6 +52,7 @@ pub(super) fn fill(data: &mut Data, fields: Fields) -> Result<(), StoreError> {
 
 impl AdminRecords for RedisStore {
     fn put_ban(&self, ban: &Ban) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let batch = vec![Op::Set(
             Hash::Admin,
@@ -64,6 +65,7 @@ impl AdminRecords for RedisStore {
     }
 
     fn remove_ban(&self, player: &PlayerId) -> Result<bool, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let had = self.mirror.remove_ban(player)?;
         self.queue(vec![Op::Del(Hash::Admin, format!("b/{player}"))]);
@@ -75,6 +77,7 @@ impl AdminRecords for RedisStore {
     }
 
     fn append_audit(&self, entry: &AuditRecord) -> Result<u64, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let value = json(entry)?;
         let mut data = self.mirror.data();
@@ -96,6 +99,7 @@ impl AdminRecords for RedisStore {
     }
 
     fn append_events(&self, events: &[EventRecord]) -> Result<u64, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
         let mut data = self.mirror.data();
@@ -126,6 +130,7 @@ impl AdminRecords for RedisStore {
     }
 
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let old = self.mirror.data().trim_events(before_unix, keep_at_most);
         self.queue(
@@ -137,6 +142,7 @@ impl AdminRecords for RedisStore {
     }
 
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let old = self.mirror.data().trim_audit(before_unix, keep_at_most);
         self.queue(
@@ -154,6 +160,7 @@ impl AdminRecords for RedisStore {
         last_audit: u64,
         last_event: u64,
     ) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         for (seq, entry) in audit {
@@ -194,6 +201,8 @@ impl AdminRecords for RedisStore {
         // erasure. The player is in no match and
         // the caller holds the ledger's admin gate, so no write adds to their list meanwhile.
         let (held, past) = super::blocking::run(self.history_held(player))?;
+        // After the reads from Redis: other writes wait only for the mirror's change.
+        let _order = self.write_order();
         let mut data = self.mirror.data();
         // The parts each large entry is kept in now: one rewritten with fewer (the erased
         // player's record and parties out of it) has its extra parts deleted.

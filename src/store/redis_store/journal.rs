@@ -169,6 +169,7 @@ impl RedisStore {
         entries: &[JournalEntry],
         events: &[EventRecord],
     ) -> Result<u64, StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         for (i, entry) in entries.iter().enumerate() {

@@ -180,6 +180,9 @@ pub struct RedisStore {
     past_ready: AtomicBool,
     /// When a batch is written in parts, and how large they are (see `stage.rs`).
     stage: stage::Bounds,
+    /// Held by every write from its change to the mirror until its batch is queued (see
+    /// [`RedisStore::write_order`]).
+    order: Mutex<()>,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -260,6 +263,7 @@ impl RedisStore {
             calls: AtomicU64::new(calls),
             past_ready: AtomicBool::new(false),
             stage: stage::Bounds::default(),
+            order: Mutex::new(()),
         };
         // A batch the last owner committed but did not finish applying is applied first, so
         // what loads (and what a standby copy follows to) is all of it.
@@ -307,6 +311,14 @@ impl RedisStore {
             return Err(StoreError::Fenced);
         }
         Ok(())
+    }
+
+    /// Taken by every write for as long as it changes the mirror and queues its batch: two
+    /// writers of one key (a ticket put and removed, a ban set and lifted, a player's record
+    /// by a snapshot and by a result) then queue in the order they changed the mirror, so Redis
+    /// ends at the mirror's value (see [`RedisStore::queue`]).
+    fn write_order(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.order.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues a batch. A write that changes the mirror queues its batch before it lets the
@@ -365,6 +377,7 @@ impl Storage for RedisStore {
         &self,
         records: &[(&PlayerId, &BTreeMap<String, PoolRecord>)],
     ) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         {
@@ -395,6 +408,7 @@ impl Storage for RedisStore {
         &self,
         records: &[(&str, &BTreeMap<String, PartyRecord>)],
     ) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         {
@@ -441,20 +455,23 @@ impl Storage for RedisStore {
 
     fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
         self.check_fence()?;
-        let mut batch = vec![Op::Set(
-            Hash::Meta,
-            "snapshot_seq".into(),
-            seq.to_string().into(),
-        )];
-        batch.extend(
-            self.mirror
-                .data()
-                .journal
-                .range(..=seq)
-                .flat_map(|(s, entry)| journal::journal_dels(*s, entry)),
-        );
+        {
+            let _order = self.write_order();
+            let mut batch = vec![Op::Set(
+                Hash::Meta,
+                "snapshot_seq".into(),
+                seq.to_string().into(),
+            )];
+            batch.extend(
+                self.mirror
+                    .data()
+                    .journal
+                    .range(..=seq)
+                    .flat_map(|(s, entry)| journal::journal_dels(*s, entry)),
+            );
+            self.queue(batch);
+        }
         // The mark is durable first; trimming the mirror after cannot lose an entry.
-        self.queue(batch);
         self.flush()?;
         self.mirror.finish_snapshot(seq)
     }
@@ -496,6 +513,7 @@ impl Storage for RedisStore {
     }
 
     fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let batch = states
             .iter()
@@ -511,6 +529,7 @@ impl Storage for RedisStore {
     }
 
     fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch: Vec<Op> = segments
             .iter()
@@ -527,6 +546,7 @@ impl Storage for RedisStore {
     }
 
     fn end_matches(&self, ended: &[MatchId], dropped: &[u64]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch: Vec<Op> = ended
             .iter()
@@ -547,6 +567,7 @@ impl Storage for RedisStore {
     }
 
     fn compact_matches(&self, segments: &[Segment<'_>]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = vec![Op::Clear(Hash::Segments), Op::Clear(Hash::Ended)];
         batch.extend(
@@ -564,6 +585,7 @@ impl Storage for RedisStore {
     }
 
     fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let batch = vec![Op::Set(
             Hash::Tickets,
@@ -576,6 +598,7 @@ impl Storage for RedisStore {
     }
 
     fn remove_tickets(&self, ids: &[TicketId]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let batch = ids
             .iter()
@@ -591,6 +614,7 @@ impl Storage for RedisStore {
     }
 
     fn put_reloaded_queues(&self, reload: &super::ReloadedQueues) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         self.mirror.data().reloaded = Some(reload.clone());
         self.queue(vec![Op::Set(
@@ -610,6 +634,7 @@ impl Storage for RedisStore {
     }
 
     fn import_history(&self, history: &History) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         for (match_id, ack) in &history.results {

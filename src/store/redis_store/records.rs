@@ -69,6 +69,7 @@ pub(super) fn history_ops<'a>(
 
 impl RecordStorage for RedisStore {
     fn append_history(&self, writes: &[HistoryWrite]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         self.queue(history_ops(&self.keys, writes)?);
         Ok(())
@@ -140,6 +141,7 @@ impl RecordStorage for RedisStore {
     }
 
     fn put_rosters(&self, rosters: &[&PartyRoster]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         {
@@ -159,6 +161,7 @@ impl RecordStorage for RedisStore {
     }
 
     fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let batch = ids
             .iter()
@@ -186,6 +189,7 @@ impl RecordStorage for RedisStore {
         past: &[(PlayerId, Vec<MatchId>)],
         records: &[(MatchRecord, u32)],
     ) -> Result<(), StoreError> {
+        let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
         for (player, list) in lists {
