@@ -142,3 +142,54 @@ pub async fn read(
         durability,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_write_in_parts_shows_its_staged_fields_and_whether_it_is_committed() {
+        let server = crate::store::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+        let url = server.url();
+        let keys = Keys::default();
+        assert_eq!(read(&url, None, &keys).await.unwrap().large_write, None);
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        // A stage as a write in parts leaves it: its attempt, then two staged fields.
+        let () = redis::cmd("HSET")
+            .arg(keys.staged())
+            .arg("")
+            .arg("1|a|7|00")
+            .arg("2:p1")
+            .arg("s{}")
+            .arg("2:p2")
+            .arg("d")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let staged = |committed| {
+            Some(LargeWrite {
+                staged_fields: 2,
+                committed,
+            })
+        };
+        assert_eq!(
+            read(&url, None, &keys).await.unwrap().large_write,
+            staged(false)
+        );
+        let () = redis::cmd("HSET")
+            .arg(keys.meta())
+            .arg("staged")
+            .arg("1|a|7|00")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            read(&url, None, &keys).await.unwrap().large_write,
+            staged(true)
+        );
+    }
+}
