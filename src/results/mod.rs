@@ -79,6 +79,9 @@ pub struct Computed {
     /// closed before it rated the match, in team order. The acknowledgement's "before" is the
     /// closed record, so without these the close's own change would be reported by no one.
     pub period_closes: Vec<PeriodClose>,
+    /// Players for whom the match was void (an opponent team quit entirely): their records do
+    /// not move, and in a periodic pool nothing joins their open period.
+    pub void: Vec<PlayerId>,
 }
 
 /// The result of `report` for the match: validation (every error names the field), the
@@ -125,6 +128,7 @@ pub fn compute(
     let players = closed_records.as_deref().unwrap_or(&before.players);
     let period_closes = period_closes.unwrap_or_default();
     let (after, ack) = rate_players(m.queue, system, ranker, m.teams, players, &input, now_unix)?;
+    let void = void_players(m.teams, &input.abandoned);
     let parties = party::rate_parties(
         system,
         m.teams,
@@ -147,7 +151,25 @@ pub fn compute(
         ack,
         calibration,
         period_closes,
+        void,
     })
+}
+
+/// The players a result leaves as they were: everyone who stayed, in a match where another
+/// team quit entirely (a quit is not a win).
+#[must_use]
+pub fn void_players(teams: &[Vec<PlayerId>], abandoned: &BTreeSet<PlayerId>) -> Vec<PlayerId> {
+    let team_quit: Vec<bool> = teams
+        .iter()
+        .map(|t| t.iter().all(|id| abandoned.contains(id)))
+        .collect();
+    teams
+        .iter()
+        .enumerate()
+        .filter(|&(t, _)| team_quit.iter().enumerate().any(|(o, &q)| q && o != t))
+        .flat_map(|(_, team)| team.iter().filter(|id| !abandoned.contains(*id)))
+        .cloned()
+        .collect()
 }
 
 /// What a calibrating pool learns from a result: the system's uncalibrated win probabilities
@@ -398,10 +420,7 @@ pub fn rate_players(
         }
         None => None,
     };
-    let team_quit: Vec<bool> = teams
-        .iter()
-        .map(|t| t.iter().all(|id| input.abandoned.contains(id)))
-        .collect();
+    let void = void_players(teams, &input.abandoned);
     let best = input.placements.iter().copied().min().unwrap_or(1);
     let best_is_shared = input.placements.iter().filter(|&&p| p == best).count() > 1;
     let team_means: Vec<Vec<f64>> = before
@@ -418,7 +437,6 @@ pub fn rate_players(
             .filter(|&(o, _)| o != t)
             .flat_map(|(_, means)| means.iter().copied())
             .collect();
-        let someone_else_quit = team_quit.iter().enumerate().any(|(o, &q)| q && o != t);
         let mut records = Vec::with_capacity(team.len());
         for (i, id) in team.iter().enumerate() {
             let prev = &before[t][i];
@@ -426,7 +444,7 @@ pub fn rate_players(
             let (outcome, skill) = if input.abandoned.contains(id) {
                 let s = abandoned_as_last.as_ref().map_or(rated[t][i], |r| r[t][i]);
                 (Some(Outcome::Loss), s)
-            } else if someone_else_quit {
+            } else if void.contains(id) {
                 (None, prev.skill)
             } else {
                 // Rank points follow the net of the pairwise results (in an 8-player free-for-all

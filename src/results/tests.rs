@@ -805,3 +805,22 @@ fn a_period_close_is_reported_only_when_a_pending_period_closed() {
     assert_eq!(period_close(&player, &closed, &closed), None);
     assert_eq!(period_close(&player, &open, &open), None);
 }
+
+/// A match is void only for those who stayed while a whole other team quit: the quitters lose,
+/// a team that lost only some players is rated, and with nobody quitting nobody is void.
+#[test]
+fn the_void_players_are_those_who_stayed_against_a_team_that_quit_entirely() {
+    let teams = ids(&[&["a1", "a2"], &["b1", "b2"], &["c1", "c2"]]);
+    let quit = |names: &[&str]| names.iter().map(|&n| PlayerId::from(n)).collect();
+    let void = |names: &[&str]| void_players(&teams, &quit(names));
+    assert!(void(&[]).is_empty());
+    assert!(void(&["b1"]).is_empty());
+    assert_eq!(
+        void(&["b1", "b2"]),
+        ids(&[&["a1", "a2", "c1", "c2"]]).concat()
+    );
+    assert_eq!(
+        void(&["b1", "b2", "a1"]),
+        ids(&[&["a2", "c1", "c2"]]).concat()
+    );
+}

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::State;
 use super::matches::Assignment;
+use crate::ids::PlayerId;
 use crate::records::{PlayerChange, ResultAck};
 use crate::results::PeriodClose;
 use crate::store::{EventKind, EventRecord, StoreError};
@@ -146,12 +147,14 @@ fn rating_detail(queue: &str, c: &PlayerChange) -> serde_json::Value {
 /// `pending_period`: the pool rates in periods (periodic Glicko), so the result waits in each
 /// player's open rating period and its mean and deviation do not move here; each change says
 /// so (`"pending_period": true`), and the rating moves in the close's own event
-/// ([`period_close_events`]).
+/// ([`period_close_events`]). A player for whom the match was void (`void`: an opponent team
+/// quit entirely) says `"void": true` instead: nothing of theirs moved, and nothing waits.
 pub fn result_events(
     match_id: &str,
     ack: &ResultAck,
     unix: f64,
     pending_period: bool,
+    void: &[PlayerId],
 ) -> Vec<EventRecord> {
     let mut events = vec![EventRecord {
         kind: EventKind::MatchCompleted,
@@ -162,7 +165,9 @@ pub fn result_events(
     }];
     events.extend(ack.changes.iter().map(|c| {
         let mut detail = rating_detail(&ack.queue, c);
-        if pending_period {
+        if void.contains(&c.player_id) {
+            detail["void"] = json!(true);
+        } else if pending_period {
             detail["pending_period"] = json!(true);
         }
         EventRecord {
@@ -409,7 +414,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    use crate::ids::{MatchId, PlayerId, QueueId};
+    use crate::ids::{MatchId, QueueId};
     use crate::rating::Skill;
     use crate::records::PlayerChange;
 
@@ -430,7 +435,7 @@ mod tests {
                 rank_points_after: 30,
             }],
         };
-        let events = result_events("m1", &ack, 7.0, false);
+        let events = result_events("m1", &ack, 7.0, false, &[]);
         let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
@@ -443,7 +448,8 @@ mod tests {
     }
 
     /// A periodic pool's result waits for the period: its changes say so; a streaming pool's
-    /// do not carry the mark at all.
+    /// do not carry the mark at all, nor does the change of a player for whom the match was
+    /// void (nothing of theirs waits), which says it was void.
     #[test]
     fn a_periodic_pools_result_marks_its_rating_changes_as_pending_the_period() {
         let skill = Skill {
@@ -461,15 +467,19 @@ mod tests {
                 rank_points_after: 708,
             }],
         };
-        let detail = |pending| {
-            let events = result_events("m1", &ack, 7.0, pending);
+        let detail = |pending, void: &[PlayerId]| {
+            let events = result_events("m1", &ack, 7.0, pending, void);
             serde_json::from_str::<serde_json::Value>(&events[1].detail_json).unwrap()
         };
-        let periodic = detail(true);
+        let periodic = detail(true, &[]);
         assert_eq!(periodic["pending_period"], true);
         assert_eq!(periodic["mean_before"], periodic["mean_after"]);
         assert_eq!(periodic["rank_points_after"], 708);
-        assert!(detail(false).get("pending_period").is_none());
+        assert!(periodic.get("void").is_none());
+        assert!(detail(false, &[]).get("pending_period").is_none());
+        let void = detail(true, &[PlayerId::new("p1")]);
+        assert!(void.get("pending_period").is_none());
+        assert_eq!(void["void"], true);
     }
 
     #[test]

@@ -174,6 +174,7 @@ impl State {
             m.id.as_str(),
             &computed.ack,
             &computed.period_closes,
+            &computed.void,
             now,
         );
         let entry = JournalEntry {
@@ -193,12 +194,14 @@ impl State {
 
     /// A result's events: first the rating periods it closed before it rated the match (their
     /// change is in no acknowledgement: its "before" is the closed record), then the match
-    /// completed and each player's change, marked as waiting for the period in a periodic pool.
+    /// completed and each player's change, marked as waiting for the period in a periodic pool
+    /// or as void for those whose opponents all quit.
     fn result_events_of(
         queue: &QueueInfo,
         match_id: &str,
         ack: &ResultAck,
         period_closes: &[results::PeriodClose],
+        void: &[PlayerId],
         unix: f64,
     ) -> Vec<EventRecord> {
         let mut events = period_close_events(queue.id.as_str(), &queue.pool, period_closes, unix);
@@ -207,6 +210,7 @@ impl State {
             ack,
             unix,
             queue.config.rating.is_periodic(),
+            void,
         ));
         events
     }
