@@ -90,6 +90,25 @@ return n
 
 static STAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STAGE));
 
+/// One page of a stage's field names with their values' sizes, read inside Redis so the values
+/// stay there (HSCAN's NOVALUES is Redis 7.4 and newer): `KEYS` the stage; `ARGV` the cursor
+/// and the page's size. Returns the next cursor, then each name followed by its value's length.
+const STAGE_NAMES: &str = r"
+local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local out = {page[1]}
+local items = page[2]
+for i = 1, #items, 2 do
+  out[#out + 1] = items[i]
+  out[#out + 1] = string.len(items[i + 1])
+end
+return out
+";
+
+static STAGE_NAMES_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STAGE_NAMES));
+
+/// How many fields one page of [`STAGE_NAMES`] reads: Redis is busy with one page at a time.
+const NAMES_PAGE: usize = 1_000;
+
 /// The change-log entry of a part moved into its hashes: the fields it names there.
 pub(super) fn note_moved(list: &mut ChangeList, fields: &[String]) {
     for field in fields {
@@ -151,6 +170,24 @@ fn part_ends(sizes: impl Iterator<Item = usize>, fields: usize) -> Vec<usize> {
         ends.push(ends.last().copied().unwrap_or(0) + count);
     }
     ends
+}
+
+/// A page of [`STAGE_NAMES`]: the next cursor, and each name with its value's length.
+fn names_page(page: &[::redis::Value]) -> Option<(String, Vec<(String, usize)>)> {
+    use ::redis::FromRedisValue;
+    let (cursor, rest) = page.split_first()?;
+    let cursor = String::from_redis_value_ref(cursor).ok()?;
+    let pairs = rest
+        .chunks(2)
+        .map(|pair| match pair {
+            [name, size] => Some((
+                String::from_redis_value_ref(name).ok()?,
+                usize::from_redis_value_ref(size).ok()?,
+            )),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((cursor, pairs))
 }
 
 impl RedisStore {
@@ -258,23 +295,7 @@ impl RedisStore {
                 ),
             });
         }
-        // The field names alone (HSCAN's NOVALUES is Redis 7.4 and newer): values can be large.
-        let mut names: Vec<String> = ::redis::cmd("HKEYS")
-            .arg(self.keys.staged())
-            .query_async(&mut conn)
-            .await
-            .map_err(&err)?;
-        names.retain(|name| !name.is_empty());
-        names.sort_unstable();
-        let mut sizes = Vec::with_capacity(names.len());
-        for chunk in names.chunks(PART_FIELDS) {
-            let mut pipe = ::redis::pipe();
-            for name in chunk {
-                pipe.cmd("HSTRLEN").arg(self.keys.staged()).arg(name);
-            }
-            let got: Vec<usize> = pipe.query_async(&mut conn).await.map_err(&err)?;
-            sizes.extend(got);
-        }
+        let (names, sizes) = self.stage_fields(NAMES_PAGE).await?;
         tracing::info!(
             attempt = %id,
             fields = names.len(),
@@ -289,6 +310,37 @@ impl RedisStore {
             start = end;
         }
         self.send_script(&[vec![Op::Unstage(stage)]]).await
+    }
+
+    /// The stage's field names, sorted, and their values' sizes, read `page` fields at a time:
+    /// a stage can hold a million fields, which one HKEYS would return in one reply, Redis
+    /// busy meanwhile.
+    async fn stage_fields(&self, page: usize) -> Result<(Vec<String>, Vec<usize>), StoreError> {
+        let mut conn = self.conn.clone();
+        let mut staged: Vec<(String, usize)> = Vec::new();
+        let mut cursor = "0".to_string();
+        loop {
+            let reply: Vec<::redis::Value> = STAGE_NAMES_SCRIPT
+                .key(self.keys.staged())
+                .arg(&cursor)
+                .arg(page)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(redis_error(&self.url))?;
+            let (next, pairs) = names_page(&reply).ok_or_else(|| StoreError::Decode {
+                key: self.keys.staged().to_string(),
+                detail: "a page of the stage's field names was not a cursor and pairs".into(),
+            })?;
+            staged.extend(pairs.into_iter().filter(|(name, _)| !name.is_empty()));
+            if next == "0" {
+                break;
+            }
+            cursor = next;
+        }
+        // HSCAN may return a field twice (the hash grew while it was read).
+        staged.sort_unstable();
+        staged.dedup_by(|a, b| a.0 == b.0);
+        Ok(staged.into_iter().unzip())
     }
 
     /// Stages one part of attempt `id` (the first empties the stage).
@@ -606,6 +658,30 @@ mod tests {
                 "{:?}",
                 refused.err()
             );
+        });
+    }
+
+    /// A stage past Redis' small-hash encoding is read a page at a time, each name once with
+    /// its value's size, the attempt's own field left out.
+    #[test]
+    fn a_large_stage_is_read_page_by_page_each_field_once_with_its_size() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            lease(&url, "1|a|127.0.0.1:1");
+            let store = small_parts(&runtime, &url, 1);
+            let fields: Vec<(String, Vec<u8>)> = (0..600)
+                .map(|i| (format!("1:p{i:03}"), vec![b's'; 1 + i % 17]))
+                .collect();
+            runtime
+                .block_on(store.stage_part("1|a|x", true, &fields))
+                .unwrap();
+            for page in [10, 1_000] {
+                let (names, sizes) = runtime.block_on(store.stage_fields(page)).unwrap();
+                let expected: Vec<String> = fields.iter().map(|(n, _)| n.clone()).collect();
+                assert_eq!(names, expected, "page {page}");
+                let lengths: Vec<usize> = fields.iter().map(|(_, v)| v.len()).collect();
+                assert_eq!(sizes, lengths, "page {page}");
+            }
         });
     }
 
