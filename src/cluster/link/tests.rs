@@ -39,6 +39,39 @@ async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
     assert!(batches.next().await.is_none());
 }
 
+/// Once a call arrives the stream yields one turn before it takes its batch: a call queued in
+/// that turn (another caller's, ready at the same time) goes in the same message.
+#[tokio::test]
+async fn calls_queued_while_the_stream_yields_its_turn_share_the_message() {
+    use tokio_stream::Stream;
+    async fn poll_once<S: Stream + Unpin>(s: &mut S) -> Poll<Option<S::Item>> {
+        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *s).poll_next(cx))).await
+    }
+    let (tx, rx) = mpsc::channel(QUEUED);
+    let mut batches = Batches::new(rx, |calls| Calls { calls });
+    assert!(
+        poll_once(&mut batches).await.is_pending(),
+        "nothing queued yet"
+    );
+    tx.send(call(1, 10)).await.unwrap();
+    assert!(
+        poll_once(&mut batches).await.is_pending(),
+        "the first call waits one turn"
+    );
+    tx.send(call(2, 10)).await.unwrap();
+    tokio::task::yield_now().await;
+    let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
+    match poll_once(&mut batches).await {
+        Poll::Ready(Some(batch)) => assert_eq!(ids(batch), [1, 2]),
+        other => panic!(
+            "expected one batch of both calls, got {:?}",
+            other.map(|b| b.map(ids))
+        ),
+    }
+    drop(tx);
+    assert!(matches!(poll_once(&mut batches).await, Poll::Ready(None)));
+}
+
 #[tokio::test]
 async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
     use tokio_stream::StreamExt;
