@@ -222,6 +222,13 @@ impl State {
         {
             return Ok(r.skill);
         }
+        // The members' skills are read under the lock too: an erasure's cleared record, not
+        // the one it erases, once it has passed.
+        let _making = self
+            .inner
+            .party_records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let skills: Vec<Skill> = members
             .iter()
             .map(|p| self.skill_for_matching(p, queue))

@@ -79,6 +79,15 @@ impl State {
             parties: 0,
             marker: marker.clone(),
         };
+        let named = || -> Vec<String> {
+            self.inner
+                .parties
+                .iter()
+                .filter(|e| crate::store::party_names(e.key(), player))
+                .map(|e| e.key().clone())
+                .collect()
+        };
+        let named_before = named();
         if let Some(slot) = self.slot_if_known(player) {
             let mut guard = slot.lock();
             match &guard.status {
@@ -110,11 +119,23 @@ impl State {
         } else {
             self.inner.store.erase_player(player, marker)?;
         }
-        let before = self.inner.parties.len();
-        self.inner
-            .parties
-            .retain(|key, _| !crate::store::party_names(key, player));
-        erased.parties = before - self.inner.parties.len();
+        {
+            let _records = self
+                .inner
+                .party_records
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // A party with the player that entered a queue while the store was being erased
+            // made its record meanwhile, in memory and in the store: erased there too.
+            if named().iter().any(|key| !named_before.contains(key)) {
+                self.inner.store.erase_player(player, marker)?;
+            }
+            let before = self.inner.parties.len();
+            self.inner
+                .parties
+                .retain(|key, _| !crate::store::party_names(key, player));
+            erased.parties = before - self.inner.parties.len();
+        }
         self.inner.bans.remove(player);
         self.move_matches_off_segments_naming(player);
         // A `PartyService` party the player is in loses them as if they had left it (the lead
@@ -174,6 +195,34 @@ mod tests {
     /// Forms one 1v1 match between `a` and `b`, leaving them in it until its result.
     fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
         crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
+    }
+
+    /// A party with the player that enters a queue while the store is being erased makes its
+    /// first record then, in memory and in the store: the erasure takes it out of both.
+    #[test]
+    fn a_party_record_made_while_the_store_erases_is_erased_too() {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, memory.clone()).unwrap();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let members = vec![PlayerId::new("a"), PlayerId::new("b")];
+        let during = state.clone();
+        let (q, m) = (queue.clone(), members.clone());
+        memory.on_next_erase(move || {
+            during.party_skill(&q, &m).unwrap();
+        });
+        let erased = state.erase_player(&members[0]).unwrap().unwrap();
+        assert_eq!(
+            erased.parties, 1,
+            "the record made meanwhile, out of memory"
+        );
+        assert!(state.party(&queue.pool, &members).is_none());
+        let stored: Vec<String> = crate::store::Storage::load_parties(memory.as_ref())
+            .unwrap()
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
+        assert!(stored.is_empty(), "left in the store: {stored:?}");
     }
 
     /// The second pass erases only while nothing new names the id: a new player who took it

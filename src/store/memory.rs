@@ -160,9 +160,18 @@ impl Data {
     }
 }
 
+/// Runs at the end of the next erasure (tests: something written after a store's erasure
+/// read what to erase, before it returned).
+#[cfg(test)]
+type OnErase = Mutex<Option<Box<dyn FnOnce() + Send>>>;
+
 /// The in-memory backend.
 #[derive(Default)]
-pub struct MemoryStore(Mutex<Data>, std::sync::atomic::AtomicBool);
+pub struct MemoryStore(
+    Mutex<Data>,
+    std::sync::atomic::AtomicBool,
+    #[cfg(test)] OnErase,
+);
 
 impl MemoryStore {
     /// The Redis store's mirror: everything but the match history, which Redis answers.
@@ -170,6 +179,12 @@ impl MemoryStore {
         let store = Self::default();
         store.data().history_off = true;
         store
+    }
+
+    /// Runs `f` at the end of the next erasure, once the store has erased what it found.
+    #[cfg(test)]
+    pub fn on_next_erase(&self, f: impl FnOnce() + Send + 'static) {
+        *self.2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
     }
 
     /// From now on every journal write fails, as a full or broken disk would.
@@ -266,6 +281,10 @@ impl super::AdminRecords for MemoryStore {
 
     fn erase_player(&self, player: &PlayerId, marker: &PlayerId) -> Result<(), StoreError> {
         self.data().erase_player(player, marker);
+        #[cfg(test)]
+        if let Some(during) = self.2.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            during();
+        }
         Ok(())
     }
 }
