@@ -83,10 +83,6 @@ struct Inner {
     segments: Mutex<segments::Segments>,
     /// Party skills: party key → pool → record.
     parties: DashMap<String, BTreeMap<String, PartyRecord>>,
-    /// Held while a party's first record is made and stored, and while an erasure takes the
-    /// erased player's party records out of memory: a record made during the erasure's store
-    /// pass is seen and erased too.
-    party_records: Mutex<()>,
     /// Leaderboard order per rating pool (players with at least one record there).
     ranks: BTreeMap<String, Mutex<RankIndex>>,
     /// The rating system of each pool (validated equal across the pool's queues).
@@ -176,7 +172,6 @@ impl State {
                 matches: DashMap::default(),
                 servers: Mutex::new(ServerRegistry::default()),
                 parties: store.load_parties()?.into_iter().collect(),
-                party_records: Mutex::new(()),
                 rosters: Mutex::new(rosters::Rosters::load(store.load_rosters()?)),
                 store,
                 segments: Mutex::new(segments::Segments::after(0)),

@@ -349,9 +349,12 @@ impl State {
             .map(|e| e.value().clone())
             .collect();
         for batch in slots.chunks(SNAPSHOT_BATCH) {
+            // A player with no record (never rated, or erased) has nothing to write: the store
+            // keeps no entry naming them.
             let records: Vec<(&PlayerId, BTreeMap<String, PoolRecord>)> = batch
                 .iter()
                 .map(|slot| (&slot.id, slot.lock().pools.to_map()))
+                .filter(|(_, pools)| !pools.is_empty())
                 .collect();
             let refs: Vec<_> = records.iter().map(|(id, pools)| (*id, pools)).collect();
             self.inner.store.put_players(&refs)?;

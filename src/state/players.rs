@@ -222,16 +222,22 @@ impl State {
         {
             return Ok(r.skill);
         }
-        // The members' skills are read under the lock too: an erasure's cleared record, not
-        // the one it erases, once it has passed.
-        let _making = self
-            .inner
-            .party_records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        // The members' records are held while the party's record is made from them and
+        // stored: an erasure of a member holds that member's record from before it erases the
+        // store until the player's party records are gone from memory, so this record is either
+        // in the store it erases, or made after it, from the cleared record.
+        let slots = self.sorted_slots(members);
+        let guards = Self::lock_players(&slots);
         let skills: Vec<Skill> = members
             .iter()
-            .map(|p| self.skill_for_matching(p, queue))
+            .map(|p| {
+                slots
+                    .iter()
+                    .zip(&guards)
+                    .find(|(slot, _)| &slot.id == p)
+                    .and_then(|(_, guard)| guard.pools.get(&queue.pool))
+                    .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
+            })
             .collect();
         let record = PartyRecord {
             skill: crate::rating::party_initial(&queue.config.rating, &skills),
@@ -244,6 +250,7 @@ impl State {
             entry.clone()
         };
         self.inner.store.put_parties(&[(&key, &pools)])?;
+        drop(guards);
         Ok(pools[&queue.pool].skill)
     }
 

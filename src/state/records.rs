@@ -79,63 +79,45 @@ impl State {
             parties: 0,
             marker: marker.clone(),
         };
-        let named = || -> Vec<String> {
-            self.inner
-                .parties
-                .iter()
-                .filter(|e| crate::store::party_names(e.key(), player))
-                .map(|e| e.key().clone())
-                .collect()
-        };
-        let named_before = named();
-        if let Some(slot) = self.slot_if_known(player) {
-            let mut guard = slot.lock();
-            match &guard.status {
-                PlayerStatus::Idle => {}
-                PlayerStatus::Queued(ticket) => {
-                    return Ok(Err(Rejection::AlreadyQueued {
-                        player: player.clone(),
-                        ticket: ticket.clone(),
-                    }));
-                }
-                PlayerStatus::InMatch(match_id) => {
-                    return Ok(Err(Rejection::InMatch {
-                        player: player.clone(),
-                        match_id: match_id.clone(),
-                    }));
-                }
+        // The player's record is held from before the store is erased until their party
+        // records are gone from memory: a party with them makes its first record holding it
+        // too (`party_skill`), so that record is in the store erased here, or made after, from
+        // the cleared record. An id never seen gets a slot for this (an empty one, which no
+        // snapshot writes).
+        let slot = self.slot(player);
+        let mut guard = slot.lock();
+        match &guard.status {
+            PlayerStatus::Idle => {}
+            PlayerStatus::Queued(ticket) => {
+                return Ok(Err(Rejection::AlreadyQueued {
+                    player: player.clone(),
+                    ticket: ticket.clone(),
+                }));
             }
-            // The store first: if it fails, memory still matches the disk.
-            self.inner.store.erase_player(player, marker)?;
-            for (pool, record) in guard.pools.iter() {
-                erased.pools.push(pool.to_string());
-                if self.inner.pool_systems.contains_key(pool)
-                    && let Some(entry) = self.leaderboard_entry(player, pool, record)
-                {
-                    self.rank_index(pool).remove(&entry);
-                }
+            PlayerStatus::InMatch(match_id) => {
+                return Ok(Err(Rejection::InMatch {
+                    player: player.clone(),
+                    match_id: match_id.clone(),
+                }));
             }
-            guard.pools = PoolRecords::default();
-        } else {
-            self.inner.store.erase_player(player, marker)?;
         }
-        {
-            let _records = self
-                .inner
-                .party_records
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            // A party with the player that entered a queue while the store was being erased
-            // made its record meanwhile, in memory and in the store: erased there too.
-            if named().iter().any(|key| !named_before.contains(key)) {
-                self.inner.store.erase_player(player, marker)?;
+        // The store first: if it fails, memory still matches the disk.
+        self.inner.store.erase_player(player, marker)?;
+        for (pool, record) in guard.pools.iter() {
+            erased.pools.push(pool.to_string());
+            if self.inner.pool_systems.contains_key(pool)
+                && let Some(entry) = self.leaderboard_entry(player, pool, record)
+            {
+                self.rank_index(pool).remove(&entry);
             }
-            let before = self.inner.parties.len();
-            self.inner
-                .parties
-                .retain(|key, _| !crate::store::party_names(key, player));
-            erased.parties = before - self.inner.parties.len();
         }
+        guard.pools = PoolRecords::default();
+        let before = self.inner.parties.len();
+        self.inner
+            .parties
+            .retain(|key, _| !crate::store::party_names(key, player));
+        erased.parties = before - self.inner.parties.len();
+        drop(guard);
         self.inner.bans.remove(player);
         self.move_matches_off_segments_naming(player);
         // A `PartyService` party the player is in loses them as if they had left it (the lead
@@ -197,32 +179,54 @@ mod tests {
         crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
     }
 
-    /// A party with the player that enters a queue while the store is being erased makes its
-    /// first record then, in memory and in the store: the erasure takes it out of both.
+    /// A party with the player that makes its first record while the store is being erased
+    /// waits for the erasure, then makes it from the cleared record, in memory and in the
+    /// store alike. A snapshot after the erasure writes no record naming the id.
     #[test]
-    fn a_party_record_made_while_the_store_erases_is_erased_too() {
+    fn a_party_record_made_during_an_erasure_is_made_after_it_from_the_cleared_record() {
         let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
         let memory = Arc::new(crate::store::MemoryStore::default());
         let state = State::load(config, memory.clone()).unwrap();
-        let queue = state.queue("queue", "1v1").unwrap();
-        let members = vec![PlayerId::new("a"), PlayerId::new("b")];
-        let during = state.clone();
-        let (q, m) = (queue.clone(), members.clone());
-        memory.on_next_erase(move || {
-            during.party_skill(&q, &m).unwrap();
-        });
-        let erased = state.erase_player(&members[0]).unwrap().unwrap();
-        assert_eq!(
-            erased.parties, 1,
-            "the record made meanwhile, out of memory"
-        );
-        assert!(state.party(&queue.pool, &members).is_none());
-        let stored: Vec<String> = crate::store::Storage::load_parties(memory.as_ref())
+        let m = form(&state, "a", "b");
+        let entry = state
+            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
             .unwrap()
-            .into_iter()
-            .map(|(key, _)| key)
+            .entry;
+        state
+            .store()
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        state.apply_result(&m, &entry);
+        let queue = state.queue("queue", "1v1").unwrap();
+        let initial = queue.config.rating.initial();
+        let (a, c) = (PlayerId::new("a"), PlayerId::new("c"));
+        assert_ne!(state.skill_for_matching(&a, &queue), initial);
+
+        let members = vec![a.clone(), c.clone()];
+        let maker: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<_>>>> = Arc::default();
+        let (during, q, m2, made) = (state.clone(), queue.clone(), members.clone(), maker.clone());
+        memory.on_next_erase(move || {
+            // The store is erased, the erasure still holds the player's record.
+            let handle = std::thread::spawn(move || during.party_skill(&q, &m2).unwrap());
+            *made.lock().unwrap() = Some(handle);
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        });
+        state.erase_player(&a).unwrap().unwrap();
+        let handle = maker.lock().unwrap().take().unwrap();
+        let skill = handle.join().unwrap();
+        let fresh = crate::rating::party_initial(&queue.config.rating, &[initial, initial]);
+        assert_eq!(skill, fresh, "made from the cleared record");
+        assert_eq!(state.party(&queue.pool, &members).unwrap().skill, fresh);
+        let stored = crate::store::Storage::load_parties(memory.as_ref()).unwrap();
+        assert_eq!(stored.len(), 1, "in the store as in memory");
+        assert_eq!(stored[0].1[&queue.pool].skill, fresh);
+
+        state.snapshot(1).unwrap();
+        let players: Vec<PlayerId> = crate::store::Storage::load_players(memory.as_ref())
+            .unwrap()
+            .map(|player| player.unwrap().0)
             .collect();
-        assert!(stored.is_empty(), "left in the store: {stored:?}");
+        assert_eq!(players, vec![PlayerId::new("b")]);
     }
 
     /// The second pass erases only while nothing new names the id: a new player who took it
