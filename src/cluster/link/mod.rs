@@ -175,27 +175,30 @@ impl<T: Weighed + Unpin, B> tokio_stream::Stream for Batches<T, B> {
     type Item = B;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<B>> {
-        let first = match self.first.take() {
-            Some(first) => first,
-            None => loop {
-                match self.rx.poll_recv(cx) {
-                    Poll::Ready(Some(first)) if (self.wanted)(&first) => {
+        let first = loop {
+            let first = match self.first.take() {
+                Some(first) => first,
+                None => match self.rx.poll_recv(cx) {
+                    Poll::Ready(Some(first)) => {
                         self.pause = Some(Box::pin(tokio::task::yield_now()));
-                        break first;
+                        first
                     }
-                    Poll::Ready(Some(_)) => continue,
                     Poll::Ready(None) => return Poll::Ready(None),
                     Poll::Pending => return Poll::Pending,
+                },
+            };
+            if let Some(pause) = self.pause.as_mut() {
+                if pause.as_mut().poll(cx).is_pending() {
+                    self.first = Some(first);
+                    return Poll::Pending;
                 }
-            },
-        };
-        if let Some(pause) = self.pause.as_mut() {
-            if pause.as_mut().poll(cx).is_pending() {
-                self.first = Some(first);
-                return Poll::Pending;
+                self.pause = None;
             }
-            self.pause = None;
-        }
+            // Asked after the turn: a caller may have given up during it.
+            if (self.wanted)(&first) {
+                break first;
+            }
+        };
         let mut bytes = first.size();
         let mut batch = vec![first];
         while bytes < BATCH_BYTES && batch.len() < BATCH_CALLS {

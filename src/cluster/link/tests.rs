@@ -12,6 +12,11 @@ fn call(id: u64, body: usize) -> Call {
     }
 }
 
+/// One poll of a stream, whatever it answers.
+async fn poll_once<S: tokio_stream::Stream + Unpin>(s: &mut S) -> Poll<Option<S::Item>> {
+    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *s).poll_next(cx))).await
+}
+
 #[tokio::test]
 async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
     use tokio_stream::StreamExt;
@@ -43,10 +48,6 @@ async fn a_batch_takes_every_waiting_call_up_to_its_limits() {
 /// that turn (another caller's, ready at the same time) goes in the same message.
 #[tokio::test]
 async fn calls_queued_while_the_stream_yields_its_turn_share_the_message() {
-    use tokio_stream::Stream;
-    async fn poll_once<S: Stream + Unpin>(s: &mut S) -> Poll<Option<S::Item>> {
-        std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut *s).poll_next(cx))).await
-    }
     let (tx, rx) = mpsc::channel(QUEUED);
     let mut batches = Batches::new(rx, |calls| Calls { calls });
     assert!(
@@ -104,6 +105,27 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
     });
     let ids = |b: Calls| b.calls.iter().map(|c| c.id).collect::<Vec<_>>();
     assert_eq!(ids(batches.next().await.unwrap()), [waiting, also_waiting]);
+    // A caller that gives up during the stream's turn, its call the first of the next batch.
+    let (gives_up, stays) = (5, 6);
+    for id in [gives_up, stays] {
+        let (tx, _rx) = oneshot::channel();
+        link.pending.lock().unwrap().as_mut().unwrap().insert(
+            id,
+            Waiting {
+                answer: tx,
+                taken: false,
+            },
+        );
+    }
+    out.send(call(gives_up, 10)).await.unwrap();
+    assert!(poll_once(&mut batches).await.is_pending());
+    drop(Forget {
+        link: &link,
+        id: gives_up,
+    });
+    out.send(call(stays, 10)).await.unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!(ids(batches.next().await.unwrap()), [stays]);
     // Nobody waits for anything once the link broke.
     let (tx, _rx) = oneshot::channel();
     let waiting = Waiting {

@@ -91,7 +91,7 @@ return n
 static STAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STAGE));
 
 /// One page of a stage's field names with their values' sizes, read inside Redis so the values
-/// stay there (HSCAN's NOVALUES is Redis 7.4 and newer): `KEYS` the stage; `ARGV` the cursor
+/// are not sent (HSCAN's NOVALUES is Redis 7.4 and newer): `KEYS` the stage; `ARGV` the cursor
 /// and the page's size. Returns the next cursor, then each name followed by its value's length.
 const STAGE_NAMES: &str = r"
 local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
