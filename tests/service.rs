@@ -566,6 +566,21 @@ async fn graceful_shutdown_ends_streams_and_persists_players() {
         let mut server = TestServer::start_in(dir.path(), "").await;
         let mut client = server.client().await;
         let ticket = enter(&mut client, "5v5", &["keeper"]).await;
+        server
+            .admin()
+            .await
+            .set_rating(proto::SetRatingRequest {
+                player_id: "rated".into(),
+                queue: "5v5".into(),
+                rating: Some(proto::Rating {
+                    mean: 1700.0,
+                    deviation: 120.0,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            })
+            .await
+            .expect("set_rating");
         let mut stream = client
             .watch_ticket(proto::WatchTicketRequest { ticket_id: ticket })
             .await
@@ -590,8 +605,10 @@ async fn graceful_shutdown_ends_streams_and_persists_players() {
     let config = matchmaker::config::Config::from_toml_str("").unwrap();
     let store = matchmaker::store::open(dir.path(), &config.store).unwrap();
     let players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
+    // The rated player is kept; the one who only queued has no record to keep.
     assert_eq!(players.len(), 1);
-    assert_eq!(players[0].0.as_str(), "keeper");
+    assert_eq!(players[0].0.as_str(), "rated");
+    assert_eq!(players[0].1["5v5"].skill.mean, 1700.0);
 }
 
 #[tokio::test]

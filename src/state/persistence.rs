@@ -348,6 +348,7 @@ impl State {
             .iter()
             .map(|e| e.value().clone())
             .collect();
+        let mut written = 0;
         for batch in slots.chunks(SNAPSHOT_BATCH) {
             // A player with no record (never rated, or erased) has nothing to write: the store
             // keeps no entry naming them.
@@ -358,6 +359,7 @@ impl State {
                 .collect();
             let refs: Vec<_> = records.iter().map(|(id, pools)| (*id, pools)).collect();
             self.inner.store.put_players(&refs)?;
+            written += refs.len();
         }
         let parties: Vec<(String, BTreeMap<String, PartyRecord>)> = self
             .inner
@@ -374,7 +376,7 @@ impl State {
         self.persist_calibrations()?;
         self.persist_rosters()?;
         self.inner.store.finish_snapshot(horizon)?;
-        Ok(slots.len())
+        Ok(written)
     }
 
     /// Bytes the store uses on disk.

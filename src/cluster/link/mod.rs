@@ -157,6 +157,9 @@ struct Batches<T, B> {
     /// The first item of the next batch, held while the stream yields.
     first: Option<T>,
     pause: Option<Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+    /// The stream has yielded its turn since its last batch (items no longer wanted at the
+    /// head of the channel cost no further turns).
+    turned: bool,
 }
 
 impl<T, B> Batches<T, B> {
@@ -167,6 +170,7 @@ impl<T, B> Batches<T, B> {
             wanted: Box::new(|_| true),
             first: None,
             pause: None,
+            turned: false,
         }
     }
 }
@@ -180,7 +184,9 @@ impl<T: Weighed + Unpin, B> tokio_stream::Stream for Batches<T, B> {
                 Some(first) => first,
                 None => match self.rx.poll_recv(cx) {
                     Poll::Ready(Some(first)) => {
-                        self.pause = Some(Box::pin(tokio::task::yield_now()));
+                        if !self.turned {
+                            self.pause = Some(Box::pin(tokio::task::yield_now()));
+                        }
                         first
                     }
                     Poll::Ready(None) => return Poll::Ready(None),
@@ -193,6 +199,7 @@ impl<T: Weighed + Unpin, B> tokio_stream::Stream for Batches<T, B> {
                     return Poll::Pending;
                 }
                 self.pause = None;
+                self.turned = true;
             }
             // Asked after the turn: a caller may have given up during it.
             if (self.wanted)(&first) {
@@ -211,6 +218,7 @@ impl<T: Weighed + Unpin, B> tokio_stream::Stream for Batches<T, B> {
                 Err(_) => break,
             }
         }
+        self.turned = false;
         Poll::Ready(Some((self.wrap)(batch)))
     }
 }
