@@ -436,10 +436,16 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
     {
+        // Two rated players: a player who only queued has no record to move.
         let server = TestServer::start_in(&data, "").await;
-        let mut client = ClientServiceClient::new(server.channel().await);
+        let channel = server.channel().await;
+        let mut offers =
+            common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
+        let mut client = ClientServiceClient::new(channel.clone());
         common::enter(&mut client, "1v1", &["moved"]).await;
-        common::player(&server, "moved", "1v1").await;
+        common::enter(&mut client, "1v1", &["other"]).await;
+        let m = common::next(&mut offers).await;
+        common::report_winner_on(&channel, &m, "moved").await;
     }
     let (redis, cert_file, key_file, _) = common::tls_redis(dir.path());
 
@@ -463,10 +469,7 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
         .arg(&key_file);
     let report = migrated(command);
     assert_eq!(report["verified"], true);
-    assert!(
-        report["counts"]["players"].as_u64().unwrap() >= 1,
-        "{report}"
-    );
+    assert_eq!(report["counts"]["players"].as_u64().unwrap(), 2, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
