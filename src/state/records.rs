@@ -174,6 +174,19 @@ mod tests {
         crate::state::test_util::state()
     }
 
+    /// The first team of `m` wins it: journaled as entry 1, then applied.
+    fn win(state: &State, m: &crate::state::MatchSlot) {
+        let entry = state
+            .prepare_result(m, &[1, 2], &[], &BTreeMap::new(), &[])
+            .unwrap()
+            .entry;
+        state
+            .store()
+            .append_journal(1, std::slice::from_ref(&entry))
+            .unwrap();
+        state.apply_result(m, &entry);
+    }
+
     /// Forms one 1v1 match between `a` and `b`, leaving them in it until its result.
     fn form(state: &State, a: &str, b: &str) -> Arc<crate::state::MatchSlot> {
         crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
@@ -188,15 +201,7 @@ mod tests {
         let memory = Arc::new(crate::store::MemoryStore::default());
         let state = State::load(config, memory.clone()).unwrap();
         let m = form(&state, "a", "b");
-        let entry = state
-            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap()
-            .entry;
-        state
-            .store()
-            .append_journal(1, std::slice::from_ref(&entry))
-            .unwrap();
-        state.apply_result(&m, &entry);
+        win(&state, &m);
         let queue = state.queue("queue", "1v1").unwrap();
         let initial = queue.config.rating.initial();
         let (a, c) = (PlayerId::new("a"), PlayerId::new("c"));
@@ -259,15 +264,7 @@ mod tests {
             matches!(refused, Err(Rejection::InMatch { .. })),
             "{refused:?}"
         );
-        let entry = state
-            .prepare_result(&m, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap()
-            .entry;
-        state
-            .store()
-            .append_journal(1, std::slice::from_ref(&entry))
-            .unwrap();
-        state.apply_result(&m, &entry);
+        win(&state, &m);
         let queue = state.queue("queue", "1v1").unwrap();
         assert_eq!(state.leaderboard(&queue, 0, 10).0, 2);
 

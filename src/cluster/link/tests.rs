@@ -87,7 +87,8 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
     let out = link.out.lock().unwrap().clone().unwrap();
     let mut batches = link.batches(rx);
     let (waiting, gave_up, also_waiting) = (1, 2, 3);
-    for id in [waiting, gave_up, also_waiting] {
+    // A caller waiting for call `id`'s answer.
+    let wait_for = |id| {
         let (tx, _rx) = oneshot::channel();
         link.pending.lock().unwrap().as_mut().unwrap().insert(
             id,
@@ -96,6 +97,9 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
                 taken: false,
             },
         );
+    };
+    for id in [waiting, gave_up, also_waiting] {
+        wait_for(id);
         out.send(call(id, 10)).await.unwrap();
     }
     // The caller's future is dropped: its entry goes, as `Forget` takes it.
@@ -107,16 +111,8 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
     assert_eq!(ids(batches.next().await.unwrap()), [waiting, also_waiting]);
     // A caller that gives up during the stream's turn, its call the first of the next batch.
     let (gives_up, stays) = (5, 6);
-    for id in [gives_up, stays] {
-        let (tx, _rx) = oneshot::channel();
-        link.pending.lock().unwrap().as_mut().unwrap().insert(
-            id,
-            Waiting {
-                answer: tx,
-                taken: false,
-            },
-        );
-    }
+    wait_for(gives_up);
+    wait_for(stays);
     out.send(call(gives_up, 10)).await.unwrap();
     assert!(poll_once(&mut batches).await.is_pending());
     drop(Forget {
@@ -127,17 +123,7 @@ async fn a_call_whose_caller_gave_up_while_it_waited_is_not_sent() {
     tokio::task::yield_now().await;
     assert_eq!(ids(batches.next().await.unwrap()), [stays]);
     // Nobody waits for anything once the link broke.
-    let (tx, _rx) = oneshot::channel();
-    let waiting = Waiting {
-        answer: tx,
-        taken: false,
-    };
-    link.pending
-        .lock()
-        .unwrap()
-        .as_mut()
-        .unwrap()
-        .insert(4, waiting);
+    wait_for(4);
     out.send(call(4, 10)).await.unwrap();
     link.pending.lock().unwrap().take();
     drop((link, out));
