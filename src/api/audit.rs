@@ -160,7 +160,10 @@ where
         req.extensions_mut().insert(note.clone());
         let identity = req.extensions().get::<Identity>().cloned();
         let path = req.uri().path().to_string();
-        Box::pin(async move {
+        // The call and its entry run on a task of their own: a caller that gives up (its
+        // deadline, a reset stream) drops this future, and an admin change that then still ran
+        // (an erasure, a season reset) would go unaudited.
+        let audited = tokio::spawn(async move {
             let response = inner.call(req).await?;
             let record = entry(
                 crate::state::unix_now(),
@@ -185,6 +188,12 @@ where
                     .into_http())
                 }
             }
+        });
+        Box::pin(async move {
+            audited.await.unwrap_or_else(|e| {
+                tracing::error!(error = %e, "admin call failed");
+                Ok(tonic::Status::internal("the call failed").into_http())
+            })
         })
     }
 }
@@ -193,6 +202,56 @@ where
 mod tests {
     use super::*;
     use crate::auth::Role;
+
+    /// A handler that notes its call, then takes a while.
+    #[derive(Clone)]
+    struct Slow;
+
+    impl Service<http::Request<Body>> for Slow {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+            if let Some(n) = req.extensions().get::<AuditNote>() {
+                n.set("player_id=\"p1\"");
+            }
+            Box::pin(async {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Ok(http::Response::new(Body::empty()))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_caller_gave_up_is_still_audited_once_it_ran() {
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        let mut audited = AuditLayer::new(store.clone()).layer(Slow);
+        let request = http::Request::builder()
+            .uri("/matchmaker.v1.AdminService/DeletePlayer")
+            .body(Body::empty())
+            .unwrap();
+        let call = audited.call(request);
+        // The caller's deadline passes while the handler runs: the answer is dropped.
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(5), call).await;
+        assert!(gave_up.is_err(), "the call answered within 5 ms");
+        assert!(store.audit_after(0, 10).unwrap().is_empty());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let entries = loop {
+            let entries = store.audit_after(0, 10).unwrap();
+            if !entries.is_empty() || std::time::Instant::now() > deadline {
+                break entries;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(entries[0].1.action, "DeletePlayer");
+        assert_eq!(entries[0].1.detail, "player_id=\"p1\": OK");
+    }
 
     #[test]
     fn a_long_note_is_cut_on_a_character_boundary() {
