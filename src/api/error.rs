@@ -72,6 +72,12 @@ impl From<StoreError> for Status {
 /// serve the queues: the node that forwarded the call sends it on to the next owner.
 pub const NOT_OWNER: &str = "x-matchmaker-not-owner";
 
+/// The value of [`NOT_OWNER`] on the answer to a call one of whose writes the fence refused:
+/// the call wrote nothing from there on, but may have written before (a large write's first
+/// parts, a change whose events were refused), so a call that must not run twice is not sent
+/// on. Any other value means the call was not served at all.
+pub const NOT_OWNER_FENCED: &str = "fenced";
+
 /// How a cluster engine ends a stream that outlives owners (`WatchTicket`, `ServeMatches`)
 /// when it stops: the forwarding node's relay moves the stream to the next owner.
 pub(super) fn engine_stopped() -> Status {
@@ -98,7 +104,12 @@ pub(super) fn streams_closed(state: &crate::state::State) -> Status {
 fn store_failure(e: &StoreError) -> Status {
     if matches!(e, StoreError::Fenced) {
         tracing::warn!(error = %e, "a write was fenced; the call goes to the next owner");
-        return engine_stopped();
+        let mut status = engine_stopped();
+        status.metadata_mut().insert(
+            NOT_OWNER,
+            tonic::metadata::MetadataValue::from_static(NOT_OWNER_FENCED),
+        );
+        return status;
     }
     if let StoreError::NotYet(why) = e {
         return Status::unavailable(why.clone());
@@ -202,8 +213,21 @@ mod tests {
         )));
         for status in [direct, result] {
             assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
-            assert!(status.metadata().contains_key(NOT_OWNER), "{status:?}");
+            // Marked as fenced: a call sent only once is not sent on.
+            assert_eq!(
+                status
+                    .metadata()
+                    .get(NOT_OWNER)
+                    .map(|v| v.to_str().unwrap()),
+                Some(NOT_OWNER_FENCED),
+                "{status:?}"
+            );
         }
+        assert_ne!(
+            engine_stopped().metadata().get(NOT_OWNER).unwrap(),
+            NOT_OWNER_FENCED,
+            "a stopped engine served nothing"
+        );
         // Any other storage failure may have written: INTERNAL, never sent again.
         let failed = Status::from(StoreError::Redis("connection reset".into()));
         assert_eq!(failed.code(), tonic::Code::Internal);

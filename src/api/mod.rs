@@ -10,7 +10,7 @@ mod client;
 mod closing;
 pub mod convert;
 mod error;
-pub use error::NOT_OWNER;
+pub use error::{NOT_OWNER, NOT_OWNER_FENCED};
 mod game_server;
 pub mod layers;
 mod party;

@@ -345,6 +345,12 @@ impl Node {
                 _ = ticker.tick() => {}
             }
             running = match running.take() {
+                // The engine stopped on its own (its store failed) and winds down: it serves
+                // nothing from now, and the lease goes, rather than after its wind-down.
+                Some(r) if r.stop.is_cancelled() => {
+                    self.engine_stopped(&r, every).await;
+                    None
+                }
                 Some(r) => self.renew(r, every).await,
                 None if self.defers() && !seen_free => match self.free_lease(every).await {
                     // Nobody holds a copy: no node is faster to take over.
@@ -489,12 +495,23 @@ impl Node {
         }
     }
 
+    /// The engine stopped on its own (its store failed): calls go to the next owner at once,
+    /// and the lease is given up so that another node takes over (its writes, and any the
+    /// stopping engine still tries, are fenced by then).
+    async fn engine_stopped(&self, r: &Running, within: Duration) {
+        warn!("the engine stopped; giving the lease up");
+        self.lost(r);
+        if !matches!(
+            tokio::time::timeout(within, self.lease.release(&r.owner)).await,
+            Ok(Ok(_))
+        ) {
+            warn!("could not give the lease up; it expires on its own");
+        }
+    }
+
     async fn renew(&self, r: Running, within: Duration) -> Option<Running> {
         if r.task.is_finished() {
-            // The engine stopped on its own (its store failed): let another node take over.
-            warn!("the engine stopped; giving the lease up");
-            let _ = self.lease.release(&r.owner).await;
-            self.lost(&r);
+            self.engine_stopped(&r, within).await;
             return None;
         }
         let sent = Instant::now();

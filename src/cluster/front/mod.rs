@@ -523,13 +523,13 @@ impl Inner {
         let path = parts.uri.path();
         let once = ONCE.contains(&path);
         let unary = is_unary(path);
+        // Counted once, when it first leaves this node: not per send during a failover.
+        let mut counted = false;
         loop {
             let why = match self.target(unary) {
                 Ok(target) => {
                     let token = target.token();
-                    if !matches!(target, Target::Engine(..)) {
-                        self.forwarded.increment(1);
-                    }
+                    let remote = !matches!(target, Target::Engine(..));
                     let linked = matches!(target, Target::Link(..)).then(std::time::Instant::now);
                     let mut watch = self.route.clone();
                     // A stalled owner never answers: give up on it when the lease moves on. A
@@ -560,9 +560,24 @@ impl Inner {
                             ));
                         }
                     };
+                    let left_node = !matches!(
+                        &sent,
+                        Some(Err(e)) if matches!(
+                            e.downcast_ref::<link::Failed>(),
+                            Some(link::Failed::NotSent)
+                        )
+                    );
+                    if remote && left_node && !counted {
+                        counted = true;
+                        self.forwarded.increment(1);
+                    }
                     match sent {
                         Some(Ok(response)) if !is_not_owner(&response) => {
                             return Ok((response, token));
+                        }
+                        // The owner lost the lease while the call wrote: it may have written.
+                        Some(Ok(response)) if once && was_fenced(&response) => {
+                            return Err(status(tonic::Code::Unavailable, MAYBE_SERVED, false));
                         }
                         Some(Ok(_)) => "the node forwarded to no longer owns the queues",
                         // Known not to have left this node: safe to send to the next owner.
@@ -899,6 +914,15 @@ async fn collect(body: Body, limit: usize) -> Result<Bytes, String> {
 
 fn is_not_owner(response: &http::Response<Body>) -> bool {
     response.headers().contains_key(NOT_OWNER)
+}
+
+/// Whether a not-owner answer says the fence refused one of the call's writes (it may have
+/// written before), rather than that the call was not served.
+fn was_fenced(response: &http::Response<Body>) -> bool {
+    response
+        .headers()
+        .get(NOT_OWNER)
+        .is_some_and(|v| v == crate::api::NOT_OWNER_FENCED)
 }
 
 /// A trailers-only gRPC answer.
