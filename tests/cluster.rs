@@ -2057,3 +2057,92 @@ async fn each_node_exports_its_cluster_metrics() {
         "{owner_page}"
     );
 }
+
+/// The ids of the waiting tickets Redis holds.
+fn stored_tickets(redis: &RedisServer) -> BTreeSet<String> {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("HKEYS")
+        .arg("{mm}:tickets")
+        .query(&mut conn)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticket_a_ready_check_ended_or_a_backfill_took_leaves_the_stored_queue() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &redis,
+        "[queues.1v1]\nready_check_seconds = 30.0\n",
+    );
+    let node = node(&config, "n1");
+    let channel = node.channel().await;
+    ready(&channel).await;
+    let mut client = ClientServiceClient::new(channel.clone());
+
+    // A ready-check: one player declines. Their ticket ends, the other waits again; only the
+    // one waiting stays stored (a new owner would put the declined one back in the queue).
+    let ta = common::enter(&mut client, "1v1", &["rca"]).await;
+    let tb = common::enter(&mut client, "1v1", &["rcb"]).await;
+    assert_eq!(
+        stored_tickets(&redis),
+        BTreeSet::from([ta.clone(), tb.clone()])
+    );
+    let mut watch = common::watch(&mut client, &tb).await;
+    let match_id = loop {
+        let update = common::next(&mut watch).await;
+        if let Some(a) = update.assignment {
+            break a.match_id;
+        }
+    };
+    let declined = client
+        .accept_match(proto::AcceptMatchRequest {
+            ticket_id: tb.clone(),
+            match_id,
+            accept: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(declined.state, proto::TicketState::Cancelled as i32);
+    common::poll_until_blocking("the declined ticket to leave Redis", || {
+        let stored = stored_tickets(&redis);
+        if stored == BTreeSet::from([ta.clone()]) {
+            Ok(())
+        } else {
+            Err(stored)
+        }
+    });
+
+    // A backfill: the ticket that fills the slot is in the match, not waiting.
+    let mut gs = GameServerServiceClient::new(channel.clone());
+    let mut offers = common::serve(&mut gs, "gs-b:7777").await;
+    let players: Vec<String> = (0..10).map(|i| format!("bf{i}")).collect();
+    for p in &players {
+        common::enter(&mut client, "5v5", &[p]).await;
+    }
+    let first = next_match(&mut offers).await;
+    let leaver = first.teams[0].player_ids[0].clone();
+    gs.request_backfill(proto::BackfillRequest {
+        match_id: first.match_id.clone(),
+        open_slots: vec![
+            proto::Team {
+                player_ids: vec![leaver],
+            },
+            proto::Team::default(),
+        ],
+    })
+    .await
+    .expect("backfill accepted");
+    let late = common::enter(&mut client, "5v5", &["bf-late"]).await;
+    let update = next_match(&mut offers).await;
+    assert_eq!(update.match_id, first.match_id);
+    assert_eq!(update.backfill[0].player_ids, ["bf-late"]);
+    let stored = stored_tickets(&redis);
+    assert!(!stored.contains(&late), "{stored:?}");
+    assert_eq!(stored, BTreeSet::from([ta]), "only the 1v1 ticket waits");
+}

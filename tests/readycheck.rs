@@ -348,3 +348,72 @@ async fn a_cancel_that_returned_ok_means_no_later_match() {
     // Every round asserted its own outcome above; which side wins each race is timing.
     eprintln!("cancel won {cancelled} races, the tick won {lost}");
 }
+
+/// The player's active ticket once it satisfies `pred` (polled: no stream keeps it attended).
+async fn active_until(
+    client: &mut ClientServiceClient<Channel>,
+    player: &str,
+    pred: impl Fn(&TicketUpdate) -> bool,
+) -> TicketUpdate {
+    let pred = &pred;
+    poll_until(&format!("{player}'s ticket"), || {
+        let mut client = client.clone();
+        async move {
+            let u = client
+                .get_active_ticket(proto::GetActiveTicketRequest {
+                    player_id: player.into(),
+                })
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|e| format!("{e:?}"))?;
+            if pred(&u) { Ok(u) } else { Err(format!("{u:?}")) }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_ticket_put_back_after_a_ready_check_counts_its_heartbeat_from_then() {
+    // A client that polls rather than watches: its ticket was last named when it accepted.
+    let server = TestServer::start(READY_1V1).await;
+    let mut client = server.client().await;
+    let ta = enter(&mut client, "1v1", &["hb-a"]).await;
+    enter(&mut client, "1v1", &["hb-b"]).await;
+    let matched = active_until(&mut client, "hb-a", |u| u.ready_check.is_some()).await;
+    let match_id = matched.assignment.expect("teams are shown").match_id;
+    accept(&mut client, &ta, &match_id, true).await.unwrap();
+    // The ready-check lapses after 30 s; the heartbeat is 30 s too.
+    server.clock.advance(31.0);
+    let back = active_until(&mut client, "hb-a", |u| {
+        u.state != TicketState::Matched as i32
+    })
+    .await;
+    assert_eq!(back.state, TicketState::Searching as i32, "{back:?}");
+    assert_eq!(status(&mut client, "hb-a").await, "queued");
+}
+
+#[tokio::test]
+async fn a_player_banned_during_a_ready_check_does_not_wait_again_when_it_dissolves() {
+    let server = TestServer::start(READY_1V1).await;
+    let mut client = server.client().await;
+    let (ta, tb, _sa, _sb, match_id) = ready_pair(&mut client, "bn-a", "bn-b").await;
+    let banned = server
+        .admin()
+        .await
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "bn-a".into(),
+            until_unix: 0,
+            reason: "smurfing".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!banned.ticket_cancelled, "a ticket in a match does not wait");
+    // The other player declines: bn-a's ticket would go back to the front of the queue.
+    accept(&mut client, &tb, &match_id, false).await.unwrap();
+    let end = common::watch_to_end(&mut client, &ta).await;
+    let last = end.last().expect("the final update");
+    assert_eq!(last.state, TicketState::Cancelled as i32, "{last:?}");
+    assert!(last.reason.contains("banned"), "{last:?}");
+    assert_eq!(status(&mut client, "bn-a").await, "idle");
+}

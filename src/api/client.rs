@@ -579,6 +579,10 @@ impl ClientService for Client {
                 reply,
             })
             .await??;
+        if state == crate::state::TicketState::Cancelled && self.state.store().keeps_tickets() {
+            // A decline ends the ticket like a cancel: durable before it is acknowledged.
+            self.state.store().flush_async().await?;
+        }
         Ok(Response::new(proto::AcceptMatchResponse {
             state: convert::ticket_state(state) as i32,
         }))

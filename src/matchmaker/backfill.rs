@@ -190,6 +190,9 @@ impl Loop {
                         q.metrics.wait_seconds.record(now - w.slot.entered_at);
                         metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
                             .increment(u64::from(n));
+                        // In the match's roster now, written with the addition.
+                        self.state
+                            .forget_stored_tickets(std::slice::from_ref(&w.slot.id));
                         self.finished.push_back((now, w.slot.id.clone()));
                         latest = Some(a);
                     }

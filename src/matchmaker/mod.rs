@@ -324,7 +324,10 @@ impl Loop {
                 // waiting, and ticks must not wait for a gap in the arrivals.
                 biased;
                 () = shutdown.cancelled() => break,
-                _ = interval.tick() => self.tick(),
+                _ = interval.tick() => {
+                    self.tick();
+                    self.state.flush_dropped_tickets(&self.runtime);
+                }
                 n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
                     if n == 0 {
                         break;
@@ -332,6 +335,7 @@ impl Loop {
                     for cmd in batch.drain(..) {
                         self.handle(cmd);
                     }
+                    self.state.flush_dropped_tickets(&self.runtime);
                     tokio::select! {
                         biased;
                         () = shutdown.cancelled() => break,
@@ -515,6 +519,21 @@ impl Loop {
             return;
         }
         let id = entry.id.clone();
+        let now = self.clock.now();
+        // A player banned while the match was under way (`BanPlayer` cancels only waiting
+        // tickets) does not wait again.
+        if let Err(banned) = self
+            .state
+            .check_bans(&slot.players, crate::state::unix_now())
+        {
+            self.state
+                .end_ticket(&slot, TicketState::Cancelled, now, banned.to_string());
+            self.finished.push_back((now, id));
+            return;
+        }
+        // Its heartbeat counts from now: a client that polled while it was matched (the poll
+        // touches only a waiting ticket) is not expired for the time its match took.
+        slot.touch(now);
         match self.queues[qi].pool.insert(entry) {
             Ok(()) => {
                 self.waiting.insert(
@@ -530,7 +549,6 @@ impl Loop {
                 // The queue's settings changed while its match was under way (a reload made
                 // parties smaller, or a rule it no longer meets): it ends, rather than stay
                 // SEARCHING in no pool, where nothing would ever expire it.
-                let now = self.clock.now();
                 self.state.end_ticket(
                     &slot,
                     TicketState::Cancelled,

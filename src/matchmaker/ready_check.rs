@@ -135,6 +135,9 @@ impl Loop {
         if dissolved {
             for (slot, entry, _) in rc.tickets {
                 if slot.id == *decliner {
+                    // Stored while it waited (a ready-check writes no match): gone with it.
+                    self.state
+                        .forget_stored_tickets(std::slice::from_ref(&slot.id));
                     self.finished.push_back((now, slot.id.clone()));
                 } else {
                     self.requeue(rc.queue, slot, entry);
@@ -193,6 +196,8 @@ impl Loop {
                     if ok {
                         self.requeue(rc.queue, slot, entry);
                     } else {
+                        self.state
+                            .forget_stored_tickets(std::slice::from_ref(&slot.id));
                         self.finished.push_back((now, slot.id.clone()));
                     }
                 }

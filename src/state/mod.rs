@@ -104,6 +104,9 @@ struct Inner {
     erasures: tokio::sync::broadcast::Sender<(PlayerId, PlayerId)>,
     /// Cancelled when the engine's streams are closed (it or its node is stopping).
     closing: tokio_util::sync::CancellationToken,
+    /// Set when a stored ticket was dropped and no flush has been asked for since (see
+    /// [`State::flush_dropped_tickets`]).
+    tickets_dropped: std::sync::atomic::AtomicBool,
 }
 
 impl State {
@@ -184,6 +187,7 @@ impl State {
                 events,
                 erasures: tokio::sync::broadcast::Sender::new(64),
                 closing: tokio_util::sync::CancellationToken::new(),
+                tickets_dropped: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -357,4 +357,33 @@ mod tests {
         assert!(!state.unban(&PlayerId::new("y")).unwrap());
         assert_eq!(state.store().load_bans().unwrap().len(), 1);
     }
+
+    #[test]
+    fn a_ban_stored_after_the_callers_check_still_stops_the_ticket() {
+        // `EnterQueue` checks bans, then waits for room in the loop's queue; a ban stored
+        // meanwhile is seen when the ticket is made, holding the players.
+        let state = state();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let p = PlayerId::new("p");
+        assert!(
+            state
+                .check_bans(std::slice::from_ref(&p), crate::state::unix_now())
+                .is_ok()
+        );
+        state
+            .ban(Ban {
+                player: p.clone(),
+                until_unix: 0,
+                reason: "cheating".into(),
+                since_unix: 0.0,
+            })
+            .unwrap();
+        let made = state.create_ticket(&queue, vec![p.clone()], TicketId::new("t-p"), 0.0);
+        assert!(
+            matches!(made, Err(Rejection::Banned { ref player, .. }) if player == &p),
+            "{:?}",
+            made.map(|_| ())
+        );
+        assert_eq!(state.waiting_ticket_of(&p), None);
+    }
 }

@@ -178,6 +178,9 @@ impl State {
     ) -> Result<(Arc<TicketSlot>, Vec<Skill>), Rejection> {
         let slots = self.sorted_slots(&players);
         let mut guards = Self::lock_players(&slots);
+        // Checked again holding the players: a ban stored after the caller's check either
+        // sees this ticket (and cancels it, under the same records) or is seen here.
+        self.check_bans(&players, super::unix_now())?;
         for (slot, guard) in slots.iter().zip(&guards) {
             match &guard.status {
                 PlayerStatus::Idle => {}
@@ -274,6 +277,29 @@ impl State {
         if let Err(e) = store.remove_tickets(ids) {
             tracing::warn!(error = %e, "could not drop finished tickets from the store");
         }
+        self.inner
+            .tickets_dropped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Flushes the store, on `runtime`, if a stored ticket was dropped since the last call: the
+    /// matchmaker loop calls it after each tick and each batch of commands, so that a ticket
+    /// that expired or ended in a ready-check leaves the store soon even when nothing else
+    /// writes, and a new owner does not put it back in its queue.
+    pub fn flush_dropped_tickets(&self, runtime: &tokio::runtime::Handle) {
+        if !self
+            .inner
+            .tickets_dropped
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let store = self.inner.store.clone();
+        runtime.spawn(async move {
+            if let Err(e) = store.flush_async().await {
+                tracing::warn!(error = %e, "could not flush dropped tickets");
+            }
+        });
     }
 
     /// Makes a new ticket durable in a store that keeps tickets, before `EnterQueue` answers;
