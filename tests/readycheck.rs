@@ -366,7 +366,11 @@ async fn active_until(
                 .await
                 .map(|r| r.into_inner())
                 .map_err(|e| format!("{e:?}"))?;
-            if pred(&u) { Ok(u) } else { Err(format!("{u:?}")) }
+            if pred(&u) {
+                Ok(u)
+            } else {
+                Err(format!("{u:?}"))
+            }
         }
     })
     .await
@@ -408,7 +412,10 @@ async fn a_player_banned_during_a_ready_check_does_not_wait_again_when_it_dissol
         .await
         .unwrap()
         .into_inner();
-    assert!(!banned.ticket_cancelled, "a ticket in a match does not wait");
+    assert!(
+        !banned.ticket_cancelled,
+        "a ticket in a match does not wait"
+    );
     // The other player declines: bn-a's ticket would go back to the front of the queue.
     accept(&mut client, &tb, &match_id, false).await.unwrap();
     let end = common::watch_to_end(&mut client, &ta).await;

@@ -124,7 +124,8 @@ impl Invocation {
 }
 
 /// Applies queued writes if the lease's value starts with ARGV[1] and a `|` (the token, or the
-/// token and the node). Every flush adds one
+/// token and the node). Every flush adds one, before it writes anything (a call that fails
+/// midway keeps its earlier writes, and must be counted and logged all the same),
 /// to the flush counter (`KEYS[3 + HASHES]`, after the lease, the hashes and the change log);
 /// with ARGV[2] above 0 it also appends to the change log (`KEYS[2 + HASHES]`, a stream cut to
 /// about ARGV[2] entries) the entry `q SEQ ARGV[4] ARGV[5]`: the client names there the fields
@@ -165,7 +166,23 @@ if landed and string.sub(landed, 1, string.len(token) + 1) == token .. '|' then
 end
 redis.call('SET', KEYS[HASHES + 4], token .. '|' .. flight)
 local logged = tonumber(ARGV[2])
+-- Counted and logged before any write: Redis does not roll a script back, so a call that
+-- fails midway (a key moving to another Redis Cluster node, say) keeps what it wrote so far,
+-- and a standby copy must still learn of it (it reads the named fields again).
+local seq = redis.call('INCR', KEYS[HASHES + 3])
+if logged > 0 then
+  redis.call('XADD', KEYS[HASHES + 2], 'MAXLEN', '~', logged, '*', 'q', seq, ARGV[4], ARGV[5])
+end
 local past = ARGV[6]
+-- Adds members i..j of ARGV to a list or a set, a thousand per command: Lua's unpack takes
+-- at most about 8,000 values.
+local function add(command, key, i, j)
+  while i <= j do
+    local last = math.min(i + 999, j)
+    redis.call(command, key, unpack(ARGV, i, last))
+    i = last + 1
+  end
+end
 local function drop(records, refs, id)
   local value = redis.call('HGET', records, id)
   if value then
@@ -200,9 +217,7 @@ while i <= n do
   elseif op == 'l' then
     local count = tonumber(ARGV[i + 2])
     redis.call('DEL', key)
-    if count > 0 then
-      redis.call('RPUSH', key, unpack(ARGV, i + 3, i + 2 + count))
-    end
+    add('RPUSH', key, i + 3, i + 2 + count)
     i = i + 3 + count
   elseif op == 'u' then
     local member = ARGV[i + 2]
@@ -236,9 +251,7 @@ while i <= n do
   elseif op == 't' then
     local count = tonumber(ARGV[i + 2])
     redis.call('DEL', key)
-    if count > 0 then
-      redis.call('SADD', key, unpack(ARGV, i + 3, i + 2 + count))
-    end
+    add('SADD', key, i + 3, i + 2 + count)
     i = i + 3 + count
   elseif op == 'p' then
     local member = ARGV[i + 2]
@@ -291,10 +304,6 @@ while i <= n do
   else
     return redis.error_reply('bad operation ' .. tostring(op))
   end
-end
-local seq = redis.call('INCR', KEYS[HASHES + 3])
-if logged > 0 then
-  redis.call('XADD', KEYS[HASHES + 2], 'MAXLEN', '~', logged, '*', 'q', seq, ARGV[4], ARGV[5])
 end
 return n
 ";

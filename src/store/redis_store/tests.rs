@@ -667,3 +667,111 @@ fn a_history_flight_sent_twice_leaves_the_same_history_and_past_indexes() {
         assert_eq!(records.len(), 6, "m1, m2 and the solo matches of o0 and o3");
     });
 }
+
+/// A migration writes a player's past index and list whole, however long: Lua's `unpack`
+/// takes at most about 8,000 values, so the script adds them a thousand at a time.
+#[test]
+fn a_past_index_and_a_list_longer_than_one_lua_unpack_are_written_whole() {
+    use crate::store::RecordStorage;
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let store = open(&runtime, &url, 1);
+        let ids = |prefix: &str, n: usize| -> Vec<MatchId> {
+            (0..n)
+                .map(|i| MatchId::new(format!("{prefix}{i}")))
+                .collect()
+        };
+        let veteran = PlayerId::new("veteran");
+        store
+            .import_match_history(
+                &[(veteran.clone(), ids("l", 9_000))],
+                &[(veteran.clone(), ids("p", 12_345))],
+                &[],
+            )
+            .unwrap();
+        store.flush().unwrap();
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let listed: usize = ::redis::cmd("LLEN")
+            .arg("{mm}:history:veteran")
+            .query(&mut conn)
+            .unwrap();
+        let indexed: usize = ::redis::cmd("SCARD")
+            .arg("{mm}:past:veteran")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!((listed, indexed), (9_000, 12_345));
+        let last: String = ::redis::cmd("LINDEX")
+            .arg("{mm}:history:veteran")
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(last, "l8999", "in order");
+    });
+}
+
+/// Redis does not roll a script back: a flush call that fails midway keeps the writes before
+/// the failure, and the change log names them all the same, so a standby copy reads them.
+#[test]
+fn a_flush_call_that_fails_midway_still_logs_the_fields_it_names() {
+    use crate::store::RecordStorage;
+    use crate::store::contract::history;
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "1|a|127.0.0.1:1");
+        let options = RedisOptions {
+            change_log: true,
+            ..RedisOptions::default()
+        };
+        let store = runtime
+            .block_on(RedisStore::open(&url, 1, &options))
+            .unwrap();
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        // Player "x"'s history list is a string: pushing a match onto it fails.
+        let () = ::redis::cmd("SET")
+            .arg("{mm}:history:x")
+            .arg("not a list")
+            .query(&mut conn)
+            .unwrap();
+        let seq = |conn: &mut ::redis::Connection| -> Option<u64> {
+            ::redis::cmd("GET")
+                .arg("{mm}:change_seq")
+                .query(conn)
+                .unwrap()
+        };
+        let before = seq(&mut conn).unwrap_or(0);
+        let p1 = PlayerId::new("p1");
+        store.put_players(&[(&p1, &record(1500.0))]).unwrap();
+        store
+            .append_history(&[history("m1", &[&["x"], &["y"]], 2)])
+            .unwrap();
+        assert!(store.flush().is_err(), "the push onto a string fails");
+        // The player's write before the failure landed, and is counted and logged.
+        assert_eq!(hlen(&url, "{mm}:players"), 1);
+        assert_eq!(seq(&mut conn), Some(before + 1));
+        // Every bulk string of the change log's last entry.
+        fn strings(value: &::redis::Value, out: &mut Vec<Vec<u8>>) {
+            match value {
+                ::redis::Value::BulkString(b) => out.push(b.clone()),
+                ::redis::Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
+                _ => {}
+            }
+        }
+        let last: ::redis::Value = ::redis::cmd("XREVRANGE")
+            .arg("{mm}:changes")
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query(&mut conn)
+            .unwrap();
+        let mut named = Vec::new();
+        strings(&last, &mut named);
+        assert!(
+            named.iter().any(|v| v.windows(2).any(|w| w == b"p1")),
+            "the entry names the player's field: {last:?}"
+        );
+    });
+}
