@@ -326,6 +326,8 @@ struct Running {
     ownership: Arc<Ownership>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    /// The engine's store, once opened: it stops writing when the lease is lost.
+    store: Arc<std::sync::OnceLock<Arc<RedisStore>>>,
 }
 
 impl Node {
@@ -651,6 +653,10 @@ impl Node {
     fn lost(&self, r: &Running) {
         r.ownership.revoke();
         r.stop.cancel();
+        // After both: an engine that opens its store meanwhile sees them (`start_engine`).
+        if let Some(store) = r.store.get() {
+            store.stop_writing();
+        }
         metrics::counter!(m::CLUSTER_LEASE_LOSSES).increment(1);
         metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(0.0);
         self.route.send_modify(|route| {
@@ -675,9 +681,11 @@ impl Node {
         // The engine takes the copy.
         self.warm.store(false, Ordering::Relaxed);
         let health = self.health.clone();
+        let opened_store = Arc::new(std::sync::OnceLock::new());
         let task = tokio::spawn({
             let ownership = ownership.clone();
             let stop = stop.clone();
+            let opened_store = opened_store.clone();
             async move {
                 let options = RedisOptions {
                     wait_replicas: cluster.wait_replicas,
@@ -715,6 +723,11 @@ impl Node {
                     }
                 };
                 let redis = Arc::new(store);
+                let _ = opened_store.set(redis.clone());
+                if stop.is_cancelled() && !ownership.holds() {
+                    // The lease was lost while the store opened.
+                    redis.stop_writing();
+                }
                 // A keyspace of an earlier release gets its past indexes while the engine
                 // serves (a large history takes a while); erasures are refused until then.
                 tokio::spawn(build_past_indexes(redis.clone(), stop.clone()));
@@ -740,6 +753,7 @@ impl Node {
             ownership,
             stop,
             task,
+            store: opened_store,
         }
     }
 }

@@ -306,6 +306,13 @@ impl RedisStore {
         self.token
     }
 
+    /// Refuses every later write and flush, as after one the fence refused: its node lost the
+    /// lease. A Redis failover can hand the same token to the same node again, which the
+    /// script's check cannot tell from this store's; this store must not write under it then.
+    pub fn stop_writing(&self) {
+        self.fenced.store(true, Ordering::Release);
+    }
+
     fn check_fence(&self) -> Result<(), StoreError> {
         if self.fenced.load(Ordering::Acquire) {
             return Err(StoreError::Fenced);

@@ -775,3 +775,37 @@ fn a_flush_call_that_fails_midway_still_logs_the_fields_it_names() {
         );
     });
 }
+
+/// A store whose node lost the lease writes nothing more, even under a lease that names its
+/// token and node again (a Redis failover lost the counter's increment and the node took the
+/// lease again, with a store of its own).
+#[test]
+fn a_store_told_to_stop_writing_refuses_every_later_write() {
+    with_redis(|server, runtime| {
+        let url = server.url();
+        set_lease(&url, "7|a|127.0.0.1:1");
+        let options = RedisOptions {
+            node: "a".into(),
+            ..RedisOptions::default()
+        };
+        let old = runtime
+            .block_on(RedisStore::open(&url, 7, &options))
+            .unwrap();
+        let p1 = PlayerId::new("p1");
+        old.put_players(&[(&p1, &record(1500.0))]).unwrap();
+        old.stop_writing();
+        assert!(matches!(old.flush(), Err(StoreError::Fenced)));
+        assert!(matches!(
+            old.put_players(&[(&p1, &record(1600.0))]),
+            Err(StoreError::Fenced)
+        ));
+        assert_eq!(hlen(&url, "{mm}:players"), 0, "nothing pending was sent");
+        // The node's new store under the same token and node writes.
+        let new = runtime
+            .block_on(RedisStore::open(&url, 7, &options))
+            .unwrap();
+        new.put_players(&[(&p1, &record(1700.0))]).unwrap();
+        new.flush().unwrap();
+        assert_eq!(hlen(&url, "{mm}:players"), 1);
+    });
+}
