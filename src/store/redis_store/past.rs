@@ -19,7 +19,10 @@ use crate::store::StoreError;
 /// `meta` field: present once every stored record that left a player's list is in their past
 /// index.
 pub(super) const PAST_INDEX: &str = "past_index";
-/// `meta` field while a build is under way: the `HSCAN` cursor of `match_records` it reached.
+/// `meta` field while a build is under way: `RUN_ID:CURSOR`, the `HSCAN` cursor of
+/// `match_records` it reached and the run id of the Redis process that gave it. A cursor
+/// means nothing to another process (one restarted, or a replica promoted, lays its hash table
+/// out anew, with its own hash seed): the scan starts over there, which adds nothing twice.
 pub(super) const PAST_INDEX_CURSOR: &str = "past_index_cursor";
 /// Records a chunk asks `HSCAN` for.
 const CHUNK: usize = 500;
@@ -55,18 +58,34 @@ impl RedisStore {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
             return Ok(None);
         }
-        let mut cursor: u64 = match cursor {
-            None => 0,
-            Some(v) => text(&v).parse().map_err(|_| StoreError::Decode {
-                key: format!("meta {PAST_INDEX_CURSOR}"),
-                detail: format!("{:?} is not a scan cursor", text(&v)),
-            })?,
+        let (mut run, mut cursor): (String, u64) = match cursor {
+            None => (String::new(), 0),
+            Some(v) => {
+                let v = text(&v);
+                let bad = || StoreError::Decode {
+                    key: format!("meta {PAST_INDEX_CURSOR}"),
+                    detail: format!("{v:?} is not RUN_ID:CURSOR"),
+                };
+                match v.rsplit_once(':') {
+                    Some((run, at)) => (run.to_string(), at.parse().map_err(|_| bad())?),
+                    // A bare cursor (a release before run ids) names no process: start over.
+                    None => {
+                        v.parse::<u64>().map_err(|_| bad())?;
+                        (String::new(), 0)
+                    }
+                }
+            }
         };
         let mut added = 0;
         let mut chunks = 0;
         loop {
             // Reads after every queued write, so the entries checked are the current ones.
             self.flush_pending().await?;
+            let now = self.run_id().await?;
+            if now != run {
+                cursor = 0;
+                run = now;
+            }
             let (next, fields): (u64, Vec<(String, Vec<u8>)>) = ::redis::cmd("HSCAN")
                 .arg(self.keys.hash(Hash::MatchRecords))
                 .arg(cursor)
@@ -87,7 +106,7 @@ impl RedisStore {
                 batch.push(Op::Set(Hash::Meta, PAST_INDEX.into(), b"1".to_vec()));
                 batch.push(Op::Del(Hash::Meta, PAST_INDEX_CURSOR.into()));
             } else {
-                let at = next.to_string().into_bytes();
+                let at = format!("{run}:{next}").into_bytes();
                 batch.push(Op::Set(Hash::Meta, PAST_INDEX_CURSOR.into(), at));
             }
             self.check_fence()?;
@@ -104,6 +123,27 @@ impl RedisStore {
                 return Ok(None);
             }
         }
+    }
+
+    /// The run id of the Redis process holding the keyspace (`INFO server`).
+    async fn run_id(&self) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
+        let info: String = conn
+            .on_primary_of(
+                self.keys.lease(),
+                ::redis::cmd("INFO").arg("server").clone(),
+            )
+            .await
+            .map_err(redis_error(&self.url))?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .ok_or_else(|| {
+                StoreError::Redis(format!(
+                    "{}: INFO server names no run_id",
+                    super::redact(&self.url)
+                ))
+            })
     }
 
     /// The entries of `named` (player, record) missing from their past index whose player has
@@ -260,6 +300,66 @@ mod tests {
                 .expect("an erasure once the indexes are complete");
             assert_eq!(meta(&mut conn, PAST_INDEX_CURSOR), None);
             assert_eq!(runtime.block_on(store.build_past_indexes()).unwrap(), None);
+        });
+    }
+
+    #[test]
+    fn a_build_carries_on_from_a_cursor_of_the_same_redis_process_and_starts_over_on_another() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            let mut conn = lease(&url);
+            let open = || {
+                runtime
+                    .block_on(RedisStore::open(&url, 1, &RedisOptions::default()))
+                    .unwrap()
+            };
+            let store = open();
+            for i in 0..150 {
+                let (a, b) = (format!("a{i}"), format!("b{i}"));
+                store
+                    .append_history(&[
+                        history(&format!("m{i}"), &[&[a.as_str()], &[b.as_str()]], 1),
+                        history(&format!("n{i}"), &[&[a.as_str()]], 1),
+                    ])
+                    .unwrap();
+            }
+            store.flush().unwrap();
+            drop(store);
+            let indexed = |store: &RedisStore| -> usize {
+                (0..150)
+                    .map(|i| wait(store.past_matches(&PlayerId::new(format!("a{i}")))).len())
+                    .sum()
+            };
+            crate::store::contract::past::redis_build::forget(&url);
+            let store = open();
+            assert_eq!(
+                runtime.block_on(store.build_past(20, Some(3))).unwrap(),
+                None
+            );
+            let reached = meta(&mut conn, PAST_INDEX_CURSOR).expect("a cursor");
+            let (run, at) = reached.rsplit_once(':').expect("RUN_ID:CURSOR");
+            assert_eq!(run.len(), 40, "a run id: {reached}");
+            drop(store);
+            // Its entries gone, the scan resumed by the same process skips what it had read.
+            let resume = |cursor: String| {
+                crate::store::contract::past::redis_build::forget(&url);
+                let () = ::redis::cmd("HSET")
+                    .arg("{mm}:meta")
+                    .arg(PAST_INDEX_CURSOR)
+                    .arg(cursor)
+                    .query(&mut lease(&url))
+                    .unwrap();
+                let store = open();
+                runtime.block_on(store.build_past(20, None)).unwrap();
+                indexed(&store)
+            };
+            let skipped = resume(reached.clone());
+            assert!(skipped < 150, "{skipped} entries after resuming");
+            // A cursor another process gave means nothing here: the scan starts over.
+            assert_eq!(
+                resume(format!("0123456789abcdef0123456789abcdef01234567:{at}")),
+                150
+            );
         });
     }
 
