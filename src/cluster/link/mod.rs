@@ -311,10 +311,12 @@ impl Link {
         max_message: usize,
         metadata: tonic::metadata::MetadataMap,
     ) {
-        let limit = message_limit(max_message);
+        // Answers are not bounded by the calls' limit (a list of a thousand live matches is
+        // larger than any request): the owner's batches of answers are read whatever their
+        // size, from the node holding the lease.
         let mut grpc = tonic::client::Grpc::new(channel)
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit);
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(message_limit(max_message));
         let served = async {
             grpc.ready()
                 .await
@@ -443,14 +445,16 @@ where
     F: std::future::Future<Output = http::Response<Body>> + Send + 'static,
     E: std::future::Future<Output = ()> + Send + 'static,
 {
-    let limit = message_limit(max_message);
     let service = Accept {
         serve,
         stop: Mutex::new(Some(Box::pin(stop))),
     };
+    // Calls are bounded (a caller's message past `max_message` is refused before it is
+    // forwarded); answers are not, as on the engine's own streams: one larger than a batch
+    // goes in a batch of its own rather than failing the link and every call on it.
     tonic::server::Grpc::new(tonic_prost::ProstCodec::<Answers, Calls>::default())
-        .max_decoding_message_size(limit)
-        .max_encoding_message_size(limit)
+        .max_decoding_message_size(message_limit(max_message))
+        .max_encoding_message_size(usize::MAX)
         .streaming(service, request)
         .await
 }

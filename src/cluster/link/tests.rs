@@ -252,6 +252,37 @@ async fn calls_cross_a_link_with_their_headers_and_come_back_with_head_message_a
     assert!(!link.is_broken());
 }
 
+#[tokio::test]
+async fn an_answer_larger_than_a_calls_limit_comes_back_whole_and_the_link_goes_on() {
+    // The far end answers with as many MiB as the call's first byte says.
+    let here = tokio::runtime::Handle::current();
+    let (addr, _closing) = serve_link(&here, |request: http::Request<Body>| async move {
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        let size = usize::from(body[0]) << 20;
+        http::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(Body::new(http_body_util::Full::new(Bytes::from(
+                vec![7u8; size + 1],
+            ))))
+            .unwrap()
+    })
+    .await;
+    let link = Link::open(channel(&addr), 1 << 20, Default::default());
+    let parts = request("/matchmaker.v1.AdminService/ListLiveMatches", "Bearer a");
+    let calls = [5u8, 0, 3].map(|mib| {
+        let (link, parts) = (link.clone(), parts.clone());
+        async move { link.call(&parts, Bytes::from(vec![mib])).await }
+    });
+    let answers = join_all(calls.into_iter()).await;
+    for (mib, answer) in [5usize, 0, 3].into_iter().zip(answers) {
+        let (_, body, _) = read(answer.expect("answered")).await;
+        assert_eq!(body.len(), (mib << 20) + 1);
+    }
+    assert!(!link.is_broken());
+    let (_, body, _) = read(link.call(&parts, Bytes::from(vec![0u8])).await.unwrap()).await;
+    assert_eq!(body.len(), 1, "the link still carries calls");
+}
+
 /// Runs every future to its end, concurrently.
 async fn join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
