@@ -42,6 +42,9 @@ pub const SECTIONS: &[&str] = &[
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
+/// The largest request limit, buffer or queue size the config takes (2^30).
+pub const MAX_BUFFER: usize = 1 << 30;
+
 /// A configuration problem, always naming the key and the rule it broke.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -475,8 +478,13 @@ impl Config {
             ),
             ("store.journal_buffer", self.store.journal_buffer),
         ] {
-            if value == 0 {
-                return Err(ConfigError::invalid(key, "must be at least 1"));
+            // Above the bound a channel or semaphore of that size panics (tokio allows about
+            // 2^61 permits) or tries to allocate it; nothing sensible needs more.
+            if !(1..=MAX_BUFFER).contains(&value) {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("must be in 1..={MAX_BUFFER} (got {value})"),
+                ));
             }
         }
         for (i, origin) in s.grpc_web_origins.iter().enumerate() {

@@ -357,6 +357,20 @@ async fn a_server_reports_and_cancels_only_its_own_matches() {
         .into_inner();
     assert!(!ack.duplicate);
     assert_eq!(ack.changes.len(), 2);
+    // Once reported, the stored acknowledgement (every player's ratings) goes to the match's
+    // own server only.
+    let e = game_server
+        .report_match_result(report(&gs2))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    let again = game_server
+        .report_match_result(report(&gs1))
+        .await
+        .expect("the assigned server reports again")
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(again.changes, ack.changes);
 }
 
 #[tokio::test]

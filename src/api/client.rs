@@ -138,9 +138,15 @@ impl ClientService for Client {
                 .into());
             }
             convert::id("party_id", &req.party_id)?;
+            // Touched only for its leader (or an admin): anyone else is refused below.
             let roster = self.state.party_roster(
                 &crate::ids::PartyId::new(req.party_id.as_str()),
                 crate::state::unix_now(),
+                |r| {
+                    identity
+                        .may_enter(std::slice::from_ref(&r.leader), Some(&r.leader))
+                        .is_ok()
+                },
             )?;
             let mut ids = vec![roster.leader.to_string()];
             ids.extend(

@@ -76,10 +76,19 @@ impl GameServerService for GameServer {
         let req = request.into_inner();
         convert::id("match_id", &req.match_id)?;
         let match_id = MatchId::new(req.match_id.as_str());
-        // A match no longer live (already reported) answers its stored acknowledgement, which
-        // changes nothing; a live one may be reported only by the server it is assigned to.
-        if let Ok(slot) = self.state.match_slot(&match_id) {
-            identity.may_serve_as(&slot.assignment().server_address, "report this match")?;
+        // A live match may be reported only by the server it is assigned to; one no longer
+        // live (already reported) answers its stored acknowledgement, which changes nothing
+        // but names every player's ratings: to its own server only, while the match history
+        // still says which that was.
+        match self.state.match_slot(&match_id) {
+            Ok(slot) => {
+                identity.may_serve_as(&slot.assignment().server_address, "report this match")?;
+            }
+            Err(_) => {
+                if let Some(record) = self.state.store().match_record(&match_id).await? {
+                    identity.may_serve_as(&record.server_address, "report this match")?;
+                }
+            }
         }
         let performance: BTreeMap<String, f64> = req.performance.into_iter().collect();
         let ledger = self.ledger.clone();

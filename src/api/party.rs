@@ -102,10 +102,13 @@ impl PartyService for Parties {
         let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         convert::id("party_id", &req.party_id)?;
-        let roster = self
-            .state
-            .party_roster(&PartyId::new(req.party_id.as_str()), unix_now())?;
-        identity.may_act_for(&roster.members, "read this party")?;
+        let may = |members: &[PlayerId]| identity.may_act_for(members, "read this party");
+        let roster =
+            self.state
+                .party_roster(&PartyId::new(req.party_id.as_str()), unix_now(), |r| {
+                    may(&r.members).is_ok()
+                })?;
+        may(&roster.members)?;
         Ok(Response::new(party(&roster)))
     }
 }

@@ -257,3 +257,22 @@ fn a_missing_config_file_is_an_error() {
         "{e}"
     );
 }
+
+#[test]
+fn buffers_and_request_limits_are_bounded_both_ways() {
+    for key in [
+        "max_concurrent_requests",
+        "stream_buffer",
+        "max_concurrent_requests_per_connection",
+    ] {
+        let zero = rule_of(&format!("[server]\n{key} = 0\n"));
+        assert!(zero.contains(&format!("server.{key}")), "{zero}");
+        // Past what a tokio channel or semaphore takes: refused before anything binds.
+        let huge = rule_of(&format!("[server]\n{key} = {}\n", u64::MAX / 2));
+        assert!(
+            huge.contains(&format!("server.{key}")) && huge.contains("1073741824"),
+            "{huge}"
+        );
+    }
+    assert!(Config::from_toml_str(&format!("[server]\nstream_buffer = {MAX_BUFFER}\n")).is_ok());
+}

@@ -253,10 +253,24 @@ impl State {
         }
     }
 
-    /// `GetParty` (and `EnterQueue` by party id): the party, touched.
-    pub fn party_roster(&self, id: &PartyId, now: f64) -> Result<PartyRoster, PartyError> {
+    /// `GetParty` (and `EnterQueue` by party id): the party, touched if `may` allows the
+    /// caller to use it (a refused call changes nothing: it does not keep the party from
+    /// expiring).
+    pub fn party_roster(
+        &self,
+        id: &PartyId,
+        now: f64,
+        may: impl FnOnce(&PartyRoster) -> bool,
+    ) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
-        Ok(self.live_party(&mut rosters, id, now)?.clone())
+        let active = rosters.by_id.get(id).map(|r| r.active_unix);
+        let roster = self.live_party(&mut rosters, id, now)?;
+        if !may(roster)
+            && let Some(active) = active
+        {
+            roster.active_unix = active;
+        }
+        Ok(roster.clone())
     }
 
     /// Ends parties idle past `[parties] idle_expiry_seconds` at `now` (a party with a member
@@ -347,7 +361,7 @@ mod tests {
         }
         let last = s.leave_party(&p.party_id, &d, 110.0).unwrap();
         assert!(last.members.is_empty());
-        let gone = s.party_roster(&p.party_id, 111.0).unwrap_err();
+        let gone = s.party_roster(&p.party_id, 111.0, |_| true).unwrap_err();
         assert!(matches!(
             gone,
             PartyError::Rejected(Rejection::NotFound { .. })
@@ -363,10 +377,14 @@ mod tests {
         let s = state("[parties]\nidle_expiry_seconds = 60\n");
         let a: PlayerId = "a".into();
         let p = s.create_party(&a, 0.0).unwrap();
-        s.party_roster(&p.party_id, 50.0).expect("touched at 50");
+        s.party_roster(&p.party_id, 50.0, |_| true)
+            .expect("touched at 50");
+        // A caller refused the party (not a member) reads it without touching it.
+        s.party_roster(&p.party_id, 105.0, |_| false)
+            .expect("still there at 105");
         assert_eq!(s.expire_parties(100.0).unwrap(), 0, "idle for 50 s only");
         assert_eq!(s.expire_parties(111.0).unwrap(), 1);
-        assert!(s.party_roster(&p.party_id, 112.0).is_err());
+        assert!(s.party_roster(&p.party_id, 112.0, |_| true).is_err());
         s.create_party(&a, 113.0)
             .expect("a is in no party any more");
     }
