@@ -344,12 +344,19 @@ impl Ledger {
         let this = self.clone();
         tokio::spawn(async move {
             let _alone = this.snapshotting.lock().await;
-            let _gate = this.gate.read().await;
+            // The horizon and the calibrations are read together, with no result between
+            // journal and memory (results hold the gate's read side from one to the other): a
+            // calibration is an estimate folded result by result, not an absolute record, so
+            // one already counting a result past the horizon would count it again when the
+            // journal is replayed after a crash. Then the read side, for the players.
+            let exclusive = this.gate.write().await;
             let horizon = this.committer.horizon();
+            let calibrations = this.state.calibrations_now();
+            let _gate = exclusive.downgrade();
             let state = this.state.clone();
             let started = std::time::Instant::now();
             let (n, bytes) = tokio::task::spawn_blocking(move || {
-                let n = state.snapshot(horizon)?;
+                let n = state.snapshot(horizon, &calibrations)?;
                 // Marks of matches that ended without a result go with the snapshot, so that
                 // a long-running server's store does not keep one for every such match.
                 if let Err(e) = state.compact_stored_matches() {
@@ -512,6 +519,24 @@ mode = "periodic"
     fn rank_points(ledger: &Ledger, pool: &str) -> crate::ranking::RankPoints {
         let record = ledger.state.player(&PlayerId::new("a"), pool).1.unwrap();
         record.rank_points
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_reads_its_horizon_with_no_result_between_journal_and_memory() {
+        let (ledger, _memory) = ledger_with_ended_periods(&["1v1"]);
+        // A result in flight: journaled, not applied yet (it holds the gate's read side).
+        let in_flight = ledger.gate.clone().read_owned().await;
+        let snapshot = tokio::spawn({
+            let ledger = ledger.clone();
+            async move { ledger.snapshot().await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(
+            !snapshot.is_finished(),
+            "the snapshot waits for the result to be applied"
+        );
+        drop(in_flight);
+        assert_eq!(snapshot.await.unwrap().unwrap(), 1, "a's record");
     }
 
     #[tokio::test]

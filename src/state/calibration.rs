@@ -3,10 +3,10 @@
 //! every snapshot and brought back at start-up (the snapshot's value, then the observations of
 //! the journal entries replayed after it).
 //!
-//! The state is a statistical estimate, not a record: a result applied while a snapshot was
-//! being written is in that snapshot's value and, after a crash, is replayed from the journal
-//! too, so it may count twice; one result among the thousands the map is fitted on moves its
-//! slope by far less than the slope's own uncertainty.
+//! The state is a statistical estimate folded result by result, not an absolute record, so a
+//! snapshot writes the value it read together with its journal horizon (no result between
+//! journal and memory then): the results replayed after a crash are exactly those it does not
+//! count yet.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -35,6 +35,9 @@ pub(super) fn load(
         })
         .collect())
 }
+
+/// Each calibrating pool's calibration at one moment.
+pub struct Calibrations(Vec<(String, Calibration)>);
 
 impl State {
     /// The pool's calibration, when the pool calibrates.
@@ -66,18 +69,24 @@ impl State {
         *state = state.observe(observation, system.calibration());
     }
 
-    /// Writes every calibrating pool's state (part of a snapshot).
-    pub(super) fn persist_calibrations(&self) -> Result<(), StoreError> {
-        if self.inner.calibrations.is_empty() {
+    /// Every calibrating pool's state now, for a snapshot to write.
+    pub fn calibrations_now(&self) -> Calibrations {
+        Calibrations(
+            self.inner
+                .calibrations
+                .iter()
+                .map(|(pool, c)| (pool.clone(), *c.lock().unwrap_or_else(|p| p.into_inner())))
+                .collect(),
+        )
+    }
+
+    /// Writes the calibrations a snapshot read (see [`State::calibrations_now`]).
+    pub(super) fn persist_calibrations(&self, states: &Calibrations) -> Result<(), StoreError> {
+        if states.0.is_empty() {
             return Ok(());
         }
-        let states: Vec<(&str, Calibration)> = self
-            .inner
-            .calibrations
-            .iter()
-            .map(|(pool, c)| (pool.as_str(), *c.lock().unwrap_or_else(|p| p.into_inner())))
-            .collect();
-        let refs: Vec<(&str, &Calibration)> = states.iter().map(|(p, c)| (*p, c)).collect();
+        let refs: Vec<(&str, &Calibration)> =
+            states.0.iter().map(|(p, c)| (p.as_str(), c)).collect();
         self.inner.store.put_calibrations(&refs)
     }
 }
@@ -135,7 +144,7 @@ mod tests {
         let learnt = state.calibration("1v1").unwrap();
         assert_eq!(learnt.results, 200);
         assert!(learnt.slope > 2.0, "{learnt:?}");
-        state.snapshot(0).unwrap();
+        state.snapshot(0, &state.calibrations_now()).unwrap();
 
         let again = State::load(config.clone(), store.clone()).unwrap();
         assert_eq!(again.calibration("1v1"), Some(learnt));

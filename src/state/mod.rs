@@ -40,6 +40,7 @@ use crate::store::{Store, StoreError};
 pub use admin::{
     EntryWithEvents, MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome,
 };
+pub use calibration::Calibrations;
 pub use events::{Kept, Taken, match_event, period_close_events, result_events};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};

@@ -340,8 +340,13 @@ impl State {
     /// Players are written in batches of `SNAPSHOT_BATCH` (10,000) so a million players never sit in
     /// memory twice. A crash between batches is harmless: the snapshot mark is not moved, so
     /// start-up replays the journal from the previous mark, and its entries are absolute records,
-    /// so every player ends on its latest record whichever batches landed.
-    pub fn snapshot(&self, horizon: u64) -> Result<usize, StoreError> {
+    /// so every player ends on its latest record whichever batches landed. The calibrations
+    /// are not absolute: they are the ones read with `horizon` ([`State::calibrations_now`]).
+    pub fn snapshot(
+        &self,
+        horizon: u64,
+        calibrations: &super::calibration::Calibrations,
+    ) -> Result<usize, StoreError> {
         let slots: Vec<Arc<PlayerSlot>> = self
             .inner
             .players
@@ -373,7 +378,7 @@ impl State {
                 .map(|(k, v)| (k.as_str(), v))
                 .collect::<Vec<_>>(),
         )?;
-        self.persist_calibrations()?;
+        self.persist_calibrations(calibrations)?;
         self.persist_rosters()?;
         self.inner.store.finish_snapshot(horizon)?;
         Ok(written)

@@ -140,7 +140,10 @@ impl State {
         player: &PlayerId,
         marker: &PlayerId,
     ) -> Result<bool, StoreError> {
-        let created = || self.inner.bans.contains_key(player) || self.in_a_party(player);
+        // The parties are looked at before the player's record is held: their lock comes
+        // first wherever both are held (`party_busy` holds it while it locks members).
+        let in_a_party = self.in_a_party(player);
+        let created = || in_a_party || self.inner.bans.contains_key(player);
         match self.slot_if_known(player) {
             Some(slot) => {
                 let guard = slot.lock();
@@ -226,7 +229,7 @@ mod tests {
         assert_eq!(stored.len(), 1, "in the store as in memory");
         assert_eq!(stored[0].1[&queue.pool].skill, fresh);
 
-        state.snapshot(1).unwrap();
+        state.snapshot(1, &state.calibrations_now()).unwrap();
         let players: Vec<PlayerId> = crate::store::Storage::load_players(memory.as_ref())
             .unwrap()
             .map(|player| player.unwrap().0)
