@@ -283,15 +283,32 @@ impl State {
             unix_now(),
             "",
         )]);
+        // The tickets learn their server with it, once the match is durable
+        // (`deliver_when_durable`).
+        Allocation::Placed(placement)
+    }
+
+    /// Tells a placed match's tickets their server: their last update, sent once the match is
+    /// durable, so a player never goes to a server that a crash kept from getting the match. A
+    /// ticket that is no longer in the match (put back in its queue meanwhile) is left alone.
+    fn publish_placed(&self, allocated: &Arc<Assignment>) {
+        let Ok(m) = self.match_slot(&allocated.match_id) else {
+            return;
+        };
         for id in m.tickets() {
             if let Ok(ticket) = self.ticket(&id) {
                 let mut view = ticket.view();
                 view.assignment = Some(allocated.clone());
                 view.ready = None;
-                ticket.publish(view);
+                ticket.publish_over(view, |now| {
+                    now.state == TicketState::Matched
+                        && now
+                            .assignment
+                            .as_ref()
+                            .is_some_and(|a| a.match_id == allocated.match_id)
+                });
             }
         }
-        Allocation::Placed(placement)
     }
 
     /// Hands this tick's placements to their servers once everything written so far (their
@@ -332,6 +349,7 @@ impl State {
                 crate::telemetry::store_error("persist_matches");
             }
             for p in placements {
+                state.publish_placed(&p.assignment);
                 p.deliver();
             }
         });
@@ -530,5 +548,38 @@ impl State {
                 },
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TicketId;
+
+    #[tokio::test]
+    async fn a_ticket_learns_its_server_only_once_its_match_is_durable() {
+        let state = crate::state::test_util::state();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
+        let (_matches, _again) = state.register_server("gs-1:7777".into(), String::new(), 0);
+        let Allocation::Placed(placement) = state.try_allocate(&m) else {
+            panic!("a server has room");
+        };
+        let ticket = state.ticket(&TicketId::new("t-a")).unwrap();
+        let view = ticket.view();
+        assert!(
+            !view.is_final() && view.assignment.unwrap().server_address.is_empty(),
+            "no server before the match is written"
+        );
+        state.deliver_when_durable(vec![placement], &tokio::runtime::Handle::current());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !ticket.view().is_final() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never told its server"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let told = ticket.view().assignment.unwrap();
+        assert_eq!(told.server_address, "gs-1:7777");
     }
 }

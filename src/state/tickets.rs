@@ -150,8 +150,14 @@ impl TicketSlot {
 
     /// Replaces the view; a final view is never replaced by a non-final one.
     pub fn publish(&self, next: TicketView) {
+        self.publish_over(next, |_| true);
+    }
+
+    /// [`TicketSlot::publish`], if the current view is one `replaces` accepts (checked under
+    /// the same lock).
+    pub fn publish_over(&self, next: TicketView, replaces: impl FnOnce(&TicketView) -> bool) {
         let mut cell = self.cell();
-        if cell.current.is_final() || cell.current == next {
+        if cell.current.is_final() || cell.current == next || !replaces(&cell.current) {
             return;
         }
         if let Some(watchers) = &cell.watchers {
