@@ -136,6 +136,7 @@ pub fn compute(
         &before.parties,
         &before.players,
         &input,
+        &void,
         now_unix,
     )?;
     let records = m

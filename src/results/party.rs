@@ -13,6 +13,7 @@ use super::{ResultInput, player_inputs, since};
 /// `before[k]` is the record of `parties[k]` (`None`: new to the pool, so it starts from its
 /// members' skills); `records` are the players' records before the match (same shape as
 /// `teams`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn rate_parties(
     system: &SystemConfig,
     teams: &[Vec<PlayerId>],
@@ -20,6 +21,7 @@ pub(super) fn rate_parties(
     before: &[Option<PartyRecord>],
     records: &[Vec<PoolRecord>],
     input: &ResultInput,
+    void: &[PlayerId],
     now_unix: f64,
 ) -> Result<Vec<(String, PartyRecord)>, Rejection> {
     if parties.is_empty() {
@@ -36,6 +38,9 @@ pub(super) fn rate_parties(
         };
         if members.iter().any(|p| input.abandoned.contains(p)) {
             continue; // a party that broke up mid-match says nothing about the party
+        }
+        if members.iter().any(|p| void.contains(p)) {
+            continue; // its opponents all quit: void for it, as for its members
         }
         let indices: Vec<usize> = members
             .iter()

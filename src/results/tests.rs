@@ -447,6 +447,16 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
     };
     let e = compute(&system, &NoRanking, &facts, &bad, &before, 0.0).unwrap_err();
     assert!(e.to_string().starts_with("abandoned_player_ids[0]"), "{e}");
+    // Both opponents quit: void for the party as for its members, whose records do not move.
+    let void = Report {
+        placements: &[1, 2],
+        abandoned: &["c".to_string(), "d".to_string()],
+        ..report
+    };
+    let facts = MatchFacts { left: &[], ..facts };
+    let out = compute(&system, &NoRanking, &facts, &void, &before, 0.0).unwrap();
+    assert_eq!(out.void.len(), 2, "{:?}", out.void);
+    assert!(out.parties.is_empty(), "the party's rating moved: {:?}", out.parties);
 }
 
 /// Scores reach the rating system (a margin option changes the result), are validated naming
