@@ -374,30 +374,35 @@ pub fn rate_players(
         .map_err(|e| Rejection::invalid("result", e.to_string()))?;
 
     // Abandoners are rated as if their team had placed last, from placements alone (the
-    // scores of a match someone left say nothing about the margin).
-    let abandoned_placements = (!input.abandoned.is_empty()).then(|| {
-        let last = input.placements.iter().copied().max().unwrap_or(1) + 1;
-        teams
-            .iter()
-            .zip(&input.placements)
-            .map(|(team, &p)| {
-                if team.iter().any(|id| input.abandoned.contains(id)) {
-                    last
-                } else {
-                    p
-                }
-            })
-            .collect::<Vec<u32>>()
-    });
-    let abandoned_as_last = abandoned_placements
-        .as_ref()
-        .map(|placements| {
-            system.rate(&MatchInput {
-                teams: &inputs,
-                placements,
+    // scores of a match someone left say nothing about the margin): each team with an
+    // abandoner in a run of its own, where it alone is moved to last, so two teams that both
+    // lost a player are each rated a loss against the others, not a draw with each other.
+    let last = input.placements.iter().copied().max().unwrap_or(1) + 1;
+    let quit_placements: Vec<Option<Vec<u32>>> = teams
+        .iter()
+        .enumerate()
+        .map(|(t, team)| {
+            team.iter().any(|id| input.abandoned.contains(id)).then(|| {
+                let mut placements = input.placements.clone();
+                placements[t] = last;
+                placements
             })
         })
-        .transpose()
+        .collect();
+    let abandoned_as_last: Vec<Option<Vec<Vec<Skill>>>> = quit_placements
+        .iter()
+        .map(|placements| {
+            placements
+                .as_ref()
+                .map(|placements| {
+                    system.rate(&MatchInput {
+                        teams: &inputs,
+                        placements,
+                    })
+                })
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
         .map_err(|e| Rejection::invalid("abandoned_player_ids", e.to_string()))?;
     // Periodic Glicko: each player's results of this match, kept until the period ends.
     let period_results = match current_period {
@@ -413,10 +418,10 @@ pub fn rate_players(
                     )
                     .map_err(|e| Rejection::invalid("result", e.to_string()))
             };
-            let quit = abandoned_placements
-                .as_deref()
-                .map(|p| results(p, &[]))
-                .transpose()?;
+            let quit = quit_placements
+                .iter()
+                .map(|p| p.as_deref().map(|p| results(p, &[])).transpose())
+                .collect::<Result<Vec<_>, _>>()?;
             Some((results(&input.placements, &input.team_scores)?, quit))
         }
         None => None,
@@ -443,7 +448,9 @@ pub fn rate_players(
             let prev = &before[t][i];
             // `None`: void for this player (an opponent team quit entirely), nothing moves.
             let (outcome, skill) = if input.abandoned.contains(id) {
-                let s = abandoned_as_last.as_ref().map_or(rated[t][i], |r| r[t][i]);
+                let s = abandoned_as_last[t]
+                    .as_ref()
+                    .map_or(rated[t][i], |r| r[t][i]);
                 (Some(Outcome::Loss), s)
             } else if void.contains(id) {
                 (None, prev.skill)
@@ -463,7 +470,7 @@ pub fn rate_players(
             if let (Some(index), Some((results, quit)), false) =
                 (current_period, &period_results, outcome.is_none())
             {
-                let mine = match quit {
+                let mine = match &quit[t] {
                     Some(q) if input.abandoned.contains(id) => &q[t][i],
                     _ => &results[t][i],
                 };

@@ -456,7 +456,45 @@ fn compute_rates_leavers_as_abandons_and_a_new_party_from_its_members() {
     let facts = MatchFacts { left: &[], ..facts };
     let out = compute(&system, &NoRanking, &facts, &void, &before, 0.0).unwrap();
     assert_eq!(out.void.len(), 2, "{:?}", out.void);
-    assert!(out.parties.is_empty(), "the party's rating moved: {:?}", out.parties);
+    assert!(
+        out.parties.is_empty(),
+        "the party's rating moved: {:?}",
+        out.parties
+    );
+}
+
+/// Abandoners on two teams each take a loss against the other team's reported place, not a
+/// draw with each other.
+#[test]
+fn abandoners_on_two_teams_each_lose() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a"], &["b"]]);
+    let before = Before {
+        players: vec![vec![record(1500.0, 100.0)], vec![record(1500.0, 100.0)]],
+        parties: vec![],
+    };
+    let none = BTreeMap::new();
+    let facts = MatchFacts {
+        queue: "1v1",
+        teams: &teams,
+        parties: &[],
+        left: &[],
+    };
+    let both = ["a".to_string(), "b".to_string()];
+    let report = Report {
+        placements: &[1, 2],
+        performance: &none,
+        abandoned: &both,
+        team_scores: &[],
+    };
+    let out = compute(&system, &NoRanking, &facts, &report, &before, 0.0).unwrap();
+    for (player, record) in &out.records {
+        assert!(
+            record.skill.mean < 1500.0,
+            "{player} did not lose: {record:?}"
+        );
+        assert_eq!(record.wins, 0);
+    }
 }
 
 /// Scores reach the rating system (a margin option changes the result), are validated naming

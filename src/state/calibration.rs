@@ -80,14 +80,16 @@ impl State {
         )
     }
 
-    /// Writes the calibrations a snapshot read (see [`State::calibrations_now`]).
-    pub(super) fn persist_calibrations(&self, states: &Calibrations) -> Result<(), StoreError> {
-        if states.0.is_empty() {
-            return Ok(());
-        }
+    /// Marks a snapshot up to `horizon` with the calibrations it read with it (see
+    /// [`State::calibrations_now`]), in one atomic step.
+    pub(super) fn finish_snapshot(
+        &self,
+        horizon: u64,
+        states: &Calibrations,
+    ) -> Result<(), StoreError> {
         let refs: Vec<(&str, &Calibration)> =
             states.0.iter().map(|(p, c)| (p.as_str(), c)).collect();
-        self.inner.store.put_calibrations(&refs)
+        self.inner.store.finish_snapshot_with(horizon, &refs)
     }
 }
 

@@ -378,9 +378,8 @@ impl State {
                 .map(|(k, v)| (k.as_str(), v))
                 .collect::<Vec<_>>(),
         )?;
-        self.persist_calibrations(calibrations)?;
         self.persist_rosters()?;
-        self.inner.store.finish_snapshot(horizon)?;
+        self.finish_snapshot(horizon, calibrations)?;
         Ok(written)
     }
 

@@ -279,9 +279,8 @@ fn pool_calibrations_survive_a_reopen_and_the_latest_wins(reopen: Reopen<'_>) {
         store
             .put_calibrations(&[("1v1", &first), ("5v5", &first)])
             .unwrap();
-        store.put_calibrations(&[("1v1", &later)]).unwrap();
-        // A snapshot's trim of the journal leaves them alone.
-        store.finish_snapshot(0).unwrap();
+        // A snapshot's mark writes the later one with it, and its trim leaves them alone.
+        store.finish_snapshot_with(0, &[("1v1", &later)]).unwrap();
         store.flush().unwrap();
     }
     let store = reopen();

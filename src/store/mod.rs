@@ -186,6 +186,19 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// Records that the players' records now include every journal entry up to `seq`, makes
     /// that durable, then trims those entries (their acknowledgements and season writes stay).
     fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError>;
+    /// [`Storage::finish_snapshot`], with the pools' calibrations as of `seq` written in the
+    /// same atomic step as the mark: a calibration is folded result by result, so one that
+    /// already counted the entries up to `seq` while the mark still named an earlier one
+    /// would count them again when they are replayed. Backends that cannot crash may write
+    /// them one after the other.
+    fn finish_snapshot_with(
+        &self,
+        seq: u64,
+        calibrations: &[(&str, &Calibration)],
+    ) -> Result<(), StoreError> {
+        self.put_calibrations(calibrations)?;
+        self.finish_snapshot(seq)
+    }
     /// The acknowledgement journaled for a match, if its result was ever applied.
     fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError>;
 

@@ -272,7 +272,24 @@ impl Storage for SledStore {
     /// Records that the players tree now includes every journal entry up to `seq`, flushes, and
     /// trims those entries from the journal (their idempotency index stays).
     fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
-        self.meta.insert(SNAPSHOT_SEQ, &seq.to_be_bytes())?;
+        self.finish_snapshot_with(seq, &[])
+    }
+
+    fn finish_snapshot_with(
+        &self,
+        seq: u64,
+        calibrations: &[(&str, &Calibration)],
+    ) -> Result<(), StoreError> {
+        // One batch: the mark and the calibrations it goes with are durable together.
+        let mut marked = sled::Batch::default();
+        for (pool, state) in calibrations {
+            marked.insert(
+                format!("{CALIBRATION_PREFIX}{pool}").as_bytes(),
+                encode(state)?,
+            );
+        }
+        marked.insert(SNAPSHOT_SEQ, &seq.to_be_bytes());
+        self.meta.apply_batch(marked)?;
         Storage::flush(self)?;
         let mut batch = sled::Batch::default();
         for item in self.journal.range(journal_key(0)..=journal_key(seq)) {

@@ -461,14 +461,28 @@ impl Storage for RedisStore {
     }
 
     fn finish_snapshot(&self, seq: u64) -> Result<(), StoreError> {
+        self.finish_snapshot_with(seq, &[])
+    }
+
+    fn finish_snapshot_with(
+        &self,
+        seq: u64,
+        calibrations: &[(&str, &Calibration)],
+    ) -> Result<(), StoreError> {
         self.check_fence()?;
         {
             let _order = self.write_order();
-            let mut batch = vec![Op::Set(
+            // One batch, so one script: the calibrations land with the mark.
+            let mut batch = calibrations
+                .iter()
+                .map(|(pool, c)| Ok(Op::Set(Hash::Calibrations, (*pool).to_string(), json(c)?)))
+                .collect::<Result<Vec<_>, StoreError>>()?;
+            self.mirror.put_calibrations(calibrations)?;
+            batch.push(Op::Set(
                 Hash::Meta,
                 "snapshot_seq".into(),
                 seq.to_string().into(),
-            )];
+            ));
             batch.extend(
                 self.mirror
                     .data()
