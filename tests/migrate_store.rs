@@ -662,3 +662,28 @@ async fn a_migration_run_again_after_a_cluster_played_on_its_redis_is_refused_an
         777
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_without_a_store_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    // A mistyped path, and an empty directory (a volume that was not mounted).
+    let missing = dir.path().join("dta");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for data in [&missing, &empty] {
+        let out = migrate_command(data, &redis.url()).output().unwrap();
+        assert!(!out.status.success(), "{data:?} was migrated");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--from-data-dir") && stderr.contains("no matchmaker store"),
+            "{stderr}"
+        );
+    }
+    assert!(!missing.exists(), "no store was created there");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    assert!(
+        keyspace(&redis.url()).is_empty(),
+        "nothing written to Redis"
+    );
+}

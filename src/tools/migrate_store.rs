@@ -255,6 +255,18 @@ pub async fn migrate(
     };
     let config = crate::config::Config::from_toml_str("")
         .map_err(|e| redis_error(format!("default config: {e}")))?;
+    // Opening a store creates one where there is none: a mistyped or unmounted directory
+    // would migrate nothing and call it verified.
+    if !from.join("db").is_file() {
+        return Err(crate::rejection::FieldError::new(
+            "--from-data-dir",
+            format!(
+                "{} holds no matchmaker store (no db file): name the data directory the server ran on",
+                from.display()
+            ),
+        )
+        .into());
+    }
     let source = crate::store::open(from, &config.store)?;
     let options = RedisOptions {
         tls: tls.cloned(),
@@ -282,7 +294,10 @@ pub async fn migrate(
         async move {
             loop {
                 tokio::time::sleep(crate::cluster::lease::renew_every(LEASE)).await;
-                if !matches!(lease.renew(&owner).await, Ok(true)) {
+                // A renewal that failed (Redis slow or briefly away) is tried again at the next
+                // turn, four times a lease; only a lease that passed on ends the renewals (the
+                // migration's writes are fenced from then on, and it fails saying so).
+                if matches!(lease.renew(&owner).await, Ok(false)) {
                     return;
                 }
             }
