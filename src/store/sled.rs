@@ -8,6 +8,7 @@
 //! it, never panicked on), and page-cache memory above `cache_capacity` (bounded by config).
 
 mod admin;
+mod blobs;
 mod export;
 mod journal;
 mod past;
@@ -82,6 +83,8 @@ pub struct SledStore {
     /// plans against until its batch is applied (see `records.rs`); taken before the admin
     /// tree's lock.
     history: Arc<std::sync::Mutex<()>>,
+    /// The value files sled keeps apart, synced by each flush (see `blobs.rs`).
+    blobs: Arc<blobs::SyncedBlobs>,
 }
 
 impl SledStore {
@@ -159,6 +162,7 @@ impl SledStore {
         })?;
         let store = Self {
             data_file: Arc::new(data_file),
+            blobs: Arc::default(),
             _lock: Arc::new(lock),
             path,
             db,
@@ -193,10 +197,20 @@ impl SledStore {
     }
 
     fn sync_data_file(&self) -> Result<(), StoreError> {
-        self.data_file.sync_data().map_err(|source| StoreError::Io {
-            path: self.path.join("db"),
-            source,
-        })
+        self.data_file
+            .sync_data()
+            .map_err(|source| StoreError::Io {
+                path: self.path.join("db"),
+                source,
+            })?;
+        self.blobs.sync_new(&self.path).map(|_| ())
+    }
+
+    /// Writes one raw value (tests of what sled does with large values).
+    #[cfg(test)]
+    fn put_raw(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.meta.insert(key, value)?;
+        Ok(())
     }
 }
 
