@@ -287,6 +287,29 @@ fn win(
     }
 }
 
+/// Rounds every player's change to a whole point keeping their sum (rounded): the floors, then
+/// a point more for the largest remainders (Hamilton's method), ties to the earlier player.
+fn round_keeping_total(deltas: &mut [Vec<f64>]) {
+    let total = deltas.iter().flatten().sum::<f64>().round();
+    let mut cells: Vec<(usize, usize, f64)> = deltas
+        .iter()
+        .enumerate()
+        .flat_map(|(t, d)| d.iter().enumerate().map(move |(i, &x)| (t, i, x)))
+        .collect();
+    let floors: f64 = cells.iter().map(|c| c.2.floor()).sum();
+    let mut left = (total - floors).max(0.0) as usize;
+    cells.sort_by(|a, b| {
+        (b.2 - b.2.floor())
+            .total_cmp(&(a.2 - a.2.floor()))
+            .then((a.0, a.1).cmp(&(b.0, b.1)))
+    });
+    for (t, i, x) in cells {
+        let up = left > 0;
+        left = left.saturating_sub(1);
+        deltas[t][i] = x.floor() + if up { 1.0 } else { 0.0 };
+    }
+}
+
 /// Any match: pairwise by placement, K/(n − 1) per pair, then inflation for the outright winners.
 #[must_use]
 pub fn rate_teams(
@@ -309,6 +332,15 @@ pub fn rate_teams_scored(
     let margin = config.margin.is_active() && scores.len() == teams.len();
     let n = teams.len();
     let k = config.k / (n.max(2) - 1) as f64;
+    // With more than two teams each pair's change is a fraction of K: rounded pair by pair,
+    // a large free-for-all would move nobody (K/(n − 1) below ½ point) or always round the
+    // favourite's share down. The pairs add up unrounded; each player's total is rounded.
+    let round_totals = n > 2 && config.round_adjustment;
+    let pair_config = Config {
+        round_adjustment: config.round_adjustment && !round_totals,
+        ..*config
+    };
+    let config = &pair_config;
     let mut deltas: Vec<Vec<f64>> = teams.iter().map(|t| vec![0.0; t.len()]).collect();
     for i in 0..n {
         for j in (i + 1)..n {
@@ -324,6 +356,9 @@ pub fn rate_teams_scored(
                 &mut right[0],
             );
         }
+    }
+    if round_totals {
+        round_keeping_total(&mut deltas);
     }
     let best = placements.iter().copied().min().unwrap_or(0);
     let outright = placements.iter().filter(|&&p| p == best).count() == 1;
@@ -575,5 +610,26 @@ mod tests {
         );
         // Each pair at K/2 = 8 with f = ½: +4 per win.
         assert_eq!(means(&out), vec![vec![1508.0], vec![1500.0], vec![1492.0]]);
+    }
+
+    #[test]
+    fn a_large_rounded_free_for_all_moves_its_players_and_keeps_the_total() {
+        // 40 players at K = 16: each pair is worth K/39 · ½ ≈ 0.2 points, which rounded pair
+        // by pair would be 0; the totals are rounded instead.
+        let c = Config {
+            inflation_per_win: 0.0,
+            ..Config::default()
+        };
+        assert!(c.round_adjustment);
+        let teams: Vec<Vec<PlayerInput>> = (0..40).map(|_| vec![p(1500.0)]).collect();
+        let placements: Vec<u32> = (1..=40).collect();
+        let out = means(&rate_teams(&teams, &placements, &c));
+        assert_eq!(out[0][0], 1508.0, "the winner beat 39 at ≈0.2 each");
+        assert_eq!(out[39][0], 1492.0);
+        assert!(out.iter().flatten().all(|m| m.fract() == 0.0));
+        let total: f64 = out.iter().flatten().map(|m| m - 1500.0).sum();
+        assert_eq!(total, 0.0, "points move, none are made");
+        // In the middle, better places never end lower.
+        assert!(out.windows(2).all(|w| w[0][0] >= w[1][0]), "{out:?}");
     }
 }

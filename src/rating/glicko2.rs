@@ -291,10 +291,12 @@ fn new_volatility(sigma: f64, phi2: f64, v: f64, delta2: f64, tau: f64, eps: f64
     }
 }
 
-/// Steps 3–8 for one player given Σ g²E(1−E) and Σ g(s−E) over the period's results.
+/// Steps 3–8 for one player given Σ g²E(1−E) and Σ g(s−E) over the period's results; `drift`
+/// is step 6 (φ grows by the new volatility), which streaming mode may leave out
+/// (`per_match_drift = false`) and a real rating period always takes.
 #[must_use]
 #[inline]
-fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Internal {
+fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config, drift: bool) -> Internal {
     if v_inv.is_nan() || v_inv <= 1e-12 {
         // No information (no games, or results so lopsided E is exactly 0 or 1): one period of
         // inactivity, as Glickman prescribes for a player who did not compete.
@@ -311,7 +313,7 @@ fn update(p: Internal, v_inv: f64, g_score_sum: f64, config: &Config) -> Interna
         config.convergence_tolerance,
     );
     // φ*² = φ² + σ'² directly: no `hypot` libm call (values are O(1), no overflow risk).
-    let phi_star2 = if config.per_match_drift {
+    let phi_star2 = if drift {
         p.phi * p.phi + sigma * sigma
     } else {
         p.phi * p.phi
@@ -362,12 +364,14 @@ fn rate_1v1_internal(
         ga * ga * ea * (1.0 - ea),
         weight * ga * (score_a - ea),
         config,
+        config.per_match_drift,
     );
     let nb = update(
         b,
         gb * gb * eb * (1.0 - eb),
         weight * gb * ((1.0 - score_a) - eb),
         config,
+        config.per_match_drift,
     );
     (na, nb)
 }
@@ -377,10 +381,22 @@ fn rate_1v1_internal(
 /// (their deviations are not decayed here).
 #[must_use]
 pub fn rate_period(player: &Skill, results: &[PeriodResult], config: &Config) -> Skill {
-    to_skill(rate_period_internal(to_internal(player), results, config))
+    to_skill(rate_period_internal(
+        to_internal(player),
+        results,
+        config,
+        true,
+    ))
 }
 
-fn rate_period_internal(p: Internal, results: &[PeriodResult], config: &Config) -> Internal {
+/// The update from `results`; `drift` as in [`update`]: a real rating period always grows φ,
+/// one match rated as a period in streaming mode only with `per_match_drift`.
+fn rate_period_internal(
+    p: Internal,
+    results: &[PeriodResult],
+    config: &Config,
+    drift: bool,
+) -> Internal {
     let (mut v_inv, mut gs) = (0.0, 0.0);
     for r in results {
         let o = to_internal(&r.opponent);
@@ -389,7 +405,7 @@ fn rate_period_internal(p: Internal, results: &[PeriodResult], config: &Config) 
         v_inv += gj * gj * ej * (1.0 - ej);
         gs += r.weight * gj * (r.score - ej);
     }
-    update(p, v_inv, gs, config)
+    update(p, v_inv, gs, config, drift)
 }
 
 /// [`rate_period`] with validation and `elapsed_seconds` of extra inactivity before the period.
@@ -425,7 +441,7 @@ pub fn rate_period_checked(
         periods(elapsed_seconds, config),
         config,
     );
-    let out = to_skill(rate_period_internal(p, results, config));
+    let out = to_skill(rate_period_internal(p, results, config, true));
     ensure_finite("glicko2", vec![vec![out]]).map(|_| out)
 }
 
@@ -558,7 +574,14 @@ impl RatingSystem for Config {
             .map(|(team, res)| {
                 team.iter()
                     .zip(res)
-                    .map(|(s, r)| to_skill(rate_period_internal(to_internal(s), r, self)))
+                    .map(|(s, r)| {
+                        to_skill(rate_period_internal(
+                            to_internal(s),
+                            r,
+                            self,
+                            self.per_match_drift,
+                        ))
+                    })
                     .collect()
             })
             .collect();
@@ -708,6 +731,18 @@ mod tests {
             .rate_period(&skill(1500.0, 200.0, 0.06), &results, 0.0)
             .unwrap();
         assert_close(out.mean, 1464.06, 0.01);
+        // `per_match_drift` is about streaming: a real period always takes step 6, so the
+        // deviation of a player who plays every period still grows by σ'² before the update.
+        let no_drift = crate::rating::SystemConfig::Glicko2(Config {
+            mode: Mode::Periodic,
+            per_match_drift: false,
+            ..Config::unbounded()
+        });
+        let same = no_drift
+            .rate_period(&skill(1500.0, 200.0, 0.06), &results, 0.0)
+            .unwrap();
+        assert_eq!(same, out);
+        assert_close(same.deviation, 151.52, 0.01);
     }
 
     #[test]
