@@ -300,8 +300,10 @@ impl State {
             .rating
             .decay(&record.skill, 0.0)
             .map_err(|e| Rejection::invalid("rating", e.to_string()))?;
-        // The deviation set is the deviation now: no inactivity before this counts on top.
+        // The deviation set is the deviation now: no inactivity before this counts on top, and
+        // no game of a rating period not closed yet (periodic pools) moves it when it closes.
         record.last_played_unix = Some(super::unix_now() as i64);
+        record.period = None;
         if let Some(rp) = rank_points {
             match queue.config.ranking {
                 RankingKind::None => {

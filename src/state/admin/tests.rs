@@ -471,3 +471,25 @@ fn an_admins_rating_change_is_reported_with_the_record_before_and_after() {
     );
     assert_eq!(detail["rank_points_before"], detail["rank_points_after"]);
 }
+
+#[test]
+fn an_admins_rating_drops_the_games_of_the_open_period() {
+    let state = crate::state::test_util::state_with(PERIODIC_LADDER);
+    let queue = state.queue("queue", "1v1").unwrap();
+    let (a, _) = with_an_upset_pending(&state);
+    assert!(a.period.is_some(), "an upset waits for the period's close");
+    let set = Skill {
+        mean: 1500.0,
+        deviation: 100.0,
+        volatility: 0.06,
+    };
+    let prepared = state
+        .prepare_set_rating(&queue, &PlayerId::new("a"), set, None)
+        .unwrap();
+    let after = record_of(&prepared.entry, "a").unwrap();
+    assert_eq!(after.skill.mean, 1500.0);
+    assert!(
+        after.period.is_none(),
+        "the upset would move the set rating at the close"
+    );
+}
