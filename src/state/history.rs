@@ -252,7 +252,15 @@ impl State {
                     Some(t) => {
                         let mut view = t.view();
                         view.state = TicketState::Matched;
-                        view.assignment = Some(assignment);
+                        // The server only once the ticket's watchers were told it, when the
+                        // match is durable (`publish_placed`).
+                        let told = view
+                            .assignment
+                            .as_ref()
+                            .is_some_and(|a| !a.server_address.is_empty());
+                        if told || m.phase() != super::MatchPhase::Allocated {
+                            view.assignment = Some(assignment);
+                        }
                         (t.id.to_string(), view)
                     }
                     // A match restored after a restart, or its ticket was forgotten.

@@ -570,6 +570,11 @@ mod tests {
             !view.is_final() && view.assignment.unwrap().server_address.is_empty(),
             "no server before the match is written"
         );
+        let polled = state.active_ticket(&PlayerId::new("a"), 0.0).unwrap().1;
+        assert!(
+            polled.assignment.unwrap().server_address.is_empty(),
+            "nor to a poll"
+        );
         state.deliver_when_durable(vec![placement], &tokio::runtime::Handle::current());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while !ticket.view().is_final() {
@@ -581,5 +586,7 @@ mod tests {
         }
         let told = ticket.view().assignment.unwrap();
         assert_eq!(told.server_address, "gs-1:7777");
+        let polled = state.active_ticket(&PlayerId::new("a"), 0.0).unwrap().1;
+        assert_eq!(polled.assignment.unwrap().server_address, "gs-1:7777");
     }
 }
