@@ -4,12 +4,12 @@
 //! Per tick: sort the waiting tickets by rating (O(n log n)) and keep the unmatched ones in a
 //! doubly linked list over that order. Then take anchors oldest first (starving tickets by exact
 //! wait, the rest by expansion stage, see `anchor_order`); for each unmatched anchor
-//! look at its unmatched neighbours (up to `P − 1` players either side, `P` = players per
-//! match) and form every window that contains the anchor, takes whole tickets and holds exactly
-//! `P` players. Windows that every member's skill window accepts and that share a region are
-//! tried tightest first (at most [`TRIES`]): split into teams ([`super::balance`]), scored by the
-//! injected model, accepted if the underdog quality reaches every member's floor. The accepted
-//! match leaves the list in O(1). Total O(n log n + n · P²).
+//! look at its unmatched neighbours that share a region with it (up to `P − 1` players either
+//! side, `P` = players per match) and form every window that contains the anchor, takes whole
+//! tickets and holds exactly `P` players. Windows that every member's skill window accepts and
+//! that share a region are tried tightest first (at most [`TRIES`]): split into teams
+//! ([`super::balance`]), scored by the injected model, accepted if the underdog quality reaches
+//! every member's floor. The accepted match leaves the list in O(1). Total O(n log n + n · P²).
 //!
 //! Why this and not a global assignment: with anchors taken oldest first, the longest-waiting
 //! ticket always gets the best match around it before younger tickets can take its neighbours,
@@ -23,6 +23,11 @@
 //! scan, unbounded for a starving anchor), every window must satisfy the match-scope rules as a
 //! whole, and the teams of a split the team-scope ones. A starving anchor whose windows all fail
 //! gathers rule-compatible tickets nearest first (as for roles). Rules are never lifted.
+//!
+//! Regions: tickets of other regions are skipped like tickets a rule keeps apart (within the
+//! bounded scan for a fresh anchor), so players of two regions interleaved in rating still
+//! match within their own. An anchor reaching several regions whose windows all mix them then
+//! tries region by region.
 //!
 //! Starvation: a window containing a ticket past `max_wait_seconds` ignores skill windows and
 //! quality floors (regions, roles and parties still hold). A starving anchor whose nearest
@@ -42,7 +47,7 @@ pub const TRIES: usize = 3;
 const NONE: usize = usize::MAX;
 
 /// Neighbours a fresh anchor looks past (per side, in players per match) for ones that satisfy
-/// the rules with it; a starving anchor looks as far as it takes.
+/// the rules and share a region with it; a starving anchor looks as far as it takes.
 const RULE_SCAN: u32 = 8;
 
 /// What every window evaluation needs, bundled.
@@ -100,34 +105,42 @@ pub(crate) fn select(
     };
     let parties = cands.iter().any(|c| c.size > 1);
     let ruled = rules.active();
+    let regional = !config.regions.is_empty();
     for &anchor in &age {
-        if matched[anchor] {
+        if matched[anchor] || cands[anchor].regions == 0 {
             continue;
         }
-        // First the nearest neighbours whatever their regions. A starving anchor whose windows
-        // all fail then tries, region by region, the nearest neighbours accepting that region,
-        // however far in rating: otherwise a starving ticket surrounded by tickets of other
-        // regions would wait while enough tickets of its own region wait further away (the
-        // starvation guard; `properties.rs` checks it). Walking past the others costs O(n) for
-        // such an anchor only, and starving anchors are few.
-        let retry = cands[anchor].lim.starving && !config.regions.is_empty();
-        let passes = if retry {
+        let anchor_starving = cands[anchor].lim.starving;
+        // First the nearest neighbours sharing a region with the anchor. For an anchor that
+        // reaches one region (or a queue without regions) that is the whole story. An anchor
+        // reaching several may find only windows that mix them (an eu-only and a na-only
+        // player beside it); it then tries region by region: a starving one always, however
+        // far in rating (otherwise it would wait while enough tickets of its own region wait
+        // further away: the starvation guard, `properties.rs` checks it), a fresh one within
+        // the bounded scan. Walking past the others costs O(n) for starving anchors only, and
+        // they are few.
+        let several = cands[anchor].regions.count_ones() > 1;
+        let passes = if regional && several {
             config.regions.len().min(64) + 1
         } else {
             1
         };
+        let mut mixed = false;
         'passes: for pass in 0..passes {
             let region = pass.checked_sub(1);
+            if region.is_some() && !anchor_starving && !mixed {
+                break;
+            }
             if region.is_some_and(|r| cands[anchor].regions >> r & 1 == 0) {
                 continue;
             }
-            let accept = |p: usize| {
-                region.is_none_or(|r| cands[p].regions >> r & 1 == 1)
-                    && rules.pair_ok(cands, anchor, p)
-            };
-            // The anchor's unmatched neighbours in rating order (those accepting `region` and
-            // the rules with the anchor), looking past at most `scan` others.
-            let scan = if cands[anchor].lim.starving || !ruled {
+            let reach = region.map_or(cands[anchor].regions, |r| 1 << r);
+            let accept =
+                |p: usize| cands[p].regions & reach != 0 && rules.pair_ok(cands, anchor, p);
+            // The anchor's unmatched neighbours in rating order (those sharing `reach` and
+            // the rules with the anchor), looking past at most `scan` others: tickets of
+            // other regions are skipped like those a rule keeps apart.
+            let scan = if anchor_starving || !(ruled || regional) {
                 usize::MAX
             } else {
                 (RULE_SCAN * need) as usize
@@ -185,6 +198,7 @@ pub(crate) fn select(
                 let hi = cands[members[members.len() - 1]].key;
                 let regions = members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions);
                 let starving = members.iter().any(|&c| cands[c].lim.starving);
+                mixed |= sum == need && regions == 0;
                 if sum != need
                     || regions == 0
                     || (!starving && !members.iter().all(|&c| accepts(&cands[c], lo, hi)))
@@ -223,9 +237,9 @@ pub(crate) fn select(
             // the nearest neighbours may not add up to a match (a solo among duos in 2v2) while
             // a solo further away would. A starving anchor then gathers tickets nearest first,
             // skipping any that would overflow the match (O(n), for such anchors only).
-            let role_retry = cands[anchor].lim.starving
+            let role_retry = anchor_starving
                 && (!config.roles.is_empty() || parties || ruled)
-                && (config.regions.is_empty() || region.is_some());
+                && reach.count_ones() == 1;
             if !role_retry {
                 continue;
             }

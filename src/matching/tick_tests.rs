@@ -266,6 +266,84 @@ mod teams {
         assert_eq!(pool.tickets().next().unwrap().id.as_str(), "y0");
     }
 
+    /// Eight fresh solos 1500..1507 alternating between an eu and a na player: every run of
+    /// four rating neighbours mixes the regions, yet the four of each region make a legal 2v2.
+    fn two_region_pool(far: Option<u32>) -> Pool {
+        let config = MatchingConfig {
+            regions: vec!["eu".into(), "na".into()],
+            ..MatchingConfig::default()
+        };
+        let mut pool = Pool::new(shape(2, 2), config);
+        for i in 0..8u32 {
+            let (near, other) = if i % 2 == 0 {
+                ("eu", "na")
+            } else {
+                ("na", "eu")
+            };
+            let mut t = solo(&format!("{near}{i}"), 1500.0 + f64::from(i), 0.0);
+            t.region_latency_ms = vec![(near.into(), 30)];
+            if let Some(ms) = far {
+                t.region_latency_ms.push((other.into(), ms));
+            }
+            pool.insert(t).unwrap();
+        }
+        pool
+    }
+
+    #[test]
+    fn fresh_tickets_of_two_regions_match_within_their_own_region() {
+        // Listing only the near region, or the far one too above the latency limit.
+        for far in [None, Some(110)] {
+            let mut pool = two_region_pool(far);
+            let out = pool.tick(1.0, &MODEL);
+            assert_eq!(out.matches.len(), 2, "{far:?}");
+            for m in &out.matches {
+                let region = m.region.as_deref().unwrap();
+                for t in m.teams.iter().flatten() {
+                    assert!(
+                        t.id.as_str().starts_with(region),
+                        "{far:?}: {t:?} in {region}"
+                    );
+                }
+            }
+            assert!(pool.is_empty());
+        }
+    }
+
+    #[test]
+    fn an_old_ticket_reaching_two_regions_gets_its_match_in_one_of_them() {
+        // `old` reaches eu and na; its rating neighbours alternate between na-only and eu-only
+        // players, so every window of its nearest neighbours mixes regions. It anchors first
+        // (a later expansion stage) and must take the nearest eu players before e1 anchors
+        // and forms the tighter {e1, e2, e3, e4} without it.
+        let config = MatchingConfig {
+            regions: vec!["eu".into(), "na".into()],
+            ..MatchingConfig::default()
+        };
+        let mut pool = Pool::new(shape(2, 2), config);
+        let mut old = solo("old", 1500.0, 0.0);
+        old.region_latency_ms = vec![("eu".into(), 30), ("na".into(), 30)];
+        pool.insert(old).unwrap();
+        for (id, r, region) in [
+            ("n1", 1501.0, "na"),
+            ("e1", 1502.0, "eu"),
+            ("n2", 1503.0, "na"),
+            ("e2", 1504.0, "eu"),
+            ("e3", 1505.0, "eu"),
+            ("e4", 1506.0, "eu"),
+        ] {
+            let mut t = solo(id, r, 9.0);
+            t.region_latency_ms = vec![(region.into(), 30)];
+            pool.insert(t).unwrap();
+        }
+        let out = pool.tick(10.0, &MODEL);
+        assert_eq!(out.matches.len(), 1, "{out:?}");
+        let mut ids = team_ids(&out.matches[0]).concat();
+        ids.sort_unstable();
+        assert_eq!(ids, ["e1", "e2", "e3", "old"]);
+        assert_eq!(out.matches[0].region.as_deref(), Some("eu"));
+    }
+
     #[test]
     fn quality_floor_holds_until_the_schedule_relaxes_it_then_starvation_lifts_it() {
         let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
