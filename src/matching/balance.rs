@@ -321,46 +321,119 @@ pub fn roles_ok(units: &[Unit], members: &[usize], roles: &[RoleRequirement]) ->
     if roles.is_empty() {
         return true;
     }
-    let players: Vec<u64> = members
-        .iter()
-        .flat_map(|&u| units[u].role_masks.iter().copied())
-        .collect();
-    let slots: Vec<usize> = roles
-        .iter()
-        .enumerate()
-        .flat_map(|(i, r)| std::iter::repeat_n(i, r.min_per_team as usize))
-        .collect();
-    if slots.len() > players.len() {
+    let mut seats = Seats::new(roles, 1);
+    let players: usize = members.iter().map(|&u| units[u].role_masks.len()).sum();
+    if seats.len() > players {
         return false;
     }
-    let mut owner = vec![usize::MAX; players.len()];
-    for s in 0..slots.len() {
-        let mut seen = vec![false; players.len()];
-        if !augment(s, &slots, &players, &mut owner, &mut seen) {
-            return false;
+    for &u in members {
+        for &mask in &units[u].role_masks {
+            if seats.full() {
+                return true;
+            }
+            seats.add(mask);
         }
     }
-    true
+    seats.full()
 }
 
-fn augment(
-    slot: usize,
-    slots: &[usize],
-    players: &[u64],
-    owner: &mut [usize],
-    seen: &mut [bool],
-) -> bool {
-    for p in 0..players.len() {
-        if players[p] >> slots[slot] & 1 == 0 || seen[p] {
-            continue;
-        }
-        seen[p] = true;
-        if owner[p] == usize::MAX || augment(owner[p], slots, players, owner, seen) {
-            owner[p] = slot;
-            return true;
+/// The seats the role minimums make (`min_per_team × teams` per role) and a maximum matching
+/// of the players added so far to them, grown one player at a time by augmenting paths
+/// (Kuhn's): a player able to fill two roles still fills one seat.
+#[derive(Clone, Debug, Default)]
+pub struct Seats {
+    /// The role (bit index) of each seat.
+    role: Vec<u32>,
+    /// The player (index into `players`) filling each seat, or `usize::MAX`.
+    owner: Vec<usize>,
+    /// The role mask of every player added.
+    players: Vec<u64>,
+    /// Seats filled.
+    filled: usize,
+    /// Seats visited by the current augmenting search.
+    seen: Vec<bool>,
+}
+
+impl Seats {
+    /// Empty seats for `teams` teams' role minimums.
+    #[must_use]
+    pub fn new(roles: &[RoleRequirement], teams: u32) -> Self {
+        let role: Vec<u32> = (0u32..)
+            .zip(roles)
+            .flat_map(|(i, r)| std::iter::repeat_n(i, (r.min_per_team * teams) as usize))
+            .collect();
+        Seats {
+            owner: vec![usize::MAX; role.len()],
+            seen: vec![false; role.len()],
+            role,
+            players: Vec::new(),
+            filled: 0,
         }
     }
-    false
+
+    /// Seats in all.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.role.len()
+    }
+
+    /// True if there are no seats (no role minimums).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.role.is_empty()
+    }
+
+    /// True once every seat is filled.
+    #[must_use]
+    pub fn full(&self) -> bool {
+        self.filled == self.role.len()
+    }
+
+    /// Adds a player able to fill the roles of `mask`; true if the matching grew (the player,
+    /// or one it moved aside, took an empty seat).
+    pub fn add(&mut self, mask: u64) -> bool {
+        let p = self.players.len();
+        self.players.push(mask);
+        if self.full() {
+            return false;
+        }
+        self.seen.fill(false);
+        let grew = self.seat(p);
+        self.filled += usize::from(grew);
+        grew
+    }
+
+    /// Adds a ticket's players (their role masks); if none of them grows the matching they
+    /// are taken out again and false is returned, so the seats hold only the tickets kept.
+    pub fn add_ticket(&mut self, masks: &[u64]) -> bool {
+        let before = self.players.len();
+        let mut grew = false;
+        for &m in masks {
+            grew |= self.add(m);
+        }
+        if !grew {
+            // No seat changed owner (a search that fails moves nobody).
+            self.players.truncate(before);
+        }
+        grew
+    }
+
+    /// Augmenting path from player `p`: an empty seat it can fill, or a filled one whose owner
+    /// can move to another.
+    fn seat(&mut self, p: usize) -> bool {
+        for s in 0..self.role.len() {
+            if self.players[p] >> self.role[s] & 1 == 0 || self.seen[s] {
+                continue;
+            }
+            self.seen[s] = true;
+            let o = self.owner[s];
+            if o == usize::MAX || self.seat(o) {
+                self.owner[s] = p;
+                return true;
+            }
+        }
+        false
+    }
 }
 
 #[cfg(test)]
@@ -453,6 +526,28 @@ mod tests {
         }
         let no_healers = vec![units[2].clone(); 4];
         assert_eq!(split(&no_healers, 2, 2, &roles), None);
+    }
+
+    #[test]
+    fn a_player_able_to_fill_two_roles_takes_one_seat() {
+        let role = |name: &str| RoleRequirement {
+            name: name.into(),
+            min_per_team: 1,
+        };
+        let (tank, support, damage) = (0b001, 0b010, 0b100);
+        // A tank and a support for each of two teams: four seats.
+        let mut seats = Seats::new(&[role("tank"), role("support")], 2);
+        assert_eq!(seats.len(), 4);
+        assert!(seats.add_ticket(&[tank | support]));
+        assert!(seats.add_ticket(&[tank | support]));
+        // Two players able to tank or support fill two seats, not all four.
+        assert!(!seats.full());
+        assert!(!seats.add_ticket(&[damage]));
+        // Two supports fill the rest.
+        assert!(seats.add_ticket(&[support]));
+        assert!(seats.add_ticket(&[support]));
+        assert!(seats.full());
+        assert!(!seats.add_ticket(&[tank | support]));
     }
 
     #[test]

@@ -35,7 +35,7 @@
 //! queues with roles for the nearest tickets able to fill each role minimum (`role_group`), so
 //! it never waits while a legal match exists (`properties.rs` checks both).
 
-use super::balance::{self, Unit};
+use super::balance::{self, Seats, Unit};
 use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
 use super::rule_index::Checker;
@@ -277,9 +277,10 @@ fn unlink(members: &[usize], matched: &mut [bool], next: &mut [usize], prev: &mu
 }
 
 /// A group for a starving `anchor` in a queue with roles: the nearest unmatched tickets (that
-/// `accept` lets in) able to fill each role minimum of every team, then the nearest others, to
-/// exactly one match's players. `None` when the waiting tickets cannot cover a role or the
-/// sizes cannot add up. Whether the group splits into legal teams is `build`'s question.
+/// `accept` lets in) that fill the role minimums of every team, each player one seat, then the
+/// nearest others, to exactly one match's players. `None` when the waiting tickets cannot fill
+/// the role seats or the sizes cannot add up. Whether the group splits into legal teams is
+/// `build`'s question.
 fn role_group(
     ctx: &Ctx<'_>,
     anchor: usize,
@@ -338,26 +339,25 @@ fn role_group(
         probe.push(c);
         rules.group_ok(cands, &probe)
     };
-    for (bit, req) in config.roles.iter().enumerate() {
-        let want = req.min_per_team as usize * shape.teams as usize;
-        let able = |c: usize| masks(c).iter().filter(|m| *m >> bit & 1 == 1).count();
-        let mut have: usize = members.iter().map(|&c| able(c)).sum();
-        for (i, &c) in order.iter().enumerate() {
-            if have >= want {
-                break;
-            }
-            let size = cands[c].size as usize;
-            if taken[i] || players + size > need || able(c) == 0 || !fits(&members, c) {
-                continue;
-            }
-            taken[i] = true;
-            members.push(c);
-            players += size;
-            have += able(c);
+    // The role seats of every team: a ticket joins only if it fills a seat the group could not
+    // fill without it (a larger matching of players to seats), so a player able to fill two
+    // roles is not counted for both.
+    let mut seats = Seats::new(&config.roles, shape.teams);
+    seats.add_ticket(&masks(anchor));
+    for (i, &c) in order.iter().enumerate() {
+        if seats.full() {
+            break;
         }
-        if have < want {
-            return None;
+        let size = cands[c].size as usize;
+        if players + size > need || !fits(&members, c) || !seats.add_ticket(&masks(c)) {
+            continue;
         }
+        taken[i] = true;
+        members.push(c);
+        players += size;
+    }
+    if !seats.full() {
+        return None;
     }
     for (i, &c) in order.iter().enumerate() {
         if players == need {

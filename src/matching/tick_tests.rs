@@ -345,6 +345,51 @@ mod teams {
     }
 
     #[test]
+    fn a_starving_ticket_gathers_players_for_every_role_seat_counting_each_player_once() {
+        // 5v5 with a tank, two supports and two damage dealers per team: two tanks, four
+        // supports and four damage dealers. `a` starves; the only players who can tank, `a`
+        // and `b`, can also support, but each fills one seat, so the group needs the supports
+        // at 1800 too. {a, b, s1..s4, d1..d4} is the one legal match.
+        let role = |name: &str, min_per_team| RoleRequirement {
+            name: name.into(),
+            min_per_team,
+        };
+        let config = MatchingConfig {
+            roles: vec![role("tank", 1), role("support", 2), role("damage", 2)],
+            ..MatchingConfig::default()
+        };
+        let now = config.max_wait_seconds + 10.0;
+        let mut pool = Pool::new(shape(2, 5), config);
+        let mut add = |id: &str, rating: f64, entered_at: f64, roles: &[&str]| {
+            let mut t = solo(id, rating, entered_at);
+            t.roles = vec![roles.iter().map(|r| r.to_string()).collect()];
+            pool.insert(t).unwrap();
+        };
+        add("a", 1500.0, 0.0, &["tank", "support"]);
+        add("b", 1501.0, now - 1.0, &["tank", "support"]);
+        add("s1", 1502.0, now - 1.0, &["support"]);
+        add("s2", 1503.0, now - 1.0, &["support"]);
+        for i in 1..=20u32 {
+            add(
+                &format!("d{i}"),
+                1503.0 + f64::from(i),
+                now - 1.0,
+                &["damage"],
+            );
+        }
+        add("s3", 1800.0, now - 1.0, &["support"]);
+        add("s4", 1800.0, now - 1.0, &["support"]);
+        let out = pool.tick(now, &MODEL);
+        assert_eq!(out.matches.len(), 1, "{out:?}");
+        let mut ids = team_ids(&out.matches[0]).concat();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            ["a", "b", "d1", "d2", "d3", "d4", "s1", "s2", "s3", "s4"]
+        );
+    }
+
+    #[test]
     fn quality_floor_holds_until_the_schedule_relaxes_it_then_starvation_lifts_it() {
         let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
         // One strong player with three weak ones: the best split is 1900+1500 vs 1500+1500.
