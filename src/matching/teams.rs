@@ -33,7 +33,10 @@
 //! quality floors (regions, roles and parties still hold). A starving anchor whose nearest
 //! neighbours fail looks further: region by region for tickets sharing a region with it, and in
 //! queues with roles for the nearest tickets able to fill each role minimum (`role_group`), so
-//! it never waits while a legal match exists (`properties.rs` checks both).
+//! it never waits while a legal match exists (`properties.rs` checks both). That search stops
+//! as soon as it has a group; one that finds the region's waiting players cannot fill the
+//! role seats at all is remembered for the rest of the tick, so a crowd of starving tickets
+//! with no healer among them costs O(n) per tick, not O(n) each.
 
 use super::balance::{self, Seats, Unit};
 use super::candidates::{Cand, Chosen, Slots, score};
@@ -59,6 +62,45 @@ struct Ctx<'a> {
     model: &'a dyn WinModel,
     slots: &'a Slots,
     rules: &'a Checker<'a>,
+    masks: &'a RoleMasks,
+}
+
+/// Every candidate's per-player role masks ([`push_role_masks`]), read from the tickets once per
+/// tick: the windows tried and the starving anchors' groups look them up many times. Empty in
+/// a queue without roles.
+struct RoleMasks {
+    /// Candidate `c`'s masks are `bits[start[c]..start[c + 1]]`.
+    start: Vec<u32>,
+    bits: Vec<u64>,
+}
+
+impl RoleMasks {
+    fn new(cands: &[Cand], config: &MatchingConfig, slots: &Slots) -> Self {
+        if config.roles.is_empty() {
+            return RoleMasks {
+                start: Vec::new(),
+                bits: Vec::new(),
+            };
+        }
+        let mut start = Vec::with_capacity(cands.len() + 1);
+        let mut bits = Vec::with_capacity(cands.len());
+        start.push(0);
+        for c in cands {
+            if let Some(t) = slots[c.slot()].ticket() {
+                push_role_masks(config, t, &mut bits);
+            }
+            start.push(bits.len() as u32);
+        }
+        RoleMasks { start, bits }
+    }
+
+    /// Candidate `c`'s masks, one per player (none in a queue without roles).
+    fn of(&self, c: usize) -> &[u64] {
+        match self.start.get(c..c + 2) {
+            Some(&[a, b]) => &self.bits[a as usize..b as usize],
+            _ => &[],
+        }
+    }
 }
 
 /// A candidate window: its members are `buf[start..start + len]`, in rating order.
@@ -95,6 +137,7 @@ pub(crate) fn select(
     let mut groups: Vec<Group> = Vec::new();
     let mut buf: Vec<usize> = Vec::new();
     let mut scratch = Vec::new();
+    let masks = RoleMasks::new(cands, config, slots);
     let ctx = Ctx {
         cands,
         shape,
@@ -102,10 +145,13 @@ pub(crate) fn select(
         model,
         slots,
         rules,
+        masks: &masks,
     };
     let parties = cands.iter().any(|c| c.size > 1);
     let ruled = rules.active();
     let regional = !config.regions.is_empty();
+    // Regions (bits of `Cand::regions`) whose waiting players cannot fill the role seats.
+    let mut roles_short = 0u64;
     for &anchor in &age {
         if matched[anchor] || cands[anchor].regions == 0 {
             continue;
@@ -236,15 +282,28 @@ pub(crate) fn select(
             // around a starving one) while players who can fill it wait further away. Parties:
             // the nearest neighbours may not add up to a match (a solo among duos in 2v2) while
             // a solo further away would. A starving anchor then gathers tickets nearest first,
-            // skipping any that would overflow the match (O(n), for such anchors only).
+            // skipping any that would overflow the match, as far as it takes (O(n) at worst,
+            // for such anchors only).
             let role_retry = anchor_starving
                 && (!config.roles.is_empty() || parties || ruled)
                 && reach.count_ones() == 1;
             if !role_retry {
                 continue;
             }
-            let Some(members) = role_group(&ctx, anchor, &next, &prev, accept) else {
+            // `reach` is one region here (or the queue has none): remember within the tick
+            // that its waiting players cannot fill the role seats, so the next starving anchor
+            // there does not walk the whole list again. Without rules `accept` is the same for
+            // every such anchor.
+            if roles_short & reach != 0 {
                 continue;
+            }
+            let members = match role_group(&ctx, anchor, &next, &prev, accept) {
+                Gathered::Group(members) => members,
+                Gathered::RolesShort if !ruled => {
+                    roles_short |= reach;
+                    continue;
+                }
+                Gathered::RolesShort | Gathered::Nothing => continue,
             };
             if members.iter().fold(u64::MAX, |m, &c| m & cands[c].regions) == 0 {
                 continue;
@@ -276,58 +335,69 @@ fn unlink(members: &[usize], matched: &mut [bool], next: &mut [usize], prev: &mu
     }
 }
 
+/// What [`role_group`] gathered for a starving anchor.
+enum Gathered {
+    /// One match's players, role seats filled.
+    Group(Vec<usize>),
+    /// Every ticket `accept` lets in was looked at and none was passed over for size or rules,
+    /// yet the role seats stay empty: with fewer tickets waiting (later in the tick) they
+    /// cannot be filled either.
+    RolesShort,
+    /// No group this time (a size or a rule got in the way).
+    Nothing,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tickets the starving anchors' role groups looked at on this thread, for the tests of
+    /// how much work a tick does.
+    pub(crate) static WALKED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// A group for a starving `anchor` in a queue with roles: the nearest unmatched tickets (that
 /// `accept` lets in) that fill the role minimums of every team, each player one seat, then the
-/// nearest others, to exactly one match's players. `None` when the waiting tickets cannot fill
-/// the role seats or the sizes cannot add up. Whether the group splits into legal teams is
-/// `build`'s question.
+/// nearest others, to exactly one match's players. It looks outward only as far as it needs.
+/// Whether the group splits into legal teams is `build`'s question.
 fn role_group(
     ctx: &Ctx<'_>,
     anchor: usize,
     next: &[usize],
     prev: &[usize],
     accept: impl Fn(usize) -> bool,
-) -> Option<Vec<usize>> {
+) -> Gathered {
     let Ctx {
         cands,
         shape,
         config,
-        slots,
         rules,
+        masks,
         ..
     } = *ctx;
     let n = cands.len();
     let need = shape.players_per_match() as usize;
-    let masks = |c: usize| -> Vec<u64> {
-        slots[cands[c].slot()]
-            .ticket()
-            .map(|t| role_masks(config, t))
-            .unwrap_or_default()
-    };
     // Unmatched tickets outward from the anchor, nearest rating first.
-    let mut order = Vec::new();
+    let key = cands[anchor].key;
     let (mut l, mut r) = (prev[anchor], next[anchor]);
-    loop {
+    let mut nearest = || loop {
         let take_left = match (l != NONE, r < n) {
-            (true, true) => cands[anchor].key - cands[l].key <= cands[r].key - cands[anchor].key,
+            (true, true) => key - cands[l].key <= cands[r].key - key,
             (left, right) if left || right => left,
-            _ => break,
+            _ => return None,
         };
+        let c = if take_left { l } else { r };
         if take_left {
-            if accept(l) {
-                order.push(l);
-            }
             l = prev[l];
         } else {
-            if accept(r) {
-                order.push(r);
-            }
             r = next[r];
         }
-    }
+        #[cfg(test)]
+        WALKED.with(|w| w.set(w.get() + 1));
+        if accept(c) {
+            return Some(c);
+        }
+    };
     let mut members = vec![anchor];
     let mut players = cands[anchor].size as usize;
-    let mut taken = vec![false; order.len()];
     // A ticket joins only if the group still satisfies the match-scope rules with it.
     let mut probe = Vec::with_capacity(need);
     let mut fits = |members: &[usize], c: usize| {
@@ -343,37 +413,53 @@ fn role_group(
     // fill without it (a larger matching of players to seats), so a player able to fill two
     // roles is not counted for both.
     let mut seats = Seats::new(&config.roles, shape.teams);
-    seats.add_ticket(&masks(anchor));
-    for (i, &c) in order.iter().enumerate() {
-        if seats.full() {
-            break;
-        }
+    seats.add_ticket(masks.of(anchor));
+    // The tickets looked at so far, nearest first, and whether each joined.
+    let mut seen: Vec<(usize, bool)> = Vec::new();
+    let mut passed_over = false;
+    while !seats.full() {
+        let Some(c) = nearest() else {
+            return if passed_over {
+                Gathered::Nothing
+            } else {
+                Gathered::RolesShort
+            };
+        };
         let size = cands[c].size as usize;
-        if players + size > need || !fits(&members, c) || !seats.add_ticket(&masks(c)) {
-            continue;
-        }
-        taken[i] = true;
-        members.push(c);
-        players += size;
-    }
-    if !seats.full() {
-        return None;
-    }
-    for (i, &c) in order.iter().enumerate() {
-        if players == need {
-            break;
-        }
-        let size = cands[c].size as usize;
-        if !taken[i] && players + size <= need && fits(&members, c) {
-            taken[i] = true;
+        let fit = players + size <= need && fits(&members, c);
+        passed_over |= !fit;
+        let joins = fit && seats.add_ticket(masks.of(c));
+        if joins {
             members.push(c);
             players += size;
         }
+        seen.push((c, joins));
     }
-    (players == need).then(|| {
-        members.sort_unstable();
-        members
-    })
+    let mut done = players == need;
+    let mut join = |c: usize, members: &mut Vec<usize>| {
+        let size = cands[c].size as usize;
+        if players + size <= need && fits(members, c) {
+            members.push(c);
+            players += size;
+        }
+        players == need
+    };
+    for &(c, joined) in &seen {
+        if done {
+            break;
+        }
+        if !joined {
+            done = join(c, &mut members);
+        }
+    }
+    while !done {
+        let Some(c) = nearest() else {
+            return Gathered::Nothing;
+        };
+        done = join(c, &mut members);
+    }
+    members.sort_unstable();
+    Gathered::Group(members)
 }
 
 /// The order anchors are served in: starving tickets first, longest wait first; then the
@@ -442,23 +528,14 @@ fn build(
         model,
         slots,
         rules,
+        masks,
     } = *ctx;
     let units: Vec<Unit> = members
         .iter()
-        .map(|&c| {
-            let role_masks = if config.roles.is_empty() {
-                Vec::new()
-            } else {
-                slots[cands[c].slot()]
-                    .ticket()
-                    .map(|t| role_masks(config, t))
-                    .unwrap_or_default()
-            };
-            Unit {
-                size: cands[c].size,
-                strength: cands[c].key * f64::from(cands[c].size),
-                role_masks,
-            }
+        .map(|&c| Unit {
+            size: cands[c].size,
+            strength: cands[c].key * f64::from(cands[c].size),
+            role_masks: masks.of(c).to_vec(),
         })
         .collect();
     let place = |split: &[Vec<usize>], flat: &mut Vec<usize>, ends: &mut Vec<usize>| {
@@ -498,10 +575,19 @@ fn build(
     Some(scored)
 }
 
-/// Per player, the bit set of the queue's roles it can fill (all of them if it named none).
+/// [`push_role_masks`] as a vector of its own (the property tests check formed teams with it).
+#[cfg(test)]
 pub(crate) fn role_masks(config: &MatchingConfig, t: &Ticket) -> Vec<u64> {
-    (0..t.players.len())
-        .map(|p| match t.roles.get(p) {
+    let mut out = Vec::with_capacity(t.players.len());
+    push_role_masks(config, t, &mut out);
+    out
+}
+
+/// Appends, per player of `t`, the bit set of the queue's roles it can fill (all of them if it
+/// named none).
+fn push_role_masks(config: &MatchingConfig, t: &Ticket, out: &mut Vec<u64>) {
+    out.extend((0..t.players.len()).map(|p| {
+        match t.roles.get(p) {
             Some(list) if !list.is_empty() => config
                 .roles
                 .iter()
@@ -509,6 +595,6 @@ pub(crate) fn role_masks(config: &MatchingConfig, t: &Ticket) -> Vec<u64> {
                 .filter(|(_, r)| list.contains(&r.name))
                 .fold(0u64, |m, (i, _)| m | 1 << i),
             _ => u64::MAX,
-        })
-        .collect()
+        }
+    }));
 }

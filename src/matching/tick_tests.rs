@@ -390,6 +390,33 @@ mod teams {
     }
 
     #[test]
+    fn starving_tickets_that_no_role_group_can_serve_do_not_each_walk_the_whole_queue() {
+        // 5v5 with a healer per team and a thousand starving damage dealers: no match is
+        // possible. The first starving anchor looks at every ticket to learn that; the others
+        // know it for the rest of the tick instead of looking again (a million steps).
+        let config = MatchingConfig {
+            roles: vec![RoleRequirement {
+                name: "healer".into(),
+                min_per_team: 1,
+            }],
+            ..MatchingConfig::default()
+        };
+        let now = config.max_wait_seconds + 10.0;
+        let mut pool = Pool::new(shape(2, 5), config);
+        for i in 0..1000u32 {
+            let mut t = solo(&format!("d{i}"), 1000.0 + f64::from(i), 0.0);
+            t.roles = vec![vec!["damage".into()]];
+            pool.insert(t).unwrap();
+        }
+        crate::matching::teams::WALKED.with(|w| w.set(0));
+        let out = pool.tick(now, &MODEL);
+        assert!(out.matches.is_empty());
+        assert_eq!(out.waiting, 1000);
+        let walked = crate::matching::teams::WALKED.with(std::cell::Cell::get);
+        assert!(walked < 1000, "{walked} tickets looked at");
+    }
+
+    #[test]
     fn quality_floor_holds_until_the_schedule_relaxes_it_then_starvation_lifts_it() {
         let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
         // One strong player with three weak ones: the best split is 1900+1500 vs 1500+1500.
