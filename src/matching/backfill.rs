@@ -97,10 +97,49 @@ pub struct Fill {
     pub quality: f64,
 }
 
+/// The waiting tickets by rating at one moment, for the backfill of one tick: built once
+/// ([`Pool::fill_order`]) and shared by every running match the tick fills, instead of sorting
+/// the pool again for each. A ticket a fill takes out is skipped by the fills after it; one put
+/// back meanwhile waits for the next tick's order.
+#[derive(Clone, Debug)]
+pub struct FillOrder {
+    now: f64,
+    /// `(rating, handle)` of every ticket not past its TTL at `now`, by rating.
+    by_rating: Vec<(f64, (u32, u32))>,
+}
+
 impl Pool {
     /// Chooses tickets for `open`'s slots and removes them from the pool. May fill only some
     /// slots (or none) when no waiting ticket meets the rules.
     pub fn fill(&mut self, now: f64, open: &OpenMatch, model: &dyn WinModel) -> Vec<Fill> {
+        let order = self.fill_order(now);
+        self.fill_from(&order, open, model)
+    }
+
+    /// The waiting tickets by rating at `now`, for [`Pool::fill_from`].
+    #[must_use]
+    pub fn fill_order(&self, now: f64) -> FillOrder {
+        let ttl = self.config().ticket_ttl_seconds;
+        let mut by_rating: Vec<(f64, (u32, u32))> = self
+            .handles()
+            // A ticket past its TTL is expiring this tick, not a candidate (backfill can run
+            // before the expiry sweep).
+            .filter(|(_, t)| t.wait(now) < ttl)
+            .map(|(h, t)| (t.rating(), h))
+            .collect();
+        by_rating.sort_by(|a, b| a.0.total_cmp(&b.0));
+        FillOrder { now, by_rating }
+    }
+
+    /// [`Pool::fill`] at the moment `order` was taken, from the tickets of `order` still
+    /// waiting.
+    pub fn fill_from(
+        &mut self,
+        order: &FillOrder,
+        open: &OpenMatch,
+        model: &dyn WinModel,
+    ) -> Vec<Fill> {
+        let now = order.now;
         let config = self.config().clone();
         let ruled = !config.rules.is_empty();
         let mut seated = open.seated.clone().unwrap_or_default();
@@ -108,29 +147,22 @@ impl Pool {
             return Vec::new();
         }
         seated.resize(open.teams.len(), Vec::new());
-        // Eligible by region, sorted by rating.
-        let mut cands: Vec<(f64, &Ticket)> = self
-            .tickets()
-            .filter(|t| {
-                // A ticket past its TTL is expiring this tick, not a candidate (backfill can
-                // run before the expiry sweep).
-                if t.wait(now) >= config.ticket_ttl_seconds {
-                    return false;
+        let cands = &order.by_rating;
+        // Still waiting, and reaching the match's region under its latency limit.
+        let eligible = |i: usize| -> Option<&Ticket> {
+            let t = self.at(cands[i].1)?;
+            let lim = config.limits(t.wait(now));
+            let reaches = match &open.region {
+                None => true,
+                Some(r) => {
+                    t.region_latency_ms.is_empty()
+                        || t.region_latency_ms.iter().any(|(name, ms)| {
+                            name == r && (lim.starving || *ms <= lim.max_latency_ms)
+                        })
                 }
-                let lim = config.limits(t.wait(now));
-                match &open.region {
-                    None => true,
-                    Some(r) => {
-                        t.region_latency_ms.is_empty()
-                            || t.region_latency_ms.iter().any(|(name, ms)| {
-                                name == r && (lim.starving || *ms <= lim.max_latency_ms)
-                            })
-                    }
-                }
-            })
-            .map(|t| (t.rating(), t))
-            .collect();
-        cands.sort_by(|a, b| a.0.total_cmp(&b.0));
+            };
+            reaches.then_some(t)
+        };
 
         let mut teams = open.teams.clone();
         let mut roles: Vec<Vec<Vec<String>>> = (0..teams.len())
@@ -150,8 +182,10 @@ impl Pool {
             // The nearest tickets that may join at all (in the window, under the rules): a
             // slot is not left open because the nearest ones the rules refuse crowd out one
             // they allow.
-            let best = nearest(&cands, target, NEAREST, |i| {
-                let t = cands[i].1;
+            let best = nearest(cands, target, NEAREST, |i| {
+                let Some(t) = eligible(i) else {
+                    return false;
+                };
                 if taken.contains(&i) || t.size() as u32 > remaining[k] {
                     return false;
                 }
@@ -163,7 +197,7 @@ impl Pool {
             })
             .into_iter()
             .filter_map(|i| {
-                let t = cands[i].1;
+                let t = eligible(i)?;
                 let lim = config.limits(t.wait(now));
                 let after = remaining[k] - t.size() as u32;
                 if !roles_reachable(&config.roles, &roles[k], &declared(t), after) {
@@ -181,12 +215,14 @@ impl Pool {
                     team.extend(std::iter::repeat_n((fill_at, dev), open_after as usize));
                 }
                 let quality = quality_of(&model.win_probabilities(&filled));
-                (lim.starving || quality >= lim.min_quality).then_some((i, quality, t.wait(now)))
+                (lim.starving || quality >= lim.min_quality).then_some((i, t, quality))
             })
-            .max_by(|a, b| a.1.total_cmp(&b.1).then(a.2.total_cmp(&b.2)));
+            .max_by(|a, b| {
+                a.2.total_cmp(&b.2)
+                    .then(a.1.wait(now).total_cmp(&b.1.wait(now)))
+            });
             match best {
-                Some((i, quality, _)) => {
-                    let t = cands[i].1;
+                Some((i, t, quality)) => {
                     teams[k].extend(t.member_ratings());
                     roles[k].extend(declared(t));
                     if ruled {
@@ -266,8 +302,8 @@ fn mean_deviation(teams: &[Vec<(f64, f64)>]) -> f64 {
 }
 
 /// Indices of up to `n` entries of `sorted` (by rating) nearest `target` that pass `ok`.
-fn nearest(
-    sorted: &[(f64, &Ticket)],
+fn nearest<T>(
+    sorted: &[(f64, T)],
     target: f64,
     n: usize,
     ok: impl Fn(usize) -> bool,
@@ -469,6 +505,44 @@ mod tests {
         let fills = p.fill(1.0, &open, &model());
         assert_eq!(fills.len(), 1);
         assert_eq!(fills[0].ticket.id.as_str(), "ranked");
+    }
+
+    #[test]
+    fn one_order_serves_every_running_match_of_a_tick() {
+        let mut p = pool(MatchingConfig {
+            regions: vec!["eu".into(), "na".into()],
+            ..config()
+        });
+        let near = |id: &str, r: f64, region: &str| {
+            let mut t = ticket(id, &[r], 0.0);
+            t.region_latency_ms = vec![(region.into(), 30)];
+            t
+        };
+        for (id, r, region) in [
+            ("eu1", 1600.0, "eu"),
+            ("na1", 1601.0, "na"),
+            ("eu2", 1605.0, "eu"),
+        ] {
+            p.insert(near(id, r, region)).unwrap();
+        }
+        let order = p.fill_order(1.0);
+        let open_in = |region: &str| OpenMatch {
+            region: Some(region.into()),
+            ..open_one_slot()
+        };
+        let ids = |fills: Vec<Fill>| -> Vec<String> {
+            fills.into_iter().map(|f| f.ticket.id.to_string()).collect()
+        };
+        // Each match takes the best ticket of its region still waiting.
+        assert_eq!(ids(p.fill_from(&order, &open_in("eu"), &model())), ["eu1"]);
+        assert_eq!(ids(p.fill_from(&order, &open_in("eu"), &model())), ["eu2"]);
+        assert!(p.fill_from(&order, &open_in("eu"), &model()).is_empty());
+        assert_eq!(ids(p.fill_from(&order, &open_in("na"), &model())), ["na1"]);
+        // A ticket put back after the order was taken (in a slot a taken one left) waits for
+        // the next tick's order.
+        p.insert(near("eu1", 1600.0, "eu")).unwrap();
+        assert!(p.fill_from(&order, &open_in("eu"), &model()).is_empty());
+        assert_eq!(ids(p.fill(1.0, &open_in("eu"), &model())), ["eu1"]);
     }
 
     #[test]

@@ -58,7 +58,7 @@ mod teams;
 #[cfg(test)]
 mod tick_tests;
 
-pub use backfill::{BackfillConfig, Fill, OpenMatch};
+pub use backfill::{BackfillConfig, Fill, FillOrder, OpenMatch};
 pub use config::{ExpansionStep, Limits, MatchingConfig, RoleRequirement};
 pub(crate) use pool::choose;
 pub use pool::{InsertError, Pool, PoolStats};

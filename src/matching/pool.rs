@@ -301,6 +301,24 @@ impl Pool {
         self.slots.iter().filter_map(Slot::ticket)
     }
 
+    /// The waiting tickets, each with a handle [`Pool::at`] takes back: its slot and the
+    /// slot's generation, so a handle kept past the ticket's removal names nothing.
+    pub(crate) fn handles(&self) -> impl Iterator<Item = ((u32, u32), &Ticket)> {
+        (0u32..)
+            .zip(&self.slots)
+            .filter_map(|(i, s)| s.ticket().map(|t| ((i, s.generation), t)))
+    }
+
+    /// The ticket a handle from [`Pool::handles`] names, if it still waits.
+    pub(crate) fn at(&self, (slot, generation): (u32, u32)) -> Option<&Ticket> {
+        let s = self.slots.get(slot as usize)?;
+        if s.generation == generation {
+            s.ticket()
+        } else {
+            None
+        }
+    }
+
     /// Waiting tickets per value of each `equal` rule's attribute: `(attribute, value,
     /// tickets)`, sorted (empty without `equal` rules).
     #[must_use]

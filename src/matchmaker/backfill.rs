@@ -103,6 +103,9 @@ impl Loop {
         };
         let timeout = self.queues[qi].backfill.timeout_seconds;
         let mut jobs = std::mem::take(&mut self.backfills);
+        // The pool by rating, sorted once for all of this queue's requests (the first that
+        // gets to fill builds it).
+        let mut order: Option<matching::FillOrder> = None;
         jobs.retain_mut(|job| {
             if job.queue != qi {
                 return true;
@@ -152,9 +155,12 @@ impl Loop {
             };
             let q = &mut self.queues[qi];
             let calibration = self.state.queue_calibration(&q.id);
-            let fills = q
-                .pool
-                .fill(now, &open, &SystemModel::calibrated(&q.system, calibration));
+            let order = order.get_or_insert_with(|| q.pool.fill_order(now));
+            let fills = q.pool.fill_from(
+                order,
+                &open,
+                &SystemModel::calibrated(&q.system, calibration),
+            );
             let mut additions: Vec<Vec<PlayerId>> = vec![Vec::new(); job.open.len()];
             let mut latest = None;
             let mut ended = false;
