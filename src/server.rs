@@ -303,11 +303,15 @@ async fn serve(
     if is_engine {
         // A cluster engine whose store failed stops, so the node gives the lease up and the
         // queues restart from what Redis holds (on a single node, health says restart).
-        let (failed, stop) = (committer_failed.clone(), shutdown.clone());
+        // `signal` is the node's own token for this engine: cancelled, it tells the node at
+        // once (which then sends calls elsewhere and gives the lease up) rather than when the
+        // engine has wound down.
+        let (failed, stop, asked) = (committer_failed.clone(), shutdown.clone(), signal.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = failed.cancelled() => {
                     warn!("the store failed: the engine stops so the queues restart from Redis");
+                    asked.cancel();
                     stop.cancel();
                 }
                 () = stop.cancelled() => {}

@@ -2146,3 +2146,100 @@ async fn a_ticket_a_ready_check_ended_or_a_backfill_took_leaves_the_stored_queue
     assert!(!stored.contains(&late), "{stored:?}");
     assert_eq!(stored, BTreeSet::from([ta]), "only the 1v1 ticket waits");
 }
+
+/// The lease's value as Redis holds it (`token|node|address`), if any.
+fn lease_value(redis: &RedisServer) -> Option<String> {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET")
+        .arg("{mm}:lease")
+        .query(&mut conn)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_writes_fail_gives_the_lease_up_before_its_engine_winds_down() {
+    // Each write waits for one replica, up to 6 s; the replica then dies, so every flush fails
+    // while the lease (which waits for no replica) still renews.
+    let redis = redis();
+    let mut replica = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let port = redis
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/0")
+        .to_string();
+    let mut follow = redis::Client::open(replica.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(&port)
+        .query(&mut follow)
+        .unwrap();
+    common::poll_until_blocking("the replica follows", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut follow)
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            Ok(())
+        } else {
+            Err(info)
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &redis,
+        "wait_replicas = 1\nwait_timeout_ms = 3000\n",
+    );
+    let node = node(&config, "n1");
+    let channel = node.channel().await;
+    ready(&channel).await;
+    let held = lease_value(&redis).expect("n1 holds the lease");
+    assert!(held.contains("|n1|"), "{held}");
+
+    replica.kill();
+    // A rating change is journaled: its flush fails, and with it the engine's store.
+    let failed = AdminServiceClient::new(channel.clone())
+        .set_rating(proto::SetRatingRequest {
+            player_id: "w1".into(),
+            queue: "1v1".into(),
+            rating: Some(proto::Rating {
+                mean: 1600.0,
+                deviation: 100.0,
+                ..Default::default()
+            }),
+            rank_points: None,
+        })
+        .await;
+    assert!(
+        failed.is_err(),
+        "acknowledged without its replica: {failed:?}"
+    );
+    // The engine's wind-down flushes again (a snapshot, the last writes), each waiting 6 s for
+    // the replica; the node gives the lease up before that, within a renewal or two.
+    let given_up = Instant::now();
+    common::poll_until("the lease given up", || {
+        let now = lease_value(&redis);
+        let held = held.clone();
+        async move {
+            if now.as_deref() == Some(held.as_str()) {
+                Err(now)
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    assert!(
+        given_up.elapsed() < Duration::from_secs(3),
+        "the lease was held {:?} after the store failed",
+        given_up.elapsed()
+    );
+}

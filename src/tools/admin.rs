@@ -546,6 +546,15 @@ async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
                     )?;
                 }
             }
+            // A file whose every row was refused (another separator, a wrong column order)
+            // migrated nothing: a script must not carry on as if it had.
+            let count = |key: &str| report[key].as_u64().unwrap_or(0);
+            if count("migrated") + count("unchanged") == 0 && count("rejected_count") > 0 {
+                return Err(AdminCliError::Usage(format!(
+                    "{}: every row was rejected; nothing was migrated",
+                    file.display()
+                )));
+            }
         }
         AdminCommand::QueueStats { queue } => {
             let s = client

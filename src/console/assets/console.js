@@ -373,11 +373,15 @@ async function viewPlayer(view, gen, id, queue) {
   const weekChart = chart("End-of-week rank points", { id: "player-weeks", zero: true, timeLabel: () => "" });
   const recent = data.recent.filter((r) => r.queue === pick).slice(0, 20);
   const ban = data.ban;
+  // Weng-Lin shows the conservative μ − 3σ, which lies below the interval around μ.
+  const conservative = v.rating && Math.abs(v.rating.display - v.rating.mean) > 1e-9;
   const banText = !ban ? "Not banned."
     : (ban.active ? "Banned " : "Was banned ") + (ban.until_unix ? "until " + isoTime(ban.until_unix) : "for good") + " (since " + isoTime(ban.since_unix) + "): " + ban.reason + (ban.active ? "" : " (ended)");
   view.replaceChildren(playerSearch(id), h("h1", {}, "Player " + id), tabs,
     h("div", { class: "numbers", id: "player-summary", dataset: { queue: pick } },
-      ...[["Rating", v.rating ? fmt.num(v.rating.display, 1) : "–"], ["95% interval", v.rating ? fmt.num(v.rating.display_low, 0) + " – " + fmt.num(v.rating.display_high, 0) : "–"],
+      ...[["Rating" + (conservative ? " (μ − 3σ)" : ""), v.rating ? fmt.num(v.rating.display, 1) : "–"],
+        ...(conservative ? [["Skill μ", fmt.num(v.rating.mean, 1)]] : []),
+        ["95% interval" + (conservative ? " of μ" : ""), v.rating ? fmt.num(v.rating.display_low, 0) + " – " + fmt.num(v.rating.display_high, 0) : "–"],
         ["Tier", v.tier || "–"], ["Rank points", fmt.int(v.rank_points)], ["Games", fmt.int(v.games)], ["Wins", fmt.int(v.wins)],
         ["Status", v.status], ["Season / week", v.season + " / " + v.week]].map(([l, x]) => h("div", {}, h("span", { class: "label" }, l), h("span", { class: "value" }, x)))),
     h("p", { id: "player-ban", class: ban && ban.active ? "error" : "note", dataset: { banned: ban ? String(ban.active) : "none" } }, banText),
@@ -478,6 +482,9 @@ async function previewReset(panel, kind, pool) {
       panel.replaceChildren(h("p", { id: "reset-done", class: "preview" }, kind + " reset applied: season " + done.season + " week " + done.week + ", " + done.players_changed + " players changed."));
       const row = document.querySelector('#seasons tr[data-pool="' + CSS.escape(pool.pool) + '"]');
       if (row) { row.querySelector('[data-field="season"]').textContent = done.season; row.querySelector('[data-field="week"]').textContent = done.week; }
+      // The row's other actions (End season…) name the season it is in now.
+      pool.season = done.season;
+      pool.week = done.week;
     } catch (e) { panel.replaceChildren(h("p", { class: "error" }, e.message)); }
   });
   panel.replaceChildren(box);
