@@ -2196,7 +2196,7 @@ async fn an_owner_whose_writes_fail_gives_the_lease_up_before_its_engine_winds_d
     let config = config(
         dir.path(),
         &redis,
-        "wait_replicas = 1\nwait_timeout_ms = 3000\n",
+        "wait_replicas = 1\nwait_timeout_ms = 6000\n",
     );
     let node = node(&config, "n1");
     let channel = node.channel().await;
