@@ -2243,3 +2243,36 @@ async fn an_owner_whose_writes_fail_gives_the_lease_up_before_its_engine_winds_d
         given_up.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_asked_to_stop_takes_no_lease_while_it_drains() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let mut owner = node(&config, "n1");
+    ready(&owner.channel().await).await;
+    holder_becomes(&redis, "n1").await;
+    // n2 drains for 5 s once asked to stop: long enough for n1's lease to lapse meanwhile.
+    let mut command = common::serve_command(&config, "");
+    command
+        .env("MATCHMAKER_CLUSTER__NODE_ID", "n2")
+        .env("MATCHMAKER_SERVER__DRAIN_MS", "5000");
+    let mut leaving = ServerProcess::spawn(command);
+    ready(&leaving.channel().await).await;
+    leaving.signal("TERM");
+    owner.child.kill().unwrap();
+    let _ = owner.child.wait();
+    // The lease lapses within a lease (1 s); a node taking it would within a quarter more.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(2500) {
+        let holder = lease_holder(&redis);
+        assert_ne!(
+            holder.as_deref(),
+            Some("n2"),
+            "a stopping node took the queues"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = leaving.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -105,6 +105,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     }
     let node = Arc::new(Node {
         stopping: shutdown.clone(),
+        asked: signal.clone(),
         config: Arc::new(config),
         node_id: node_id.clone(),
         advertise,
@@ -304,6 +305,9 @@ fn default_node_id() -> String {
 struct Node {
     /// Cancelled when the node starts stopping (its front closes).
     stopping: CancellationToken,
+    /// Cancelled when the node is asked to stop (before its drain): from then on it takes no
+    /// lease and keeps no standby copy listed, so the queues go to a node that stays.
+    asked: CancellationToken,
     config: Arc<Config>,
     node_id: String,
     advertise: String,
@@ -347,6 +351,7 @@ impl Node {
                 _ = ticker.tick() => {}
             }
             running = match running.take() {
+                None if self.asked.is_cancelled() => None,
                 // The engine stopped on its own (its store failed) and winds down: it serves
                 // nothing from now, and the lease goes, rather than after its wind-down.
                 Some(r) if r.stop.is_cancelled() => {
@@ -575,6 +580,13 @@ impl Node {
                     self.set_warm(false, &mut said).await;
                     return;
                 }
+                () = self.asked.cancelled() => {
+                    self.set_warm(false, &mut said).await;
+                    if !self.owns() {
+                        standby_status(&self.health, Warmth::Cold).await;
+                    }
+                    return;
+                }
                 () = tokio::time::sleep(wait) => {}
             }
             wait = follow_every;
@@ -589,14 +601,19 @@ impl Node {
                 drop(copy);
                 standby_status(&self.health, Warmth::Cold).await;
                 let started = Instant::now();
-                match Standby::load(
+                let load = Standby::load(
                     &cluster.redis_url,
                     self.redis_tls.as_ref(),
                     &keys,
                     Patience::for_lease(self.lease_time),
-                )
-                .await
-                {
+                );
+                // A node asked to stop does not wait for a load (seconds per million players).
+                let loaded_copy = tokio::select! {
+                    r = load => r,
+                    () = self.asked.cancelled() => return,
+                    () = stop.cancelled() => return,
+                };
+                match loaded_copy {
                     Ok(standby) if !self.owns() => {
                         let players = standby.player_count();
                         info!(
