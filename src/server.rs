@@ -147,15 +147,17 @@ pub async fn run_with_clock(
 
 /// Runs the whole server on `store` as a cluster node's engine while `ownership` holds: the
 /// node's front forwards every call to `listener`. Stored waiting tickets are put back in their
-/// queues first. Ends when `shutdown` is cancelled (the lease was lost, or the node stops).
+/// queues first. Tokens are checked with the node's `verifier` (its keys read when the node
+/// started and refreshed by it). Ends when `shutdown` is cancelled (the lease was lost, or the
+/// node stops).
 pub async fn run_engine(
     config: Config,
+    verifier: Option<Arc<Verifier>>,
     store: Store,
     ownership: Arc<crate::state::Ownership>,
     publish: Publish,
     shutdown: CancellationToken,
 ) -> Result<(), ServerError> {
-    let verifier = verifier(&config.auth).await?;
     let prepared = Prepared {
         config,
         verifier,
@@ -319,7 +321,8 @@ async fn serve(
         });
     }
     let ledger = Ledger::new(state.clone(), committer);
-    let key_refresh = verifier.clone().map(|v| {
+    // A cluster engine's keys are its node's, which refreshes them for as long as it runs.
+    let key_refresh = verifier.clone().filter(|_| !is_engine).map(|v| {
         tokio::spawn(v.refresh_periodically(
             Duration::from_secs(config.auth.jwks_refresh_seconds),
             shutdown.clone(),

@@ -344,3 +344,63 @@ async fn a_key_set_that_cannot_be_fetched_stops_the_server_before_it_serves() {
     assert!(e.to_string().contains("auth.jwks_url"), "{e}");
     assert!(!dir.path().join("data").exists(), "nothing opened");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_takes_over_with_the_keys_it_read_while_the_provider_is_down() {
+    let (jwk, key) = ed25519("k1");
+    let idp = KeySetServer::start(serde_json::json!({ "keys": [jwk] }).to_string()).await;
+    let redis = matchmaker::store::RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), 1000, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[auth]\nenabled = true\njwt_secret = \"\"\njwks_url = \"{}\"\n{text}",
+            idp.url
+        ),
+    )
+    .unwrap();
+    let mut nodes: std::collections::BTreeMap<String, common::ServerProcess> = ["n1", "n2"]
+        .iter()
+        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
+        .collect();
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.kid = Some("k1".into());
+    let admin = sign(
+        &header,
+        &serde_json::json!({ "sub": "ops", "role": "admin", "exp": now() + 600 }),
+        &key,
+    );
+    let answers = |channel: tonic::transport::Channel| {
+        let admin = admin.clone();
+        async move {
+            proto::admin_service_client::AdminServiceClient::new(channel)
+                .get_queue_stats(with(proto::GetQueueStatsRequest::default(), &admin))
+                .await
+                .map(drop)
+        }
+    };
+    let first = nodes["n1"].channel().await;
+    common::poll_until("the cluster answers a token of the published key", || {
+        answers(first.clone())
+    })
+    .await;
+    // The provider breaks (its key set no longer parses); the owner dies.
+    idp.serve("not a key set".into());
+    let owner = common::lease_holder(&redis).expect("an owner");
+    let mut dead = nodes.remove(&owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    // The other node takes the queues with the keys it read when it started.
+    let survivor = nodes.values().next().unwrap().channel().await;
+    common::poll_until("the survivor answers as the owner", || {
+        answers(survivor.clone())
+    })
+    .await;
+    let (survivor_name, _) = nodes.iter().next().unwrap();
+    assert_eq!(
+        common::lease_holder(&redis).as_deref(),
+        Some(survivor_name.as_str())
+    );
+}

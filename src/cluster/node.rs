@@ -93,7 +93,16 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
             .map_err(ServerError::from)?;
     }
     let shutdown = CancellationToken::new();
-    let (console, key_refresh) = node_console(&config, &shutdown).await?;
+    // The token keys are read once, here, and kept fresh for the node's life: a takeover must
+    // not depend on the identity provider answering at that moment.
+    let verifier = server::verifier(&config.auth).await?;
+    let key_refresh = verifier.clone().map(|v| {
+        tokio::spawn(v.refresh_periodically(
+            Duration::from_secs(config.auth.jwks_refresh_seconds),
+            shutdown.clone(),
+        ))
+    });
+    let console = node_console(&config, verifier.clone());
     let exporter = match config.metrics_addr() {
         Some(addr) => server::install_metrics(addr, console.clone(), shutdown.clone())?,
         None => None,
@@ -106,6 +115,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let node = Arc::new(Node {
         stopping: shutdown.clone(),
         asked: signal.clone(),
+        verifier,
         config: Arc::new(config),
         node_id: node_id.clone(),
         advertise,
@@ -246,28 +256,18 @@ fn peer_tls(config: &Config) -> Result<Option<super::front::PeerTls>, NodeError>
     }))
 }
 
-/// The operator console on the node's metrics listener, when it is served there (with its
-/// token verifier, and the task that refreshes the verifier's key set until `shutdown`). Its
-/// calls go through the node's front, see [`console_service`].
-async fn node_console(
+/// The operator console on the node's metrics listener, when it is served there, checking
+/// tokens with the node's verifier. Its calls go through the node's front, see
+/// [`console_service`].
+fn node_console(
     config: &Config,
-    shutdown: &CancellationToken,
-) -> Result<(Option<Arc<crate::console::Console>>, Option<JoinHandle<()>>), NodeError> {
+    verifier: Option<Arc<crate::auth::Verifier>>,
+) -> Option<Arc<crate::console::Console>> {
     let addr = config.metrics_addr();
     if addr.is_none() || !config.console.enabled {
-        return Ok((None, None));
+        return None;
     }
-    let verifier = server::verifier(&config.auth).await?;
-    let console =
-        crate::console::Console::new(&config.console, addr, &config.auth, verifier.clone());
-    let key_refresh = match (&console, verifier) {
-        (Some(_), Some(v)) => Some(tokio::spawn(v.refresh_periodically(
-            Duration::from_secs(config.auth.jwks_refresh_seconds),
-            shutdown.clone(),
-        ))),
-        _ => None,
-    };
-    Ok((console, key_refresh))
+    crate::console::Console::new(&config.console, addr, &config.auth, verifier)
 }
 
 /// The node's front as the console's gRPC service: the console's in-process calls take the
@@ -305,6 +305,8 @@ fn default_node_id() -> String {
 struct Node {
     /// Cancelled when the node starts stopping (its front closes).
     stopping: CancellationToken,
+    /// The token verifier every engine of this node uses (its keys fetched once, at start).
+    verifier: Option<Arc<crate::auth::Verifier>>,
     /// Cancelled when the node is asked to stop (before its drain): from then on it takes no
     /// lease and keeps no standby copy listed, so the queues go to a node that stays.
     asked: CancellationToken,
@@ -698,6 +700,7 @@ impl Node {
         // The engine takes the copy.
         self.warm.store(false, Ordering::Relaxed);
         let health = self.health.clone();
+        let verifier = self.verifier.clone();
         let opened_store = Arc::new(std::sync::OnceLock::new());
         let task = tokio::spawn({
             let ownership = ownership.clone();
@@ -760,7 +763,9 @@ impl Node {
                 // accepted (kept in Redis) or the file as it is now.
                 let reloaded = store.reloaded_queues();
                 let config = crate::reload::with_current_queues(config, reloaded.as_ref());
-                if let Err(e) = server::run_engine(config, store, ownership, publish, stop).await {
+                if let Err(e) =
+                    server::run_engine(config, verifier, store, ownership, publish, stop).await
+                {
                     warn!(error = %e, "the engine stopped");
                 }
             }
