@@ -297,7 +297,9 @@ impl Admin {
         let (queue, limit) = self.match_page(&req.queue, req.limit)?;
         let store = self.state.store();
         let mut ids = Vec::new();
-        let mut upto = store.append_events(&[])?;
+        // Only what is durable, as WatchEvents reads: a result still on its way to the disk
+        // could be lost to a crash after it was listed.
+        let mut upto = self.state.last_durable_event();
         let mut scanned = 0;
         while ids.len() < limit && upto > 0 && scanned < RESULT_SCAN_MAX {
             let from = upto.saturating_sub(RESULT_SCAN_WINDOW as u64);

@@ -255,9 +255,14 @@ pub(super) struct Erasure {
     pub(super) events_rewritten: Vec<u64>,
 }
 
-/// An event without `player`: the marker in their place, as the event's player and wherever
-/// its detail holds the id as a JSON string (a match's teams); whether it named them.
+/// The fields of an event's detail that list players: a match event's `teams`.
+const PLAYER_LISTS: &[&str] = &["teams"];
+
+/// An event without `player`: the marker in their place, as the event's player and in the
+/// player lists of its detail ([`PLAYER_LISTS`]); whether it named them. Nothing else in the detail changes, though it may equal the id: an id can be any
+/// string, such as a queue's name.
 pub(super) fn event_without(event: &mut EventRecord, player: &PlayerId, marker: &PlayerId) -> bool {
+    /// The id's occurrences among the strings of `v`, an array of player ids or of teams.
     fn replace(v: &mut serde_json::Value, from: &str, to: &str) -> bool {
         match v {
             serde_json::Value::String(s) if s == from => {
@@ -267,11 +272,16 @@ pub(super) fn event_without(event: &mut EventRecord, player: &PlayerId, marker: 
             serde_json::Value::Array(a) => {
                 a.iter_mut().fold(false, |c, x| replace(x, from, to) | c)
             }
-            serde_json::Value::Object(o) => {
-                o.values_mut().fold(false, |c, x| replace(x, from, to) | c)
-            }
             _ => false,
         }
+    }
+    fn replace_players(detail: &mut serde_json::Value, from: &str, to: &str) -> bool {
+        let Some(fields) = detail.as_object_mut() else {
+            return false;
+        };
+        PLAYER_LISTS.iter().fold(false, |c, key| {
+            fields.get_mut(*key).is_some_and(|v| replace(v, from, to)) | c
+        })
     }
     let mut changed = false;
     if event.player_id == player.as_str() {
@@ -282,7 +292,7 @@ pub(super) fn event_without(event: &mut EventRecord, player: &PlayerId, marker: 
     let escaped = player.as_str().contains(['"', '\\']);
     if (escaped || event.detail_json.contains(player.as_str()))
         && let Ok(mut detail) = serde_json::from_str::<serde_json::Value>(&event.detail_json)
-        && replace(&mut detail, player.as_str(), marker.as_str())
+        && replace_players(&mut detail, player.as_str(), marker.as_str())
     {
         event.detail_json = detail.to_string();
         changed = true;
@@ -305,7 +315,23 @@ pub(super) fn entry_without(
         .history
         .as_mut()
         .is_some_and(|h| h.record.erase(player, marker));
-    entry.records.len() + entry.parties.len() != before || acked || recorded
+    // A season reset's end-of-week rank points and an end of season's ranks name players too.
+    let mut seasonal = false;
+    if let Some(season) = entry.season.as_mut() {
+        if let Some((_, _, rp)) = season.week_rp.as_mut()
+            && let Some(kept) = week_without(rp, player)
+        {
+            *rp = kept;
+            seasonal = true;
+        }
+        if let Some((_, ranks)) = season.ranks.as_mut()
+            && let Some(kept) = ranks_without(ranks, player)
+        {
+            *ranks = kept;
+            seasonal = true;
+        }
+    }
+    entry.records.len() + entry.parties.len() != before || acked || recorded || seasonal
 }
 
 /// Whether a party key (member ids joined by U+001F) names `player`.
@@ -510,4 +536,65 @@ pub(super) fn page<T: Clone>(map: &BTreeMap<u64, T>, after: u64, limit: usize) -
         .take(limit)
         .map(|(s, v)| (*s, v.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_erased_player_leaves_a_season_entrys_week_points_and_ranks() {
+        let rank = |player: &str| SeasonRank {
+            player: player.into(),
+            tier: "Gold".into(),
+            rank_points: 1200,
+            mean_week_rp: None,
+            place: None,
+        };
+        let mut entry = crate::store::contract::entry("reset", "other", 1500.0);
+        entry.season = Some(crate::store::SeasonWrite {
+            state: Default::default(),
+            week_rp: Some((1, 2, vec![("p1".into(), 900), ("other".into(), 700)])),
+            ranks: Some((1, vec![rank("p1"), rank("other")])),
+        });
+        let (p1, marker) = (PlayerId::new("p1"), PlayerId::new("erased:x"));
+        assert!(entry_without(&mut entry, &p1, &marker));
+        let season = entry.season.as_ref().unwrap();
+        assert_eq!(
+            season.week_rp.as_ref().unwrap().2,
+            vec![(PlayerId::new("other"), 700)]
+        );
+        let ranks = &season.ranks.as_ref().unwrap().1;
+        assert_eq!(ranks.len(), 1);
+        assert_eq!(ranks[0].player, "other");
+        assert!(!entry_without(&mut entry, &p1, &marker), "nothing left");
+    }
+
+    #[test]
+    fn an_erasure_rewrites_a_match_events_teams_and_nothing_else_equal_to_the_id() {
+        // A player whose id is also a queue's name.
+        let mut event = EventRecord {
+            kind: EventKind::MatchCompleted,
+            unix: 1.0,
+            match_id: "m1".into(),
+            player_id: String::new(),
+            detail_json: serde_json::json!({
+                "queue": "1v1",
+                "teams": [["1v1"], ["b"]],
+                "reason": "1v1",
+            })
+            .to_string(),
+        };
+        let (player, marker) = (PlayerId::new("1v1"), PlayerId::new("erased:y"));
+        assert!(event_without(&mut event, &player, &marker));
+        let detail: serde_json::Value = serde_json::from_str(&event.detail_json).unwrap();
+        assert_eq!(
+            detail,
+            serde_json::json!({
+                "queue": "1v1",
+                "teams": [["erased:y"], ["b"]],
+                "reason": "1v1",
+            })
+        );
+    }
 }
