@@ -219,8 +219,10 @@ impl Admin {
             &player,
             json!({ "until_unix": ban.until_unix, "reason": ban.reason }),
         );
-        // The ban first, so no new ticket gets in; then the waiting one goes.
-        self.state.ban(ban)?;
+        // The ban first, so no new ticket gets in; then the waiting one goes. Alone among
+        // results and erasures (the ledger's gate): an erasure of the same id running meanwhile
+        // would otherwise leave the store and memory disagreeing about the ban.
+        self.ledger.exclusive(move |state| state.ban(ban)).await?;
         let ticket_cancelled = self.cancel_waiting(&player).await?;
         self.state.emit_durable(&[event]).await?;
         Ok(Response::new(proto::BanPlayerResponse { ticket_cancelled }))
@@ -237,7 +239,11 @@ impl Admin {
         let req = request.into_inner();
         convert::id("player_id", &req.player_id)?;
         let player = PlayerId::new(req.player_id.as_str());
-        let was_banned = self.state.unban(&player)?;
+        let unbanned = player.clone();
+        let was_banned = self
+            .ledger
+            .exclusive(move |state| state.unban(&unbanned))
+            .await?;
         self.state
             .emit_durable(&[player_event(
                 EventKind::PlayerUnbanned,
