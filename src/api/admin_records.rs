@@ -133,7 +133,17 @@ pub fn ban_to_proto(ban: &Ban, now: f64) -> proto::PlayerBan {
 impl Admin {
     /// Cancels the player's waiting ticket, if any; whether one was cancelled.
     async fn cancel_waiting(&self, player: &PlayerId) -> Result<bool, Status> {
-        let Some(ticket) = self.state.waiting_ticket_of(player) else {
+        self.cancel_waiting_or(player, None).await
+    }
+
+    /// [`Self::cancel_waiting`], or cancels `known` (the player's ticket seen earlier), which
+    /// the matchmaker may have ended meanwhile for the same reason (a ban seen as it took it).
+    async fn cancel_waiting_or(
+        &self,
+        player: &PlayerId,
+        known: Option<crate::ids::TicketId>,
+    ) -> Result<bool, Status> {
+        let Some(ticket) = self.state.waiting_ticket_of(player).or(known) else {
             return Ok(false);
         };
         let state = self
@@ -222,8 +232,9 @@ impl Admin {
         // The ban first, so no new ticket gets in; then the waiting one goes. Alone among
         // results and erasures (the ledger's gate): an erasure of the same id running meanwhile
         // would otherwise leave the store and memory disagreeing about the ban.
+        let waiting = self.state.waiting_ticket_of(&player);
         self.ledger.exclusive(move |state| state.ban(ban)).await?;
-        let ticket_cancelled = self.cancel_waiting(&player).await?;
+        let ticket_cancelled = self.cancel_waiting_or(&player, waiting).await?;
         self.state.emit_durable(&[event]).await?;
         Ok(Response::new(proto::BanPlayerResponse { ticket_cancelled }))
     }
