@@ -576,11 +576,16 @@ async fn redis_cost(
         let (cpu1, mem1) = redis_usage(conn).await?;
         Ok(((cpu1 - cpu0) * 1e6 / n as f64, (mem1 - mem0) / n as f64))
     }
-    let (ticket_cpu_us, _) = phase(&store, &mut conn, n, |s, i| s.put_ticket(&ticket(i))).await?;
+    // Two tickets per match: the match phase takes both of its players' tickets out.
+    let (ticket_cpu_us, _) =
+        phase(&store, &mut conn, 2 * n, |s, i| s.put_ticket(&ticket(i))).await?;
     let (match_cpu_us, _) = phase(&store, &mut conn, n, |s, i| {
         let encoded = vec![crate::store::encode_match(&m(i))?];
         s.put_segments(&[(i as u64 + 1, &encoded)], &[])?;
-        s.remove_tickets(&[TicketId::new(format!("t-{i}").as_str())])
+        s.remove_tickets(&[
+            TicketId::new(format!("t-{}", 2 * i).as_str()),
+            TicketId::new(format!("t-{}", 2 * i + 1).as_str()),
+        ])
     })
     .await?;
     let (result_cpu_us, _) = phase(&store, &mut conn, n, |s, i| {

@@ -57,6 +57,9 @@ pub struct Phase {
     /// Open loop only: calls due while `--max-in-flight` calls were already waiting, so never
     /// sent (the generator's own limit, counted apart from the server's refusals).
     pub not_sent: u64,
+    /// Seconds this side ran, over its slices: less than `--seconds` when its work ran out
+    /// (`--rpc report-result` reports the matches it prepared, and stops when they are done).
+    pub seconds: f64,
 }
 
 /// What `loadgen --json` prints.
@@ -299,6 +302,13 @@ pub async fn run(opts: Options) -> Result<Report, ToolError> {
     let target = target.map(|t| t.phase(opts.rpc));
     let matches_served = served.load(std::sync::atomic::Ordering::Relaxed);
     let target = target?;
+    if opts.rpc == Rpc::ReportResult && target.seconds < 0.9 * opts.seconds {
+        eprintln!(
+            "loadgen: the prepared matches were all reported after {:.1} s of the {} s asked \
+             for: the results/s is over those {:.1} s, the baseline over its whole time",
+            target.seconds, opts.seconds, target.seconds
+        );
+    }
     Ok(Report {
         addr: opts.addr.clone(),
         seconds: opts.seconds,
@@ -484,6 +494,7 @@ impl Tally {
             errors_p50_ms: ms(&error_hist, 0.5),
             errors_p99_ms: ms(&error_hist, 0.99),
             not_sent: self.not_sent,
+            seconds: self.seconds,
         }
     }
 }
