@@ -789,6 +789,32 @@ async fn the_admin_cli_runs_every_command() {
         "{out}"
     );
     assert!(out.contains("line 4: old-3: unknown legacy rank"), "{out}");
+    // A file whose every row is refused (another separator) migrates nothing: a failure.
+    let semicolons = dir.path().join("semicolons.csv");
+    std::fs::write(
+        &semicolons,
+        "old-5;1650;Gold
+old-6;1500;Gold
+",
+    )
+    .unwrap();
+    let (ok, out, err) = cli(
+        &server,
+        &[
+            "migrate",
+            "--queue",
+            "lad",
+            "--file",
+            semicolons.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.starts_with("migrated 0, unchanged 0, rejected 2"),
+        "{out}"
+    );
+    assert!(err.contains("every row was rejected"), "{err}");
 
     let (ok, out, err) = cli(
         &server,
