@@ -601,7 +601,10 @@ impl Node {
             let mut copy = slot.lock().await;
             let Some(standby) = copy.as_mut() else {
                 drop(copy);
-                standby_status(&self.health, Warmth::Cold).await;
+                // Not if the lease came meanwhile: the owner's status is its own.
+                if !self.owns() {
+                    standby_status(&self.health, Warmth::Cold).await;
+                }
                 let started = Instant::now();
                 let load = Standby::load(
                     &cluster.redis_url,
@@ -684,6 +687,12 @@ impl Node {
                 route.owner = None;
             }
         });
+        if self.standby.is_some() {
+            // The engine took the copy: none until the standby task reads one again (which,
+            // after the copy fell out of step, can be many leases away).
+            let health = self.health.clone();
+            tokio::spawn(async move { standby_status(&health, Warmth::Cold).await });
+        }
     }
 
     /// Opens the store under `owner`'s token and runs the engine; the front calls it in process
