@@ -241,7 +241,21 @@ mod tests {
     }
 
     /// 300 records in the hash (past its compact encoding, so `HSCAN` goes a chunk at a
-    /// time), 150 of them out of their first player's list.
+    /// time), 150 of them out of their first player's list: `a{i}` played `m{i}` against
+    /// `b{i}`, then `n{i}` alone, keeping one match.
+    fn write_history(store: &RedisStore) {
+        for i in 0..150 {
+            let (a, b) = (format!("a{i}"), format!("b{i}"));
+            store
+                .append_history(&[
+                    history(&format!("m{i}"), &[&[a.as_str()], &[b.as_str()]], 1),
+                    history(&format!("n{i}"), &[&[a.as_str()]], 1),
+                ])
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+
     #[test]
     fn a_build_stopped_after_a_chunk_carries_on_from_its_cursor() {
         with_redis(|server, runtime| {
@@ -253,16 +267,7 @@ mod tests {
                     .unwrap()
             };
             let store = open();
-            for i in 0..150 {
-                let (a, b) = (format!("a{i}"), format!("b{i}"));
-                store
-                    .append_history(&[
-                        history(&format!("m{i}"), &[&[a.as_str()], &[b.as_str()]], 1),
-                        history(&format!("n{i}"), &[&[a.as_str()]], 1),
-                    ])
-                    .unwrap();
-            }
-            store.flush().unwrap();
+            write_history(&store);
             let indexed = |store: &RedisStore| -> Vec<usize> {
                 (0..150)
                     .map(|i| wait(store.past_matches(&PlayerId::new(format!("a{i}")))).len())
@@ -314,16 +319,7 @@ mod tests {
                     .unwrap()
             };
             let store = open();
-            for i in 0..150 {
-                let (a, b) = (format!("a{i}"), format!("b{i}"));
-                store
-                    .append_history(&[
-                        history(&format!("m{i}"), &[&[a.as_str()], &[b.as_str()]], 1),
-                        history(&format!("n{i}"), &[&[a.as_str()]], 1),
-                    ])
-                    .unwrap();
-            }
-            store.flush().unwrap();
+            write_history(&store);
             drop(store);
             let indexed = |store: &RedisStore| -> usize {
                 (0..150)
