@@ -234,6 +234,24 @@ impl State {
             inner.phase = MatchPhase::Completed;
             inner.assignment.server_address.clone()
         };
+        if server.is_empty() {
+            // Reported before a game server took it (an admin, or anyone with auth off): its
+            // tickets' watchers get their last update here, as no server will send one.
+            for id in m.tickets() {
+                if let Ok(ticket) = self.ticket(&id) {
+                    ticket.publish_over(
+                        super::TicketView {
+                            ended: true,
+                            reason: "the match's result was reported before a game server took it"
+                                .into(),
+                            ready: None,
+                            ..ticket.view()
+                        },
+                        |now| now.state == super::TicketState::Matched,
+                    );
+                }
+            }
+        }
         if !server.is_empty() {
             self.inner
                 .servers
@@ -335,6 +353,15 @@ mod tests {
         state.apply_result(&m, &entry2);
         assert_eq!(m.phase(), MatchPhase::Completed);
         assert_eq!(previous, MatchPhase::Formed);
+        // No game server took it: its tickets' watchers got their last update.
+        for t in ["t-a", "t-b"] {
+            let view = state.ticket(&crate::ids::TicketId::new(t)).unwrap().view();
+            assert!(view.is_final(), "{t}: {view:?}");
+            assert!(
+                view.reason.contains("before a game server took it"),
+                "{view:?}"
+            );
+        }
         assert_eq!(
             state.player(&PlayerId::new("a"), "1v1").0,
             PlayerStatus::Idle

@@ -43,6 +43,9 @@ pub struct TicketView {
     pub reason: String,
     /// While the ticket's match waits for every ticket to accept.
     pub ready: Option<ReadyView>,
+    /// MATCHED, and its match ended before any game server took it (its result was reported
+    /// then): nothing more will come.
+    pub ended: bool,
 }
 
 /// A ready-check's progress as one ticket sees it.
@@ -64,6 +67,7 @@ impl TicketView {
             assignment: None,
             reason,
             ready: None,
+            ended: false,
         }
     }
 }
@@ -74,10 +78,13 @@ impl TicketView {
         match self.state {
             TicketState::Searching => false,
             TicketState::Cancelled | TicketState::Expired => true,
-            TicketState::Matched => self
-                .assignment
-                .as_ref()
-                .is_some_and(|a| !a.server_address.is_empty()),
+            TicketState::Matched => {
+                self.ended
+                    || self
+                        .assignment
+                        .as_ref()
+                        .is_some_and(|a| !a.server_address.is_empty())
+            }
         }
     }
 }
