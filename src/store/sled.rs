@@ -295,13 +295,7 @@ impl Storage for SledStore {
         calibrations: &[(&str, &Calibration)],
     ) -> Result<(), StoreError> {
         // One batch: the mark and the calibrations it goes with are durable together.
-        let mut marked = sled::Batch::default();
-        for (pool, state) in calibrations {
-            marked.insert(
-                format!("{CALIBRATION_PREFIX}{pool}").as_bytes(),
-                encode(state)?,
-            );
-        }
+        let mut marked = calibration_batch(calibrations)?;
         marked.insert(SNAPSHOT_SEQ, &seq.to_be_bytes());
         self.meta.apply_batch(marked)?;
         Storage::flush(self)?;
@@ -384,14 +378,7 @@ impl Storage for SledStore {
     /// match left in them), in one atomic batch. Durable with the next flush (sled flushes every
     /// 500 ms). The matches are [`encode_match`]'s output; split them with [`segment_bounds`].
     fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
-        for (pool, state) in states {
-            batch.insert(
-                format!("{CALIBRATION_PREFIX}{pool}").as_bytes(),
-                encode(state)?,
-            );
-        }
-        self.meta.apply_batch(batch)?;
+        self.meta.apply_batch(calibration_batch(states)?)?;
         Ok(())
     }
 
@@ -599,6 +586,18 @@ impl Storage for SledStore {
             Ok(())
         })
     }
+}
+
+/// A `meta` batch writing each pool's calibration.
+fn calibration_batch(states: &[(&str, &Calibration)]) -> Result<sled::Batch, StoreError> {
+    let mut batch = sled::Batch::default();
+    for (pool, state) in states {
+        batch.insert(
+            format!("{CALIBRATION_PREFIX}{pool}").as_bytes(),
+            encode(state)?,
+        );
+    }
+    Ok(batch)
 }
 
 /// `s/pw/<pool>␟<player>␟<season>/<week>` → that player's end-of-week RP (big-endian u32).

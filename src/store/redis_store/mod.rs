@@ -350,6 +350,14 @@ impl RedisStore {
     }
 }
 
+/// The writes of each pool's calibration.
+fn calibration_ops(states: &[(&str, &Calibration)]) -> Result<Vec<Op>, StoreError> {
+    states
+        .iter()
+        .map(|(pool, c)| Ok(Op::Set(Hash::Calibrations, (*pool).to_string(), json(c)?)))
+        .collect()
+}
+
 /// A hash's fields and values as Redis returns them.
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
@@ -473,10 +481,7 @@ impl Storage for RedisStore {
         {
             let _order = self.write_order();
             // One batch, so one script: the calibrations land with the mark.
-            let mut batch = calibrations
-                .iter()
-                .map(|(pool, c)| Ok(Op::Set(Hash::Calibrations, (*pool).to_string(), json(c)?)))
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let mut batch = calibration_ops(calibrations)?;
             self.mirror.put_calibrations(calibrations)?;
             batch.push(Op::Set(
                 Hash::Meta,
@@ -536,10 +541,7 @@ impl Storage for RedisStore {
     fn put_calibrations(&self, states: &[(&str, &Calibration)]) -> Result<(), StoreError> {
         let _order = self.write_order();
         self.check_fence()?;
-        let batch = states
-            .iter()
-            .map(|(pool, c)| Ok(Op::Set(Hash::Calibrations, (*pool).to_string(), json(c)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let batch = calibration_ops(states)?;
         self.mirror.put_calibrations(states)?;
         self.queue(batch);
         Ok(())

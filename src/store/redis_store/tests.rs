@@ -23,6 +23,18 @@ fn hlen(url: &str, key: &str) -> usize {
     ::redis::cmd("HLEN").arg(key).query(&mut conn).unwrap()
 }
 
+/// A store of node `a` under token 7, the lease set to name it.
+fn node_a_store(runtime: &tokio::runtime::Handle, url: &str) -> RedisStore {
+    set_lease(url, "7|a|127.0.0.1:1");
+    let options = RedisOptions {
+        node: "a".into(),
+        ..RedisOptions::default()
+    };
+    runtime
+        .block_on(RedisStore::open(url, 7, &options))
+        .unwrap()
+}
+
 fn open(runtime: &tokio::runtime::Handle, url: &str, token: u64) -> RedisStore {
     runtime
         .block_on(RedisStore::open(url, token, &RedisOptions::default()))
@@ -451,14 +463,7 @@ fn on_a_redis_cluster_a_flush_waits_for_the_replica_of_its_keyspaces_primary() {
 fn a_flush_call_that_lands_after_a_later_one_changes_nothing() {
     with_redis(|server, runtime| {
         let url = server.url();
-        set_lease(&url, "7|a|127.0.0.1:1");
-        let options = RedisOptions {
-            node: "a".into(),
-            ..RedisOptions::default()
-        };
-        let store = runtime
-            .block_on(RedisStore::open(&url, 7, &options))
-            .unwrap();
+        let store = node_a_store(&runtime, &url);
         let probe = |value: &str| vec![vec![Op::Set(Hash::Meta, "probe".into(), value.into())]];
         let read = || -> String {
             let client = ::redis::Client::open(url.as_str()).unwrap();
@@ -476,9 +481,7 @@ fn a_flush_call_that_lands_after_a_later_one_changes_nothing() {
         assert_eq!(read(), "new");
         // A store opened again under the same token and node numbers its calls after the
         // last one applied, so its writes land.
-        let again = runtime
-            .block_on(RedisStore::open(&url, 7, &options))
-            .unwrap();
+        let again = node_a_store(&runtime, &url);
         runtime
             .block_on(again.send_script(&probe("newer")))
             .unwrap();
@@ -783,14 +786,7 @@ fn a_flush_call_that_fails_midway_still_logs_the_fields_it_names() {
 fn a_store_told_to_stop_writing_refuses_every_later_write() {
     with_redis(|server, runtime| {
         let url = server.url();
-        set_lease(&url, "7|a|127.0.0.1:1");
-        let options = RedisOptions {
-            node: "a".into(),
-            ..RedisOptions::default()
-        };
-        let old = runtime
-            .block_on(RedisStore::open(&url, 7, &options))
-            .unwrap();
+        let old = node_a_store(&runtime, &url);
         let p1 = PlayerId::new("p1");
         old.put_players(&[(&p1, &record(1500.0))]).unwrap();
         old.stop_writing();
@@ -801,9 +797,7 @@ fn a_store_told_to_stop_writing_refuses_every_later_write() {
         ));
         assert_eq!(hlen(&url, "{mm}:players"), 0, "nothing pending was sent");
         // The node's new store under the same token and node writes.
-        let new = runtime
-            .block_on(RedisStore::open(&url, 7, &options))
-            .unwrap();
+        let new = node_a_store(&runtime, &url);
         new.put_players(&[(&p1, &record(1700.0))]).unwrap();
         new.flush().unwrap();
         assert_eq!(hlen(&url, "{mm}:players"), 1);
