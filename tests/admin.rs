@@ -1126,3 +1126,44 @@ async fn recent_results_are_listed_newest_first_from_the_durable_log_across_a_re
     assert_eq!(ids(&again), newest_first);
     drop(server);
 }
+
+#[tokio::test]
+async fn a_dry_run_season_reset_tells_event_watchers_nothing() {
+    let server = TestServer::start("").await;
+    set(&server, "dry", "1v1", 1800.0, 60.0, Some(900)).await;
+    let dry = server
+        .admin()
+        .await
+        .season_reset(proto::SeasonResetRequest {
+            kind: proto::SeasonResetKind::Soft as i32,
+            queue: "1v1".into(),
+            dry_run: true,
+        })
+        .await
+        .expect("dry run")
+        .into_inner();
+    assert_eq!(dry.players_changed, 1);
+    reset(&server, proto::SeasonResetKind::Soft, "1v1").await;
+    // The first reset event a watcher sees is the real one, the dry run's season and all.
+    let events = common::watch_events(
+        &server.channel().await,
+        0,
+        &[proto::EventKind::SeasonReset],
+        1,
+    )
+    .await;
+    let detail: serde_json::Value = serde_json::from_str(&events[0].detail_json).unwrap();
+    assert_eq!(detail["season"], dry.season);
+    let mut stream = server
+        .admin()
+        .await
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: events[0].cursor,
+            kinds: vec![proto::EventKind::SeasonReset as i32],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let more = tokio::time::timeout(std::time::Duration::from_millis(300), stream.message()).await;
+    assert!(more.is_err(), "one reset, one event: {more:?}");
+}

@@ -166,22 +166,24 @@ impl AdminService for Admin {
                 Ok((if dry_run { Vec::new() } else { entries }, outcome))
             })
             .await?;
-        self.state
-            .emit_durable(&[crate::store::EventRecord {
-                kind: crate::store::EventKind::SeasonReset,
-                unix: crate::state::unix_now(),
-                match_id: String::new(),
-                player_id: String::new(),
-                detail_json: serde_json::json!({
-                    "kind": if kind == ResetKind::Hard { "hard" } else { "soft" },
-                    "queues": names,
-                    "season": outcome.state.season,
-                    "week": outcome.state.week,
-                    "players_changed": outcome.players,
-                })
-                .to_string(),
-            }])
-            .await?;
+        if !dry_run {
+            self.state
+                .emit_durable(&[crate::store::EventRecord {
+                    kind: crate::store::EventKind::SeasonReset,
+                    unix: crate::state::unix_now(),
+                    match_id: String::new(),
+                    player_id: String::new(),
+                    detail_json: serde_json::json!({
+                        "kind": if kind == ResetKind::Hard { "hard" } else { "soft" },
+                        "queues": names,
+                        "season": outcome.state.season,
+                        "week": outcome.state.week,
+                        "players_changed": outcome.players,
+                    })
+                    .to_string(),
+                }])
+                .await?;
+        }
         Ok(Response::new(proto::SeasonResetResponse {
             season: outcome.state.season,
             week: outcome.state.week,
