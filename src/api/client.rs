@@ -181,16 +181,9 @@ impl ClientService for Client {
         convert::new_player_ids(field, &players)?;
         identity.may_enter(&players, party_leader.as_ref())?;
         self.state.check_bans(&players, crate::state::unix_now())?;
-        let mut region_latency_ms: Vec<(String, u32)> = Vec::new();
-        for (region, ms) in &req.region_latency_ms {
-            convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;
-            region_latency_ms.push((region.clone(), *ms));
-        }
-        region_latency_ms.sort();
         let regions = &q.matching.regions;
-        if !regions.is_empty()
-            && !region_latency_ms.is_empty()
-            && !region_latency_ms.iter().any(|(r, _)| regions.contains(r))
+        let region_latency_ms = region_latencies(&req.region_latency_ms, regions)?;
+        if !regions.is_empty() && !req.region_latency_ms.is_empty() && region_latency_ms.is_empty()
         {
             // Such a ticket could play in none of the queue's regions: it would wait until it
             // expired.
@@ -204,9 +197,9 @@ impl ClientService for Client {
             )
             .into());
         }
-        let roles = roles_per_player(&req.roles, players.len())?;
         let known_roles = &q.matching.roles;
         for (i, role) in req.roles.iter().enumerate() {
+            convert::id_at("roles", i, role)?;
             if !known_roles.iter().any(|r| &r.name == role) {
                 let names: Vec<&str> = known_roles.iter().map(|r| r.name.as_str()).collect();
                 return Err(Rejection::invalid(
@@ -220,6 +213,7 @@ impl ClientService for Client {
                 .into());
             }
         }
+        let roles = roles_per_player(&req.roles, players.len())?;
         let (attributes, avoid) = convert::ticket_rules(
             &req.attributes,
             &req.avoid_player_ids,
@@ -654,13 +648,22 @@ impl Drop for Admitted<'_> {
 
 /// The proto's flat `roles` as per-player role lists. A solo ticket lists the roles its player
 /// can fill (empty = any); a party lists either nothing or exactly one role per member, in order.
+/// The roles are known ones (checked before): a solo player naming one twice is refused, so a
+/// ticket never lists more roles than its queue has.
 fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>, Rejection> {
-    for (i, r) in roles.iter().enumerate() {
-        convert::id_at("roles", i, r)?;
-    }
     match (players, roles.len()) {
         (_, 0) => Ok(vec![Vec::new(); players]),
-        (1, _) => Ok(vec![roles.to_vec()]),
+        (1, _) => {
+            for (i, r) in roles.iter().enumerate() {
+                if roles[..i].contains(r) {
+                    return Err(Rejection::invalid(
+                        format!("roles[{i}]"),
+                        format!("repeats role {r:?}"),
+                    ));
+                }
+            }
+            Ok(vec![roles.to_vec()])
+        }
         (n, k) if n == k => Ok(roles.iter().map(|r| vec![r.clone()]).collect()),
         (n, k) => Err(Rejection::invalid(
             "roles",
@@ -669,9 +672,69 @@ fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>
     }
 }
 
+/// A ticket's latencies, sorted by region: only to the queue's regions when it names some (a
+/// ticket plays only there, so other entries would be carried and scanned for nothing); every
+/// entry when it names none. Each region name is checked as an id.
+fn region_latencies(
+    given: &std::collections::HashMap<String, u32>,
+    regions: &[String],
+) -> Result<Vec<(String, u32)>, Rejection> {
+    let mut kept = Vec::new();
+    for (region, ms) in given {
+        convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;
+        if regions.is_empty() || regions.contains(region) {
+            kept.push((region.clone(), *ms));
+        }
+    }
+    kept.sort();
+    Ok(kept)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_solo_ticket_names_each_role_once() {
+        let roles = |r: &[&str]| r.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            roles_per_player(&roles(&["tank", "healer"]), 1).unwrap(),
+            vec![roles(&["tank", "healer"])]
+        );
+        // A role named again would be carried, stored and scanned on every tick for nothing.
+        let many = roles(&["tank"; 1000]);
+        match roles_per_player(&many, 1) {
+            Err(Rejection::Invalid(e)) => assert_eq!(e.field, "roles[1]"),
+            other => panic!("{other:?}"),
+        }
+        // A party's members may share a role.
+        assert_eq!(
+            roles_per_player(&roles(&["dps", "dps"]), 2).unwrap().len(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_ticket_keeps_only_the_latencies_of_its_queues_regions() {
+        let given: std::collections::HashMap<String, u32> = (0..5000)
+            .map(|i| (format!("made-up-{i}"), i))
+            .chain([("eu".to_string(), 30), ("us".to_string(), 90)])
+            .collect();
+        let regions = vec!["eu".to_string(), "us".to_string()];
+        assert_eq!(
+            region_latencies(&given, &regions).unwrap(),
+            vec![("eu".to_string(), 30), ("us".to_string(), 90)]
+        );
+        // A queue without regions keeps what the client measured.
+        assert_eq!(region_latencies(&given, &[]).unwrap().len(), 5002);
+        let bad: std::collections::HashMap<String, u32> = [("e\u{7}u".to_string(), 1)].into();
+        match region_latencies(&bad, &regions) {
+            Err(Rejection::Invalid(e)) => {
+                assert!(e.field.starts_with("region_latency_ms["), "{e:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn one_call_at_a_time_fetches_the_counts_and_a_dropped_one_lets_the_next_start() {
