@@ -12,22 +12,41 @@ use crate::rejection::Rejection;
 use crate::store::CommitError;
 use crate::store::StoreError;
 
+/// The longest message a refusal carries. Refusals quote what the caller sent (an unknown
+/// queue, a bad key), which can be as long as a request; past this the message is cut, so the
+/// status (sent as a header) stays within what clients and proxies accept.
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
 impl From<Rejection> for Status {
     fn from(r: Rejection) -> Self {
+        let message = bounded(r.to_string());
         match r {
-            Rejection::Invalid(_) => Status::invalid_argument(r.to_string()),
-            Rejection::NotFound { .. } => Status::not_found(r.to_string()),
+            Rejection::Invalid(_) => Status::invalid_argument(message),
+            Rejection::NotFound { .. } => Status::not_found(message),
             Rejection::AlreadyQueued { .. }
             | Rejection::InMatch { .. }
             | Rejection::Match { .. }
             | Rejection::Ticket { .. }
             | Rejection::Unsupported { .. }
             | Rejection::Rating { .. }
-            | Rejection::Party { .. } => Status::failed_precondition(r.to_string()),
-            Rejection::QueueFull { .. } => Status::resource_exhausted(r.to_string()),
-            Rejection::Banned { .. } => Status::permission_denied(r.to_string()),
+            | Rejection::Party { .. } => Status::failed_precondition(message),
+            Rejection::QueueFull { .. } => Status::resource_exhausted(message),
+            Rejection::Banned { .. } => Status::permission_denied(message),
         }
     }
+}
+
+/// `message` cut to [`MAX_STATUS_MESSAGE`] bytes (at a character boundary), marked as cut.
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_STATUS_MESSAGE {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("… (cut)");
+    }
+    message
 }
 
 impl From<crate::reload::ReloadError> for Status {
@@ -204,6 +223,26 @@ pub(super) fn refusal<B: Default>(e: impl Into<Status>) -> http::Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_quoting_a_huge_value_is_cut_to_a_bounded_message() {
+        let queue = "\u{1}é".repeat(300_000);
+        let status = Status::from(Rejection::invalid(
+            "queue",
+            format!("unknown queue {queue:?}"),
+        ));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with("queue: "),
+            "{}",
+            &status.message()[..40]
+        );
+        assert!(status.message().ends_with("… (cut)"));
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE + "… (cut)".len());
+        // A short one is left as it is.
+        let short = Status::from(Rejection::invalid("queue", "unknown queue \"x\""));
+        assert_eq!(short.message(), "queue: unknown queue \"x\"");
+    }
 
     #[test]
     fn a_fenced_write_is_answered_as_not_the_owner_so_the_call_goes_to_the_next_one() {
