@@ -75,7 +75,12 @@ fn kinds_filter(kinds: &[i32]) -> Result<Vec<i32>, Rejection> {
             Ok(_) => {}
         }
     }
-    Ok(kinds.to_vec())
+    // Each kind once: the filter is tested against every event sent, so its length must not
+    // be the caller's to choose.
+    let mut kept = kinds.to_vec();
+    kept.sort_unstable();
+    kept.dedup();
+    Ok(kept)
 }
 
 fn player_event(kind: EventKind, player: &PlayerId, detail: serde_json::Value) -> EventRecord {
@@ -518,6 +523,9 @@ mod tests {
         assert!(kinds_filter(&[1, 6]).is_ok());
         assert!(kinds_filter(&[0]).is_err());
         assert!(kinds_filter(&[99]).is_err());
+        // Repeats are kept once, so a long filter costs nothing per event.
+        assert_eq!(kinds_filter(&[1; 100_000]).unwrap(), vec![1]);
+        assert_eq!(kinds_filter(&[6, 1, 6]).unwrap(), vec![1, 6]);
         let all = [
             EventKind::MatchFormed,
             EventKind::MatchAllocated,

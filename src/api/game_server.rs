@@ -38,8 +38,17 @@ impl GameServerService for GameServer {
         let req = request.into_inner();
         convert::id("server_address", &req.server_address)?;
         identity.may_serve_as(&req.server_address, "serve matches under this address")?;
-        if req.region.len() > convert::MAX_ID_LEN {
-            return Err(Rejection::invalid("region", "must be at most 128 bytes").into());
+        // Empty: any region. Otherwise a region name, as tickets give them.
+        if !req.region.is_empty() {
+            convert::id("region", &req.region)?;
+            let config = self.state.config();
+            if !config
+                .queues
+                .values()
+                .any(|q| q.matching.regions.contains(&req.region))
+            {
+                tracing::warn!(server = %req.server_address, region = %req.region, "a game server registered for a region no queue names; it gets only matches of queues without regions");
+            }
         }
         if self.state.closing() {
             return Err(super::error::streams_closed(&self.state));
@@ -134,6 +143,10 @@ impl GameServerService for GameServer {
         convert::id("match_id", &req.match_id)?;
         if req.reason.len() > 1024 {
             return Err(Rejection::invalid("reason", "must be at most 1024 bytes").into());
+        }
+        if req.reason.chars().any(char::is_control) {
+            // It is copied into the tickets' reasons and the match's event.
+            return Err(Rejection::invalid("reason", "must not contain control characters").into());
         }
         let match_id = MatchId::new(req.match_id.as_str());
         let slot = match self.state.match_slot(&match_id) {
