@@ -5,9 +5,10 @@
 //!
 //! The copy is exact once the lease is this node's: every earlier flush is then in the log
 //! (a stale owner's later flushes are refused by the fence), so reading the log to its end
-//! and checking that the flush counter names its last entry leaves nothing out. A gap (a
-//! flush that logged nothing, or entries trimmed before they were read) means the copy can no
-//! longer be trusted: it is dropped and read again. So does a copy that is not of the Redis
+//! and checking that the flush counter names its last entry, and that the log still holds
+//! that entry under its id, leaves nothing out. A gap (a flush that logged nothing, or entries
+//! trimmed before they were read) means the copy can no longer be trusted: it is dropped and
+//! read again. So does a copy that is not of the Redis
 //! the new owner's store writes to: one followed on another server (the old primary, before
 //! this connection saw the sentinels name a new one), or holding values of a flush that
 //! Redis then lost in a failover (values are read after the log entries that name them, so
@@ -24,15 +25,19 @@ use super::{HASHES, loaded_hash};
 use super::{Hash, Keys, MemoryStore, Patience, RedisConn, RedisTls, StoreError, redis_error};
 use crate::ids::PlayerId;
 
-/// Where the change log stands: the flush counter and the id of the log's last entry, read
-/// in one step.
+/// Where the change log stands: the flush counter, and the id of the log's last entry and the
+/// flush number it holds, read in one step.
 const POSITION: &str = r"
 local seq = redis.call('GET', KEYS[1]) or '0'
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
 if last then
-  return {seq, last[1]}
+  local q = ''
+  if last[2][1] == 'q' then
+    q = last[2][2]
+  end
+  return {seq, last[1], q}
 end
-return {seq, '0-0'}
+return {seq, '0-0', ''}
 ";
 
 /// Log entries after ARGV[1] (at most ARGV[2]) and the flush counter, read in one step: when
@@ -66,6 +71,9 @@ pub struct Standby {
     /// The last flush in the copy, and its log entry's id.
     seq: u64,
     last_id: String,
+    /// The flush number the entry `last_id` held when it was read (`None`: the log was empty,
+    /// or its entry named none).
+    last_q: Option<u64>,
     /// The flush counter as read after the copy's latest values: none of them is of a later
     /// flush.
     seen: u64,
@@ -84,7 +92,7 @@ impl Standby {
     ) -> Result<Self, StoreError> {
         let err = redis_error(url);
         let mut conn = RedisConn::connect(url, tls, patience).await.map_err(&err)?;
-        let (seq, last_id): (String, String) = Script::new(POSITION)
+        let (seq, last_id, last_q): (String, String, String) = Script::new(POSITION)
             .key(keys.change_seq())
             .key(keys.changes())
             .invoke_async(&mut conn)
@@ -108,6 +116,7 @@ impl Standby {
             rest,
             seq,
             last_id,
+            last_q: parse(last_q.as_bytes()),
             seen,
             follow: Script::new(FOLLOW),
         })
@@ -184,6 +193,7 @@ impl Standby {
             }
             self.seq = seq;
             self.last_id = last;
+            self.last_q = Some(seq);
             if entries.len() < PAGE {
                 return Ok(if counter == self.seq {
                     Followed::InStep
@@ -224,6 +234,15 @@ impl Standby {
             );
             return Ok(None);
         }
+        if !self.last_entry_is_in(conn).await? {
+            tracing::warn!(
+                copy = self.seq,
+                entry = self.last_id,
+                "the change log no longer holds the standby copy's last entry (flushes Redis \
+                 lost were written again under other ids)"
+            );
+            return Ok(None);
+        }
         self.conn = conn.clone();
         let unlogged = self.read_whole(UNLOGGED).await?;
         self.rest.insert(UNLOGGED, unlogged.into_iter().collect());
@@ -234,6 +253,33 @@ impl Standby {
             .collect();
         load::fill(&mut self.mirror.data(), loaded)?;
         Ok(Some(self.mirror))
+    }
+
+    /// Whether the log on `conn` still holds the copy's last entry under its id, with the flush
+    /// number it held when the copy read it. A counter equal to the copy's is not enough: after
+    /// a Redis failover that lost flushes, the owner's next flushes take the lost numbers again,
+    /// logged under other ids (below the copy's when the new primary's clock is behind, so
+    /// following the log does not see them), and the counter can come back to the copy's with
+    /// other values written. A copy read while the log was empty has no entry to find.
+    async fn last_entry_is_in(&self, conn: &mut RedisConn) -> Result<bool, StoreError> {
+        if self.last_id == "0-0" {
+            return Ok(true);
+        }
+        let page: Value = ::redis::cmd("XRANGE")
+            .arg(self.keys.changes())
+            .arg(&self.last_id)
+            .arg(&self.last_id)
+            .query_async(conn)
+            .await
+            .map_err(redis_error(&self.url))?;
+        let found = entries(page).ok_or_else(|| self.bad_log("an entry is malformed"))?;
+        let held = found
+            .first()
+            .filter(|(id, _)| *id == self.last_id)
+            .and_then(|(_, pairs)| pairs.first())
+            .filter(|(q, _)| q == b"q")
+            .and_then(|(_, n)| parse(n));
+        Ok(held.is_some() && held == self.last_q)
     }
 
     /// Every field of `h`, a page at a time.
@@ -516,350 +562,4 @@ mod tests {
 }
 
 #[cfg(test)]
-mod against_redis {
-    use super::*;
-    use crate::ids::TicketId;
-    use crate::store::contract::{history, record, ticket, with_redis};
-    use crate::store::{RecordStorage, RedisOptions, RedisStore, Storage};
-
-    fn lease(url: &str, value: &str) {
-        let mut conn = ::redis::Client::open(url)
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let () = ::redis::cmd("SET")
-            .arg(Keys::default().lease())
-            .arg(value)
-            .query(&mut conn)
-            .unwrap();
-    }
-
-    fn options(change_log: bool) -> RedisOptions {
-        RedisOptions {
-            change_log,
-            ..RedisOptions::default()
-        }
-    }
-
-    /// The store of the node holding the lease (token 1), logging its changes.
-    fn owner(url: &str, runtime: &tokio::runtime::Handle) -> RedisStore {
-        lease(url, "1|a|127.0.0.1:1");
-        runtime
-            .block_on(RedisStore::open(url, 1, &options(true)))
-            .unwrap()
-    }
-
-    fn player(i: usize) -> PlayerId {
-        PlayerId::new(format!("p{i}").as_str())
-    }
-
-    /// A connection as the new owner's store opens one.
-    fn store_conn(url: &str, runtime: &tokio::runtime::Handle) -> RedisConn {
-        runtime
-            .block_on(RedisConn::connect(url, None, Patience::default()))
-            .unwrap()
-    }
-
-    /// What a takeover reads: players, tickets, rosters and the journal's position.
-    fn dump(store: &dyn Storage) -> String {
-        let mut players: Vec<_> = store.load_players().unwrap().map(Result::unwrap).collect();
-        players.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut tickets = store.load_tickets().unwrap();
-        tickets.sort_by(|a, b| a.ticket_id.cmp(&b.ticket_id));
-        format!(
-            "{players:?}\n{tickets:?}\n{:?}\n{}",
-            store.load_rosters().unwrap(),
-            store.snapshot_seq().unwrap()
-        )
-    }
-
-    #[test]
-    fn the_change_log_names_the_fields_a_copy_keeps_and_not_the_match_history() {
-        with_redis(|server, runtime| {
-            let url = server.url();
-            let owner = owner(&url, &runtime);
-            let (a, b) = (player(1), player(2));
-            owner
-                .put_players(&[(&a, &record(1500.0)), (&b, &record(1400.0))])
-                .unwrap();
-            owner
-                .append_history(&[history("m1", &[&["p1"], &["p2"]], 10)])
-                .unwrap();
-            owner.flush().unwrap();
-            let mut conn = ::redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            // Each entry: its id, then its fields and values.
-            type Entry = (String, Vec<(String, Vec<u8>)>);
-            let entries: Vec<Entry> = ::redis::cmd("XRANGE")
-                .arg(Keys::default().changes())
-                .arg("-")
-                .arg("+")
-                .query(&mut conn)
-                .unwrap();
-            let logged: Vec<(Option<Hash>, String)> = entries
-                .iter()
-                .flat_map(|(_, fields)| fields.iter().filter(|(k, _)| k == "c"))
-                .flat_map(|(_, changes)| changed(changes).unwrap())
-                .map(|(index, field)| {
-                    let index = parse(index).unwrap();
-                    let hash = HASHES.iter().map(|(h, _)| *h).find(|h| *h as u64 == index);
-                    (hash, String::from_utf8_lossy(field).into_owned())
-                })
-                .collect();
-            assert!(
-                logged.contains(&(Some(Hash::Players), "p1".into())),
-                "{logged:?}"
-            );
-            assert!(
-                logged.contains(&(Some(Hash::Players), "p2".into())),
-                "{logged:?}"
-            );
-            assert!(
-                logged.iter().all(|(h, _)| h.is_some_and(loaded_hash)),
-                "only what a copy keeps is logged: {logged:?}"
-            );
-            // The history itself was written.
-            let held: usize = ::redis::cmd("HLEN")
-                .arg(Keys::default().hash(Hash::MatchRecords))
-                .query(&mut conn)
-                .unwrap();
-            assert_eq!(held, 1);
-        });
-    }
-
-    #[test]
-    fn a_standby_copy_follows_the_owner_and_equals_a_full_read_at_takeover() {
-        with_redis(|server, runtime| {
-            let url = server.url();
-            let owner = owner(&url, &runtime);
-            let ids: Vec<PlayerId> = (0..100).map(player).collect();
-            let records: Vec<_> = ids.iter().map(|p| (p, record(1500.0))).collect();
-            let refs: Vec<_> = records.iter().map(|(p, r)| (*p, r)).collect();
-            owner.put_players(&refs).unwrap();
-            owner.put_ticket(&ticket("t1", 10.0)).unwrap();
-            owner.put_ticket(&ticket("t2", 11.0)).unwrap();
-            owner.flush().unwrap();
-
-            let mut standby = runtime
-                .block_on(Standby::load(
-                    &url,
-                    None,
-                    &Keys::default(),
-                    Patience::default(),
-                ))
-                .unwrap();
-            assert_eq!(standby.player_count(), 100);
-            // The owner goes on: a changed player, a new one, a ticket gone and one new.
-            owner
-                .put_players(&[
-                    (&player(1), &record(1700.0)),
-                    (&player(200), &record(1400.0)),
-                ])
-                .unwrap();
-            owner.remove_tickets(&[TicketId::new("t1")]).unwrap();
-            owner.put_ticket(&ticket("t3", 12.0)).unwrap();
-            owner.flush().unwrap();
-            assert_eq!(
-                runtime.block_on(standby.follow()).unwrap(),
-                Followed::InStep
-            );
-            assert_eq!(standby.player_count(), 101);
-            // Written after the last follow, before the owner lost the lease.
-            owner.remove_tickets(&[TicketId::new("t2")]).unwrap();
-            owner.put_players(&[(&player(2), &record(1234.5))]).unwrap();
-            owner.flush().unwrap();
-
-            // The lease passes to the standby's node: its copy is what Redis holds.
-            lease(&url, "2|b|127.0.0.1:2");
-            let copy = runtime
-                .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
-                .unwrap()
-                .expect("the copy followed every flush");
-            let full = runtime
-                .block_on(RedisStore::open(&url, 2, &options(true)))
-                .unwrap();
-            assert_eq!(dump(&copy), dump(&full));
-            assert!(
-                dump(&copy).contains("1234.5"),
-                "the last write is in the copy"
-            );
-            assert_eq!(copy.load_tickets().unwrap().len(), 1, "only t3 still waits");
-        });
-    }
-
-    #[test]
-    fn a_flush_the_log_does_not_name_puts_a_standby_copy_out_of_step() {
-        with_redis(|server, runtime| {
-            let url = server.url();
-            lease(&url, "1|a|127.0.0.1:1");
-            let mut logging = runtime
-                .block_on(RedisStore::open(&url, 1, &patient(options(true))))
-                .unwrap();
-            // Every batch in one script, however large (a batch of whole-field writes past a
-            // bound is otherwise written in parts, each logged).
-            logging.stage.above_args = usize::MAX;
-            logging
-                .put_players(&[(&player(1), &record(1500.0))])
-                .unwrap();
-            logging.flush().unwrap();
-            let load = || {
-                runtime
-                    .block_on(Standby::load(&url, None, &Keys::default(), PATIENT))
-                    .unwrap()
-            };
-
-            // An owner that does not log (standby off in its config).
-            let mut standby = load();
-            // (Another store under the same lease: each numbers its own calls.)
-            let silent_options = RedisOptions {
-                node: "a".into(),
-                ..patient(options(false))
-            };
-            let silent = runtime
-                .block_on(RedisStore::open(&url, 1, &silent_options))
-                .unwrap();
-            silent
-                .put_players(&[(&player(2), &record(1500.0))])
-                .unwrap();
-            silent.flush().unwrap();
-            assert_eq!(runtime.block_on(standby.follow()).unwrap(), Followed::Gap);
-
-            // A flush naming more fields than an entry holds (a batch that is not only whole-field
-            // writes and sent alone).
-            let mut standby = load();
-            let ids: Vec<PlayerId> = (0..LOGGED_FIELDS_IN_TEST + 1).map(player).collect();
-            let records: Vec<_> = ids.iter().map(|p| (p, record(1600.0))).collect();
-            let refs: Vec<_> = records.iter().map(|(p, r)| (*p, r)).collect();
-            logging.put_players(&refs).unwrap();
-            logging.flush().unwrap();
-            assert_eq!(runtime.block_on(standby.follow()).unwrap(), Followed::Gap);
-
-            // A copy that did not follow to the end before the takeover still reads to it.
-            let standby = load();
-            logging
-                .put_players(&[(&player(3), &record(1500.0))])
-                .unwrap();
-            logging.flush().unwrap();
-            logging
-                .put_players(&[(&player(1_000_000), &record(1500.0))])
-                .unwrap();
-            logging.flush().unwrap();
-            let copy = runtime
-                .block_on(standby.into_mirror(&mut patient_conn(&url, &runtime)))
-                .unwrap();
-            // p0 to p100000 (p1, p2 and p3 among them), then p1000000.
-            assert_eq!(
-                copy.map(|m| m.player_count()),
-                Some(LOGGED_FIELDS_IN_TEST + 2)
-            );
-            // And one that missed a flush is refused there.
-            let standby = load();
-            silent
-                .put_players(&[(&player(4), &record(1500.0))])
-                .unwrap();
-            silent.flush().unwrap();
-            assert!(
-                runtime
-                    .block_on(standby.into_mirror(&mut patient_conn(&url, &runtime)))
-                    .unwrap()
-                    .is_none()
-            );
-        });
-    }
-
-    /// Calls waiting long enough for a flush of [`LOGGED_FIELDS_IN_TEST`] records on a slow
-    /// machine (the default reply wait is half a second).
-    const PATIENT: Patience = Patience {
-        reply: std::time::Duration::from_secs(30),
-        connect: std::time::Duration::from_secs(1),
-        retries: 3,
-    };
-
-    fn patient(options: RedisOptions) -> RedisOptions {
-        RedisOptions {
-            patience: PATIENT,
-            ..options
-        }
-    }
-
-    fn patient_conn(url: &str, runtime: &tokio::runtime::Handle) -> RedisConn {
-        runtime
-            .block_on(RedisConn::connect(url, None, PATIENT))
-            .unwrap()
-    }
-
-    const LOGGED_FIELDS_IN_TEST: usize = super::super::script::LOGGED_FIELDS;
-
-    #[test]
-    fn a_copy_holding_values_of_a_flush_redis_lost_is_not_used() {
-        with_redis(|server, runtime| {
-            let url = server.url();
-            let owner = owner(&url, &runtime);
-            owner.put_players(&[(&player(1), &record(1500.0))]).unwrap();
-            owner.flush().unwrap();
-            let mut standby = runtime
-                .block_on(Standby::load(
-                    &url,
-                    None,
-                    &Keys::default(),
-                    Patience::default(),
-                ))
-                .unwrap();
-            let mut conn = ::redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let players = Keys::default().players().to_string();
-            let before: Vec<u8> = ::redis::cmd("HGET")
-                .arg(&players)
-                .arg("p1")
-                .query(&mut conn)
-                .unwrap();
-            // The next flush; the standby reads its value before its log entry, as when the
-            // flush lands between reading the log and reading the fields it named.
-            owner.put_players(&[(&player(1), &record(1600.0))]).unwrap();
-            owner.flush().unwrap();
-            runtime
-                .block_on(standby.read_again(Hash::Players, &[b"p1".to_vec()]))
-                .unwrap();
-            runtime.block_on(standby.note_seen()).unwrap();
-            // Redis loses that flush (a replica that had not got it is promoted): the
-            // counter, the log entry and the value are as before it.
-            type Entry = (String, Vec<(String, Vec<u8>)>);
-            let entries: Vec<Entry> = ::redis::cmd("XREVRANGE")
-                .arg(Keys::default().changes())
-                .arg("+")
-                .arg("-")
-                .arg("COUNT")
-                .arg(1)
-                .query(&mut conn)
-                .unwrap();
-            let last = &entries[0].0;
-            let _: i64 = ::redis::cmd("XDEL")
-                .arg(Keys::default().changes())
-                .arg(last)
-                .query(&mut conn)
-                .unwrap();
-            let _: i64 = ::redis::cmd("DECR")
-                .arg(Keys::default().change_seq())
-                .query(&mut conn)
-                .unwrap();
-            let _: i64 = ::redis::cmd("HSET")
-                .arg(&players)
-                .arg("p1")
-                .arg(&before)
-                .query(&mut conn)
-                .unwrap();
-            lease(&url, "2|b|127.0.0.1:2");
-            assert!(
-                runtime
-                    .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
-                    .unwrap()
-                    .is_none(),
-                "a copy with a value Redis no longer holds was used"
-            );
-        });
-    }
-}
+mod against_redis;
