@@ -3,7 +3,9 @@
 //! party, a ban, the match history, the audit and event logs) and with tens of
 //! thousands of stored players, moves into a real `redis-server` (started by the test on a free
 //! loopback port). The first run is killed part-way; the second continues and verifies; a
-//! cluster node on that Redis then serves the same players, seasons and live match.
+//! cluster node on that Redis then serves the same players, seasons and live match. A run is
+//! refused, writing nothing, when the keyspace was played on since, or when the server ran on
+//! the source between an interrupted run and the next.
 #![cfg(unix)]
 
 mod common;
@@ -686,4 +688,105 @@ async fn a_data_dir_without_a_store_is_refused_and_nothing_is_written() {
         keyspace(&redis.url()).is_empty(),
         "nothing written to Redis"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_resumed_after_the_server_ran_on_its_source_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    played_once(&data, "moved", "other").await;
+    // Enough stored players that the copy takes several batches.
+    {
+        let config = Config::from_toml_str("").unwrap();
+        let store = matchmaker::store::open(&data, &config.store).unwrap();
+        let template = store.load_players().unwrap().next().unwrap().unwrap().1;
+        let bulk: Vec<_> = (0..3000)
+            .map(|i| {
+                (
+                    matchmaker::ids::PlayerId::new(format!("bulk-{i:04}").as_str()),
+                    template.clone(),
+                )
+            })
+            .collect();
+        let refs: Vec<_> = bulk.iter().map(|(id, r)| (id, r)).collect();
+        store.put_players(&refs).unwrap();
+        store.flush().unwrap();
+    }
+
+    // The first run is killed once it has written a batch of players.
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let mut first = migrate_command(&data, &redis.url())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let copying = BufReader::new(first.stderr.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .any(|line| line.starts_with("players: ") && line.contains(" of "));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(copying, "the first run never copied a batch");
+
+    // The embedded server runs on the data dir again: a result, and an erasure.
+    let mut server = TestServer::start_in(&data, "").await;
+    let channel = server.channel().await;
+    let mut offers =
+        common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    common::enter(&mut client, "1v1", &["third"]).await;
+    common::enter(&mut client, "1v1", &["fourth"]).await;
+    let m = common::next(&mut offers).await;
+    common::report_winner_on(&channel, &m, "third").await;
+    server
+        .admin()
+        .await
+        .delete_player(proto::DeletePlayerRequest {
+            player_id: "bulk-0000".into(),
+        })
+        .await
+        .unwrap();
+    drop((client, offers));
+    server.stop().await.unwrap();
+    let interrupted = keyspace(&redis.url());
+    assert!(
+        interrupted.contains_key("{mm}:migration"),
+        "{:?}",
+        interrupted.keys()
+    );
+
+    // Resuming cannot bring the keyspace to the source (it would keep the erased player):
+    // refused, naming why and what to do, before anything is written.
+    let again = migrate_command(&data, &redis.url()).output().unwrap();
+    assert!(!again.status.success());
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        said.contains("changed since the migration into keyspace mm began")
+            && said.contains("delete this keyspace's keys")
+            && said.contains("nothing was written"),
+        "{said}"
+    );
+    assert!(
+        keyspace(&redis.url()) == interrupted,
+        "the refused run changed the keyspace"
+    );
+
+    // As it says: with the keyspace's keys deleted, the migration starts over and verifies.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("{mm}:*").query(&mut conn).unwrap();
+    let _: usize = redis::cmd("DEL").arg(&keys).query(&mut conn).unwrap();
+    let expected = {
+        let config = Config::from_toml_str("").unwrap();
+        let store = matchmaker::store::open(&data, &config.store).unwrap();
+        let players = store.history_players().unwrap();
+        matchmaker::tools::migrate_store::digest(store.as_ref(), &players)
+            .await
+            .unwrap()
+    };
+    let report = migrated(migrate_command(&data, &redis.url()));
+    assert_eq!(report["verified"], true);
+    assert_eq!(report["counts"]["checksum"], expected.checksum.as_str());
 }

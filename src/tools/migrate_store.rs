@@ -13,8 +13,10 @@
 //! with the source.
 //!
 //! It writes only into an empty keyspace or one holding its own migration from the same data
-//! dir that no node has written to since (see [`target`]): run again after a cluster has
-//! played on the keyspace, it would put the source's older records back.
+//! dir that no node has written to since, and only while the source is as it was when that
+//! migration began (see [`target`]): run again after a cluster has played on the keyspace, it
+//! would put the source's older records back; resumed after the server ran on the source, it
+//! would keep what the server removed from it.
 
 mod target;
 
@@ -282,10 +284,31 @@ pub async fn migrate(
         path: from.to_path_buf(),
         source,
     })?;
+    // Everything the migration moves, summed up before anything is written: the keyspace's
+    // marker keeps it, and a later run of this migration goes ahead only if the source is
+    // still as it was.
+    let history_players = source.history_players()?;
+    let summary = Summary {
+        counts: digest(source.as_ref(), &history_players).await?,
+        history_players,
+    };
+    let expected = &summary.counts;
+    progress(&format!(
+        "source: {} players, {} parties, {} results, {} live matches",
+        expected.players, expected.parties, expected.results, expected.live_matches
+    ));
+    let (last_seq, snapshot_seq) = (source.last_seq()?, source.snapshot_seq()?);
     let from_source = target::Source {
         id: id.display().to_string(),
-        last_seq: source.last_seq()?,
-        snapshot_seq: source.snapshot_seq()?,
+        last_seq,
+        snapshot_seq,
+        state: target::source_state(
+            last_seq,
+            snapshot_seq,
+            source.append_events(&[])?,
+            source.last_audit()?,
+            &expected.checksum,
+        ),
     };
     let lease = LeaseClient::new(conn.clone(), LEASE, keys.clone());
     let owner = take_lease(&lease, &mut progress).await?;
@@ -317,6 +340,7 @@ pub async fn migrate(
             .map_err(&redis_error)?;
         let copied = copy_and_verify(
             source.as_ref(),
+            &summary,
             to,
             &options,
             owner.token,
@@ -373,20 +397,25 @@ async fn take_lease(
     }
 }
 
+/// The source's [`digest`], taken once before anything is written.
+struct Summary {
+    /// Players with a match history: the digest covers their histories, and Redis is read
+    /// back for the same players (a cluster store cannot list them).
+    history_players: Vec<PlayerId>,
+    counts: Counts,
+}
+
+/// Copies `source` into Redis and checks that Redis then holds what `summary` counted.
 async fn copy_and_verify(
     source: &dyn Storage,
+    summary: &Summary,
     to: &str,
     options: &RedisOptions,
     token: u64,
     batch: usize,
     progress: &mut impl FnMut(&str),
 ) -> Result<(usize, Counts), MigrateError> {
-    let history_players = source.history_players()?;
-    let expected = digest(source, &history_players).await?;
-    progress(&format!(
-        "source: {} players, {} parties, {} results, {} live matches",
-        expected.players, expected.parties, expected.results, expected.live_matches
-    ));
+    let (history_players, expected) = (&summary.history_players, &summary.counts);
     let target = RedisStore::open(to, token, options).await?;
 
     // Players, a batch at a time; the ones already there with the same records cost nothing.
@@ -476,7 +505,7 @@ async fn copy_and_verify(
     let refs: Vec<_> = calibrations.iter().map(|(p, c)| (p.as_str(), c)).collect();
     target.put_calibrations(&refs)?;
     target.flush_async().await?;
-    copy_records(source, &target, &history_players, batch).await?;
+    copy_records(source, &target, history_players, batch).await?;
     progress(&format!(
         "records: {} parties, {} match histories ({} records), {} bans, {} audit entries, {} \
          events",
@@ -491,8 +520,8 @@ async fn copy_and_verify(
 
     // Read everything back from Redis, not from the mirror, and compare.
     let written = RedisStore::open(to, token, options).await?;
-    let found = digest(&written, &history_players).await?;
-    if found != expected {
+    let found = digest(&written, history_players).await?;
+    if found != *expected {
         return Err(MigrateError::Mismatch(format!(
             "source {expected:?}, Redis {found:?}; run the migration again"
         )));

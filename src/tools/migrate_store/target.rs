@@ -5,11 +5,15 @@
 //! `snapshot_seq` to the source's and replaces the live matches: run over a keyspace a cluster
 //! has written to, it would put back the ratings, matches and histories of the day the source
 //! stopped. So before its first write it leaves a marker, `{keyspace}:migration` (a hash:
-//! `source`, `state`, and once verified the flush counter `change_seq` it left), and a later
-//! run goes ahead only when
+//! `source`, `source_state`, `state`, and once verified the flush counter `change_seq` it
+//! left), and a later run goes ahead only when
 //! - the marker names the same source (its canonical path),
 //! - no node has started on the keyspace (every node sets the node key when it starts),
 //! - after a finished migration, no flush has happened since (`change_seq` as it left it),
+//! - the source is as it was when the migration began (`source_state`: its journal, event
+//!   and audit counters and the checksum of everything a migration moves): a migration only
+//!   writes records, so what the server dropped from the source since (an erased player, a
+//!   party that broke up, trimmed events) would stay in the keyspace and no run would verify,
 //! - the journal and snapshot marks are not past the source's.
 
 use std::collections::HashMap;
@@ -21,17 +25,19 @@ use crate::store::{Keys, RedisConn};
 
 /// Writes the marker if the lease is still the migration's (one script: a migration whose
 /// lease lapsed cannot mark a keyspace a node now owns). With `done`, it also keeps the flush
-/// counter as the migration left it.
+/// counter as the migration left it. The source's state is written as it was found: a run
+/// goes ahead only when it equals the marker's, or the marker has none (an earlier release
+/// wrote it).
 const MARK: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return redis.error_reply('FENCED the migration no longer holds the lease')
 end
 if ARGV[3] == 'done' then
-  redis.call('HSET', KEYS[2], 'source', ARGV[2], 'state', 'done',
+  redis.call('HSET', KEYS[2], 'source', ARGV[2], 'source_state', ARGV[4], 'state', 'done',
     'change_seq', redis.call('GET', KEYS[3]) or '0')
 else
   redis.call('HDEL', KEYS[2], 'change_seq')
-  redis.call('HSET', KEYS[2], 'source', ARGV[2], 'state', ARGV[3])
+  redis.call('HSET', KEYS[2], 'source', ARGV[2], 'source_state', ARGV[4], 'state', ARGV[3])
 end
 return 1
 ";
@@ -43,12 +49,33 @@ pub(super) struct Source {
     pub(super) id: String,
     pub(super) last_seq: u64,
     pub(super) snapshot_seq: u64,
+    /// Where the source stands (see [`source_state`]): a server that ran on it since the
+    /// migration began changed it.
+    pub(super) state: String,
+}
+
+/// The source's state as the marker keeps it: its journal, event and audit counters, for the
+/// operator to read, and the checksum of everything a migration moves, which any change to
+/// those records alters.
+pub(super) fn source_state(
+    last_seq: u64,
+    snapshot_seq: u64,
+    last_event: u64,
+    last_audit: u64,
+    checksum: &str,
+) -> String {
+    format!(
+        "journal {last_seq} (snapshot {snapshot_seq}), event log {last_event}, audit log \
+         {last_audit}, checksum {checksum}"
+    )
 }
 
 /// A migration's marker, as read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Marker {
     pub(super) source: String,
+    /// The source's state when the migration began (`None`: an earlier release's marker).
+    pub(super) source_state: Option<String>,
     pub(super) done: bool,
     /// The flush counter a finished migration left.
     pub(super) change_seq: u64,
@@ -97,6 +124,25 @@ pub(super) fn refusal(found: &Found, source: &Source, keys: &Keys) -> Option<Str
             keys.keyspace(),
             source.id,
             keys.node_key()
+        ));
+    }
+    if let Some(began) = marker
+        .source_state
+        .as_deref()
+        .filter(|began| *began != source.state)
+    {
+        return Some(format!(
+            "the source {} changed since the migration into keyspace {} began (then: {began}; \
+             now: {}), as when the server ran on it in between. A migration writes records and \
+             removes none, so what left the source since (an erased player, a party that broke \
+             up, trimmed events) would stay in the keyspace and no run could verify. To \
+             migrate the source as it is now, delete this keyspace's keys first (`redis-cli \
+             --scan --pattern '{{{}}}:*' | xargs redis-cli del`), or migrate into another \
+             keyspace (--keyspace)",
+            source.id,
+            keys.keyspace(),
+            source.state,
+            keys.keyspace(),
         ));
     }
     if marker.done && found.change_seq != marker.change_seq {
@@ -167,6 +213,7 @@ pub(super) async fn read(conn: &RedisConn, keys: &Keys) -> Result<Found, String>
             .to_string();
         Some(Marker {
             source,
+            source_state: field("source_state").map(str::to_string),
             done: field("state") == Some("done"),
             change_seq: number(
                 &format!("{} change_seq", keys.migration()),
@@ -205,6 +252,7 @@ pub(super) async fn mark(
         .arg(owner.value())
         .arg(&source.id)
         .arg(if done { "done" } else { "copying" })
+        .arg(&source.state)
         .invoke_async::<i64>(&mut conn.clone())
         .await
         .map(|_| ())
@@ -220,12 +268,14 @@ mod tests {
             id: "/srv/mm/data".into(),
             last_seq: 40,
             snapshot_seq: 30,
+            state: source_state(40, 30, 12, 3, "ab12"),
         }
     }
 
     fn marker(done: bool, change_seq: u64) -> Option<Marker> {
         Some(Marker {
             source: "/srv/mm/data".into(),
+            source_state: Some(source().state),
             done,
             change_seq,
         })
@@ -255,6 +305,52 @@ mod tests {
             ..Found::default()
         };
         assert_eq!(refusal(&finished, &source(), &keys), None);
+        // A marker an earlier release left keeps no state of the source to compare.
+        let earlier = Found {
+            marker: marker(false, 0).map(|m| Marker {
+                source_state: None,
+                ..m
+            }),
+            ..interrupted
+        };
+        assert_eq!(refusal(&earlier, &source(), &keys), None);
+    }
+
+    #[test]
+    fn a_source_that_changed_since_the_migration_began_is_refused_saying_how_to_start_over() {
+        let keys = Keys::new("eu");
+        for done in [false, true] {
+            let found = Found {
+                marker: marker(done, 57),
+                written: true,
+                change_seq: 57,
+                last_seq: 40,
+                snapshot_seq: 30,
+                ..Found::default()
+            };
+            let moved = Source {
+                last_seq: 41,
+                state: source_state(41, 30, 14, 3, "cd34"),
+                ..source()
+            };
+            let why = refusal(&found, &moved, &keys)
+                .unwrap_or_else(|| panic!("done {done}: a changed source was not refused"));
+            for says in [
+                "the source /srv/mm/data changed since the migration into keyspace eu began",
+                "then: journal 40 (snapshot 30), event log 12, audit log 3, checksum ab12",
+                "now: journal 41 (snapshot 30), event log 14, audit log 3, checksum cd34",
+                "--pattern '{eu}:*'",
+                "another keyspace",
+            ] {
+                assert!(why.contains(says), "{says:?} not in {why}");
+            }
+            // Only the checksum moved (a party broke up, say): refused all the same.
+            let rewritten = Source {
+                state: source_state(40, 30, 12, 3, "ef56"),
+                ..source()
+            };
+            assert!(refusal(&found, &rewritten, &keys).is_some(), "done {done}");
+        }
     }
 
     #[test]
@@ -280,6 +376,7 @@ mod tests {
                 Found {
                     marker: Some(Marker {
                         source: "/srv/other".into(),
+                        source_state: Some(source().state),
                         done: true,
                         change_seq: 57,
                     }),
