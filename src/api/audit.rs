@@ -165,6 +165,12 @@ where
         // (an erasure, a season reset) would go unaudited.
         let audited = tokio::spawn(async move {
             let response = inner.call(req).await?;
+            if response.headers().contains_key(super::NOT_OWNER) {
+                // This engine no longer serves the queues: the node that forwarded the call
+                // sends it on (or, for a call sent once, tells its caller to check), and the
+                // next owner audits it. The mark must reach that node as it is.
+                return Ok(response);
+            }
             let record = entry(
                 crate::state::unix_now(),
                 &path,
@@ -179,6 +185,12 @@ where
             };
             match written {
                 Ok(()) => Ok(response),
+                Err(crate::store::StoreError::Fenced) => {
+                    // The lease moved on after the call: answered as any fenced write is, so
+                    // the call goes to the next owner, which writes its entry.
+                    tracing::warn!(action = %record.action, "audit entry refused by the fence; the call goes to the next owner");
+                    Ok(tonic::Status::from(crate::store::StoreError::Fenced).into_http())
+                }
                 Err(e) => {
                     tracing::error!(error = %e, action = %record.action, "audit entry not written");
                     crate::telemetry::store_error("audit");
@@ -251,6 +263,55 @@ mod tests {
         assert_eq!(entries.len(), 1, "{entries:?}");
         assert_eq!(entries[0].1.action, "DeletePlayer");
         assert_eq!(entries[0].1.detail, "player_id=\"p1\": OK");
+    }
+
+    /// A handler answering as an engine whose store the fence refused.
+    #[derive(Clone)]
+    struct Fenced;
+
+    impl Service<http::Request<Body>> for Fenced {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+            Box::pin(async {
+                Ok(tonic::Status::from(crate::store::StoreError::Fenced).into_http())
+            })
+        }
+    }
+
+    fn fenced_mark(response: &http::Response<Body>) -> Option<&str> {
+        response
+            .headers()
+            .get(super::super::NOT_OWNER)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn a_call_the_fence_refused_keeps_its_mark_so_it_goes_to_the_next_owner() {
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        memory.fence_audit_writes();
+        let store: Store = memory;
+        let request = |method: &str| {
+            http::Request::builder()
+                .uri(format!("/matchmaker.v1.AdminService/{method}"))
+                .body(Body::empty())
+                .unwrap()
+        };
+        // The handler's write was fenced: its answer goes back marked, unaudited here.
+        let mut audited = AuditLayer::new(store.clone()).layer(Fenced);
+        let response = audited.call(request("BanPlayer")).await.unwrap();
+        assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
+        // The handler wrote nothing the fence refused, but its audit entry was: marked too.
+        let mut audited = AuditLayer::new(store.clone()).layer(Slow);
+        let response = audited.call(request("SetRating")).await.unwrap();
+        assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
+        assert!(store.audit_after(0, 10).unwrap().is_empty());
     }
 
     #[test]

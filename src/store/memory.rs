@@ -93,6 +93,9 @@ pub(super) struct Data {
     /// Set on the Redis store's mirror: the match history stays in Redis (it is read from
     /// there), so the mirror does not hold it in memory.
     pub(super) history_off: bool,
+    /// Audit writes fail as a cluster store's do once another node holds the lease.
+    #[cfg(test)]
+    pub(super) audit_fenced: bool,
     /// Per player, the history's match ids, most recently ended first.
     pub(super) history_lists: HashMap<PlayerId, Vec<MatchId>>,
     /// Per record, how many lists hold it.
@@ -192,6 +195,12 @@ impl MemoryStore {
         self.1.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// From now on audit entries are refused as a fenced cluster store refuses writes.
+    #[cfg(test)]
+    pub(crate) fn fence_audit_writes(&self) {
+        self.data().audit_fenced = true;
+    }
+
     /// Matches marked as ended, and live-match segments, stored now.
     #[cfg(test)]
     pub(crate) fn marks_and_segments(&self) -> (usize, usize) {
@@ -222,6 +231,10 @@ impl super::AdminRecords for MemoryStore {
     }
 
     fn append_audit(&self, entry: &super::AuditRecord) -> Result<u64, StoreError> {
+        #[cfg(test)]
+        if self.data().audit_fenced {
+            return Err(StoreError::Fenced);
+        }
         Ok(self.data().append_audit(entry))
     }
 
