@@ -9,7 +9,7 @@
 //! caller's deadline. Every call is safe to send again after its owner died, being idempotent
 //! (`ReportMatchResult` by match id, `EnterQueue` by the player's one ticket, `StartMatch`,
 //! `CancelMatch` of a cancelled match, `JoinParty` of one's own party, reads), except
-//! `SeasonReset`, `RequestBackfill`, `CreateParty` and `LeaveParty`: those are answered
+//! `RequestBackfill`, `CreateParty`, `LeaveParty` and the admin changes ([`ONCE`]): those are answered
 //! UNAVAILABLE instead when the owner went away after they were sent or did not answer in
 //! time, and the caller checks before calling again.
 //!
@@ -76,6 +76,16 @@ const RESUMABLE: &[&str] = &[
 /// Calls that are not sent again once they may have reached an engine.
 const ONCE: &[&str] = &[
     "/matchmaker.v1.AdminService/SeasonReset",
+    // Admin changes: a second run would answer (and audit, and tell event watchers) as if it
+    // were a new change, and SetRating, BanPlayer and UnbanPlayer would undo what happened in
+    // between (results the next owner applied first, an unban by someone else).
+    "/matchmaker.v1.AdminService/SetRating",
+    "/matchmaker.v1.AdminService/EndSeason",
+    "/matchmaker.v1.AdminService/MigrateFromElo",
+    "/matchmaker.v1.AdminService/DeletePlayer",
+    "/matchmaker.v1.AdminService/BanPlayer",
+    "/matchmaker.v1.AdminService/UnbanPlayer",
+    "/matchmaker.v1.AdminService/ReloadConfig",
     "/matchmaker.v1.GameServerService/RequestBackfill",
     // Records: a second party, or leaving the party one rejoined meanwhile.
     "/matchmaker.v1.PartyService/CreateParty",

@@ -547,6 +547,11 @@ fn fenced_once_engine() -> (
 async fn a_call_sent_once_whose_write_was_fenced_is_to_be_checked_and_any_other_goes_on() {
     for (path, once) in [
         ("/matchmaker.v1.AdminService/SeasonReset", true),
+        // Run twice, these would undo what happened in between, or announce a change twice.
+        ("/matchmaker.v1.AdminService/SetRating", true),
+        ("/matchmaker.v1.AdminService/BanPlayer", true),
+        ("/matchmaker.v1.AdminService/UnbanPlayer", true),
+        ("/matchmaker.v1.AdminService/DeletePlayer", true),
         ("/matchmaker.v1.ClientService/GetPlayer", false),
     ] {
         let (engine, calls) = fenced_once_engine();
