@@ -264,10 +264,9 @@ impl Pool {
     }
 
     /// Drops stale index entries once they outnumber live ones (plus slack), and the rules'
-    /// value entries no waiting ticket holds.
+    /// value entries no waiting ticket holds; rebuilds the rules' tag tables when worth it.
     fn compact_index(&mut self) {
-        let slots = &self.slots;
-        self.rules.compact(|s| slots[s].occupied());
+        self.rules.compact(&self.slots, self.live);
         if self.index.len() > 2 * self.live + STALE_SLACK {
             let slots = &self.slots;
             self.index.retain(|_, &mut (slot, g)| {

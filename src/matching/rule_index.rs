@@ -6,7 +6,10 @@
 //!   partition is an independent sub-pool and the optimizer stays global within it.
 //! - `intersect` tags become a 64-bit mask per rule (63 interned values per rule and pool; any
 //!   further value sets the overflow bit, and only a match whose common tags rely on it is
-//!   checked on the strings, so the answer is always exact).
+//!   checked on the strings, so the answer is always exact). A full table whose bits belong
+//!   to values no waiting ticket holds any more is rebuilt from the waiting tickets, the most
+//!   common values first, so junk tags or a vocabulary that changes over time do not send
+//!   every later check down the exact path for the pool's life.
 //! - `difference` numbers are stored as they are; `avoid` as a flag saying the ticket has a list
 //!   (a match with no flagged ticket cannot break the rule; one with a flagged ticket is checked
 //!   on the players, both directions).
@@ -29,6 +32,19 @@ use crate::ids::PlayerId;
 
 /// Bit of an intersect mask standing for every value past the 63 interned ones.
 const OVERFLOW: u64 = 1 << 63;
+
+/// Values an intersect rule's table can intern (every bit but [`OVERFLOW`]).
+const TAG_BITS: usize = 63;
+
+/// Fewest tickets that must have left the pool since the intern tables were last looked at
+/// before they are looked at again (at least as many as wait, too): looking reads every
+/// waiting ticket's masks, and a rebuild its tags, so the cost is spread over the departures.
+const TAG_RESCAN_MIN: usize = 64;
+
+/// Bits of a full table held by values no waiting ticket holds that make a rebuild worth it
+/// when no waiting ticket relies on the overflow bit (with one that does, one such bit is
+/// enough).
+const DEAD_BITS_WORTH_A_REBUILD: u32 = 16;
 
 /// Stale value entries tolerated beyond the live ones before they are dropped.
 const VALUE_SLACK: usize = 1024;
@@ -250,6 +266,8 @@ pub(crate) struct RuleIndex {
     tag_bits: Vec<HashMap<String, u8>>,
     /// Per intersect rule, bit → value (the inverse of `tag_bits`).
     tag_names: Vec<Vec<String>>,
+    /// Tickets that left the pool since the intern tables were last looked at.
+    tag_departures: usize,
     /// Tuple of equal values → entry.
     value_ids: HashMap<Vec<String>, u32>,
     entries: Vec<ValueEntry>,
@@ -328,7 +346,7 @@ impl RuleIndex {
                     let next = bits.len();
                     mask |= match bits.get(tag) {
                         Some(&b) => 1 << b,
-                        None if next < 63 => {
+                        None if next < TAG_BITS => {
                             bits.insert(tag.clone(), next as u8);
                             self.tag_names[k].push(tag.clone());
                             1 << next
@@ -369,6 +387,9 @@ impl RuleIndex {
 
     /// The ticket in `slot` left the pool.
     pub(crate) fn release(&mut self, slot: usize) {
+        if !self.intersect.is_empty() {
+            self.tag_departures += 1;
+        }
         if self.equal.is_empty() {
             return;
         }
@@ -382,8 +403,15 @@ impl RuleIndex {
     }
 
     /// Drops value tuples no waiting ticket holds once they outnumber the live ones (plus
-    /// slack), so a stream of distinct values cannot grow the index without bound.
-    pub(crate) fn compact(&mut self, occupied: impl Fn(usize) -> bool) {
+    /// slack), so a stream of distinct values cannot grow the index without bound, and
+    /// rebuilds the intersect intern tables that are worth it ([`Self::refresh_tag_tables`]).
+    /// `slots` are the pool's, `waiting` the number of tickets in them.
+    pub(crate) fn compact(&mut self, slots: &Slots, waiting: usize) {
+        self.compact_values(|s| slots[s].occupied());
+        self.refresh_tag_tables(slots, waiting);
+    }
+
+    fn compact_values(&mut self, occupied: impl Fn(usize) -> bool) {
         if self.entries.len() <= 2 * self.live_entries + VALUE_SLACK {
             return;
         }
@@ -403,6 +431,72 @@ impl RuleIndex {
                 self.value_of[slot] = remap[self.value_of[slot] as usize];
             }
         }
+    }
+
+    /// Once at least as many tickets left as wait (and [`TAG_RESCAN_MIN`]), looks at each
+    /// full intersect table and rebuilds it from the waiting tickets when its bits are held by
+    /// values no waiting ticket holds: any such bit while a waiting ticket relies on the
+    /// overflow bit, or [`DEAD_BITS_WORTH_A_REBUILD`] of them otherwise. Looking reads only the
+    /// masks; the spacing keeps both amortised O(1) per departure.
+    fn refresh_tag_tables(&mut self, slots: &Slots, waiting: usize) {
+        if self.tag_departures < waiting.max(TAG_RESCAN_MIN)
+            || self.tag_names.iter().all(|names| names.len() < TAG_BITS)
+        {
+            return;
+        }
+        self.tag_departures = 0;
+        let ni = self.intersect.len();
+        let stored = self.avoids.len().min(slots.len());
+        let occupied: Vec<usize> = (0..stored).filter(|&s| slots[s].occupied()).collect();
+        for k in 0..ni {
+            if self.tag_names[k].len() < TAG_BITS {
+                continue;
+            }
+            let used = occupied
+                .iter()
+                .fold(0u64, |m, &s| m | self.tags[s * ni + k]);
+            let dead = TAG_BITS as u32 - (used & !OVERFLOW).count_ones();
+            let overflowing = used & OVERFLOW != 0;
+            if dead > 0 && (overflowing || dead >= DEAD_BITS_WORTH_A_REBUILD) {
+                self.reintern_tags(k, slots, &occupied);
+            }
+        }
+    }
+
+    /// Rebuilds intersect rule `k`'s table from the tickets in `occupied`: the values most
+    /// waiting tickets hold get the bits (ties by value, so the table does not depend on hash
+    /// order), and every waiting ticket's mask is made again from it.
+    fn reintern_tags(&mut self, k: usize, slots: &Slots, occupied: &[usize]) {
+        let attribute = &self.rules[self.intersect[k]].attribute;
+        let tags_of = |s: usize| match slots[s].ticket().and_then(|t| t.attributes.get(attribute)) {
+            Some(AttributeValue::Tags(tags)) => tags.as_slice(),
+            _ => &[],
+        };
+        let mut holders: HashMap<&str, usize> = HashMap::new();
+        for &s in occupied {
+            for tag in tags_of(s) {
+                *holders.entry(tag.as_str()).or_default() += 1;
+            }
+        }
+        let mut ranked: Vec<(&str, usize)> = holders.into_iter().collect();
+        ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        ranked.truncate(TAG_BITS);
+        let names: Vec<String> = ranked.into_iter().map(|(v, _)| v.to_owned()).collect();
+        let bits: HashMap<String, u8> = (0u8..).zip(&names).map(|(b, v)| (v.clone(), b)).collect();
+        let masks: Vec<u64> = occupied
+            .iter()
+            .map(|&s| {
+                tags_of(s).iter().fold(0u64, |m, tag| {
+                    m | bits.get(tag.as_str()).map_or(OVERFLOW, |&b| 1 << b)
+                })
+            })
+            .collect();
+        let ni = self.intersect.len();
+        for (&s, mask) in occupied.iter().zip(masks) {
+            self.tags[s * ni + k] = mask;
+        }
+        self.tag_bits[k] = bits;
+        self.tag_names[k] = names;
     }
 
     /// The rule values of the tickets in `slots`, in that order, for one tick (empty without
@@ -674,124 +768,4 @@ impl<'a> Checker<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::matching::test_util::solo;
-
-    fn with(t: Ticket, key: &str, value: AttributeValue) -> Ticket {
-        let mut t = t;
-        t.attributes.insert(key.into(), value);
-        t
-    }
-
-    fn tags(n: std::ops::Range<usize>) -> AttributeValue {
-        let mut v: Vec<String> = n.map(|i| format!("v{i:03}")).collect();
-        v.sort();
-        AttributeValue::Tags(v)
-    }
-
-    #[test]
-    fn intersect_masks_stay_exact_past_the_interned_values() {
-        let rules = vec![MatchRule::new(RuleKind::Intersect, "maps")];
-        let mut index = RuleIndex::new(&rules);
-        // Fill the 63 bits, then two tickets sharing only values past them.
-        let tickets = [
-            with(solo("a", 1500.0, 0.0), "maps", tags(0..63)),
-            with(solo("b", 1500.0, 0.0), "maps", tags(100..102)),
-            with(solo("c", 1500.0, 0.0), "maps", tags(101..103)),
-            with(solo("d", 1500.0, 0.0), "maps", tags(200..201)),
-        ];
-        let mut slots: Vec<crate::matching::candidates::Slot> = Vec::new();
-        for (i, t) in tickets.iter().enumerate() {
-            index.store(i, t);
-            slots.push(crate::matching::candidates::Slot {
-                ticket: Some(Box::new(t.clone())),
-                generation: 1,
-            });
-        }
-        let cand = |i: u32| Cand {
-            slot: i,
-            size: 1,
-            key: 1500.0,
-            dev: 50.0,
-            wait: 0.0,
-            lim: crate::matching::MatchingConfig::default().limits(0.0),
-            regions: 1,
-        };
-        let cands: Vec<Cand> = (0..4).map(cand).collect();
-        let values = index.tick_values(0..4);
-        let checker = Checker::new(&index, &slots, &values);
-        assert!(checker.pair_ok(&cands, 1, 2), "share v101");
-        assert!(!checker.pair_ok(&cands, 1, 3));
-        assert!(!checker.pair_ok(&cands, 0, 1));
-        for (a, b) in [(0, 1), (1, 2), (1, 3), (2, 3)] {
-            let want = holds(
-                &rules,
-                &[
-                    vec![Member::of(&tickets[a], 0.0)],
-                    vec![Member::of(&tickets[b], 0.0)],
-                ],
-            );
-            assert_eq!(checker.pair_ok(&cands, a, b), want);
-        }
-        // The compact attributes agree with the tickets' where the common tags are interned,
-        // and defer to the tickets where they may not be.
-        assert_eq!(
-            index.attributes_of(&values, &[0, 1]),
-            Some(match_attributes(&rules, &[&tickets[0], &tickets[1]]))
-        );
-        assert_eq!(index.attributes_of(&values, &[1, 2]), None);
-        assert_eq!(
-            match_attributes(&rules, &[&tickets[1], &tickets[2]])["maps"],
-            tags(101..102)
-        );
-    }
-
-    #[test]
-    fn match_attributes_report_the_common_values() {
-        let rules = vec![
-            MatchRule {
-                groups: vec![vec!["xbox".into(), "playstation".into()]],
-                ..MatchRule::new(RuleKind::Equal, "platform")
-            },
-            MatchRule::new(RuleKind::Intersect, "maps"),
-            MatchRule::new(RuleKind::Equal, "mode"),
-        ];
-        let text = |s: &str| AttributeValue::Text(s.into());
-        let a = with(
-            with(
-                with(solo("a", 1.0, 0.0), "platform", text("xbox")),
-                "maps",
-                tags(0..3),
-            ),
-            "mode",
-            text("ranked"),
-        );
-        let b = with(
-            with(
-                with(solo("b", 1.0, 0.0), "platform", text("playstation")),
-                "maps",
-                tags(2..5),
-            ),
-            "mode",
-            text("ranked"),
-        );
-        let got = match_attributes(&rules, &[&a, &b]);
-        let mut index = RuleIndex::new(&rules);
-        index.store(0, &a);
-        index.store(1, &b);
-        // In candidate order: the second candidate is slot 0.
-        let values = index.tick_values([1, 0].into_iter());
-        assert_eq!(index.attributes_of(&values, &[1, 0]).as_ref(), Some(&got));
-        assert_eq!(got["mode"], text("ranked"));
-        assert_eq!(got["maps"], tags(2..3));
-        assert_eq!(
-            got["platform"],
-            AttributeValue::Tags(vec!["playstation".into(), "xbox".into()])
-        );
-        assert!(holds(
-            &rules,
-            &[vec![Member::of(&a, 0.0)], vec![Member::of(&b, 0.0)]]
-        ));
-    }
-}
+mod tests;

@@ -158,6 +158,12 @@ fn tick_and_check(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> 
         pool.insert(t.clone()).unwrap();
     }
     let out = pool.tick(NOW, &MODEL);
+    check_formed(config, &out);
+    pool
+}
+
+/// Checks every match of a tick against the rules (on the tickets) and its reported attributes.
+fn check_formed(config: &MatchingConfig, out: &super::TickOutcome) {
     for m in &out.matches {
         let teams: Vec<Vec<Member<'_>>> = m
             .teams
@@ -175,17 +181,56 @@ fn tick_and_check(shape: Shape, config: &MatchingConfig, tickets: &[Ticket]) -> 
         );
         let all: Vec<&Ticket> = m.teams.tickets().iter().map(|t| &**t).collect();
         assert_eq!(*m.attributes, match_attributes(&config.rules, &all));
-        let Some(AttributeValue::Text(mode)) = m.attributes.get("mode") else {
-            panic!("no common mode reported: {:?}", m.attributes);
-        };
-        assert!(MODES.contains(&mode.as_str()));
+        if config.rules.iter().any(|r| r.attribute == "mode") {
+            let Some(AttributeValue::Text(mode)) = m.attributes.get("mode") else {
+                panic!("no common mode reported: {:?}", m.attributes);
+            };
+            assert!(MODES.contains(&mode.as_str()));
+        }
         if config.rules.iter().any(|r| r.attribute == "maps") {
             assert!(
                 matches!(m.attributes.get("maps"), Some(AttributeValue::Tags(t)) if !t.is_empty())
             );
         }
     }
-    pool
+}
+
+/// Asserts that no starving 1v1 ticket of `pool` waits beside another it could legally play.
+fn assert_no_starving_ticket_beside_a_legal_opponent(
+    config: &MatchingConfig,
+    pool: &Pool,
+    now: f64,
+) -> Result<(), TestCaseError> {
+    let rest: Vec<&Ticket> = pool.tickets().collect();
+    for t in &rest {
+        if !config.limits(t.wait(now)).starving {
+            continue;
+        }
+        for o in rest.iter().filter(|o| o.id != t.id) {
+            let pair = [vec![Member::of(t, now)], vec![Member::of(o, now)]];
+            prop_assert!(
+                !holds(&config.rules, &pair),
+                "starving {} waits while {} is a legal opponent",
+                t.id,
+                o.id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One ticket of a churning 1v1 pool: its rating, a few of the common maps, a few junk maps
+/// (from a vocabulary far larger than the 63 values an intersect rule interns), and whether
+/// its player cancels after the tick.
+type Churner = (f64, Vec<usize>, Vec<usize>, bool);
+
+fn churner() -> impl Strategy<Value = Churner> {
+    (
+        1300.0..1700.0f64,
+        prop::collection::vec(0..MAPS.len(), 0..3),
+        prop::collection::vec(0..400usize, 0..4),
+        prop::bool::weighted(0.3),
+    )
 }
 
 proptest! {
@@ -221,19 +266,46 @@ proptest! {
             .map(|(i, s)| ticket(i, s, specs.len()))
             .collect();
         let pool = tick_and_check(shape, &config, &tickets);
-        let rest: Vec<&Ticket> = pool.tickets().collect();
-        for t in &rest {
-            if !config.limits(t.wait(NOW)).starving {
-                continue;
+        assert_no_starving_ticket_beside_a_legal_opponent(&config, &pool, NOW)?;
+    }
+
+    /// 1v1 with a common map required, tickets entering, matching, cancelling and expiring
+    /// over many ticks with maps from a vocabulary far larger than the 63 values the rule
+    /// interns, so its table fills with values no waiting ticket holds and is rebuilt: every
+    /// formed match holds on the tickets and reports its common maps, and no starving ticket
+    /// waits beside a legal opponent, tick after tick.
+    #[test]
+    fn a_churning_map_vocabulary_changes_no_answer_of_the_rules(
+        rounds in prop::collection::vec(prop::collection::vec(churner(), 5..40), 4..16),
+    ) {
+        let shape = Shape { teams: 2, team_size: 1 };
+        let config = config(shape, vec![MatchRule::new(RuleKind::Intersect, "maps")]);
+        let mut pool = Pool::new(shape, config.clone());
+        let mut entered = 0usize;
+        for (r, round) in rounds.iter().enumerate() {
+            let now = 50.0 * r as f64;
+            let mut cancels = Vec::new();
+            for (rating, common, junk, cancels_after) in round {
+                let mut maps: Vec<String> = common.iter().map(|&m| MAPS[m].to_string()).collect();
+                maps.extend(junk.iter().map(|j| format!("junk-{j:03}")));
+                if maps.is_empty() {
+                    maps.push(format!("junk-{entered}"));
+                }
+                maps.sort();
+                maps.dedup();
+                let mut t = party(&format!("c{entered}"), &[*rating], now);
+                entered += 1;
+                t.attributes.insert("maps".into(), AttributeValue::Tags(maps));
+                if *cancels_after {
+                    cancels.push(t.id.clone());
+                }
+                pool.insert(t).unwrap();
             }
-            for o in rest.iter().filter(|o| o.id != t.id) {
-                let pair = [vec![Member::of(t, NOW)], vec![Member::of(o, NOW)]];
-                prop_assert!(
-                    !holds(&config.rules, &pair),
-                    "starving {} waits while {} is a legal opponent",
-                    t.id,
-                    o.id
-                );
+            let out = pool.tick(now, &MODEL);
+            check_formed(&config, &out);
+            assert_no_starving_ticket_beside_a_legal_opponent(&config, &pool, now)?;
+            for id in &cancels {
+                pool.remove(id);
             }
         }
     }
