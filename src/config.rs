@@ -691,6 +691,24 @@ impl Config {
                     ),
                 ));
             }
+            // The match timeout counts from when a match formed, its ready-check included, and
+            // the allocation timeout from when the ready-check passed: a match that passes at
+            // the deadline must still have its whole allocation timeout before the match
+            // timeout, as one without a ready-check has.
+            if q.ready_check_seconds + s.allocation_timeout_seconds >= s.match_timeout_seconds {
+                return Err(ConfigError::invalid(
+                    key("ready_check_seconds"),
+                    format!(
+                        "plus server.allocation_timeout_seconds ({}) must be less than \
+                         server.match_timeout_seconds ({}): a match that passes its ready-check \
+                         at the deadline still waits up to the allocation timeout for a game \
+                         server (got {})",
+                        s.allocation_timeout_seconds,
+                        s.match_timeout_seconds,
+                        q.ready_check_seconds
+                    ),
+                ));
+            }
             q.backfill
                 .validate()
                 .map_err(|e| e.under(&format!("queues.{name}")))?;

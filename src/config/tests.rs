@@ -118,6 +118,30 @@ fn a_nested_rule_names_the_whole_key_path() {
 }
 
 #[test]
+fn a_ready_check_leaves_the_allocation_timeout_inside_the_match_timeout() {
+    let server = "[server]\nallocation_timeout_seconds = 60.0\nmatch_timeout_seconds = 100.0\n";
+    let e = rule_of(&format!(
+        "{server}[queues.1v1]\nready_check_seconds = 40.0\n"
+    ));
+    assert!(
+        e.contains("queues.1v1.ready_check_seconds")
+            && e.contains("server.allocation_timeout_seconds (60)")
+            && e.contains("server.match_timeout_seconds (100)")
+            && e.contains("got 40"),
+        "{e}"
+    );
+    let e = rule_of(&format!(
+        "{server}[queues.2v2]\nready_check_seconds = 120.0\n"
+    ));
+    assert!(e.contains("queues.2v2.ready_check_seconds"), "{e}");
+    let c = Config::from_toml_str(&format!(
+        "{server}[queues.1v1]\nready_check_seconds = 39.5\n"
+    ))
+    .unwrap();
+    assert_eq!(c.queues["1v1"].ready_check_seconds, 39.5);
+}
+
+#[test]
 fn bad_values_name_the_key_and_the_rule() {
     let e = rule_of("[queues.1v1]\ntick_interval_ms = 0\n");
     assert!(e.contains("queues.1v1.tick_interval_ms"), "{e}");

@@ -218,76 +218,8 @@ pub fn spawn(
     restored: Vec<Arc<MatchSlot>>,
 ) -> std::io::Result<(Handle, LoopTask)> {
     let (tx, rx) = mpsc::channel(state.config().server.command_buffer);
-    let queues: Vec<QueueRuntime> = state
-        .queues()
-        .iter()
-        .map(|q| QueueRuntime {
-            id: q.id.clone(),
-            pool: Pool::new(q.config.shape(), q.config.matching.clone()),
-            system: q.config.rating.clone(),
-            stats: QueueStats {
-                queue: q.id.to_string(),
-                ..QueueStats::default()
-            },
-            recent_waits: VecDeque::new(),
-            recent_quality: VecDeque::new(),
-            recent_fill_seconds: VecDeque::new(),
-            ready_check_seconds: q.config.ready_check_seconds,
-            backfill: q.config.backfill.clone(),
-            team_size: q.config.team_size,
-            metrics: QueueMetrics::new(&q.id),
-            tick_every: q.config.tick_ms(state.config().server.tick_interval_ms) as f64 / 1e3,
-            last_run: f64::NEG_INFINITY,
-        })
-        .collect();
-    let queue_index = queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.id.clone(), i))
-        .collect();
-    // The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
-    let tick_ms = state
-        .queues()
-        .iter()
-        .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
-        .min()
-        .unwrap_or(state.config().server.tick_interval_ms);
-    let tick = Duration::from_millis(tick_ms);
-    // The restored matches a server had taken hold their tickets again (matched to that
-    // server): retained from now, like any finished ticket.
-    let now = clock.now();
-    let finished = restored
-        .iter()
-        .filter(|m| m.phase() != crate::state::MatchPhase::Formed)
-        .flat_map(|m| m.tickets())
-        .map(|id| (now, id))
-        .collect();
-    let mut lp = Loop {
-        tick_seconds: tick.as_secs_f64(),
-        state,
-        clock,
-        queues,
-        queue_index,
-        waiting: HashMap::default(),
-        unallocated: restored
-            .into_iter()
-            .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
-            .map(|m| Unallocated {
-                since_unix: m.formed_unix,
-                region: m.assignment().region.clone(),
-                slot: m,
-                tickets: Vec::new(),
-            })
-            .collect(),
-        finished,
-        last_stale_sweep: f64::NEG_INFINITY,
-        ready: HashMap::new(),
-        ready_by_ticket: HashMap::new(),
-        backfills: Vec::new(),
-        seated: HashMap::new(),
-        unstarted: HashMap::new(),
-        runtime: tokio::runtime::Handle::current(),
-    };
+    let tick = loop_tick(&state);
+    let mut lp = Loop::new(state, clock, restored);
     // Timers only: the loop's channels and the server's streams work across runtimes.
     let own = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -302,7 +234,86 @@ pub fn spawn(
     Ok((Handle { tx }, task))
 }
 
+/// The loop wakes at the fastest queue's interval; each queue runs at its own (see `due`).
+fn loop_tick(state: &State) -> Duration {
+    let tick_ms = state
+        .queues()
+        .iter()
+        .map(|q| q.config.tick_ms(state.config().server.tick_interval_ms))
+        .min()
+        .unwrap_or(state.config().server.tick_interval_ms);
+    Duration::from_millis(tick_ms)
+}
+
 impl Loop {
+    /// The loop's data before its first tick: every configured queue with an empty pool, and
+    /// the `restored` matches (formed ones wait for a server again). Must be called inside the
+    /// server's runtime.
+    fn new(state: State, clock: Clock, restored: Vec<Arc<MatchSlot>>) -> Self {
+        let queues: Vec<QueueRuntime> = state
+            .queues()
+            .iter()
+            .map(|q| QueueRuntime {
+                id: q.id.clone(),
+                pool: Pool::new(q.config.shape(), q.config.matching.clone()),
+                system: q.config.rating.clone(),
+                stats: QueueStats {
+                    queue: q.id.to_string(),
+                    ..QueueStats::default()
+                },
+                recent_waits: VecDeque::new(),
+                recent_quality: VecDeque::new(),
+                recent_fill_seconds: VecDeque::new(),
+                ready_check_seconds: q.config.ready_check_seconds,
+                backfill: q.config.backfill.clone(),
+                team_size: q.config.team_size,
+                metrics: QueueMetrics::new(&q.id),
+                tick_every: q.config.tick_ms(state.config().server.tick_interval_ms) as f64 / 1e3,
+                last_run: f64::NEG_INFINITY,
+            })
+            .collect();
+        let queue_index = queues
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.id.clone(), i))
+            .collect();
+        // The restored matches a server had taken hold their tickets again (matched to that
+        // server): retained from now, like any finished ticket.
+        let now = clock.now();
+        let finished = restored
+            .iter()
+            .filter(|m| m.phase() != crate::state::MatchPhase::Formed)
+            .flat_map(|m| m.tickets())
+            .map(|id| (now, id))
+            .collect();
+        Self {
+            tick_seconds: loop_tick(&state).as_secs_f64(),
+            state,
+            clock,
+            queues,
+            queue_index,
+            waiting: HashMap::default(),
+            unallocated: restored
+                .into_iter()
+                .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
+                .map(|m| Unallocated {
+                    since_unix: m.formed_unix,
+                    region: m.assignment().region.clone(),
+                    slot: m,
+                    tickets: Vec::new(),
+                })
+                .collect(),
+            finished,
+            last_stale_sweep: f64::NEG_INFINITY,
+            ready: HashMap::new(),
+            ready_by_ticket: HashMap::new(),
+            backfills: Vec::new(),
+            seated: HashMap::new(),
+            unstarted: HashMap::new(),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+
     async fn run(
         &mut self,
         mut rx: mpsc::Receiver<Command>,

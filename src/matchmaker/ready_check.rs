@@ -205,3 +205,105 @@ impl Loop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Clock, Command, Loop};
+    use crate::ids::{PlayerId, TicketId};
+    use crate::matching;
+    use crate::state::{MatchPhase, State, TicketState};
+
+    /// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent
+    /// to the loop.
+    async fn enter(lp: &mut Loop, player: &str) -> TicketId {
+        let state = lp.state.clone();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let id = TicketId::new(format!("t-{player}"));
+        let now = lp.clock.now();
+        let players = vec![PlayerId::new(player)];
+        let (slot, skills) = state
+            .create_ticket(&queue, players.clone(), id.clone(), now)
+            .unwrap();
+        let entry = matching::Ticket {
+            id: id.clone(),
+            players,
+            skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
+            party_skill: None,
+            entered_at: now,
+            region_latency_ms: Vec::new(),
+            roles: Vec::new(),
+            attributes: Default::default(),
+            avoid: Vec::new(),
+        };
+        state.persist_ticket(&slot, &entry, now).await.unwrap();
+        lp.handle(Command::Enter {
+            ticket: slot,
+            entry,
+        });
+        id
+    }
+
+    fn stored(state: &State) -> Vec<TicketId> {
+        let tickets = state.store().load_tickets().unwrap();
+        tickets.into_iter().map(|t| t.ticket_id).collect()
+    }
+
+    #[tokio::test]
+    async fn a_ready_check_older_than_the_match_timeout_still_ends_at_its_own_deadline() {
+        let state =
+            crate::state::test_util::state_with("[queues.1v1]\nready_check_seconds = 30.0\n");
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        let b = enter(&mut lp, "b").await;
+        lp.tick();
+        let match_id = lp.ready_by_ticket.get(&a).expect("a and b meet").clone();
+        assert_eq!(
+            lp.answer_ready_check(&a, &match_id, true),
+            Ok(TicketState::Matched)
+        );
+
+        // The wall clock is past the match timeout (it stepped forward) while the ready-check
+        // still runs on the loop's clock.
+        let timeout = state.config().server.match_timeout_seconds;
+        let formed_unix = state.match_slot(&match_id).unwrap().formed_unix;
+        lp.sweep_stale(formed_unix + timeout + 1.0);
+        assert_eq!(
+            state.match_slot(&match_id).map(|m| m.phase()),
+            Ok(MatchPhase::ReadyCheck),
+            "the match timeout leaves a match in its ready-check alone"
+        );
+
+        clock.advance(30.0);
+        lp.tick();
+        assert!(lp.ready.is_empty() && lp.ready_by_ticket.is_empty());
+        assert!(state.match_slot(&match_id).is_err());
+        let stats = &lp.queues[lp.queue_index[&state.queue("queue", "1v1").unwrap().id]].stats;
+        assert_eq!(
+            (stats.ready_checks_timed_out, stats.tickets_expired),
+            (1, 1)
+        );
+        let view_a = state.ticket(&a).unwrap().view();
+        assert_eq!(view_a.state, TicketState::Searching, "{view_a:?}");
+        assert!(lp.waiting.contains_key(&a), "a accepted: back in the queue");
+        let view_b = state.ticket(&b).unwrap().view();
+        assert_eq!(view_b.state, TicketState::Expired, "{view_b:?}");
+        assert!(
+            view_b.reason.contains("did not accept the match"),
+            "{view_b:?}"
+        );
+        assert_eq!(
+            stored(&state),
+            std::slice::from_ref(&a),
+            "b stopped waiting: no new owner puts it back in the queue"
+        );
+
+        let retention = state.config().server.finished_ticket_retention_seconds;
+        clock.advance(retention);
+        lp.tick();
+        assert!(
+            state.ticket(&b).is_err(),
+            "b is forgotten after the retention"
+        );
+    }
+}

@@ -191,27 +191,7 @@ impl Loop {
         self.state.deliver_when_durable(placements, &self.runtime);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
-            let state = &self.state;
-            self.seated.retain(|id, _| state.match_slot(id).is_ok());
-            self.unstarted.retain(|id, _| {
-                state
-                    .match_slot(id)
-                    .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
-            });
-            if let Err(e) = state.expire_parties(crate::state::unix_now()) {
-                tracing::error!(error = %e, "could not expire idle parties");
-                crate::telemetry::store_error("parties");
-            }
-            let timeout = self.state.config().server.match_timeout_seconds;
-            let n = self
-                .state
-                .cancel_stale_matches(crate::state::unix_now(), timeout);
-            if n > 0 {
-                tracing::warn!(
-                    matches = n,
-                    "cancelled matches with no result after the match timeout"
-                );
-            }
+            self.sweep_stale(crate::state::unix_now());
         }
         self.publish_searching(now);
         self.forget_finished(now);
@@ -221,6 +201,32 @@ impl Loop {
         }
         for (q, n) in self.queues.iter_mut().zip(players_waiting) {
             q.stats.players_waiting = n;
+        }
+    }
+
+    /// Drops the loop's notes on matches that moved on, expires idle parties and cancels the
+    /// matches with no result after the match timeout, at `now_unix` (wall-clock seconds, the
+    /// time matches record when they form). Matches in their ready-check are not touched: the
+    /// ready-check's own deadline ends them ([`Loop::expire_ready_checks`]).
+    pub(super) fn sweep_stale(&mut self, now_unix: f64) {
+        let state = &self.state;
+        self.seated.retain(|id, _| state.match_slot(id).is_ok());
+        self.unstarted.retain(|id, _| {
+            state
+                .match_slot(id)
+                .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
+        });
+        if let Err(e) = state.expire_parties(now_unix) {
+            tracing::error!(error = %e, "could not expire idle parties");
+            crate::telemetry::store_error("parties");
+        }
+        let timeout = state.config().server.match_timeout_seconds;
+        let n = state.cancel_stale_matches(now_unix, timeout);
+        if n > 0 {
+            tracing::warn!(
+                matches = n,
+                "cancelled matches with no result after the match timeout"
+            );
         }
     }
 

@@ -408,13 +408,15 @@ impl State {
     }
 
     /// Cancels every live match formed more than `timeout` seconds ago that has no result.
-    /// Returns how many.
+    /// Returns how many. A match in its ready-check is left to the matchmaker, whose
+    /// ready-check deadline ends it (requeueing the tickets that accepted).
     pub fn cancel_stale_matches(&self, now_unix: f64, timeout: f64) -> usize {
         let stale: Vec<Arc<MatchSlot>> = self
             .inner
             .matches
             .iter()
             .filter(|e| now_unix - e.value().formed_unix > timeout)
+            .filter(|e| e.value().phase() != MatchPhase::ReadyCheck)
             .map(|e| e.value().clone())
             .collect();
         stale
@@ -424,10 +426,19 @@ impl State {
     }
 
     /// Cancels a live match (a game server's `CancelMatch`): no result, players free again.
+    /// Refuses a match in its ready-check: only the matchmaker ends one (a decline, its
+    /// deadline, or [`State::requeue_match`]), since it holds the ready-check and the tickets'
+    /// queue entries and must finish or requeue every ticket.
     pub fn cancel_match(&self, m: &MatchSlot, reason: &str) -> Result<(), Rejection> {
         let assignment = {
             let mut inner = m.lock();
             match inner.phase {
+                MatchPhase::ReadyCheck => {
+                    return Err(Rejection::for_match(
+                        &m.id,
+                        MatchRefusal::AwaitingReadyCheck,
+                    ));
+                }
                 MatchPhase::Completed => {
                     return Err(Rejection::for_match(&m.id, MatchRefusal::Completed));
                 }
@@ -588,5 +599,36 @@ mod tests {
         assert_eq!(told.server_address, "gs-1:7777");
         let polled = state.active_ticket(&PlayerId::new("a"), 0.0).unwrap().1;
         assert_eq!(polled.assignment.unwrap().server_address, "gs-1:7777");
+    }
+
+    #[test]
+    fn the_match_timeout_cancels_a_late_match_but_leaves_one_in_its_ready_check() {
+        let state = crate::state::test_util::state();
+        let late = crate::state::test_util::formed_1v1(&state, "m-late", "a", "b", "");
+        let checking =
+            crate::state::test_util::form_1v1(&state, "m-ready", "c", "d", "", Some(30.0));
+        let timeout = state.config().server.match_timeout_seconds;
+        let now_unix = late.formed_unix.max(checking.formed_unix) + timeout + 1.0;
+        assert_eq!(state.cancel_stale_matches(now_unix, timeout), 1);
+        assert_eq!(
+            state.ticket(&TicketId::new("t-a")).unwrap().view().state,
+            TicketState::Cancelled
+        );
+        assert!(state.match_slot(&late.id).is_err());
+        let still = state
+            .match_slot(&checking.id)
+            .expect("its ready-check ends it, at its own deadline");
+        assert_eq!(still.phase(), MatchPhase::ReadyCheck);
+        for t in ["t-c", "t-d"] {
+            let view = state.ticket(&TicketId::new(t)).unwrap().view();
+            assert_eq!(view.state, TicketState::Matched, "{t}");
+            assert!(view.ready.is_some(), "{t} still shows its ready-check");
+        }
+        assert_eq!(
+            state.cancel_match(&checking, "test").unwrap_err(),
+            Rejection::for_match(&checking.id, MatchRefusal::AwaitingReadyCheck),
+            "only the matchmaker's ready-check ends a match in its ready-check"
+        );
+        assert_eq!(still.phase(), MatchPhase::ReadyCheck);
     }
 }

@@ -26,6 +26,18 @@ pub(crate) fn formed_1v1(
     b: &str,
     server: &str,
 ) -> Arc<MatchSlot> {
+    form_1v1(state, match_id, a, b, server, None)
+}
+
+/// As [`formed_1v1`], in its ready-check of `ready_check` seconds when that is given.
+pub(crate) fn form_1v1(
+    state: &State,
+    match_id: &str,
+    a: &str,
+    b: &str,
+    server: &str,
+    ready_check: Option<f64>,
+) -> Arc<MatchSlot> {
     let queue = state.queue("queue", "1v1").unwrap();
     let tickets: Vec<Arc<TicketSlot>> = [a, b]
         .iter()
@@ -53,7 +65,7 @@ pub(crate) fn formed_1v1(
         },
         1.0,
         0.0,
-        None,
+        ready_check,
         BTreeMap::new(),
     )
 }
