@@ -68,34 +68,8 @@ const CONNECTIONS: usize = 16;
 const LINKS: usize = 2;
 /// The API's calls begin so; any other (server reflection) is passed on as it comes.
 const API: &str = "/matchmaker.v1.";
-/// Streams that continue on the next owner.
-const RESUMABLE: &[&str] = &[
-    "/matchmaker.v1.ClientService/WatchTicket",
-    "/matchmaker.v1.GameServerService/ServeMatches",
-];
-/// Calls that are not sent again once they may have reached an engine.
-const ONCE: &[&str] = &[
-    "/matchmaker.v1.AdminService/SeasonReset",
-    // Admin changes: a second run would answer (and audit, and tell event watchers) as if it
-    // were a new change, and SetRating, BanPlayer and UnbanPlayer would undo what happened in
-    // between (results the next owner applied first, an unban by someone else).
-    "/matchmaker.v1.AdminService/SetRating",
-    "/matchmaker.v1.AdminService/EndSeason",
-    "/matchmaker.v1.AdminService/MigrateFromElo",
-    "/matchmaker.v1.AdminService/DeletePlayer",
-    "/matchmaker.v1.AdminService/BanPlayer",
-    "/matchmaker.v1.AdminService/UnbanPlayer",
-    "/matchmaker.v1.AdminService/ReloadConfig",
-    "/matchmaker.v1.GameServerService/RequestBackfill",
-    // Records: a second party, or leaving the party one rejoined meanwhile.
-    "/matchmaker.v1.PartyService/CreateParty",
-    "/matchmaker.v1.PartyService/LeaveParty",
-];
-/// Streams that end when the owner changes.
-const STREAMS: &[&str] = &[
-    "/matchmaker.v1.AdminService/ExportPlayers",
-    "/matchmaker.v1.AdminService/WatchEvents",
-];
+mod methods;
+use methods::{ONCE, RESUMABLE, STREAMS};
 
 /// Where calls go, as the node's lease task sees it.
 #[derive(Clone, Debug, Default)]
