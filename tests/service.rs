@@ -758,3 +758,18 @@ async fn a_ticket_naming_none_of_a_regional_queues_regions_is_refused() {
         .await
         .expect("any region");
 }
+
+#[tokio::test]
+async fn enter_queue_works_with_a_loop_channel_of_one_place() {
+    let server = TestServer::start("[server]\ncommand_buffer = 1\n").await;
+    let mut client = server.client().await;
+    for player in ["one-place-a", "one-place-b"] {
+        let mut request = tonic::Request::new(proto::EnterQueueRequest {
+            queue: "1v1".into(),
+            player_ids: vec![player.into()],
+            ..Default::default()
+        });
+        request.set_timeout(std::time::Duration::from_secs(2));
+        client.enter_queue(request).await.expect("EnterQueue");
+    }
+}

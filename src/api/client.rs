@@ -221,8 +221,9 @@ impl ClientService for Client {
             &players,
         )?;
 
-        // Room in the loop's queue first, so a full queue rejects before any state changes.
-        let permit = self.matchmaker.reserve_owned(ENTER_WAIT).await?;
+        // The queues' sizes, when stale, before this call holds a place in the loop's channel:
+        // asking takes a place of its own, and waiting for it while holding one could wait on
+        // itself (a channel of one place).
         let tick = Duration::from_millis(self.state.config().server.tick_interval_ms);
         if self.load.stale(tick)
             && let Some(_refreshing) = Refreshing::start(&self.load)
@@ -230,6 +231,8 @@ impl ClientService for Client {
             let stats = self.matchmaker.ask(|reply| Command::Stats { reply }).await;
             self.load.refresh(&stats?);
         }
+        // Room in the loop's queue next, so a full queue rejects before any state changes.
+        let permit = self.matchmaker.reserve_owned(ENTER_WAIT).await?;
         let max = self.state.config().server.max_tickets_per_queue as u64;
         if !self.load.try_admit(queue.id.as_str(), max) {
             return Err(Rejection::QueueFull {
