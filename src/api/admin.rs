@@ -431,7 +431,8 @@ impl AdminService for Admin {
             0 => usize::MAX,
             n => n as usize,
         };
-        let ids = self.state.export_ids(&queue, after.as_ref(), limit);
+        // Every player is looked at (a million in a large pool): off the runtime's other tasks.
+        let ids = crate::store::heavy(|| self.state.export_ids(&queue, after.as_ref(), limit));
         let admin = Self {
             state: self.state.clone(),
             matchmaker: self.matchmaker.clone(),
