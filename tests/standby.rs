@@ -224,10 +224,25 @@ async fn with_standby_off_nodes_keep_no_copy_and_owners_log_nothing() {
         1700.0
     );
     assert!(!other.logged("standby copy"), "{:?}", other.log_lines());
+    assert_eq!(standby_status(&channel).await.unwrap(), SERVING);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_standby_off_a_node_that_does_not_own_the_queues_is_serving_on_standby() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "standby = false\n");
+    let owner = common::cluster_node(&config, "n1", None);
+    ready(&owner.channel().await).await;
+    let other = common::cluster_node(&config, "n2", None);
+    let channel = other.channel().await;
+    ready(&channel).await;
+    assert_eq!(lease_holder(&redis).as_deref(), Some("n1"));
+    // A startup probe on `standby` must pass: the node keeps no copy, so none is to wait for.
     assert_eq!(
-        standby_status(&channel).await.unwrap_err().code(),
-        tonic::Code::NotFound,
-        "a node that keeps no copy has no standby status"
+        standby_status(&channel).await.unwrap(),
+        SERVING,
+        "a node that keeps no copy is as ready for a takeover as it will ever be"
     );
 }
 

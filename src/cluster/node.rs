@@ -111,6 +111,12 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let (health, health_service) = tonic_health::server::health_reporter();
     if cluster.standby {
         standby_status(&health, Warmth::Cold).await;
+    } else {
+        // No copy to wait for: the node is as ready for a takeover as it will ever be, and a
+        // startup probe on `standby` passes.
+        health
+            .set_service_status(STANDBY, ServingStatus::Serving)
+            .await;
     }
     let node = Arc::new(Node {
         stopping: shutdown.clone(),
@@ -829,7 +835,8 @@ async fn build_past_indexes(store: Arc<RedisStore>, stop: CancellationToken) {
 /// The health service that tells whether a node could carry on the queues without reading
 /// everything: SERVING while it owns them or holds a current standby copy. A rolling restart
 /// that waits for it on each restarted node (a startup probe) never stops a node while no other
-/// is ready to take over from a copy.
+/// is ready to take over from a copy. With `standby = false` it is always SERVING: there is no
+/// copy to wait for.
 pub const STANDBY: &str = "standby";
 
 /// Where a node stands for a takeover.
