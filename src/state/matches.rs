@@ -421,7 +421,10 @@ impl State {
             .collect();
         stale
             .iter()
-            .filter(|m| self.cancel_match(m, "match timeout: no result").is_ok())
+            .filter(|m| {
+                self.end_live_match(m, "match timeout: no result", Canceller::MatchTimeout)
+                    .is_ok()
+            })
             .count()
     }
 
@@ -430,6 +433,11 @@ impl State {
     /// deadline, or [`State::requeue_match`]), since it holds the ready-check and the tickets'
     /// queue entries and must finish or requeue every ticket.
     pub fn cancel_match(&self, m: &MatchSlot, reason: &str) -> Result<(), Rejection> {
+        self.end_live_match(m, reason, Canceller::GameServer)
+    }
+
+    /// Ends a live match with no result, its tickets CANCELLED with `by`'s reason.
+    fn end_live_match(&self, m: &MatchSlot, reason: &str, by: Canceller) -> Result<(), Rejection> {
         let assignment = {
             let mut inner = m.lock();
             match inner.phase {
@@ -463,7 +471,7 @@ impl State {
         )]);
         self.release_players(m, &assignment, |t| Release::End {
             state: TicketState::Cancelled,
-            reason: "the match was cancelled by its game server".into(),
+            reason: by.ticket_reason().into(),
             wait_seconds: t.view().wait_seconds,
         });
         if !assignment.server_address.is_empty() {
@@ -476,7 +484,7 @@ impl State {
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         tracing::info!(match_id = %m.id, reason, "match cancelled");
-        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server")
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => by.label())
             .increment(1);
         Ok(())
     }
@@ -562,6 +570,32 @@ impl State {
     }
 }
 
+/// Who ended a live match without a result: its tickets' reason and the metric's label say so.
+#[derive(Clone, Copy)]
+enum Canceller {
+    /// Its game server or an admin (`CancelMatch`).
+    GameServer,
+    /// `server.match_timeout_seconds` passed with no result.
+    MatchTimeout,
+}
+
+impl Canceller {
+    fn ticket_reason(self) -> &'static str {
+        match self {
+            Self::GameServer => "the match was cancelled by its game server",
+            Self::MatchTimeout => "the match timed out with no result",
+        }
+    }
+
+    /// The `reason` label of `matchmaker_matches_cancelled_total`.
+    fn label(self) -> &'static str {
+        match self {
+            Self::GameServer => "server",
+            Self::MatchTimeout => "match_timeout",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,6 +633,29 @@ mod tests {
         assert_eq!(told.server_address, "gs-1:7777");
         let polled = state.active_ticket(&PlayerId::new("a"), 0.0).unwrap().1;
         assert_eq!(polled.assignment.unwrap().server_address, "gs-1:7777");
+    }
+
+    #[test]
+    fn a_match_the_match_timeout_cancels_tells_its_tickets_it_timed_out() {
+        let state = crate::state::test_util::state();
+        let late = crate::state::test_util::formed_1v1(&state, "m-late", "a", "b", "");
+        let timeout = state.config().server.match_timeout_seconds;
+        assert_eq!(
+            state.cancel_stale_matches(late.formed_unix + timeout + 1.0, timeout),
+            1
+        );
+        for t in ["t-a", "t-b"] {
+            let view = state.ticket(&TicketId::new(t)).unwrap().view();
+            assert_eq!(view.state, TicketState::Cancelled, "{t}");
+            assert_eq!(view.reason, "the match timed out with no result", "{t}");
+        }
+        assert_eq!(Canceller::MatchTimeout.label(), "match_timeout");
+        // A game server's cancel keeps its own reason and label.
+        let voided = crate::state::test_util::formed_1v1(&state, "m-void", "c", "d", "");
+        state.cancel_match(&voided, "the map did not load").unwrap();
+        let view = state.ticket(&TicketId::new("t-c")).unwrap().view();
+        assert_eq!(view.reason, "the match was cancelled by its game server");
+        assert_eq!(Canceller::GameServer.label(), "server");
     }
 
     #[test]

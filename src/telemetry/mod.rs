@@ -58,7 +58,8 @@ pub const STORE_BYTES: &str = "matchmaker_store_bytes";
 /// request | history | parties) (counter). Any is worth an alert: a journal failure stops results until a restart.
 pub const STORE_ERRORS: &str = "matchmaker_store_errors_total";
 /// Matches cancelled, per queue and reason (server: voided by its game server or an admin |
-/// server_requeue: cancelled before it started, tickets requeued | allocation_timeout) (counter).
+/// server_requeue: cancelled before it started, tickets requeued | allocation_timeout |
+/// match_timeout: no result within server.match_timeout_seconds) (counter).
 pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
 
 /// Ready-checks ended, per queue and outcome (passed | declined | timed_out) (counter).
