@@ -81,7 +81,8 @@ pub struct MatchingConfig {
     pub regions: Vec<String>,
     /// Role minimums per team; empty = no roles.
     pub roles: Vec<RoleRequirement>,
-    /// Largest party accepted; `None` = the team size.
+    /// Largest party accepted; `None` = the team size. The config loader copies the queue's
+    /// `max_party_size` here and refuses a different value set in this table.
     pub max_party_size: Option<u32>,
     /// 1v1 only: how many sorted neighbours ahead a ticket may be paired with (skipped tickets
     /// stay waiting). 1 = strict neighbours; larger finds better pairs at O(n · span) cost.
