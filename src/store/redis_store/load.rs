@@ -21,7 +21,8 @@ pub(super) async fn mirror(
     keys: &Keys,
 ) -> Result<MemoryStore, StoreError> {
     let (mirror, rest) = read(conn, url, keys).await?;
-    fill(&mut mirror.data(), rest)?;
+    // The other hashes (acknowledgements, the journal, the event log) can be large too.
+    crate::store::heavy(|| fill(&mut mirror.data(), rest))?;
     Ok(mirror)
 }
 

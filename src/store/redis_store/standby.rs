@@ -251,7 +251,8 @@ impl Standby {
             .into_iter()
             .map(|(h, fields)| (h, fields.into_iter().collect()))
             .collect();
-        load::fill(&mut self.mirror.data(), loaded)?;
+        // Off the runtime's other tasks (the lease renewals): the hashes can be large.
+        crate::store::heavy(|| load::fill(&mut self.mirror.data(), loaded))?;
         Ok(Some(self.mirror))
     }
 
