@@ -327,7 +327,9 @@ impl Ledger {
         let this = self.clone();
         tokio::spawn(async move {
             let _gate = this.gate.write().await;
-            let out = change(&this.state)?;
+            // An erasure scans the player's journal entries, acknowledgements and events: off
+            // the runtime's other tasks.
+            let out = crate::store::heavy(|| change(&this.state))?;
             this.state.store().flush_async().await?;
             Ok(out)
         })
