@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{TestServer, next};
+use common::{TestServer, enter, next, player, report_winner, same_skill, skill, watch};
 use jsonwebtoken::{EncodingKey, Header};
 use matchmaker::proto;
 use matchmaker::proto::client_service_client::ClientServiceClient;
@@ -611,6 +611,75 @@ async fn a_party_is_made_joined_entered_by_id_and_left() {
     .await
     .unwrap_err();
     assert_eq!(e.code(), Code::NotFound);
+}
+
+/// A party entry refused because a member still waits alone stores no party rating: the
+/// party's record is made by the entry that creates its ticket, from its members' ratings
+/// then (here after the member's ticket played and moved their rating).
+#[tokio::test]
+async fn a_refused_party_entry_stores_no_party_rating() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = matchmaker::config::Config::from_toml_str("").unwrap();
+    let system = &config.queues["2v2"].rating;
+    let mate_after = {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut parties = PartyServiceClient::new(server.channel().await);
+        let mut client = server.client().await;
+        let p = party_call(parties.create_party(proto::CreatePartyRequest {
+            player_id: "rp-lead".into(),
+        }))
+        .await
+        .unwrap();
+        party_call(parties.join_party(proto::JoinPartyRequest {
+            invite_code: p.invite_code.clone(),
+            player_id: "rp-mate".into(),
+        }))
+        .await
+        .unwrap();
+        let solo = enter(&mut client, "2v2", &["rp-mate"]).await;
+        let by_id = || proto::EnterQueueRequest {
+            queue: "2v2".into(),
+            party_id: p.party_id.clone(),
+            ..Default::default()
+        };
+        let by_players = proto::EnterQueueRequest {
+            queue: "2v2".into(),
+            player_ids: vec!["rp-lead".into(), "rp-mate".into()],
+            ..Default::default()
+        };
+        for request in [by_id(), by_players] {
+            let e = client.enter_queue(request).await.unwrap_err();
+            assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        }
+        // The mate's ticket plays and wins.
+        for other in ["rp-x", "rp-y", "rp-z"] {
+            enter(&mut client, "2v2", &[other]).await;
+        }
+        let mut updates = watch(&mut client, &solo).await;
+        let assignment = loop {
+            let u = next(&mut updates).await;
+            if let Some(a) = u.assignment {
+                break a;
+            }
+        };
+        report_winner(&server, &assignment, "rp-mate").await;
+        let mate = player(&server, "rp-mate", "2v2").await;
+        assert_eq!((mate.games, mate.status.as_str()), (1, "idle"), "{mate:?}");
+        client.enter_queue(by_id()).await.expect("the party enters");
+        server.stop().await.unwrap();
+        skill(mate.rating.as_ref().unwrap())
+    };
+    let store = matchmaker::store::open(dir.path(), &config.store).unwrap();
+    let stored = store.load_parties().unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0].0, "rp-lead\u{1f}rp-mate");
+    let record = &stored[0].1["2v2"];
+    let expected = matchmaker::rating::party_initial(system, &[system.initial(), mate_after]);
+    assert!(
+        same_skill(&record.skill, &expected),
+        "made from the ratings at the entry: {record:?}, expected {expected:?}"
+    );
+    assert_eq!(record.games, 0);
 }
 
 #[tokio::test]

@@ -246,24 +246,22 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
-        // A party is matched on its own skill, created on its first queue.
-        let party_skill = if players.len() > 1 {
-            let s = self.state.party_skill(&queue, &players)?;
-            Some((s.mean, s.deviation))
-        } else {
-            None
-        };
         let now = self.clock.now();
         let ticket_id = TicketId::new(new_id("t"));
-        let (slot, skills) =
-            self.state
-                .create_ticket(&queue, players.clone(), ticket_id.clone(), now)?;
+        // A party is matched on its own skill, made on its first entry in the pool.
+        let crate::state::Entered {
+            ticket: slot,
+            skills,
+            party_skill,
+        } = self
+            .state
+            .enter_ticket(&queue, players.clone(), ticket_id.clone(), now)??;
         let skills = skills.iter().map(|s| (s.mean, s.deviation)).collect();
         let entry = matching::Ticket {
             id: ticket_id.clone(),
             players,
             skills,
-            party_skill,
+            party_skill: party_skill.map(|s| (s.mean, s.deviation)),
             entered_at: now,
             region_latency_ms,
             roles,

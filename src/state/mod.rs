@@ -51,7 +51,7 @@ pub use records::Erased;
 pub use reports::PreparedResult;
 pub use rosters::{INVITE_CODE_LEN, PartyError};
 pub use servers::{Placement, ServerHandle, ServerRegistry};
-pub use tickets::{ReadyView, TicketSlot, TicketState, TicketView};
+pub use tickets::{Entered, ReadyView, TicketSlot, TicketState, TicketView};
 
 use players::PoolNames;
 

@@ -206,51 +206,37 @@ impl State {
         )
     }
 
-    /// The party's skill in the queue's pool, created from its members' skills on first use
-    /// (and persisted then).
-    pub fn party_skill(
+    /// The skill in `queue`'s pool of the party `key` (see [`party_key`]): its record, or, on
+    /// its first use there, a record made from the members' `skills` in the pool, kept and
+    /// stored. Called holding every member's slot (see [`State::enter_ticket`]): an erasure
+    /// of a member holds that member's record from before it erases the store until the
+    /// player's party records are gone from memory, so a record made here is either in the
+    /// store it erases, or made after it, from the cleared record.
+    pub(super) fn party_record(
         &self,
         queue: &QueueInfo,
-        members: &[PlayerId],
+        key: &str,
+        skills: &[Skill],
     ) -> Result<Skill, StoreError> {
-        let key = party_key(members);
         if let Some(r) = self
             .inner
             .parties
-            .get(&key)
+            .get(key)
             .and_then(|p| p.get(&queue.pool).cloned())
         {
             return Ok(r.skill);
         }
-        // The members' records are held while the party's record is made from them and
-        // stored: an erasure of a member holds that member's record from before it erases the
-        // store until the player's party records are gone from memory, so this record is either
-        // in the store it erases, or made after it, from the cleared record.
-        let slots = self.sorted_slots(members);
-        let guards = Self::lock_players(&slots);
-        let skills: Vec<Skill> = members
-            .iter()
-            .map(|p| {
-                slots
-                    .iter()
-                    .zip(&guards)
-                    .find(|(slot, _)| &slot.id == p)
-                    .and_then(|(_, guard)| guard.pools.get(&queue.pool))
-                    .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
-            })
-            .collect();
         let record = PartyRecord {
-            skill: crate::rating::party_initial(&queue.config.rating, &skills),
+            skill: crate::rating::party_initial(&queue.config.rating, skills),
             games: 0,
             last_played_unix: None,
         };
         let pools = {
-            let mut entry = self.inner.parties.entry(key.clone()).or_default();
-            entry.entry(queue.pool.clone()).or_insert(record.clone());
+            let mut entry = self.inner.parties.entry(key.to_string()).or_default();
+            entry.entry(queue.pool.clone()).or_insert(record);
             entry.clone()
         };
-        self.inner.store.put_parties(&[(&key, &pools)])?;
-        drop(guards);
+        self.inner.store.put_parties(&[(key, &pools)])?;
         Ok(pools[&queue.pool].skill)
     }
 

@@ -81,7 +81,7 @@ impl State {
         };
         // The player's record is held from before the store is erased until their party
         // records are gone from memory: a party with them makes its first record holding it
-        // too (`party_skill`), so that record is in the store erased here, or made after, from
+        // too (`party_record`), so that record is in the store erased here, or made after, from
         // the cleared record. An id never seen gets a slot for this (an empty one, which no
         // snapshot writes).
         let slot = self.slot(player);
@@ -195,9 +195,9 @@ mod tests {
         crate::state::test_util::formed_1v1(state, &format!("m-{a}-{b}"), a, b, "")
     }
 
-    /// A party with the player that makes its first record while the store is being erased
-    /// waits for the erasure, then makes it from the cleared record, in memory and in the
-    /// store alike. A snapshot after the erasure writes no record naming the id.
+    /// A party with the player that enters (and so makes its first record) while the store is
+    /// being erased waits for the erasure, then makes it from the cleared record, in memory and
+    /// in the store alike. A snapshot after the erasure writes no record naming the id.
     #[test]
     fn a_party_record_made_during_an_erasure_is_made_after_it_from_the_cleared_record() {
         let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
@@ -215,7 +215,10 @@ mod tests {
         let (during, q, m2, made) = (state.clone(), queue.clone(), members.clone(), maker.clone());
         memory.on_next_erase(move || {
             // The store is erased, the erasure still holds the player's record.
-            let handle = std::thread::spawn(move || during.party_skill(&q, &m2).unwrap());
+            let handle = std::thread::spawn(move || {
+                let entered = during.enter_ticket(&q, m2, crate::ids::TicketId::new("t-ac"), 0.0);
+                entered.unwrap().unwrap().party_skill.unwrap()
+            });
             *made.lock().unwrap() = Some(handle);
             std::thread::sleep(std::time::Duration::from_millis(50));
         });

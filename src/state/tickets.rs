@@ -89,6 +89,16 @@ impl TicketView {
     }
 }
 
+/// A ticket [`State::enter_ticket`] created, with the skills it is matched on.
+#[derive(Debug)]
+pub struct Entered {
+    pub ticket: Arc<TicketSlot>,
+    /// Each player's skill in the queue's pool, in the ticket's player order.
+    pub skills: Vec<Skill>,
+    /// A party's own skill in the pool (`None` for one player).
+    pub party_skill: Option<Skill>,
+}
+
 /// A ticket, its latest view, and the channel its watchers subscribe to. The channel holds only
 /// the latest view, so a slow watcher never grows memory.
 #[derive(Debug)]
@@ -189,29 +199,69 @@ impl State {
         ticket_id: TicketId,
         entered_at: f64,
     ) -> Result<(Arc<TicketSlot>, Vec<Skill>), Rejection> {
+        let Ok(made) = self.create_ticket_then(queue, players, ticket_id, entered_at, |_| {
+            Ok::<_, std::convert::Infallible>(None)
+        });
+        made.map(|entered| (entered.ticket, entered.skills))
+    }
+
+    /// `EnterQueue`: [`State::create_ticket`], and for a party of several players its own
+    /// skill in the queue's pool. A party's first entry in a pool makes its record from the
+    /// members' skills and stores it, holding the members and only once every check passed:
+    /// a refused entry stores nothing, and the record is made from the skills the ticket
+    /// carries. A store failure leaves no ticket.
+    pub fn enter_ticket(
+        &self,
+        queue: &QueueInfo,
+        players: Vec<PlayerId>,
+        ticket_id: TicketId,
+        entered_at: f64,
+    ) -> Result<Result<Entered, Rejection>, StoreError> {
+        let party = (players.len() > 1).then(|| crate::records::party_key(&players));
+        self.create_ticket_then(queue, players, ticket_id, entered_at, |skills| {
+            party
+                .as_deref()
+                .map(|key| self.party_record(queue, key, skills))
+                .transpose()
+        })
+    }
+
+    /// Checks and creates the ticket as [`State::create_ticket`] says. `party_skill` gives the
+    /// ticket's party skill from the players' skills: it runs once the checks passed, holding
+    /// every player, before the ticket is made; if it fails, no ticket is made.
+    fn create_ticket_then<E>(
+        &self,
+        queue: &QueueInfo,
+        players: Vec<PlayerId>,
+        ticket_id: TicketId,
+        entered_at: f64,
+        party_skill: impl FnOnce(&[Skill]) -> Result<Option<Skill>, E>,
+    ) -> Result<Result<Entered, Rejection>, E> {
         let slots = self.sorted_slots(&players);
         let mut guards = Self::lock_players(&slots);
         // Checked again holding the players: a ban stored after the caller's check either
         // sees this ticket (and cancels it, under the same records) or is seen here.
-        self.check_bans(&players, super::unix_now())?;
+        if let Err(banned) = self.check_bans(&players, super::unix_now()) {
+            return Ok(Err(banned));
+        }
         for (slot, guard) in slots.iter().zip(&guards) {
             match &guard.status {
                 PlayerStatus::Idle => {}
                 PlayerStatus::Queued(t) => {
-                    return Err(Rejection::AlreadyQueued {
+                    return Ok(Err(Rejection::AlreadyQueued {
                         player: slot.id.clone(),
                         ticket: t.clone(),
-                    });
+                    }));
                 }
                 PlayerStatus::InMatch(m) => {
-                    return Err(Rejection::InMatch {
+                    return Ok(Err(Rejection::InMatch {
                         player: slot.id.clone(),
                         match_id: m.clone(),
-                    });
+                    }));
                 }
             }
         }
-        let skills = players
+        let skills: Vec<Skill> = players
             .iter()
             .map(|p| {
                 let at = slots
@@ -223,6 +273,7 @@ impl State {
                     .map_or_else(|| queue.config.rating.initial(), |r| r.skill)
             })
             .collect();
+        let party_skill = party_skill(&skills)?;
         let view = Mutex::new(ViewCell {
             current: TicketView::searching(0.0, String::new()),
             watchers: None,
@@ -239,7 +290,11 @@ impl State {
         for guard in &mut guards {
             guard.status = PlayerStatus::Queued(ticket_id.clone());
         }
-        Ok((ticket, skills))
+        Ok(Ok(Entered {
+            ticket,
+            skills,
+            party_skill,
+        }))
     }
 
     /// A ticket by id.
@@ -459,5 +514,43 @@ mod tests {
             t.subscribe(2).unwrap().borrow().state,
             TicketState::Cancelled
         );
+    }
+
+    /// A party entry refused because a member waits alone stores no party record; the entry
+    /// that creates the party's ticket makes and stores it, and a solo entry has none.
+    #[test]
+    fn a_party_record_is_made_only_by_an_entry_that_creates_its_ticket() {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, memory.clone()).unwrap();
+        let stored = || crate::store::Storage::load_parties(memory.as_ref()).unwrap();
+        let queue = state.queue("queue", "2v2").unwrap();
+        let party = vec![PlayerId::new("l"), PlayerId::new("m")];
+        let enter = |players: &[PlayerId], id: &str| {
+            state
+                .enter_ticket(&queue, players.to_vec(), TicketId::new(id), 0.0)
+                .unwrap()
+        };
+        let solo = enter(&party[1..], "t-m").unwrap();
+        assert_eq!(solo.party_skill, None);
+        match enter(&party, "t-lm") {
+            Err(Rejection::AlreadyQueued { player, .. }) => assert_eq!(player, party[1]),
+            other => panic!("{other:?}"),
+        }
+        assert!(state.party(&queue.pool, &party).is_none());
+        assert!(stored().is_empty());
+        assert!(
+            state.waiting_ticket_of(&party[0]).is_none(),
+            "the leader stays idle"
+        );
+
+        state.end_ticket(&solo.ticket, TicketState::Cancelled, 1.0, String::new());
+        let initial = queue.config.rating.initial();
+        let made = crate::rating::party_initial(&queue.config.rating, &[initial, initial]);
+        let entered = enter(&party, "t-lm").unwrap();
+        assert_eq!(entered.party_skill, Some(made));
+        assert_eq!(state.party(&queue.pool, &party).unwrap().skill, made);
+        assert_eq!(stored().len(), 1);
+        assert_eq!(stored()[0].1[&queue.pool].skill, made);
     }
 }
