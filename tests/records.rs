@@ -682,6 +682,89 @@ async fn a_refused_party_entry_stores_no_party_rating() {
     assert_eq!(record.games, 0);
 }
 
+/// The stored activity time of the one party in the store at `dir`, read with the server
+/// stopped (each stop writes every party).
+fn party_active_unix(dir: &std::path::Path) -> f64 {
+    let config = matchmaker::config::Config::from_toml_str("").unwrap();
+    let store = matchmaker::store::open(dir, &config.store).unwrap();
+    let rosters = store.load_rosters().unwrap();
+    assert_eq!(rosters.len(), 1, "{rosters:?}");
+    rosters[0].active_unix
+}
+
+/// An entry by party id that is refused (too large a party, a role error, a banned member, a
+/// member already queued) leaves the party's idle clock where it was, so a refused call does
+/// not keep the party from expiring; an entry that creates the ticket moves it.
+#[tokio::test]
+async fn a_refused_entry_by_party_id_does_not_keep_the_party_from_expiring() {
+    let dir = tempfile::tempdir().unwrap();
+    let party_id = {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut parties = PartyServiceClient::new(server.channel().await);
+        let p = party_call(parties.create_party(proto::CreatePartyRequest {
+            player_id: "ip-lead".into(),
+        }))
+        .await
+        .unwrap();
+        party_call(parties.join_party(proto::JoinPartyRequest {
+            invite_code: p.invite_code.clone(),
+            player_id: "ip-mate".into(),
+        }))
+        .await
+        .unwrap();
+        server.stop().await.unwrap();
+        p.party_id
+    };
+    let active = party_active_unix(dir.path());
+    let by_id = |queue: &str, roles: &[&str]| proto::EnterQueueRequest {
+        queue: queue.into(),
+        party_id: party_id.clone(),
+        roles: roles.iter().map(|r| r.to_string()).collect(),
+        ..Default::default()
+    };
+    {
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut client = server.client().await;
+        let mut admin = server.admin().await;
+        let refused = async |client: &mut ClientServiceClient<Channel>, request, code| {
+            let e = client.enter_queue(request).await.unwrap_err();
+            assert_eq!(e.code(), code, "{e:?}");
+        };
+        refused(&mut client, by_id("1v1", &[]), Code::InvalidArgument).await;
+        refused(&mut client, by_id("2v2", &["tank"]), Code::InvalidArgument).await;
+        admin
+            .ban_player(proto::BanPlayerRequest {
+                player_id: "ip-mate".into(),
+                until_unix: 0,
+                reason: "test".into(),
+            })
+            .await
+            .unwrap();
+        refused(&mut client, by_id("2v2", &[]), Code::PermissionDenied).await;
+        admin
+            .unban_player(proto::UnbanPlayerRequest {
+                player_id: "ip-mate".into(),
+            })
+            .await
+            .unwrap();
+        enter(&mut client, "2v2", &["ip-mate"]).await;
+        refused(&mut client, by_id("2v2", &[]), Code::FailedPrecondition).await;
+        server.stop().await.unwrap();
+    }
+    assert_eq!(party_active_unix(dir.path()), active, "untouched");
+    {
+        // The mate's ticket is not kept across the restart: the party enters.
+        let mut server = TestServer::start_in(dir.path(), "").await;
+        let mut client = server.client().await;
+        client.enter_queue(by_id("2v2", &[])).await.unwrap();
+        server.stop().await.unwrap();
+    }
+    assert!(
+        party_active_unix(dir.path()) > active,
+        "touched by the entry"
+    );
+}
+
 #[tokio::test]
 async fn with_auth_a_player_names_only_itself_and_reads_only_its_own_records() {
     let server = TestServer::start(&auth_on()).await;

@@ -127,8 +127,8 @@ impl ClientService for Client {
         let queue = self.state.queue("queue", &req.queue)?;
         let q = &queue.config;
         // A PartyService party enters by id: its members, leader first.
-        let (party_ids, party_leader) = if req.party_id.is_empty() {
-            (None, None)
+        let (party_ids, party_leader, party) = if req.party_id.is_empty() {
+            (None, None, None)
         } else {
             if !req.player_ids.is_empty() {
                 return Err(Rejection::invalid(
@@ -138,15 +138,11 @@ impl ClientService for Client {
                 .into());
             }
             convert::id("party_id", &req.party_id)?;
-            // Touched only for its leader (or an admin): anyone else is refused below.
-            let roster = self.state.party_roster(
+            // Touched only once its ticket is created: a refused entry (by anyone but its
+            // leader or an admin, or failing a check below) does not keep it from expiring.
+            let roster = self.state.party_to_enter(
                 &crate::ids::PartyId::new(req.party_id.as_str()),
                 crate::state::unix_now(),
-                |r| {
-                    identity
-                        .may_enter(std::slice::from_ref(&r.leader), Some(&r.leader))
-                        .is_ok()
-                },
             )?;
             let mut ids = vec![roster.leader.to_string()];
             ids.extend(
@@ -156,7 +152,7 @@ impl ClientService for Client {
                     .filter(|m| **m != roster.leader)
                     .map(ToString::to_string),
             );
-            (Some(ids), Some(roster.leader))
+            (Some(ids), Some(roster.leader), Some(roster.party_id))
         };
         let (field, player_ids) = match &party_ids {
             Some(ids) => ("party_id", ids),
@@ -290,6 +286,9 @@ impl ClientService for Client {
             });
         }
         admitted.keep();
+        if let Some(party) = &party {
+            self.state.touch_party(party, crate::state::unix_now());
+        }
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
         Ok(Response::new(proto::EnterQueueResponse {
             ticket_id: ticket_id.to_string(),

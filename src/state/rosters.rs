@@ -1,7 +1,8 @@
 //! `PartyService` parties: who is in which party, its leader and invite code. Every change is
 //! written through the store under the rosters' lock (so the store sees changes in the order
 //! they happened); the caller flushes before it answers. A party expires after
-//! `[parties] idle_expiry_seconds` with no call naming it and no member queued or playing.
+//! `[parties] idle_expiry_seconds` with no call naming it (a refused call does not count) and
+//! no member queued or playing.
 //!
 //! Lock order: the rosters' lock, then a player's slot (never the other way round).
 
@@ -253,9 +254,8 @@ impl State {
         }
     }
 
-    /// `GetParty` (and `EnterQueue` by party id): the party, touched if `may` allows the
-    /// caller to use it (a refused call changes nothing: it does not keep the party from
-    /// expiring).
+    /// `GetParty`: the party, touched if `may` allows the caller to use it (a refused call
+    /// changes nothing: it does not keep the party from expiring).
     pub fn party_roster(
         &self,
         id: &PartyId,
@@ -271,6 +271,22 @@ impl State {
             roster.active_unix = active;
         }
         Ok(roster.clone())
+    }
+
+    /// `EnterQueue` by party id: the party, not touched. The entry is checked after this
+    /// (size, bans, roles, members' whereabouts), and a refused one changes nothing: it does
+    /// not keep the party from expiring. An entry that creates the ticket then calls
+    /// [`Self::touch_party`].
+    pub fn party_to_enter(&self, id: &PartyId, now: f64) -> Result<PartyRoster, PartyError> {
+        self.party_roster(id, now, |_| false)
+    }
+
+    /// Restarts the idle clock of party `id` at `now` (its ticket was created); a party that
+    /// ended meanwhile stays ended.
+    pub fn touch_party(&self, id: &PartyId, now: f64) {
+        if let Some(roster) = self.rosters().by_id.get_mut(id) {
+            roster.active_unix = roster.active_unix.max(now);
+        }
     }
 
     /// Ends parties idle past `[parties] idle_expiry_seconds` at `now` (a party with a member
@@ -387,5 +403,30 @@ mod tests {
         assert!(s.party_roster(&p.party_id, 112.0, |_| true).is_err());
         s.create_party(&a, 113.0)
             .expect("a is in no party any more");
+    }
+
+    #[test]
+    fn a_party_read_to_enter_is_touched_only_once_its_ticket_is_created() {
+        let s = state("[parties]\nidle_expiry_seconds = 60\n");
+        let p = s.create_party(&"a".into(), 0.0).unwrap();
+        // Read for an entry that is then refused: still idle since 0.
+        s.party_to_enter(&p.party_id, 50.0).unwrap();
+        assert_eq!(s.expire_parties(61.0).unwrap(), 1);
+
+        let p = s.create_party(&"b".into(), 100.0).unwrap();
+        s.party_to_enter(&p.party_id, 150.0).unwrap();
+        s.touch_party(&p.party_id, 150.0);
+        assert_eq!(s.expire_parties(161.0).unwrap(), 0, "idle since 150");
+        s.touch_party(&p.party_id, 120.0);
+        assert_eq!(
+            s.expire_parties(211.0).unwrap(),
+            1,
+            "an older touch moves nothing"
+        );
+        s.touch_party(&p.party_id, 300.0);
+        assert!(
+            s.party_roster(&p.party_id, 301.0, |_| true).is_err(),
+            "ended stays ended"
+        );
     }
 }
