@@ -10,7 +10,12 @@ use crate::ids::PlayerId;
 use crate::records::{PoolRecord, ResultAck};
 use crate::rejection::{MatchRefusal, Rejection};
 use crate::results::{self, QueueRanker};
-use crate::store::{EventRecord, JournalEntry};
+use crate::store::{EntryKind, EventRecord, JournalEntry};
+
+/// Players an admin entry writes under one hold of their locks and the pool's leaderboard
+/// ([`State::apply_records`]): a caller waits behind at most one chunk, and a million players
+/// take the leaderboard's lock a thousand times, not a million.
+const APPLY_CHUNK: usize = 1024;
 
 /// A result computed from the players' current records, its match claimed for it.
 #[derive(Debug)]
@@ -184,7 +189,7 @@ impl State {
             records: computed.records,
             parties: computed.parties,
             ack: computed.ack,
-            kind: crate::store::EntryKind::Result,
+            kind: EntryKind::Result,
             season: None,
             calibration: computed.calibration,
             history: Some(history),
@@ -263,38 +268,59 @@ impl State {
         self.inner.matches.remove(&m.id);
     }
 
-    /// Writes an entry's records into memory (all players under their locks).
+    /// Writes an entry's records into memory, then folds in its calibration observation and
+    /// writes its party records.
+    ///
+    /// A result's entry (one match's players) is written under all its players' locks at once,
+    /// so every reader sees the whole result or none of it. An admin entry is written in chunks
+    /// of [`APPLY_CHUNK`] players in id order: each chunk's players are locked in ascending id
+    /// order, then the pool's leaderboard (the lock order: players, then the pool's index),
+    /// written, and released before the next chunk is locked. An admin entry can hold every
+    /// record of a pool (a season reset, the end of a season, a rating period's close, a
+    /// migration): for a million players that is seconds of work, during which holding them all
+    /// would stop every caller that reads or locks any of them (entering a queue, a player's
+    /// record or tier, a leaderboard, the matchmaker forming a match), and with them every
+    /// worker of the runtime, down to health checks and a cluster node's lease renewals.
+    ///
+    /// What readers may see while an admin entry is applied: some players' new records and
+    /// others' old ones. A leaderboard page or a ladder tier (Grandweaver places by rank) may
+    /// rank new records among old ones, a ticket entered meanwhile may carry either rating, and
+    /// a match formed meanwhile may pair a player rated after the change with one rated before
+    /// it. What holds throughout: each player's record and leaderboard entry change together,
+    /// under the player's lock and the index's, so a player's entry always matches their
+    /// record; and no result or other admin change is computed or applied in between (the
+    /// ledger's gate keeps results and admin changes out from their prepare to their apply,
+    /// and start-up replay runs before anything else holds the state), so nothing is computed
+    /// from the mix and the entry ends as if it had been applied at once.
     pub(super) fn apply_records(&self, entry: &JournalEntry) {
-        let ids: Vec<PlayerId> = entry.records.iter().map(|(p, _)| p.clone()).collect();
-        let slots = self.sorted_slots(&ids);
-        let by_id: BTreeMap<&PlayerId, &PoolRecord> =
-            entry.records.iter().map(|(p, r)| (p, r)).collect();
+        let mut sorted: Vec<&(PlayerId, PoolRecord)> = entry.records.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let chunk = match entry.kind {
+            EntryKind::Result => sorted.len().max(1),
+            EntryKind::Admin => APPLY_CHUNK,
+        };
         let pool = self.inner.pool_names.get(&entry.pool);
-        let mut guards = Self::lock_players(&slots);
-        // The leaderboard changes under the same player locks (lock order: players, then the
-        // pool's index), so a player's board entry always matches its record.
-        let mut index = self
-            .inner
-            .pool_systems
-            .contains_key(&entry.pool)
-            .then(|| self.rank_index(&entry.pool));
-        for (slot, guard) in slots.iter().zip(&mut guards) {
-            let Some(r) = by_id.get(&slot.id) else {
-                continue;
-            };
-            if let Some(index) = index.as_mut() {
-                let old = guard
-                    .pools
-                    .get(&entry.pool)
-                    .and_then(|old| self.leaderboard_entry(&slot.id, &entry.pool, old));
-                if let Some(new) = self.leaderboard_entry(&slot.id, &entry.pool, r) {
-                    index.replace(old.as_ref(), new);
+        let ranked = self.inner.pool_systems.contains_key(&entry.pool);
+        for records in sorted.chunks(chunk) {
+            let slots: Vec<_> = records.iter().map(|(p, _)| self.slot(p)).collect();
+            let mut guards = Self::lock_players(&slots);
+            let mut index = ranked.then(|| self.rank_index(&entry.pool));
+            for (((id, r), slot), guard) in records.iter().zip(&slots).zip(&mut guards) {
+                debug_assert_eq!(id, &slot.id);
+                if let Some(index) = index.as_mut() {
+                    let old = guard
+                        .pools
+                        .get(&entry.pool)
+                        .and_then(|old| self.leaderboard_entry(id, &entry.pool, old));
+                    if let Some(new) = self.leaderboard_entry(id, &entry.pool, r) {
+                        index.replace(old.as_ref(), new);
+                    }
                 }
+                guard.pools.insert(pool.clone(), r.clone());
             }
-            guard.pools.insert(pool.clone(), (*r).clone());
+            drop(index);
+            drop(guards);
         }
-        drop(index);
-        drop(guards);
         if let Some(observation) = &entry.calibration {
             self.observe_calibration(&entry.pool, observation);
         }
@@ -436,5 +462,89 @@ mod tests {
         assert_eq!(own["pending_period"], true);
         assert_eq!(own["mean_before"], own["mean_after"]);
         assert!(own.get("period_close").is_none());
+    }
+
+    /// An admin entry of a whole pool holds no player for the whole apply. With the apply held
+    /// up halfway through (the lock of a player there taken here), the players of the chunks
+    /// before it can be locked and have their new records, each with its leaderboard entry,
+    /// the leaderboard itself can be locked, and the players after it can be locked too and
+    /// have their old records: a reader sees a mix of new and old records, never a player
+    /// whose entry does not match their record, and waits for at most one chunk.
+    #[test]
+    fn a_pool_wide_entry_frees_each_chunk_of_players_before_it_locks_the_next() {
+        use std::time::{Duration, Instant};
+        const PLAYERS: usize = 16 * APPLY_CHUNK;
+        let state = crate::state::test_util::state();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let pool = queue.pool.as_str();
+        let record = PoolRecord {
+            rank_points: 100,
+            ..state.initial_record(&queue)
+        };
+        let ids: Vec<PlayerId> = (0..PLAYERS)
+            .map(|i| PlayerId::new(format!("p{i:06}")))
+            .collect();
+        let entry = State::admin_entry(
+            "test:pool-wide".into(),
+            pool,
+            ids.iter().map(|p| (p.clone(), record.clone())).collect(),
+        );
+        let (first, held, last) = (&ids[0], &ids[PLAYERS / 2], &ids[PLAYERS - 1]);
+        let first_on_board = state.leaderboard_entry(first, pool, &record).unwrap();
+        let (first_slot, held_slot, last_slot) =
+            (state.slot(first), state.slot(held), state.slot(last));
+        let board = state.inner.ranks.get(pool).unwrap();
+
+        let (mixed, seen) = std::thread::scope(|scope| {
+            let hold = held_slot.lock();
+            let apply = scope.spawn(|| state.apply_records(&entry));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let observed = loop {
+                let first_now = first_slot
+                    .state
+                    .try_lock()
+                    .map(|s| s.pools.get(pool).cloned())
+                    .map_err(|_| "locked");
+                let last_now = last_slot
+                    .state
+                    .try_lock()
+                    .map(|s| s.pools.get(pool).cloned())
+                    .map_err(|_| "locked");
+                let board_now = board
+                    .try_lock()
+                    .map(|b| (b.contains(&first_on_board), b.len()))
+                    .map_err(|_| "locked");
+                let seen = format!("first {first_now:?}, last {last_now:?}, board {board_now:?}");
+                if first_now == Ok(Some(record.clone()))
+                    && last_now == Ok(None)
+                    && matches!(board_now, Ok((true, n)) if n <= PLAYERS / 2)
+                {
+                    break (true, seen);
+                }
+                if Instant::now() > deadline {
+                    break (false, seen);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            drop(hold);
+            apply.join().unwrap();
+            observed
+        });
+        assert!(
+            mixed,
+            "while the apply waited for {held}, a reader should lock {first} (applied) and \
+             {last} (not yet): {seen}"
+        );
+
+        // Once applied, every player has the new record and a board entry that matches it.
+        for id in &ids {
+            assert_eq!(state.player(id, pool).1.as_ref(), Some(&record), "{id}");
+        }
+        let board = state.rank_index(pool);
+        assert_eq!(board.len(), PLAYERS);
+        for id in &ids {
+            let entry = state.leaderboard_entry(id, pool, &record).unwrap();
+            assert!(board.contains(&entry), "{id}");
+        }
     }
 }
