@@ -18,6 +18,8 @@ mod ready_check;
 mod reconfigure;
 mod retention;
 mod stats;
+#[cfg(test)]
+mod test_util;
 mod tick;
 
 use tokio::sync::{mpsc, oneshot};

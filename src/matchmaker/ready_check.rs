@@ -208,40 +208,10 @@ impl Loop {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Clock, Command, Loop};
-    use crate::ids::{PlayerId, TicketId};
-    use crate::matching;
+    use super::super::test_util::enter;
+    use super::super::{Clock, Loop};
+    use crate::ids::TicketId;
     use crate::state::{MatchPhase, State, TicketState};
-
-    /// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent
-    /// to the loop.
-    async fn enter(lp: &mut Loop, player: &str) -> TicketId {
-        let state = lp.state.clone();
-        let queue = state.queue("queue", "1v1").unwrap();
-        let id = TicketId::new(format!("t-{player}"));
-        let now = lp.clock.now();
-        let players = vec![PlayerId::new(player)];
-        let (slot, skills) = state
-            .create_ticket(&queue, players.clone(), id.clone(), now)
-            .unwrap();
-        let entry = matching::Ticket {
-            id: id.clone(),
-            players,
-            skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
-            party_skill: None,
-            entered_at: now,
-            region_latency_ms: Vec::new(),
-            roles: Vec::new(),
-            attributes: Default::default(),
-            avoid: Vec::new(),
-        };
-        state.persist_ticket(&slot, &entry, now).await.unwrap();
-        lp.handle(Command::Enter {
-            ticket: slot,
-            entry,
-        });
-        id
-    }
 
     fn stored(state: &State) -> Vec<TicketId> {
         let tickets = state.store().load_tickets().unwrap();

@@ -204,10 +204,11 @@ impl Loop {
         }
     }
 
-    /// Drops the loop's notes on matches that moved on, expires idle parties and cancels the
+    /// Drops the loop's notes on matches that moved on, expires idle parties, cancels the
     /// matches with no result after the match timeout, at `now_unix` (wall-clock seconds, the
-    /// time matches record when they form). Matches in their ready-check are not touched: the
-    /// ready-check's own deadline ends them ([`Loop::expire_ready_checks`]).
+    /// time matches record when they form), and forgets the players who are idle with no
+    /// record. Matches in their ready-check are not touched: the ready-check's own deadline
+    /// ends them ([`Loop::expire_ready_checks`]).
     pub(super) fn sweep_stale(&mut self, now_unix: f64) {
         let state = &self.state;
         self.seated.retain(|id, _| state.match_slot(id).is_ok());
@@ -227,6 +228,11 @@ impl Loop {
                 matches = n,
                 "cancelled matches with no result after the match timeout"
             );
+        }
+        // After the cancels, which free players.
+        let forgotten = state.forget_idle_unrated_players();
+        if forgotten > 0 {
+            tracing::debug!(players = forgotten, "forgot idle players with no record");
         }
     }
 
@@ -291,6 +297,42 @@ impl Loop {
             if settled && !self.waiting.contains_key(&id) {
                 self.state.forget_ticket(&id);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::enter;
+    use super::super::{Clock, Loop};
+    use crate::ids::PlayerId;
+
+    #[tokio::test]
+    async fn players_who_only_queued_are_forgotten_and_rated_ones_kept() {
+        let state = crate::state::test_util::state();
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        // Two players meet and play: they have ratings from then on.
+        enter(&mut lp, "rated-1").await;
+        enter(&mut lp, "rated-2").await;
+        lp.tick();
+        let m = lp.unallocated.pop_front().expect("the two meet").slot;
+        crate::state::test_util::win(&state, &m);
+        // Players who only queue and cancel, each under a new id.
+        for i in 0..1000 {
+            let ticket = enter(&mut lp, &format!("p-{i}")).await;
+            lp.cancel(&ticket);
+        }
+        assert_eq!(state.player_count(), 1002);
+
+        // Past the finished tickets' retention: the tick forgets them and sweeps.
+        clock.advance(state.config().server.finished_ticket_retention_seconds + 1.0);
+        lp.tick();
+        assert_eq!(state.player_count(), 2, "only the rated players are left");
+        let queue = state.queue("queue", "1v1").unwrap();
+        for p in ["rated-1", "rated-2"] {
+            let (_, record) = state.player(&PlayerId::new(p), &queue.pool);
+            assert_eq!(record.map(|r| r.games), Some(1), "{p}");
         }
     }
 }

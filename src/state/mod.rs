@@ -75,6 +75,9 @@ struct Inner {
     /// pools and rating systems never change while running).
     queues: std::sync::RwLock<BTreeMap<QueueId, Arc<QueueInfo>>>,
     players: DashMap<PlayerId, Arc<PlayerSlot>>,
+    /// Players whose slot may hold no record (made since start-up, or erased): the only slots
+    /// the sweep of idle players looks at.
+    unrated_slots: Mutex<std::collections::HashSet<PlayerId>>,
     /// Server-minted keys, so the fast id hasher (players keep SipHash: clients choose those).
     tickets: DashMap<TicketId, Arc<TicketSlot>, crate::matching::IdHash>,
     matches: DashMap<MatchId, Arc<MatchSlot>, crate::matching::IdHash>,
@@ -147,8 +150,12 @@ impl State {
                 .collect(),
         );
         let players = DashMap::new();
+        let mut unrated_slots = std::collections::HashSet::new();
         store.visit_players(&mut |id, pools| {
             let pools = PoolRecords::from_pairs(pools, &pool_names);
+            if pools.is_empty() {
+                unrated_slots.insert(id.clone());
+            }
             players.insert(
                 id.clone(),
                 Arc::new(PlayerSlot {
@@ -172,6 +179,7 @@ impl State {
                 config,
                 queues: std::sync::RwLock::new(queues),
                 players,
+                unrated_slots: Mutex::new(unrated_slots),
                 tickets: DashMap::default(),
                 matches: DashMap::default(),
                 servers: Mutex::new(ServerRegistry::default()),

@@ -2,7 +2,9 @@
 //! pool, and the lock order every multi-player transition follows.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use dashmap::mapref::entry::Entry;
 
 use super::{QueueInfo, State};
 use crate::ids::{MatchId, PlayerId, TicketId};
@@ -49,6 +51,11 @@ impl PoolRecords {
     /// The record in `pool`.
     pub fn get(&self, pool: &str) -> Option<&PoolRecord> {
         self.iter().find(|(p, _)| *p == pool).map(|(_, r)| r)
+    }
+
+    /// Whether the player has no record in any pool.
+    pub fn is_empty(&self) -> bool {
+        matches!(self.0, Records::None)
     }
 
     /// Whether the player has a record in `pool`.
@@ -129,17 +136,101 @@ pub struct PlayerSlot {
 }
 
 impl PlayerSlot {
+    /// The slot of a player not seen before: idle, with no record.
+    pub(super) fn new(id: &PlayerId) -> Self {
+        Self {
+            id: id.clone(),
+            state: Mutex::new(PlayerState {
+                status: PlayerStatus::Idle,
+                pools: PoolRecords::default(),
+            }),
+        }
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, PlayerState> {
         // A panic while holding the lock cannot leave a half-written state (every writer checks
         // first and then assigns plain values), so a poisoned lock is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// What the sweep may do with the slot. Called holding the map's shard that holds it, so
+    /// nobody can take the slot meanwhile: a count of one means nobody holds it now.
+    fn sweep(slot: &Arc<Self>) -> Sweep {
+        if Arc::strong_count(slot) > 1 {
+            return Sweep::Busy;
+        }
+        let state = match slot.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Sweep::Busy,
+        };
+        if !state.pools.is_empty() {
+            Sweep::Rated
+        } else if state.status != PlayerStatus::Idle {
+            Sweep::Busy
+        } else {
+            Sweep::Forget
+        }
+    }
+}
+
+/// A slot the sweep looks at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sweep {
+    /// Idle, no record, held by nobody: forgotten.
+    Forget,
+    /// Queued, in a match, or held by a call: looked at again next time.
+    Busy,
+    /// Has a record: kept, and not looked at again unless erased.
+    Rated,
+    /// Not in the map (forgotten already).
+    Gone,
 }
 
 impl State {
-    /// Number of known players.
+    /// Number of known players: those with a record, and those queued, in a match or idle
+    /// since the last sweep ([`State::forget_idle_unrated_players`]).
     pub fn player_count(&self) -> usize {
         self.inner.players.len()
+    }
+
+    /// Forgets the slots of players who are idle with no record and that no call holds: a
+    /// player who only queued and left, or was erased, leaves nothing behind. For such a player
+    /// no slot says what a fresh one would (idle, no record), so nothing else changes. Looks
+    /// only at the slots that may have no record (made since start-up, or erased), so it costs
+    /// nothing per rated player. Returns how many it forgot.
+    pub fn forget_idle_unrated_players(&self) -> usize {
+        let candidates = std::mem::take(&mut *self.unrated_slots());
+        let mut busy = Vec::new();
+        let mut forgotten = 0;
+        for id in candidates {
+            let mut seen = Sweep::Gone;
+            // `remove_if` decides holding the slot's shard, so no `slot()` can take it meanwhile.
+            self.inner.players.remove_if(&id, |_, slot| {
+                seen = PlayerSlot::sweep(slot);
+                seen == Sweep::Forget
+            });
+            match seen {
+                Sweep::Forget => forgotten += 1,
+                Sweep::Busy => busy.push(id),
+                Sweep::Rated | Sweep::Gone => {}
+            }
+        }
+        self.unrated_slots().extend(busy);
+        forgotten
+    }
+
+    /// Marks a player's slot as one that may hold no record (see
+    /// [`State::forget_idle_unrated_players`]).
+    pub(super) fn may_be_unrated(&self, id: &PlayerId) {
+        self.unrated_slots().insert(id.clone());
+    }
+
+    fn unrated_slots(&self) -> MutexGuard<'_, std::collections::HashSet<PlayerId>> {
+        self.inner
+            .unrated_slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The player's status and pool record (`None` when never rated in that pool).
@@ -168,19 +259,15 @@ impl State {
         if let Some(slot) = self.inner.players.get(id) {
             return slot.value().clone();
         }
-        self.inner
-            .players
-            .entry(id.clone())
-            .or_insert_with(|| {
-                Arc::new(PlayerSlot {
-                    id: id.clone(),
-                    state: Mutex::new(PlayerState {
-                        status: PlayerStatus::Idle,
-                        pools: PoolRecords::default(),
-                    }),
-                })
-            })
-            .clone()
+        let (slot, made) = match self.inner.players.entry(id.clone()) {
+            Entry::Occupied(e) => (e.get().clone(), false),
+            Entry::Vacant(e) => (e.insert(Arc::new(PlayerSlot::new(id))).clone(), true),
+        };
+        if made {
+            // With the shard let go: the sweep's list is never locked inside a shard.
+            self.may_be_unrated(id);
+        }
+        slot
     }
 
     /// Locks the slots of `ids` in ascending id order (the deadlock-free order).
@@ -286,6 +373,37 @@ mod tests {
         let names = PoolNames::default();
         let pairs: Vec<(String, PoolRecord)> = r.to_map().into_iter().collect();
         assert_eq!(PoolRecords::from_pairs(&pairs, &names), r);
+    }
+
+    #[test]
+    fn the_sweep_forgets_a_player_only_once_idle_with_no_record_and_held_by_nobody() {
+        let state = crate::state::test_util::state();
+        let queue = state.queue("queue", "1v1").unwrap();
+        let [held, queued, erased] = ["held", "queued", "c"].map(PlayerId::new);
+        let call = state.slot(&held);
+        let (ticket, _) = state
+            .create_ticket(&queue, vec![queued.clone()], "t-q".into(), 0.0)
+            .unwrap();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "c", "d", "");
+        crate::state::test_util::win(&state, &m);
+        assert_eq!(state.forget_idle_unrated_players(), 0);
+        assert_eq!(state.player_count(), 4);
+
+        drop(call);
+        let cancelled = crate::state::TicketState::Cancelled;
+        state.end_ticket(&ticket, cancelled, 1.0, "cancelled by client".into());
+        assert_eq!(state.forget_idle_unrated_players(), 2);
+        state.erase_player(&erased).unwrap().unwrap();
+        assert_eq!(state.forget_idle_unrated_players(), 1);
+        assert_eq!(state.player_count(), 1, "d is rated");
+        assert!(state.unrated_slots().is_empty(), "nothing left to look at");
+        // A forgotten player comes back as a new one.
+        let (status, record) = state.player(&queued, &queue.pool);
+        assert_eq!((status, record), (PlayerStatus::Idle, None));
+        state
+            .create_ticket(&queue, vec![queued], "t-q2".into(), 2.0)
+            .unwrap();
+        assert_eq!(state.player_count(), 2);
     }
 
     #[test]

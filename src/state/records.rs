@@ -83,7 +83,7 @@ impl State {
         // records are gone from memory: a party with them makes its first record holding it
         // too (`party_record`), so that record is in the store erased here, or made after, from
         // the cleared record. An id never seen gets a slot for this (an empty one, which no
-        // snapshot writes).
+        // snapshot writes and the sweep of idle players forgets).
         let slot = self.slot(player);
         let mut guard = slot.lock();
         match &guard.status {
@@ -112,6 +112,7 @@ impl State {
             }
         }
         guard.pools = PoolRecords::default();
+        self.may_be_unrated(player);
         let before = self.inner.parties.len();
         self.inner
             .parties
@@ -143,25 +144,19 @@ impl State {
         // The parties are looked at before the player's record is held: their lock comes
         // first wherever both are held (`party_busy` holds it while it locks members).
         let in_a_party = self.in_a_party(player);
-        let created = || in_a_party || self.inner.bans.contains_key(player);
-        match self.slot_if_known(player) {
-            Some(slot) => {
-                let guard = slot.lock();
-                if guard.status != PlayerStatus::Idle
-                    || guard.pools.iter().next().is_some()
-                    || created()
-                {
-                    return Ok(false);
-                }
-                self.inner.store.erase_player(player, marker)?;
-            }
-            None => {
-                if created() {
-                    return Ok(false);
-                }
-                self.inner.store.erase_player(player, marker)?;
-            }
+        // The player's record is held while the store is erased, as in the first pass. The
+        // sweep of idle players may have forgotten the slot since the erasure: a fresh one
+        // says the same (idle, no record).
+        let slot = self.slot(player);
+        let guard = slot.lock();
+        if guard.status != PlayerStatus::Idle
+            || !guard.pools.is_empty()
+            || in_a_party
+            || self.inner.bans.contains_key(player)
+        {
+            return Ok(false);
         }
+        self.inner.store.erase_player(player, marker)?;
         Ok(true)
     }
 }
@@ -172,22 +167,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::state::test_util::win;
 
     fn state() -> State {
         crate::state::test_util::state()
-    }
-
-    /// The first team of `m` wins it: journaled as entry 1, then applied.
-    fn win(state: &State, m: &crate::state::MatchSlot) {
-        let entry = state
-            .prepare_result(m, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap()
-            .entry;
-        state
-            .store()
-            .append_journal(1, std::slice::from_ref(&entry))
-            .unwrap();
-        state.apply_result(m, &entry);
     }
 
     /// Forms one 1v1 match between `a` and `b`, leaving them in it until its result.

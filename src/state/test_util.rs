@@ -69,3 +69,45 @@ pub(crate) fn form_1v1(
         BTreeMap::new(),
     )
 }
+
+/// The first team of `m` wins it: journaled as entry 1, then applied.
+pub(crate) fn win(state: &State, m: &MatchSlot) {
+    let entry = state
+        .prepare_result(m, &[1, 2], &[], &BTreeMap::new(), &[])
+        .unwrap()
+        .entry;
+    state
+        .store()
+        .append_journal(1, std::slice::from_ref(&entry))
+        .unwrap();
+    state.apply_result(m, &entry);
+}
+
+/// Code a test runs once, at a fixed point of a state method: another call made there lands
+/// between two steps of the first, the interleaving a concurrent caller could produce.
+#[derive(Default)]
+pub(crate) struct Hook(Mutex<Option<Box<dyn FnOnce() + Send>>>);
+
+impl Hook {
+    /// Runs `f` the next time the point is reached.
+    pub(crate) fn set(&self, f: impl FnOnce() + Send + 'static) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Runs what was set, if anything (with the hook's own lock let go first).
+    pub(crate) fn run(&self) {
+        let f = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = f {
+            f();
+        }
+    }
+}
+
+/// The points of the state a test can hook.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    /// [`State::try_allocate`], once it has let go of the server registry.
+    pub(crate) allocated: Hook,
+    /// [`State::register_server`], just before it takes the server registry.
+    pub(crate) registering: Hook,
+}

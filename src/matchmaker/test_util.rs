@@ -1,0 +1,35 @@
+//! What the loop's tests share.
+
+use super::{Command, Loop};
+use crate::ids::{PlayerId, TicketId};
+use crate::matching;
+
+/// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent
+/// to the loop.
+pub(super) async fn enter(lp: &mut Loop, player: &str) -> TicketId {
+    let state = lp.state.clone();
+    let queue = state.queue("queue", "1v1").unwrap();
+    let id = TicketId::new(format!("t-{player}"));
+    let now = lp.clock.now();
+    let players = vec![PlayerId::new(player)];
+    let (slot, skills) = state
+        .create_ticket(&queue, players.clone(), id.clone(), now)
+        .unwrap();
+    let entry = matching::Ticket {
+        id: id.clone(),
+        players,
+        skills: skills.iter().map(|s| (s.mean, s.deviation)).collect(),
+        party_skill: None,
+        entered_at: now,
+        region_latency_ms: Vec::new(),
+        roles: Vec::new(),
+        attributes: Default::default(),
+        avoid: Vec::new(),
+    };
+    state.persist_ticket(&slot, &entry, now).await.unwrap();
+    lp.handle(Command::Enter {
+        ticket: slot,
+        entry,
+    });
+    id
+}
