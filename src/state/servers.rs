@@ -73,9 +73,12 @@ pub struct ServerRegistry {
 }
 
 impl ServerRegistry {
-    /// Adds a server; a re-registration of the same address replaces the old stream.
+    /// Adds a server; a re-registration of the same address replaces the old stream. Streams
+    /// that closed since are dropped too: a server that comes and goes under fresh addresses
+    /// while no match is allocated (when [`ServerRegistry::offer`] drops them) leaves nothing.
     pub fn register(&mut self, server: ServerHandle) {
-        self.servers.retain(|s| s.address != server.address);
+        self.servers
+            .retain(|s| s.address != server.address && !s.tx.is_closed());
         self.servers.push(server);
     }
 
@@ -219,5 +222,17 @@ mod tests {
         );
         // a is at capacity and b's stream is gone.
         assert!(r.offer(&assignment(None)).is_none());
+    }
+
+    #[test]
+    fn a_registration_drops_the_streams_that_closed_before_it() {
+        let mut r = ServerRegistry::default();
+        // Game servers that connected under fresh addresses and went away, with no match
+        // allocated meanwhile (only allocation looked for closed streams).
+        for i in 0..1000 {
+            drop(server(&mut r, &format!("gone-{i}:7777"), "eu", 0));
+        }
+        let _live = server(&mut r, "live:7777", "eu", 0);
+        assert_eq!(r.len(), 1, "only the open stream is registered");
     }
 }
