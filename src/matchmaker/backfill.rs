@@ -1,10 +1,13 @@
 //! Backfill: open slots of a running match, filled from its queue's pool each tick.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::{Loop, push_recent};
 use crate::ids::{MatchId, PlayerId, new_id};
-use crate::matching::{self, SystemModel};
+use crate::matching::{self, BackfillConfig, SystemModel};
 use crate::rejection::{MatchRefusal, Rejection};
 use crate::state::{Assignment, BackfillError, MatchSlot};
 use crate::telemetry as m;
@@ -229,8 +232,11 @@ impl Loop {
         self.backfills = jobs;
     }
 
-    /// Sends a running match's new players to its game server (the stream's buffer is bounded;
-    /// the send waits for room in its own task) and records the match.
+    /// Sends a running match's new players to its game server and records the match. The
+    /// stream's buffer is bounded, so the send waits for room in its own task: at most the
+    /// queue's backfill timeout (by then the server may have asked again), and never past the
+    /// closing of the engine's streams. A server that stays connected but stops reading holds
+    /// no task past that; the update is dropped, with a warning.
     pub(super) fn deliver_backfill(
         &self,
         slot: &Arc<MatchSlot>,
@@ -242,23 +248,111 @@ impl Loop {
             backfill: added,
             ..a.clone()
         });
-        match self.state.server_stream(&a.server_address) {
-            Some(tx) => {
-                // Like a new match, the update goes out once the match's new roster is durable.
-                let store = self.state.store().clone();
-                self.runtime.spawn(async move {
-                    if let Err(e) = store.flush_async().await {
-                        tracing::error!(error = %e, "could not flush a backfilled match");
-                        crate::telemetry::store_error("persist_matches");
-                    }
-                    let _ = tx.send(update).await;
-                });
-            }
-            None => tracing::warn!(
+        let Some(tx) = self.state.server_stream(&a.server_address) else {
+            tracing::warn!(
                 match_id = %a.match_id,
                 server = %a.server_address,
                 "backfill players added to a match whose game server is not connected"
-            ),
+            );
+            return;
+        };
+        let wait = self
+            .queue_index
+            .get(&slot.queue)
+            .map_or(BackfillConfig::default().timeout_seconds, |&qi| {
+                self.queues[qi].backfill.timeout_seconds
+            });
+        let wait = Duration::from_secs_f64(wait);
+        let closed = self.state.streams_closed();
+        // Like a new match, the update goes out once the match's new roster is durable.
+        let store = self.state.store().clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = store.flush_async().await {
+                tracing::error!(error = %e, "could not flush a backfilled match");
+                crate::telemetry::store_error("persist_matches");
+            }
+            let (match_id, server) = (update.match_id.clone(), update.server_address.clone());
+            let dropped = tokio::select! {
+                biased;
+                () = closed.cancelled() => Some("the engine's streams closed"),
+                sent = tx.send_timeout(update, wait) => match sent {
+                    Ok(()) => None,
+                    Err(SendTimeoutError::Closed(_)) => Some("its stream closed"),
+                    Err(SendTimeoutError::Timeout(_)) => {
+                        Some("the game server did not read its stream within the backfill timeout")
+                    }
+                },
+            };
+            if let Some(why) = dropped {
+                tracing::warn!(%match_id, %server, why, "backfill update not delivered");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::{Clock, Loop};
+
+    /// A game server that stays connected but never reads its stream, with room for one match
+    /// in it, and `updates` backfill updates of one of its matches delivered.
+    fn stuck_server(
+        updates: usize,
+    ) -> (
+        crate::state::State,
+        tokio::sync::mpsc::Receiver<std::sync::Arc<crate::state::Assignment>>,
+    ) {
+        let state = crate::state::test_util::state_with("[server]\nserve_matches_buffer = 1\n");
+        let (stream, _) = state.register_server("gs-1:7777".into(), String::new(), 0);
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "gs-1:7777");
+        let lp = Loop::new(state.clone(), Clock::start(), Vec::new());
+        let a = m.assignment();
+        for _ in 0..updates {
+            lp.deliver_backfill(&m, &a, vec![Vec::new(), Vec::new()]);
         }
+        (state, stream)
+    }
+
+    /// Waits (on the paused clock) until only the registry holds the stream's sending side:
+    /// every delivery task has ended.
+    async fn deliveries_ended(
+        stream: &tokio::sync::mpsc::Receiver<std::sync::Arc<crate::state::Assignment>>,
+        within: Duration,
+    ) -> bool {
+        let ended = async {
+            while stream.sender_strong_count() > 1 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        tokio::time::timeout(within, ended).await.is_ok()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_a_server_does_not_read_are_dropped_after_the_backfill_timeout() {
+        let (state, stream) = stuck_server(50);
+        let wait = state
+            .queue("queue", "1v1")
+            .unwrap()
+            .config
+            .backfill
+            .timeout_seconds;
+        assert!(
+            deliveries_ended(&stream, Duration::from_secs_f64(wait + 10.0)).await,
+            "every delivery gave up"
+        );
+        assert_eq!(stream.len(), 1, "the first took the stream's one place");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_waiting_for_room_end_when_the_streams_close() {
+        let (state, stream) = stuck_server(50);
+        state.close_server_streams();
+        assert!(
+            deliveries_ended(&stream, Duration::from_secs(5)).await,
+            "the deliveries ended with the streams, before their timeout"
+        );
+        assert_eq!(stream.sender_strong_count(), 0);
     }
 }
