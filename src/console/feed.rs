@@ -1,12 +1,16 @@
 //! The results this server applied since it started, newest kept: the Matches view's list of
 //! recent results (no RPC lists every player's matches), and the win probabilities at formation
 //! of matches recorded before the match record kept them. A bounded ring, lost on restart;
-//! a match's page, a player's matches and their chart read the durable records instead. Pure:
-//! entries come in with their time; queries scan the ring (it is small).
+//! a match's page, a player's matches and their chart read the durable records instead. With it,
+//! the erasures of the last seconds, for the results announced just after them. Pure: entries
+//! and erasures come in with their time; queries scan the ring (it is small).
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use crate::ids::PlayerId;
 
 /// One player's change in a result, in the queue's display units.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -115,6 +119,62 @@ impl Feed {
     }
 }
 
+/// The erasures of the last `window`. A result is applied (its players free) a moment before
+/// it is announced, so an erasure can be announced first: the results announced within the
+/// window after it are erased too. Erasures older than the window go as new ones come, so
+/// erasures with no result announced meanwhile do not pile up.
+#[derive(Debug)]
+pub struct RecentErasures {
+    window: Duration,
+    /// `(when, player, marker)`, oldest first.
+    erasures: VecDeque<(Instant, PlayerId, PlayerId)>,
+}
+
+impl RecentErasures {
+    #[must_use]
+    pub fn new(window: Duration) -> Self {
+        Self {
+            window,
+            erasures: VecDeque::new(),
+        }
+    }
+
+    /// `player` was erased at `now`, `marker` in their place.
+    pub fn push(&mut self, now: Instant, player: PlayerId, marker: PlayerId) {
+        self.forget_before(now);
+        self.erasures.push_back((now, player, marker));
+    }
+
+    /// Puts each player erased within the window before `now` out of `entry`.
+    pub fn erase_from(&mut self, now: Instant, entry: &mut Entry) {
+        self.forget_before(now);
+        for (_, player, marker) in &self.erasures {
+            entry.erase(player.as_str(), marker.as_str());
+        }
+    }
+
+    /// Erasures kept now.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.erasures.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.erasures.is_empty()
+    }
+
+    fn forget_before(&mut self, now: Instant) {
+        while self
+            .erasures
+            .front()
+            .is_some_and(|(at, _, _)| now.saturating_duration_since(*at) > self.window)
+        {
+            self.erasures.pop_front();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +227,28 @@ mod tests {
             [["ab"], ["c"]],
             "another player's id is left alone"
         );
+    }
+
+    #[test]
+    fn erasures_with_no_result_announced_are_kept_only_for_their_window() {
+        let window = Duration::from_secs(10);
+        let mut recent = RecentErasures::new(window);
+        let start = Instant::now();
+        // An erasure a second for a day, and no result announced.
+        for i in 0..86_400u64 {
+            let id = PlayerId::new(format!("p-{i}"));
+            let marker = PlayerId::new(format!("erased:{i:012x}"));
+            recent.push(start + Duration::from_secs(i), id, marker);
+        }
+        assert!(recent.len() <= 11, "kept {}", recent.len());
+        // A result announced within the window of the last erasure is still erased.
+        let mut e = entry("m1", "1v1", 10.0, &[("p-86399", 1500.0, 1510.0)]);
+        recent.erase_from(start + Duration::from_secs(86_405), &mut e);
+        assert_eq!(e.teams, [[format!("erased:{:012x}", 86_399)]]);
+        let mut later = entry("m2", "1v1", 20.0, &[("p-86399", 1500.0, 1510.0)]);
+        recent.erase_from(start + Duration::from_secs(86_420), &mut later);
+        assert_eq!(later.teams, [["p-86399"]], "past the window");
+        assert!(recent.is_empty());
     }
 
     #[test]

@@ -259,13 +259,7 @@ impl Console {
     ) {
         use tokio::sync::broadcast::error::RecvError;
         let mut erasures = state.subscribe_erasures();
-        // A result is applied (its players free) a moment before it is announced, so an
-        // erasure can be announced first: results announced soon after one are erased too.
-        let mut recent: std::collections::VecDeque<(
-            std::time::Instant,
-            crate::ids::PlayerId,
-            crate::ids::PlayerId,
-        )> = std::collections::VecDeque::new();
+        let mut recent = feed::RecentErasures::new(RECENT_ERASURES);
         loop {
             let applied = tokio::select! {
                 r = results.recv() => r,
@@ -273,7 +267,7 @@ impl Console {
                     match erased {
                         Ok((player, marker)) => {
                             self.feed().erase(player.as_str(), marker.as_str());
-                            recent.push_back((std::time::Instant::now(), player, marker));
+                            recent.push(std::time::Instant::now(), player, marker);
                         }
                         // Missed erasures cannot be redone: forget every kept result.
                         Err(RecvError::Lagged(_)) => self.feed().clear(),
@@ -286,15 +280,7 @@ impl Console {
             match applied {
                 Ok(applied) => {
                     let mut entry = feed_entry(&state, &applied);
-                    while recent
-                        .front()
-                        .is_some_and(|(at, _, _)| at.elapsed() > RECENT_ERASURES)
-                    {
-                        recent.pop_front();
-                    }
-                    for (_, player, marker) in &recent {
-                        entry.erase(player.as_str(), marker.as_str());
-                    }
+                    recent.erase_from(std::time::Instant::now(), &mut entry);
                     self.feed().push(entry);
                 }
                 Err(RecvError::Lagged(n)) => {
