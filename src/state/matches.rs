@@ -246,7 +246,11 @@ impl State {
             }
             inner.assignment.clone()
         };
-        let placed = {
+        // The match is marked allocated before the registry is let go: a server registering
+        // again under the same address (`register_server`, which looks for the matches to send
+        // again while it holds the registry) either finds it allocated to the stream it
+        // replaces, or is the stream it is placed on. Lock order: the registry, then a match.
+        let placement = {
             let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
             let before = registry.len();
             let chosen = registry.offer(&assignment);
@@ -255,28 +259,23 @@ impl State {
             if registry.len() != before {
                 metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
             }
-            chosen
-        };
-        let Some(placement) = placed else {
-            return Allocation::NoServer;
-        };
-        let allocated = placement.assignment.clone();
-        {
+            let Some(placement) = chosen else {
+                return Allocation::NoServer;
+            };
             let mut inner = m.lock();
             if inner.phase != MatchPhase::Formed {
                 // A result or a cancel came in meanwhile: nothing to send, room given back.
                 drop(inner);
-                drop(placement);
-                self.inner
-                    .servers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .release(&allocated.server_address);
+                registry.release(&placement.assignment.server_address);
                 return Allocation::Ended;
             }
             inner.phase = MatchPhase::Allocated;
-            inner.assignment = allocated.clone();
-        }
+            inner.assignment = placement.assignment.clone();
+            placement
+        };
+        #[cfg(test)]
+        self.inner.hooks.allocated.run();
+        let allocated = placement.assignment.clone();
         self.emit([super::match_event(
             crate::store::EventKind::MatchAllocated,
             &allocated,
@@ -370,6 +369,12 @@ impl State {
         Vec<Arc<Assignment>>,
     ) {
         let (tx, rx) = tokio::sync::mpsc::channel(self.inner.config.server.serve_matches_buffer);
+        #[cfg(test)]
+        self.inner.hooks.registering.run();
+        // The matches to send again are looked for holding the registry, which `try_allocate`
+        // holds until the match it places is marked allocated: every match placed on the
+        // stream replaced here is found, and every later one goes to the new stream.
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         let mut held = 0u32;
         let mut unstarted = Vec::new();
         for m in self.inner.matches.iter() {
@@ -391,7 +396,6 @@ impl State {
         }
         let mut server = ServerHandle::new(address, region, capacity, tx);
         server.assigned = held;
-        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         registry.register(server);
         metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
         (rx, unstarted)
@@ -600,6 +604,82 @@ impl Canceller {
 mod tests {
     use super::*;
     use crate::ids::TicketId;
+
+    type Registered = (
+        tokio::sync::mpsc::Receiver<Arc<Assignment>>,
+        Vec<Arc<Assignment>>,
+    );
+
+    /// The matches a stream registered as `registered` gets: those sent again with it, then
+    /// what was delivered to it.
+    fn received((mut stream, again): Registered) -> Vec<MatchId> {
+        let mut ids: Vec<MatchId> = again.iter().map(|a| a.match_id.clone()).collect();
+        while let Ok(a) = stream.try_recv() {
+            ids.push(a.match_id.clone());
+        }
+        ids
+    }
+
+    /// A game server connecting again while the server still holds its old stream (the old
+    /// connection is dead but not torn down yet), and a match allocated just as it registers:
+    /// placed on the old stream right before the registration takes the registry.
+    #[test]
+    fn a_match_placed_on_the_old_stream_as_its_server_registers_again_is_sent_again() {
+        let state = crate::state::test_util::state();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
+        let _old = state.register_server("gs-1:7777".into(), String::new(), 1);
+        let placed = Arc::new(Mutex::new(None));
+        state.hooks().registering.set({
+            let (state, m, placed) = (state.clone(), m.clone(), placed.clone());
+            move || *placed.lock().unwrap() = Some(state.try_allocate(&m))
+        });
+        let new = state.register_server("gs-1:7777".into(), String::new(), 1);
+        let Some(Allocation::Placed(placement)) = placed.lock().unwrap().take() else {
+            panic!("the old stream had room");
+        };
+        assert_eq!(placement.assignment.server_address, "gs-1:7777");
+        placement.deliver();
+        assert_eq!(
+            received(new),
+            std::slice::from_ref(&m.id),
+            "the new stream gets the match"
+        );
+        // It counts against the new stream's capacity of one.
+        let other = crate::state::test_util::formed_1v1(&state, "m-2", "c", "d", "");
+        assert!(matches!(state.try_allocate(&other), Allocation::NoServer));
+    }
+
+    /// As above, with the registration landing after the match was placed on the old stream
+    /// and the registry let go, before anything else of the allocation.
+    #[test]
+    fn a_server_registering_again_as_a_match_is_placed_on_its_old_stream_gets_it_again() {
+        let state = crate::state::test_util::state();
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
+        let _old = state.register_server("gs-1:7777".into(), String::new(), 0);
+        let registered = Arc::new(Mutex::new(None));
+        state.hooks().allocated.set({
+            let (state, registered) = (state.clone(), registered.clone());
+            move || {
+                *registered.lock().unwrap() =
+                    Some(state.register_server("gs-1:7777".into(), String::new(), 0));
+            }
+        });
+        let Allocation::Placed(placement) = state.try_allocate(&m) else {
+            panic!("the old stream had room");
+        };
+        placement.deliver();
+        let new = registered
+            .lock()
+            .unwrap()
+            .take()
+            .expect("registered meanwhile");
+        assert_eq!(m.phase(), MatchPhase::Allocated);
+        assert_eq!(
+            received(new),
+            std::slice::from_ref(&m.id),
+            "the new stream gets the match"
+        );
+    }
 
     #[tokio::test]
     async fn a_ticket_learns_its_server_only_once_its_match_is_durable() {

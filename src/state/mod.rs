@@ -111,6 +111,9 @@ struct Inner {
     /// Set when a stored ticket was dropped and no flush has been asked for since (see
     /// [`State::flush_dropped_tickets`]).
     tickets_dropped: std::sync::atomic::AtomicBool,
+    /// Points where a test runs its own code (see `test_util::Hooks`).
+    #[cfg(test)]
+    hooks: test_util::Hooks,
 }
 
 impl State {
@@ -197,6 +200,8 @@ impl State {
                 erasures: tokio::sync::broadcast::Sender::new(64),
                 closing: tokio_util::sync::CancellationToken::new(),
                 tickets_dropped: std::sync::atomic::AtomicBool::new(false),
+                #[cfg(test)]
+                hooks: test_util::Hooks::default(),
             }),
         })
     }
@@ -244,6 +249,12 @@ impl State {
     /// Every erasure from now on, as `(player, marker)`.
     pub fn subscribe_erasures(&self) -> tokio::sync::broadcast::Receiver<(PlayerId, PlayerId)> {
         self.inner.erasures.subscribe()
+    }
+
+    /// The points where a test runs its own code.
+    #[cfg(test)]
+    pub(crate) fn hooks(&self) -> &test_util::Hooks {
+        &self.inner.hooks
     }
 
     /// The durable store.

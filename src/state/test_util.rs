@@ -1,7 +1,8 @@
-//! What the state's tests share: a state on an in-memory store, and a 1v1 match formed in it.
+//! What the state's tests share: a state on an in-memory store, a 1v1 match formed in it, and
+//! hooks that run a test's code at fixed points of the state's methods.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{Assignment, MatchSlot, State, TicketSlot};
 use crate::ids::{MatchId, PlayerId, TicketId};
