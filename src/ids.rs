@@ -87,9 +87,46 @@ pub fn new_id(prefix: &str) -> String {
     id
 }
 
+/// When an id [`new_id`] minted was minted (unix seconds, to the millisecond), read from its
+/// time part; `None` for an id of another shape (a client's, a test's). A match id's is when
+/// the match formed.
+#[must_use]
+pub fn minted_unix(id: &str) -> Option<f64> {
+    let (_, bits) = id.rsplit_once('-')?;
+    if bits.len() != 32 || !bits.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let millis = u64::from_str_radix(&bits[..12], 16).ok()?;
+    Some(millis as f64 / 1000.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mint_time_is_read_back_from_a_minted_id_only() {
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let minted = minted_unix(&new_id("m")).unwrap();
+        assert!((minted - before).abs() < 60.0, "{minted} vs {before}");
+        assert_eq!(
+            minted_unix("m-0000000003e8ffffffffffffffffffff"),
+            Some(1.0),
+            "1000 ms"
+        );
+        for other in [
+            "m1",
+            "m-1",
+            "match-7",
+            "m-0000000003E8FFFFFFFFFFFFFFFFFFFF",
+            "",
+        ] {
+            assert_eq!(minted_unix(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn ids_are_unique_fixed_width_and_ordered_by_time() {
