@@ -381,12 +381,7 @@ impl Data {
                 e.journal_rewritten.push(*seq);
             }
         }
-        for (id, ack) in self.acks.iter_mut() {
-            if ack.erase(player, marker) {
-                e.acks_rewritten.push(id.clone());
-            }
-        }
-        e.acks_rewritten.sort();
+        e.acks_rewritten = self.acks.erase(player, marker);
         for (seq, event) in self.admin.events.iter_mut() {
             if event_without(event, player, marker) {
                 e.events_rewritten.push(*seq);

@@ -352,10 +352,7 @@ fn history_exports_and_imports_every_result_and_season_record(reopen: Reopen<'_>
         place: Some(1),
     };
     let history = History {
-        results: vec![
-            (MatchId::new("m-1"), entry("m-1", "p1", 1.0).ack),
-            (MatchId::new("m-2"), entry("m-2", "p1", 1.0).ack),
-        ],
+        results: vec![acks::acked("m-1"), acks::acked("m-2")],
         seasons: vec![("lad".into(), SeasonState { season: 2, week: 3 })],
         weeks: vec![("lad".into(), 2, 3, vec![(p1.clone(), 1200)])],
         ranks: vec![("lad".into(), 1, vec![rank.clone()])],
@@ -995,4 +992,5 @@ on_every_backend!(
     imports_keep_lists_holders_and_log_numbers_and_events_ride_with_their_entry,
 );
 
+mod acks;
 pub(super) mod past;

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use super::history::{HistoryPlan, PastChanges};
 use super::{
-    EntryKind, History, HistoryWrite, JournalEntry, RecordStorage, Segment, Storage, StoreError,
-    StoreFuture, StoredMatch, StoredParty, StoredPlayer, StoredTicket,
+    AckRecord, EntryKind, History, HistoryWrite, JournalEntry, RecordStorage, Segment, Storage,
+    StoreError, StoreFuture, StoredMatch, StoredParty, StoredPlayer, StoredTicket,
 };
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
@@ -73,7 +73,7 @@ pub(super) struct Data {
     pub(super) players: BTreeMap<PlayerId, Pools>,
     pub(super) parties: BTreeMap<String, BTreeMap<String, PartyRecord>>,
     pub(super) journal: BTreeMap<u64, JournalEntry>,
-    pub(super) acks: HashMap<MatchId, ResultAck>,
+    pub(super) acks: super::acks::Acks,
     pub(super) snapshot_seq: u64,
     pub(super) seasons: BTreeMap<String, SeasonState>,
     /// (pool, season, week) → end-of-week RP.
@@ -382,7 +382,8 @@ impl Storage for MemoryStore {
         for (i, entry) in entries.iter().enumerate() {
             data.journal.insert(first_seq + i as u64, entry.clone());
             if entry.kind == EntryKind::Result {
-                data.acks.insert(entry.match_id.clone(), entry.ack.clone());
+                let record = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
+                data.acks.insert(entry.match_id.clone(), record);
             }
             data.append_history(entry.history.as_ref());
             let Some(season) = &entry.season else {
@@ -439,7 +440,11 @@ impl Storage for MemoryStore {
     }
 
     fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError> {
-        Ok(self.data().acks.get(match_id).cloned())
+        Ok(self.data().acks.get(match_id).map(|r| r.ack.clone()))
+    }
+
+    fn trim_acks(&self, before_unix: f64, at_most: usize) -> Result<usize, StoreError> {
+        Ok(self.data().acks.trim(before_unix, at_most).len())
     }
 
     fn season_state(&self, pool: &str) -> Result<SeasonState, StoreError> {
@@ -586,7 +591,7 @@ impl Storage for MemoryStore {
 
     fn export_history(&self) -> Result<History, StoreError> {
         let data = self.data();
-        let mut results: Vec<(MatchId, ResultAck)> = data
+        let mut results: Vec<(MatchId, AckRecord)> = data
             .acks
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -610,8 +615,8 @@ impl Storage for MemoryStore {
 
     fn import_history(&self, history: &History) -> Result<(), StoreError> {
         let mut data = self.data();
-        for (match_id, ack) in &history.results {
-            data.acks.insert(match_id.clone(), ack.clone());
+        for (match_id, record) in &history.results {
+            data.acks.insert(match_id.clone(), record.clone());
         }
         for (pool, state) in &history.seasons {
             data.seasons.insert(pool.clone(), *state);

@@ -10,8 +10,10 @@
 //! - a write is durable once a later [`Storage::flush`] or [`Storage::flush_async`] returned;
 //! - each batch method is atomic: all of it is durable or none;
 //! - journal entries and their acknowledgements (`r/<match>`) and season writes are one batch;
+//! - an acknowledgement is kept until [`Storage::trim_acks`] drops it (see `acks.rs`);
 //! - reads see every write made before them, flushed or not.
 
+mod acks;
 mod admin_records;
 mod cluster_config;
 mod committer;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use acks::{ACK_TRIM_BATCH, AckRecord, MIN_ACK_RETENTION_SECONDS, ResultsConfig};
 pub use admin_records::{
     AdminRecords, AuditConfig, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
@@ -199,8 +202,13 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
         self.put_calibrations(calibrations)?;
         self.finish_snapshot(seq)
     }
-    /// The acknowledgement journaled for a match, if its result was ever applied.
+    /// The acknowledgement journaled for a match, if its result was applied and the
+    /// acknowledgement is not trimmed yet.
     fn result_of(&self, match_id: &MatchId) -> Result<Option<ResultAck>, StoreError>;
+    /// Drops the acknowledgements kept since before `before_unix` (see
+    /// [`AckRecord::kept_since`]: when their result was applied), oldest first, at most
+    /// `at_most` of them, in one atomic batch; how many. Not durable until a flush.
+    fn trim_acks(&self, before_unix: f64, at_most: usize) -> Result<usize, StoreError>;
 
     // Seasons (written by admin entries of the journal).
 
@@ -286,7 +294,7 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
 
     // Moving a deployment (`admin migrate-store`).
 
-    /// Every acknowledged result and every season record: what the journal keeps after
+    /// Every acknowledgement kept and every season record: what the journal keeps after
     /// snapshots trimmed its entries.
     fn export_history(&self) -> Result<History, StoreError>;
     /// Writes `history` (results' acknowledgements, season clocks, end-of-week rank points,
@@ -476,11 +484,11 @@ pub struct StoredMatch {
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).
 pub type PoolWeek = (String, u32, u32, Vec<(PlayerId, RankPoints)>);
 
-/// What a store keeps besides players, parties, journal entries and live matches: every
-/// result's acknowledgement and the season records, in key order.
+/// What a store keeps besides players, parties, journal entries and live matches: the results'
+/// acknowledgements it keeps, with their times, and the season records, in key order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct History {
-    pub results: Vec<(MatchId, ResultAck)>,
+    pub results: Vec<(MatchId, AckRecord)>,
     /// Each pool's season clock.
     pub seasons: Vec<(String, SeasonState)>,
     /// End-of-week rank points: (pool, season, week, player → RP).

@@ -7,6 +7,7 @@
 //! stops and snapshot checksum mismatches (a corrupt directory is refused with a message naming
 //! it, never panicked on), and page-cache memory above `cache_capacity` (bounded by config).
 
+mod acks;
 mod admin;
 mod blobs;
 mod export;
@@ -33,8 +34,8 @@ mod records;
 const FORMAT: &[u8] = b"matchmaker-store/1";
 const META_TREE: &str = "meta";
 const PLAYERS_TREE: &str = "players";
-/// Result journal: `j/<seq be64>` → entry, and `r/<match id>` → seq (idempotency index), written
-/// together in one atomic batch of one tree.
+/// Result journal: `j/<seq be64>` → entry, and `r/<match id>` → its acknowledgement with its
+/// time index (see `acks.rs`), written together in one atomic batch of one tree.
 const JOURNAL_TREE: &str = "journal";
 /// Live matches, so a game server can report a match formed before a restart. Written in
 /// segments of up to [`SEGMENT_BYTES`] per sled value (see `super::segment_bounds`), so a tick that
@@ -147,6 +148,7 @@ impl SledStore {
                 }
                 meta.insert("format", FORMAT)?;
                 Self::mark_past_indexed(&meta)?;
+                Self::mark_ack_indexed(&meta)?;
                 db.flush()?;
             }
         }
@@ -181,6 +183,9 @@ impl SledStore {
                 entries = added,
                 "built the match history's past indexes (a store of an earlier release)"
             );
+        }
+        if let Some(added) = store.build_ack_index()? {
+            tracing::info!(path = %store.path.display(), entries = added, "indexed the result acknowledgements by time (a store of an earlier release)");
         }
         Ok(store)
     }
@@ -345,12 +350,12 @@ impl Storage for SledStore {
         let Some(v) = self.journal.get(result_key(match_id))? else {
             return Ok(None);
         };
-        serde_json::from_slice(&v)
-            .map(Some)
-            .map_err(|e| StoreError::Decode {
-                key: format!("result/{match_id}"),
-                detail: e.to_string(),
-            })
+        let record: super::AckRecord = decode(&v, &format!("result/{match_id}"))?;
+        Ok(Some(record.ack))
+    }
+
+    fn trim_acks(&self, before_unix: f64, at_most: usize) -> Result<usize, StoreError> {
+        self.trim_ack_batch(before_unix, at_most)
     }
 
     /// Writes journal entries with consecutive sequence numbers from `first_seq` in one atomic

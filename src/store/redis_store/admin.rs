@@ -254,8 +254,8 @@ impl AdminRecords for RedisStore {
             batch.push(Op::Del(Hash::Admin, format!("b/{player}")));
         }
         for id in e.acks_rewritten {
-            if let Some(ack) = data.acks.get(&id) {
-                batch.push(Op::Set(Hash::Acks, id.to_string(), json(ack)?));
+            if let Some(record) = data.acks.get(&id) {
+                batch.push(Op::Set(Hash::Acks, id.to_string(), json(record)?));
             }
         }
         for seq in e.events_rewritten {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{Hash, Op, RedisStore, json, ranks_field, week_field};
 use crate::ids::PlayerId;
 use crate::records::{PartyRecord, PoolRecord};
-use crate::store::{EntryKind, EventRecord, JournalEntry, Storage, StoreError};
+use crate::store::{AckRecord, EntryKind, EventRecord, JournalEntry, Storage, StoreError};
 
 /// Records (and party records) past which an entry is kept in parts of this many.
 pub(super) const PART_RECORDS: usize = 1_000;
@@ -181,10 +181,11 @@ impl RedisStore {
                 seq.to_string().into(),
             ));
             if entry.kind == EntryKind::Result {
+                let record = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
                 batch.push(Op::Set(
                     Hash::Acks,
                     entry.match_id.to_string(),
-                    json(&entry.ack)?,
+                    json(&record)?,
                 ));
             }
             if let Some(season) = &entry.season {

@@ -11,8 +11,8 @@ use crate::ids::{MatchId, PartyId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::{SeasonRank, SeasonState};
 use crate::rating::calibration::Calibration;
-use crate::records::{PartyRecord, PartyRoster, ResultAck};
-use crate::store::{StoredMatch, StoredTicket};
+use crate::records::{PartyRecord, PartyRoster};
+use crate::store::{AckRecord, StoredMatch, StoredTicket};
 
 /// Reads and decodes everything the mirror holds.
 pub(super) async fn mirror(
@@ -202,8 +202,8 @@ pub(super) fn fill(data: &mut Data, mut loaded: Loaded) -> Result<(), StoreError
     super::journal::assemble(&mut data.journal, &expected, parts)?;
     for (k, v) in take(Hash::Acks) {
         let id = text(&k);
-        let ack: ResultAck = decode(&v, &format!("ack {id}"))?;
-        data.acks.insert(MatchId::new(id.as_str()), ack);
+        let record: AckRecord = decode(&v, &format!("ack {id}"))?;
+        data.acks.insert(MatchId::new(id.as_str()), record);
     }
     for (k, v) in take(Hash::Meta) {
         match text(&k).as_str() {

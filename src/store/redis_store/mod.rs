@@ -506,6 +506,22 @@ impl Storage for RedisStore {
         self.mirror.result_of(match_id)
     }
 
+    /// The mirror holds every acknowledgement with its time, so it picks the old ones; their
+    /// deletes go as one batch, so one fenced script with the next flush, which names them in
+    /// the change log: standby copies drop them too.
+    fn trim_acks(&self, before_unix: f64, at_most: usize) -> Result<usize, StoreError> {
+        let _order = self.write_order();
+        self.check_fence()?;
+        let mut data = self.mirror.data();
+        let old = data.acks.trim(before_unix, at_most);
+        self.queue(
+            old.iter()
+                .map(|id| Op::Del(Hash::Acks, id.to_string()))
+                .collect(),
+        );
+        Ok(old.len())
+    }
+
     fn season_state(&self, pool: &str) -> Result<SeasonState, StoreError> {
         self.mirror.season_state(pool)
     }
@@ -660,8 +676,8 @@ impl Storage for RedisStore {
         let _order = self.write_order();
         self.check_fence()?;
         let mut batch = Vec::new();
-        for (match_id, ack) in &history.results {
-            batch.push(Op::Set(Hash::Acks, match_id.to_string(), json(ack)?));
+        for (match_id, record) in &history.results {
+            batch.push(Op::Set(Hash::Acks, match_id.to_string(), json(record)?));
         }
         for (pool, state) in &history.seasons {
             batch.push(Op::Set(Hash::Seasons, pool.clone(), json(state)?));

@@ -31,7 +31,8 @@ use super::{SledStore, decode, decode_seq, encode, journal_key};
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::RankPoints;
 use crate::ranking::season::SeasonRank;
-use crate::records::{MatchRecord, ResultAck};
+use crate::records::MatchRecord;
+use crate::store::AckRecord;
 
 const ADMIN_TREE: &str = "admin";
 const LAST_AUDIT: &[u8] = b"n/a";
@@ -312,17 +313,17 @@ impl AdminRecords for SledStore {
                 journal_set.push((k.to_vec(), encode(&entry)?));
             }
         }
-        // Every result's acknowledgement (kept for good): only those whose bytes hold the id as
-        // a JSON string can name the player, so the rest are not decoded.
+        // Every result's acknowledgement still kept: only those whose bytes hold the id as a
+        // JSON string can name the player, so the rest are not decoded. Their times stay.
         let quoted = encode(player.as_str())?;
         for item in self.journal.scan_prefix(b"r/") {
             let (k, v) = item?;
             if !v.windows(quoted.len()).any(|w| w == quoted.as_slice()) {
                 continue;
             }
-            let mut ack: ResultAck = decode(&v, &String::from_utf8_lossy(&k))?;
-            if ack.erase(player, marker) {
-                journal_set.push((k.to_vec(), encode(&ack)?));
+            let mut record: AckRecord = decode(&v, &String::from_utf8_lossy(&k))?;
+            if record.ack.erase(player, marker) {
+                journal_set.push((k.to_vec(), encode(&record)?));
             }
         }
         // The event log: only events whose bytes hold the id can name the player (an id with a

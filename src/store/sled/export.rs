@@ -1,12 +1,12 @@
 //! What `admin migrate-store` moves from the embedded store besides players, parties and the
-//! journal: every result's acknowledgement and the season records, all in the journal tree.
+//! journal: every result's acknowledgement still kept (with its time) and the season records,
+//! all in the journal tree.
 
 use super::{
-    SledStore, decode, encode, player_rank_key, player_week_key, ranks_key, result_key, state_key,
-    week_key,
+    SledStore, decode, encode, player_rank_key, player_week_key, ranks_key, state_key, week_key,
 };
 use crate::ids::MatchId;
-use crate::store::{History, StoreError};
+use crate::store::{AckRecord, History, StoreError};
 
 impl SledStore {
     pub(super) fn export_all(&self) -> Result<History, StoreError> {
@@ -16,7 +16,7 @@ impl SledStore {
             let key = String::from_utf8_lossy(&k[2..]).into_owned();
             history.results.push((
                 MatchId::new(key.as_str()),
-                decode(&v, &format!("result/{key}"))?,
+                decode::<AckRecord>(&v, &format!("result/{key}"))?,
             ));
         }
         for item in self.journal.scan_prefix(b"s/s/") {
@@ -52,8 +52,8 @@ impl SledStore {
 
     pub(super) fn import_all(&self, history: &History) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
-        for (match_id, ack) in &history.results {
-            batch.insert(result_key(match_id), encode(ack)?);
+        for (match_id, record) in &history.results {
+            self.ack_replacing(&mut batch, match_id, record)?;
         }
         for (pool, state) in &history.seasons {
             batch.insert(state_key(pool), encode(state)?);

@@ -1,11 +1,12 @@
-//! The embedded store's journal batch: entries, their acknowledgements (the idempotency index),
+//! The embedded store's journal batch: entries, their acknowledgements (the idempotency index,
+//! with its time index),
 //! their season writes and their match history records, one atomic batch of the journal tree.
 
 use super::{
-    SledStore, encode, journal_key, player_rank_key, player_week_key, ranks_key, result_key,
-    state_key, week_key,
+    SledStore, encode, journal_key, player_rank_key, player_week_key, ranks_key, state_key,
+    week_key,
 };
-use crate::store::{EntryKind, HistoryWrite, JournalEntry, StoreError};
+use crate::store::{AckRecord, EntryKind, HistoryWrite, JournalEntry, StoreError};
 
 impl SledStore {
     /// The batch that journals `entries` from `first_seq` (not yet applied).
@@ -21,7 +22,8 @@ impl SledStore {
         for (i, entry) in entries.iter().enumerate() {
             batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
             if entry.kind == EntryKind::Result {
-                batch.insert(result_key(&entry.match_id), encode(&entry.ack)?);
+                let ack = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
+                Self::ack_into(&mut batch, &entry.match_id, &ack)?;
             }
             if let Some(season) = &entry.season {
                 batch.insert(state_key(&entry.pool), encode(&season.state)?);

@@ -428,3 +428,46 @@ fn a_copy_whose_last_entry_a_failover_replaced_under_the_same_counter_is_not_use
         );
     });
 }
+
+#[test]
+fn a_standby_copy_drops_the_acknowledgements_the_owner_trims() {
+    use crate::ids::MatchId;
+    use crate::store::JournalEntry;
+    use crate::store::contract::entry;
+    with_redis(|server, runtime| {
+        let url = server.url();
+        let owner = owner(&url, &runtime);
+        let applied = |id: &str, unix: f64| JournalEntry {
+            applied_unix: unix,
+            ..entry(id, "p1", 1510.0)
+        };
+        owner
+            .append_journal(1, &[applied("m-a", 100.0), applied("m-b", 300.0)])
+            .unwrap();
+        owner.flush().unwrap();
+        let mut standby = runtime
+            .block_on(Standby::load(
+                &url,
+                None,
+                &Keys::default(),
+                Patience::default(),
+            ))
+            .unwrap();
+        assert_eq!(owner.trim_acks(200.0, 10).unwrap(), 1);
+        owner.flush().unwrap();
+        assert_eq!(
+            runtime.block_on(standby.follow()).unwrap(),
+            Followed::InStep
+        );
+
+        lease(&url, "2|b|127.0.0.1:2");
+        let copy = runtime
+            .block_on(standby.into_mirror(&mut store_conn(&url, &runtime)))
+            .unwrap()
+            .expect("the copy followed every flush");
+        assert_eq!(copy.result_of(&MatchId::from("m-a")).unwrap(), None);
+        assert!(copy.result_of(&MatchId::from("m-b")).unwrap().is_some());
+        // The copy kept the time of what it holds: the next owner trims it in turn.
+        assert_eq!(copy.trim_acks(400.0, 10).unwrap(), 1);
+    });
+}
