@@ -36,6 +36,7 @@ pub const SECTIONS: &[&str] = &[
     "parties",
     "events",
     "audit",
+    "results",
     "console",
 ];
 
@@ -108,6 +109,9 @@ pub struct Config {
     /// The admin audit log (retention).
     #[serde(default)]
     pub audit: crate::store::AuditConfig,
+    /// Result acknowledgements (how long repeated reports are answered).
+    #[serde(default)]
+    pub results: crate::store::ResultsConfig,
     /// Where this config came from, so `ReloadConfig` and SIGHUP can read it again (`None`:
     /// built without a file; nothing to reload).
     /// The operator console on the metrics listener (`/console/`).
@@ -616,6 +620,7 @@ impl Config {
         self.parties.validate()?;
         self.events.validate()?;
         self.audit.validate()?;
+        self.results.validate()?;
         self.console.validate()?;
         self.ranking.validate()?;
         self.season.validate()?;

@@ -4,7 +4,8 @@
 //! journaled through group commit, and applied in memory only after its flush. So memory never
 //! holds a result the disk does not, a snapshot can never contain an unacknowledged result, and
 //! a result that got OK survives `kill -9`. Each match's result is computed once: concurrent and
-//! later duplicates get the same acknowledgement with `duplicate = true`.
+//! later duplicates get the same acknowledgement with `duplicate = true`, for as long as it is
+//! kept (`[results] ack_retention_seconds`; see `ledger/retention.rs`); a later one is refused.
 //!
 //! Crash guarantees, step by step:
 //! 1. Nothing is written before validation: a rejected report changes nothing.
@@ -14,6 +15,8 @@
 //! 4. Start-up loads the players snapshot, then replays every journal entry after the snapshot's
 //!    sequence number. Entries are absolute after-states, so replaying one twice is harmless.
 //! 5. A snapshot writes every player, then its horizon, flushes, and only then trims the journal.
+//! 6. Acknowledgements older than the retention are trimmed apart from the journal: no replay
+//!    reads them, and none the restore of live matches reads is trimmed (`ledger/retention.rs`).
 //!
 //! Admin changes (season resets, `EndSeason`, `SetRating`, migration) go through the same
 //! journal as absolute after-records, so recovery replays them with no other code path. They are
@@ -40,6 +43,8 @@ use crate::rejection::Rejection;
 use crate::state::{EntryWithEvents, MatchSlot, PreparedResult, State, Taken};
 use crate::store::{CommitError, Committed, Committer, EventRecord, JournalEntry, StoreError};
 use crate::telemetry as m;
+
+mod retention;
 
 /// Why a report was not applied.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +121,8 @@ impl Ledger {
         self.applied.subscribe()
     }
 
-    /// Applies a report for `match_id` (or returns the first outcome if it was already applied).
+    /// Applies a report for `match_id` (or returns the first outcome if it was already applied
+    /// and its acknowledgement is still kept; refuses it when the acknowledgement was trimmed).
     /// Runs to completion even if the caller goes away: spawn it, don't race it.
     pub async fn report(
         &self,
@@ -134,7 +140,7 @@ impl Ledger {
                         ack: Arc::new(ack),
                         duplicate: true,
                     }),
-                    None => Err(not_found.into()),
+                    None => Err(self.refusal_without_ack(match_id, not_found).await?.into()),
                 };
             }
         };

@@ -144,6 +144,20 @@ pub enum MatchRefusal {
     ResultInFlight,
     #[error("is already completed")]
     Completed,
+    /// A repeated report of a match whose acknowledgement was trimmed: the result stays
+    /// applied once.
+    #[error(
+        "was completed and its result applied; its acknowledgement is older than [results] \
+         ack_retention_seconds and no longer kept, so this report is refused"
+    )]
+    AckTrimmed,
+    /// A report of a match that is not live, formed longer ago than the acknowledgement
+    /// retention: any result it had was applied once and its acknowledgement is gone.
+    #[error(
+        "is not live and formed longer ago than [results] ack_retention_seconds: if it was \
+         completed, its result was applied and its acknowledgement is no longer kept"
+    )]
+    PastAckRetention,
     #[error("was cancelled; it has no result")]
     Cancelled,
     #[error("is waiting for its players to accept; it has not started")]

@@ -242,6 +242,9 @@ pub const LIVENESS: &str = "liveness";
 /// How often events older than `[events] retention_seconds` are dropped.
 const EVENT_TRIM_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How often acknowledgements older than `[results] ack_retention_seconds` are dropped.
+const ACK_TRIM_INTERVAL: Duration = Duration::from_secs(60);
+
 async fn serve(
     prepared: Prepared,
     front: Front,
@@ -332,6 +335,11 @@ async fn serve(
         Duration::from_secs(config.store.snapshot_interval_seconds),
         shutdown.clone(),
     ));
+    let ack_trims = tokio::spawn(
+        ledger
+            .clone()
+            .trim_acks_periodically(ACK_TRIM_INTERVAL, shutdown.clone()),
+    );
     // Periodic Glicko pools: ended rating periods are closed within a quarter period (at
     // most a minute) of their end.
     let shortest_period = config
@@ -584,6 +592,7 @@ async fn serve(
     // The services (and their committer handles) are gone with the server future; the last
     // handle is ours. Dropping it lets the committer finish what it has and stop.
     let _ = snapshots.await;
+    let _ = ack_trims.await;
     if let Some(closer) = period_closer {
         let _ = closer.await;
     }

@@ -316,3 +316,21 @@ fn a_compiled_in_queue_is_left_out_when_turned_off() {
     );
     assert!(none.contains("at least one queue"), "{none}");
 }
+
+#[test]
+fn the_acknowledgement_retention_defaults_to_a_week_and_refuses_less_than_an_hour() {
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(
+        c.results,
+        crate::store::ResultsConfig::default(),
+        "config/default.toml's [results] spells out the code's default"
+    );
+    assert_eq!(c.results.ack_retention_seconds, 604_800);
+    let e = rule_of("[results]\nack_retention_seconds = 600\n");
+    assert!(
+        e.contains("results.ack_retention_seconds: must be in 3600..") && e.contains("got 600"),
+        "{e}"
+    );
+    let c = Config::from_toml_str("[results]\nack_retention_seconds = 3600\n").unwrap();
+    assert_eq!(c.results.ack_retention_seconds, 3600);
+}

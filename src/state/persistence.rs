@@ -383,6 +383,21 @@ impl State {
         Ok(written)
     }
 
+    /// When the oldest live match formed (unix seconds; `None`: no match is live). A match's
+    /// stored copy stays in its segment after the match completed while another match written
+    /// with it is live (a segment goes with its last live match), and start-up restores no
+    /// copy of a match whose result is acknowledged ([`State::recover`]). Every match in a
+    /// segment was live when the segment was written, so a completed match's copy can only
+    /// outlast it beside a match that formed before its result: the acknowledgement of a
+    /// result applied before this time is needed by no stored copy.
+    pub fn oldest_live_formed_unix(&self) -> Option<f64> {
+        self.inner
+            .matches
+            .iter()
+            .map(|e| e.value().formed_unix)
+            .reduce(f64::min)
+    }
+
     /// Bytes the store uses on disk.
     pub fn store_bytes(&self) -> u64 {
         self.inner.store.size_on_disk()
