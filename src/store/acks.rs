@@ -51,7 +51,7 @@ pub struct ResultsConfig {
 impl Default for ResultsConfig {
     fn default() -> Self {
         Self {
-            ack_retention_seconds: 7 * 24 * 3600,
+            ack_retention_seconds: 24 * 3600,
         }
     }
 }
