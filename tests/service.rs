@@ -773,3 +773,28 @@ async fn enter_queue_works_with_a_loop_channel_of_one_place() {
         client.enter_queue(request).await.expect("EnterQueue");
     }
 }
+
+#[tokio::test]
+async fn game_server_text_that_is_copied_into_tickets_and_events_names_the_field() {
+    let server = TestServer::start("").await;
+    let mut gs = server.game_server().await;
+    let err = gs
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs-text:1".into(),
+            region: "eu\u{7}".into(),
+            capacity: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("region"), "{}", err.message());
+    let err = gs
+        .cancel_match(proto::CancelMatchRequest {
+            match_id: "m-any".into(),
+            reason: "crashed\u{1b}[2J".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().starts_with("reason"), "{}", err.message());
+}
