@@ -13,11 +13,21 @@ use crate::telemetry as m;
 pub(super) struct Unallocated {
     pub(super) slot: Arc<MatchSlot>,
     pub(super) tickets: Vec<(usize, matching::Ticket)>,
-    /// Unix seconds since when a server may take it (formed, or passed its ready-check): the
-    /// allocation timeout counts from here.
-    pub(super) since_unix: f64,
+    /// Seconds on the loop's clock since when a server may take it (formed, or passed its
+    /// ready-check): the allocation timeout counts from here, so a step of the wall clock
+    /// neither dissolves waiting matches early nor keeps them waiting late.
+    pub(super) since: f64,
     /// The match's region (fixed when it formed).
     pub(super) region: Option<String>,
+}
+
+/// When a match restored at start-up or by a new owner of the queues started to wait, on the
+/// loop's clock at `now`: the store keeps only the wall-clock time it formed, so its age is read
+/// off the wall clock once, here, and bounded to `[0, timeout]`. A time ahead of this node's
+/// clock (written by an owner whose clock was ahead) counts as formed now; an age past the
+/// timeout dissolves it on the first tick either way. From here on only the loop's clock counts.
+pub(super) fn restored_since(now: f64, now_unix: f64, formed_unix: f64, timeout: f64) -> f64 {
+    now - (now_unix - formed_unix).clamp(0.0, timeout)
 }
 
 impl Loop {
@@ -29,11 +39,10 @@ impl Loop {
         let mut allocated = Vec::new();
         let mut placements = Vec::new();
         let timeout = self.state.config().server.allocation_timeout_seconds;
-        let unix = crate::state::unix_now();
         let pending = self.unallocated.len();
         // Once a match finds no server with room, later matches of the same region (or any
         // match, if a region-less one failed: it could have gone anywhere) would fail too; don't
-        // retry them all every tick while no server is serving. The queue is in `since_unix`
+        // retry them all every tick while no server is serving. The queue is in `since`
         // order, so once nothing can be placed, the first match still inside its timeout ends the
         // pass: every match behind it is younger. (Walking the whole backlog each tick, locking
         // each match, was the largest cost of a server taking tickets with no game server
@@ -46,7 +55,7 @@ impl Loop {
             let Some(front) = self.unallocated.front() else {
                 break;
             };
-            if nowhere && unix - front.since_unix < timeout {
+            if nowhere && now - front.since < timeout {
                 break;
             }
             let Some(u) = self.unallocated.pop_front() else {
@@ -80,7 +89,7 @@ impl Loop {
                     r => full_regions.push(r),
                 }
             }
-            if unix - u.since_unix < timeout {
+            if now - u.since < timeout {
                 kept.push_back(u);
                 continue;
             }
@@ -114,5 +123,100 @@ impl Loop {
             .map(|u| u.slot.clone())
             .collect();
         self.state.persist_matches(&formed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::enter;
+    use super::super::{Clock, Loop};
+    use crate::ids::{MatchId, PlayerId};
+    use crate::state::{MatchPhase, PlayerStatus, TicketState};
+
+    #[tokio::test]
+    async fn the_allocation_timeout_runs_on_the_loops_clock() {
+        let state = crate::state::test_util::state();
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        let b = enter(&mut lp, "b").await;
+        lp.tick();
+        assert_eq!(
+            lp.unallocated.len(),
+            1,
+            "a and b meet; no game server serves"
+        );
+        let match_id = lp.unallocated[0].slot.id.clone();
+
+        // The wall clock does not move the timeout: only the loop's clock does.
+        let timeout = state.config().server.allocation_timeout_seconds;
+        clock.advance(timeout - 1.0);
+        lp.tick();
+        assert_eq!(
+            state.match_slot(&match_id).map(|m| m.phase()),
+            Ok(MatchPhase::Formed),
+            "still inside the allocation timeout"
+        );
+
+        clock.advance(2.0);
+        lp.tick();
+        assert!(state.match_slot(&match_id).is_err(), "dissolved");
+        assert!(lp.unallocated.is_empty());
+        for t in [&a, &b] {
+            let view = state.ticket(t).unwrap().view();
+            assert_eq!(view.state, TicketState::Searching, "{t}: {view:?}");
+            assert!(
+                view.reason
+                    .contains("no game server took the match in time"),
+                "{t}: {view:?}"
+            );
+            assert!(lp.waiting.contains_key(t), "{t} is back in the queue");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restored_match_waits_for_a_server_at_most_the_allocation_timeout_from_its_restore() {
+        let unix = crate::state::unix_now();
+        let (state, restored) = crate::state::test_util::restored_formed(
+            "",
+            &[
+                // Written by an owner whose clock was an hour behind this node's.
+                ("m-old", unix - 3600.0),
+                ("m-recent", unix - 20.0),
+                // Written by an owner whose clock was an hour ahead of this node's.
+                ("m-ahead", unix + 3600.0),
+            ],
+        );
+        assert_eq!(restored.len(), 3);
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), restored);
+        let phase = |id: &str| state.match_slot(&MatchId::new(id)).map(|m| m.phase());
+
+        lp.tick();
+        assert!(
+            phase("m-old").is_err(),
+            "past its timeout: dissolved at once"
+        );
+        assert_eq!(
+            state.player(&PlayerId::new("a0"), "1v1").0,
+            PlayerStatus::Idle
+        );
+        assert_eq!(phase("m-recent"), Ok(MatchPhase::Formed));
+        assert_eq!(phase("m-ahead"), Ok(MatchPhase::Formed));
+
+        // The recent one had 20 s of its timeout behind it; the one from the future none.
+        let timeout = state.config().server.allocation_timeout_seconds;
+        clock.advance(timeout - 19.0);
+        lp.tick();
+        assert!(phase("m-recent").is_err(), "its timeout is up");
+        assert_eq!(phase("m-ahead"), Ok(MatchPhase::Formed));
+
+        clock.advance(20.0);
+        lp.tick();
+        assert!(
+            phase("m-ahead").is_err(),
+            "a stored time ahead of the clock counts as formed now, not an hour from now"
+        );
+        assert!(lp.unallocated.is_empty());
     }
 }

@@ -279,9 +279,11 @@ impl Loop {
             .enumerate()
             .map(|(i, q)| (q.id.clone(), i))
             .collect();
+        let now = clock.now();
+        let now_unix = crate::state::unix_now();
+        let allocation_timeout = state.config().server.allocation_timeout_seconds;
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
-        let now = clock.now();
         let finished = restored
             .iter()
             .filter(|m| m.phase() != crate::state::MatchPhase::Formed)
@@ -299,7 +301,12 @@ impl Loop {
                 .into_iter()
                 .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
                 .map(|m| Unallocated {
-                    since_unix: m.formed_unix,
+                    since: allocation::restored_since(
+                        now,
+                        now_unix,
+                        m.formed_unix,
+                        allocation_timeout,
+                    ),
                     region: m.assignment().region.clone(),
                     slot: m,
                     tickets: Vec::new(),

@@ -90,7 +90,7 @@ impl Loop {
                 region: rc.slot.assignment().region.clone(),
                 slot: rc.slot,
                 tickets: rc.tickets.into_iter().map(|(_, t, _)| (queue, t)).collect(),
-                since_unix: crate::state::unix_now(),
+                since: now,
             });
         }
         Ok(TicketState::Matched)
@@ -208,15 +208,9 @@ impl Loop {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::enter;
+    use super::super::test_util::{enter, stored};
     use super::super::{Clock, Loop};
-    use crate::ids::TicketId;
-    use crate::state::{MatchPhase, State, TicketState};
-
-    fn stored(state: &State) -> Vec<TicketId> {
-        let tickets = state.store().load_tickets().unwrap();
-        tickets.into_iter().map(|t| t.ticket_id).collect()
-    }
+    use crate::state::{MatchPhase, TicketState};
 
     #[tokio::test]
     async fn a_ready_check_older_than_the_match_timeout_still_ends_at_its_own_deadline() {

@@ -1,11 +1,12 @@
-//! What the loop's tests share.
+//! What the loop's tests share: tickets entered the way `EnterQueue` enters them.
 
 use super::{Command, Loop};
 use crate::ids::{PlayerId, TicketId};
 use crate::matching;
+use crate::state::State;
 
-/// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent
-/// to the loop.
+/// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent to the
+/// loop.
 pub(super) async fn enter(lp: &mut Loop, player: &str) -> TicketId {
     let state = lp.state.clone();
     let queue = state.queue("queue", "1v1").unwrap();
@@ -32,4 +33,10 @@ pub(super) async fn enter(lp: &mut Loop, player: &str) -> TicketId {
         entry,
     });
     id
+}
+
+/// The ids of the tickets the store holds as waiting.
+pub(super) fn stored(state: &State) -> Vec<TicketId> {
+    let tickets = state.store().load_tickets().unwrap();
+    tickets.into_iter().map(|t| t.ticket_id).collect()
 }

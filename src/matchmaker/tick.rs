@@ -153,7 +153,7 @@ impl Loop {
                     continue;
                 }
                 self.unallocated.push_back(Unallocated {
-                    since_unix: slot.formed_unix,
+                    since: now,
                     region,
                     slot,
                     tickets: returnable,

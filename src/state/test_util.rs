@@ -112,3 +112,27 @@ pub(crate) struct Hooks {
     /// [`State::register_server`], just before it takes the server registry.
     pub(crate) registering: Hook,
 }
+
+/// A state loaded, with `toml` over the default config, from a store that holds FORMED 1v1
+/// matches no game server took yet, one per `(match_id, formed_unix)`, as a restart or a new
+/// owner of the queues finds them; and the matches its recovery restored.
+pub(crate) fn restored_formed(toml: &str, matches: &[(&str, f64)]) -> (State, Vec<Arc<MatchSlot>>) {
+    let config = Arc::new(crate::config::Config::from_toml_str(toml).unwrap());
+    let store: crate::store::Store = Arc::new(crate::store::MemoryStore::default());
+    let before = State::load(config.clone(), store.clone()).unwrap();
+    let encoded: Vec<Vec<u8>> = matches
+        .iter()
+        .enumerate()
+        .map(|(i, &(match_id, formed_unix))| {
+            let (a, b) = (format!("a{i}"), format!("b{i}"));
+            let m = formed_1v1(&before, match_id, &a, &b, "");
+            let (_, mut stored) = before.stored_match(&m);
+            stored.formed_unix = formed_unix;
+            crate::store::encode_match(&stored).unwrap()
+        })
+        .collect();
+    store.put_segments(&[(1, &encoded)], &[]).unwrap();
+    let state = State::load(config, store).unwrap();
+    let (_, restored, _) = state.recover().unwrap();
+    (state, restored)
+}
