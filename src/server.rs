@@ -281,12 +281,13 @@ async fn serve(
     // while a new owner loads, and pass the queues on again).
     let loading = {
         let (config, store, ownership) = (config.clone(), store.clone(), engine.ownership);
+        let clock = clock.clone();
         tokio::task::spawn_blocking(move || -> Result<_, ServerError> {
             let state = State::load(config, store)?;
             if let Some(ownership) = ownership {
                 state.set_ownership(ownership);
             }
-            let recovered = state.recover()?;
+            let recovered = state.recover(clock.now())?;
             state.rebuild_rank_indexes();
             Ok((state, recovered))
         })

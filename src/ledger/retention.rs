@@ -125,7 +125,7 @@ mod tests {
     fn start(store: &Store) -> (Ledger, Vec<MatchId>) {
         let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
         let state = State::load(config, store.clone()).unwrap();
-        let (_, restored, last_seq) = state.recover().unwrap();
+        let (_, restored, last_seq) = state.recover(0.0).unwrap();
         let (committer, _task) = Committer::spawn(store.clone(), last_seq, 8);
         let restored = restored.iter().map(|m| m.id.clone()).collect();
         (Ledger::new(state, committer), restored)

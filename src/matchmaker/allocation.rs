@@ -176,8 +176,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_restored_match_waits_for_a_server_at_most_the_allocation_timeout_from_its_restore() {
+        let clock = Clock::start();
         let unix = crate::state::unix_now();
-        let (state, restored) = crate::state::test_util::restored_formed(
+        let (state, restored) = crate::state::test_util::restored_1v1s(
+            "",
             "",
             &[
                 // Written by an owner whose clock was an hour behind this node's.
@@ -186,9 +188,9 @@ mod tests {
                 // Written by an owner whose clock was an hour ahead of this node's.
                 ("m-ahead", unix + 3600.0),
             ],
+            clock.now(),
         );
         assert_eq!(restored.len(), 3);
-        let clock = Clock::start();
         let mut lp = Loop::new(state.clone(), clock.clone(), restored);
         let phase = |id: &str| state.match_slot(&MatchId::new(id)).map(|m| m.phase());
 

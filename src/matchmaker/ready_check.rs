@@ -214,8 +214,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_ready_check_older_than_the_match_timeout_still_ends_at_its_own_deadline() {
-        let state =
-            crate::state::test_util::state_with("[queues.1v1]\nready_check_seconds = 30.0\n");
+        // A match timeout shorter than the tickets' TTL, so that passing it expires no ticket.
+        let state = crate::state::test_util::state_with(
+            "[server]\nmatch_timeout_seconds = 200.0\n\n[queues.1v1]\nready_check_seconds = 30.0\n",
+        );
         let clock = Clock::start();
         let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
         let a = enter(&mut lp, "a").await;
@@ -227,11 +229,10 @@ mod tests {
             Ok(TicketState::Matched)
         );
 
-        // The wall clock is past the match timeout (it stepped forward) while the ready-check
-        // still runs on the loop's clock.
+        // The match is past the match timeout before the loop's next tick ends its ready-check.
         let timeout = state.config().server.match_timeout_seconds;
-        let formed_unix = state.match_slot(&match_id).unwrap().formed_unix;
-        lp.sweep_stale(formed_unix + timeout + 1.0);
+        clock.advance(timeout + 1.0);
+        lp.sweep_stale(crate::state::unix_now());
         assert_eq!(
             state.match_slot(&match_id).map(|m| m.phase()),
             Ok(MatchPhase::ReadyCheck),

@@ -204,12 +204,13 @@ impl Loop {
         }
     }
 
-    /// Drops the loop's notes on matches that moved on, expires idle parties, cancels the
-    /// matches with no result after the match timeout, at `now_unix` (wall-clock seconds, the
-    /// time matches record when they form), and forgets the players who are idle with no
-    /// record. Matches in their ready-check are not touched: the ready-check's own deadline
-    /// ends them ([`Loop::expire_ready_checks`]).
+    /// Drops the loop's notes on matches that moved on, expires the parties idle at `now_unix`
+    /// (wall-clock seconds, what parties record), cancels the matches with no result after the
+    /// match timeout, on the loop's clock, and forgets the players who are idle with no record.
+    /// Matches in their ready-check are not touched: the ready-check's own deadline ends them
+    /// ([`Loop::expire_ready_checks`]).
     pub(super) fn sweep_stale(&mut self, now_unix: f64) {
+        let now = self.clock.now();
         let state = &self.state;
         self.seated.retain(|id, _| state.match_slot(id).is_ok());
         self.unstarted.retain(|id, _| {
@@ -222,7 +223,7 @@ impl Loop {
             crate::telemetry::store_error("parties");
         }
         let timeout = state.config().server.match_timeout_seconds;
-        let n = state.cancel_stale_matches(now_unix, timeout);
+        let n = state.cancel_stale_matches(now, timeout);
         if n > 0 {
             tracing::warn!(
                 matches = n,
@@ -306,6 +307,8 @@ mod tests {
     use super::super::test_util::enter;
     use super::super::{Clock, Loop};
     use crate::ids::PlayerId;
+    use crate::ids::MatchId;
+    use crate::state::{MatchPhase, TicketState, unix_now};
 
     #[tokio::test]
     async fn players_who_only_queued_are_forgotten_and_rated_ones_kept() {
@@ -334,5 +337,77 @@ mod tests {
             let (_, record) = state.player(&PlayerId::new(p), &queue.pool);
             assert_eq!(record.map(|r| r.games), Some(1), "{p}");
         }
+    }
+
+    #[tokio::test]
+    async fn the_match_timeout_runs_on_the_loops_clock() {
+        let state = crate::state::test_util::state();
+        let (_matches, _) = state.register_server("gs-1:7777".into(), String::new(), 0);
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        enter(&mut lp, "b").await;
+        lp.tick();
+        let view = state.ticket(&a).unwrap().view();
+        let match_id = view.assignment.expect("a and b meet").match_id.clone();
+        let m = state.match_slot(&match_id).unwrap();
+        assert_eq!(m.phase(), MatchPhase::Allocated);
+        state.start_match(&m).unwrap();
+
+        // The wall clock stepped two hours past the match timeout; the loop's clock barely
+        // moved.
+        let timeout = state.config().server.match_timeout_seconds;
+        clock.advance(1.0);
+        lp.sweep_stale(unix_now() + timeout + 7200.0);
+        assert_eq!(
+            state.match_slot(&match_id).map(|m| m.phase()),
+            Ok(MatchPhase::Started),
+            "a step of the wall clock cancels no match"
+        );
+
+        clock.advance(timeout);
+        lp.sweep_stale(unix_now());
+        assert!(state.match_slot(&match_id).is_err(), "timed out");
+        let view = state.ticket(&a).unwrap().view();
+        assert_eq!(view.state, TicketState::Cancelled, "{view:?}");
+        assert_eq!(view.reason, "the match timed out with no result");
+    }
+
+    #[tokio::test]
+    async fn a_restored_match_counts_its_age_off_the_wall_clock_once_then_off_the_loops_clock() {
+        let clock = Clock::start();
+        let unix = unix_now();
+        let (state, restored) = crate::state::test_util::restored_1v1s(
+            "[server]\nmatch_timeout_seconds = 600.0\n",
+            "gs-1:7777",
+            &[
+                ("m-late", unix - 590.0),
+                // Written by an owner whose clock was an hour ahead of this node's.
+                ("m-ahead", unix + 3600.0),
+            ],
+            clock.now(),
+        );
+        assert_eq!(restored.len(), 2);
+        let mut lp = Loop::new(state.clone(), clock.clone(), restored);
+        let phase = |id: &str| state.match_slot(&MatchId::new(id)).map(|m| m.phase());
+
+        lp.sweep_stale(unix_now());
+        assert_eq!(phase("m-late"), Ok(MatchPhase::Allocated));
+        assert_eq!(phase("m-ahead"), Ok(MatchPhase::Allocated));
+
+        clock.advance(11.0);
+        lp.sweep_stale(unix_now());
+        assert!(
+            phase("m-late").is_err(),
+            "590 s before the restore and 11 s since"
+        );
+        assert_eq!(phase("m-ahead"), Ok(MatchPhase::Allocated));
+
+        clock.advance(590.0);
+        lp.sweep_stale(unix_now());
+        assert!(
+            phase("m-ahead").is_err(),
+            "a stored time ahead of the clock counts as formed at the restore"
+        );
     }
 }

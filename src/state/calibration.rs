@@ -156,7 +156,7 @@ mod tests {
             .append_journal(1, std::slice::from_ref(&late))
             .unwrap();
         let recovered = State::load(config, store).unwrap();
-        recovered.recover().unwrap();
+        recovered.recover(0.0).unwrap();
         let after = recovered.calibration("1v1").unwrap();
         assert_eq!(after, learnt.observe_two(0.6, 1.0, &Default::default()));
         assert_eq!(after.results, 201);

@@ -83,9 +83,10 @@ pub struct MatchSlot {
     pub id: MatchId,
     pub queue: QueueId,
     pub quality: f64,
-    /// Seconds on the matchmaker clock.
+    /// Seconds on the matchmaker clock when it formed (for a restored match, as long before its
+    /// restore as its wall-clock age then): the match timeout counts from here.
     pub formed_at: f64,
-    /// Unix seconds when it formed (persisted).
+    /// Unix seconds when it formed: what is stored and reported, never compared with a timeout.
     pub formed_unix: f64,
     pub(super) inner: Mutex<MatchInner>,
     /// The store segment holding its newest copy ([`segments::NOT_STORED`] before a server took
@@ -411,15 +412,16 @@ impl State {
             .clear();
     }
 
-    /// Cancels every live match formed more than `timeout` seconds ago that has no result.
+    /// Cancels every live match formed more than `timeout` seconds before `now` (on the
+    /// matchmaker clock, so a step of the wall clock cancels nothing) that has no result.
     /// Returns how many. A match in its ready-check is left to the matchmaker, whose
     /// ready-check deadline ends it (requeueing the tickets that accepted).
-    pub fn cancel_stale_matches(&self, now_unix: f64, timeout: f64) -> usize {
+    pub fn cancel_stale_matches(&self, now: f64, timeout: f64) -> usize {
         let stale: Vec<Arc<MatchSlot>> = self
             .inner
             .matches
             .iter()
-            .filter(|e| now_unix - e.value().formed_unix > timeout)
+            .filter(|e| now - e.value().formed_at > timeout)
             .filter(|e| e.value().phase() != MatchPhase::ReadyCheck)
             .map(|e| e.value().clone())
             .collect();
@@ -721,7 +723,7 @@ mod tests {
         let late = crate::state::test_util::formed_1v1(&state, "m-late", "a", "b", "");
         let timeout = state.config().server.match_timeout_seconds;
         assert_eq!(
-            state.cancel_stale_matches(late.formed_unix + timeout + 1.0, timeout),
+            state.cancel_stale_matches(late.formed_at + timeout + 1.0, timeout),
             1
         );
         for t in ["t-a", "t-b"] {
@@ -745,8 +747,8 @@ mod tests {
         let checking =
             crate::state::test_util::form_1v1(&state, "m-ready", "c", "d", "", Some(30.0));
         let timeout = state.config().server.match_timeout_seconds;
-        let now_unix = late.formed_unix.max(checking.formed_unix) + timeout + 1.0;
-        assert_eq!(state.cancel_stale_matches(now_unix, timeout), 1);
+        let now = late.formed_at.max(checking.formed_at) + timeout + 1.0;
+        assert_eq!(state.cancel_stale_matches(now, timeout), 1);
         assert_eq!(
             state.ticket(&TicketId::new("t-a")).unwrap().view().state,
             TicketState::Cancelled

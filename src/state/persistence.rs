@@ -225,7 +225,12 @@ impl State {
     /// Start-up recovery after [`State::load`]: replays the journal after the snapshot, then
     /// restores live matches (their players are in a match again). Returns (replayed entries,
     /// restored matches, the highest journal sequence number).
-    pub fn recover(&self) -> Result<(usize, Vec<Arc<MatchSlot>>, u64), StoreError> {
+    ///
+    /// `now` is the matchmaker clock's time: a restored match formed, on that clock, as long
+    /// before `now` as its stored wall-clock time is before the wall clock now (nothing, if it
+    /// is ahead: written by an owner whose clock was ahead of this one's). Its match timeout
+    /// counts from there, on the matchmaker clock only.
+    pub fn recover(&self, now: f64) -> Result<(usize, Vec<Arc<MatchSlot>>, u64), StoreError> {
         let store = &self.inner.store;
         let from = store.snapshot_seq()?;
         let mut replayed = 0;
@@ -239,6 +244,7 @@ impl State {
         let mut restored = Vec::new();
         let mut live = Vec::new();
         let (stored, last_segment) = store.load_matches()?;
+        let now_unix = super::unix_now();
         for m in stored {
             if store.result_of(&m.match_id)?.is_some() {
                 continue;
@@ -295,7 +301,7 @@ impl State {
                 id: m.match_id.clone(),
                 queue: queue.id.clone(),
                 quality: crate::matching::quality_of(&m.win_probability),
-                formed_at: 0.0,
+                formed_at: now - (now_unix - m.formed_unix).max(0.0),
                 formed_unix: m.formed_unix,
                 inner: Mutex::new(MatchInner {
                     phase,

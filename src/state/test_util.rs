@@ -113,10 +113,16 @@ pub(crate) struct Hooks {
     pub(crate) registering: Hook,
 }
 
-/// A state loaded, with `toml` over the default config, from a store that holds FORMED 1v1
-/// matches no game server took yet, one per `(match_id, formed_unix)`, as a restart or a new
-/// owner of the queues finds them; and the matches its recovery restored.
-pub(crate) fn restored_formed(toml: &str, matches: &[(&str, f64)]) -> (State, Vec<Arc<MatchSlot>>) {
+/// A state loaded, with `toml` over the default config, from a store that holds 1v1 matches,
+/// one per `(match_id, formed_unix)`, FORMED (no game server took them yet) when `server` is
+/// empty, else ALLOCATED to it, as a restart or a new owner of the queues finds them; and the
+/// matches its recovery restored at `now` on the loop's clock.
+pub(crate) fn restored_1v1s(
+    toml: &str,
+    server: &str,
+    matches: &[(&str, f64)],
+    now: f64,
+) -> (State, Vec<Arc<MatchSlot>>) {
     let config = Arc::new(crate::config::Config::from_toml_str(toml).unwrap());
     let store: crate::store::Store = Arc::new(crate::store::MemoryStore::default());
     let before = State::load(config.clone(), store.clone()).unwrap();
@@ -125,7 +131,7 @@ pub(crate) fn restored_formed(toml: &str, matches: &[(&str, f64)]) -> (State, Ve
         .enumerate()
         .map(|(i, &(match_id, formed_unix))| {
             let (a, b) = (format!("a{i}"), format!("b{i}"));
-            let m = formed_1v1(&before, match_id, &a, &b, "");
+            let m = formed_1v1(&before, match_id, &a, &b, server);
             let (_, mut stored) = before.stored_match(&m);
             stored.formed_unix = formed_unix;
             crate::store::encode_match(&stored).unwrap()
@@ -133,6 +139,6 @@ pub(crate) fn restored_formed(toml: &str, matches: &[(&str, f64)]) -> (State, Ve
         .collect();
     store.put_segments(&[(1, &encoded)], &[]).unwrap();
     let state = State::load(config, store).unwrap();
-    let (_, restored, _) = state.recover().unwrap();
+    let (_, restored, _) = state.recover(now).unwrap();
     (state, restored)
 }
