@@ -467,7 +467,7 @@ pub fn rate_players(
                 None => prev.clone(),
                 Some(o) => ranking.update(prev, &skill, o, &team_means[t], &opponents),
             };
-            if let (Some(index), Some((results, quit)), false) =
+            if let (Some(_), Some((results, quit)), false) =
                 (current_period, &period_results, outcome.is_none())
             {
                 let mine = match &quit[t] {
@@ -477,7 +477,7 @@ pub fn rate_players(
                 next.period
                     .get_or_insert_with(|| {
                         Box::new(PendingPeriod {
-                            index,
+                            index: period::period_to_open(system, prev, now_unix),
                             results: Vec::new(),
                         })
                     })

@@ -77,6 +77,19 @@ pub fn period_index(system: &SystemConfig, now_unix: f64) -> u64 {
     (now_unix / system.rating_period_seconds()).floor().max(0.0) as u64
 }
 
+/// The rating period a result at `now_unix` opens for `record`, which has none pending: the
+/// period `now_unix` falls in, but never one before the period of its `last_played_unix`. After
+/// a close that holds the closed period's end, which falls in the next period: a wall clock that
+/// stepped past a period's end, had the period closed, then stepped back would otherwise open
+/// that period again, and its second close would rate its games twice.
+#[must_use]
+pub(super) fn period_to_open(system: &SystemConfig, record: &PoolRecord, now_unix: f64) -> u64 {
+    let current = period_index(system, now_unix);
+    record
+        .last_played_unix
+        .map_or(current, |t| current.max(period_index(system, t as f64)))
+}
+
 /// Closes `record`'s pending rating period if it ended before period `current`: the skill
 /// becomes Glickman's batch update from the period's results (after the deviation growth of
 /// any idle periods since the previous one), rank points move by the period's rating change as

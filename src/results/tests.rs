@@ -736,6 +736,48 @@ fn closing_a_period_early_never_dates_the_last_game_in_the_future() {
     assert_eq!(idle, record(1500.0, 200.0));
 }
 
+/// A period closed at its end by a wall clock that had stepped past it is not opened again
+/// when the clock steps back: the results played then wait for the next period, so no period
+/// is rated twice. A player who closed nothing joins the period of the clock as before.
+#[test]
+fn a_result_never_reopens_a_rating_period_already_closed() {
+    let system = SystemConfig::Glicko2(glicko2::Config {
+        mode: crate::rating::Mode::Periodic,
+        inactivity_granularity_seconds: 0.0,
+        ..glicko2::Config::default()
+    });
+    let period = system.rating_period_seconds();
+    let teams = ids(&[&["a"], &["b"]]);
+    // `a`'s period 10 closed: its end is `a`'s last game, nothing is pending.
+    let end = 11.0 * period;
+    let closed = PoolRecord {
+        last_played_unix: Some(end as i64),
+        ..record(1500.0, 200.0)
+    };
+    let before = vec![vec![closed], vec![record(1500.0, 200.0)]];
+    let (after, _) = rate_players(
+        "q",
+        &system,
+        &NoRanking,
+        &teams,
+        &before,
+        &input(&[1, 2], &[]),
+        end - 1800.0,
+    )
+    .unwrap();
+    let pending = |r: &PoolRecord| r.period.as_deref().map(|p| p.index);
+    assert_eq!(
+        pending(&after[0][0]),
+        Some(11),
+        "period 10 is closed already"
+    );
+    assert_eq!(pending(&after[1][0]), Some(10));
+    // Period 10's close at its real end leaves `a`'s result waiting for period 11's.
+    let mut at_the_end = after[0][0].clone();
+    assert!(!close_period(&system, &NoRanking, &mut at_the_end, 11).unwrap());
+    assert!(close_period(&system, &NoRanking, &mut at_the_end, 12).unwrap());
+}
+
 /// A result in a periodic pool that first closes a player's ended rating period reports that
 /// close apart: before is the record with the period open, after the closed record the
 /// acknowledgement starts from. A player with nothing ended pending has no close.
