@@ -306,8 +306,8 @@ impl Loop {
 mod tests {
     use super::super::test_util::enter;
     use super::super::{Clock, Loop};
-    use crate::ids::PlayerId;
     use crate::ids::MatchId;
+    use crate::ids::PlayerId;
     use crate::state::{MatchPhase, TicketState, unix_now};
 
     #[tokio::test]
