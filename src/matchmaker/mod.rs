@@ -16,6 +16,8 @@ mod backfill;
 mod clock;
 mod ready_check;
 mod reconfigure;
+#[cfg(test)]
+mod restore_tests;
 mod retention;
 mod stats;
 #[cfg(test)]

@@ -217,7 +217,7 @@ impl State {
             ticket_id: slot.id.clone(),
             queue: slot.queue.to_string(),
             players: slot.players.clone(),
-            entered_unix: unix_now() - (now - entry.entered_at).max(0.0),
+            entered_unix: store.now_unix() - (now - entry.entered_at).max(0.0),
             party_skill: entry.party_skill,
             region_latency_ms: entry.region_latency_ms.clone(),
             roles: entry.roles.clone(),

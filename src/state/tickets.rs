@@ -386,7 +386,7 @@ impl State {
             ticket_id: ticket.id.clone(),
             queue: ticket.queue.to_string(),
             players: ticket.players.clone(),
-            entered_unix: super::unix_now(),
+            entered_unix: store.now_unix(),
             party_skill: entry.party_skill,
             region_latency_ms: entry.region_latency_ms.clone(),
             roles: entry.roles.clone(),
@@ -414,6 +414,9 @@ impl State {
     /// again with its wait kept, if its queue still exists and all its players are idle; the
     /// rest are dropped from the store. Returns the tickets and pool entries to hand to the
     /// matchmaker loop, oldest first.
+    ///
+    /// A wait is the store's clock now less the ticket's stamp on the same clock (Redis's in a
+    /// cluster, whatever this node's own clock says), and `now` on the matchmaker clock.
     pub fn restore_tickets(
         &self,
         now: f64,
@@ -421,13 +424,26 @@ impl State {
         let store = self.inner.store.clone();
         let mut restored = Vec::new();
         let mut dropped = Vec::new();
-        let unix = super::unix_now();
+        let unix = store.now_unix();
         for t in store.load_tickets()? {
             let Some(queue) = self.queue_of(&QueueId::new(t.queue.as_str())) else {
                 dropped.push(t.ticket_id);
                 continue;
             };
-            let entered_at = now - (unix - t.entered_unix).max(0.0);
+            // Never below zero: a stamp ahead of the clock (Redis's clock stepped back).
+            let wait = (unix - t.entered_unix).max(0.0);
+            let ttl = queue.config.matching.ticket_ttl_seconds;
+            if wait > ttl {
+                // Its first tick expires it: worth a look if it is many, or far over.
+                tracing::warn!(
+                    ticket = %t.ticket_id,
+                    queue = %queue.id,
+                    wait_seconds = wait,
+                    ttl_seconds = ttl,
+                    "a restored ticket has waited longer than its queue's ticket TTL"
+                );
+            }
+            let entered_at = now - wait;
             let Ok((slot, skills)) =
                 self.create_ticket(&queue, t.players.clone(), t.ticket_id.clone(), entered_at)
             else {

@@ -129,6 +129,17 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// Where the data lives, for messages (a directory, a URL).
     fn location(&self) -> String;
 
+    /// Unix seconds now on the clock this store's times are stamped with, wherever another
+    /// process may compare them with its own now (a waiting ticket's entry, read back by the
+    /// next owner of a cluster's queues). A cluster store answers Redis's clock, which every
+    /// node shares, so a node whose own clock is off or steps stamps and reads the same times
+    /// as the others; the embedded stores answer this machine's wall clock.
+    fn now_unix(&self) -> f64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+
     // Players and parties.
 
     /// Every stored player, in id order.
@@ -513,7 +524,8 @@ pub struct StoredTicket {
     pub ticket_id: TicketId,
     pub queue: String,
     pub players: Vec<PlayerId>,
-    /// Unix seconds when it entered: the wait survives a change of owner.
+    /// When it entered, in Unix seconds on the store's clock ([`Storage::now_unix`]: Redis's
+    /// in a cluster): the wait survives a change of owner, whatever the owners' own clocks say.
     pub entered_unix: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub party_skill: Option<(f64, f64)>,

@@ -260,15 +260,20 @@ impl RedisStore {
     /// own connection: sent apart, after the client reconnected or the sentinels named another
     /// primary, it would acknowledge writes no replica holds). A Redis that lost the script
     /// (`NOSCRIPT`: restarted, or a new primary) gets it loaded and the call made again.
+    /// The script's answer carries Redis's clock, which the store takes as its newest reading.
     pub(super) async fn run_script(&self, script: &::redis::Cmd) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let mut loaded = false;
         loop {
+            let sent = Instant::now();
             let reply = match self.options.wait_replicas {
                 0 => script
                     .query_async::<::redis::Value>(&mut conn)
                     .await
-                    .map(|_| None),
+                    .map(|applied| {
+                        self.note_time(applied, sent);
+                        None
+                    }),
                 replicas => {
                     let mut pipe = ::redis::pipe();
                     pipe.add_command(script.clone())
@@ -283,7 +288,8 @@ impl RedisStore {
                             let acked = replies.next().map(|v| v.extract_error());
                             match (applied, acked) {
                                 (Some(Err(e)), _) | (_, Some(Err(e))) => Err(e),
-                                (Some(Ok(_)), Some(Ok(acked))) => {
+                                (Some(Ok(applied)), Some(Ok(acked))) => {
+                                    self.note_time(applied, sent);
                                     ::redis::from_redis_value::<i64>(acked)
                                         .map(Some)
                                         .map_err(Into::into)
@@ -318,6 +324,14 @@ impl RedisStore {
                 return Err(StoreError::Fenced);
             }
             return Err(redis_error(&self.url)(e));
+        }
+    }
+
+    /// Takes Redis's clock from the script's answer (`{N, SECONDS, MICROSECONDS}`) to a call
+    /// sent at `sent`; an answer without it leaves the reading as it was.
+    fn note_time(&self, applied: ::redis::Value, sent: Instant) {
+        if let Ok((_, seconds, micros)) = ::redis::from_redis_value::<(u64, u64, u64)>(applied) {
+            self.clock.read((seconds, micros), sent);
         }
     }
 

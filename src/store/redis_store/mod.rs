@@ -23,6 +23,7 @@
 
 mod admin;
 mod blocking;
+mod clock;
 mod conn;
 mod durability;
 mod flush;
@@ -183,6 +184,8 @@ pub struct RedisStore {
     /// Held by every write from its change to the mirror until its batch is queued (see
     /// [`RedisStore::write_order`]).
     order: Mutex<()>,
+    /// Redis's clock, which [`Storage::now_unix`] answers.
+    clock: clock::RedisClock,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -248,6 +251,12 @@ impl RedisStore {
             .and_then(|v| v.strip_prefix(&prefix).and_then(|n| n.parse::<u64>().ok()))
             .unwrap_or(0)
             + 1;
+        // The clock of the primary that runs the flushes (on a Redis Cluster, the keyspace's).
+        let sent = std::time::Instant::now();
+        let time: (u64, u64) = conn
+            .on_primary_of(options.keys.lease(), ::redis::cmd("TIME"))
+            .await
+            .map_err(&err)?;
         let mut store = Self {
             url: url.to_string(),
             token,
@@ -264,6 +273,7 @@ impl RedisStore {
             past_ready: AtomicBool::new(false),
             stage: stage::Bounds::default(),
             order: Mutex::new(()),
+            clock: clock::RedisClock::new(time, sent),
         };
         // A batch the last owner committed but did not finish applying is applied first, so
         // what loads (and what a standby copy follows to) is all of it.
@@ -304,6 +314,13 @@ impl RedisStore {
     /// The fencing token this store writes with.
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// Makes [`Storage::now_unix`] answer `seconds` later (earlier when negative), as if
+    /// Redis's clock were off by that much from this machine's.
+    #[cfg(test)]
+    pub fn shift_clock(&self, seconds: f64) {
+        self.clock.shift(seconds);
     }
 
     /// Refuses every later write and flush, as after one the fence refused: its node lost the
@@ -378,6 +395,12 @@ fn segment_value(matches: &[Vec<u8>]) -> Vec<u8> {
 impl Storage for RedisStore {
     fn location(&self) -> String {
         redact(&self.url)
+    }
+
+    /// Redis's clock: read at open and by every flush, carried between readings by this
+    /// process's monotonic clock.
+    fn now_unix(&self) -> f64 {
+        self.clock.now_unix()
     }
 
     fn load_players(&self) -> Result<Box<dyn Iterator<Item = StoredPlayer> + '_>, StoreError> {

@@ -150,7 +150,10 @@ impl Invocation {
 /// deleted).
 /// Sending the same batches again in order (a flight whose answer was lost) leaves the same
 /// history: a record's write resets its holder count before its pushes.
+/// It answers `{N, SECONDS, MICROSECONDS}`: N the arguments it read (0 for a call skipped
+/// whole) and Redis's `TIME`, which keeps the store's reading of Redis's clock current.
 pub(super) const APPLY: &str = r"
+local time = redis.call('TIME')
 local lease = redis.call('GET', KEYS[1])
 local token = ARGV[1]
 if not lease or string.sub(lease, 1, string.len(token) + 1) ~= token .. '|' then
@@ -161,7 +164,7 @@ local landed = redis.call('GET', KEYS[HASHES + 4])
 if landed and string.sub(landed, 1, string.len(token) + 1) == token .. '|' then
   local last = tonumber(string.sub(landed, string.len(token) + 2))
   if last and last >= flight then
-    return 0
+    return {0, time[1], time[2]}
   end
 end
 redis.call('SET', KEYS[HASHES + 4], token .. '|' .. flight)
@@ -305,7 +308,7 @@ while i <= n do
     return redis.error_reply('bad operation ' .. tostring(op))
   end
 end
-return n
+return {n, time[1], time[2]}
 ";
 
 /// The hash whose writes the change log leaves out: waiting tickets, written on every
