@@ -164,8 +164,10 @@ pub struct PartyRoster {
     pub members: Vec<PlayerId>,
     pub leader: PlayerId,
     pub created_unix: f64,
-    /// Unix seconds of the last call naming the party or a member queued or playing: the party
-    /// expires `[parties] idle_expiry_seconds` after it.
+    /// Unix seconds, on the store's clock (Redis's in a cluster), of the last call naming the
+    /// party or a member queued or playing: the party expires `[parties] idle_expiry_seconds`
+    /// after it. A running server measures that on its monotonic clock; this stamp carries it
+    /// across a restart or to a new owner of the queues.
     pub active_unix: f64,
 }
 

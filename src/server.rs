@@ -394,7 +394,7 @@ async fn serve(
     let client = api::Client {
         state: state.clone(),
         matchmaker: handle.clone(),
-        clock,
+        clock: clock.clone(),
         shutdown: shutdown.clone(),
         load: api::QueueLoad::default(),
     };
@@ -430,6 +430,7 @@ async fn serve(
     };
     let parties = api::Parties {
         state: state.clone(),
+        clock,
     };
 
     let max_message = config.server.max_message_bytes;

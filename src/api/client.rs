@@ -142,7 +142,7 @@ impl ClientService for Client {
             // leader or an admin, or failing a check below) does not keep it from expiring.
             let roster = self.state.party_to_enter(
                 &crate::ids::PartyId::new(req.party_id.as_str()),
-                crate::state::unix_now(),
+                self.clock.now(),
             )?;
             let mut ids = vec![roster.leader.to_string()];
             ids.extend(
@@ -287,7 +287,7 @@ impl ClientService for Client {
         }
         admitted.keep();
         if let Some(party) = &party {
-            self.state.touch_party(party, crate::state::unix_now());
+            self.state.touch_party(party, self.clock.now());
         }
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
         Ok(Response::new(proto::EnterQueueResponse {

@@ -7,14 +7,18 @@ use super::convert;
 use super::records::party;
 use crate::auth::{Identity, MayAct};
 use crate::ids::{PartyId, PlayerId};
+use crate::matchmaker::Clock;
 use crate::proto;
 use crate::proto::party_service_server::PartyService;
 use crate::rejection::Rejection;
-use crate::state::{INVITE_CODE_LEN, State, unix_now};
+use crate::state::{INVITE_CODE_LEN, State};
 
 /// The party service.
 pub struct Parties {
     pub state: State,
+    /// The matchmaker loop's clock, which parties' idle time is measured on (its sweep ends
+    /// idle parties on the same clock).
+    pub clock: Clock,
 }
 
 impl Parties {
@@ -53,7 +57,7 @@ impl PartyService for Parties {
         identity.may_be(&req.player_id, "create a party")?;
         let roster = self
             .state
-            .create_party(&PlayerId::new(req.player_id.as_str()), unix_now())?;
+            .create_party(&PlayerId::new(req.player_id.as_str()), self.clock.now())?;
         self.durable(roster).await
     }
 
@@ -69,7 +73,7 @@ impl PartyService for Parties {
         let roster = self.state.join_party(
             &req.invite_code,
             &PlayerId::new(req.player_id.as_str()),
-            unix_now(),
+            self.clock.now(),
         )?;
         self.durable(roster).await
     }
@@ -86,7 +90,7 @@ impl PartyService for Parties {
         let roster = self.state.leave_party(
             &PartyId::new(req.party_id.as_str()),
             &PlayerId::new(req.player_id.as_str()),
-            unix_now(),
+            self.clock.now(),
         )?;
         let mut answer = self.durable(roster).await?;
         // The caller is in the party no more (or never was): the code that lets players join
@@ -103,11 +107,11 @@ impl PartyService for Parties {
         let req = request.into_inner();
         convert::id("party_id", &req.party_id)?;
         let may = |members: &[PlayerId]| identity.may_act_for(members, "read this party");
-        let roster =
-            self.state
-                .party_roster(&PartyId::new(req.party_id.as_str()), unix_now(), |r| {
-                    may(&r.members).is_ok()
-                })?;
+        let roster = self.state.party_roster(
+            &PartyId::new(req.party_id.as_str()),
+            self.clock.now(),
+            |r| may(&r.members).is_ok(),
+        )?;
         may(&roster.members)?;
         Ok(Response::new(party(&roster)))
     }

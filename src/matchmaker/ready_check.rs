@@ -232,7 +232,7 @@ mod tests {
         // The match is past the match timeout before the loop's next tick ends its ready-check.
         let timeout = state.config().server.match_timeout_seconds;
         clock.advance(timeout + 1.0);
-        lp.sweep_stale(crate::state::unix_now());
+        lp.sweep_stale(clock.now());
         assert_eq!(
             state.match_slot(&match_id).map(|m| m.phase()),
             Ok(MatchPhase::ReadyCheck),

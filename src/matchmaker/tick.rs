@@ -191,7 +191,7 @@ impl Loop {
         self.state.deliver_when_durable(placements, &self.runtime);
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
-            self.sweep_stale(crate::state::unix_now());
+            self.sweep_stale(now);
         }
         self.publish_searching(now);
         self.forget_finished(now);
@@ -204,13 +204,12 @@ impl Loop {
         }
     }
 
-    /// Drops the loop's notes on matches that moved on, expires the parties idle at `now_unix`
-    /// (wall-clock seconds, what parties record), cancels the matches with no result after the
-    /// match timeout, on the loop's clock, and forgets the players who are idle with no record.
-    /// Matches in their ready-check are not touched: the ready-check's own deadline ends them
+    /// Drops the loop's notes on matches that moved on, expires the parties idle and cancels the
+    /// matches with no result after the match timeout at `now` (the loop's clock: a step of the
+    /// system clock ends neither), and forgets the players who are idle with no record. Matches
+    /// in their ready-check are not touched: the ready-check's own deadline ends them
     /// ([`Loop::expire_ready_checks`]).
-    pub(super) fn sweep_stale(&mut self, now_unix: f64) {
-        let now = self.clock.now();
+    pub(super) fn sweep_stale(&mut self, now: f64) {
         let state = &self.state;
         self.seated.retain(|id, _| state.match_slot(id).is_ok());
         self.unstarted.retain(|id, _| {
@@ -218,7 +217,7 @@ impl Loop {
                 .match_slot(id)
                 .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
         });
-        if let Err(e) = state.expire_parties(now_unix) {
+        if let Err(e) = state.expire_parties(now) {
             tracing::error!(error = %e, "could not expire idle parties");
             crate::telemetry::store_error("parties");
         }
@@ -354,19 +353,19 @@ mod tests {
         assert_eq!(m.phase(), MatchPhase::Allocated);
         state.start_match(&m).unwrap();
 
-        // The wall clock stepped two hours past the match timeout; the loop's clock barely
-        // moved.
+        // A second later on the loop's clock (the sweep reads no other: a step of the system
+        // clock, however large, cancels nothing).
         let timeout = state.config().server.match_timeout_seconds;
         clock.advance(1.0);
-        lp.sweep_stale(unix_now() + timeout + 7200.0);
+        lp.sweep_stale(clock.now());
         assert_eq!(
             state.match_slot(&match_id).map(|m| m.phase()),
             Ok(MatchPhase::Started),
-            "a step of the wall clock cancels no match"
+            "a match inside its timeout stays"
         );
 
         clock.advance(timeout);
-        lp.sweep_stale(unix_now());
+        lp.sweep_stale(clock.now());
         assert!(state.match_slot(&match_id).is_err(), "timed out");
         let view = state.ticket(&a).unwrap().view();
         assert_eq!(view.state, TicketState::Cancelled, "{view:?}");
@@ -391,12 +390,12 @@ mod tests {
         let mut lp = Loop::new(state.clone(), clock.clone(), restored);
         let phase = |id: &str| state.match_slot(&MatchId::new(id)).map(|m| m.phase());
 
-        lp.sweep_stale(unix_now());
+        lp.sweep_stale(clock.now());
         assert_eq!(phase("m-late"), Ok(MatchPhase::Allocated));
         assert_eq!(phase("m-ahead"), Ok(MatchPhase::Allocated));
 
         clock.advance(11.0);
-        lp.sweep_stale(unix_now());
+        lp.sweep_stale(clock.now());
         assert!(
             phase("m-late").is_err(),
             "590 s before the restore and 11 s since"
@@ -404,10 +403,41 @@ mod tests {
         assert_eq!(phase("m-ahead"), Ok(MatchPhase::Allocated));
 
         clock.advance(590.0);
-        lp.sweep_stale(unix_now());
+        lp.sweep_stale(clock.now());
         assert!(
             phase("m-ahead").is_err(),
             "a stored time ahead of the clock counts as formed at the restore"
         );
+    }
+
+    /// The sweep ends idle parties on the loop's clock: a wall clock stepping an hour forward
+    /// ends none, not even one idle for nearly the whole expiry time.
+    #[tokio::test]
+    async fn idle_parties_expire_on_the_loops_clock_not_the_wall_clock() {
+        let state = crate::state::test_util::state_with("[parties]\nidle_expiry_seconds = 3600\n");
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let old = state.create_party(&"a".into(), clock.now()).unwrap();
+        clock.advance(3000.0);
+        let fresh = state.create_party(&"b".into(), clock.now()).unwrap();
+        clock.advance(599.0);
+        let party = |p: &crate::records::PartyRoster| {
+            state.party_roster(&p.party_id, clock.now(), |_| false)
+        };
+
+        // Half a second later on the loop's clock, which is all the sweep reads.
+        clock.advance(0.5);
+        lp.sweep_stale(clock.now());
+        assert!(party(&old).is_ok(), "idle 3599.5 s");
+        assert!(party(&fresh).is_ok(), "idle 599.5 s");
+
+        // Past the expiry on the loop's clock, only the party idle that long ends.
+        clock.advance(1.0);
+        lp.sweep_stale(clock.now());
+        assert!(party(&old).is_err(), "idle 3600.5 s");
+        assert!(party(&fresh).is_ok(), "idle 600.5 s");
+        state
+            .create_party(&"a".into(), clock.now())
+            .expect("a is in no party any more");
     }
 }

@@ -123,7 +123,7 @@ impl State {
         self.move_matches_off_segments_naming(player);
         // A `PartyService` party the player is in loses them as if they had left it (the lead
         // passes on; a party of one ends).
-        if self.leave_any_party(player, super::unix_now())? {
+        if self.leave_any_party(player)? {
             erased.parties += 1;
         }
         // No receiver (no console) is not an error.

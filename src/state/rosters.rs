@@ -4,6 +4,12 @@
 //! `[parties] idle_expiry_seconds` with no call naming it (a refused call does not count) and
 //! no member queued or playing.
 //!
+//! Idle time is measured on the matchmaker clock (monotonic): a wall clock that steps neither
+//! ends parties early nor keeps them past their time. Each party's last activity is also kept
+//! as `active_unix` on the store's clock ([`crate::store::Storage::now_unix`]: Redis's in a
+//! cluster) and written with the party, so a restart or a new owner of the queues carries the
+//! idle time on: a party loaded from the store counts as idle since that stamp.
+//!
 //! Lock order: the rosters' lock, then a player's slot (never the other way round).
 
 use std::collections::HashMap;
@@ -30,6 +36,10 @@ pub(super) struct Rosters {
     by_id: HashMap<PartyId, PartyRoster>,
     by_player: HashMap<PlayerId, PartyId>,
     by_code: HashMap<String, PartyId>,
+    /// Each party's last activity on the matchmaker clock. A party loaded from the store has
+    /// none until a call or a sweep first reads it (see [`Rosters::active_at`]): loading
+    /// happens before the clock is there to read.
+    active_at: HashMap<PartyId, f64>,
 }
 
 impl Rosters {
@@ -58,7 +68,59 @@ impl Rosters {
             }
         }
         self.by_code.remove(&roster.invite_code);
+        self.active_at.remove(id);
         Some(roster)
+    }
+
+    /// Party `id`'s last activity on the matchmaker clock, which reads `now`. A party loaded
+    /// from the store gets it here, from its stamp: idle since then on the store's clock, which
+    /// reads `store_now()` (not idle at all yet when the stamp is ahead of that clock).
+    fn active_at(
+        &mut self,
+        id: &PartyId,
+        now: f64,
+        store_now: impl FnOnce() -> f64,
+    ) -> Option<f64> {
+        let roster = self.by_id.get(id)?;
+        let at = *self
+            .active_at
+            .entry(id.clone())
+            .or_insert_with(|| now - (store_now() - roster.active_unix).max(0.0));
+        Some(at)
+    }
+
+    /// Marks party `id` active at `now` (matchmaker clock), and at `store_now()` on the
+    /// store's clock for its stored stamp; an older `now` than its last activity changes
+    /// nothing.
+    fn touch(&mut self, id: &PartyId, now: f64, store_now: impl Fn() -> f64) {
+        let Some(at) = self.active_at(id, now, &store_now) else {
+            return;
+        };
+        if now > at {
+            self.active_at.insert(id.clone(), now);
+            if let Some(roster) = self.by_id.get_mut(id) {
+                roster.active_unix = store_now();
+            }
+        }
+    }
+
+    /// The parties idle for more than `ttl` seconds at `now` (matchmaker clock; see
+    /// [`Rosters::active_at`] for `store_now`).
+    fn idle_past(&mut self, now: f64, ttl: f64, store_now: impl Fn() -> f64) -> Vec<PartyId> {
+        let loaded: Vec<PartyId> = self
+            .by_id
+            .keys()
+            .filter(|id| !self.active_at.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in &loaded {
+            self.active_at(id, now, &store_now);
+        }
+        self.active_at
+            .iter()
+            .filter(|(_, at)| now - **at > ttl)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 }
 
@@ -86,42 +148,51 @@ impl State {
         })
     }
 
-    /// The party `id` if it is live at `now`, touched; an expired one is removed (written
-    /// through) and is NOT_FOUND.
-    fn live_party<'a>(
+    /// The store's clock now (see the module documentation).
+    fn store_now(&self) -> f64 {
+        self.inner.store.now_unix()
+    }
+
+    /// Whether party `id` is live at `now` (matchmaker clock); an expired one is removed
+    /// (written through) and is NOT_FOUND. A live one is not touched: see [`Rosters::touch`].
+    fn live_party(&self, rosters: &mut Rosters, id: &PartyId, now: f64) -> Result<(), PartyError> {
+        let ttl = self.inner.config.parties.idle_expiry_seconds;
+        let not_found = || {
+            PartyError::from(Rejection::NotFound {
+                what: "party",
+                id: id.to_string(),
+            })
+        };
+        let at = rosters
+            .active_at(id, now, || self.store_now())
+            .ok_or_else(not_found)?;
+        if now - at > ttl && !rosters.by_id.get(id).is_some_and(|r| self.party_busy(r)) {
+            self.inner.store.remove_rosters(std::slice::from_ref(id))?;
+            rosters.remove(id);
+            return Err(not_found());
+        }
+        Ok(())
+    }
+
+    /// [`Self::live_party`], then touched at `now`.
+    fn touch_live_party<'a>(
         &self,
         rosters: &'a mut Rosters,
         id: &PartyId,
         now: f64,
     ) -> Result<&'a mut PartyRoster, PartyError> {
-        let ttl = self.inner.config.parties.idle_expiry_seconds;
-        let Some(roster) = rosters.by_id.get(id) else {
-            return Err(Rejection::NotFound {
-                what: "party",
-                id: id.to_string(),
-            }
-            .into());
-        };
-        if now - roster.active_unix > ttl && !self.party_busy(roster) {
-            self.inner.store.remove_rosters(std::slice::from_ref(id))?;
-            rosters.remove(id);
-            return Err(Rejection::NotFound {
-                what: "party",
-                id: id.to_string(),
-            }
-            .into());
-        }
-        let roster = rosters.by_id.get_mut(id).expect("present above");
-        roster.active_unix = roster.active_unix.max(now);
-        Ok(roster)
+        self.live_party(rosters, id, now)?;
+        rosters.touch(id, now, || self.store_now());
+        Ok(rosters.by_id.get_mut(id).expect("live above"))
     }
 
-    /// `CreateParty`: a new party with `player` as leader and only member.
+    /// `CreateParty`: a new party with `player` as leader and only member, at `now` on the
+    /// matchmaker clock (as every party call's `now`).
     pub fn create_party(&self, player: &PlayerId, now: f64) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
         if let Some(id) = rosters.by_player.get(player).cloned() {
             // A party the player is in but that expired no longer holds it.
-            if self.live_party(&mut rosters, &id, now).is_ok() {
+            if self.touch_live_party(&mut rosters, &id, now).is_ok() {
                 return Err(Rejection::Party {
                     party: id,
                     refusal: PartyRefusal::HasPlayer(player.clone()),
@@ -133,16 +204,18 @@ impl State {
         while rosters.by_code.contains_key(&code) {
             code = invite_code();
         }
+        let stamp = self.store_now();
         let roster = PartyRoster {
             party_id: PartyId::new(new_id("party")),
             invite_code: code,
             members: vec![player.clone()],
             leader: player.clone(),
-            created_unix: now,
-            active_unix: now,
+            created_unix: stamp,
+            active_unix: stamp,
         };
         self.inner.store.put_rosters(&[&roster])?;
         rosters.insert(roster.clone());
+        rosters.active_at.insert(roster.party_id.clone(), now);
         tracing::debug!(party = %roster.party_id, leader = %player, "party created");
         Ok(roster)
     }
@@ -164,7 +237,7 @@ impl State {
         let id = rosters.by_code.get(&code).cloned().ok_or_else(not_found)?;
         if let Some(other) = rosters.by_player.get(player).cloned()
             && other != id
-            && self.live_party(&mut rosters, &other, now).is_ok()
+            && self.touch_live_party(&mut rosters, &other, now).is_ok()
         {
             return Err(Rejection::Party {
                 party: other,
@@ -173,7 +246,7 @@ impl State {
             .into());
         }
         let max = self.inner.config.parties.max_members;
-        let roster = match self.live_party(&mut rosters, &id, now) {
+        let roster = match self.touch_live_party(&mut rosters, &id, now) {
             Ok(r) => r,
             Err(PartyError::Rejected(Rejection::NotFound { .. })) => {
                 return Err(not_found().into());
@@ -208,16 +281,29 @@ impl State {
         now: f64,
     ) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
-        let active = rosters.by_id.get(id).map(|r| r.active_unix);
-        let roster = self.live_party(&mut rosters, id, now)?;
-        if !roster.members.contains(player) {
+        self.live_party(&mut rosters, id, now)?;
+        let member = rosters
+            .by_id
+            .get(id)
+            .is_some_and(|r| r.members.contains(player));
+        if !member {
             // Changes nothing: a player outside the party does not keep it from expiring.
-            if let Some(active) = active {
-                roster.active_unix = active;
-            }
-            return Ok(roster.clone());
+            return Ok(rosters.by_id[id].clone());
         }
-        let mut next = roster.clone();
+        rosters.touch(id, now, || self.store_now());
+        Ok(self.remove_member(&mut rosters, id, player)?)
+    }
+
+    /// Takes `player`, a member, out of party `id`, written through: the lead passes to the
+    /// longest-standing member, and the last member ends the party (then the answer lists no
+    /// members).
+    fn remove_member(
+        &self,
+        rosters: &mut Rosters,
+        id: &PartyId,
+        player: &PlayerId,
+    ) -> Result<PartyRoster, StoreError> {
+        let mut next = rosters.by_id[id].clone();
         next.members.retain(|m| m != player);
         if next.members.is_empty() {
             self.inner.store.remove_rosters(std::slice::from_ref(id))?;
@@ -229,29 +315,25 @@ impl State {
             next.leader = next.members[0].clone();
         }
         self.inner.store.put_rosters(&[&next])?;
-        *roster = next.clone();
+        rosters.by_id.insert(id.clone(), next.clone());
         rosters.by_player.remove(player);
         Ok(next)
     }
 
-    /// Takes `player` out of the party they are in, as [`Self::leave_party`] would (player
-    /// erasure); whether there was one.
     /// Whether `player` is in a `PartyService` party.
     pub(super) fn in_a_party(&self, player: &PlayerId) -> bool {
         self.rosters().by_player.contains_key(player)
     }
 
-    pub(super) fn leave_any_party(&self, player: &PlayerId, now: f64) -> Result<bool, StoreError> {
-        let party = self.rosters().by_player.get(player).cloned();
-        let Some(id) = party else {
+    /// Takes `player` out of the party they are in, as [`Self::leave_party`] would (player
+    /// erasure); whether there was one. No member's call: the party's idle time runs on.
+    pub(super) fn leave_any_party(&self, player: &PlayerId) -> Result<bool, StoreError> {
+        let mut rosters = self.rosters();
+        let Some(id) = rosters.by_player.get(player).cloned() else {
             return Ok(false);
         };
-        match self.leave_party(&id, player, now) {
-            Ok(_) => Ok(true),
-            // Expired meanwhile: nothing names the player any more.
-            Err(PartyError::Rejected(_)) => Ok(false),
-            Err(PartyError::Store(e)) => Err(e),
-        }
+        self.remove_member(&mut rosters, &id, player)?;
+        Ok(true)
     }
 
     /// `GetParty`: the party, touched if `may` allows the caller to use it (a refused call
@@ -263,14 +345,11 @@ impl State {
         may: impl FnOnce(&PartyRoster) -> bool,
     ) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
-        let active = rosters.by_id.get(id).map(|r| r.active_unix);
-        let roster = self.live_party(&mut rosters, id, now)?;
-        if !may(roster)
-            && let Some(active) = active
-        {
-            roster.active_unix = active;
+        self.live_party(&mut rosters, id, now)?;
+        if may(&rosters.by_id[id]) {
+            rosters.touch(id, now, || self.store_now());
         }
-        Ok(roster.clone())
+        Ok(rosters.by_id[id].clone())
     }
 
     /// `EnterQueue` by party id: the party, not touched. The entry is checked after this
@@ -284,29 +363,21 @@ impl State {
     /// Restarts the idle clock of party `id` at `now` (its ticket was created); a party that
     /// ended meanwhile stays ended.
     pub fn touch_party(&self, id: &PartyId, now: f64) {
-        if let Some(roster) = self.rosters().by_id.get_mut(id) {
-            roster.active_unix = roster.active_unix.max(now);
-        }
+        self.rosters().touch(id, now, || self.store_now());
     }
 
-    /// Ends parties idle past `[parties] idle_expiry_seconds` at `now` (a party with a member
-    /// queued or playing is touched instead). Returns how many ended.
+    /// Ends parties idle past `[parties] idle_expiry_seconds` at `now`, on the matchmaker
+    /// clock (a party with a member queued or playing is touched instead). Returns how many
+    /// ended.
     pub fn expire_parties(&self, now: f64) -> Result<usize, StoreError> {
         let ttl = self.inner.config.parties.idle_expiry_seconds;
         let mut rosters = self.rosters();
-        let stale: Vec<PartyId> = rosters
-            .by_id
-            .values()
-            .filter(|r| now - r.active_unix > ttl)
-            .map(|r| r.party_id.clone())
-            .collect();
         let mut ended = Vec::new();
-        for id in stale {
-            let busy = rosters.by_id.get(&id).is_some_and(|r| self.party_busy(r));
-            match rosters.by_id.get_mut(&id) {
-                Some(r) if busy => r.active_unix = now,
-                Some(_) => ended.push(id),
-                None => {}
+        for id in rosters.idle_past(now, ttl, || self.store_now()) {
+            if rosters.by_id.get(&id).is_some_and(|r| self.party_busy(r)) {
+                rosters.touch(&id, now, || self.store_now());
+            } else {
+                ended.push(id);
             }
         }
         if ended.is_empty() {
@@ -403,6 +474,49 @@ mod tests {
         assert!(s.party_roster(&p.party_id, 112.0, |_| true).is_err());
         s.create_party(&a, 113.0)
             .expect("a is in no party any more");
+    }
+
+    /// After a restart (or on a new owner of a cluster's queues) a party counts as idle since
+    /// its stored stamp, on the store's clock; a stamp ahead of that clock (written before the
+    /// clock stepped back) counts as idle since the load, and the next touch stamps the
+    /// store's clock again.
+    #[test]
+    fn a_party_loaded_from_the_store_is_idle_since_its_stored_stamp() {
+        use crate::store::{RecordStorage, Storage};
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let unix = memory.now_unix();
+        let roster = |id: &str, member: &str, active_unix: f64| PartyRoster {
+            party_id: PartyId::new(id),
+            invite_code: format!("CODE{id}"),
+            members: vec![member.into()],
+            leader: member.into(),
+            created_unix: unix - 4000.0,
+            active_unix,
+        };
+        let (idle, ahead) = (
+            roster("idle", "a", unix - 3000.0),
+            roster("ahead", "b", unix + 7200.0),
+        );
+        memory.put_rosters(&[&idle, &ahead]).unwrap();
+        let config =
+            crate::config::Config::from_toml_str("[parties]\nidle_expiry_seconds = 3600\n");
+        let s = State::load(std::sync::Arc::new(config.unwrap()), memory.clone()).unwrap();
+
+        // The matchmaker clock reads 5 s: the server just started.
+        assert_eq!(s.expire_parties(5.0).unwrap(), 0);
+        assert_eq!(s.expire_parties(600.0).unwrap(), 0, "idle 3595 s");
+        assert_eq!(s.expire_parties(610.0).unwrap(), 1, "idle 3605 s");
+        assert!(s.party_roster(&idle.party_id, 611.0, |_| true).is_err());
+        let touched = s.party_roster(&ahead.party_id, 611.0, |_| true).unwrap();
+        assert!(
+            touched.active_unix < unix + 60.0,
+            "stamped on the store's clock, not kept ahead of it: {} vs {unix}",
+            touched.active_unix
+        );
+        s.persist_rosters().unwrap();
+        let stored = memory.load_rosters().unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].active_unix, touched.active_unix);
     }
 
     #[test]
