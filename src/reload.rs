@@ -13,7 +13,11 @@
 //!
 //! In cluster mode an accepted reload's queue settings are also kept in the store (Redis), so
 //! the next owner of the queues starts with them: of that reload and its own file, the newer
-//! wins (the file by its modification time), each only if a reload could apply it.
+//! wins, each only if a reload could apply it. Both times are compared on Redis's clock, which
+//! every node shares: the reload is stamped with it, and the file's modification time (on the
+//! node's own clock) is moved onto it by how far the node's clock is from Redis's when it takes
+//! the queues. A node whose clock is off by an hour then still tells an edit made after the
+//! reload from one made before.
 
 use std::sync::Arc;
 
@@ -110,16 +114,22 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<String> {
 
 /// `config` with the newest queue settings a reload could apply, for a cluster node starting
 /// its engine after taking the queues: those of the last reload an owner accepted (`reloaded`,
-/// kept in the store) or those its own file holds now, whichever is newer (the file by its
-/// modification time). So a reload sent to an earlier owner is not lost by a failover, and a
-/// file edited since still counts. Neither applicable: `config` as it is.
-pub fn with_current_queues(mut config: Config, reloaded: Option<&ReloadedQueues>) -> Config {
+/// kept in the store, stamped on the store's clock) or those its own file holds now, whichever
+/// is newer. So a reload sent to an earlier owner is not lost by a failover, and a file edited
+/// since still counts. The file's modification time is on this node's clock: `store_ahead`
+/// (the store's clock less this node's, now) moves it onto the store's before the two are
+/// compared. Neither applicable: `config` as it is.
+pub fn with_current_queues(
+    mut config: Config,
+    reloaded: Option<&ReloadedQueues>,
+    store_ahead: f64,
+) -> Config {
     let from_file = config.source.clone().and_then(|source| {
         match Config::load(Some(&source.path), &source.overrides)
             .map_err(ReloadError::from)
             .and_then(|new| plan(&config, &new).map(|_| new))
         {
-            Ok(new) => Some((new.queues, modified_unix(&source.path))),
+            Ok(new) => Some((new.queues, modified_unix(&source.path) + store_ahead)),
             Err(e) => {
                 tracing::warn!(error = %e, "the config file's queue settings do not apply");
                 None
@@ -182,7 +192,8 @@ fn applicable(
     Ok(candidate.queues)
 }
 
-/// Unix seconds of a file's last change (0 when unknown, so a kept reload wins).
+/// Unix seconds of a file's last change on this machine's clock (0 when unknown, so a kept
+/// reload wins).
 fn modified_unix(path: &std::path::Path) -> f64 {
     std::fs::metadata(path)
         .and_then(|m| m.modified())
@@ -243,7 +254,7 @@ impl Reloader {
         // and the next compares against it).
         running.queues = new.queues;
         self.store.put_reloaded_queues(&ReloadedQueues {
-            unix: crate::state::unix_now(),
+            unix: self.store.now_unix(),
             queues: json(&running.queues),
         })?;
         self.store.flush_async().await?;
@@ -314,7 +325,7 @@ mod tests {
             queues: json(&changed),
         };
         applicable(&running, &kept).unwrap();
-        let next = with_current_queues(running.clone(), Some(&kept));
+        let next = with_current_queues(running.clone(), Some(&kept), 0.0);
         let q = &next.queues["5v5"];
         assert_eq!(q.matching.window, 2.5, "the kept reload applies");
         assert_eq!(json(&q.matching.rules), json(&running.queues["5v5"].rules));
@@ -377,7 +388,7 @@ mod tests {
         std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
         let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
         std::fs::write(&file, "[queues.1v1.matching]\nwindow = 90.0\n").unwrap();
-        let now = with_current_queues(started.clone(), None);
+        let now = with_current_queues(started.clone(), None, 0.0);
         assert_eq!(now.queues["1v1"].matching.window, 90.0);
         // A reload kept by an earlier owner wins when it is newer than the file, not when older.
         let kept = |reloaded: &str, unix: f64| ReloadedQueues {
@@ -386,21 +397,50 @@ mod tests {
         };
         let wider = "[queues.1v1.matching]\nwindow = 70.0\n";
         let newer = kept(wider, modified_unix(&file) + 1.0);
-        let newer = with_current_queues(started.clone(), Some(&newer));
+        let newer = with_current_queues(started.clone(), Some(&newer), 0.0);
         assert_eq!(newer.queues["1v1"].matching.window, 70.0);
-        let older = with_current_queues(started.clone(), Some(&kept(wider, 1.0)));
+        let older = with_current_queues(started.clone(), Some(&kept(wider, 1.0)), 0.0);
         assert_eq!(older.queues["1v1"].matching.window, 90.0);
         // One a reload would refuse is passed over.
         let elo = kept("[queues.1v1.rating]\nsystem = \"elo\"\n", f64::MAX);
-        let refused = with_current_queues(started.clone(), Some(&elo));
+        let refused = with_current_queues(started.clone(), Some(&elo), 0.0);
         assert_eq!(refused.queues["1v1"].matching.window, 90.0);
         // A file a reload would refuse leaves the settings loaded at start.
         std::fs::write(&file, "[queues.1v1.rating]\nsystem = \"elo\"\n").unwrap();
-        let kept = with_current_queues(started.clone(), None);
+        let kept = with_current_queues(started.clone(), None, 0.0);
         assert_eq!(kept.queues["1v1"].matching.window, 50.0);
         assert_eq!(
             json(&kept.queues["1v1"].rating),
             json(&started.queues["1v1"].rating)
+        );
+    }
+
+    /// A node whose clock is an hour behind the store's (Redis's) compares its file's time
+    /// with a kept reload's on the store's clock: an edit made half an hour after the reload
+    /// wins over it, and a reload made after the edit wins over the file.
+    #[test]
+    fn a_node_an_hour_behind_tells_a_file_edited_after_a_reload_from_one_edited_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
+        let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 90.0\n").unwrap();
+        let behind = 3600.0;
+        // The file was edited at `edited` on the store's clock.
+        let edited = modified_unix(&file) + behind;
+        let kept = |unix: f64| ReloadedQueues {
+            unix,
+            queues: json(&config("[queues.1v1.matching]\nwindow = 70.0\n").queues),
+        };
+        let earlier = with_current_queues(started.clone(), Some(&kept(edited - 1800.0)), behind);
+        assert_eq!(
+            earlier.queues["1v1"].matching.window, 90.0,
+            "the newer file"
+        );
+        let later = with_current_queues(started.clone(), Some(&kept(edited + 60.0)), behind);
+        assert_eq!(
+            later.queues["1v1"].matching.window, 70.0,
+            "the newer reload"
         );
     }
 }

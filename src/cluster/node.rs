@@ -777,7 +777,9 @@ impl Node {
                 // The newest queue settings a reload could apply: the last reload an owner
                 // accepted (kept in Redis) or the file as it is now.
                 let reloaded = store.reloaded_queues();
-                let config = crate::reload::with_current_queues(config, reloaded.as_ref());
+                let store_ahead = store.now_unix() - crate::state::unix_now();
+                let config =
+                    crate::reload::with_current_queues(config, reloaded.as_ref(), store_ahead);
                 if let Err(e) =
                     server::run_engine(config, verifier, store, ownership, publish, stop).await
                 {

@@ -512,7 +512,8 @@ pub struct History {
 /// not read config), and when.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReloadedQueues {
-    /// Unix seconds when the reload was applied.
+    /// When the reload was applied, in Unix seconds on the store's clock
+    /// ([`Storage::now_unix`]: Redis's), so every node reads it on the same clock.
     pub unix: f64,
     pub queues: serde_json::Value,
 }
