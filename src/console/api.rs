@@ -204,18 +204,26 @@ pub async fn session(Axum(console): Axum<Arc<Console>>) -> Json<Value> {
 }
 
 #[derive(Deserialize)]
-pub struct Since {
-    #[serde(default)]
-    since: f64,
+pub struct After {
+    /// The `at` of the newest sample the page holds; none: the whole hour.
+    #[serde(default = "whole_hour")]
+    after: f64,
 }
 
-/// `GET /console/api/queues?since=T`: `GetQueueStats` now, each queue's settings, and its
-/// chart samples taken after `since` (unix seconds; 0 = the whole hour).
+fn whole_hour() -> f64 {
+    f64::NEG_INFINITY
+}
+
+/// `GET /console/api/queues?after=AT`: `GetQueueStats` now, each queue's settings, and its
+/// chart samples taken after `AT` on the console's monotonic clock (`at`; absent: the whole
+/// hour). The answer gives the wall clock's `now` and the monotonic clock's `now_at`, so a page
+/// places each sample `now_at - at` seconds before `now` whatever the wall clock did meanwhile;
+/// `now_at` below the page's `after` means the server restarted (its clock began again).
 pub async fn queues(
     Axum(console): Axum<Arc<Console>>,
     uri: Uri,
     headers: HeaderMap,
-    Query(q): Query<Since>,
+    Query(q): Query<After>,
 ) -> Answer {
     let caller = gate(&console, &uri, &headers).await?;
     let stats: proto::QueueStats = caller
@@ -228,9 +236,10 @@ pub async fn queues(
     let mut history = console.history();
     if caller.backend.state().is_none() {
         // A cluster node has no matchmaker loop to sample: the page's asking does.
-        let now = crate::state::unix_now();
+        let (at, now) = (console.clock(), crate::state::unix_now());
         for s in &stats.queues {
-            history.record_due(&s.queue, now, console.config.sample_seconds, &reading(s));
+            let every = console.config.sample_seconds;
+            history.record_due(&s.queue, at, now, every, &reading(s));
         }
     }
     let queues: Vec<Value> = stats
@@ -250,12 +259,13 @@ pub async fn queues(
                     "max_wait_seconds": i.config.matching.max_wait_seconds,
                 })),
                 "stats": queue_stat(s),
-                "history": history.since(&s.queue, q.since),
+                "history": history.after(&s.queue, q.after),
             })
         })
         .collect();
     Ok(Json(json!({
         "now": crate::state::unix_now(),
+        "now_at": console.clock(),
         "queues": queues,
     })))
 }

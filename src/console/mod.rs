@@ -121,6 +121,9 @@ pub struct Console {
     /// journal's committer they hold) can stop.
     backend: RwLock<Option<Backend>>,
     history: Mutex<history::History>,
+    /// When the console was made: chart samples are taken on the monotonic clock from there
+    /// (see [`Console::clock`]).
+    started: tokio::time::Instant,
     feed: Mutex<feed::Feed>,
 }
 
@@ -155,6 +158,7 @@ impl Console {
                 HISTORY_SECONDS,
                 config.sample_seconds,
             )),
+            started: tokio::time::Instant::now(),
             feed: Mutex::new(feed::Feed::new(FEED_CAPACITY)),
         }))
     }
@@ -208,6 +212,12 @@ impl Console {
             .clone()
     }
 
+    /// Seconds since the console was made, on the monotonic clock chart samples are ordered
+    /// and rated on (a step of the wall clock does not move it).
+    fn clock(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     fn history(&self) -> MutexGuard<'_, history::History> {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -228,11 +238,12 @@ impl Console {
             let Ok(stats) = matchmaker.ask(|reply| Command::Stats { reply }).await else {
                 return;
             };
-            let now = crate::state::unix_now();
+            let (at, now) = (self.clock(), crate::state::unix_now());
             let mut history = self.history();
             for s in &stats {
                 history.record(
                     &s.queue,
+                    at,
                     now,
                     &history::Reading {
                         tickets_waiting: s.tickets_waiting,

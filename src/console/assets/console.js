@@ -188,10 +188,19 @@ async function viewQueues(view, gen) {
   view.append(cards);
   const samples = new Map(); // queue -> samples
   const built = new Map(); // queue -> {numbers, charts}
-  let since = 0;
+  // Samples are asked for after the newest held, on the server's monotonic clock (`at`), and
+  // placed on the wall clock as it reads now: a step of either clock moves no sample out of
+  // order.
+  let after = -1;
   const refresh = async () => {
-    const data = await api("queues?since=" + since);
+    const data = await api("queues?after=" + after);
     if (gen !== generation) return;
+    if (data.now_at < after) {
+      // The server restarted: its clock, and its samples, began again.
+      samples.clear();
+      after = -1;
+      return refresh();
+    }
     for (const q of data.queues) {
       let card = built.get(q.queue);
       if (!card) {
@@ -201,11 +210,12 @@ async function viewQueues(view, gen) {
       }
       const list = samples.get(q.queue) || [];
       list.push(...q.history);
-      const oldest = data.now - session.history_seconds;
-      while (list.length && list[0].t < oldest) list.shift();
+      while (list.length && list[0].at < data.now_at - session.history_seconds) list.shift();
       samples.set(q.queue, list);
-      updateQueueCard(card, q, list, [Math.max(oldest, list.length ? list[0].t : data.now), data.now]);
-      since = Math.max(since, ...q.history.map((x) => x.t));
+      const placed = list.map((x) => Object.assign({}, x, { t: data.now - (data.now_at - x.at) }));
+      const oldest = data.now - session.history_seconds;
+      updateQueueCard(card, q, placed, [Math.max(oldest, placed.length ? placed[0].t : data.now), data.now]);
+      after = Math.max(after, ...q.history.map((x) => x.at));
     }
     cards.dataset.updated = String(data.now);
     setStatus("updated " + fmt.time(data.now));
@@ -411,7 +421,7 @@ async function viewPlayer(view, gen, id, queue) {
 // Leaderboards
 
 async function viewLeaderboards(view, gen, queue) {
-  const queues = (await api("queues?since=" + Date.now() / 1000)).queues;
+  const queues = (await api("queues?after=Infinity")).queues;
   if (gen !== generation) return;
   const ranked = queues.filter((q) => q.settings && q.settings.ranking !== "none");
   const list = ranked.length ? ranked : queues;
