@@ -73,7 +73,7 @@ impl Ledger {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = interval.tick() => {
-                    match self.trim_acks(crate::state::unix_now()).await {
+                    match self.trim_acks(self.state.store().now_unix()).await {
                         Ok(0) => {}
                         Ok(n) => tracing::debug!(n, "old result acknowledgements trimmed"),
                         Err(e) => tracing::warn!(error = %e, "trimming result acknowledgements failed"),

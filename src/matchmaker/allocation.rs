@@ -22,12 +22,11 @@ pub(super) struct Unallocated {
 }
 
 /// When a match restored at start-up or by a new owner of the queues started to wait, on the
-/// loop's clock at `now`: the store keeps only the wall-clock time it formed, so its age is read
-/// off the wall clock once, here, and bounded to `[0, timeout]`. A time ahead of this node's
-/// clock (written by an owner whose clock was ahead) counts as formed now; an age past the
-/// timeout dissolves it on the first tick either way. From here on only the loop's clock counts.
-pub(super) fn restored_since(now: f64, now_unix: f64, formed_unix: f64, timeout: f64) -> f64 {
-    now - (now_unix - formed_unix).clamp(0.0, timeout)
+/// loop's clock at `now`: when it formed, as the restore dated it on the loop's clock
+/// ([`crate::state::State::recover`], from the store's clock), at most `timeout` ago (an age past
+/// the timeout dissolves it on the first tick either way).
+pub(super) fn restored_since(now: f64, formed_at: f64, timeout: f64) -> f64 {
+    formed_at.max(now - timeout)
 }
 
 impl Loop {

@@ -282,7 +282,6 @@ impl Loop {
             .map(|(i, q)| (q.id.clone(), i))
             .collect();
         let now = clock.now();
-        let now_unix = crate::state::unix_now();
         let allocation_timeout = state.config().server.allocation_timeout_seconds;
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
@@ -303,12 +302,7 @@ impl Loop {
                 .into_iter()
                 .filter(|m| m.phase() == crate::state::MatchPhase::Formed)
                 .map(|m| Unallocated {
-                    since: allocation::restored_since(
-                        now,
-                        now_unix,
-                        m.formed_unix,
-                        allocation_timeout,
-                    ),
+                    since: allocation::restored_since(now, m.formed_at, allocation_timeout),
                     region: m.assignment().region.clone(),
                     slot: m,
                     tickets: Vec::new(),

@@ -156,7 +156,9 @@ impl State {
             queue: assignment.queue.clone(),
             quality,
             formed_at: now,
-            formed_unix: unix_now(),
+            // The store's clock (Redis's in a cluster): a restore, possibly on another node,
+            // dates the match by it.
+            formed_unix: self.inner.store.now_unix(),
             inner: Mutex::new(MatchInner {
                 phase: if ready_check.is_some() {
                     MatchPhase::ReadyCheck

@@ -244,7 +244,8 @@ impl State {
         let mut restored = Vec::new();
         let mut live = Vec::new();
         let (stored, last_segment) = store.load_matches()?;
-        let now_unix = super::unix_now();
+        // The clock the matches were dated by (Redis's in a cluster, shared by every node).
+        let now_unix = store.now_unix();
         for m in stored {
             if store.result_of(&m.match_id)?.is_some() {
                 continue;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::events::{period_close_events, result_events};
-use super::{Assignment, MatchPhase, MatchSlot, PlayerStatus, QueueInfo, State, unix_now};
+use super::{Assignment, MatchPhase, MatchSlot, PlayerStatus, QueueInfo, State};
 use crate::ids::PlayerId;
 use crate::records::{PoolRecord, ResultAck};
 use crate::rejection::{MatchRefusal, Rejection};
@@ -147,7 +147,9 @@ impl State {
             &self.inner.config.ranking,
             &queue.config.rating,
         );
-        let now = unix_now();
+        // The store's clock (Redis's in a cluster): rating periods and the acknowledgement's
+        // retention are judged on it by whichever node owns the queues.
+        let now = self.inner.store.now_unix();
         let computed = results::compute(
             &queue.config.rating,
             &ranker,
