@@ -214,10 +214,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_ready_check_older_than_the_match_timeout_still_ends_at_its_own_deadline() {
-        // A match timeout shorter than the tickets' TTL, so that passing it expires no ticket.
-        let state = crate::state::test_util::state_with(
-            "[server]\nmatch_timeout_seconds = 200.0\n\n[queues.1v1]\nready_check_seconds = 30.0\n",
-        );
+        let state =
+            crate::state::test_util::state_with("[queues.1v1]\nready_check_seconds = 30.0\n");
         let clock = Clock::start();
         let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
         let a = enter(&mut lp, "a").await;
@@ -229,10 +227,10 @@ mod tests {
             Ok(TicketState::Matched)
         );
 
-        // The match is past the match timeout before the loop's next tick ends its ready-check.
+        // A sweep as if the match were past the match timeout (a match could be, with a
+        // ready-check longer than that timeout) before its ready-check's deadline.
         let timeout = state.config().server.match_timeout_seconds;
-        clock.advance(timeout + 1.0);
-        lp.sweep_stale(clock.now());
+        lp.sweep_stale(clock.now() + timeout + 1.0);
         assert_eq!(
             state.match_slot(&match_id).map(|m| m.phase()),
             Ok(MatchPhase::ReadyCheck),

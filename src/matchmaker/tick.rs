@@ -410,10 +410,10 @@ mod tests {
         );
     }
 
-    /// The sweep ends idle parties on the loop's clock: a wall clock stepping an hour forward
-    /// ends none, not even one idle for nearly the whole expiry time.
+    /// The sweep ends the parties idle past their expiry at the loop's `now`, and only those
+    /// (read from the store, which only the sweep changes here).
     #[tokio::test]
-    async fn idle_parties_expire_on_the_loops_clock_not_the_wall_clock() {
+    async fn the_sweep_ends_the_parties_idle_past_their_expiry_on_the_loops_clock() {
         let state = crate::state::test_util::state_with("[parties]\nidle_expiry_seconds = 3600\n");
         let clock = Clock::start();
         let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
@@ -421,21 +421,32 @@ mod tests {
         clock.advance(3000.0);
         let fresh = state.create_party(&"b".into(), clock.now()).unwrap();
         clock.advance(599.0);
-        let party = |p: &crate::records::PartyRoster| {
-            state.party_roster(&p.party_id, clock.now(), |_| false)
+        let stored = || {
+            let mut ids: Vec<String> = (state.store().load_rosters().unwrap().into_iter())
+                .map(|r| r.party_id.to_string())
+                .collect();
+            ids.sort();
+            ids
+        };
+        let both = {
+            let mut ids = vec![old.party_id.to_string(), fresh.party_id.to_string()];
+            ids.sort();
+            ids
         };
 
         // Half a second later on the loop's clock, which is all the sweep reads.
         clock.advance(0.5);
         lp.sweep_stale(clock.now());
-        assert!(party(&old).is_ok(), "idle 3599.5 s");
-        assert!(party(&fresh).is_ok(), "idle 599.5 s");
+        assert_eq!(stored(), both, "idle 3599.5 s and 599.5 s");
 
         // Past the expiry on the loop's clock, only the party idle that long ends.
         clock.advance(1.0);
         lp.sweep_stale(clock.now());
-        assert!(party(&old).is_err(), "idle 3600.5 s");
-        assert!(party(&fresh).is_ok(), "idle 600.5 s");
+        assert_eq!(
+            stored(),
+            vec![fresh.party_id.to_string()],
+            "only the party idle 3600.5 s ends"
+        );
         state
             .create_party(&"a".into(), clock.now())
             .expect("a is in no party any more");
