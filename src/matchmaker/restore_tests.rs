@@ -1,5 +1,5 @@
-//! Waiting tickets a new owner of a cluster's queues restores from Redis, against a real Redis
-//! whose clock (as the stores read it) is an hour behind this machine's.
+//! Waiting tickets and live matches a new owner of a cluster's queues restores from Redis,
+//! against a real Redis whose clock (as the stores read it) is an hour behind this machine's.
 
 use std::sync::Arc;
 
@@ -106,4 +106,47 @@ async fn a_ticket_is_stamped_and_restored_on_redis_clock_whatever_the_nodes_cloc
         let view = state.ticket(&TicketId::new(id)).unwrap().view();
         assert_ne!(view.state, TicketState::Expired, "{id}: {view:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_match_is_dated_and_restored_on_redis_clock_whatever_the_nodes_clock_says() {
+    let server = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let url = server.url();
+
+    // The first owner forms a match and a game server takes it.
+    let first = owner(&url, 1).await;
+    let state = state_on(first.clone());
+    let (_assignments, _) = state.register_server("gs-1:7777".into(), String::new(), 0);
+    let mut lp = Loop::new(state.clone(), Clock::start(), Vec::new());
+    let before = redis_now(&url).await;
+    enter(&mut lp, "m1").await;
+    enter(&mut lp, "m2").await;
+    lp.tick();
+    let after = redis_now(&url).await;
+    let m = state
+        .ticket(&TicketId::new("t-m1"))
+        .unwrap()
+        .view()
+        .assignment
+        .expect("m1 and m2 meet")
+        .match_id
+        .clone();
+    let formed = state.match_slot(&m).unwrap().formed_unix;
+    assert!(
+        (before - 1.0..=after + 1.0).contains(&formed),
+        "formed at {formed} on Redis's clock, which read {before}..{after}"
+    );
+    first.flush_async().await.unwrap();
+    drop(lp);
+
+    // The next owner's own clock is an hour ahead of Redis's: the match it restores is as old
+    // as Redis's clock says, not an hour older (which the match timeout would end at once).
+    let next = owner(&url, 2).await;
+    let state = state_on(next);
+    let clock = Clock::start();
+    let (_, restored, _) = state.recover(clock.now()).unwrap();
+    let ages: Vec<f64> = restored.iter().map(|r| clock.now() - r.formed_at).collect();
+    assert_eq!(restored.len(), 1, "{ages:?}");
+    assert_eq!(restored[0].id, m);
+    assert!((0.0..5.0).contains(&ages[0]), "{ages:?}");
 }
