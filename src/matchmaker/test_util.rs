@@ -5,8 +5,8 @@ use crate::ids::{PlayerId, TicketId};
 use crate::matching;
 use crate::state::State;
 
-/// Enters a solo ticket for `player` in 1v1 the way `EnterQueue` does: stored, then sent to the
-/// loop.
+/// Enters a solo ticket for `player` in 1v1 as `EnterQueue` enters a solo player's (no party
+/// record or party clock to keep): created, stored, then sent to the loop.
 pub(super) async fn enter(lp: &mut Loop, player: &str) -> TicketId {
     let state = lp.state.clone();
     let queue = state.queue("queue", "1v1").unwrap();

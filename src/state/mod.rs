@@ -311,7 +311,5 @@ impl State {
 
 /// Unix seconds now (wall clock; used for persisted times and inactivity).
 pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+    crate::store::wall_clock_unix()
 }

@@ -163,7 +163,6 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use super::*;
@@ -282,15 +281,7 @@ mod tests {
         let ended = form(&state, "a", "b");
         let live = form(&state, "c", "d");
         state.persist_matches(&[ended.clone(), live.clone()]);
-        let entry = state
-            .prepare_result(&ended, &[1, 2], &[], &BTreeMap::new(), &[])
-            .unwrap()
-            .entry;
-        state
-            .store()
-            .append_journal(1, std::slice::from_ref(&entry))
-            .unwrap();
-        state.apply_result(&ended, &entry);
+        crate::state::test_util::win(&state, &ended);
         let names = |state: &State| -> Vec<String> {
             let (stored, _) = state.store().load_matches().unwrap();
             let mut names: Vec<String> = stored

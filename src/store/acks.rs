@@ -95,6 +95,12 @@ impl AckRecord {
         }
     }
 
+    /// The acknowledgement a result's journal entry carries, timed as the entry.
+    #[must_use]
+    pub fn of_entry(entry: &super::JournalEntry) -> Self {
+        Self::applied(entry.ack.clone(), entry.applied_unix)
+    }
+
     /// The time the retention counts from: when the result was applied, or for an
     /// acknowledgement without that time, when match `id` formed; `None` (kept) when the id
     /// carries no time either.

@@ -382,7 +382,7 @@ impl Storage for MemoryStore {
         for (i, entry) in entries.iter().enumerate() {
             data.journal.insert(first_seq + i as u64, entry.clone());
             if entry.kind == EntryKind::Result {
-                let record = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
+                let record = AckRecord::of_entry(entry);
                 data.acks.insert(entry.match_id.clone(), record);
             }
             data.append_history(entry.history.as_ref());

@@ -135,9 +135,7 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// node shares, so a node whose own clock is off or steps stamps and reads the same times
     /// as the others; the embedded stores answer this machine's wall clock.
     fn now_unix(&self) -> f64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64())
+        wall_clock_unix()
     }
 
     // Players and parties.
@@ -566,6 +564,13 @@ pub fn segment_bounds(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
         bounds.push(start..sizes.len());
     }
     bounds
+}
+
+/// This machine's wall clock, in Unix seconds (0 before the epoch).
+pub fn wall_clock_unix() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Records past which a batch's synchronous work (encoding, applying) is [`heavy`].

@@ -181,7 +181,7 @@ impl RedisStore {
                 seq.to_string().into(),
             ));
             if entry.kind == EntryKind::Result {
-                let record = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
+                let record = AckRecord::of_entry(entry);
                 batch.push(Op::Set(
                     Hash::Acks,
                     entry.match_id.to_string(),

@@ -22,7 +22,7 @@ impl SledStore {
         for (i, entry) in entries.iter().enumerate() {
             batch.insert(journal_key(first_seq + i as u64), encode(entry)?);
             if entry.kind == EntryKind::Result {
-                let ack = AckRecord::applied(entry.ack.clone(), entry.applied_unix);
+                let ack = AckRecord::of_entry(entry);
                 Self::ack_into(&mut batch, &entry.match_id, &ack)?;
             }
             if let Some(season) = &entry.season {
