@@ -177,8 +177,8 @@ impl KeySetServer {
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
                     }
-                    *counted.lock().unwrap() += 1;
                     let body = served.lock().unwrap().clone();
+                    *counted.lock().unwrap() += 1;
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
                          content-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -384,6 +384,16 @@ async fn a_cluster_node_takes_over_with_the_keys_it_read_while_the_provider_is_d
     let first = nodes["n1"].channel().await;
     common::poll_until("the cluster answers a token of the published key", || {
         answers(first.clone())
+    })
+    .await;
+    // Both nodes read the key set when they start; the standby's read may come after the owner
+    // answers, so wait for it before breaking the provider.
+    common::poll_until("both nodes fetched the key set", || async {
+        if idp.fetches() >= 2 {
+            Ok(())
+        } else {
+            Err(idp.fetches())
+        }
     })
     .await;
     // The provider breaks (its key set no longer parses); the owner dies.
