@@ -213,17 +213,7 @@ impl State {
         if !store.keeps_tickets() {
             return;
         }
-        let stored = crate::store::StoredTicket {
-            ticket_id: slot.id.clone(),
-            queue: slot.queue.to_string(),
-            players: slot.players.clone(),
-            entered_unix: store.now_unix() - (now - entry.entered_at).max(0.0),
-            party_skill: entry.party_skill,
-            region_latency_ms: entry.region_latency_ms.clone(),
-            roles: entry.roles.clone(),
-            attributes: entry.attributes.clone(),
-            avoid: entry.avoid.clone(),
-        };
+        let stored = super::tickets::stored_ticket(store.as_ref(), slot, entry, now);
         if let Err(e) = store.put_ticket(&stored) {
             tracing::warn!(ticket = %slot.id, error = %e, "could not store a requeued ticket");
         }
