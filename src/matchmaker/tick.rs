@@ -229,6 +229,7 @@ impl Loop {
                 "cancelled matches with no result after the match timeout"
             );
         }
+        state.prune_placed();
         // After the cancels, which free players.
         let forgotten = state.forget_idle_unrated_players();
         if forgotten > 0 {

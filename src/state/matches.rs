@@ -241,7 +241,7 @@ impl State {
     /// Places a FORMED match on a registered server of its region (round-robin), reserving room
     /// in the server's stream. The caller persists the allocation ([`State::persist_matches`])
     /// and then delivers it ([`State::deliver_when_durable`]).
-    pub fn try_allocate(&self, m: &MatchSlot) -> Allocation {
+    pub fn try_allocate(&self, m: &Arc<MatchSlot>) -> Allocation {
         let assignment = {
             let inner = m.lock();
             if inner.phase != MatchPhase::Formed {
@@ -274,6 +274,9 @@ impl State {
             }
             inner.phase = MatchPhase::Allocated;
             inner.assignment = placement.assignment.clone();
+            drop(inner);
+            let address = &placement.assignment.server_address;
+            registry.placed.add(address, m.clone(), |m| self.is_live(m));
             placement
         };
         #[cfg(test)]
@@ -380,9 +383,9 @@ impl State {
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         let mut held = 0u32;
         let mut unstarted = Vec::new();
-        for m in self.inner.matches.iter() {
+        for m in registry.placed.live_on(&address, |m| self.is_live(m)) {
             let (phase, assignment) = {
-                let inner = m.value().lock();
+                let inner = m.lock();
                 (inner.phase, inner.assignment.clone())
             };
             if assignment.server_address != address {
@@ -402,6 +405,31 @@ impl State {
         registry.register(server);
         metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
         (rx, unstarted)
+    }
+
+    /// Whether `m` is still live (not ended and forgotten).
+    fn is_live(&self, m: &Arc<MatchSlot>) -> bool {
+        self.inner
+            .matches
+            .get(&m.id)
+            .is_some_and(|e| Arc::ptr_eq(e.value(), m))
+    }
+
+    /// Notes a restored match placed on a server before (a new owner of the queues): the
+    /// server finds it when it registers again.
+    pub(super) fn note_placed(&self, m: &Arc<MatchSlot>, address: &str) {
+        if address.is_empty() {
+            return;
+        }
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        registry.placed.add(address, m.clone(), |m| self.is_live(m));
+    }
+
+    /// Forgets the ended matches noted on addresses whose server is gone (the sweep): a server
+    /// that never comes back leaves nothing.
+    pub fn prune_placed(&self) {
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        registry.prune_placed(|m| self.is_live(m));
     }
 
     /// Drops every server stream (graceful shutdown closes them this way).

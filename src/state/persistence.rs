@@ -324,6 +324,8 @@ impl State {
             }
             drop(guards);
             self.inner.matches.insert(slot.id.clone(), slot.clone());
+            let address = slot.lock().assignment.server_address.clone();
+            self.note_placed(&slot, &address);
             restored.push(slot);
             live.push(m);
         }

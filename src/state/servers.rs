@@ -1,6 +1,6 @@
 //! Registered game servers (`ServeMatches` streams) and the round-robin choice among them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -70,6 +70,90 @@ impl ServerHandle {
 pub struct ServerRegistry {
     servers: Vec<ServerHandle>,
     cursor: BTreeMap<String, usize>,
+    /// The live matches placed on each address, so that a server registering again finds its
+    /// own without a look at every live match (all game servers register again after a
+    /// failover, each holding the registry meanwhile).
+    pub placed: PlacedIndex<Arc<super::MatchSlot>>,
+}
+
+/// Items kept per address, pruned of the ones no longer live. An address keeps its items
+/// while its server is away (it may come back); a list is pruned when it has doubled since its
+/// last pruning, when its items are taken, and by [`PlacedIndex::prune_away`] for addresses
+/// whose server is gone, so that neither a busy address nor one that never comes back grows
+/// without bound.
+#[derive(Debug)]
+pub struct PlacedIndex<T> {
+    by_address: HashMap<String, Placed<T>>,
+}
+
+#[derive(Debug)]
+struct Placed<T> {
+    items: Vec<T>,
+    /// Items left after the last pruning.
+    kept: usize,
+}
+
+impl<T> Default for PlacedIndex<T> {
+    fn default() -> Self {
+        Self {
+            by_address: HashMap::new(),
+        }
+    }
+}
+
+/// A list is pruned when it reaches twice what its last pruning kept (and at least this).
+const PRUNE_AT_LEAST: usize = 32;
+
+impl<T: Clone> PlacedIndex<T> {
+    /// Notes `item` on `address`; `live` tells the items to keep when the list is pruned.
+    pub fn add(&mut self, address: &str, item: T, live: impl Fn(&T) -> bool) {
+        let placed = self
+            .by_address
+            .entry(address.to_owned())
+            .or_insert_with(|| Placed {
+                items: Vec::new(),
+                kept: 0,
+            });
+        placed.items.push(item);
+        if placed.items.len() >= (2 * placed.kept).max(PRUNE_AT_LEAST) {
+            placed.items.retain(|i| live(i));
+            placed.kept = placed.items.len();
+        }
+    }
+
+    /// The live items of `address` (the others are dropped).
+    pub fn live_on(&mut self, address: &str, live: impl Fn(&T) -> bool) -> Vec<T> {
+        let Some(placed) = self.by_address.get_mut(address) else {
+            return Vec::new();
+        };
+        placed.items.retain(|i| live(i));
+        placed.kept = placed.items.len();
+        if placed.items.is_empty() {
+            self.by_address.remove(address);
+            return Vec::new();
+        }
+        placed.items.clone()
+    }
+
+    /// Prunes the lists of the addresses `away` says have no server now, and drops the empty
+    /// ones: their items are pruned by nothing else. Returns the items kept on them.
+    pub fn prune_away(&mut self, away: impl Fn(&str) -> bool, live: impl Fn(&T) -> bool) -> usize {
+        let mut kept = 0;
+        self.by_address.retain(|address, placed| {
+            if away(address) {
+                placed.items.retain(|i| live(i));
+                placed.kept = placed.items.len();
+                kept += placed.kept;
+            }
+            !placed.items.is_empty()
+        });
+        kept
+    }
+
+    /// Addresses with a list.
+    pub fn addresses(&self) -> usize {
+        self.by_address.len()
+    }
 }
 
 impl ServerRegistry {
@@ -100,6 +184,20 @@ impl ServerRegistry {
             .iter()
             .find(|s| s.address == address && !s.tx.is_closed())
             .map(|s| s.tx.clone())
+    }
+
+    /// Prunes the matches noted on addresses with no connected server
+    /// ([`PlacedIndex::prune_away`]).
+    pub fn prune_placed(&mut self, live: impl Fn(&Arc<super::MatchSlot>) -> bool) {
+        let servers = &self.servers;
+        self.placed.prune_away(
+            |address| {
+                !servers
+                    .iter()
+                    .any(|s| s.address == address && !s.tx.is_closed())
+            },
+            live,
+        );
     }
 
     /// Connected servers.
@@ -234,5 +332,42 @@ mod tests {
         }
         let _live = server(&mut r, "live:7777", "eu", 0);
         assert_eq!(r.len(), 1, "only the open stream is registered");
+    }
+
+    #[test]
+    fn an_address_keeps_its_live_items_and_its_list_stays_within_twice_them() {
+        let live = |i: &u32| i % 10 == 0;
+        let mut index = PlacedIndex::default();
+        for i in 0..10_000u32 {
+            index.add("a", i, live);
+            index.add("b", i, |_| true);
+        }
+        // "a" keeps one item in ten: pruned as it doubles, it never holds many more.
+        let a = index.by_address["a"].items.len();
+        assert!(a <= 2 * 1_000 + PRUNE_AT_LEAST, "{a}");
+        assert_eq!(
+            index.live_on("a", live),
+            (0..10_000).step_by(10).collect::<Vec<_>>()
+        );
+        assert_eq!(index.live_on("b", |_| true).len(), 10_000);
+        assert!(index.live_on("nobody", live).is_empty());
+        // Taking an address's items when none is live forgets the address.
+        assert!(index.live_on("a", |_| false).is_empty());
+        assert_eq!(index.addresses(), 1);
+    }
+
+    #[test]
+    fn an_address_whose_server_is_away_is_pruned_and_forgotten_once_empty() {
+        let mut index = PlacedIndex::default();
+        for i in 0..5u32 {
+            index.add("away", i, |_| true);
+            index.add("here", i, |_| true);
+        }
+        // Only the addresses said to be away are pruned.
+        assert_eq!(index.prune_away(|a| a == "away", |i| *i < 2), 2);
+        assert_eq!(index.live_on("away", |_| true), vec![0, 1]);
+        assert_eq!(index.live_on("here", |_| true).len(), 5);
+        assert_eq!(index.prune_away(|a| a == "away", |_| false), 0);
+        assert_eq!(index.addresses(), 1);
     }
 }
