@@ -666,3 +666,61 @@ async fn a_match_without_a_result_past_the_match_timeout_frees_its_players() {
     let v = rating_of(&server, "stuck2", "1v1").await;
     assert_eq!((v.status.as_str(), v.games), ("idle", 0));
 }
+
+/// A repeated report whose acknowledgement the retention trimmed is refused over gRPC as past
+/// the retention, and changes nothing: the result stays applied once. So is a report of an id
+/// minted before the retention.
+#[tokio::test]
+async fn a_report_past_the_acknowledgement_retention_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = TestServer::start_in(&data, "").await;
+    let mut client = server.client().await;
+    let m = form_match(&mut client, "1v1", &[&["kept-a"], &["kept-b"]]).await;
+    let placements = placements_with_winner(&m, "kept-a");
+    server
+        .game_server()
+        .await
+        .report_match_result(report(&m.match_id, placements.clone()))
+        .await
+        .unwrap();
+    let applied = rating_of(&server, "kept-a", "1v1").await;
+    server.stop().await.unwrap();
+    // Days later the trim (every minute, on every backend) has taken the acknowledgement.
+    {
+        let store =
+            matchmaker::store::open(&data, &Config::from_toml_str("").unwrap().store).unwrap();
+        let later = store.now_unix() + 3.0 * 86_400.0;
+        assert_eq!(store.trim_acks(later, usize::MAX).unwrap(), 1);
+        store.flush().unwrap();
+    }
+    let server = TestServer::start_in(&data, "").await;
+    let gs = server.game_server().await;
+    let refused = gs
+        .clone()
+        .report_match_result(report(&m.match_id, placements))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains(&m.match_id)
+            && refused
+                .message()
+                .contains("was completed and its result applied")
+            && refused.message().contains("ack_retention_seconds"),
+        "{refused:?}"
+    );
+    assert_eq!(rating_of(&server, "kept-a", "1v1").await, applied);
+    // Minted at 1 s past the epoch: neither live nor in the history, long past any retention.
+    let ancient = "m-0000000003e8ffffffffffffffffffff";
+    let refused = gs
+        .clone()
+        .report_match_result(report(ancient, vec![1, 2]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains(ancient) && refused.message().contains("formed longer ago"),
+        "{refused:?}"
+    );
+}
