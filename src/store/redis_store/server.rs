@@ -9,6 +9,10 @@ use std::time::{Duration, Instant};
 /// How long a started server gets to answer PING.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many free ports a server is started on before it gives up: a port found free can be
+/// taken by another process before the server binds it, and the server then exits.
+const PORT_TRIES: usize = 5;
+
 /// A running Redis server owned by this process.
 pub struct RedisServer {
     child: Option<Child>,
@@ -58,7 +62,7 @@ impl RedisServer {
         client: super::RedisTls,
     ) -> Result<Self, RedisServerError> {
         let path = |p: &std::path::Path| p.display().to_string();
-        let mut server = Self::create(vec![
+        let extra = vec![
             "--tls-cert-file".into(),
             path(cert_file),
             "--tls-key-file".into(),
@@ -67,25 +71,33 @@ impl RedisServer {
             path(ca_file),
             "--tls-auth-clients".into(),
             "yes".into(),
-        ])?;
-        server.tls = Some(client);
-        server.spawn()?;
-        Ok(server)
+        ];
+        Self::launch(extra, Some(client))
     }
 
     fn start_with(extra: Vec<String>) -> Result<Self, RedisServerError> {
-        let mut server = Self::create(extra)?;
-        server.spawn()?;
-        Ok(server)
+        Self::launch(extra, None)
+    }
+
+    /// Creates and starts a server, on another free port when the one it was given was taken
+    /// before it bound it (up to [`PORT_TRIES`] ports).
+    fn launch(extra: Vec<String>, tls: Option<super::RedisTls>) -> Result<Self, RedisServerError> {
+        let mut tries = 1;
+        loop {
+            let mut server = Self::create(extra.clone())?;
+            server.tls = tls.clone();
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(NotServing::Exited(_)) if tries < PORT_TRIES => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// A server not started yet, on a free port and in a new directory.
     fn create(extra: Vec<String>) -> Result<Self, RedisServerError> {
         let binary = find_binary().ok_or(RedisServerError::Missing)?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| RedisServerError::Start(format!("no free port: {e}")))?
-            .port();
+        let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("matchmaker-redis-{}", crate::ids::new_id("r")));
         std::fs::create_dir_all(&dir)
@@ -100,7 +112,8 @@ impl RedisServer {
         })
     }
 
-    fn spawn(&mut self) -> Result<(), RedisServerError> {
+    /// Starts the server on its port and directory; returns once it answers there.
+    fn spawn(&mut self) -> Result<(), NotServing> {
         let port = self.port.to_string();
         let ports: &[&str] = match self.tls {
             None => &["--port", &port],
@@ -129,24 +142,19 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| RedisServerError::Start(format!("{}: {e}", self.binary.display())))?;
-        self.child = Some(child);
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let ping = super::conn::client(&self.url(), self.tls.as_ref())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c));
-            match ping {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(RedisServerError::Start(format!(
-                        "no answer on port {} within {START_TIMEOUT:?}: {e}",
-                        self.port
-                    )));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
+            .map_err(|e| {
+                NotServing::Failed(RedisServerError::Start(format!(
+                    "{}: {e}",
+                    self.binary.display()
+                )))
+            })?;
+        let url = self.url();
+        let child = self.child.insert(child);
+        let served = serving(child, &url, self.tls.as_ref(), self.port);
+        if served.is_err() {
+            self.kill();
         }
+        served
     }
 
     /// `redis://127.0.0.1:PORT/0` (`rediss://` when it takes only TLS).
@@ -175,7 +183,7 @@ impl RedisServer {
     /// Starts it again on the same port and directory (the AOF is replayed).
     pub fn restart(&mut self) -> Result<(), RedisServerError> {
         self.kill();
-        self.spawn()
+        self.spawn().map_err(RedisServerError::from)
     }
 }
 
@@ -183,6 +191,70 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Why a started server does not serve.
+enum NotServing {
+    /// It exited before it answered: its port was taken, say.
+    Exited(String),
+    Failed(RedisServerError),
+}
+
+impl From<NotServing> for RedisServerError {
+    fn from(e: NotServing) -> Self {
+        match e {
+            NotServing::Exited(why) => RedisServerError::Start(why),
+            NotServing::Failed(e) => e,
+        }
+    }
+}
+
+/// A loopback port free when asked.
+fn free_port() -> Result<u16, RedisServerError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| RedisServerError::Start(format!("no free port: {e}")))
+}
+
+/// Waits until `child`, a server just started on `port`, answers PING on `url` (so it has
+/// loaded its data) as itself: `INFO server` names its process id, where a server of another
+/// process that took the port meanwhile names another. Fails at once when `child` exits.
+fn serving(
+    child: &mut Child,
+    url: &str,
+    tls: Option<&super::RedisTls>,
+    port: u16,
+) -> Result<(), NotServing> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let itself = format!("process_id:{}", child.id());
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(NotServing::Exited(format!(
+                "redis-server on port {port} exited before it answered ({status}); is the port \
+                 taken?"
+            )));
+        }
+        let answered = super::conn::client(url, tls)
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| {
+                // Not for ever on a port that another kind of server took.
+                c.set_read_timeout(Some(Duration::from_secs(1)))?;
+                ::redis::cmd("PING").query::<String>(&mut c)?;
+                ::redis::cmd("INFO").arg("server").query::<String>(&mut c)
+            });
+        let seen = match answered {
+            Ok(info) if info.lines().any(|l| l.trim() == itself) => return Ok(()),
+            Ok(_) => "another process answers on the port".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if Instant::now() > deadline {
+            return Err(NotServing::Failed(RedisServerError::Start(format!(
+                "no answer on port {port} within {START_TIMEOUT:?}: {seen}"
+            ))));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -510,31 +582,10 @@ impl RedisSentinels {
                 servers[0].port.to_string(),
             ])?);
         }
-        let sentinel_port = RedisServer::create(Vec::new())?.port;
         let dir = servers[0].dir.join("sentinel");
         std::fs::create_dir_all(&dir)
             .map_err(|e| RedisServerError::Start(format!("{}: {e}", dir.display())))?;
-        let conf = dir.join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {sentinel_port}\nbind 127.0.0.1\ndir {}\n\
-                 sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
-                 sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
-                 sentinel failover-timeout {SENTINEL_SERVICE} 2000\n\
-                 requirepass {SENTINEL_PASSWORD}\n",
-                dir.display(),
-                servers[0].port
-            ),
-        )
-        .map_err(|e| RedisServerError::Start(format!("{}: {e}", conf.display())))?;
-        let sentinel = Command::new(&servers[0].binary)
-            .arg(&conf)
-            .args(["--sentinel", "--logfile", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| RedisServerError::Start(format!("sentinel: {e}")))?;
+        let (sentinel, sentinel_port) = Self::start_sentinel(&servers[0], &dir)?;
         let sentinels = Self {
             servers,
             sentinel: Some(sentinel),
@@ -559,6 +610,51 @@ impl RedisSentinels {
             },
         )?;
         Ok(sentinels)
+    }
+
+    /// Starts the sentinel watching `primary`, its files in `dir`, on a free port (another
+    /// when the one it was given was taken before it bound it); returns it and its port once
+    /// it answers.
+    fn start_sentinel(
+        primary: &RedisServer,
+        dir: &std::path::Path,
+    ) -> Result<(Child, u16), RedisServerError> {
+        let mut tries = 1;
+        loop {
+            let port = free_port()?;
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 1\n\
+                     sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n\
+                     sentinel failover-timeout {SENTINEL_SERVICE} 2000\n\
+                     requirepass {SENTINEL_PASSWORD}\n",
+                    dir.display(),
+                    primary.port
+                ),
+            )
+            .map_err(|e| RedisServerError::Start(format!("{}: {e}", conf.display())))?;
+            let mut sentinel = Command::new(&primary.binary)
+                .arg(&conf)
+                .args(["--sentinel", "--logfile", ""])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| RedisServerError::Start(format!("sentinel: {e}")))?;
+            match serving(&mut sentinel, &sentinel_url(port), None, port) {
+                Ok(()) => return Ok((sentinel, port)),
+                Err(e) => {
+                    let _ = sentinel.kill();
+                    let _ = sentinel.wait();
+                    match e {
+                        NotServing::Exited(_) if tries < PORT_TRIES => tries += 1,
+                        e => return Err(e.into()),
+                    }
+                }
+            }
+        }
     }
 
     /// `redis+sentinel://127.0.0.1:PORT/mm-primary/0?sentinel_password=...`.
@@ -623,15 +719,7 @@ impl RedisSentinels {
     }
 
     fn sentinel_query(&self, args: &[&str]) -> Result<::redis::Value, RedisServerError> {
-        let url = format!(
-            "redis://:{}@127.0.0.1:{}",
-            percent_encoding::utf8_percent_encode(
-                SENTINEL_PASSWORD,
-                percent_encoding::NON_ALPHANUMERIC
-            ),
-            self.sentinel_port
-        );
-        query_at(&url, "sentinel", args)
+        query_at(&sentinel_url(self.sentinel_port), "sentinel", args)
     }
 
     fn info(&self, server: usize, section: &str) -> Result<String, RedisServerError> {
@@ -658,6 +746,17 @@ impl Drop for RedisSentinels {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The URL of the sentinel on `port` as a plain client of it (with its password).
+fn sentinel_url(port: u16) -> String {
+    format!(
+        "redis://:{}@127.0.0.1:{port}",
+        percent_encoding::utf8_percent_encode(
+            SENTINEL_PASSWORD,
+            percent_encoding::NON_ALPHANUMERIC
+        )
+    )
 }
 
 /// Polls `done` every 50 ms until it says so, for up to [`START_TIMEOUT`]; the error names
