@@ -52,6 +52,14 @@ impl RedisServer {
         Self::start_with(Vec::new())
     }
 
+    /// [`RedisServer::start`] with `appendfsync always`: the server writes and syncs its AOF
+    /// before it answers, so a SIGKILL loses nothing it acknowledged. (With `everysec` it may
+    /// put the write off for up to two seconds while a background sync is slow, answering
+    /// meanwhile.)
+    pub fn start_fsync_always() -> Result<Self, RedisServerError> {
+        Self::start_with(vec!["--appendfsync".into(), "always".into()])
+    }
+
     /// Starts a server that takes only TLS on its port: its certificate `cert_file` with
     /// `key_file`, and clients must present a certificate that chains to `ca_file`
     /// (`tls-auth-clients yes`). `client` is what its own checks connect with.
