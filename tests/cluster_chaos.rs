@@ -322,13 +322,19 @@ async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
         for n in &nodes {
             channels.push(n.channel().await);
         }
-        // Every other round kills the owner; the others a random node.
+        // Every other round kills the owner (once some node owns the queues: the first round
+        // starts with nodes just started); the others a random node.
         let victim = if r % 2 == 0 {
-            let owner = lease_holder(&redis);
+            common::queues_answer(&channels[0]).await;
+            let owner = common::poll_until("the lease names a node", || {
+                let owner = lease_holder(&redis);
+                async move { owner.ok_or("no owner") }
+            })
+            .await;
             names
                 .iter()
-                .position(|n| Some(*n) == owner.as_deref())
-                .unwrap_or(0)
+                .position(|n| *n == owner)
+                .unwrap_or_else(|| panic!("the lease names {owner}, no node of the test"))
         } else {
             rng.random_range(0..nodes.len())
         };
