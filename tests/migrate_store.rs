@@ -436,19 +436,8 @@ fn expected_count(counts: &matchmaker::tools::migrate_store::Counts, key: &str) 
 async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certificate_flags() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    {
-        // Two rated players: a player who only queued has no record to move.
-        let server = TestServer::start_in(&data, "").await;
-        let channel = server.channel().await;
-        let mut offers =
-            common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
-        let mut client = ClientServiceClient::new(channel.clone());
-        common::enter(&mut client, "1v1", &["moved"]).await;
-        common::enter(&mut client, "1v1", &["other"]).await;
-        let m = common::next(&mut offers).await;
-        common::report_winner_on(&channel, &m, "moved").await;
-    }
+    // Two rated players: a player who only queued has no record to move.
+    played_once(&data, "moved", "other").await;
     let (redis, cert_file, key_file, _) = common::tls_redis(dir.path());
 
     // Half a client certificate is refused before anything is read, naming the missing flag.
@@ -478,27 +467,7 @@ async fn a_migration_reaches_a_redis_that_takes_only_tls_with_the_nodes_certific
 async fn a_migration_into_a_keyspace_is_what_a_cluster_in_that_keyspace_loads() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    {
-        let server = TestServer::start_in(&data, "").await;
-        let channel = server.channel().await;
-        let mut offers =
-            common::serve(&mut GameServerServiceClient::new(channel.clone()), "gs:1").await;
-        common::enter(
-            &mut ClientServiceClient::new(channel.clone()),
-            "1v1",
-            &["moved"],
-        )
-        .await;
-        common::enter(
-            &mut ClientServiceClient::new(channel.clone()),
-            "1v1",
-            &["other"],
-        )
-        .await;
-        let m = common::next(&mut offers).await;
-        common::report_winner_on(&channel, &m, "moved").await;
-    }
+    played_once(&data, "moved", "other").await;
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
 
     // A keyspace that is no hash tag is refused before anything is written, naming the flag.
