@@ -416,6 +416,17 @@ impl ServerProcess {
         self.times_logged(text) > 0
     }
 
+    /// Waits until some line of the log contains `text`: a line the server wrote before an
+    /// effect the test saw (an answer, a status) reaches the log a moment later, through the
+    /// thread that reads it.
+    pub async fn wait_logged(&self, text: &str) {
+        poll_until(&format!("the server logs {text:?}"), || {
+            let found = self.logged(text);
+            async move { if found { Ok(()) } else { Err("not yet") } }
+        })
+        .await;
+    }
+
     /// How many lines of the log contain `text`.
     pub fn times_logged(&self, text: &str) -> usize {
         self.log
