@@ -63,7 +63,12 @@ const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Ser
 
 /// Waits until the node behind `channel` holds a current standby copy.
 async fn copy_loaded(channel: &Channel) {
-    common::poll_until("the standby's copy is loaded", || {
+    copy_loaded_within(channel, common::EVENT_TIMEOUT).await;
+}
+
+/// [`copy_loaded`] waiting up to `timeout` (a node reads its copy a lease after it starts).
+async fn copy_loaded_within(channel: &Channel, timeout: std::time::Duration) {
+    common::poll_until_within("the standby's copy is loaded", timeout, || {
         let channel = channel.clone();
         async move {
             match standby_status(&channel).await {
@@ -246,14 +251,15 @@ async fn with_standby_off_a_node_that_does_not_own_the_queues_is_serving_on_stan
 async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    // A 3 s lease: a node reads no copy in its first lease, so the two started last hold none
-    // when the owner stops.
-    let config = common::cluster_config(dir.path(), &redis.url(), 3000, "");
+    // A node reads no copy in its first lease: with a 10 s lease, the two started last still
+    // hold none when the owner stops a few seconds later.
+    let lease = std::time::Duration::from_secs(10);
+    let config = common::cluster_config(dir.path(), &redis.url(), lease.as_millis() as u64, "");
     let owner = common::cluster_node(&config, "n1", None);
     ready(&owner.channel().await).await;
     let warm = common::cluster_node(&config, "n2", None);
     let channel = warm.channel().await;
-    copy_loaded(&channel).await;
+    copy_loaded_within(&channel, lease + common::EVENT_TIMEOUT).await;
     let listed = |node: &'static str| {
         let redis = &redis;
         move || {
@@ -271,22 +277,35 @@ async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() 
         .iter()
         .map(|n| common::cluster_node(&config, n, None))
         .collect();
+    let mut cold_channels = Vec::new();
     for node in &cold {
         let channel = node.channel().await;
         ready(&channel).await;
-        assert_ne!(standby_status(&channel).await.unwrap(), SERVING);
+        cold_channels.push(channel);
     }
-    // A graceful stop gives the lease up: every other node finds it free at its next try.
+    for (node, channel) in ["n3", "n4"].iter().zip(&cold_channels) {
+        assert_ne!(
+            standby_status(channel).await.unwrap(),
+            SERVING,
+            "{node} holds no copy yet when the owner stops"
+        );
+    }
+    // A graceful stop gives the lease up: every other node finds it free at its next try (or,
+    // should the release fail, once the lease expires).
     owner.signal("TERM");
-    let holder = common::poll_until("another node owns the queues", || {
-        let holder = lease_holder(&redis);
-        async move {
-            match holder {
-                Some(h) if h != "n1" => Ok(h),
-                other => Err(format!("{other:?}")),
+    let holder = common::poll_until_within(
+        "another node owns the queues",
+        lease + common::EVENT_TIMEOUT,
+        || {
+            let holder = lease_holder(&redis);
+            async move {
+                match holder {
+                    Some(h) if h != "n1" => Ok(h),
+                    other => Err(format!("{other:?}")),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(holder, "n2", "a node without a copy took the queues");
     ready(&channel).await;

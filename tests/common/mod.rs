@@ -30,18 +30,32 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// with `what` and the last `Err` (what was seen instead) once [`EVENT_TIMEOUT`] has passed.
 /// The bound is on how long the test waits, not on how long the server takes: a fast server
 /// passes at the first look.
-pub async fn poll_until<T, E, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
+pub async fn poll_until<T, E, Fut>(what: &str, probe: impl FnMut() -> Fut) -> T
 where
     E: std::fmt::Debug,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+    poll_until_within(what, EVENT_TIMEOUT, probe).await
+}
+
+/// [`poll_until`] waiting up to `timeout`: for state that comes only after a wait of the
+/// product's own (a lease), given as that wait plus [`EVENT_TIMEOUT`].
+pub async fn poll_until_within<T, E, Fut>(
+    what: &str,
+    timeout: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> T
+where
+    E: std::fmt::Debug,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
         match probe().await {
             Ok(done) => return done,
             Err(seen) => assert!(
                 tokio::time::Instant::now() < deadline,
-                "{what}: not within {EVENT_TIMEOUT:?}; last seen: {seen:?}"
+                "{what}: not within {timeout:?}; last seen: {seen:?}"
             ),
         }
         tokio::time::sleep(POLL_INTERVAL).await;
