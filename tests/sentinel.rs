@@ -13,6 +13,7 @@ use matchmaker::proto;
 use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
 use matchmaker::store::RedisSentinels;
+use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
 /// Any two waiting players pair at once.
@@ -57,16 +58,70 @@ async fn report(channel: &Channel, m: &proto::MatchAssignment) -> proto::MatchRe
     .await
 }
 
+/// A game server registered as `sentinel:1` through one node.
+struct GameServer {
+    channel: Channel,
+    offers: tonic::Streaming<proto::MatchAssignment>,
+}
+
+impl GameServer {
+    async fn register(channel: &Channel) -> Self {
+        Self {
+            channel: channel.clone(),
+            offers: Self::serve(channel).await,
+        }
+    }
+
+    /// Its match stream, opened again while the cluster changes owner.
+    async fn serve(channel: &Channel) -> tonic::Streaming<proto::MatchAssignment> {
+        common::poll_until("the game server registers", || {
+            let mut gs = GameServerServiceClient::new(channel.clone());
+            async move {
+                gs.serve_matches(proto::ServeMatchesRequest {
+                    server_address: "sentinel:1".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(tonic::Response::into_inner)
+            }
+        })
+        .await
+    }
+
+    /// The next match offered. The node relays the stream to the next owner only while one
+    /// comes within twice the lease and a second, which a Sentinel failover can exceed: the
+    /// stream then ends UNAVAILABLE, and the game server registers again, which sends it the
+    /// matches allocated to it and not started.
+    async fn next(&mut self) -> proto::MatchAssignment {
+        for _ in 0..3 {
+            let offered = tokio::time::timeout(common::EVENT_TIMEOUT, self.offers.next())
+                .await
+                .expect("a match offered within the timeout");
+            match offered {
+                Some(Ok(m)) => return m,
+                Some(Err(e)) if e.code() != tonic::Code::Unavailable => {
+                    panic!("the match stream failed: {e}")
+                }
+                ended => {
+                    eprintln!("the match stream ended ({ended:?}); registering again");
+                    self.offers = Self::serve(&self.channel).await;
+                }
+            }
+        }
+        panic!("the match stream ended three times over");
+    }
+}
+
 /// The next match offered in `1v1`, entered as `players` through `channel`.
 async fn play(
     channel: &Channel,
-    offers: &mut tonic::Streaming<proto::MatchAssignment>,
+    game_server: &mut GameServer,
     players: [&str; 2],
 ) -> proto::MatchAssignment {
     for p in players {
         enter(channel, p).await;
     }
-    let m = common::next(offers).await;
+    let m = game_server.next().await;
     let mut got: Vec<_> = m.teams.iter().map(|t| t.player_ids[0].clone()).collect();
     got.sort();
     assert_eq!(got, players, "the match of the players just queued");
@@ -94,9 +149,8 @@ async fn the_cluster_follows_sentinel_failovers_and_keeps_every_acknowledged_res
     ];
     let (first, second) = (nodes[0].channel().await, nodes[1].channel().await);
     ready(&first).await;
-    let mut gs = GameServerServiceClient::new(second.clone());
-    let mut offers = common::serve(&mut gs, "sentinel:1").await;
-    let m1 = play(&first, &mut offers, ["a1", "b1"]).await;
+    let mut game_server = GameServer::register(&second).await;
+    let m1 = play(&first, &mut game_server, ["a1", "b1"]).await;
     let ack1 = report(&second, &m1).await;
     assert!(!ack1.duplicate);
 
@@ -109,7 +163,7 @@ async fn the_cluster_follows_sentinel_failovers_and_keeps_every_acknowledged_res
     let again = report(&first, &m1).await;
     assert!(again.duplicate, "the result survived the switch-over");
     assert!(common::same_changes(&again.changes, &ack1.changes));
-    let m2 = play(&second, &mut offers, ["a2", "b2"]).await;
+    let m2 = play(&second, &mut game_server, ["a2", "b2"]).await;
     let ack2 = report(&first, &m2).await;
     let switch_over = switched.elapsed();
     assert!(!ack2.duplicate, "results are written on the new primary");
@@ -126,7 +180,7 @@ async fn the_cluster_follows_sentinel_failovers_and_keeps_every_acknowledged_res
     }
     let view = common::player_on(&first, "a2", "1v1").await;
     assert_eq!(view.games, 1);
-    let m3 = play(&first, &mut offers, ["a3", "b3"]).await;
+    let m3 = play(&first, &mut game_server, ["a3", "b3"]).await;
     let ack3 = report(&second, &m3).await;
     eprintln!(
         "once Sentinel's new primary had its replicas: a match played and its result \
