@@ -326,13 +326,10 @@ async fn a_fetched_key_set_gives_no_shared_secret_and_an_empty_one_keeps_the_key
 
 #[tokio::test]
 async fn a_key_set_that_cannot_be_fetched_stops_the_server_before_it_serves() {
-    let dead = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap()
-    };
-    let mut config = matchmaker::config::Config::from_toml_str(&format!(
-        "[auth]\nenabled = true\njwt_secret = \"\"\njwks_url = \"http://{dead}/jwks.json\"\n"
-    ))
+    // Nothing listens on port 1: the fetch is refused.
+    let mut config = matchmaker::config::Config::from_toml_str(
+        "[auth]\nenabled = true\njwt_secret = \"\"\njwks_url = \"http://127.0.0.1:1/jwks.json\"\n",
+    )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     config.server.data_dir = dir.path().join("data");
