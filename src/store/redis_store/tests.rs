@@ -135,14 +135,22 @@ fn script_calls(url: &str) -> u64 {
 fn flushed_writes_survive_a_redis_crash_and_restart() {
     with_redis(|server, runtime| {
         let url = server.url();
+        // `always`: Redis writes its AOF before it answers, so a process crash right after the
+        // flush loses nothing. (`everysec` puts the write off while a slow background sync
+        // runs, answering meanwhile.)
+        let client = ::redis::Client::open(url.as_str()).unwrap();
+        let () = ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendfsync")
+            .arg("always")
+            .query(&mut client.get_connection().unwrap())
+            .unwrap();
         set_lease(&url, "1|a|127.0.0.1:1");
         let store = open(&runtime, &url, 1);
         let p1 = PlayerId::new("p1");
         store.put_players(&[(&p1, &record(1234.5))]).unwrap();
         store.flush().unwrap();
         drop(store);
-        // Redis writes its AOF before it answers (appendfsync only decides when the disk syncs),
-        // so a process crash right after the flush loses nothing.
         server.kill();
         server.restart().unwrap();
         let back = open(&runtime, &url, 1);
