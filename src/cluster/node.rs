@@ -170,6 +170,7 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
             for_owner: lease_time * 2 + Duration::from_secs(1),
             for_answer: Duration::from_millis(config.server.request_timeout_ms),
             for_long_answer: Duration::from_millis(config.server.admin_request_timeout_ms),
+            max_in_flight: config.server.max_concurrent_requests,
         },
         config.server.max_message_bytes,
         shutdown.clone(),

@@ -148,6 +148,10 @@ struct Inner {
     peer_tls: Option<PeerTls>,
     /// The cluster's node key, as a header value (marked sensitive).
     node_key: http::HeaderValue,
+    /// Calls this front holds before they are answered or their stream starts
+    /// (`server.max_concurrent_requests`): each may hold a request message of up to
+    /// `max_body`, so this bounds what callers can make a node keep.
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 /// How long a front waits for a call's owner, and for its answer.
@@ -161,6 +165,9 @@ pub struct Waits {
     /// The same for the admin calls that change a whole rating pool
     /// (`server.admin_request_timeout_ms`).
     pub for_long_answer: Duration,
+    /// Calls held at once (`server.max_concurrent_requests`); past it a call is refused
+    /// RESOURCE_EXHAUSTED at once, as a single node sheds it.
+    pub max_in_flight: usize,
 }
 
 /// Marks a call that came on a link opened with the cluster's node key.
@@ -193,6 +200,7 @@ impl Front {
             closing,
             peer_tls,
             node_key,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(waits.max_in_flight.max(1))),
         });
         let metered = tower::Layer::layer(
             &RpcMetricsLayer::new(crate::api::rpc_metrics::CLUSTER_FRONT),
@@ -418,9 +426,17 @@ impl Inner {
             // keeps its side open until it has its answers): passed on as it comes, once.
             return self.pass(parts, body).await;
         }
-        let bytes = match collect(body, self.max_body).await {
-            Ok(b) => b,
-            Err(message) => return status(tonic::Code::ResourceExhausted, &message, false),
+        // A caller that never sends its message holds its place only until its deadline.
+        let bytes = match tokio::time::timeout_at(deadline, collect(body, self.max_body)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(message)) => return status(tonic::Code::ResourceExhausted, &message, false),
+            Err(_) => {
+                return status(
+                    tonic::Code::DeadlineExceeded,
+                    "the request message did not arrive within the call's deadline",
+                    false,
+                );
+            }
         };
         let path = parts.uri.path();
         let resumable = RESUMABLE.contains(&path);
@@ -935,21 +951,24 @@ impl Service<http::Request<axum::body::Body>> for Front {
         let inner = self.inner.clone();
         if request.uri().path() == link::PATH {
             // Another node's link: each of its calls is served as if it came on its own, until
-            // this node stops or its engine does.
+            // this node stops or its engine does. Only a node opens one (it carries the node
+            // key): a link holds many calls on one stream, past the limits a client's calls
+            // meet, and its calls are believed about their clients.
+            if !inner.is_node_key(request.headers().get(NODE_KEY)) {
+                return Box::pin(async {
+                    Ok(status(
+                        tonic::Code::PermissionDenied,
+                        "cluster links are opened by the cluster's nodes only (with the node key)",
+                        false,
+                    ))
+                });
+            }
             let stop = inner.engine_stopped();
             let max_body = inner.max_body;
-            // A link opened with the node key is another node's: its calls are believed about
-            // their clients. Any other counts as a client at the link's own address.
-            let from_node = inner.is_node_key(request.headers().get(NODE_KEY));
-            let peer = crate::limits::peer_ip(request.extensions()).map(connect_info);
             return Box::pin(async move {
                 let serve = move |mut call: http::Request<Body>| {
                     let inner = inner.clone();
-                    if from_node {
-                        call.extensions_mut().insert(FromNode);
-                    } else if let Some(peer) = &peer {
-                        call.extensions_mut().insert(peer.clone());
-                    }
+                    call.extensions_mut().insert(FromNode);
                     async move {
                         // A stream would hold its task until it ended; streams come on calls
                         // of their own.
@@ -966,11 +985,29 @@ impl Service<http::Request<axum::body::Body>> for Front {
                 Ok(link::accept(request.map(Body::new), max_body, stop, serve).await)
             });
         }
+        let Ok(place) = inner.in_flight.clone().try_acquire_owned() else {
+            metrics::counter!(crate::telemetry::REQUESTS_SHED).increment(1);
+            return Box::pin(async {
+                Ok(status(
+                    tonic::Code::ResourceExhausted,
+                    "this node holds server.max_concurrent_requests calls; retry with backoff",
+                    false,
+                ))
+            });
+        };
         if request.headers().contains_key(FORWARDED) {
-            return Box::pin(async move { Ok(inner.forward(request.map(Body::new)).await) });
+            return Box::pin(async move {
+                let answer = inner.forward(request.map(Body::new)).await;
+                drop(place);
+                Ok(answer)
+            });
         }
         let answered = self.metered.call(request.map(Body::new));
-        Box::pin(answered)
+        Box::pin(async move {
+            let answer = answered.await;
+            drop(place);
+            answer
+        })
     }
 }
 

@@ -126,6 +126,17 @@ fn front_answered_within(
     patience: Duration,
     request_timeout: Duration,
 ) -> (watch::Sender<Route>, Front) {
+    front_holding(route, name, patience, request_timeout, 256)
+}
+
+/// [`front_answered_within`], holding at most `max_in_flight` calls at once.
+fn front_holding(
+    route: Route,
+    name: &str,
+    patience: Duration,
+    request_timeout: Duration,
+    max_in_flight: usize,
+) -> (watch::Sender<Route>, Front) {
     let (tx, rx) = watch::channel(route);
     let front = Front::new(
         name.into(),
@@ -134,6 +145,7 @@ fn front_answered_within(
             for_owner: patience,
             for_answer: request_timeout,
             for_long_answer: request_timeout,
+            max_in_flight,
         },
         1 << 20,
         CancellationToken::new(),
@@ -191,7 +203,7 @@ async fn the_owner_believes_a_forwarded_calls_client_address_only_with_the_node_
 }
 
 #[tokio::test]
-async fn a_link_opened_with_the_node_key_is_believed_and_any_other_counts_as_its_own_address() {
+async fn a_link_opened_with_the_node_key_is_believed_and_any_other_refused() {
     let (_route, _owner, addr) = serve_front(owner_route("127.0.0.1:1"), "owner").await;
     let call = || {
         let (parts, ()) = http::Request::builder()
@@ -218,9 +230,10 @@ async fn a_link_opened_with_the_node_key_is_believed_and_any_other_counts_as_its
     );
     let answer = node.call(&call(), Bytes::new()).await.unwrap();
     assert_eq!(seen(&answer), ("10.1.2.3".into(), "no".into()));
+    // Without the key (a client dressed as a node): no call is served on it.
     let stranger = Link::open(channel(), 1 << 20, Default::default());
-    let answer = stranger.call(&call(), Bytes::new()).await.unwrap();
-    assert_eq!(seen(&answer), ("127.0.0.1".into(), "no".into()));
+    let refused = stranger.call(&call(), Bytes::new()).await;
+    assert!(refused.is_err(), "a keyless link served a call");
 }
 
 #[tokio::test]
@@ -296,7 +309,13 @@ async fn a_front_takes_unary_calls_on_a_link_and_refuses_streams_there() {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect_lazy();
-    let link = Link::open(channel, 1 << 20, Default::default());
+    let mut head = http::HeaderMap::new();
+    head.insert(NODE_KEY, http::HeaderValue::from_static(KEY));
+    let link = Link::open(
+        channel,
+        1 << 20,
+        tonic::metadata::MetadataMap::from_headers(head),
+    );
     let call = |path: &str| {
         let (parts, ()) = http::Request::builder()
             .method("POST")
@@ -629,4 +648,40 @@ async fn a_call_sent_once_that_never_left_this_node_waits_for_an_owner_instead_o
         "{}",
         status.message()
     );
+}
+
+/// A front holds at most `server.max_concurrent_requests` calls: past it a call is refused at
+/// once, and a caller that never sends its message holds its place only until its deadline.
+#[tokio::test]
+async fn a_front_holds_so_many_calls_and_a_silent_caller_only_until_its_deadline() {
+    let second = Duration::from_secs(1);
+    let (_route, mut front) = front_holding(owner_route("127.0.0.1:1"), "owner", second, second, 1);
+    let call = |body: Body| {
+        http::Request::builder()
+            .method("POST")
+            .uri("/matchmaker.v1.ClientService/GetPlayer")
+            .header("grpc-timeout", "300m")
+            .body(axum::body::Body::new(body))
+            .unwrap()
+    };
+    let grpc_status = |r: &http::Response<Body>| {
+        tonic::Status::from_header_map(r.headers()).map_or(tonic::Code::Ok, |s| s.code())
+    };
+    // A caller that sends its headers and never its message.
+    let (_keep_open, silent) =
+        tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, std::convert::Infallible>>(1);
+    let silent = Body::new(http_body_util::StreamBody::new(
+        tokio_stream::wrappers::ReceiverStream::new(silent),
+    ));
+    let held = tokio::spawn(front.call(call(silent)));
+    tokio::task::yield_now().await;
+    let empty = || Body::new(http_body_util::Full::new(Bytes::new()));
+    let shed = front.call(call(empty())).await.unwrap();
+    assert_eq!(grpc_status(&shed), tonic::Code::ResourceExhausted);
+    let held = held.await.unwrap().unwrap();
+    assert_eq!(grpc_status(&held), tonic::Code::DeadlineExceeded);
+    // Its place is free again.
+    let served = front.call(call(empty())).await.unwrap();
+    assert_eq!(grpc_status(&served), tonic::Code::Ok);
+    assert_eq!(seen(&served).1, "no");
 }

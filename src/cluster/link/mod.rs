@@ -46,6 +46,10 @@ const HEAD_BYTES: usize = 64 << 10;
 /// Calls (or answers) waiting for the stream at most: past it a caller waits for room, so a
 /// slow owner slows its forwarders' callers down rather than their memory growing.
 const QUEUED: usize = 16_384;
+/// Calls of one link served at once. A forwarding node holds at most
+/// `server.max_concurrent_requests` of its clients' calls (256 by default) over its links, so
+/// this bounds only a peer gone wrong.
+const SERVED_AT_ONCE: usize = 1024;
 
 /// One forwarded unary call.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -534,6 +538,7 @@ where
         let mut calls = request.into_inner();
         let serve = self.serve.clone();
         let stop = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(SERVED_AT_ONCE));
         tokio::spawn(async move {
             let mut stop = stop.unwrap_or_else(|| Box::pin(std::future::ready(())));
             // Serves until the forwarding node closes its side, the link breaks or `stop`;
@@ -548,12 +553,19 @@ where
                     return;
                 };
                 for call in batch.calls {
+                    // At most [`SERVED_AT_ONCE`] calls of a link are served at once: past it
+                    // the link is read no further (HTTP/2 flow control holds the sender back)
+                    // until one is answered.
+                    let Ok(place) = in_flight.clone().acquire_owned().await else {
+                        return;
+                    };
                     let serve = serve.clone();
                     let tx = tx.clone();
                     tokio::spawn(async move {
                         let id = call.id;
                         let response = serve(into_request(call)).await;
                         let _ = tx.send(Reply::Answer(answer(id, response).await)).await;
+                        drop(place);
                     });
                 }
             }
