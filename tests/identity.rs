@@ -282,7 +282,13 @@ async fn a_fetched_key_set_gives_no_shared_secret_and_an_empty_one_keeps_the_key
         "kty": "oct", "kid": "s1", "alg": "HS256",
         "k": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(published),
     });
-    let idp = KeySetServer::start(serde_json::json!({ "keys": [jwk1, oct] }).to_string()).await;
+    // The same for a shared secret that names another HMAC algorithm.
+    let oct512 = serde_json::json!({
+        "kty": "oct", "kid": "s5", "alg": "HS512",
+        "k": base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(published),
+    });
+    let idp =
+        KeySetServer::start(serde_json::json!({ "keys": [jwk1, oct, oct512] }).to_string()).await;
     let server = TestServer::start(&format!(
         "[auth]\nenabled = true\njwt_secret = \"{SECRET}\"\njwks_url = \"{}\"\n",
         idp.url
@@ -315,6 +321,15 @@ async fn a_fetched_key_set_gives_no_shared_secret_and_an_empty_one_keeps_the_key
     // The shared secret the set published verifies nothing.
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some("s1".into());
+    let forged = sign(
+        &header,
+        &serde_json::json!({ "sub": "mallory", "role": "admin", "exp": now() + 600 }),
+        &EncodingKey::from_secret(published),
+    );
+    let e = queue_stats(&server, &forged).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let mut header = Header::new(Algorithm::HS512);
+    header.kid = Some("s5".into());
     let forged = sign(
         &header,
         &serde_json::json!({ "sub": "mallory", "role": "admin", "exp": now() + 600 }),

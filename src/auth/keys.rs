@@ -202,7 +202,9 @@ impl Verifier {
             .filter(|key| {
                 // A shared secret published at a URL is no secret: anyone who can answer the
                 // fetch could sign tokens with it. Secrets come from files only.
-                let symmetric = key.algorithms.contains(&Algorithm::HS256);
+                let symmetric = key.algorithms.iter().any(|a| {
+                    matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+                });
                 if symmetric {
                     tracing::warn!(url = %source.url, kid = ?key.kid, "a symmetric key in a key set fetched from a URL is ignored");
                 }
