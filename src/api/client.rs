@@ -672,6 +672,10 @@ fn roles_per_player(roles: &[String], players: usize) -> Result<Vec<Vec<String>>
     }
 }
 
+/// Regions one ticket may list latencies to: far more than any provider has, few enough that
+/// a ticket stays small in memory, in the store and in every tick's scan.
+const MAX_REGION_LATENCIES: usize = 64;
+
 /// A ticket's latencies, sorted by region: only to the queue's regions when it names some (a
 /// ticket plays only there, so other entries would be carried and scanned for nothing); every
 /// entry when it names none. Each region name is checked as an id.
@@ -679,6 +683,15 @@ fn region_latencies(
     given: &std::collections::HashMap<String, u32>,
     regions: &[String],
 ) -> Result<Vec<(String, u32)>, Rejection> {
+    if given.len() > MAX_REGION_LATENCIES {
+        return Err(Rejection::invalid(
+            "region_latency_ms",
+            format!(
+                "lists {} regions; at most {MAX_REGION_LATENCIES}",
+                given.len()
+            ),
+        ));
+    }
     let mut kept = Vec::new();
     for (region, ms) in given {
         convert::id_at("region_latency_ms", format_args!("{region:?}"), region)?;
@@ -716,7 +729,7 @@ mod tests {
 
     #[test]
     fn a_ticket_keeps_only_the_latencies_of_its_queues_regions() {
-        let given: std::collections::HashMap<String, u32> = (0..5000)
+        let given: std::collections::HashMap<String, u32> = (0..60)
             .map(|i| (format!("made-up-{i}"), i))
             .chain([("eu".to_string(), 30), ("us".to_string(), 90)])
             .collect();
@@ -726,7 +739,16 @@ mod tests {
             vec![("eu".to_string(), 30), ("us".to_string(), 90)]
         );
         // A queue without regions keeps what the client measured.
-        assert_eq!(region_latencies(&given, &[]).unwrap().len(), 5002);
+        assert_eq!(region_latencies(&given, &[]).unwrap().len(), 62);
+        // A ticket lists at most 64 regions, whatever the queue.
+        let many: std::collections::HashMap<String, u32> =
+            (0..65).map(|i| (format!("r{i}"), i)).collect();
+        for queue_regions in [&regions[..], &[]] {
+            match region_latencies(&many, queue_regions) {
+                Err(Rejection::Invalid(e)) => assert_eq!(e.field, "region_latency_ms"),
+                other => panic!("{other:?}"),
+            }
+        }
         let bad: std::collections::HashMap<String, u32> = [("e\u{7}u".to_string(), 1)].into();
         match region_latencies(&bad, &regions) {
             Err(Rejection::Invalid(e)) => {
