@@ -849,7 +849,8 @@ async fn with_auth_a_player_names_only_itself_and_reads_only_its_own_records() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Code::PermissionDenied, "not a member");
-    // Leaving a party one is not in changes nothing and gives away no invite code.
+    // Leaving a party one is not in changes nothing and tells nothing of it: no members, no
+    // leader, no invite code (GetParty tells them to its members only).
     let left = party_call(parties.leave_party(with(
         proto::LeavePartyRequest {
             party_id: p.party_id.clone(),
@@ -859,8 +860,12 @@ async fn with_auth_a_player_names_only_itself_and_reads_only_its_own_records() {
     )))
     .await
     .expect("carol was in no party");
-    assert_eq!(left.member_ids, ["alice", "bob"]);
+    assert_eq!(left.party_id, p.party_id);
+    assert!(left.member_ids.is_empty(), "{left:?}");
+    assert!(left.leader_id.is_empty(), "{left:?}");
     assert!(left.invite_code.is_empty(), "{left:?}");
+    let members = party_call(parties.get_party(get(&alice))).await.unwrap();
+    assert_eq!(members.member_ids, ["alice", "bob"], "nothing changed");
     party_call(parties.get_party(get(&bob)))
         .await
         .expect("a member reads it");

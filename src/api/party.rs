@@ -87,11 +87,21 @@ impl PartyService for Parties {
         convert::id("party_id", &req.party_id)?;
         convert::id("player_id", &req.player_id)?;
         identity.may_be(&req.player_id, "leave a party")?;
-        let roster = self.state.leave_party(
+        let (mut roster, was_member) = self.state.leave_party(
             &PartyId::new(req.party_id.as_str()),
             &PlayerId::new(req.player_id.as_str()),
             self.clock.now(),
         )?;
+        if !was_member
+            && identity
+                .may_act_for(&roster.members, "read this party")
+                .is_err()
+        {
+            // A player who is not in the party learns nothing of it (who is in it, who leads),
+            // as `GetParty` tells it only to its members.
+            roster.members.clear();
+            roster.leader = PlayerId::new("");
+        }
         let mut answer = self.durable(roster).await?;
         // The caller is in the party no more (or never was): the code that lets players join
         // it is for its members only.

@@ -273,13 +273,13 @@ impl State {
 
     /// `LeaveParty`: `player` leaves; a leader hands the lead to the longest-standing member,
     /// the last member ends the party (the answer then lists no members). A player not in the
-    /// party gets it unchanged.
+    /// party changes nothing. Returned with the party: whether `player` was a member.
     pub fn leave_party(
         &self,
         id: &PartyId,
         player: &PlayerId,
         now: f64,
-    ) -> Result<PartyRoster, PartyError> {
+    ) -> Result<(PartyRoster, bool), PartyError> {
         let mut rosters = self.rosters();
         self.live_party(&mut rosters, id, now)?;
         let member = rosters
@@ -288,10 +288,10 @@ impl State {
             .is_some_and(|r| r.members.contains(player));
         if !member {
             // Changes nothing: a player outside the party does not keep it from expiring.
-            return Ok(rosters.by_id[id].clone());
+            return Ok((rosters.by_id[id].clone(), false));
         }
         rosters.touch(id, now, || self.store_now());
-        Ok(self.remove_member(&mut rosters, id, player)?)
+        Ok((self.remove_member(&mut rosters, id, player)?, true))
     }
 
     /// Takes `player`, a member, out of party `id`, written through: the lead passes to the
@@ -438,7 +438,7 @@ mod tests {
         s.join_party(&code, &c, 104.0).unwrap();
         let full = s.join_party(&code, &d, 105.0).unwrap_err();
         assert!(full.to_string().contains("is full (3 members"), "{full}");
-        let left = s.leave_party(&p.party_id, &a, 106.0).unwrap();
+        let (left, _) = s.leave_party(&p.party_id, &a, 106.0).unwrap();
         assert_eq!((ids(&left), left.leader.as_str()), (vec!["b", "c"], "b"));
         // a may make a party of its own now; d's join sees room again.
         s.create_party(&a, 107.0).unwrap();
@@ -446,7 +446,8 @@ mod tests {
         for who in [&b, &c] {
             s.leave_party(&p.party_id, who, 109.0).unwrap();
         }
-        let last = s.leave_party(&p.party_id, &d, 110.0).unwrap();
+        let (last, was_member) = s.leave_party(&p.party_id, &d, 110.0).unwrap();
+        assert!(was_member);
         assert!(last.members.is_empty());
         let gone = s.party_roster(&p.party_id, 111.0, |_| true).unwrap_err();
         assert!(matches!(
