@@ -66,6 +66,8 @@ pub struct Verifier {
 /// Where fetched keys come from.
 struct Source {
     url: String,
+    /// `url` as logs and errors show it: credentials in it (user info, query values) masked.
+    shown: String,
     client: reqwest::Client,
     /// When a token's unknown key id last made the verifier fetch.
     last_on_demand: Mutex<Option<Instant>>,
@@ -145,6 +147,7 @@ impl Verifier {
                     .build()
                     .map(|client| Source {
                         url: config.jwks_url.clone(),
+                        shown: crate::store::redact(&config.jwks_url),
                         client,
                         last_on_demand: Mutex::new(None),
                         fetching: tokio::sync::Mutex::new(()),
@@ -184,7 +187,7 @@ impl Verifier {
 
     async fn fetch(&self, source: &Source) -> Result<usize, KeySetError> {
         let failed = |detail: String| KeySetError::Fetch {
-            url: source.url.clone(),
+            url: source.shown.clone(),
             detail,
         };
         let response = source
@@ -192,12 +195,15 @@ impl Verifier {
             .get(&source.url)
             .send()
             .await
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| failed(e.without_url().to_string()))?;
         if !response.status().is_success() {
             return Err(failed(format!("HTTP {}", response.status())));
         }
-        let body = response.text().await.map_err(|e| failed(e.to_string()))?;
-        let keys: Vec<Key> = parse_key_set(&body, &source.url)?
+        let body = response
+            .text()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?;
+        let keys: Vec<Key> = parse_key_set(&body, &source.shown)?
             .into_iter()
             .filter(|key| {
                 // A shared secret published at a URL is no secret: anyone who can answer the
@@ -206,7 +212,7 @@ impl Verifier {
                     matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
                 });
                 if symmetric {
-                    tracing::warn!(url = %source.url, kid = ?key.kid, "a symmetric key in a key set fetched from a URL is ignored");
+                    tracing::warn!(url = %source.shown, kid = ?key.kid, "a symmetric key in a key set fetched from a URL is ignored");
                 }
                 !symmetric
             })
@@ -218,7 +224,7 @@ impl Verifier {
         }
         let n = keys.len();
         *self.fetched.write().unwrap_or_else(|p| p.into_inner()) = keys;
-        tracing::info!(url = %source.url, keys = n, "key set fetched");
+        tracing::info!(url = %source.shown, keys = n, "key set fetched");
         Ok(n)
     }
 
@@ -541,6 +547,24 @@ mod tests {
             w.abort();
         }
         held.abort();
+    }
+
+    /// Credentials in `jwks_url` (user info, query values) are not in what a failed fetch
+    /// says, which the server logs and prints.
+    #[tokio::test]
+    async fn a_failed_fetch_names_the_url_without_its_credentials() {
+        let config: AuthConfig = toml::from_str(
+            "enabled = true\njwt_secret = \"\"\nallow_insecure = true\n\
+             jwks_url = \"http://ops:hunter2@127.0.0.1:1/keys?token=abc123\"",
+        )
+        .unwrap();
+        let verifier = Verifier::from_config(&config).unwrap().unwrap();
+        let said = verifier.refresh().await.unwrap_err().to_string();
+        assert!(said.contains("127.0.0.1:1/keys"), "{said}");
+        assert!(
+            !said.contains("hunter2") && !said.contains("abc123"),
+            "{said}"
+        );
     }
 
     #[test]
