@@ -28,24 +28,8 @@ use tower::{Layer, Service};
 
 use crate::telemetry as m;
 
-/// The key and labels every path outside [`is_known`] shares.
-const UNKNOWN: &str = "/unknown/unknown";
-
-/// The paths served besides `proto/`'s own: the health check and both reflection versions.
-const OTHER_METHODS: [&str; 4] = [
-    "/grpc.health.v1.Health/Check",
-    "/grpc.health.v1.Health/Watch",
-    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
-    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-];
-
-/// Whether `path` names a method this server defines, and so gets labels of its own.
-fn is_known(path: &str) -> bool {
-    crate::proto::METHODS
-        .iter()
-        .chain(&OTHER_METHODS)
-        .any(|known| *known == path)
-}
+/// The key and labels every path outside [`m::known_method`] shares.
+const UNKNOWN: &str = m::UNKNOWN_METHOD;
 
 /// The names a layer records under.
 #[derive(Clone, Copy, Debug)]
@@ -159,7 +143,7 @@ impl RpcMetricsLayer {
         if let Some(method) = self.registered(path) {
             return method;
         }
-        let key = if is_known(path) { path } else { UNKNOWN };
+        let key = m::known_method(path).unwrap_or(UNKNOWN);
         if let Some(method) = self.registered(key) {
             return method;
         }

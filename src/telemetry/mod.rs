@@ -153,6 +153,27 @@ const SECONDS_FAST: &[f64] = &[
 ];
 
 /// Counts a failed store write (`STORE_ERRORS`) of operation `op`; the caller logs what failed.
+/// The name every path outside [`known_method`] shares, in metric labels and span names.
+pub const UNKNOWN_METHOD: &str = "/unknown/unknown";
+
+/// The paths served besides `proto/`'s own: the health check and both reflection versions.
+const OTHER_METHODS: [&str; 4] = [
+    "/grpc.health.v1.Health/Check",
+    "/grpc.health.v1.Health/Watch",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+];
+
+/// `path` when it names a method this server defines: only those get metric labels and span
+/// names of their own, so a path a client makes up grows neither.
+pub fn known_method(path: &str) -> Option<&'static str> {
+    crate::proto::METHODS
+        .iter()
+        .chain(&OTHER_METHODS)
+        .find(|known| **known == path)
+        .copied()
+}
+
 pub fn store_error(op: &'static str) {
     metrics::counter!(STORE_ERRORS, "op" => op).increment(1);
 }

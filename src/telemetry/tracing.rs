@@ -153,14 +153,10 @@ fn provider(config: &TelemetryConfig) -> Result<SdkTracerProvider, TracingError>
 
 /// The span of one RPC, continuing the caller's trace from its `traceparent` header.
 pub fn rpc_span(request: &http::Request<()>) -> tracing::Span {
-    let path = request.uri().path();
-    let (service, method) = path
-        .strip_prefix('/')
-        .and_then(|p| p.split_once('/'))
-        .unwrap_or(("", path));
+    let (path, service, method) = span_names(request.uri().path());
     let span = tracing::info_span!(
         "rpc",
-        otel.name = %path.trim_start_matches('/'),
+        otel.name = %path,
         otel.kind = "server",
         rpc.system = "grpc",
         rpc.service = %service,
@@ -169,6 +165,16 @@ pub fn rpc_span(request: &http::Request<()>) -> tracing::Span {
     let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));
     let _ = span.set_parent(parent);
     span
+}
+
+/// A call's span name, service and method: the method's own for a method this server
+/// defines, `unknown` for any other path (a path a client makes up would otherwise be a new
+/// operation in the trace store per call).
+fn span_names(path: &str) -> (&'static str, &'static str, &'static str) {
+    let path = super::known_method(path).unwrap_or(super::UNKNOWN_METHOD);
+    let name = path.trim_start_matches('/');
+    let (service, method) = name.split_once('/').unwrap_or(("", name));
+    (name, service, method)
 }
 
 /// Request headers as the propagator reads them.
@@ -202,5 +208,32 @@ mod tests {
         );
         assert_eq!(bad(|c| c.sampling_ratio = 1.5), "telemetry.sampling_ratio");
         assert_eq!(bad(|c| c.service_name.clear()), "telemetry.service_name");
+    }
+
+    #[test]
+    fn a_span_is_named_after_a_method_of_the_server_and_any_other_path_shares_one_name() {
+        assert_eq!(
+            span_names("/matchmaker.v1.ClientService/EnterQueue"),
+            (
+                "matchmaker.v1.ClientService/EnterQueue",
+                "matchmaker.v1.ClientService",
+                "EnterQueue"
+            )
+        );
+        assert_eq!(
+            span_names("/grpc.health.v1.Health/Check"),
+            (
+                "grpc.health.v1.Health/Check",
+                "grpc.health.v1.Health",
+                "Check"
+            )
+        );
+        for made_up in ["/x/0b7c2f", "/matchmaker.v1.ClientService/Nope", "", "/"] {
+            assert_eq!(
+                span_names(made_up),
+                ("unknown/unknown", "unknown", "unknown"),
+                "{made_up}"
+            );
+        }
     }
 }
