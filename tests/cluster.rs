@@ -305,7 +305,12 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
     let low = common::enter(&mut client, "1v1", &["low"]).await;
     common::enter(&mut client, "1v1", &["high"]).await;
     // Stall the owner while both wait; past its lease, b takes over with the same tickets.
+    // The game server registers once b owns the queues and answers: a call through b waits
+    // for an owner only so long (twice the lease and a second), less than b may take to see
+    // the lease lapse, take it and load the state on a loaded machine.
     a.signal("STOP");
+    holder_becomes(&redis, "b").await;
+    ready(&b_channel).await;
     let mut gs = GameServerServiceClient::new(b_channel.clone());
     let mut offers = common::serve(&mut gs, "gs-b:7777").await;
     let m = next_match(&mut offers).await;
