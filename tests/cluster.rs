@@ -609,7 +609,10 @@ async fn a_matched_ticket_still_reads_as_matched_to_its_server_after_the_owner_d
 }
 
 /// One node owning the queues with a game server serving its matches, the moment its Redis
-/// starts holding every write for 400 ms (`CLIENT PAUSE ... WRITE`).
+/// starts holding every write (`CLIENT PAUSE ... WRITE`) for a second or until [`unpause`]: long
+/// enough for a call made next to reach Redis within it on a loaded machine, shorter than the
+/// node's store waits for a reply (half a second more than `wait_timeout_ms`), so no write fails.
+/// The lease is long enough that the renewals held meanwhile do not lose it.
 async fn one_node_with_a_game_server() -> (
     RedisServer,
     tempfile::TempDir,
@@ -619,7 +622,7 @@ async fn one_node_with_a_game_server() -> (
 ) {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
+    let config = config_with_lease(dir.path(), &redis, 5000, "");
     let node = node(&config, "n1");
     let channel = node.channel().await;
     ready(&channel).await;
@@ -631,17 +634,29 @@ async fn one_node_with_a_game_server() -> (
         .unwrap();
     let () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(400)
+        .arg(1000)
         .arg("WRITE")
         .query(&mut conn)
         .unwrap();
     (redis, dir, node, channel, offers)
 }
 
+/// Ends the `CLIENT PAUSE` of [`one_node_with_a_game_server`] before its time.
+fn unpause(redis: &RedisServer) {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query(&mut conn)
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_queue() {
-    let (_redis, _dir, _node, channel, mut offers) = one_node_with_a_game_server().await;
-    // Redis holds every write for 400 ms: the ticket's write outlasts its caller's 100 ms.
+    let (redis, _dir, _node, channel, mut offers) = one_node_with_a_game_server().await;
+    // Redis holds every write: the ticket's write outlasts its caller's 100 ms.
     let mut client = ClientServiceClient::new(channel.clone());
     let mut request = tonic::Request::new(proto::EnterQueueRequest {
         queue: "1v1".into(),
@@ -654,6 +669,7 @@ async fn a_ticket_whose_caller_gave_up_while_it_was_written_still_waits_in_its_q
         gave_up.is_err(),
         "answered before Redis took the write: {gave_up:?}"
     );
+    unpause(&redis);
     // The ticket was written once Redis took writes again, and waits in its queue: the next
     // player is matched with it.
     common::enter(&mut client, "1v1", &["pat"]).await;
