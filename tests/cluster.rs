@@ -77,6 +77,16 @@ async fn holder_becomes(redis: &RedisServer, next: &str) {
     .await;
 }
 
+/// Waits until a line of `node`'s log contains `text`: a thread of the test reads the log from
+/// the node's pipe, so a line the node wrote before it answered a call may come after the answer.
+async fn logs(node: &ServerProcess, text: &str) {
+    common::poll_until(&format!("{text:?} in the log"), || {
+        let seen = node.logged(text);
+        async move { if seen { Ok(()) } else { Err("not yet") } }
+    })
+    .await;
+}
+
 async fn rating(channel: &Channel, player: &str) -> proto::PlayerView {
     common::player_on(channel, player, "1v1").await
 }
@@ -319,10 +329,8 @@ async fn a_stalled_owner_forms_no_match_after_losing_its_lease() {
         BTreeSet::from(["low".into(), "high".into()])
     );
     assert_eq!(lease_holder(&redis).as_deref(), Some("b"));
-    assert!(
-        b.logged("match formed"),
-        "the debug line the check below relies on"
-    );
+    // The debug line the check below relies on.
+    logs(&b, "match formed").await;
     // The stalled owner wakes with both tickets ripe in its own pool; it forms nothing.
     a.signal("CONT");
     common::poll_until("a notices it lost the lease", || {
@@ -560,7 +568,11 @@ async fn a_node_finding_the_lease_in_its_own_name_gives_it_up_rather_than_wait_f
         .query(&mut conn)
         .unwrap();
     assert!(value.starts_with("6|r1|"), "a new token: {value}");
-    assert!(node.logged("the lease names this node, which runs no engine under it"));
+    logs(
+        &node,
+        "the lease names this node, which runs no engine under it",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1668,11 +1680,7 @@ async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
     let started = Instant::now();
     ready(&owner.channel().await).await;
     let loaded = started.elapsed();
-    assert!(
-        owner.logged("cluster store loaded players=150000"),
-        "{:?}",
-        owner.log_lines()
-    );
+    logs(&owner, "cluster store loaded players=150000").await;
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_connection().unwrap();
     let tokens: u64 = redis::cmd("GET")
@@ -1731,11 +1739,7 @@ async fn a_season_reset_of_a_large_pool_is_written_in_parts_and_seen_whole_from_
         .into_inner();
     assert_eq!(out.players_changed, PLAYERS);
     assert_eq!(out.week, before.week + 1);
-    assert!(
-        nodes[&owner].logged("wrote a large batch in parts"),
-        "{:?}",
-        nodes[&owner].log_lines()
-    );
+    logs(&nodes[&owner], "wrote a large batch in parts").await;
     let mut conn = redis::Client::open(redis.url())
         .unwrap()
         .get_connection()
