@@ -1672,15 +1672,29 @@ async fn store_players(redis: &RedisServer, n: usize) {
 /// loaded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
+    // Enough players that loading them (about 3 s in a debug build on two cores) outlasts the
+    // lease twice, and not so many that it nears the wait for an answering owner on a loaded
+    // machine; a lease long enough that the machine's scheduling does not lapse it (its
+    // renewals get a quarter lease each to be answered).
+    const PLAYERS: usize = 200_000;
+    let lease_ms = 1000;
     let redis = redis();
-    store_players(&redis, 150_000).await;
+    store_players(&redis, PLAYERS).await;
     let dir = tempfile::tempdir().unwrap();
-    let config = config_with_lease(dir.path(), &redis, 300, "");
+    let config = config_with_lease(dir.path(), &redis, lease_ms, "");
     let owner = node(&config, "loader");
     let started = Instant::now();
     ready(&owner.channel().await).await;
     let loaded = started.elapsed();
-    logs(&owner, "cluster store loaded players=150000").await;
+    logs(&owner, &format!("cluster store loaded players={PLAYERS}")).await;
+    // The lease it took first is still its own: renewed all along, since it would have
+    // lapsed during the load otherwise (and been taken again under a new token).
+    let held = lease_value(&redis).unwrap_or_default();
+    assert!(
+        held.starts_with("1|loader|"),
+        "the lease after {loaded:?} of loading: {held:?}; {:?}",
+        owner.log_lines()
+    );
     let client = redis::Client::open(redis.url()).unwrap();
     let mut conn = client.get_connection().unwrap();
     let tokens: u64 = redis::cmd("GET")
@@ -1694,9 +1708,10 @@ async fn a_new_owner_keeps_its_lease_while_it_loads_a_large_state() {
         owner.log_lines()
     );
     assert!(
-        loaded > Duration::from_millis(600),
-        "the load ({loaded:?}) must outlast the lease (300 ms) for this test to mean anything"
+        loaded > Duration::from_millis(2 * lease_ms),
+        "the load ({loaded:?}) must outlast the lease ({lease_ms} ms) twice for this test to mean anything"
     );
+    eprintln!("loaded {PLAYERS} players in {loaded:?} on a {lease_ms} ms lease");
 }
 
 /// A season reset of a pool too large for one Redis script (Redis would run it for seconds
