@@ -1773,6 +1773,7 @@ async fn a_season_reset_of_a_large_pool_is_written_in_parts_and_seen_whole_from_
     );
     // The next owner loads the reset whole.
     kill_owner_until(&mut nodes, &owner, &redis, &other).await;
+    ready(&through).await;
     let last = rating(&through, "stored-11999").await;
     assert_eq!(last.week, before.week + 1);
     let again = rating(&through, "stored-7").await;
