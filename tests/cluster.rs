@@ -2305,6 +2305,9 @@ async fn a_node_asked_to_stop_takes_no_lease_while_it_drains() {
     let mut leaving = ServerProcess::spawn(command);
     ready(&leaving.channel().await).await;
     leaving.signal("TERM");
+    // The owner dies once n2 has taken the signal in (it drains from then on): a signal not
+    // handled yet would leave n2 a node that stays, free to take the queues.
+    logs(&leaving, "draining: health is NOT_SERVING").await;
     owner.child.kill().unwrap();
     let _ = owner.child.wait();
     // The lease lapses within a lease (1 s); a node taking it would within a quarter more.
