@@ -26,6 +26,11 @@ use tonic::transport::Channel;
 /// The lease the tests run with: failovers take about a second.
 const LEASE_MS: u64 = 1000;
 
+/// The lease of tests that need one owner from start to end and measure no failover: long
+/// enough that a loaded machine's scheduling does not lapse it (each renewal gets a quarter
+/// lease to be answered, and the owner stops a tenth of a lease before it runs out).
+const STEADY_LEASE_MS: u64 = 3000;
+
 /// A config file for nodes on `redis`, with `extra` TOML after it.
 fn config(dir: &Path, redis: &RedisServer, extra: &str) -> std::path::PathBuf {
     config_with_lease(dir, redis, LEASE_MS, extra)
@@ -420,9 +425,10 @@ async fn enter_many(
 async fn the_per_address_rate_limit_counts_the_client_of_a_forwarded_call_not_what_it_claims() {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(
+    let config = config_with_lease(
         dir.path(),
         &redis,
+        STEADY_LEASE_MS,
         "[rate_limit]\nanonymous = 2.0\nburst_seconds = 1.0\n",
     );
     let owner = node(&config, "owner");
@@ -560,7 +566,7 @@ async fn a_node_finding_the_lease_in_its_own_name_gives_it_up_rather_than_wait_f
         .query(&mut conn)
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
+    let config = config_with_lease(dir.path(), &redis, STEADY_LEASE_MS, "");
     let node = node(&config, "r1");
     ready(&node.channel().await).await;
     let value: String = redis::cmd("GET")
@@ -1817,7 +1823,7 @@ async fn with_tls_on_nodes_forward_over_tls_and_check_each_others_certificate() 
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let (pem, tls) = certificate(dir.path());
-    let trusting = config(dir.path(), &redis, &tls);
+    let trusting = config_with_lease(dir.path(), &redis, STEADY_LEASE_MS, &tls);
     let n1 = node(&trusting, "n1");
     let first = tls_channel(&n1, &pem).await;
     ready(&first).await;
@@ -1848,9 +1854,10 @@ async fn with_tls_on_nodes_forward_over_tls_and_check_each_others_certificate() 
     let other_dir = tempfile::tempdir().unwrap();
     certificate(other_dir.path());
     let stranger_ca = other_dir.path().join("cert.pem");
-    let mistrusting = config(
+    let mistrusting = config_with_lease(
         other_dir.path(),
         &redis,
+        STEADY_LEASE_MS,
         &format!(
             "peer_ca_file = {:?}\n{tls}",
             stranger_ca.display().to_string()
@@ -1891,7 +1898,7 @@ async fn a_browser_calls_a_forwarding_node_over_grpc_web_and_gets_the_owners_ans
     std::fs::write(
         &path,
         format!(
-            "[server]\ntick_interval_ms = 20\ngrpc_web = true\n[cluster]\nredis_url = \"{}\"\nlease_ms = {LEASE_MS}\n",
+            "[server]\ntick_interval_ms = 20\ngrpc_web = true\n[cluster]\nredis_url = \"{}\"\nlease_ms = {STEADY_LEASE_MS}\n",
             redis.url()
         ),
     )
@@ -1984,7 +1991,7 @@ fn sample(page: &str, series: &str) -> Option<f64> {
 async fn each_node_exports_its_cluster_metrics() {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
+    let config = config_with_lease(dir.path(), &redis, STEADY_LEASE_MS, "");
     let node = |name: &str| {
         let metrics = common::free_addr();
         let node = common::cluster_node_with_metrics(&config, name, None, &metrics);
