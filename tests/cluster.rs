@@ -2258,24 +2258,29 @@ async fn an_owner_whose_writes_fail_gives_the_lease_up_before_its_engine_winds_d
 
     replica.kill();
     // A rating change is journaled: its flush fails, and with it the engine's store.
-    let failed = AdminServiceClient::new(channel.clone())
-        .set_rating(proto::SetRatingRequest {
-            player_id: "w1".into(),
-            queue: "1v1".into(),
-            rating: Some(proto::Rating {
-                mean: 1600.0,
-                deviation: 100.0,
-                ..Default::default()
-            }),
-            rank_points: None,
-        })
-        .await;
-    assert!(
-        failed.is_err(),
-        "acknowledged without its replica: {failed:?}"
-    );
+    let failing = tokio::spawn({
+        let mut admin = AdminServiceClient::new(channel.clone());
+        async move {
+            admin
+                .set_rating(proto::SetRatingRequest {
+                    player_id: "w1".into(),
+                    queue: "1v1".into(),
+                    rating: Some(proto::Rating {
+                        mean: 1600.0,
+                        deviation: 100.0,
+                        ..Default::default()
+                    }),
+                    rank_points: None,
+                })
+                .await
+        }
+    });
     // The engine's wind-down flushes again (a snapshot, the last writes), each waiting 6 s for
-    // the replica; the node gives the lease up before that, within a renewal or two.
+    // the replica; the node gives the lease up before that, within a renewal or two. Measured
+    // from the failure as the node logs it: the call's own answer may come later. The bound is
+    // that wind-down, less a second to tell the two apart, not how soon a loaded machine gets
+    // to the renewal.
+    logs(&node, "the store failed: the engine stops").await;
     let given_up = Instant::now();
     common::poll_until("the lease given up", || {
         let now = lease_value(&redis);
@@ -2289,11 +2294,17 @@ async fn an_owner_whose_writes_fail_gives_the_lease_up_before_its_engine_winds_d
         }
     })
     .await;
+    let held_for = given_up.elapsed();
     assert!(
-        given_up.elapsed() < Duration::from_secs(3),
-        "the lease was held {:?} after the store failed",
-        given_up.elapsed()
+        held_for < Duration::from_secs(5),
+        "the lease was held {held_for:?} after the store failed"
     );
+    let failed = failing.await.unwrap();
+    assert!(
+        failed.is_err(),
+        "acknowledged without its replica: {failed:?}"
+    );
+    eprintln!("the lease was given up {held_for:?} after the store failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
