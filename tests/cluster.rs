@@ -1293,6 +1293,24 @@ async fn a_reload_on_the_owner_outlives_it_on_a_node_whose_file_never_had_it() {
     );
 }
 
+/// Waits until each count of `answered` (calls answered, one count per caller) is past its
+/// `floor`.
+async fn answered_past(
+    what: &str,
+    answered: &[std::sync::Arc<std::sync::atomic::AtomicU32>],
+    floor: &[u32],
+) {
+    common::poll_until(what, || {
+        let now: Vec<u32> = answered
+            .iter()
+            .map(|n| n.load(std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        let past = now.iter().zip(floor).all(|(n, f)| n > f);
+        async move { if past { Ok(()) } else { Err(now) } }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     let redis = redis();
@@ -1339,10 +1357,14 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     };
     let before = waiting(channel.clone()).await;
     assert_eq!(before, 6);
-    // Calls keep coming through the other node while the owner stops.
+    // Calls keep coming through the other node while the owner stops. Each caller counts the
+    // calls answered: the stats caller's count first, then each party caller's.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered: Vec<std::sync::Arc<std::sync::atomic::AtomicU32>> =
+        (0..5).map(|_| Default::default()).collect();
     let caller = tokio::spawn({
         let stop = stop.clone();
+        let answered = answered[0].clone();
         let mut admin = AdminServiceClient::new(channel.clone());
         async move {
             let (mut ok, mut failed) = (0u32, Vec::new());
@@ -1350,7 +1372,10 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
                 let mut request = tonic::Request::new(proto::GetQueueStatsRequest::default());
                 request.set_timeout(Duration::from_secs(20));
                 match admin.get_queue_stats(request).await {
-                    Ok(_) => ok += 1,
+                    Ok(_) => {
+                        ok += 1;
+                        answered.store(ok, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Err(e) => failed.push(e.to_string()),
                 }
             }
@@ -1362,6 +1387,7 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
     let party_callers: Vec<_> = (0..4)
         .map(|k| {
             let stop = stop.clone();
+            let answered = answered[k + 1].clone();
             let mut parties = PartyServiceClient::new(channel.clone());
             tokio::spawn(async move {
                 let (mut ok, mut failed) = (0u32, Vec::new());
@@ -1371,7 +1397,10 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
                     });
                     request.set_timeout(Duration::from_secs(20));
                     match parties.create_party(request).await {
-                        Ok(_) => ok += 1,
+                        Ok(_) => {
+                            ok += 1;
+                            answered.store(ok, std::sync::atomic::Ordering::Relaxed);
+                        }
                         Err(e) => failed.push(e.to_string()),
                     }
                 }
@@ -1379,7 +1408,8 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every caller's calls reach the owner before it is asked to stop.
+    answered_past("every caller answered by the owner", &answered, &[0; 5]).await;
     let stopping = Instant::now();
     nodes[&owner].signal("TERM");
     // The owner's process ends: the links the other node holds to it do not keep it open.
@@ -1411,19 +1441,27 @@ async fn a_stopping_owner_ends_its_links_and_hands_its_queues_over_at_once() {
         handed_over < exited + Duration::from_millis(lease_ms / 2),
         "the queues moved after {handed_over:?} (exit after {exited:?}): the lease was not given up"
     );
-    // Calls made meanwhile were answered, by one owner or the next.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every caller goes on with the next owner; the calls made meanwhile were answered, by one
+    // owner or the next.
+    let so_far: Vec<u32> = answered
+        .iter()
+        .map(|n| n.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    answered_past(
+        "every caller answered by the next owner",
+        &answered,
+        &so_far,
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (ok, failed) = caller.await.unwrap();
     assert!(failed.is_empty(), "{ok} answered, failed: {failed:?}");
-    assert!(ok > 0);
     for party_caller in party_callers {
         let (ok, failed) = party_caller.await.unwrap();
         assert!(
             failed.is_empty(),
             "{ok} parties created, failed: {failed:?}"
         );
-        assert!(ok > 0);
     }
     assert_eq!(
         waiting(channel).await,
