@@ -262,24 +262,32 @@ impl Reloader {
         Ok(names)
     }
 
-    /// Reloads on every SIGHUP until `shutdown`, logging the outcome.
+    /// Reloads on every SIGHUP until `shutdown`, logging the outcome. The signal is watched
+    /// from this call on, not from when the returned future first runs: a SIGHUP sent as soon
+    /// as the server said it serves (after this call) is not missed while the task that runs
+    /// the future waits for its turn.
     #[cfg(unix)]
-    pub async fn on_sighup(self, shutdown: CancellationToken) {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            tracing::warn!("SIGHUP cannot be watched: reload with the ReloadConfig call");
-            return;
-        };
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                got = hup.recv() => {
-                    if got.is_none() {
-                        return;
-                    }
-                    match self.reload().await {
-                        Ok(changed) => tracing::info!(?changed, "SIGHUP: config reloaded"),
-                        Err(e) => tracing::error!(error = %e, "SIGHUP: config reload refused"),
+    pub fn on_sighup(
+        self,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+        async move {
+            let Ok(mut hup) = hup else {
+                tracing::warn!("SIGHUP cannot be watched: reload with the ReloadConfig call");
+                return;
+            };
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    got = hup.recv() => {
+                        if got.is_none() {
+                            return;
+                        }
+                        match self.reload().await {
+                            Ok(changed) => tracing::info!(?changed, "SIGHUP: config reloaded"),
+                            Err(e) => tracing::error!(error = %e, "SIGHUP: config reload refused"),
+                        }
                     }
                 }
             }
@@ -288,8 +296,11 @@ impl Reloader {
 
     /// No SIGHUP here: reload with the `ReloadConfig` call.
     #[cfg(not(unix))]
-    pub async fn on_sighup(self, shutdown: CancellationToken) {
-        shutdown.cancelled().await;
+    pub fn on_sighup(
+        self,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        async move { shutdown.cancelled_owned().await }
     }
 }
 
@@ -442,5 +453,45 @@ mod tests {
             later.queues["1v1"].matching.window, 70.0,
             "the newer reload"
         );
+    }
+
+    /// A SIGHUP that comes after `on_sighup` was called, before its future first ran (a signal
+    /// sent as soon as the server logged that it serves), still reloads.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_sighup_sent_before_the_watch_first_runs_still_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.toml");
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 50.0\n").unwrap();
+        let started = Config::load(Some(&file), &crate::config::Overrides::default()).unwrap();
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::State::load(Arc::new(started.clone()), store.clone()).unwrap();
+        let shutdown = CancellationToken::new();
+        let clock = crate::matchmaker::Clock::start();
+        let (handle, _loop) =
+            crate::matchmaker::spawn(state, clock, shutdown.clone(), Vec::new()).unwrap();
+        let reloader = Reloader::new(started, handle, store);
+        std::fs::write(&file, "[queues.1v1.matching]\nwindow = 70.0\n").unwrap();
+        let watching = reloader.clone().on_sighup(shutdown.clone());
+        let sent = std::process::Command::new("kill")
+            .args(["-HUP", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let task = tokio::spawn(watching);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let window = reloader.running.lock().await.queues["1v1"].matching.window;
+            if window == 70.0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the SIGHUP was missed: window still {window}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        task.await.unwrap();
     }
 }
