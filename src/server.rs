@@ -813,6 +813,8 @@ pub(crate) fn install_metrics(
             addr: addr.to_string(),
             source,
         })?;
+    // The address bound, which port 0 leaves to the system to choose.
+    let addr = listener.local_addr().unwrap_or(addr);
     let process = metrics_process::Collector::default();
     process.describe();
     let upkeep = handle.clone();

@@ -2031,8 +2031,8 @@ async fn each_node_exports_its_cluster_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_with_lease(dir.path(), &redis, STEADY_LEASE_MS, "");
     let node = |name: &str| {
-        let metrics = common::free_addr();
-        let node = common::cluster_node_with_metrics(&config, name, None, &metrics);
+        let node = common::cluster_node_with_metrics(&config, name, None, "127.0.0.1:0");
+        let metrics = node.metrics_addr();
         (node, metrics)
     };
     let (owner, owner_metrics) = node("n1");

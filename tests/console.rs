@@ -41,15 +41,16 @@ const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 const SECRET: &str = "console-secret-0123456789abcdef";
 
-/// `matchmaker serve` with the console sampling every second on `metrics_addr`.
-fn start_server(metrics_addr: &str, dir: &std::path::Path, extra_toml: &str) -> ServerProcess {
+/// `matchmaker serve` with the console sampling every second on a metrics listener on a port
+/// the system chooses ([`ServerProcess::metrics_addr`]).
+fn start_server(dir: &std::path::Path, extra_toml: &str) -> ServerProcess {
     let config = dir.join("console.toml");
     std::fs::write(
         &config,
         format!("[console]\nsample_seconds = 1.0\n{extra_toml}"),
     )
     .unwrap();
-    let mut command = common::serve_command(&config, metrics_addr);
+    let mut command = common::serve_command(&config, "127.0.0.1:0");
     command.arg("--data-dir").arg(dir.join("data"));
     ServerProcess::spawn(command)
 }
@@ -226,14 +227,13 @@ async fn play(
 async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season() {
     let (shots, _keep) = screenshots();
     let dir = tempfile::tempdir().unwrap();
-    let metrics = common::free_addr();
     // 1v1 matches any two players at once, so the same two can play again after a result
     // pulled their ratings apart.
     let server = start_server(
-        &metrics,
         dir.path(),
         "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n",
     );
+    let metrics = server.metrics_addr();
     let console = format!("http://{metrics}/console/");
     let channel = server.channel().await;
     let mut admin = AdminServiceClient::new(channel.clone());
@@ -521,12 +521,11 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
 async fn with_auth_on_and_no_token_the_console_shows_no_data() {
     let (shots, _keep) = screenshots();
     let dir = tempfile::tempdir().unwrap();
-    let metrics = common::free_addr();
-    let _server = start_server(
-        &metrics,
+    let server = start_server(
         dir.path(),
         &format!("[auth]\nenabled = true\njwt_secret = \"{SECRET}\"\n"),
     );
+    let metrics = server.metrics_addr();
     let console = format!("http://{metrics}/console/");
     // The API itself: nothing without a token, nothing for a player's token.
     let (status, body) = http_get(
@@ -614,7 +613,7 @@ async fn with_auth_on_and_no_token_the_console_shows_no_data() {
 async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and_their_ban() {
     let dir = tempfile::tempdir().unwrap();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
-    let server = start_server(&common::free_addr(), dir.path(), queues);
+    let server = start_server(dir.path(), queues);
     let channel = server.channel().await;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut game_server = GameServerServiceClient::new(channel.clone());
@@ -647,8 +646,8 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
     // SIGKILL: what was acknowledged is on disk, and nothing else survives.
     drop(server);
 
-    let metrics = common::free_addr();
-    let server = start_server(&metrics, dir.path(), queues);
+    let server = start_server(dir.path(), queues);
+    let metrics = server.metrics_addr();
     let console = format!("http://{metrics}/console/");
     let mut browser = Browser::launch(1400, 1000);
     browser.open(&format!("{console}#/players/restart-alice"));
@@ -727,8 +726,8 @@ async fn after_a_restart_the_console_still_shows_a_players_chart_their_match_and
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ban_past_any_date_and_a_malformed_link_still_render() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = common::free_addr();
-    let server = start_server(&metrics, dir.path(), "");
+    let server = start_server(dir.path(), "");
+    let metrics = server.metrics_addr();
     // Past the last time a JavaScript Date holds (8.64e12 s), and exact as a JSON number.
     let until = 1_000_000_000_000_000_i64;
     AdminServiceClient::new(server.channel().await)
@@ -787,8 +786,8 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
             other => Err(format!("lease: {other:?}")),
         }
     });
-    let metrics = common::free_addr();
-    let other = node("other", &metrics);
+    let other = node("other", "127.0.0.1:0");
+    let metrics = other.metrics_addr();
     let channel = owner.channel().await;
     common::queues_answer(&channel).await;
     // One player waits in 1v1 (nobody to play), one is banned: both on the owner.
@@ -972,9 +971,9 @@ async fn a_cluster_node_that_does_not_own_the_queues_serves_the_console() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_erased_player_leaves_the_consoles_recent_results() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = common::free_addr();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
-    let server = start_server(&metrics, dir.path(), queues);
+    let server = start_server(dir.path(), queues);
+    let metrics = server.metrics_addr();
     let channel = server.channel().await;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut game_server = GameServerServiceClient::new(channel.clone());
@@ -1024,9 +1023,9 @@ async fn an_erased_player_leaves_the_consoles_recent_results() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_works_in_firefox_too() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = common::free_addr();
     let queues = "[queues.1v1.matching]\nwindow = 5000.0\nmin_quality = 0.0\nexpansion = []\n";
-    let server = start_server(&metrics, dir.path(), queues);
+    let server = start_server(dir.path(), queues);
+    let metrics = server.metrics_addr();
     let channel = server.channel().await;
     let mut client = ClientServiceClient::new(channel.clone());
     let mut game_server = GameServerServiceClient::new(channel.clone());

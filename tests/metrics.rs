@@ -79,19 +79,21 @@ fn with_labels(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_calls() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics_addr = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().to_string()
-    };
     let mut command = Command::new(env!("CARGO_BIN_EXE_matchmaker"));
     command
-        .args(["serve", "--addr", "127.0.0.1:0", "--metrics-addr"])
-        .arg(&metrics_addr)
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(dir.path().join("data"))
         // One call in flight: 16 EnterQueue callers on a two-worker server are shed now and then.
         .env("MATCHMAKER_SERVER__MAX_CONCURRENT_REQUESTS", "1");
     let server = ServerProcess::spawn(command);
+    let metrics_addr = server.metrics_addr();
 
     let before = scrape(&metrics_addr);
     assert_eq!(

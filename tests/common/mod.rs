@@ -583,10 +583,23 @@ pub fn cluster_node_with_metrics(
     ServerProcess::spawn(command)
 }
 
-/// A loopback address free when asked (for a listener the test names in advance).
-pub fn free_addr() -> String {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().to_string()
+impl ServerProcess {
+    /// The address its metrics listener (and console) bound, as the server logged it: started
+    /// with `--metrics-addr 127.0.0.1:0`, so no other process can take the port first. A
+    /// cluster node logs it after its gRPC address, so this waits for the line.
+    pub fn metrics_addr(&self) -> String {
+        poll_until_blocking("the server logged its metrics address", || {
+            self.log_lines()
+                .iter()
+                .find_map(|line| {
+                    let rest = line
+                        .split("serving Prometheus metrics on /metrics addr=")
+                        .nth(1)?;
+                    rest.split_whitespace().next().map(str::to_owned)
+                })
+                .ok_or("no metrics address logged yet")
+        })
+    }
 }
 
 /// A grpc-web request body: `message` as one data frame.
