@@ -348,14 +348,16 @@ async fn the_console_shows_the_servers_numbers_draws_ratings_and_resets_a_season
         assert!(status.success(), "loadgen failed: {status}");
     }
 
-    // At rest, the page equals GetQueueStats within one refresh.
+    // At rest, the page comes to equal GetQueueStats. The 5v5 tickets the generator left
+    // waiting still change a few numbers now and then (a wider skill window as they wait, an
+    // expiry at the heartbeat), each change a refresh away from the page: it gets a few.
     browser.open(&format!("{console}#/queues"));
     browser.wait_for(
         "the queues",
         "document.querySelector('[data-queue=\"ffa8\"][data-stat=\"tickets_waiting\"]')?.dataset.value",
         PAGE_TIMEOUT,
     );
-    let deadline = std::time::Instant::now() + REFRESH * 2 + Duration::from_secs(3);
+    let deadline = std::time::Instant::now() + PAGE_TIMEOUT;
     loop {
         let stats = queue_stats(&mut admin).await;
         match page_equals(&mut browser, &stats) {
