@@ -778,7 +778,7 @@ async fn enter_queue_works_with_a_loop_channel_of_one_place() {
             player_ids: vec![player.into()],
             ..Default::default()
         });
-        request.set_timeout(std::time::Duration::from_secs(2));
+        request.set_timeout(EVENT_TIMEOUT);
         client.enter_queue(request).await.expect("EnterQueue");
     }
 }
