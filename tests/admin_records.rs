@@ -104,8 +104,10 @@ async fn a_banned_player_is_refused_alone_and_in_a_party_until_unbanned() {
         .await
         .unwrap_err();
     assert!(e.message().contains("for good: fraud"), "{e:?}");
+    // Long enough to be still in force at the next call however slow the machine is (whole
+    // seconds: it may end a second sooner), short enough to end within the poll below.
     admin
-        .ban_player(ban("brief", now() + 2, "cool down"))
+        .ban_player(ban("brief", now() + 5, "cool down"))
         .await
         .unwrap();
     let e = client
