@@ -407,7 +407,7 @@ async fn oversized_messages_are_refused_before_decoding() {
 #[tokio::test]
 async fn a_player_over_its_rate_is_refused_and_others_are_not() {
     let server = TestServer::start(&format!(
-        "{AUTH_ON}[rate_limit]\nplayer = 5.0\nburst_seconds = 1.0\n"
+        "{AUTH_ON}[rate_limit]\nplayer = 0.125\nburst_seconds = 40.0\n"
     ))
     .await;
     let mut client = server.client().await;
@@ -422,9 +422,10 @@ async fn a_player_over_its_rate_is_refused_and_others_are_not() {
         )
     };
     // The bucket starts with 5 calls, so the first 5 always pass (their answer does not matter
-    // here, only that the limit let them through). The test's calls take far less than the
-    // 200 ms that refill one, so calls 6 to 8 are refused; a very slow machine could only make
-    // that fewer, never more: at least one must be refused, and every refusal names the limit.
+    // here, only that the limit let them through). It refills one every 8 s, so calls 6 to 8
+    // are refused; only a machine taking 24 s over them would see none refused, and a slow one
+    // could only make that fewer, never more: at least one must be refused, and every refusal
+    // names the limit.
     let mut answers = Vec::new();
     for _ in 0..8 {
         answers.push(client.get_player(get(&p1, "p1")).await);
@@ -440,8 +441,9 @@ async fn a_player_over_its_rate_is_refused_and_others_are_not() {
     for r in refused {
         let e = r.as_ref().unwrap_err();
         assert!(
-            e.message()
-                .starts_with("rate limit: player p1 exceeded rate_limit.player (5 requests/s"),
+            e.message().starts_with(
+                "rate limit: player p1 exceeded rate_limit.player (0.125 requests/s, burst 5)"
+            ),
             "{e:?}"
         );
         // google.rpc.RetryInfo says when the bucket holds a call again: at most one refill.
@@ -451,7 +453,7 @@ async fn a_player_over_its_rate_is_refused_and_others_are_not() {
             .and_then(|info| info.retry_delay)
             .expect("a RetryInfo detail");
         assert!(
-            retry > std::time::Duration::ZERO && retry <= std::time::Duration::from_millis(200),
+            retry > std::time::Duration::ZERO && retry <= std::time::Duration::from_secs(8),
             "{retry:?}"
         );
     }
@@ -473,7 +475,9 @@ async fn a_player_over_its_rate_is_refused_and_others_are_not() {
 
 #[tokio::test]
 async fn callers_without_a_token_are_limited_per_address_when_configured() {
-    let server = TestServer::start("[rate_limit]\nanonymous = 2.0\nburst_seconds = 1.0\n").await;
+    // A bucket of 2 calls that refills one every 8 s: of the 6 calls at least one is refused
+    // unless the machine took 32 s over them.
+    let server = TestServer::start("[rate_limit]\nanonymous = 0.125\nburst_seconds = 16.0\n").await;
     let mut client = server.client().await;
     for i in 0..2 {
         common::enter(&mut client, "1v1", &[&format!("a{i}")]).await;
@@ -491,7 +495,7 @@ async fn callers_without_a_token_are_limited_per_address_when_configured() {
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     assert!(
         e.message()
-            .starts_with("rate limit: 127.0.0.1 exceeded rate_limit.anonymous (2 requests/s"),
+            .starts_with("rate limit: 127.0.0.1 exceeded rate_limit.anonymous (0.125 requests/s"),
         "{e:?}"
     );
 }
