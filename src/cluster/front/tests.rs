@@ -438,7 +438,9 @@ fn call_with_deadline(path: &str, timeout: &str) -> http::Request<Body> {
         .unwrap()
 }
 
-#[tokio::test]
+/// On paused time: the front's deadlines are tokio's, so what is left of one depends on the
+/// test's waits alone, not on how slowly a loaded machine runs the test.
+#[tokio::test(start_paused = true)]
 async fn a_call_that_waited_for_an_owner_is_sent_with_what_is_left_of_its_deadline() {
     let (route, front) = front(Route::default(), "me", Duration::from_secs(10));
     let owner = Route {
@@ -474,7 +476,9 @@ async fn a_call_that_waited_for_an_owner_is_sent_with_what_is_left_of_its_deadli
     );
 }
 
-#[tokio::test]
+/// On paused time: the front's deadlines are tokio's, so what is left of one depends on the
+/// test's waits alone, not on how slowly a loaded machine runs the test.
+#[tokio::test(start_paused = true)]
 async fn an_owner_may_take_longer_than_a_failover_to_answer_within_the_request_timeout() {
     // An engine that answers after 1.5 s (a season reset of a large pool, say), with the
     // deadline it was given.
