@@ -215,9 +215,11 @@ mod tests {
     use super::*;
     use crate::auth::Role;
 
-    /// A handler that notes its call, then takes a while.
+    /// A handler that notes its call, then answers once `done` is notified.
     #[derive(Clone)]
-    struct Slow;
+    struct Slow {
+        done: Arc<tokio::sync::Notify>,
+    }
 
     impl Service<http::Request<Body>> for Slow {
         type Response = http::Response<Body>;
@@ -232,8 +234,9 @@ mod tests {
             if let Some(n) = req.extensions().get::<AuditNote>() {
                 n.set("player_id=\"p1\"");
             }
-            Box::pin(async {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let done = self.done.clone();
+            Box::pin(async move {
+                done.notified().await;
                 Ok(http::Response::new(Body::empty()))
             })
         }
@@ -242,16 +245,20 @@ mod tests {
     #[tokio::test]
     async fn a_call_whose_caller_gave_up_is_still_audited_once_it_ran() {
         let store: Store = Arc::new(crate::store::MemoryStore::default());
-        let mut audited = AuditLayer::new(store.clone()).layer(Slow);
+        let done = Arc::new(tokio::sync::Notify::new());
+        let mut audited = AuditLayer::new(store.clone()).layer(Slow { done: done.clone() });
         let request = http::Request::builder()
             .uri("/matchmaker.v1.AdminService/DeletePlayer")
             .body(Body::empty())
             .unwrap();
         let call = audited.call(request);
-        // The caller's deadline passes while the handler runs: the answer is dropped.
+        // The caller's deadline passes while the handler runs (it cannot answer before it is
+        // told to): the answer is dropped.
         let gave_up = tokio::time::timeout(std::time::Duration::from_millis(5), call).await;
-        assert!(gave_up.is_err(), "the call answered within 5 ms");
+        assert!(gave_up.is_err(), "the call answered before its handler did");
         assert!(store.audit_after(0, 10).unwrap().is_empty());
+        // Then the handler ends.
+        done.notify_one();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let entries = loop {
             let entries = store.audit_after(0, 10).unwrap();
@@ -308,7 +315,9 @@ mod tests {
         let response = audited.call(request("BanPlayer")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
         // The handler wrote nothing the fence refused, but its audit entry was: marked too.
-        let mut audited = AuditLayer::new(store.clone()).layer(Slow);
+        let done = Arc::new(tokio::sync::Notify::new());
+        done.notify_one();
+        let mut audited = AuditLayer::new(store.clone()).layer(Slow { done });
         let response = audited.call(request("SetRating")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
         assert!(store.audit_after(0, 10).unwrap().is_empty());
