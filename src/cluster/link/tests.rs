@@ -342,23 +342,51 @@ async fn a_call_on_a_link_whose_stream_never_opened_is_known_not_sent() {
     assert!(matches!(failed, Failed::NotSent), "{failed:?}");
 }
 
+/// A handler for [`serve_link`] that tells `taken` when a call reached it, then answers once
+/// `answer` is notified.
+fn held_until(
+    taken: &Arc<tokio::sync::Notify>,
+    answer: &Arc<tokio::sync::Notify>,
+) -> impl Fn(
+    http::Request<Body>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = http::Response<Body>> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    let (taken, answer) = (taken.clone(), answer.clone());
+    move |_request: http::Request<Body>| {
+        let (taken, answer) = (taken.clone(), answer.clone());
+        Box::pin(async move {
+            taken.notify_one();
+            answer.notified().await;
+            http::Response::new(Body::empty())
+        })
+    }
+}
+
+/// Waits (5 s at most) until `taken` says a call reached the far end.
+async fn reached(taken: &tokio::sync::Notify) {
+    tokio::time::timeout(Duration::from_secs(5), taken.notified())
+        .await
+        .expect("the call reached the far end");
+}
+
 #[tokio::test]
 async fn a_closed_link_answers_the_calls_it_took_then_ends() {
     let here = tokio::runtime::Handle::current();
-    let (addr, _closing) = serve_link(&here, |_request: http::Request<Body>| async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        http::Response::new(Body::empty())
-    })
-    .await;
+    let (taken, answer) = Default::default();
+    let (addr, _closing) = serve_link(&here, held_until(&taken, &answer)).await;
     let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
     let link = Link::open(channel(&addr), 1 << 20, Default::default());
     let answered = answered_in_background(&link, &parts);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    reached(&taken).await;
     link.close();
     assert!(
         link.call(&parts, Bytes::new()).await.is_err(),
         "no call after"
     );
+    answer.notify_one();
     assert!(answered.await.unwrap(), "the call taken before is answered");
     ended(&link, "the closed link ended").await;
 }
@@ -366,18 +394,16 @@ async fn a_closed_link_answers_the_calls_it_took_then_ends() {
 #[tokio::test]
 async fn a_call_in_flight_fails_when_its_link_breaks_and_a_closing_node_ends_its_links() {
     let here = tokio::runtime::Handle::current();
-    let (addr, closing) = serve_link(&here, |_request: http::Request<Body>| async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        http::Response::new(Body::empty())
-    })
-    .await;
+    let (taken, answer) = Default::default();
+    let (addr, closing) = serve_link(&here, held_until(&taken, &answer)).await;
     let parts = request("/matchmaker.v1.ClientService/GetPlayer", "Bearer x");
 
     // The node closes: the call it took is answered, then the link ends.
     let link = Link::open(channel(&addr), 1 << 20, Default::default());
     let answered = answered_in_background(&link, &parts);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    reached(&taken).await;
     closing.cancel();
+    answer.notify_one();
     assert!(answered.await.unwrap(), "a call taken is answered");
     ended(&link, "the closing node ended the link").await;
     assert!(link.call(&parts, Bytes::new()).await.is_err());
@@ -389,17 +415,14 @@ async fn a_call_in_flight_fails_when_its_link_breaks_and_a_closing_node_ends_its
         .enable_all()
         .build()
         .unwrap();
-    let (addr, _closing) = serve_link(far.handle(), |_request: http::Request<Body>| async move {
-        std::future::pending::<()>().await;
-        http::Response::new(Body::empty())
-    })
-    .await;
+    let (taken, never) = Default::default();
+    let (addr, _closing) = serve_link(far.handle(), held_until(&taken, &never)).await;
     let link = Link::open(channel(&addr), 1 << 20, Default::default());
     let in_flight = tokio::spawn({
         let link = link.clone();
         async move { link.call(&parts, Bytes::new()).await.is_err() }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    reached(&taken).await;
     far.shutdown_background();
     let failed = tokio::time::timeout(Duration::from_secs(10), in_flight)
         .await
@@ -420,11 +443,16 @@ async fn ended(link: &Link, what: &str) {
     .expect(what);
 }
 
-/// Sends a call on `link` from a task of its own: whether it was answered.
+/// Sends a call on `link` from a task of its own: whether the far end served it (an answer,
+/// and not the one saying it was not served).
 fn answered_in_background(
     link: &Arc<Link>,
     parts: &http::request::Parts,
 ) -> tokio::task::JoinHandle<bool> {
     let (link, parts) = (link.clone(), parts.clone());
-    tokio::spawn(async move { link.call(&parts, Bytes::new()).await.is_ok() })
+    tokio::spawn(async move {
+        link.call(&parts, Bytes::new())
+            .await
+            .is_ok_and(|answer| !answer.headers().contains_key(NOT_OWNER))
+    })
 }
