@@ -267,7 +267,7 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
         client: &mut proto::client_service_client::ClientServiceClient<tonic::transport::Channel>,
         player: &str,
         role: &str,
-    ) {
+    ) -> String {
         client
             .enter_queue(proto::EnterQueueRequest {
                 queue: "2v2".into(),
@@ -276,7 +276,9 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
                 ..Default::default()
             })
             .await
-            .unwrap_or_else(|e| panic!("{player} cannot queue: {e}"));
+            .unwrap_or_else(|e| panic!("{player} cannot queue: {e}"))
+            .into_inner()
+            .ticket_id
     }
     let first = {
         let mut server = TestServer::start_in(dir.path(), config).await;
@@ -314,33 +316,32 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
         })
         .await
         .expect("backfill accepted");
-    enter_as(&mut client, "d3", "dps").await;
-    // A tick publishes the queue's waiting count after its backfill pass (or runs the pass
-    // before the stats can be read), so once the stats count d3 waiting, a backfill pass saw
-    // d3 and the open slot: had the roles been forgotten, d3 would be in the match.
-    let admin = server.admin().await;
-    let stat = poll_until("a tick with d3 waiting", || {
-        let mut admin = admin.clone();
-        async move {
-            let stat = admin
-                .get_queue_stats(proto::GetQueueStatsRequest {
-                    queue: "2v2".into(),
-                })
-                .await
-                .expect("get_queue_stats")
-                .into_inner()
-                .queues
-                .remove(0);
-            if stat.tickets_waiting == 1 {
-                Ok(stat)
-            } else {
-                Err(stat)
-            }
+    let d3_ticket = enter_as(&mut client, "d3", "dps").await;
+    // Only a tick tells a watched ticket its skill window, and it does so after that tick's
+    // backfill pass, which had d3 waiting and the slot open: once d3's stream shows a window,
+    // a backfill pass saw both. Had the roles been forgotten, d3 would be in the match.
+    let mut d3_updates = common::watch(&mut client, &d3_ticket).await;
+    loop {
+        let update = next(&mut d3_updates).await;
+        assert_eq!(update.state, TicketState::Searching as i32, "{update:?}");
+        if update.window_high > 0.0 {
+            break;
         }
-    })
-    .await;
+    }
+    let stat = server
+        .admin()
+        .await
+        .get_queue_stats(proto::GetQueueStatsRequest {
+            queue: "2v2".into(),
+        })
+        .await
+        .expect("get_queue_stats")
+        .into_inner()
+        .queues
+        .remove(0);
     assert_eq!(
-        stat.backfill_slots_filled, 0,
+        (stat.tickets_waiting, stat.backfill_slots_filled),
+        (1, 0),
         "a dps player must not fill the healer's slot"
     );
     let d3 = client
