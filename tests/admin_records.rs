@@ -717,8 +717,8 @@ async fn a_server_started_without_a_file_has_nothing_to_reload() {
     assert!(e.message().contains("--config"), "{e:?}");
 }
 
-const SECRET: &str = "test-secret-0123456789abcdef";
-const AUTH_ON: &str = "[auth]\nenabled = true\njwt_secret = \"test-secret-0123456789abcdef\"\n";
+const SECRET: &str = "test-secret-0123456789abcdef0123";
+const AUTH_ON: &str = "[auth]\nenabled = true\njwt_secret = \"test-secret-0123456789abcdef0123\"\n";
 
 fn token(sub: &str, role: &str) -> String {
     let claims = serde_json::json!({ "sub": sub, "role": role, "exp": now() + 3600 });

@@ -107,7 +107,7 @@ fn config_prints_no_secret() {
     let file = dir.path().join("secrets.toml");
     std::fs::write(
         &file,
-        "[auth]\nenabled = true\njwt_secret = \"hs256-secret-0123456789abcdef\"\n\
+        "[auth]\nenabled = true\njwt_secret = \"hs256-secret-0123456789abcdef012\"\n\
          jwks_url = \"https://keys:jwks-token@login.example.com/jwks.json\"\n\
          [cluster]\nredis_url = \"redis://default:redis-p@ss@db.internal:6379/0\"\n\
          [telemetry]\notlp_endpoint = \"http://otel:otlp-pass@collector:4317\"\n",

@@ -39,7 +39,7 @@ const REFRESH: Duration = Duration::from_secs(2);
 /// How long the page may take to show something: a few refreshes on a loaded 2-core machine.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
 
-const SECRET: &str = "console-secret-0123456789abcdef";
+const SECRET: &str = "console-secret-0123456789abcdef01";
 
 /// `matchmaker serve` with the console sampling every second on a metrics listener on a port
 /// the system chooses ([`ServerProcess::metrics_addr`]).

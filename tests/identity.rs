@@ -13,7 +13,7 @@ use matchmaker::proto;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::{Code, Request};
 
-const SECRET: &str = "identity-secret-0123456789";
+const SECRET: &str = "identity-secret-0123456789abcdef";
 
 fn now() -> i64 {
     SystemTime::now()

@@ -17,7 +17,7 @@ use matchmaker::proto::party_service_client::PartyServiceClient;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
-const SECRET: &str = "records-secret-0123456789abcdef";
+const SECRET: &str = "records-secret-0123456789abcdef01";
 
 fn auth_on() -> String {
     format!("[auth]\nenabled = true\njwt_secret = \"{SECRET}\"\n")

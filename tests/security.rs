@@ -13,8 +13,8 @@ use matchmaker::proto::game_server_service_client::GameServerServiceClient;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
-const SECRET: &str = "test-secret-0123456789abcdef";
-const AUTH_ON: &str = "[auth]\nenabled = true\njwt_secret = \"test-secret-0123456789abcdef\"\n";
+const SECRET: &str = "test-secret-0123456789abcdef0123";
+const AUTH_ON: &str = "[auth]\nenabled = true\njwt_secret = \"test-secret-0123456789abcdef0123\"\n";
 
 fn token_with(secret: &str, sub: &str, role: &str, exp_offset: i64) -> String {
     let now = SystemTime::now()

@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 use super::Role;
 use crate::rejection::FieldError;
 
+/// The shortest HS256 secret accepted: as long as the hash's output, as RFC 7518 (section 3.2)
+/// requires, so a token signed with it cannot be cracked offline by guessing a short secret.
+pub const MIN_SECRET_BYTES: usize = 32;
+
 /// `[auth]`: JWT bearer tokens. Off by default for local development.
 ///
 /// Keys, any combination: an HS256 secret inline (`jwt_secret`) or in a file
@@ -18,7 +22,7 @@ use crate::rejection::FieldError;
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     pub enabled: bool,
-    /// HS256 secret, at least 16 bytes; empty when the keys come from elsewhere.
+    /// HS256 secret, at least [`MIN_SECRET_BYTES`]; empty when the keys come from elsewhere.
     pub jwt_secret: String,
     /// A file holding the HS256 secret (surrounding whitespace ignored).
     #[serde(default)]
@@ -86,10 +90,10 @@ impl AuthConfig {
         let secret_file = !self.jwt_secret_file.as_os_str().is_empty();
         let public_key = !self.public_key_file.as_os_str().is_empty();
         let jwks_file = !self.jwks_file.as_os_str().is_empty();
-        if !self.jwt_secret.is_empty() && self.jwt_secret.len() < 16 {
+        if !self.jwt_secret.is_empty() && self.jwt_secret.len() < MIN_SECRET_BYTES {
             return Err(FieldError::new(
                 "auth.jwt_secret",
-                "must be at least 16 bytes when auth.enabled = true",
+                format!("must be at least {MIN_SECRET_BYTES} bytes when auth.enabled = true"),
             ));
         }
         if self.jwt_secret.is_empty()
@@ -100,8 +104,10 @@ impl AuthConfig {
         {
             return Err(FieldError::new(
                 "auth.jwt_secret",
-                "must be at least 16 bytes when auth.enabled = true (or set auth.jwt_secret_file, \
-                 auth.public_key_file, auth.jwks_file or auth.jwks_url)",
+                format!(
+                    "must be at least {MIN_SECRET_BYTES} bytes when auth.enabled = true (or set \
+                     auth.jwt_secret_file, auth.public_key_file, auth.jwks_file or auth.jwks_url)"
+                ),
             ));
         }
         for (key, on, path) in [

@@ -105,10 +105,13 @@ impl Verifier {
         if !config.jwt_secret_file.as_os_str().is_empty() {
             let text = read(&config.jwt_secret_file, "auth.jwt_secret_file")?;
             let trimmed = text.trim();
-            if trimmed.len() < 16 {
+            if trimmed.len() < super::config::MIN_SECRET_BYTES {
                 return Err(FieldError::new(
                     "auth.jwt_secret_file",
-                    "the secret must be at least 16 bytes",
+                    format!(
+                        "the secret must be at least {} bytes",
+                        super::config::MIN_SECRET_BYTES
+                    ),
                 ));
             }
             fixed.push(secret(trimmed.as_bytes()));

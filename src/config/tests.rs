@@ -47,9 +47,10 @@ fn defaults_load_and_name_the_four_queues() {
 
 #[test]
 fn a_user_file_with_only_auth_merges_over_the_defaults() {
-    let c =
-        Config::from_toml_str("[auth]\nenabled = true\njwt_secret = \"0123456789abcdef0123\"\n")
-            .unwrap();
+    let c = Config::from_toml_str(
+        "[auth]\nenabled = true\njwt_secret = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
     assert!(c.auth.enabled);
     assert_eq!(c.queues.len(), 4);
 }
@@ -109,6 +110,11 @@ fn a_nested_rule_names_the_whole_key_path() {
     );
     assert_eq!(
         field("[auth]\nenabled = true\njwt_secret = \"short\"\n"),
+        "auth.jwt_secret"
+    );
+    // As long as HS256's output at least: 31 bytes are refused.
+    assert_eq!(
+        field("[auth]\nenabled = true\njwt_secret = \"0123456789abcdef0123456789abcde\"\n"),
         "auth.jwt_secret"
     );
     assert_eq!(
