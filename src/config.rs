@@ -40,6 +40,23 @@ pub const SECTIONS: &[&str] = &[
     "console",
 ];
 
+/// The first `MATCHMAKER_<SECTION>__<KEY>` variable among `keys` whose section is not one of
+/// [`SECTIONS`]. Variables without `__` (Kubernetes service links such as
+/// `MATCHMAKER_SERVICE_HOST`, the binary's own flags) are not config and pass.
+fn section_unknown(keys: impl Iterator<Item = std::ffi::OsString>) -> Option<String> {
+    keys.filter_map(|k| k.into_string().ok()).find(|key| {
+        let Some(rest) = key
+            .get(..11)
+            .filter(|p| p.eq_ignore_ascii_case("MATCHMAKER_"))
+            .map(|_| &key[11..])
+        else {
+            return false;
+        };
+        rest.split_once("__")
+            .is_some_and(|(section, _)| !SECTIONS.iter().any(|s| s.eq_ignore_ascii_case(section)))
+    })
+}
+
 /// The defaults shipped with the binary, so `matchmaker serve` works from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
@@ -344,6 +361,16 @@ impl Config {
 
     /// Loads defaults ← `file` ← `MATCHMAKER_*` environment ← `overrides`, then validates.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        if let Some(variable) = section_unknown(std::env::vars_os().map(|(k, _)| k)) {
+            return Err(ConfigError::invalid(
+                &variable,
+                format!(
+                    "names no config section (sections: {}); a misspelt or removed section would \
+                     otherwise be ignored",
+                    SECTIONS.join(", ")
+                ),
+            ));
+        }
         Self::load_with_env(file, overrides, Self::environment())
     }
 

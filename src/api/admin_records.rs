@@ -59,6 +59,7 @@ pub fn kind_to_proto(kind: EventKind) -> proto::EventKind {
         EventKind::PlayerDeleted => proto::EventKind::PlayerDeleted,
         EventKind::PlayerBanned => proto::EventKind::PlayerBanned,
         EventKind::PlayerUnbanned => proto::EventKind::PlayerUnbanned,
+        EventKind::Unknown => proto::EventKind::Unspecified,
     }
 }
 

@@ -66,9 +66,10 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// Parses a lease value; `None` for anything else.
+    /// Parses a lease value; `None` for anything else. Fields after the third (a later
+    /// release's) are ignored, so the address stays the address.
     pub fn parse(value: &str) -> Option<Self> {
-        let mut parts = value.splitn(3, '|');
+        let mut parts = value.split('|');
         let token = parts.next()?.parse().ok()?;
         let node_id = parts.next()?.to_string();
         let addr = parts.next()?.to_string();
@@ -251,9 +252,12 @@ mod tests {
         assert_eq!(Owner::parse(&o.value()), Some(o));
         assert_eq!(Owner::parse("x|a|b"), None);
         assert_eq!(Owner::parse("7|a"), None);
-        // An IPv6 address keeps its colons; only the first two bars split.
+        // An IPv6 address keeps its colons.
         let v6 = Owner::parse("3|n|[::1]:5").unwrap();
         assert_eq!(v6.addr, "[::1]:5");
+        // A later release's extra fields leave the address alone.
+        let later = Owner::parse("9|n|10.0.0.7:50051|v2|more").unwrap();
+        assert_eq!((later.token, later.addr.as_str()), (9, "10.0.0.7:50051"));
     }
 
     #[test]

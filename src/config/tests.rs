@@ -340,3 +340,32 @@ fn the_acknowledgement_retention_defaults_to_a_week_and_refuses_less_than_an_hou
     let c = Config::from_toml_str("[results]\nack_retention_seconds = 3600\n").unwrap();
     assert_eq!(c.results.ack_retention_seconds, 3600);
 }
+
+#[test]
+fn a_variable_naming_no_config_section_is_refused_and_others_without_a_section_pass() {
+    let keys = |k: &[&str]| {
+        k.iter()
+            .map(std::ffi::OsString::from)
+            .collect::<Vec<_>>()
+            .into_iter()
+    };
+    // Kubernetes service links and the binary's own flags carry no `__`: not config.
+    assert_eq!(
+        section_unknown(keys(&[
+            "MATCHMAKER_SERVICE_HOST",
+            "MATCHMAKER_PORT_50051_TCP_ADDR",
+            "MATCHMAKER_LOG_JSON",
+            "MATCHMAKER_CLUSTER__REDIS_URL",
+            "matchmaker_server__addr",
+            "PATH",
+        ])),
+        None
+    );
+    assert_eq!(
+        section_unknown(keys(&[
+            "MATCHMAKER_SERVER__ADDR",
+            "MATCHMAKER_CLUSTR__REDIS_URL"
+        ])),
+        Some("MATCHMAKER_CLUSTR__REDIS_URL".to_string())
+    );
+}

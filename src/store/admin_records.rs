@@ -154,6 +154,10 @@ pub enum EventKind {
     PlayerDeleted,
     PlayerBanned,
     PlayerUnbanned,
+    /// A kind a later release wrote: read, kept and passed on as unspecified, so a store that
+    /// a newer node wrote to (a rolling upgrade, a rollback) still opens.
+    #[serde(other)]
+    Unknown,
 }
 
 /// One durable event.
@@ -536,6 +540,19 @@ pub(super) fn page<T: Clone>(map: &BTreeMap<u64, T>, after: u64, limit: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_of_a_kind_a_later_release_added_is_read_as_unknown() {
+        let stored = br#"{"kind":"player_renamed","unix":5.0,"player_id":"p1"}"#;
+        let event: EventRecord = serde_json::from_slice(stored).unwrap();
+        assert_eq!(
+            (event.kind, event.player_id.as_str()),
+            (EventKind::Unknown, "p1")
+        );
+        let known: EventRecord =
+            serde_json::from_slice(br#"{"kind":"match_formed","unix":1.0}"#).unwrap();
+        assert_eq!(known.kind, EventKind::MatchFormed);
+    }
 
     #[test]
     fn an_erased_player_leaves_a_season_entrys_week_points_and_ranks() {
