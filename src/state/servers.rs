@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn an_address_keeps_its_live_items_and_its_list_stays_within_twice_them() {
-        let live = |i: &u32| i % 10 == 0;
+        let live = |i: &u32| i.is_multiple_of(10);
         let mut index = PlacedIndex::default();
         for i in 0..10_000u32 {
             index.add("a", i, live);

@@ -466,6 +466,28 @@ impl State {
     }
 }
 
+/// A waiting ticket as the store keeps it. Its entry time is on the store's clock: the store's
+/// now less the wait on the matchmaker clock, the same for a new ticket (no wait) and a
+/// requeued one.
+pub(super) fn stored_ticket(
+    store: &dyn crate::store::Storage,
+    slot: &TicketSlot,
+    entry: &crate::matching::Ticket,
+    now: f64,
+) -> StoredTicket {
+    StoredTicket {
+        ticket_id: slot.id.clone(),
+        queue: slot.queue.to_string(),
+        players: slot.players.clone(),
+        entered_unix: store.now_unix() - (now - entry.entered_at).max(0.0),
+        party_skill: entry.party_skill,
+        region_latency_ms: entry.region_latency_ms.clone(),
+        roles: entry.roles.clone(),
+        attributes: entry.attributes.clone(),
+        avoid: entry.avoid.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -557,27 +579,5 @@ mod tests {
         assert_eq!(state.party(&queue.pool, &party).unwrap().skill, made);
         assert_eq!(stored().len(), 1);
         assert_eq!(stored()[0].1[&queue.pool].skill, made);
-    }
-}
-
-/// A waiting ticket as the store keeps it. Its entry time is on the store's clock: the store's
-/// now less the wait on the matchmaker clock, the same for a new ticket (no wait) and a
-/// requeued one.
-pub(super) fn stored_ticket(
-    store: &dyn crate::store::Storage,
-    slot: &TicketSlot,
-    entry: &crate::matching::Ticket,
-    now: f64,
-) -> StoredTicket {
-    StoredTicket {
-        ticket_id: slot.id.clone(),
-        queue: slot.queue.to_string(),
-        players: slot.players.clone(),
-        entered_unix: store.now_unix() - (now - entry.entered_at).max(0.0),
-        party_skill: entry.party_skill,
-        region_latency_ms: entry.region_latency_ms.clone(),
-        roles: entry.roles.clone(),
-        attributes: entry.attributes.clone(),
-        avoid: entry.avoid.clone(),
     }
 }
