@@ -179,9 +179,9 @@ impl Pool {
         {
             let target = target_rating(&teams, &remaining, k);
             let dev = mean_deviation(&teams);
-            // The nearest tickets that may join at all (in the window, under the rules): a
-            // slot is not left open because the nearest ones the rules refuse crowd out one
-            // they allow.
+            // The nearest tickets that may join at all (in the window, under the rules, able
+            // to leave the team's roles fillable): a slot is not left open because the nearest
+            // ones the rules or the roles refuse crowd out one they allow.
             let best = nearest(cands, target, NEAREST, |i| {
                 let Some(t) = eligible(i) else {
                     return false;
@@ -193,16 +193,15 @@ impl Pool {
                 if !lim.starving && (cands[i].0 - target).abs() > lim.window {
                     return false;
                 }
-                !ruled || self.rules_hold(&with_newcomer(&seated, k, t, now))
+                let after = remaining[k] - t.size() as u32;
+                roles_reachable(&config.roles, &roles[k], &declared(t), after)
+                    && (!ruled || self.rules_hold(&with_newcomer(&seated, k, t, now)))
             })
             .into_iter()
             .filter_map(|i| {
                 let t = eligible(i)?;
                 let lim = config.limits(t.wait(now));
                 let after = remaining[k] - t.size() as u32;
-                if !roles_reachable(&config.roles, &roles[k], &declared(t), after) {
-                    return None;
-                }
                 let mut filled = teams.clone();
                 filled[k].extend(t.member_ratings());
                 for (j, team) in filled.iter_mut().enumerate() {
@@ -635,6 +634,30 @@ mod tests {
         p.insert(healer).unwrap();
         let mut open = open_one_slot();
         // The team left has four damage dealers: its last slot must go to a healer.
+        open.roles = vec![vec![vec!["dps".to_string()]; 4], Vec::new()];
+        let fills = p.fill(1.0, &open, &model());
+        assert_eq!(fills.len(), 1);
+        assert_eq!(fills[0].ticket.id.as_str(), "healer");
+    }
+
+    #[test]
+    fn a_healer_past_the_nearest_damage_dealers_still_fills_the_healer_slot() {
+        let mut c = config();
+        c.roles = vec![RoleRequirement {
+            name: "healer".into(),
+            min_per_team: 1,
+        }];
+        let mut p = pool(c);
+        // More damage dealers than the search looks at, all nearer the target than the healer.
+        for i in 0..(NEAREST + 8) {
+            let mut dps = ticket(&format!("dps{i}"), &[1600.0 + i as f64 * 0.1], 0.0);
+            dps.roles = vec![vec!["dps".into()]];
+            p.insert(dps).unwrap();
+        }
+        let mut healer = ticket("healer", &[1640.0], 0.0);
+        healer.roles = vec![vec!["healer".into()]];
+        p.insert(healer).unwrap();
+        let mut open = open_one_slot();
         open.roles = vec![vec![vec!["dps".to_string()]; 4], Vec::new()];
         let fills = p.fill(1.0, &open, &model());
         assert_eq!(fills.len(), 1);
