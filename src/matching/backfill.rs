@@ -119,12 +119,11 @@ impl Pool {
     /// The waiting tickets by rating at `now`, for [`Pool::fill_from`].
     #[must_use]
     pub fn fill_order(&self, now: f64) -> FillOrder {
-        let ttl = self.config().ticket_ttl_seconds;
         let mut by_rating: Vec<(f64, (u32, u32))> = self
             .handles()
             // A ticket past its TTL is expiring this tick, not a candidate (backfill can run
             // before the expiry sweep).
-            .filter(|(_, t)| t.wait(now) < ttl)
+            .filter(|(h, _)| !self.past_ttl(*h, now))
             .map(|(h, t)| (t.rating(), h))
             .collect();
         by_rating.sort_by(|a, b| a.0.total_cmp(&b.0));

@@ -76,6 +76,9 @@ struct Meta {
     key: f64,
     dev: f64,
     entered_at: f64,
+    /// When the ticket's TTL started: its entry, or its return to the queue
+    /// ([`Pool::insert_returning`]), so a ticket whose match fell through gets its full TTL.
+    ttl_from: f64,
     size: u32,
 }
 
@@ -140,11 +143,14 @@ impl Pool {
     /// The same waiting tickets (waits kept) under a new matching config, or the first ticket
     /// the new config refuses: a config reload changes settings without dropping a ticket.
     pub fn with_config(&self, config: MatchingConfig) -> Result<Pool, InsertError> {
-        let mut tickets: Vec<&Ticket> = self.tickets().collect();
-        tickets.sort_by(|a, b| a.entered_at.total_cmp(&b.entered_at));
+        // With when each one's TTL started (a ticket back from a match keeps its later start).
+        let mut tickets: Vec<(&Ticket, f64)> = (0..self.slots.len())
+            .filter_map(|i| Some((self.slots[i].ticket()?, self.meta[i].ttl_from)))
+            .collect();
+        tickets.sort_by(|a, b| a.0.entered_at.total_cmp(&b.0.entered_at));
         let mut pool = Pool::new(self.shape, config);
-        for t in tickets {
-            pool.insert(t.clone())?;
+        for (t, ttl_from) in tickets {
+            pool.insert_returning(t.clone(), ttl_from)?;
         }
         Ok(pool)
     }
@@ -199,6 +205,7 @@ impl Pool {
             key: ticket.rating(),
             dev: ticket.deviation(),
             entered_at: ticket.entered_at,
+            ttl_from: ticket.entered_at,
             size: size as u32,
         };
         let r = self.config.regions.len();
@@ -234,6 +241,27 @@ impl Pool {
     }
 
     /// The slot of a waiting ticket, ignoring stale index entries.
+    /// [`Pool::insert`] for a ticket back from a match that fell through (a declined
+    /// ready-check, no game server, a cancel before the start): it keeps its `entered_at`, so
+    /// its place among the oldest and its widened windows, and its TTL counts from `now`, so
+    /// it is not expired at once for the time its match took.
+    pub fn insert_returning(&mut self, ticket: Ticket, now: f64) -> Result<(), InsertError> {
+        let id = ticket.id.clone();
+        self.insert(ticket)?;
+        if let Some(slot) = self.lookup(&id) {
+            let meta = &mut self.meta[slot];
+            meta.ttl_from = now.max(meta.entered_at);
+        }
+        Ok(())
+    }
+
+    /// Whether the ticket a handle names is past its TTL at `now`.
+    pub(crate) fn past_ttl(&self, (slot, _): (u32, u32), now: f64) -> bool {
+        self.meta
+            .get(slot as usize)
+            .is_some_and(|m| now - m.ttl_from >= self.config.ticket_ttl_seconds)
+    }
+
     fn lookup(&self, id: &TicketId) -> Option<usize> {
         let &(slot, generation) = self.index.get(id)?;
         let slot = slot as usize;
@@ -405,9 +433,7 @@ impl Pool {
     fn expire(&mut self, now: f64) -> Vec<Ticket> {
         let ttl = self.config.ticket_ttl_seconds;
         let expired_slots: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| {
-                self.slots[i].occupied() && (now - self.meta[i].entered_at).max(0.0) >= ttl
-            })
+            .filter(|&i| self.slots[i].occupied() && (now - self.meta[i].ttl_from).max(0.0) >= ttl)
             .collect();
         let mut expired = Vec::with_capacity(expired_slots.len());
         for slot in expired_slots {
@@ -766,6 +792,28 @@ mod tests {
         );
         assert_eq!(pool.window(&"b".into(), 130.0), Some((1500.0, 2300.0)));
         assert_eq!(pool.window(&"zz".into(), 130.0), None);
+    }
+
+    #[test]
+    fn a_ticket_back_from_a_match_gets_its_whole_ttl_from_its_return() {
+        let config = MatchingConfig::default();
+        let ttl = config.ticket_ttl_seconds;
+        let mut pool = Pool::new(ONE, config);
+        // Entered at 0, matched, and back at ttl - 10 when the match fell through; another
+        // entered at 0 never left. Ratings far apart: neither is matched.
+        pool.insert_returning(solo("back", 1500.0, 0.0), ttl - 10.0)
+            .unwrap();
+        pool.insert(solo("stayed", 9000.0, 0.0)).unwrap();
+        let expired = |o: TickOutcome| -> Vec<String> {
+            o.expired.iter().map(|t| t.id.to_string()).collect()
+        };
+        assert_eq!(expired(pool.tick(ttl, &MODEL)), ["stayed"]);
+        // Its place among the oldest is kept (its wait still counts from 0)...
+        assert_eq!(pool.stats(ttl).longest_wait_seconds, ttl);
+        // ...and a config reload keeps its TTL's start.
+        let mut pool = pool.with_config(MatchingConfig::default()).unwrap();
+        assert!(expired(pool.tick(2.0 * ttl - 11.0, &MODEL)).is_empty());
+        assert_eq!(expired(pool.tick(2.0 * ttl - 10.0, &MODEL)), ["back"]);
     }
 
     #[test]

@@ -529,7 +529,8 @@ impl Loop {
     }
 
     /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves
-    /// the oldest first, so this is the front of the queue.
+    /// the oldest first, so this is the front of the queue. Its TTL counts from now
+    /// ([`matching::Pool::insert_returning`]).
     fn requeue(&mut self, qi: usize, slot: Arc<TicketSlot>, entry: matching::Ticket) {
         if slot.view().state != TicketState::Searching {
             return;
@@ -550,7 +551,7 @@ impl Loop {
         // Its heartbeat counts from now: a client that polled while it was matched (the poll
         // touches only a waiting ticket) is not expired for the time its match took.
         slot.touch(now);
-        match self.queues[qi].pool.insert(entry) {
+        match self.queues[qi].pool.insert_returning(entry, now) {
             Ok(()) => {
                 self.waiting.insert(
                     id,
