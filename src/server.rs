@@ -379,7 +379,7 @@ async fn serve(
         health,
         signal,
         shutdown.clone(),
-        committer_failed,
+        committer_failed.clone(),
         Duration::from_millis(config.server.drain_ms),
     ));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -473,7 +473,7 @@ async fn serve(
                 .max_decoding_message_size(max_message),
         )
         .add_service(tower::Layer::layer(
-            &api::audit::AuditLayer::new(store.clone()),
+            &api::audit::AuditLayer::new(store.clone(), committer_failed.clone()),
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
         ))

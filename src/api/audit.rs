@@ -6,6 +6,11 @@
 //! Handlers say what a call named through [`AuditNote`], a slot the layer puts in the request's
 //! extensions; the outcome is read from the answer's `grpc-status` header (a unary error or a
 //! refused stream), and is `OK` otherwise.
+//!
+//! Once the store has failed (the result journal refuses everything after a batch it could not
+//! write) no entry is written: the write would wait on that store (in cluster mode, as long as a
+//! replica is waited for) and hold the answer, which names the failure, until the caller's
+//! deadline.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,6 +18,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
@@ -63,11 +69,17 @@ pub fn note<T>(request: &tonic::Request<T>, detail: impl Into<String>) {
 #[derive(Clone)]
 pub struct AuditLayer {
     store: Store,
+    store_failed: CancellationToken,
 }
 
 impl AuditLayer {
-    pub fn new(store: Store) -> Self {
-        Self { store }
+    /// Entries go to `store`; `store_failed` is cancelled once the store has failed (the
+    /// result journal's [`crate::store::Committer::failed`]).
+    pub fn new(store: Store, store_failed: CancellationToken) -> Self {
+        Self {
+            store,
+            store_failed,
+        }
     }
 }
 
@@ -78,6 +90,7 @@ impl<S> Layer<S> for AuditLayer {
         Audited {
             inner,
             store: self.store.clone(),
+            store_failed: self.store_failed.clone(),
         }
     }
 }
@@ -87,6 +100,7 @@ impl<S> Layer<S> for AuditLayer {
 pub struct Audited<S> {
     inner: S,
     store: Store,
+    store_failed: CancellationToken,
 }
 
 impl<S: NamedService> NamedService for Audited<S> {
@@ -102,11 +116,7 @@ pub fn entry(
     headers: &http::HeaderMap,
 ) -> AuditRecord {
     let action = path.rsplit('/').next().unwrap_or(path).to_string();
-    let code = headers
-        .get("grpc-status")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<i32>().ok())
-        .unwrap_or(0);
+    let code = grpc_code(headers);
     let outcome = if code == 0 {
         "OK".to_string()
     } else {
@@ -133,6 +143,15 @@ pub fn entry(
     }
 }
 
+/// The answer's gRPC status code: its `grpc-status` header, 0 (OK) without one.
+fn grpc_code(headers: &http::HeaderMap) -> i32 {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok())
+        .unwrap_or(0)
+}
+
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, ReqBody> Service<http::Request<ReqBody>> for Audited<S>
@@ -156,6 +175,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = self.store.clone();
+        let store_failed = self.store_failed.clone();
         let note = AuditNote::default();
         req.extensions_mut().insert(note.clone());
         let identity = req.extensions().get::<Identity>().cloned();
@@ -178,6 +198,20 @@ where
                 &note.take(),
                 response.headers(),
             );
+            if store_failed.is_cancelled() {
+                // Nothing is durable any more: the call's own refusal (the store failure, for a
+                // change) goes back now, and an answer that was OK cannot be acknowledged.
+                tracing::error!(action = %record.action, "audit entry not written: the store failed");
+                crate::telemetry::store_error("audit");
+                return Ok(if grpc_code(response.headers()) == 0 {
+                    tonic::Status::unavailable(
+                        "the call ran but its audit entry could not be written: the store failed",
+                    )
+                    .into_http()
+                } else {
+                    response
+                });
+            }
             // Durable before the answer leaves: an acknowledged admin call is always audited.
             let written = match store.append_audit(&record) {
                 Ok(_) => store.flush_async().await,
@@ -246,7 +280,8 @@ mod tests {
     async fn a_call_whose_caller_gave_up_is_still_audited_once_it_ran() {
         let store: Store = Arc::new(crate::store::MemoryStore::default());
         let done = Arc::new(tokio::sync::Notify::new());
-        let mut audited = AuditLayer::new(store.clone()).layer(Slow { done: done.clone() });
+        let mut audited = AuditLayer::new(store.clone(), CancellationToken::new())
+            .layer(Slow { done: done.clone() });
         let request = http::Request::builder()
             .uri("/matchmaker.v1.AdminService/DeletePlayer")
             .body(Body::empty())
@@ -311,15 +346,70 @@ mod tests {
                 .unwrap()
         };
         // The handler's write was fenced: its answer goes back marked, unaudited here.
-        let mut audited = AuditLayer::new(store.clone()).layer(Fenced);
+        let mut audited = AuditLayer::new(store.clone(), CancellationToken::new()).layer(Fenced);
         let response = audited.call(request("BanPlayer")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
         // The handler wrote nothing the fence refused, but its audit entry was: marked too.
         let done = Arc::new(tokio::sync::Notify::new());
         done.notify_one();
-        let mut audited = AuditLayer::new(store.clone()).layer(Slow { done });
+        let mut audited =
+            AuditLayer::new(store.clone(), CancellationToken::new()).layer(Slow { done });
         let response = audited.call(request("SetRating")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
+        assert!(store.audit_after(0, 10).unwrap().is_empty());
+    }
+
+    /// A handler answering as one whose change the failed store refused.
+    #[derive(Clone)]
+    struct StoreFailed;
+
+    impl Service<http::Request<Body>> for StoreFailed {
+        type Response = http::Response<Body>;
+        type Error = Infallible;
+        type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+            Box::pin(async {
+                Ok(
+                    tonic::Status::internal("storage failure: 0 of 1 replicas acknowledged")
+                        .into_http(),
+                )
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn once_the_store_failed_the_answer_goes_back_without_an_entry() {
+        let store: Store = Arc::new(crate::store::MemoryStore::default());
+        let failed = CancellationToken::new();
+        failed.cancel();
+        let request = || {
+            http::Request::builder()
+                .uri("/matchmaker.v1.AdminService/SetRating")
+                .body(Body::empty())
+                .unwrap()
+        };
+        // The change's own refusal names the failure, and is what the caller gets.
+        let mut audited = AuditLayer::new(store.clone(), failed.clone()).layer(StoreFailed);
+        let response = audited.call(request()).await.unwrap();
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+        assert!(
+            status.message().starts_with("storage failure"),
+            "{status:?}"
+        );
+        // A call that ran cannot be acknowledged without its entry.
+        let done = Arc::new(tokio::sync::Notify::new());
+        done.notify_one();
+        let mut audited = AuditLayer::new(store.clone(), failed).layer(Slow { done });
+        let response = audited.call(request()).await.unwrap();
+        let status = tonic::Status::from_header_map(response.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(status.message().contains("the store failed"), "{status:?}");
         assert!(store.audit_after(0, 10).unwrap().is_empty());
     }
 
