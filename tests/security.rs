@@ -374,6 +374,99 @@ async fn a_server_reports_and_cancels_only_its_own_matches() {
 }
 
 #[tokio::test]
+async fn a_result_whose_match_record_is_gone_is_told_to_an_admin_only() {
+    let server = TestServer::start(AUTH_ON).await;
+    let gs1 = token("gs-1", "server");
+    let admin_token = token("ops", "admin");
+    let mut game_server = server.game_server().await;
+    let mut assignments = game_server
+        .serve_matches(with(
+            proto::ServeMatchesRequest {
+                server_address: "gs-1".into(),
+                region: String::new(),
+                capacity: 0,
+            },
+            &gs1,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut client = server.client().await;
+    for p in ["carol", "dave"] {
+        enter_as(&mut client, &token(p, "player"), "1v1", &[p])
+            .await
+            .unwrap();
+    }
+    let a = next(&mut assignments).await;
+    let report = |tok: &str| {
+        with(
+            proto::MatchResult {
+                match_id: a.match_id.clone(),
+                placements: common::placements_with_winner(&a, "carol"),
+                ..Default::default()
+            },
+            tok,
+        )
+    };
+    let ack = game_server
+        .report_match_result(report(&gs1))
+        .await
+        .unwrap()
+        .into_inner();
+    // Both players erased: the match record goes with their histories, its acknowledgement
+    // stays (what a repeated report answers).
+    let mut admin = server.admin().await;
+    for p in ["carol", "dave"] {
+        admin
+            .delete_player(with(
+                proto::DeletePlayerRequest {
+                    player_id: p.into(),
+                },
+                &admin_token,
+            ))
+            .await
+            .unwrap();
+    }
+    let gone = client
+        .get_match(with(
+            proto::GetMatchRequest {
+                match_id: a.match_id.clone(),
+            },
+            &admin_token,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    // No record says which server the match was assigned to: another server's token is refused.
+    let e = game_server
+        .report_match_result(report(&token("gs-2", "server")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("record"), "{e:?}");
+    let again = game_server
+        .report_match_result(report(&admin_token))
+        .await
+        .expect("an admin reads the acknowledgement")
+        .into_inner();
+    assert!(again.duplicate);
+    assert_eq!(again.changes.len(), ack.changes.len());
+    // A match nobody knows is still NOT_FOUND.
+    let e = game_server
+        .report_match_result(with(
+            proto::MatchResult {
+                match_id: "no-such-match".into(),
+                placements: vec![1, 2],
+                ..Default::default()
+            },
+            &gs1,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+}
+
+#[tokio::test]
 async fn oversized_messages_are_refused_before_decoding() {
     let server = TestServer::start("[server]\nmax_message_bytes = 4096\n").await;
     let mut client = server.client().await;

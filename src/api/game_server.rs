@@ -8,7 +8,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::convert;
-use crate::auth::{Identity, MayAct};
+use crate::auth::{AuthError, Identity, MayAct, Role};
 use crate::ids::MatchId;
 use crate::ledger::Ledger;
 use crate::matchmaker::{Command, Handle};
@@ -88,16 +88,30 @@ impl GameServerService for GameServer {
         // A live match may be reported only by the server it is assigned to; one no longer
         // live (already reported) answers its stored acknowledgement, which changes nothing
         // but names every player's ratings: to its own server only, while the match history
-        // still says which that was.
+        // still says which that was, and to an admin only once it does not (every player
+        // erased, or every player's history past it).
         match self.state.match_slot(&match_id) {
             Ok(slot) => {
                 identity.may_serve_as(&slot.assignment().server_address, "report this match")?;
             }
-            Err(_) => {
-                if let Some(record) = self.state.store().match_record(&match_id).await? {
+            Err(_) => match self.state.store().match_record(&match_id).await? {
+                Some(record) => {
                     identity.may_serve_as(&record.server_address, "report this match")?;
                 }
-            }
+                None => {
+                    if let Some(id) = identity.as_ref().filter(|id| id.role != Role::Admin)
+                        && self.state.store().result_of(&match_id)?.is_some()
+                    {
+                        return Err(AuthError::Denied(format!(
+                            "{:?} {:?} may not report this match: its record is gone, so the \
+                             server it was assigned to cannot be checked; an admin token may \
+                             read its acknowledgement",
+                            id.role, id.sub
+                        ))
+                        .into());
+                    }
+                }
+            },
         }
         let performance: BTreeMap<String, f64> = req.performance.into_iter().collect();
         let ledger = self.ledger.clone();
