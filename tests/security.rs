@@ -467,6 +467,39 @@ async fn a_result_whose_match_record_is_gone_is_told_to_an_admin_only() {
 }
 
 #[tokio::test]
+async fn only_an_admin_pages_the_leaderboard_past_the_offset_limit() {
+    let server = TestServer::start(AUTH_ON).await;
+    let mut client = server.client().await;
+    let page = |offset: u32, tok: &str| {
+        with(
+            proto::GetLeaderboardRequest {
+                queue: "1v1".into(),
+                offset,
+                limit: 10,
+            },
+            tok,
+        )
+    };
+    let deepest = matchmaker::ranking::leaderboard::MAX_OFFSET as u32;
+    for tok in [token("p1", "player"), token("gs-1", "server")] {
+        client
+            .get_leaderboard(page(deepest, &tok))
+            .await
+            .expect("the deepest page any role may read");
+        let e = client
+            .get_leaderboard(page(deepest + 1, &tok))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().starts_with("offset: "), "{e:?}");
+    }
+    client
+        .get_leaderboard(page(u32::MAX, &token("ops", "admin")))
+        .await
+        .expect("an admin pages as deep as the board goes");
+}
+
+#[tokio::test]
 async fn oversized_messages_are_refused_before_decoding() {
     let server = TestServer::start("[server]\nmax_message_bytes = 4096\n").await;
     let mut client = server.client().await;

@@ -17,7 +17,7 @@ use crate::matching;
 use crate::matchmaker::{Clock, Command, Handle};
 use crate::proto;
 use crate::proto::client_service_server::ClientService;
-use crate::ranking::leaderboard::MAX_PAGE_SIZE;
+use crate::ranking::leaderboard::{MAX_OFFSET, MAX_PAGE_SIZE};
 use crate::rating::Skill;
 use crate::rejection::{Rejection, TicketRefusal};
 use crate::state::State;
@@ -432,12 +432,25 @@ impl ClientService for Client {
         &self,
         request: Request<proto::GetLeaderboardRequest>,
     ) -> Result<Response<proto::Leaderboard>, Status> {
+        let identity = request.extensions().get::<Identity>().cloned();
         let req = request.into_inner();
         let queue = self.state.queue("queue", &req.queue)?;
         let limit = match req.limit {
             0 => 100,
             n => (n as usize).min(MAX_PAGE_SIZE),
         };
+        if req.offset as usize > MAX_OFFSET
+            && identity.is_some_and(|id| id.role != crate::auth::Role::Admin)
+        {
+            return Err(Rejection::invalid(
+                "offset",
+                format!(
+                    "must be at most {MAX_OFFSET} for a player or server token (got {})",
+                    req.offset
+                ),
+            )
+            .into());
+        }
         let (total, page) = self.state.leaderboard(&queue, req.offset as usize, limit);
         let season = self.state.store().season_state(&queue.pool)?;
         let entries = page

@@ -25,6 +25,12 @@ use crate::ids::PlayerId;
 /// the server copy a whole queue.
 pub const MAX_PAGE_SIZE: usize = 1000;
 
+/// Deepest page offset a player or game-server token may ask for. A page is walked to under the
+/// pool's index lock, which applying a result needs too, in O(min(offset, n - offset)): with a
+/// million players the middle page is half a million steps, milliseconds during which results
+/// wait. An admin (and a server without auth) pages as deep as the board goes.
+pub const MAX_OFFSET: usize = 10_000;
+
 /// One row of a leaderboard: everything the order looks at.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LeaderboardEntry {
