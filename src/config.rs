@@ -193,6 +193,10 @@ pub struct ServerConfig {
     /// `EndSeason`, `MigrateFromElo`), which take as long as the pool is large.
     #[serde(default = "default_admin_request_timeout_ms")]
     pub admin_request_timeout_ms: u64,
+    /// How long a call's request message may take to arrive (the body, to its end) while the
+    /// call holds its slots of the concurrency limits; 0 = only the call's deadline.
+    #[serde(default = "default_request_body_timeout_ms")]
+    pub request_body_timeout_ms: u64,
     pub shutdown_grace_ms: u64,
     /// After the stop signal, how long health reports NOT_SERVING while calls are still served.
     #[serde(default)]
@@ -241,6 +245,10 @@ pub struct ServerConfig {
 
 fn default_admin_request_timeout_ms() -> u64 {
     300_000
+}
+
+fn default_request_body_timeout_ms() -> u64 {
+    3000
 }
 
 fn default_keepalive_interval_ms() -> u64 {

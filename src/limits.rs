@@ -3,6 +3,7 @@
 //!
 //! - [`RateLimiter`]: a token bucket per caller (`[rate_limit]`). The caller is the verified
 //!   token's `sub` and role when auth is on, else the client's IP address (IPv6: its /64).
+//!   With it, the calls each caller has in flight ([`InFlight`], `[rate_limit.max_in_flight]`).
 //! - [`Framing`]: follows the gRPC length prefix of each request message and refuses one bigger
 //!   than `server.max_message_bytes` before it is buffered.
 //!
@@ -24,6 +25,10 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use crate::auth::{Identity, Role, is_open_path};
 use crate::rejection::FieldError;
 
+mod in_flight;
+
+pub use in_flight::{InFlight, InFlightConfig, Slot, TooManyInFlight};
+
 /// `[rate_limit]`: requests per second per caller, enforced by the server's rate-limit layer.
 ///
 /// A caller is a token's `sub` and role when auth is on, else the client's IP address. Each rate
@@ -42,6 +47,8 @@ pub struct RateLimitConfig {
     pub anonymous: f64,
     /// Bucket size in seconds of the caller's rate: how long a burst at full speed may last.
     pub burst_seconds: f64,
+    /// Calls in flight per caller, by class.
+    pub max_in_flight: InFlightConfig,
 }
 
 impl Default for RateLimitConfig {
@@ -52,6 +59,7 @@ impl Default for RateLimitConfig {
             admin: 0.0,
             anonymous: 0.0,
             burst_seconds: 2.0,
+            max_in_flight: InFlightConfig::default(),
         }
     }
 }
@@ -227,6 +235,25 @@ impl Bucket {
     }
 }
 
+/// Why the rate-limit layer refused a call.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    Rate(#[from] RateLimited),
+    #[error(transparent)]
+    InFlight(#[from] TooManyInFlight),
+}
+
+impl Refused {
+    /// The class of the caller refused, the metric label.
+    pub fn class(&self) -> Class {
+        match self {
+            Refused::Rate(r) => r.class,
+            Refused::InFlight(r) => r.class,
+        }
+    }
+}
+
 /// A call refused by the rate limit. Its text is the RESOURCE_EXHAUSTED message.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error(
@@ -257,17 +284,18 @@ const MIN_CALLS_BETWEEN_SWEEPS: usize = 1024;
 /// with no calls nothing grows.
 pub struct RateLimiter {
     limits: [Option<Limit>; 4],
+    in_flight: InFlight,
     buckets: DashMap<Caller, Bucket>,
     calls_since_sweep: AtomicUsize,
     calls_between_sweeps: AtomicUsize,
 }
 
 impl RateLimiter {
-    /// The limiter for `config`, or `None` when no rate can apply (the server then installs no
-    /// layer, so the hot path pays nothing). With auth on, only token holders get past the auth
-    /// layer to a limited method, so `anonymous` never applies; with auth off no request carries
-    /// a token, so only `anonymous` does. So the defaults (player 20/s, the rest unlimited)
-    /// install no layer on a server without auth.
+    /// The limiter for `config`, or `None` when no rate or in-flight limit can apply (the server
+    /// then installs no layer, so the hot path pays nothing). With auth on, only token holders
+    /// get past the auth layer to a limited method, so `anonymous` never applies; with auth off
+    /// no request carries a token, so only `anonymous` does. So the defaults (player 20/s and 16
+    /// in flight, the rest unlimited) install no layer on a server without auth.
     pub fn from_config(config: &RateLimitConfig, auth_enabled: bool) -> Option<Self> {
         let limit = |per_second: f64, applies: bool| {
             (applies && per_second > 0.0).then_some(Limit {
@@ -281,8 +309,10 @@ impl RateLimiter {
             limit(config.admin, auth_enabled),
             limit(config.anonymous, !auth_enabled),
         ];
-        limits.iter().any(Option::is_some).then(|| Self {
+        let in_flight = InFlight::new(&config.max_in_flight, auth_enabled);
+        (limits.iter().any(Option::is_some) || in_flight.any()).then(|| Self {
             limits,
+            in_flight,
             buckets: DashMap::new(),
             calls_since_sweep: AtomicUsize::new(0),
             calls_between_sweeps: AtomicUsize::new(MIN_CALLS_BETWEEN_SWEEPS),
@@ -327,6 +357,11 @@ impl RateLimiter {
         taken
     }
 
+    /// The calls in flight per caller.
+    pub fn in_flight(&self) -> &InFlight {
+        &self.in_flight
+    }
+
     /// Counts one call of the request's caller: its verified [`Identity`] (the auth layer runs
     /// first), else its peer address. Health and reflection are exempt, and so is a request with
     /// neither (no TCP peer: nothing to key on).
@@ -335,32 +370,48 @@ impl RateLimiter {
         request: &http::Request<B>,
         now: Instant,
     ) -> Result<(), RateLimited> {
+        match self.caller(request) {
+            Some(caller) => self.check(caller, now),
+            None => Ok(()),
+        }
+    }
+
+    /// Admits one call of the request's caller (as [`RateLimiter::check_request`] counts it):
+    /// a slot of its calls in flight, to be held until the call's answer starts (`None` for an
+    /// unlimited class), then a token of its bucket. A refused call holds neither.
+    pub fn admit<B>(
+        &self,
+        request: &http::Request<B>,
+        now: Instant,
+    ) -> Result<Option<Slot>, Refused> {
+        let Some(caller) = self.caller(request) else {
+            return Ok(None);
+        };
+        let slot = self.in_flight.enter(&caller)?;
+        self.check(caller, now)?;
+        Ok(slot)
+    }
+
+    /// Who a request counts as, if a limit can apply to it.
+    fn caller<B>(&self, request: &http::Request<B>) -> Option<Caller> {
         if is_open_path(request.uri().path()) {
-            return Ok(());
+            return None;
         }
         let extensions = request.extensions();
         // The class first: an unlimited caller costs no allocation and no map access.
-        let caller = match extensions.get::<Identity>() {
-            Some(identity) => {
-                if self.limit(Class::from(identity.role)).is_none() {
-                    return Ok(());
-                }
-                Caller::Subject {
-                    role: identity.role,
-                    sub: identity.sub.as_str().into(),
-                }
-            }
+        let limited = |class| self.limit(class).is_some() || self.in_flight.limit(class).is_some();
+        match extensions.get::<Identity>() {
+            Some(identity) => limited(Class::from(identity.role)).then(|| Caller::Subject {
+                role: identity.role,
+                sub: identity.sub.as_str().into(),
+            }),
             None => {
-                if self.limit(Class::Anonymous).is_none() {
-                    return Ok(());
+                if !limited(Class::Anonymous) {
+                    return None;
                 }
-                let Some(peer) = peer_ip(extensions) else {
-                    return Ok(());
-                };
-                Caller::network(peer)
+                Some(Caller::network(peer_ip(extensions)?))
             }
-        };
-        self.check(caller, now)
+        }
     }
 
     fn maybe_sweep(&self, now: Instant) {
@@ -482,6 +533,7 @@ mod tests {
                 admin: 0.0,
                 anonymous: 0.0,
                 burst_seconds,
+                max_in_flight: InFlightConfig::default(),
             },
             true,
         )
@@ -582,10 +634,20 @@ mod tests {
         let only_anonymous = RateLimitConfig {
             player: 0.0,
             anonymous: 5.0,
-            ..defaults
+            max_in_flight: InFlightConfig {
+                player: 0,
+                ..InFlightConfig::default()
+            },
+            ..defaults.clone()
         };
         assert!(RateLimiter::from_config(&only_anonymous, false).is_some());
         assert!(RateLimiter::from_config(&only_anonymous, true).is_none());
+        // An in-flight limit alone installs the layer.
+        let only_in_flight = RateLimitConfig {
+            player: 0.0,
+            ..defaults
+        };
+        assert!(RateLimiter::from_config(&only_in_flight, true).is_some());
     }
 
     #[test]
@@ -712,6 +774,57 @@ mod tests {
             role: Role::Player,
         };
         l.check_request(&request(ENTER, Some(p2)), t0).unwrap();
+    }
+
+    #[test]
+    fn a_call_holds_an_in_flight_slot_only_when_admitted() {
+        let config = RateLimitConfig {
+            player: 1.0,
+            burst_seconds: 3.0,
+            max_in_flight: InFlightConfig {
+                player: 2,
+                ..InFlightConfig::default()
+            },
+            ..RateLimitConfig::default()
+        };
+        let l = RateLimiter::from_config(&config, true).unwrap();
+        let t0 = Instant::now();
+        let p1 = || {
+            request(
+                ENTER,
+                Some(Identity {
+                    sub: "p1".into(),
+                    role: Role::Player,
+                }),
+            )
+        };
+        let first = l.admit(&p1(), t0).unwrap();
+        let second = l.admit(&p1(), t0).unwrap();
+        assert!(first.is_some() && second.is_some());
+        // Two in flight: the third is refused without taking a token of the bucket.
+        let e = l.admit(&p1(), t0).unwrap_err();
+        assert!(matches!(e, Refused::InFlight(_)), "{e}");
+        assert_eq!(e.class(), Class::Player);
+        drop(first);
+        l.admit(&p1(), t0)
+            .expect("the bucket's third token is still there")
+            .expect("a slot");
+        drop(second);
+        // The bucket is empty now: refused by the rate, and the slot taken for it comes back.
+        let e = l.admit(&p1(), t0).unwrap_err();
+        assert!(matches!(e, Refused::Rate(_)), "{e}");
+        assert_eq!(l.in_flight().callers(), 0);
+        // Health is never counted; an admin is unlimited.
+        assert!(
+            l.admit(&request("/grpc.health.v1.Health/Check", None), t0)
+                .unwrap()
+                .is_none()
+        );
+        let admin = Identity {
+            sub: "root".into(),
+            role: Role::Admin,
+        };
+        assert!(l.admit(&request(ENTER, Some(admin)), t0).unwrap().is_none());
     }
 
     fn message(flag: u8, length: u32) -> Vec<u8> {

@@ -438,8 +438,10 @@ async fn serve(
     // request holds its slot only while it is answered. With auth off there is no auth layer at
     // all (not one that passes everything through at the cost of a boxed future per call).
     // The rate limit comes after auth: its key is the verified identity, so a caller cannot pick
-    // its bucket with a forged header, and a refusal holds its slot only for one map lookup. When no
-    // rate can apply (the default without auth) there is no rate layer either. Message size wraps the body of what passes.
+    // its bucket with a forged header, and a refusal holds its slot only for one map lookup. It
+    // also caps each caller's calls in flight, so one caller cannot hold the server-wide limit.
+    // When no rate or in-flight limit can apply (the default without auth) there is no rate layer
+    // either. Message size wraps the body of what passes, and bounds how long it takes to arrive.
     let limits = ServiceBuilder::new()
         .option_layer(cors(&config.server.grpc_web_origins))
         .option_layer(config.server.grpc_web.then(tonic_web::GrpcWebLayer::new))
@@ -459,7 +461,11 @@ async fn serve(
             RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
                 .map(RateLimitLayer::new),
         )
-        .layer(MessageSizeLayer::new(max_message))
+        .layer(MessageSizeLayer::new(
+            max_message,
+            (config.server.request_body_timeout_ms > 0)
+                .then(|| Duration::from_millis(config.server.request_body_timeout_ms)),
+        ))
         .into_inner();
     let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)

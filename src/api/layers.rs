@@ -18,7 +18,7 @@ use tower::{Layer, Service};
 
 use super::error;
 use crate::auth::{AuthError, Verifier, authorize, is_open_path};
-use crate::limits::{Framing, RateLimiter};
+use crate::limits::{Framing, RateLimiter, Refused, Slot};
 
 /// The tower layer: authenticate, role-check, attach the [`crate::auth::Identity`].
 #[derive(Clone)]
@@ -106,6 +106,8 @@ where
 
 /// The tower layer of [`RateLimiter`]. It runs after the auth layer, whose verified
 /// [`crate::auth::Identity`] is the key: a caller cannot choose its bucket through an unverified header.
+/// A call it admits holds its caller's in-flight slot until its answer starts (for a stream:
+/// until the stream opens), as the server-wide limit holds its permit.
 #[derive(Clone)]
 pub struct RateLimitLayer {
     limiter: Arc<RateLimiter>,
@@ -144,27 +146,57 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = RefusedOr<S::Future, Result<S::Response, S::Error>>;
+    type Future = RefusedOr<InFlightCall<S::Future>, Result<S::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        match self.limiter.check_request(&request, Instant::now()) {
-            Ok(()) => RefusedOr::Inner {
-                future: self.inner.call(request),
+        match self.limiter.admit(&request, Instant::now()) {
+            Ok(slot) => RefusedOr::Inner {
+                future: InFlightCall {
+                    future: self.inner.call(request),
+                    slot,
+                },
             },
             Err(refused) => {
-                metrics::counter!(crate::telemetry::RATE_LIMITED, "class" => refused.class.as_str())
-                    .increment(1);
+                let (metric, class) = match &refused {
+                    Refused::Rate(r) => (crate::telemetry::RATE_LIMITED, r.class),
+                    Refused::InFlight(r) => (crate::telemetry::IN_FLIGHT_LIMITED, r.class),
+                };
+                metrics::counter!(metric, "class" => class.as_str()).increment(1);
                 tracing::debug!(path = request.uri().path(), error = %refused, "request refused");
-                let response = error::refusal(refused);
+                let response = error::refusal(match refused {
+                    Refused::Rate(r) => Status::from(r),
+                    Refused::InFlight(r) => Status::resource_exhausted(r.to_string()),
+                });
                 RefusedOr::Refused {
                     ready: std::future::ready(Ok(response)),
                 }
             }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call admitted by the rate-limit layer: its caller's in-flight slot is given back when
+    /// the answer starts (or the call is dropped).
+    pub struct InFlightCall<F> {
+        #[pin]
+        future: F,
+        slot: Option<Slot>,
+    }
+}
+
+impl<F: Future> Future for InFlightCall<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let answer = ready!(this.future.poll(cx));
+        this.slot.take();
+        Poll::Ready(answer)
     }
 }
 
@@ -202,14 +234,27 @@ where
 /// client gets this code and message from a unary and a streaming request alike, before the
 /// oversized message is buffered. tonic's own limit (`max_decoding_message_size`, the same
 /// value) stays behind it; this one also covers health and reflection requests.
+///
+/// It also bounds how long the body of a limited call may take to arrive
+/// (`server.request_body_timeout_ms`): every such method takes one request message, and tonic
+/// reads its body to the end before the handler runs, while the call holds its slots of the
+/// server-wide and per-caller limits. A caller that sends the headers and never the message
+/// (or never ends the body) is answered DEADLINE_EXCEEDED then, not at the call's deadline.
+/// Health and reflection (whose reflection stream is read for as long as it is open) hold no
+/// such slot and have no such bound.
 #[derive(Clone, Copy, Debug)]
 pub struct MessageSizeLayer {
     limit: usize,
+    body_timeout: Option<Duration>,
 }
 
 impl MessageSizeLayer {
-    pub fn new(limit: usize) -> Self {
-        Self { limit }
+    /// `body_timeout`: `None` = the call's deadline alone bounds its body.
+    pub fn new(limit: usize, body_timeout: Option<Duration>) -> Self {
+        Self {
+            limit,
+            body_timeout,
+        }
     }
 }
 
@@ -220,6 +265,7 @@ impl<S> Layer<S> for MessageSizeLayer {
         MessageSize {
             inner,
             limit: self.limit,
+            body_timeout: self.body_timeout,
         }
     }
 }
@@ -232,6 +278,7 @@ pub const OPEN_MESSAGE_BYTES: usize = 4096;
 pub struct MessageSize<S> {
     inner: S,
     limit: usize,
+    body_timeout: Option<Duration>,
 }
 
 impl<S, ReqBody> Service<http::Request<ReqBody>> for MessageSize<S>
@@ -250,14 +297,18 @@ where
         // Health and reflection skip the concurrency and rate limits and need no token: their
         // small requests are all they may send, since tonic sets aside the length a message
         // claims before it arrives.
-        let limit = if crate::auth::is_open_path(request.uri().path()) {
+        let open = crate::auth::is_open_path(request.uri().path());
+        let limit = if open {
             self.limit.min(OPEN_MESSAGE_BYTES)
         } else {
             self.limit
         };
+        let body_timeout = self.body_timeout.filter(|_| !open);
         self.inner.call(request.map(|inner| LimitedBody {
             inner,
             framing: Framing::new(limit),
+            deadline: body_timeout.map(tokio::time::sleep),
+            body_timeout: body_timeout.unwrap_or_default(),
         }))
     }
 }
@@ -265,11 +316,16 @@ where
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 pin_project_lite::pin_project! {
-    /// A request body checked by [`Framing`] as it is read.
+    /// A request body checked by [`Framing`] as it is read, and refused if it has not ended
+    /// by its deadline.
     pub struct LimitedBody<B> {
         #[pin]
         inner: B,
         framing: Framing,
+        // Until the body ends; `None` without a bound, or once it ended.
+        #[pin]
+        deadline: Option<tokio::time::Sleep>,
+        body_timeout: Duration,
     }
 }
 
@@ -285,11 +341,29 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.project();
-        let frame = match ready!(this.inner.poll_frame(cx)) {
-            Some(Ok(frame)) => frame,
-            Some(Err(e)) => return Poll::Ready(Some(Err(e.into()))),
-            None => return Poll::Ready(None),
+        let mut this = self.project();
+        let frame = match this.inner.poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(None) => {
+                this.deadline.set(None);
+                return Poll::Ready(None);
+            }
+            Poll::Pending => {
+                if let Some(deadline) = this.deadline.as_mut().as_pin_mut() {
+                    ready!(deadline.poll(cx));
+                    this.deadline.set(None);
+                    metrics::counter!(crate::telemetry::DEADLINES_EXCEEDED).increment(1);
+                    let late = Status::deadline_exceeded(format!(
+                        "the request message did not arrive within \
+                         server.request_body_timeout_ms ({} ms)",
+                        this.body_timeout.as_millis()
+                    ));
+                    tracing::debug!(error = %late, "request refused");
+                    return Poll::Ready(Some(Err(Box::new(late))));
+                }
+                return Poll::Pending;
+            }
         };
         if let Some(data) = frame.data_ref()
             && let Err(too_large) = this.framing.scan(data)
@@ -619,6 +693,9 @@ pub fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod limit_tests;
 
 #[cfg(test)]
 mod tests {

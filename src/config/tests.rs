@@ -195,6 +195,26 @@ fn rate_limits_must_be_finite_non_negative_and_hold_one_request() {
 }
 
 #[test]
+fn in_flight_limits_and_the_body_bound_default_as_the_code_says_and_merge_key_by_key() {
+    let c = Config::from_toml_str("").unwrap();
+    assert_eq!(
+        c.rate_limit.max_in_flight,
+        crate::limits::InFlightConfig::default(),
+        "config/default.toml's [rate_limit.max_in_flight] spells out the code's defaults"
+    );
+    assert_eq!(c.rate_limit.max_in_flight.player, 16);
+    assert_eq!(c.server.request_body_timeout_ms, 3000);
+    let c = Config::from_toml_str("[rate_limit.max_in_flight]\nplayer = 4\n").unwrap();
+    assert_eq!(c.rate_limit.max_in_flight.player, 4);
+    assert_eq!(c.rate_limit.max_in_flight.server, 0);
+    assert_eq!(c.rate_limit.player, 20.0, "the rest of [rate_limit] stays");
+    let e = rule_of("[rate_limit.max_in_flight]\nplyer = 3\n");
+    assert!(e.contains("plyer"), "{e}");
+    let e = rule_of("[rate_limit.max_in_flight]\nplayer = -1\n");
+    assert!(e.contains("player"), "{e}");
+}
+
+#[test]
 fn wrong_types_and_unknown_keys_name_the_key() {
     let e = rule_of("[server]\ntick_interval_ms = \"fast\"\n");
     assert!(e.contains("tick_interval_ms"), "{e}");

@@ -41,7 +41,8 @@ pub const BUILD_INFO: &str = "matchmaker_build_info";
 /// Fetches of `auth.jwks_url` that failed (counter): tokens signed with a new key are refused
 /// until one succeeds.
 pub const KEY_SET_REFRESH_FAILED: &str = "matchmaker_auth_key_set_refresh_failures_total";
-/// Calls answered DEADLINE_EXCEEDED because their deadline passed first (counter).
+/// Calls answered DEADLINE_EXCEEDED because their deadline passed first, or their request
+/// message had not arrived within `server.request_body_timeout_ms` (counter).
 pub const DEADLINES_EXCEEDED: &str = "matchmaker_deadlines_exceeded_total";
 
 /// Seconds one journal batch took to write and flush (histogram).
@@ -75,6 +76,9 @@ pub const BACKFILL_FILL_SECONDS: &str = "matchmaker_backfill_fill_seconds";
 /// Calls refused by the per-caller rate limit, per class (player | server | admin | anonymous)
 /// (counter).
 pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
+/// Calls refused because their caller had `[rate_limit.max_in_flight]` calls waiting for their
+/// answers, per class (counter).
+pub const IN_FLIGHT_LIMITED: &str = "matchmaker_in_flight_limited_total";
 /// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
@@ -291,6 +295,10 @@ pub fn describe() {
         "Calls refused because server.max_concurrent_requests calls were in flight"
     );
     describe_counter!(RATE_LIMITED, "Calls refused by the per-caller rate limit");
+    describe_counter!(
+        IN_FLIGHT_LIMITED,
+        "Calls refused because their caller had its limit of calls in flight"
+    );
     describe_counter!(GRPC_STARTED, "RPCs started on the server");
     describe_counter!(
         KEY_SET_REFRESH_FAILED,
@@ -308,7 +316,7 @@ pub fn describe() {
     );
     describe_counter!(
         DEADLINES_EXCEEDED,
-        "Calls answered DEADLINE_EXCEEDED: the caller's grpc-timeout or server.request_timeout_ms passed first"
+        "Calls answered DEADLINE_EXCEEDED: the caller's grpc-timeout or server.request_timeout_ms passed first, or server.request_body_timeout_ms before the request message arrived"
     );
     describe_gauge!(
         RATE_LIMIT_BUCKETS,
