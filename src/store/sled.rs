@@ -13,6 +13,7 @@ mod blobs;
 mod export;
 mod journal;
 mod past;
+mod sync;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,8 @@ pub struct SledStore {
     /// file's metadata (its grown size) nor flushes the disk's write cache: enough for
     /// `kill -9`, not for power loss. `fdatasync` on any descriptor of the file does both.
     data_file: Arc<std::fs::File>,
+    /// The first flush failure, returned by every later flush (see `sync.rs`).
+    flush_health: Arc<sync::FlushHealth>,
     /// Our own lock on the directory, held while the store is open (see [`lock_dir`]).
     _lock: Arc<std::fs::File>,
     /// Held by every write of the match history from reading the lists and holder counts it
@@ -164,6 +167,7 @@ impl SledStore {
         })?;
         let store = Self {
             data_file: Arc::new(data_file),
+            flush_health: Arc::default(),
             blobs: Arc::default(),
             _lock: Arc::new(lock),
             path,
@@ -201,14 +205,17 @@ impl SledStore {
         Ok(())
     }
 
+    /// `fdatasync` of the data file and the new blob files; a failure is kept (see `sync.rs`).
     fn sync_data_file(&self) -> Result<(), StoreError> {
-        self.data_file
-            .sync_data()
-            .map_err(|source| StoreError::Io {
-                path: self.path.join("db"),
-                source,
-            })?;
-        self.blobs.sync_new(&self.path).map(|_| ())
+        self.flush_health.sync(&self.path, || {
+            self.data_file
+                .sync_data()
+                .map_err(|source| StoreError::Io {
+                    path: self.path.join("db"),
+                    source,
+                })?;
+            self.blobs.sync_new(&self.path).map(|_| ())
+        })
     }
 
     /// Writes one raw value (tests of what sled does with large values).
@@ -579,13 +586,20 @@ impl Storage for SledStore {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
+        self.flush_health.check(&self.path)?;
+        self.db
+            .flush()
+            .map_err(|e| self.flush_health.failed(e.into()))?;
         self.sync_data_file()
     }
 
     fn flush_async(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            self.db.flush_async().await?;
+            self.flush_health.check(&self.path)?;
+            self.db
+                .flush_async()
+                .await
+                .map_err(|e| self.flush_health.failed(e.into()))?;
             let store = self.clone();
             tokio::task::spawn_blocking(move || store.sync_data_file()).await??;
             Ok(())
