@@ -224,9 +224,15 @@ async fn run(
             }
             Err(e) => {
                 // Fail-stop: the batch may be partly on disk, so nothing after it may be
-                // acknowledged either. Callers get the error; the server must restart.
-                tracing::error!(error = %e, "result journal write failed; refusing further results");
-                crate::telemetry::store_error("journal");
+                // acknowledged either. Callers get the error; the server must restart. A write
+                // refused because another node holds the lease is no store failure: the engine
+                // stops and the next owner carries on.
+                if matches!(e, StoreError::Fenced) {
+                    tracing::warn!(error = %e, "result journal write fenced; refusing further results");
+                } else {
+                    tracing::error!(error = %e, "result journal write failed; refusing further results");
+                    crate::telemetry::store_error("journal");
+                }
                 failed.cancel();
                 let e = Arc::new(e);
                 for r in batch.drain(..) {
@@ -279,6 +285,50 @@ mod tests {
         assert!(committer.failed().is_cancelled(), "health learns of it");
         let after = committer.commit(entry("m3")).await.unwrap_err();
         assert!(matches!(after, CommitError::Closed), "{after}");
+        drop(committer);
+        task.await.unwrap();
+    }
+
+    /// The journal's store errors counted in `recorder`.
+    fn journal_errors(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> usize {
+        recorder
+            .handle()
+            .render()
+            .lines()
+            .filter(|l| {
+                l.starts_with(crate::telemetry::STORE_ERRORS) && l.contains("op=\"journal\"")
+            })
+            .count()
+    }
+
+    /// A batch refused because the lease moved on stops the journal like any failure, but it
+    /// is not counted as a store error (an alert): the next owner carries on.
+    #[tokio::test]
+    async fn a_fenced_batch_stops_the_journal_without_counting_a_store_error() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        // The test's runtime runs the commit task on this thread.
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let memory = Arc::new(MemoryStore::default());
+        let store: Store = memory.clone();
+        let (committer, task) = Committer::spawn(store, 0, 8);
+        memory.fail_flushes(crate::store::FlushFailure::Fenced);
+        let e = committer.commit(entry("m1")).await.unwrap_err();
+        assert!(
+            matches!(&e, CommitError::Store(s) if matches!(**s, StoreError::Fenced)),
+            "{e}"
+        );
+        assert!(committer.failed().is_cancelled(), "it stops all the same");
+        assert_eq!(journal_errors(&recorder), 0);
+        drop(committer);
+        task.await.unwrap();
+
+        // A disk's failure is counted.
+        let memory = Arc::new(MemoryStore::default());
+        let store: Store = memory.clone();
+        let (committer, task) = Committer::spawn(store, 0, 8);
+        memory.fail_flushes(crate::store::FlushFailure::Disk);
+        committer.commit(entry("m1")).await.unwrap_err();
+        assert_eq!(journal_errors(&recorder), 1);
         drop(committer);
         task.await.unwrap();
     }

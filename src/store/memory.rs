@@ -96,6 +96,9 @@ pub(super) struct Data {
     /// Audit writes fail as a cluster store's do once another node holds the lease.
     #[cfg(test)]
     pub(super) audit_fenced: bool,
+    /// Flushes fail, as a broken disk's or a fenced cluster store's do.
+    #[cfg(test)]
+    pub(super) flushes_fail: Option<FlushFailure>,
     /// Per player, the history's match ids, most recently ended first.
     pub(super) history_lists: HashMap<PlayerId, Vec<MatchId>>,
     /// Per record, how many lists hold it.
@@ -163,6 +166,29 @@ impl Data {
     }
 }
 
+/// How a test makes flushes fail.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FlushFailure {
+    /// As a disk that cannot write.
+    Disk,
+    /// As a cluster store once another node holds the lease.
+    Fenced,
+}
+
+#[cfg(test)]
+impl FlushFailure {
+    fn error(self) -> StoreError {
+        match self {
+            Self::Disk => StoreError::Io {
+                path: "memory".into(),
+                source: std::io::Error::other("flush fails (test)"),
+            },
+            Self::Fenced => StoreError::Fenced,
+        }
+    }
+}
+
 /// Runs at the end of the next erasure (tests: something written after a store's erasure
 /// read what to erase, before it returned).
 #[cfg(test)]
@@ -199,6 +225,12 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn fence_audit_writes(&self) {
         self.data().audit_fenced = true;
+    }
+
+    /// From now on every flush fails as `how` says.
+    #[cfg(test)]
+    pub(crate) fn fail_flushes(&self, how: FlushFailure) {
+        self.data().flushes_fail = Some(how);
     }
 
     /// Matches marked as ended, and live-match segments, stored now.
@@ -642,11 +674,16 @@ impl Storage for MemoryStore {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if let Some(how) = self.data().flushes_fail {
+            return Err(how.error());
+        }
         Ok(())
     }
 
     fn flush_async(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async { Ok(()) })
+        let flushed = self.flush();
+        Box::pin(async { flushed })
     }
 
     fn size_on_disk(&self) -> u64 {

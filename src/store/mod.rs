@@ -39,6 +39,8 @@ pub use admin_records::{
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committed, Committer};
 pub use history::page_after;
+#[cfg(test)]
+pub(crate) use memory::FlushFailure;
 pub use memory::MemoryStore;
 pub use redis_store::{
     DEFAULT_KEYSPACE, Durability, Followed, Keys, Patience, RedisCluster, RedisConn, RedisOptions,
