@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::Loop;
+use crate::ids::MatchId;
 use crate::matching::{self};
 use crate::state::MatchSlot;
 use crate::telemetry as m;
@@ -111,6 +112,29 @@ impl Loop {
         (allocated, placements)
     }
 
+    /// Dissolves the allocated matches whose write did not flush (no server got them; see
+    /// [`crate::state::State::deliver_when_durable`]), their tickets back at the front of their
+    /// queues. One that started or ended meanwhile is left alone, and so is every one on a
+    /// cluster node whose lease ran out: the write may have landed, and the next owner carries
+    /// on from what the store holds.
+    pub(super) fn requeue_undelivered(&mut self, ids: &[MatchId]) {
+        if !self.state.may_act() {
+            return;
+        }
+        for id in ids {
+            let Ok(slot) = self.state.match_slot(id) else {
+                continue;
+            };
+            if slot.phase() != crate::state::MatchPhase::Allocated {
+                continue;
+            }
+            let reason = "the match could not be stored, so no game server got it";
+            if let Some(tickets) = self.requeue_unstarted(&slot, reason, "store_failure") {
+                tracing::warn!(match_id = %id, tickets = tickets.len(), "a match that could not be stored was dissolved; tickets requeued");
+            }
+        }
+    }
+
     /// Writes the matches no server has taken yet, so a graceful restart keeps them (and a
     /// result reported for one without auth still applies after it). Ready-checks in progress
     /// are not matches yet and are not written.
@@ -171,6 +195,55 @@ mod tests {
             );
             assert!(lp.waiting.contains_key(t), "{t} is back in the queue");
         }
+    }
+
+    #[tokio::test]
+    async fn a_match_whose_write_does_not_flush_is_dissolved_and_its_tickets_wait_again() {
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        // Room for one match.
+        let (mut stream, _) = state.register_server("gs-1:7777".into(), String::new(), 1);
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        let b = enter(&mut lp, "b").await;
+        memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
+        lp.tick();
+        let view = state.ticket(&a).unwrap().view();
+        let match_id = view.assignment.expect("a and b meet").match_id.clone();
+        // Bounded, so that a flush failure that is never reported fails the test.
+        let reported = std::time::Duration::from_secs(10);
+        let undelivered = tokio::time::timeout(reported, lp.undelivered.recv())
+            .await
+            .expect("the failed flush reports its match")
+            .unwrap();
+        assert_eq!(undelivered, [match_id.clone()]);
+        memory.fail_flushes(None);
+        lp.requeue_undelivered(&undelivered);
+
+        assert!(stream.try_recv().is_err(), "no server got it");
+        assert!(state.match_slot(&match_id).is_err(), "dissolved");
+        for t in [&a, &b] {
+            let view = state.ticket(t).unwrap().view();
+            assert_eq!(view.state, TicketState::Searching, "{t}: {view:?}");
+            assert!(view.reason.contains("could not be stored"), "{t}: {view:?}");
+            assert!(lp.waiting.contains_key(t), "{t} is back in the queue");
+        }
+        // They meet again, on the server whose room the dissolved match gave back.
+        clock.advance(1.0);
+        lp.tick();
+        let view = state.ticket(&a).unwrap().view();
+        let again = view
+            .assignment
+            .expect("a and b meet again")
+            .match_id
+            .clone();
+        assert_ne!(again, match_id);
+        assert_eq!(
+            state.match_slot(&again).map(|m| m.phase()),
+            Ok(MatchPhase::Allocated)
+        );
+        assert_eq!(stream.recv().await.unwrap().match_id, again);
     }
 
     #[tokio::test]

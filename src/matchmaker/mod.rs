@@ -195,6 +195,10 @@ struct Loop {
     unstarted: HashMap<MatchId, Vec<(usize, matching::Ticket)>>,
     /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
     runtime: tokio::runtime::Handle,
+    /// Allocated matches whose write did not flush, so no server got them: dissolved, their
+    /// tickets requeued ([`Loop::requeue_undelivered`]).
+    undelivered: mpsc::UnboundedReceiver<Vec<MatchId>>,
+    undelivered_tx: mpsc::UnboundedSender<Vec<MatchId>>,
 }
 
 /// The loop's thread; awaiting it waits until the loop has stopped (`Err` if it panicked).
@@ -283,6 +287,7 @@ impl Loop {
             .collect();
         let now = clock.now();
         let allocation_timeout = state.config().server.allocation_timeout_seconds;
+        let (undelivered_tx, undelivered) = mpsc::unbounded_channel();
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
         let finished = restored
@@ -316,6 +321,8 @@ impl Loop {
             seated: HashMap::new(),
             unstarted: HashMap::new(),
             runtime: tokio::runtime::Handle::current(),
+            undelivered,
+            undelivered_tx,
         }
     }
 
@@ -344,6 +351,7 @@ impl Loop {
                     self.tick();
                     self.state.flush_dropped_tickets(&self.runtime);
                 }
+                Some(ids) = self.undelivered.recv() => self.requeue_undelivered(&ids),
                 n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
                     if n == 0 {
                         break;
@@ -473,6 +481,26 @@ impl Loop {
         } else {
             reason
         };
+        if let Some(ids) = self.requeue_unstarted(&slot, reason, "server_requeue") {
+            return Ok(ids);
+        }
+        self.unstarted.remove(id);
+        self.state.cancel_match(&slot, reason)?;
+        Ok(Vec::new())
+    }
+
+    /// Dissolves a match that has not started (ready-check, formed or allocated), its tickets
+    /// back at the front of their queues, wait kept (those whose entries this loop still holds:
+    /// a match restored after a restart has none and frees its players); `label` is the
+    /// cancel's reason on `matchmaker_matches_cancelled_total`. `None`, and nothing changed,
+    /// when the match started or ended.
+    fn requeue_unstarted(
+        &mut self,
+        slot: &Arc<MatchSlot>,
+        reason: &str,
+        label: &'static str,
+    ) -> Option<Vec<TicketId>> {
+        let id = &slot.id;
         let entries: Option<Vec<(usize, &matching::Ticket)>> = match slot.phase() {
             crate::state::MatchPhase::ReadyCheck => self
                 .ready
@@ -497,7 +525,7 @@ impl Loop {
                 .map(|(q, t)| (self.queues[*q].id.clone(), *t))
                 .collect();
             let now = self.clock.now();
-            if let Some(slots) = self.state.requeue_match(&slot, &named, now, reason) {
+            if let Some(slots) = self.state.requeue_match(slot, &named, now, reason, label) {
                 // Only now, with the match dissolved, do its entries leave where they waited.
                 let entries: Vec<(usize, matching::Ticket)> = if self.ready.contains_key(id) {
                     self.remove_ready(id)
@@ -520,12 +548,10 @@ impl Loop {
                     self.state.store_ticket_again(&ticket, &entry, now);
                     self.requeue(qi, ticket, entry);
                 }
-                return Ok(ids);
+                return Some(ids);
             }
         }
-        self.unstarted.remove(id);
-        self.state.cancel_match(&slot, reason)?;
-        Ok(Vec::new())
+        None
     }
 
     /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves

@@ -188,7 +188,8 @@ impl Loop {
         // still writes the unallocated ones ([`Loop::persist_unallocated`]).
         let (allocated, placements) = self.allocate(now);
         self.state.persist_matches(&allocated);
-        self.state.deliver_when_durable(placements, &self.runtime);
+        self.state
+            .deliver_when_durable(placements, &self.runtime, self.undelivered_tx.clone());
         if now - self.last_stale_sweep >= STALE_SWEEP_SECONDS {
             self.last_stale_sweep = now;
             self.sweep_stale(now);

@@ -113,14 +113,16 @@ impl State {
     /// Cancels a match that has not started (ready-check, FORMED or ALLOCATED) and puts
     /// `tickets` (each with its queue) back to SEARCHING under their ids, wait kept: the caller
     /// returns them to their pools. A ticket whose slot was already final or forgotten gets a
-    /// fresh slot. Players of the match's other tickets go idle. `None` (and nothing changed)
-    /// when the match has started or ended meanwhile.
+    /// fresh slot. Players of the match's other tickets go idle. `label` is the cancel's reason
+    /// on `matchmaker_matches_cancelled_total`. `None` (and nothing changed) when the match has
+    /// started or ended meanwhile.
     pub fn requeue_match(
         &self,
         m: &MatchSlot,
         tickets: &[(QueueId, &crate::matching::Ticket)],
         now: f64,
         reason: &str,
+        label: &'static str,
     ) -> Option<Vec<Arc<TicketSlot>>> {
         let assignment = {
             let mut inner = m.lock();
@@ -172,7 +174,7 @@ impl State {
         self.forget_stored_match(m, false);
         self.inner.matches.remove(&m.id);
         tracing::info!(match_id = %m.id, tickets = slots.len(), reason, "match cancelled before it started; tickets requeued");
-        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => "server_requeue")
+        metrics::counter!(crate::telemetry::MATCHES_CANCELLED, "queue" => m.queue.to_string(), "reason" => label)
             .increment(1);
         Some(slots)
     }

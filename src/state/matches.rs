@@ -321,10 +321,17 @@ impl State {
     /// events emitted so far (these matches formed and allocated among them) are written first,
     /// so they are in the same flush: a match a server got never loses its events either. The
     /// flush runs on the runtime, so the loop does not wait for the disk.
+    ///
+    /// When the flush fails, no server gets them and no ticket learns its server: the room
+    /// they took in their servers' streams is given back, and their ids go to `undelivered`,
+    /// for the matchmaker to dissolve them and requeue their tickets. A fenced flush (another
+    /// node owns the queues now, and never saw these matches) sends nothing there: this engine
+    /// is stopping, and the next owner matches the tickets again.
     pub fn deliver_when_durable(
         &self,
         placements: Vec<Placement>,
         runtime: &tokio::runtime::Handle,
+        undelivered: tokio::sync::mpsc::UnboundedSender<Vec<MatchId>>,
     ) {
         if placements.is_empty() {
             return;
@@ -347,17 +354,49 @@ impl State {
                 state.events_durable(last);
             }
             drop(taken);
-            if let Err(e) = flushed {
-                // The store is failing; the server still gets its matches (their results may
-                // be refused after a crash, which the store error already warns about).
-                tracing::error!(error = %e, matches = placements.len(), "could not flush allocated matches");
-                crate::telemetry::store_error("persist_matches");
-            }
-            for p in placements {
-                state.publish_placed(&p.assignment);
-                p.deliver();
+            match flushed {
+                Ok(()) => {
+                    for p in placements {
+                        state.publish_placed(&p.assignment);
+                        p.deliver();
+                    }
+                }
+                Err(e) => {
+                    let ids = state.undeliverable(placements, &e);
+                    if !matches!(e, crate::store::StoreError::Fenced) {
+                        let _ = undelivered.send(ids);
+                    }
+                }
             }
         });
+    }
+
+    /// Gives back the room `placements` took (their flush failed with `e`); their match ids.
+    /// A fenced flush is no store failure: another node owns the queues now. Otherwise the
+    /// server capacity is given back when the matchmaker dissolves the match
+    /// ([`State::requeue_match`]).
+    fn undeliverable(
+        &self,
+        placements: Vec<Placement>,
+        e: &crate::store::StoreError,
+    ) -> Vec<MatchId> {
+        let ids: Vec<MatchId> = placements
+            .iter()
+            .map(|p| p.assignment.match_id.clone())
+            .collect();
+        if matches!(e, crate::store::StoreError::Fenced) {
+            tracing::warn!(error = %e, matches = ids.len(), "allocated matches not stored: another node owns the queues; not sent to their servers");
+            let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+            for p in &placements {
+                registry.release(&p.assignment.server_address);
+            }
+        } else {
+            tracing::error!(error = %e, matches = ids.len(), "could not flush allocated matches; not sent to their servers, their tickets go back to their queues");
+            crate::telemetry::store_error("persist_matches");
+        }
+        // Dropping a placement frees its room in the stream, unsent.
+        drop(placements);
+        ids
     }
 
     /// Registers a game server; matches flow into the returned receiver. Returned with it:
@@ -732,19 +771,81 @@ mod tests {
             polled.assignment.unwrap().server_address.is_empty(),
             "nor to a poll"
         );
-        state.deliver_when_durable(vec![placement], &tokio::runtime::Handle::current());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while !ticket.view().is_final() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never told its server"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        let (undelivered, mut requeue) = tokio::sync::mpsc::unbounded_channel();
+        state.deliver_when_durable(
+            vec![placement],
+            &tokio::runtime::Handle::current(),
+            undelivered,
+        );
+        assert!(
+            requeue.recv().await.is_none(),
+            "delivered, nothing to requeue"
+        );
+        assert!(ticket.view().is_final());
         let told = ticket.view().assignment.unwrap();
         assert_eq!(told.server_address, "gs-1:7777");
         let polled = state.active_ticket(&PlayerId::new("a"), 0.0).unwrap().1;
         assert_eq!(polled.assignment.unwrap().server_address, "gs-1:7777");
+    }
+
+    /// A match allocated on the only server (room for one), whose write then fails to flush
+    /// as `how` says: what the server's stream got, and the ids sent to requeue.
+    async fn allocated_unflushed(
+        how: crate::store::FlushFailure,
+    ) -> (State, Vec<MatchId>, Registered) {
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "");
+        let registered = state.register_server("gs-1:7777".into(), String::new(), 1);
+        let Allocation::Placed(placement) = state.try_allocate(&m) else {
+            panic!("the server has room");
+        };
+        memory.fail_flushes(Some(how));
+        let (undelivered, mut requeue) = tokio::sync::mpsc::unbounded_channel();
+        state.deliver_when_durable(
+            vec![placement],
+            &tokio::runtime::Handle::current(),
+            undelivered,
+        );
+        let mut ids = Vec::new();
+        while let Some(mut sent) = requeue.recv().await {
+            ids.append(&mut sent);
+        }
+        memory.fail_flushes(None);
+        (state, ids, registered)
+    }
+
+    #[tokio::test]
+    async fn a_match_whose_write_does_not_flush_goes_to_no_server_and_no_ticket() {
+        let (state, ids, registered) = allocated_unflushed(crate::store::FlushFailure::Disk).await;
+        assert!(received(registered).is_empty(), "no server got it");
+        for t in ["t-a", "t-b"] {
+            let view = state.ticket(&TicketId::new(t)).unwrap().view();
+            assert!(
+                view.assignment.unwrap().server_address.is_empty(),
+                "{t} was told no server"
+            );
+        }
+        assert_eq!(ids, [MatchId::new("m-1")], "the matchmaker requeues it");
+    }
+
+    #[tokio::test]
+    async fn a_match_the_store_fenced_goes_to_no_server_and_frees_its_room() {
+        let (state, ids, (mut stream, again)) =
+            allocated_unflushed(crate::store::FlushFailure::Fenced).await;
+        assert!(
+            again.is_empty() && stream.try_recv().is_err(),
+            "no server got it"
+        );
+        let view = state.ticket(&TicketId::new("t-a")).unwrap().view();
+        assert!(view.assignment.unwrap().server_address.is_empty());
+        assert!(
+            ids.is_empty(),
+            "nothing to requeue: the engine stops, and the next owner has the tickets"
+        );
+        // The server's room for one match is free again.
+        let other = crate::state::test_util::formed_1v1(&state, "m-2", "c", "d", "");
+        assert!(matches!(state.try_allocate(&other), Allocation::Placed(_)));
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub(crate) fn state_with(toml: &str) -> State {
     State::load(config, store).unwrap()
 }
 
+/// A state with the default config on `store`.
+pub(crate) fn state_on(store: crate::store::Store) -> State {
+    let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+    State::load(config, store).unwrap()
+}
+
 /// A FORMED 1v1 match `match_id` between `a` and `b` (tickets `t-a`, `t-b`), on `server`.
 pub(crate) fn formed_1v1(
     state: &State,

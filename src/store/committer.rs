@@ -311,7 +311,7 @@ mod tests {
         let memory = Arc::new(MemoryStore::default());
         let store: Store = memory.clone();
         let (committer, task) = Committer::spawn(store, 0, 8);
-        memory.fail_flushes(crate::store::FlushFailure::Fenced);
+        memory.fail_flushes(Some(crate::store::FlushFailure::Fenced));
         let e = committer.commit(entry("m1")).await.unwrap_err();
         assert!(
             matches!(&e, CommitError::Store(s) if matches!(**s, StoreError::Fenced)),
@@ -326,7 +326,7 @@ mod tests {
         let memory = Arc::new(MemoryStore::default());
         let store: Store = memory.clone();
         let (committer, task) = Committer::spawn(store, 0, 8);
-        memory.fail_flushes(crate::store::FlushFailure::Disk);
+        memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
         committer.commit(entry("m1")).await.unwrap_err();
         assert_eq!(journal_errors(&recorder), 1);
         drop(committer);

@@ -227,10 +227,10 @@ impl MemoryStore {
         self.data().audit_fenced = true;
     }
 
-    /// From now on every flush fails as `how` says.
+    /// From now on every flush fails as `how` says (`None`: flushes work again).
     #[cfg(test)]
-    pub(crate) fn fail_flushes(&self, how: FlushFailure) {
-        self.data().flushes_fail = Some(how);
+    pub(crate) fn fail_flushes(&self, how: Option<FlushFailure>) {
+        self.data().flushes_fail = how;
     }
 
     /// Matches marked as ended, and live-match segments, stored now.
