@@ -26,6 +26,57 @@ pub struct GameServer {
 
 type AssignmentStream = Pin<Box<dyn Stream<Item = Result<proto::MatchAssignment, Status>> + Send>>;
 
+/// A game server's `ServeMatches` stream: the matches sent again, then each new one. A cluster
+/// engine that stops ends it saying so, and the node the game server is connected to moves it
+/// to the next owner.
+fn assignments(
+    state: &State,
+    rx: tokio::sync::mpsc::Receiver<std::sync::Arc<crate::state::Assignment>>,
+    again: Vec<std::sync::Arc<crate::state::Assignment>>,
+) -> AssignmentStream {
+    let closing = state.clone();
+    let stopped = std::iter::once_with(move || {
+        (closing.is_cluster_engine() && closing.closing()).then(super::error::engine_stopped)
+    });
+    let stream = tokio_stream::iter(again)
+        .chain(ReceiverStream::new(rx))
+        .map(|a| Ok(convert::assignment(&a)))
+        .chain(tokio_stream::iter(stopped.flatten()).map(Err));
+    Box::pin(Served {
+        stream: Some(Box::pin(stream)),
+        state: state.clone(),
+    })
+}
+
+/// A `ServeMatches` stream that, once it ends (its game server went, or the engine closed it),
+/// has the gauge of connected servers count it out.
+struct Served {
+    /// `None` once dropped, so that its stream has closed when the gauge counts.
+    stream: Option<AssignmentStream>,
+    state: State,
+}
+
+impl Stream for Served {
+    type Item = Result<proto::MatchAssignment, Status>;
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.stream.as_mut() {
+            Some(stream) => stream.as_mut().poll_next(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        drop(self.stream.take());
+        self.state.server_stream_ended();
+    }
+}
+
 #[tonic::async_trait]
 impl GameServerService for GameServer {
     type ServeMatchesStream = AssignmentStream;
@@ -64,17 +115,7 @@ impl GameServerService for GameServer {
             self.state.store().flush_async().await?;
             tracing::info!(server = %address, matches = again.len(), "matches not started sent again to a server that connected again");
         }
-        // A cluster engine that stops ends the stream saying so, and the node the game server
-        // is connected to moves it to the next owner.
-        let state = self.state.clone();
-        let stopped = std::iter::once_with(move || {
-            (state.is_cluster_engine() && state.closing()).then(super::error::engine_stopped)
-        });
-        let stream = tokio_stream::iter(again)
-            .chain(ReceiverStream::new(rx))
-            .map(|a| Ok(convert::assignment(&a)))
-            .chain(tokio_stream::iter(stopped.flatten()).map(Err));
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(assignments(&self.state, rx, again)))
     }
 
     async fn report_match_result(
@@ -269,4 +310,37 @@ async fn ended(
         return Err(Rejection::for_match(id, MatchRefusal::Completed).into());
     }
     Err(not_found.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The connected servers' gauge in `recorder`.
+    fn connected(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
+        let page = recorder.handle().render();
+        page.lines().find_map(|l| {
+            l.strip_prefix(crate::telemetry::SERVERS_CONNECTED)?
+                .strip_prefix(' ')?
+                .parse()
+                .ok()
+        })
+    }
+
+    #[test]
+    fn a_game_server_whose_stream_ends_is_no_longer_counted_as_connected() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let state = crate::state::test_util::state();
+        let (one, two) = metrics::with_local_recorder(&recorder, || {
+            let (rx, again) = state.register_server("gs-1:7777".into(), String::new(), 0);
+            let one = assignments(&state, rx, again);
+            let (rx, again) = state.register_server("gs-2:7777".into(), String::new(), 0);
+            (one, assignments(&state, rx, again))
+        });
+        assert_eq!(connected(&recorder), Some(2.0));
+        metrics::with_local_recorder(&recorder, || drop(one));
+        assert_eq!(connected(&recorder), Some(1.0));
+        metrics::with_local_recorder(&recorder, || drop(two));
+        assert_eq!(connected(&recorder), Some(0.0));
+    }
 }

@@ -446,6 +446,18 @@ impl State {
         (rx, unstarted)
     }
 
+    /// A `ServeMatches` stream ended (its game server went, or the engine closed it): the
+    /// gauge of connected servers counts the streams still open. Not on a cluster engine whose
+    /// lease ran out: its node zeroes the engine's gauges, and the next owner counts.
+    pub fn server_stream_ended(&self) {
+        if !self.may_act() {
+            return;
+        }
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        let connected = registry.prune_closed();
+        metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(connected as f64);
+    }
+
     /// Whether `m` is still live (not ended and forgotten).
     fn is_live(&self, m: &Arc<MatchSlot>) -> bool {
         self.inner

@@ -200,6 +200,12 @@ impl ServerRegistry {
         );
     }
 
+    /// Drops the servers whose stream closed; how many are left.
+    pub fn prune_closed(&mut self) -> usize {
+        self.servers.retain(|s| !s.tx.is_closed());
+        self.servers.len()
+    }
+
     /// Connected servers.
     pub fn len(&self) -> usize {
         self.servers.len()
