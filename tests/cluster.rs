@@ -2148,6 +2148,77 @@ async fn each_node_exports_its_cluster_metrics() {
     );
 }
 
+/// An owner that loses its lease leaves the gauges of its engine at zero: the next owner
+/// counts the tickets and game servers now, and a sum over the nodes counts them once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path(), &redis, "");
+    let metrics = common::free_addr();
+    let owner = common::cluster_node_with_metrics(&config, "n1", None, &metrics);
+    let channel = owner.channel().await;
+    ready(&channel).await;
+    let mut game_server = GameServerServiceClient::new(channel.clone());
+    let _offers = common::serve(&mut game_server, "gs-1:7777").await;
+    common::enter(&mut ClientServiceClient::new(channel), "1v1", &["alone"]).await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let gauges = |want: f64| {
+        let (http, metrics) = (http.clone(), metrics.clone());
+        move || {
+            let page = http.get(format!("http://{metrics}/metrics")).send();
+            async move {
+                let page = page.await.unwrap().text().await.unwrap();
+                let seen: Vec<Option<f64>> = [
+                    "matchmaker_cluster_queues_owned ",
+                    "matchmaker_tickets_waiting{queue=\"1v1\"}",
+                    "matchmaker_servers_connected ",
+                ]
+                .iter()
+                .map(|series| sample(&page, series))
+                .collect();
+                if seen[1..].iter().all(|v| *v == Some(want))
+                    && seen[0].is_some_and(|owned| (owned > 0.0) == (want > 0.0))
+                {
+                    Ok(page)
+                } else {
+                    Err(seen)
+                }
+            }
+        }
+    };
+    common::poll_until(
+        "the owner counts its ticket and its game server",
+        gauges(1.0),
+    )
+    .await;
+
+    // Another node takes the lease, under a newer fencing token: n1's next renewal finds it
+    // gone, and its writes are refused.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let token: u64 = redis::cmd("INCR")
+        .arg("{mm}:fence")
+        .query(&mut conn)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("{mm}:lease")
+        .arg(format!("{token}|n9|127.0.0.1:1"))
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let page = common::poll_until("n1's engine gauges at zero", gauges(0.0)).await;
+    assert_eq!(
+        sample(&page, "matchmaker_matches_unallocated "),
+        Some(0.0),
+        "{page}"
+    );
+}
+
 /// The ids of the waiting tickets Redis holds.
 fn stored_tickets(redis: &RedisServer) -> BTreeSet<String> {
     let mut conn = redis::Client::open(redis.url())

@@ -687,6 +687,9 @@ impl Node {
             store.stop_writing();
         }
         metrics::counter!(m::CLUSTER_LEASE_LOSSES).increment(1);
+        // The engine's gauges count what the next owner counts now (again at the engine's
+        // end, after the last of its wind-down).
+        m::engine_stopped();
         metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(0.0);
         self.route.send_modify(|route| {
             route.engine = None;
@@ -711,6 +714,7 @@ impl Node {
         let route = self.route.clone();
         let token = owner.token;
         let node_id = owner.node_id.clone();
+        let this_node = owner.node_id.clone();
         let tls = self.redis_tls.clone();
         let standby = self.standby.clone();
         // The engine takes the copy.
@@ -768,6 +772,7 @@ impl Node {
                 // serves (a large history takes a while); erasures are refused until then.
                 tokio::spawn(build_past_indexes(redis.clone(), stop.clone()));
                 let store: Store = redis;
+                let after = route.clone();
                 let publish: server::Publish = Box::new(move |engine| {
                     route.send_modify(|r| {
                         if r.owner.as_ref().is_some_and(|o| o.token == token) {
@@ -785,6 +790,16 @@ impl Node {
                     server::run_engine(config, verifier, store, ownership, publish, stop).await
                 {
                     warn!(error = %e, "the engine stopped");
+                }
+                // Its gauges go to zero, unless this node took the lease again meanwhile and
+                // a newer engine keeps them.
+                let newer = after
+                    .borrow()
+                    .owner
+                    .as_ref()
+                    .is_some_and(|o| o.node_id == this_node && o.token != token);
+                if !newer {
+                    m::engine_stopped();
                 }
             }
         });

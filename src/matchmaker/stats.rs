@@ -77,7 +77,7 @@ impl QueueMetrics {
             formed: metrics::counter!(m::MATCHES_FORMED, "queue" => label.clone()),
             quality: metrics::histogram!(m::MATCH_QUALITY, "queue" => label.clone()),
             tick_seconds: metrics::histogram!(m::TICK_SECONDS, "queue" => label.clone()),
-            waiting: metrics::gauge!(m::TICKETS_WAITING, "queue" => label),
+            waiting: m::tickets_waiting(&label),
         }
     }
 }

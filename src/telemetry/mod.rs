@@ -158,6 +158,33 @@ const SECONDS_FAST: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
+/// The queues whose [`TICKETS_WAITING`] gauge this process has, for [`engine_stopped`].
+static GAUGED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// The [`TICKETS_WAITING`] gauge of `queue`, which [`engine_stopped`] zeroes.
+pub fn tickets_waiting(queue: &str) -> metrics::Gauge {
+    GAUGED_QUEUES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(queue.to_owned());
+    metrics::gauge!(TICKETS_WAITING, "queue" => queue.to_owned())
+}
+
+/// Zeroes the gauges an engine keeps: tickets waiting per queue, matches unallocated, servers
+/// connected and store bytes. A cluster node calls it when its engine stops (the lease lost or
+/// given up): they count what the owner holds, and the node that took over counts it now, so
+/// a sum over the nodes counts it once.
+pub fn engine_stopped() {
+    let queues = GAUGED_QUEUES.lock().unwrap_or_else(|p| p.into_inner());
+    for queue in queues.iter() {
+        metrics::gauge!(TICKETS_WAITING, "queue" => queue.clone()).set(0.0);
+    }
+    for gauge in [MATCHES_UNALLOCATED, SERVERS_CONNECTED, STORE_BYTES] {
+        metrics::gauge!(gauge).set(0.0);
+    }
+}
+
 /// Counts a failed store write (`STORE_ERRORS`) of operation `op`; the caller logs what failed.
 /// The name every path outside [`known_method`] shares, in metric labels and span names.
 pub const UNKNOWN_METHOD: &str = "/unknown/unknown";
@@ -324,4 +351,43 @@ pub fn describe() {
         RATE_LIMIT_BUCKETS,
         "Callers holding a rate-limit bucket after the last idle sweep"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `series` (name and labels) in a Prometheus text page.
+    fn value(page: &str, series: &str) -> Option<f64> {
+        page.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn an_engine_that_stops_leaves_its_gauges_at_zero() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let series = [
+            "matchmaker_tickets_waiting{queue=\"stopping-1\"}",
+            "matchmaker_tickets_waiting{queue=\"stopping-2\"}",
+            MATCHES_UNALLOCATED,
+            SERVERS_CONNECTED,
+            STORE_BYTES,
+        ];
+        metrics::with_local_recorder(&recorder, || {
+            tickets_waiting("stopping-1").set(7.0);
+            tickets_waiting("stopping-2").set(2.0);
+            metrics::gauge!(MATCHES_UNALLOCATED).set(3.0);
+            metrics::gauge!(SERVERS_CONNECTED).set(2.0);
+            metrics::gauge!(STORE_BYTES).set(4096.0);
+        });
+        let page = recorder.handle().render();
+        for s in series {
+            assert!(value(&page, s).is_some_and(|v| v > 0.0), "{s}: {page}");
+        }
+        metrics::with_local_recorder(&recorder, engine_stopped);
+        let page = recorder.handle().render();
+        for s in series {
+            assert_eq!(value(&page, s), Some(0.0), "{s}: {page}");
+        }
+    }
 }
