@@ -217,7 +217,7 @@ mod tests {
             .await
             .expect("the failed flush reports its match")
             .unwrap();
-        assert_eq!(undelivered, [match_id.clone()]);
+        assert_eq!(undelivered, std::slice::from_ref(&match_id));
         memory.fail_flushes(None);
         lp.requeue_undelivered(&undelivered);
 
