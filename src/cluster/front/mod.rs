@@ -41,11 +41,13 @@ use tonic::transport::{Channel, Endpoint};
 use tower::{Service, ServiceExt};
 
 mod deadline;
+mod framing;
 
 use super::lease::Owner;
 use super::link::{self, Link};
 use crate::api::rpc_metrics::{RpcMetrics, RpcMetricsLayer};
 use deadline::{budget, caller_timeout, grpc_timeout, margin, patience};
+use framing::Framing;
 
 /// Marks a call forwarded by another node's front (its value: that node's id).
 pub const FORWARDED: &str = "x-matchmaker-forwarded-by";
@@ -789,48 +791,6 @@ impl Relay {
         if let Ok(permit) = permit {
             permit.send(frame);
         }
-    }
-}
-
-/// Where a gRPC body is in its length-prefixed messages (1 flag byte, 4 length bytes, then the
-/// message), so a stream is only moved between two messages.
-#[derive(Default)]
-struct Framing {
-    /// Bytes of the current prefix seen (0..5).
-    prefix: [u8; 5],
-    prefix_len: usize,
-    /// Message bytes still to come.
-    remaining: usize,
-}
-
-impl Framing {
-    fn feed(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            if self.remaining > 0 {
-                let n = self.remaining.min(data.len());
-                self.remaining -= n;
-                data = &data[n..];
-                continue;
-            }
-            let n = (5 - self.prefix_len).min(data.len());
-            self.prefix[self.prefix_len..self.prefix_len + n].copy_from_slice(&data[..n]);
-            self.prefix_len += n;
-            data = &data[n..];
-            if self.prefix_len == 5 {
-                let len = u32::from_be_bytes([
-                    self.prefix[1],
-                    self.prefix[2],
-                    self.prefix[3],
-                    self.prefix[4],
-                ]);
-                self.remaining = len as usize;
-                self.prefix_len = 0;
-            }
-        }
-    }
-
-    fn at_boundary(&self) -> bool {
-        self.prefix_len == 0 && self.remaining == 0
     }
 }
 
