@@ -2155,9 +2155,9 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), &redis, "");
-    let metrics = common::free_addr();
-    let owner = common::cluster_node_with_metrics(&config, "n1", None, &metrics);
+    let owner = common::cluster_node_with_metrics(&config, "n1", None, "127.0.0.1:0");
     let channel = owner.channel().await;
+    let metrics = owner.metrics_addr();
     ready(&channel).await;
     let mut game_server = GameServerServiceClient::new(channel.clone());
     let _offers = common::serve(&mut game_server, "gs-1:7777").await;
