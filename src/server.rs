@@ -312,16 +312,24 @@ async fn serve(
         // `signal` is the node's own token for this engine: cancelled, it tells the node at
         // once (which then sends calls elsewhere and gives the lease up) rather than when the
         // engine has wound down.
+        // The store itself may give up too (writes that kept failing while no result came).
         let (failed, stop, asked) = (committer_failed.clone(), shutdown.clone(), signal.clone());
+        let gave_up = store.failure();
         tokio::spawn(async move {
-            tokio::select! {
-                () = failed.cancelled() => {
-                    warn!("the store failed: the engine stops so the queues restart from Redis");
-                    asked.cancel();
-                    stop.cancel();
+            let gave_up = async {
+                match gave_up {
+                    Some(token) => token.cancelled_owned().await,
+                    None => std::future::pending().await,
                 }
-                () = stop.cancelled() => {}
+            };
+            tokio::select! {
+                () = failed.cancelled() => {}
+                () = gave_up => {}
+                () = stop.cancelled() => return,
             }
+            warn!("the store failed: the engine stops so the queues restart from Redis");
+            asked.cancel();
+            stop.cancel();
         });
     }
     let ledger = Ledger::new(state.clone(), committer);

@@ -320,6 +320,12 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     fn flush_async(&self) -> StoreFuture<'_, ()>;
     /// Bytes the store uses on disk.
     fn size_on_disk(&self) -> u64;
+    /// Cancelled once the store fails for good (the cluster's, whose writes kept failing
+    /// until more waited than it holds): an engine on it stops, as when its result journal
+    /// fails. `None` for a store that never does.
+    fn failure(&self) -> Option<tokio_util::sync::CancellationToken> {
+        None
+    }
 }
 
 // --- Records: match history and party rosters ---

@@ -16,13 +16,21 @@ impl RedisStore {
         if self.flushed.load(Ordering::Acquire) >= target {
             return self.check_fence();
         }
+        let seen = self.failed_flights();
         let _flight = self.flight.lock().await;
         if self.flushed.load(Ordering::Acquire) >= target {
             return Ok(());
         }
         self.check_fence()?;
+        // After a failed flight the next waits (see `backlog.rs`); batches queued meanwhile go
+        // with it.
+        if let Some(at) = self.next_flight(seen, target)? {
+            tokio::time::sleep_until(at.into()).await;
+            self.check_fence()?;
+        }
         let (batches, upto) = {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pending = self.pending();
+            pending.bytes = 0;
             (std::mem::take(&mut pending.batches), pending.queued)
         };
         if batches.is_empty() {
@@ -31,7 +39,8 @@ impl RedisStore {
         }
         // Until the flight is known applied, its batches go back in front of the queue if this
         // future fails or is dropped (a caller that gave up): a later flush sends them again,
-        // in order, and whole-value writes applied twice leave the same result. Those known
+        // in order, and whole-value writes applied twice leave the same result (a flight whose
+        // script ran but whose `WAIT` fell short too: see `backlog.rs`). Those known
         // applied do not: sent again, an earlier batch would write its older values over a
         // later one's that a staged write had committed (see `stage.rs`).
         let mut flight = Flight {
@@ -47,12 +56,17 @@ impl RedisStore {
             Ok(()) => {
                 flight.batches = None;
                 self.flushed.store(upto, Ordering::Release);
+                self.flight_landed();
                 Ok(())
             }
+            Err(StoreError::Fenced) => {
+                flight.batches = None;
+                Err(StoreError::Fenced)
+            }
             Err(e) => {
-                if matches!(e, StoreError::Fenced) {
-                    flight.batches = None;
-                }
+                // Back in front of the queue first, so the bound counts them.
+                drop(flight);
+                self.flight_failed(upto, &e);
                 Err(e)
             }
         }
@@ -371,12 +385,18 @@ impl Flight<'_> {
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
         if let Some(mut batches) = self.batches.take() {
+            if self.store.gave_up.get().is_some() {
+                // Nothing is written any more.
+                return;
+            }
             let applied = self.applied.load(Ordering::Acquire).min(batches.len());
             batches.drain(..applied);
-            let mut pending = self.store.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let bytes: usize = batches.iter().map(|b| super::backlog::batch_bytes(b)).sum();
+            let mut pending = self.store.pending();
             let later = std::mem::take(&mut pending.batches);
             pending.batches = batches;
             pending.batches.extend(later);
+            pending.bytes += bytes;
         }
     }
 }

@@ -10,6 +10,9 @@
 //!   (Redis runs a script alone). Concurrent flushes coalesce: one is in flight at a time and
 //!   takes everything queued, and a flush whose batches are already in flight waits for that
 //!   flight (group commit).
+//! - **Failing flushes**: a failed flight's batches go back in front of the queue; the next
+//!   flight waits a little longer after each failure, and past a bound on what waits the store
+//!   gives up and stops its engine (see `backlog.rs`).
 //! - **Fencing**: a refused script means another node owns the queues now; the store is then
 //!   fenced for good and every later write and flush fails with [`StoreError::Fenced`].
 //! - **Durable** means what Redis' own persistence makes of an executed script (see
@@ -22,6 +25,7 @@
 //! change since the last write.
 
 mod admin;
+mod backlog;
 mod blocking;
 mod clock;
 mod conn;
@@ -123,8 +127,12 @@ fn loaded_hash(h: Hash) -> bool {
 #[derive(Default)]
 struct Pending {
     batches: Vec<Vec<Op>>,
+    /// About how many bytes they hold.
+    bytes: usize,
     /// Batches queued since the store opened.
     queued: u64,
+    /// The flights that failed since the last that landed (see `backlog.rs`).
+    failures: backlog::Failures,
 }
 
 /// Options of the Redis store.
@@ -186,6 +194,12 @@ pub struct RedisStore {
     order: Mutex<()>,
     /// Redis's clock, which [`Storage::now_unix`] answers.
     clock: clock::RedisClock,
+    /// How much may wait unsent while flushes fail (see `backlog.rs`).
+    bound: backlog::Bound,
+    /// Why the store gave up, once it did: every later write and flush fails with it.
+    gave_up: std::sync::OnceLock<String>,
+    /// Cancelled when it gave up.
+    failure: tokio_util::sync::CancellationToken,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -274,6 +288,9 @@ impl RedisStore {
             stage: stage::Bounds::default(),
             order: Mutex::new(()),
             clock: clock::RedisClock::new(time, sent),
+            bound: backlog::Bound::default(),
+            gave_up: std::sync::OnceLock::new(),
+            failure: tokio_util::sync::CancellationToken::new(),
         };
         // A batch the last owner committed but did not finish applying is applied first, so
         // what loads (and what a standby copy follows to) is all of it.
@@ -334,6 +351,9 @@ impl RedisStore {
         if self.fenced.load(Ordering::Acquire) {
             return Err(StoreError::Fenced);
         }
+        if let Some(why) = self.gave_up.get() {
+            return Err(StoreError::Redis(why.clone()));
+        }
         Ok(())
     }
 
@@ -350,20 +370,27 @@ impl RedisStore {
     /// committer's journal batch, say) then queue in the order they changed the mirror, so
     /// Redis ends at the mirror's value. Queued after the lock, the older value could land
     /// last, and later writes of the same value would be skipped as already there.
+    ///
+    /// While flushes fail, a batch that takes the backlog past its bound makes the store give
+    /// up (see `backlog.rs`).
     fn queue(&self, batch: Vec<Op>) {
-        if batch.is_empty() {
+        if batch.is_empty() || self.gave_up.get().is_some() {
             return;
         }
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.batches.push(batch);
-        pending.queued += 1;
+        let over = {
+            let mut pending = self.pending();
+            pending.bytes += backlog::batch_bytes(&batch);
+            pending.batches.push(batch);
+            pending.queued += 1;
+            self.over_bound(&pending)
+        };
+        if let Some(why) = over {
+            self.give_up(why);
+        }
     }
 
     fn queued(&self) -> u64 {
-        self.pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .queued
+        self.pending().queued
     }
 }
 
@@ -736,6 +763,10 @@ impl Storage for RedisStore {
 
     fn size_on_disk(&self) -> u64 {
         0
+    }
+
+    fn failure(&self) -> Option<tokio_util::sync::CancellationToken> {
+        Some(RedisStore::failure(self))
     }
 }
 

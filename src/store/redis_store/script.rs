@@ -69,6 +69,32 @@ impl Op {
         }
     }
 
+    /// About how many bytes the op holds (its names and values), for the bound on what may
+    /// wait unsent (see `backlog.rs`).
+    pub(super) fn bytes(&self) -> usize {
+        let strings = |s: &[String]| s.iter().map(String::len).sum::<usize>();
+        // Each op's own allocation and the lengths it carries.
+        const OVERHEAD: usize = 32;
+        OVERHEAD
+            + match self {
+                Self::Set(_, field, value) => field.len() + value.len(),
+                Self::Del(_, field) => field.len(),
+                Self::Clear(_) => 0,
+                Self::Push {
+                    list, past, member, ..
+                }
+                | Self::Index { past, list, member } => list.len() + past.len() + member.len(),
+                Self::Unhold(key, member, value) | Self::Forget(key, member, value) => {
+                    key.len() + member.len() + value.len()
+                }
+                Self::List(key, members) | Self::Past(key, members) | Self::Move(key, members) => {
+                    key.len() + strings(members)
+                }
+                Self::Commit { stage, id, .. } => stage.len() + id.len(),
+                Self::Unstage(stage) => stage.len(),
+            }
+    }
+
     /// The keys of its own the op names (history lists and past indexes), which the script
     /// receives after the hashes.
     pub(super) fn own_keys(&self) -> impl Iterator<Item = &str> {
