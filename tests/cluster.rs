@@ -2455,3 +2455,120 @@ async fn a_node_asked_to_stop_takes_no_lease_while_it_drains() {
     let status = leaving.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// The pause a node whose store failed set on the lease (`STOPS|UNTIL_MS`), if any.
+fn lease_pause(redis: &RedisServer) -> Option<String> {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET")
+        .arg("{mm}:lease_pause")
+        .query(&mut conn)
+        .unwrap()
+}
+
+/// Sets a rating through `channel`: a journaled write, which fails while no replica
+/// acknowledges it.
+async fn set_rating(channel: &Channel, player: &str) -> Result<(), tonic::Status> {
+    AdminServiceClient::new(channel.clone())
+        .set_rating(proto::SetRatingRequest {
+            player_id: player.into(),
+            queue: "1v1".into(),
+            rating: Some(proto::Rating {
+                mean: 1600.0,
+                deviation: 100.0,
+                ..Default::default()
+            }),
+            rank_points: None,
+        })
+        .await
+        .map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_whose_writes_fail_in_a_row_leave_the_queues_paused_for_every_node() {
+    // Each write waits for a replica there is none of: every journaled write fails, on every
+    // owner, while the lease (which waits for no replica) holds.
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &redis,
+        "wait_replicas = 1\nwait_timeout_ms = 100\n",
+    );
+    let n1 = node(&config, "n1");
+    let channel = n1.channel().await;
+    // (Not `ready`: an admin call's audit entry is a write, which fails here.)
+    holder_becomes(&redis, "n1").await;
+    let _n2 = node(&config, "n2");
+    let token = |value: Option<String>| -> Option<u64> { value?.split('|').next()?.parse().ok() };
+    let first = token(lease_value(&redis)).expect("n1 owns the queues");
+
+    // A first failure hands the queues over at once.
+    assert!(set_rating(&channel, "w1").await.is_err());
+    common::poll_until("a first store failure is counted", || {
+        let pause = lease_pause(&redis);
+        async move {
+            match pause {
+                Some(p) if p.starts_with("1|") => Ok(()),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+    common::poll_until("the next owner takes the queues", || {
+        let now = token(lease_value(&redis));
+        async move {
+            match now {
+                Some(t) if t > first => Ok(()),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+
+    // A second in a row pauses the lease, for every node, half a lease to a lease.
+    assert!(set_rating(&channel, "w2").await.is_err());
+    let pause = common::poll_until("a second store failure is counted", || {
+        let pause = lease_pause(&redis);
+        async move {
+            match pause {
+                Some(p) if p.starts_with("2|") => Ok(p),
+                other => Err(other),
+            }
+        }
+    })
+    .await;
+    let until: u64 = pause.split('|').nth(1).unwrap().parse().unwrap();
+    // The lease and Redis' clock, read in one step.
+    let look = redis::Script::new(
+        "local t = redis.call('TIME') \
+         return {redis.call('GET', KEYS[1]) or '', t[1] * 1000 + math.floor(t[2] / 1000)}",
+    );
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut paused_looks = 0;
+    let taken_at = loop {
+        let (lease, now): (String, u64) = look.key("{mm}:lease").invoke(&mut conn).unwrap();
+        if !lease.is_empty() {
+            assert!(
+                now >= until,
+                "{lease} took the queues {} ms into the pause",
+                until - now
+            );
+            break now;
+        }
+        if now < until {
+            paused_looks += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(paused_looks > 0, "the lease was seen free during the pause");
+    eprintln!(
+        "the queues moved on {} ms after the pause",
+        taken_at - until
+    );
+}

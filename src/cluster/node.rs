@@ -506,6 +506,11 @@ impl Node {
                 self.seen_owner(owner).await;
                 None
             }
+            // Owners' stores failed: nobody takes the queues until the pause ends.
+            Ok(Ok(Acquired::Paused(_))) => {
+                self.seen_owner(None).await;
+                None
+            }
             Ok(Err(e)) => lease_request_failed(Some(&e)),
             Err(_) => lease_request_failed(None),
         }
@@ -513,15 +518,19 @@ impl Node {
 
     /// The engine stopped on its own (its store failed): calls go to the next owner at once,
     /// and the lease is given up so that another node takes over (its writes, and any the
-    /// stopping engine still tries, are fenced by then).
+    /// stopping engine still tries, are fenced by then), after a pause when owners' stores
+    /// failed before in a row (see `lease`).
     async fn engine_stopped(&self, r: &Running, within: Duration) {
         warn!("the engine stopped; giving the lease up");
         self.lost(r);
-        if !matches!(
-            tokio::time::timeout(within, self.lease.release(&r.owner)).await,
-            Ok(Ok(_))
-        ) {
-            warn!("could not give the lease up; it expires on its own");
+        match tokio::time::timeout(within, self.lease.give_up(&r.owner)).await {
+            Ok(Ok(lease::GaveUp::Paused { stops, pause })) if !pause.is_zero() => warn!(
+                stops,
+                pause_ms = pause.as_millis() as u64,
+                "owners' stores failed in a row: no node takes the queues until the pause ends"
+            ),
+            Ok(Ok(_)) => {}
+            _ => warn!("could not give the lease up; it expires on its own"),
         }
     }
 
@@ -582,6 +591,8 @@ impl Node {
         let mut wait = self.lease_time;
         let mut loaded = Instant::now();
         let mut misses = 0u32;
+        // Loads failed in a row: each waits longer for the next.
+        let mut load_failures = 0u32;
         let mut said = None;
         loop {
             tokio::select! {
@@ -633,6 +644,7 @@ impl Node {
                             seconds = started.elapsed().as_secs_f64(),
                             "standby copy loaded"
                         );
+                        load_failures = 0;
                         *slot.lock().await = Some(standby);
                         self.set_warm(true, &mut said).await;
                         standby_status(&self.health, Warmth::Copy(players)).await;
@@ -640,8 +652,13 @@ impl Node {
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        warn!(error = %e, "cannot load a standby copy");
-                        wait = self.lease_time;
+                        load_failures += 1;
+                        wait = lease::retry_after(self.lease_time, load_failures, rand::random());
+                        warn!(
+                            error = %e,
+                            retry_in_ms = wait.as_millis() as u64,
+                            "cannot load a standby copy"
+                        );
                     }
                 }
                 continue;

@@ -387,6 +387,11 @@ async fn take_lease(
             Ok(Acquired::Theirs(_)) => {
                 return Err(MigrateError::NodeRunning("another migration".into()));
             }
+            // Nodes whose store failed paused the lease (at most eight of their leases).
+            Ok(Acquired::Paused(left)) => {
+                progress("the lease is paused after nodes' stores failed; waiting for the pause");
+                tokio::time::sleep(left).await;
+            }
             Err(e) => {
                 return Err(MigrateError::Redis {
                     url: String::new(),

@@ -18,6 +18,7 @@ const MAX_KEYSPACE: usize = 64;
 pub struct Keys {
     keyspace: String,
     lease: String,
+    pause: String,
     fence: String,
     node_key: String,
     standbys: String,
@@ -43,6 +44,7 @@ impl Keys {
         Self {
             keyspace: keyspace.to_string(),
             lease: key("lease"),
+            pause: key("lease_pause"),
             fence: key("fence"),
             node_key: key("node_key"),
             standbys: key("standbys"),
@@ -63,6 +65,13 @@ impl Keys {
     /// The lease: `token|node_id|advertise_addr`, with a time to live.
     pub fn lease(&self) -> &str {
         &self.lease
+    }
+
+    /// How many owners in a row gave the lease up because their store failed, and until when
+    /// (Redis' clock, in milliseconds) no node takes the lease: `STOPS|UNTIL_MS`, with a time
+    /// to live (see `cluster::lease`).
+    pub fn pause(&self) -> &str {
+        &self.pause
     }
 
     /// The fencing counter.
@@ -125,9 +134,9 @@ impl Keys {
         self.hash(Hash::Meta)
     }
 
-    /// Every key a node or a store's flush writes, but the lease, the fencing counter and the
-    /// players' history lists and past indexes (a flush that writes one also creates
-    /// `change_seq`): none of them exists in a keyspace nothing has written to.
+    /// Every key a node or a store's flush writes, but the lease, its pause, the fencing
+    /// counter and the players' history lists and past indexes (a flush that writes one also
+    /// creates `change_seq`): none of them exists in a keyspace nothing has written to.
     pub fn written(&self) -> Vec<&str> {
         let mut keys: Vec<&str> = self.hashes.iter().map(String::as_str).collect();
         keys.extend([
@@ -197,6 +206,7 @@ mod tests {
         let keys = Keys::new("eu-west");
         assert_eq!(keys.lease(), "{eu-west}:lease");
         assert_eq!(keys.fence(), "{eu-west}:fence");
+        assert_eq!(keys.pause(), "{eu-west}:lease_pause");
         assert_eq!(keys.node_key(), "{eu-west}:node_key");
         assert_eq!(keys.changes(), "{eu-west}:changes");
         assert_eq!(keys.change_seq(), "{eu-west}:change_seq");
