@@ -120,9 +120,18 @@ pub(super) fn streams_closed(state: &crate::state::State) -> Status {
 /// A storage failure: logged and counted here, INTERNAL to the caller. A write the fence
 /// refused wrote nothing (another node holds the queues' lease): on a cluster the call is
 /// answered as by a stopped engine, so the node that forwarded it sends it to the next owner.
+///
+/// While the store stays broken every call fails so: one line per few seconds says so, with how
+/// many calls failed since the last (`matchmaker_store_errors_total` counts each).
 fn store_failure(e: &StoreError) -> Status {
+    use crate::telemetry::LogLimit;
+    use std::time::{Duration, Instant};
+    static FENCED: LogLimit = LogLimit::new(Duration::from_secs(5));
+    static FAILED: LogLimit = LogLimit::new(Duration::from_secs(5));
     if matches!(e, StoreError::Fenced) {
-        tracing::warn!(error = %e, "a write was fenced; the call goes to the next owner");
+        if let Some(calls) = FENCED.note(1, Instant::now()) {
+            tracing::warn!(error = %e, calls, "a write was fenced; the call goes to the next owner");
+        }
         let mut status = engine_stopped();
         status.metadata_mut().insert(
             NOT_OWNER,
@@ -133,7 +142,9 @@ fn store_failure(e: &StoreError) -> Status {
     if let StoreError::NotYet(why) = e {
         return Status::unavailable(why.clone());
     }
-    tracing::error!(error = %e, "store failure");
+    if let Some(calls) = FAILED.note(1, Instant::now()) {
+        tracing::error!(error = %e, calls, "store failure");
+    }
     crate::telemetry::store_error("request");
     Status::internal(format!("storage failure: {e}"))
 }

@@ -51,6 +51,9 @@ impl Loop {
         let mut full_regions: Vec<Option<String>> = Vec::new();
         // Matches that stay, in their order; they go back in front of the ones not visited.
         let mut kept: VecDeque<Unallocated> = VecDeque::new();
+        // Matches no server took in time this pass, and the last of them.
+        let mut dissolved = 0u64;
+        let mut last_dissolved = None;
         for _ in 0..pending {
             let Some(front) = self.unallocated.front() else {
                 break;
@@ -98,7 +101,8 @@ impl Loop {
                 self.finish_tickets(&u.tickets, now);
                 continue;
             }
-            tracing::info!(match_id = %u.slot.id, "no game server took the match in time; tickets requeued");
+            dissolved += 1;
+            last_dissolved = Some(u.slot.id.clone());
             for (qi, ticket) in u.tickets {
                 if let Ok(slot) = self.state.ticket(&ticket.id) {
                     self.requeue(qi, slot, ticket);
@@ -107,6 +111,15 @@ impl Loop {
         }
         while let Some(u) = kept.pop_back() {
             self.unallocated.push_front(u);
+        }
+        // With no game server connected this happens every tick: one line per interval.
+        static DISSOLVED: m::LogLimit = m::LogLimit::new(std::time::Duration::from_secs(10));
+        if let Some(matches) = DISSOLVED.note(dissolved, std::time::Instant::now()) {
+            tracing::info!(
+                matches,
+                last_match_id = %last_dissolved.map(|id| id.to_string()).unwrap_or_default(),
+                "no game server took matches in time; their tickets were requeued"
+            );
         }
         metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);
         (allocated, placements)

@@ -1,8 +1,10 @@
 //! Metric names (one place, so dashboards and code agree) and their descriptions; logs and
-//! traces in `tracing`.
+//! traces in `tracing`; log lines of events that can repeat fast, in `log_limit`.
 
+mod log_limit;
 pub mod tracing;
 
+pub use self::log_limit::LogLimit;
 pub use self::tracing::{TelemetryConfig, TracingGuard};
 
 /// Tickets waiting, per queue (gauge).
