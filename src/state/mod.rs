@@ -111,6 +111,8 @@ struct Inner {
     /// Set when a stored ticket was dropped and no flush has been asked for since (see
     /// [`State::flush_dropped_tickets`]).
     tickets_dropped: std::sync::atomic::AtomicBool,
+    /// Set while the flush [`State::flush_dropped_tickets`] asked for is on its way.
+    dropped_flushing: Arc<std::sync::atomic::AtomicBool>,
     /// Points where a test runs its own code (see `test_util::Hooks`).
     #[cfg(test)]
     hooks: test_util::Hooks,
@@ -200,6 +202,7 @@ impl State {
                 erasures: tokio::sync::broadcast::Sender::new(64),
                 closing: tokio_util::sync::CancellationToken::new(),
                 tickets_dropped: std::sync::atomic::AtomicBool::new(false),
+                dropped_flushing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
                 #[cfg(test)]
                 hooks: test_util::Hooks::default(),
             }),

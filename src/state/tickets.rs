@@ -354,18 +354,33 @@ impl State {
     /// matchmaker loop calls it after each tick and each batch of commands, so that a ticket
     /// that expired or ended in a ready-check leaves the store soon even when nothing else
     /// writes, and a new owner does not put it back in its queue.
+    ///
+    /// One such flush at a time: tickets dropped while one is on its way go with the next
+    /// call's after it ended, so a store that is slow or failing gets one flush and at most
+    /// one warning line per interval, not one per batch of the loop.
     pub fn flush_dropped_tickets(&self, runtime: &tokio::runtime::Handle) {
-        if !self
-            .inner
-            .tickets_dropped
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        let flushing = self.inner.dropped_flushing.clone();
+        if flushing
+            .compare_exchange(false, true, AcqRel, Acquire)
+            .is_err()
         {
+            return;
+        }
+        if !self.inner.tickets_dropped.swap(false, AcqRel) {
+            flushing.store(false, Release);
             return;
         }
         let store = self.inner.store.clone();
         runtime.spawn(async move {
-            if let Err(e) = store.flush_async().await {
-                tracing::warn!(error = %e, "could not flush dropped tickets");
+            let flushed = store.flush_async().await;
+            flushing.store(false, Release);
+            static FAILED: crate::telemetry::LogLimit =
+                crate::telemetry::LogLimit::new(std::time::Duration::from_secs(10));
+            if let Err(e) = flushed
+                && let Some(flushes) = FAILED.note(1, std::time::Instant::now())
+            {
+                tracing::warn!(error = %e, flushes, "could not flush dropped tickets");
             }
         });
     }
@@ -541,6 +556,38 @@ mod tests {
             t.subscribe(2).unwrap().borrow().state,
             TicketState::Cancelled
         );
+    }
+
+    #[test]
+    fn tickets_dropped_while_their_flush_is_on_its_way_wait_for_the_next_flush() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let alive = || runtime.metrics().num_alive_tasks();
+        let state = crate::state::test_util::state();
+        state.forget_stored_tickets(&[TicketId::new("t1")]);
+        // The flush is spawned; it runs when the runtime next does.
+        state.flush_dropped_tickets(runtime.handle());
+        assert_eq!(alive(), 1);
+        state.forget_stored_tickets(&[TicketId::new("t2")]);
+        state.flush_dropped_tickets(runtime.handle());
+        state.flush_dropped_tickets(runtime.handle());
+        assert_eq!(alive(), 1, "no second flush while the first is on its way");
+        runtime.block_on(async {
+            while alive() > 0 {
+                tokio::task::yield_now().await;
+            }
+        });
+        // The drop it did not take goes with the next call's.
+        state.flush_dropped_tickets(runtime.handle());
+        assert_eq!(alive(), 1);
+        runtime.block_on(async {
+            while alive() > 0 {
+                tokio::task::yield_now().await;
+            }
+        });
+        state.flush_dropped_tickets(runtime.handle());
+        assert_eq!(alive(), 0, "nothing dropped since");
     }
 
     /// A party entry refused because a member waits alone stores no party record; the entry
