@@ -429,6 +429,10 @@ impl State {
         let mut restored = Vec::new();
         let mut dropped = Vec::new();
         let unix = store.now_unix();
+        // Tickets restored past their queue's TTL (their first tick expires them), and the
+        // one that waited longest: one line for all, however many.
+        let mut overdue = 0usize;
+        let mut longest: Option<(TicketId, QueueId, f64, f64)> = None;
         for t in store.load_tickets()? {
             let Some(queue) = self.queue_of(&QueueId::new(t.queue.as_str())) else {
                 dropped.push(t.ticket_id);
@@ -438,14 +442,10 @@ impl State {
             let wait = (unix - t.entered_unix).max(0.0);
             let ttl = queue.config.matching.ticket_ttl_seconds;
             if wait > ttl {
-                // Its first tick expires it: worth a look if it is many, or far over.
-                tracing::warn!(
-                    ticket = %t.ticket_id,
-                    queue = %queue.id,
-                    wait_seconds = wait,
-                    ttl_seconds = ttl,
-                    "a restored ticket has waited longer than its queue's ticket TTL"
-                );
+                overdue += 1;
+                if longest.as_ref().is_none_or(|(.., most, _)| wait > *most) {
+                    longest = Some((t.ticket_id.clone(), queue.id.clone(), wait, ttl));
+                }
             }
             let entered_at = now - wait;
             let Ok((slot, skills)) =
@@ -468,6 +468,17 @@ impl State {
                 avoid: t.avoid,
             };
             restored.push((slot, entry));
+        }
+        if let Some((ticket, queue, wait, ttl)) = longest {
+            // Worth a look if they are many, or far over.
+            tracing::warn!(
+                tickets = overdue,
+                longest_ticket = %ticket,
+                queue = %queue,
+                wait_seconds = wait,
+                ttl_seconds = ttl,
+                "restored tickets have waited longer than their queue's ticket TTL"
+            );
         }
         if !dropped.is_empty() {
             store.remove_tickets(&dropped)?;
