@@ -601,6 +601,63 @@ mod tests {
         assert_eq!(alive(), 0, "nothing dropped since");
     }
 
+    /// Log lines written on this thread while `run` runs.
+    fn logged(run: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, run);
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn restored_tickets_past_their_ttl_are_logged_in_one_line() {
+        let config = Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let store: &dyn crate::store::Storage = memory.as_ref();
+        let now = store.now_unix();
+        for (i, waited) in [1e5, 3e5, 2e5].iter().enumerate() {
+            store
+                .put_ticket(&StoredTicket {
+                    ticket_id: TicketId::new(format!("t{i}")),
+                    queue: "1v1".into(),
+                    players: vec![PlayerId::new(format!("p{i}"))],
+                    entered_unix: now - waited,
+                    party_skill: None,
+                    region_latency_ms: Vec::new(),
+                    roles: Vec::new(),
+                    attributes: Default::default(),
+                    avoid: Vec::new(),
+                })
+                .unwrap();
+        }
+        let state = State::load(config, memory.clone()).unwrap();
+        let mut restored = Vec::new();
+        let log = logged(|| restored = state.restore_tickets(0.0).unwrap());
+        assert_eq!(restored.len(), 3, "restored all the same");
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("waited longer than"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        assert!(lines[0].contains("tickets=3"), "{}", lines[0]);
+        assert!(lines[0].contains("longest_ticket=t1"), "{}", lines[0]);
+    }
+
     /// A party entry refused because a member waits alone stores no party record; the entry
     /// that creates the party's ticket makes and stores it, and a solo entry has none.
     #[test]
