@@ -79,10 +79,18 @@ end
 return 0
 ";
 
+/// The lease's value (`''` for none), the nodes listed with a current standby copy, and 1
+/// while a pause (`KEYS[3]`, see [`GIVE_UP`]) runs.
 const PEEK: &str = r"
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-return {redis.call('GET', KEYS[1]) or '', redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')}
+local paused = 0
+local pause = redis.call('GET', KEYS[3])
+if pause then
+  local till = tonumber(string.match(pause, '|(%d+)$'))
+  if till and now < till then paused = 1 end
+end
+return {redis.call('GET', KEYS[1]) or '', redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf'), paused}
 ";
 
 const MARK_WARM: &str = r"
@@ -285,15 +293,17 @@ impl LeaseClient {
             .await?)
     }
 
-    /// The lease's holder, if any, and how many nodes hold a current standby copy
-    /// ([`LeaseClient::mark_warm`]), in one atomic look.
-    pub async fn peek(&self) -> Result<(Option<Owner>, u64), LeaseError> {
-        let (value, warm): (String, u64) = Script::new(PEEK)
+    /// The lease's holder, if any, how many nodes hold a current standby copy
+    /// ([`LeaseClient::mark_warm`]), and whether a pause keeps every node from taking it
+    /// ([`LeaseClient::give_up`]), in one atomic look.
+    pub async fn peek(&self) -> Result<(Option<Owner>, u64, bool), LeaseError> {
+        let (value, warm, paused): (String, u64, u8) = Script::new(PEEK)
             .key(self.keys.lease())
             .key(self.keys.standbys())
+            .key(self.keys.pause())
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok((Owner::parse(&value), warm))
+        Ok((Owner::parse(&value), warm, paused == 1))
     }
 
     /// Says that `node_id` holds a current standby copy, for a lease from now (so a node that
@@ -466,6 +476,7 @@ mod tests {
                 }
             }
             assert_eq!(lease.owner().await.unwrap(), None);
+            assert_eq!(lease.peek().await.unwrap(), (None, 0, true));
             // Once the pause ran out (here: its end moved back), the lease is taken again, and
             // the next stop in a row pauses longer.
             let () = ::redis::cmd("SET")
@@ -474,6 +485,7 @@ mod tests {
                 .query_async(&mut conn)
                 .await
                 .unwrap();
+            assert_eq!(lease.peek().await.unwrap(), (None, 0, false));
             let c = mine(lease.acquire("c", "addr-c").await.unwrap());
             let GaveUp::Paused { stops, pause } = lease.give_up(&c).await.unwrap() else {
                 panic!("c held the lease");

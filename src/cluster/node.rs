@@ -423,14 +423,14 @@ impl Node {
     }
 
     /// Looks at the lease without taking it (see [`Node::defers`]): when it is free, how many
-    /// nodes hold a current copy; `None` when it is held or Redis did not answer.
+    /// nodes hold a current copy; `None` when it is held or paused, or Redis did not answer.
     async fn free_lease(&self, within: Duration) -> Option<u64> {
         let sent = Instant::now();
         let peeked = tokio::time::timeout(within, self.lease.peek()).await;
         record_round_trip(sent);
         match peeked {
-            Ok(Ok((owner, warm))) => {
-                let free = owner.is_none();
+            Ok(Ok((owner, warm, paused))) => {
+                let free = owner.is_none() && !paused;
                 self.seen_owner(owner).await;
                 free.then_some(warm)
             }
