@@ -631,8 +631,15 @@ async fn a_full_queue_answers_resource_exhausted() {
     let server = TestServer::start("[server]\nmax_tickets_per_queue = 3\n").await;
     let mut client = server.client().await;
     for p in ["a", "b", "c"] {
-        common::enter(&mut client, "5v5", &[p]).await;
+        // Right after an entry the count errs on the full side (the loop's own count plus the
+        // entries of the last fetch windows): a refusal then is retried, as a client would.
+        common::poll_until(&format!("{p} enters"), || {
+            let mut client = client.clone();
+            async move { client.enter_queue(enter_req("5v5", &[p])).await.map(drop) }
+        })
+        .await;
     }
+    // It never errs on the empty side: with three waiting the fourth is refused.
     let e = client
         .enter_queue(enter_req("5v5", &["d"]))
         .await
