@@ -80,6 +80,15 @@ pub enum StoreError {
     Corrupt { path: PathBuf, detail: String },
     #[error("data dir {path} is not a matchmaker store ({detail}); point --data-dir elsewhere")]
     Foreign { path: PathBuf, detail: String },
+    /// The data was written by a later release, in a format this build does not read.
+    #[error(
+        "{location} was written by a later release (format {found}; this build reads {reads} and older): run that release or a later one, or restore the backup taken before upgrading"
+    )]
+    Newer {
+        location: String,
+        found: String,
+        reads: String,
+    },
     #[error("data dir {path} is in use: is another matchmaker running on it?")]
     Locked { path: PathBuf },
     #[error("store: {0}")]

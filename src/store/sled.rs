@@ -11,6 +11,7 @@ mod acks;
 mod admin;
 mod blobs;
 mod export;
+mod format;
 mod journal;
 mod past;
 mod sync;
@@ -31,8 +32,6 @@ use crate::records::{PartyRecord, PoolRecord, ResultAck};
 
 mod records;
 
-/// The format marker written into every store this server creates.
-const FORMAT: &[u8] = b"matchmaker-store/1";
 const META_TREE: &str = "meta";
 const PLAYERS_TREE: &str = "players";
 /// Result journal: `j/<seq be64>` → entry, and `r/<match id>` → its acknowledgement with its
@@ -126,34 +125,18 @@ impl SledStore {
             other => StoreError::Engine(other),
         })?;
         let meta = db.open_tree(META_TREE)?;
-        match meta.get("format")? {
-            Some(v) if v.as_ref() == FORMAT => {}
-            Some(v) => {
-                return Err(StoreError::Foreign {
-                    path,
-                    detail: format!(
-                        "format marker is {:?}, expected {:?}",
-                        String::from_utf8_lossy(&v),
-                        String::from_utf8_lossy(FORMAT)
-                    ),
-                });
-            }
-            None => {
-                let has_data = db.tree_names().iter().any(|name| {
-                    name.as_ref() != META_TREE.as_bytes()
-                        && db.open_tree(name).map(|t| !t.is_empty()).unwrap_or(true)
-                }) || !db.is_empty();
-                if has_data {
-                    return Err(StoreError::Foreign {
-                        path,
-                        detail: "a sled database without the matchmaker format marker".into(),
-                    });
-                }
-                meta.insert("format", FORMAT)?;
-                Self::mark_past_indexed(&meta)?;
-                Self::mark_ack_indexed(&meta)?;
-                db.flush()?;
-            }
+        let has_data = || {
+            db.tree_names().iter().any(|name| {
+                name.as_ref() != META_TREE.as_bytes()
+                    && db.open_tree(name).map(|t| !t.is_empty()).unwrap_or(true)
+            }) || !db.is_empty()
+        };
+        let found = format::check(&meta, has_data, &path)?;
+        if found == format::Found::New {
+            meta.insert(format::KEY, format::marker(format::CURRENT))?;
+            Self::mark_past_indexed(&meta)?;
+            Self::mark_ack_indexed(&meta)?;
+            db.flush()?;
         }
         let players = db.open_tree(PLAYERS_TREE)?;
         let journal = db.open_tree(JOURNAL_TREE)?;
@@ -190,6 +173,17 @@ impl SledStore {
         }
         if let Some(added) = store.build_ack_index()? {
             tracing::info!(path = %store.path.display(), entries = added, "indexed the result acknowledgements by time (a store of an earlier release)");
+        }
+        if let format::Found::Readable(old) = found
+            && old < format::CURRENT
+        {
+            format::upgrade(&store.db, &store.meta)?;
+            tracing::info!(
+                path = %store.path.display(),
+                from = old,
+                to = format::CURRENT,
+                "upgraded the store's format marker: an older build now refuses this data dir"
+            );
         }
         Ok(store)
     }
