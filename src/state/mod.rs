@@ -24,6 +24,7 @@ mod servers;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod tickets;
+mod unrestored;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

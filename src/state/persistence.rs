@@ -65,8 +65,10 @@ impl State {
 
     /// Moves the live matches off the stored segments whose copies name `player` (copies of
     /// matches that ended stay in a segment until its last live match moves or ends), so that
-    /// those segments go: after an erasure no stored match names the player.
+    /// those segments go, and drops the kept matches of queues this config does not have that
+    /// name them: after an erasure no stored match names the player.
     pub(super) fn move_matches_off_segments_naming(&self, player: &PlayerId) {
+        self.drop_kept_naming(player);
         let naming = self.lock_segments().naming(player);
         if naming.is_empty() {
             return;
@@ -139,11 +141,18 @@ impl State {
     /// Rewrites every stored live match into fresh segments, and drops every older segment
     /// and every ended mark with them, in one store batch: when matches ended without a result
     /// since the last time, whose marks would otherwise stay in the store (and in every standby
-    /// copy) until the next start. Holds the segments lock throughout, so no match write comes
-    /// in between. Returns the matches written (0 when there was nothing to drop).
+    /// copy) until the next start, or when a stored match of a queue this config does not have
+    /// passed the match timeout (see `unrestored.rs`). Holds the segments lock throughout, so
+    /// no match write comes in between. Returns the matches written (0 when there was nothing
+    /// to drop).
     pub fn compact_stored_matches(&self) -> Result<usize, StoreError> {
+        self.compact_stored_matches_at(self.inner.store.now_unix())
+    }
+
+    /// [`State::compact_stored_matches`] at `now_unix` on the store's clock.
+    pub(super) fn compact_stored_matches_at(&self, now_unix: f64) -> Result<usize, StoreError> {
         let mut segments = self.lock_segments();
-        if segments.marked() == 0 {
+        if segments.marked() == 0 && !self.kept_expired(&segments, now_unix) {
             return Ok(0);
         }
         let live: Vec<Arc<MatchSlot>> = self
@@ -168,7 +177,10 @@ impl State {
             .map(|m| m.segment.load(Ordering::Relaxed))
             .collect();
         let mut fresh = segments.fresh();
-        let (written, _) = Self::place_in_segments(&mut fresh, &live, &encoded);
+        let (mut written, _) = Self::place_in_segments(&mut fresh, &live, &encoded);
+        // Matches of queues this config does not have stay, until their match timeout.
+        let (kept, expired) = self.kept_after_timeout(&segments, now_unix, &mut fresh);
+        written.extend(kept.segments());
         if let Err(e) = self.inner.store.compact_matches(&written) {
             // The bookkeeping stays as the store (most likely) still is.
             for (m, at) in live.iter().zip(previous) {
@@ -176,11 +188,15 @@ impl State {
             }
             return Err(e);
         }
+        drop(written);
+        super::unrestored::warn_dropped(&expired);
         for (m, copy) in live.iter().zip(copies) {
             m.written.fetch_max(copy, Ordering::Relaxed);
         }
+        let n = live.len() + kept.len();
+        fresh.kept = kept;
         *segments = fresh;
-        Ok(live.len())
+        Ok(n)
     }
 
     pub(super) fn lock_segments(&self) -> MutexGuard<'_, segments::Segments> {
@@ -223,7 +239,8 @@ impl State {
     }
 
     /// Start-up recovery after [`State::load`]: replays the journal after the snapshot, then
-    /// restores live matches (their players are in a match again). Returns (replayed entries,
+    /// restores live matches (their players are in a match again); those of a queue this config
+    /// does not have stay stored, unrestored (see `unrestored.rs`). Returns (replayed entries,
     /// restored matches, the highest journal sequence number).
     ///
     /// `now` is the matchmaker clock's time: a restored match formed, on that clock, as long
@@ -243,6 +260,7 @@ impl State {
         }
         let mut restored = Vec::new();
         let mut live = Vec::new();
+        let mut unknown = Vec::new();
         let (stored, last_segment) = store.load_matches()?;
         // The clock the matches were dated by (Redis's in a cluster, shared by every node).
         let now_unix = store.now_unix();
@@ -251,7 +269,7 @@ impl State {
                 continue;
             }
             let Some(queue) = self.queue_of(&QueueId::new(m.queue.as_str())) else {
-                tracing::warn!(match_id = %m.match_id, queue = %m.queue, "dropping a live match of a queue no longer configured");
+                unknown.push(m);
                 continue;
             };
             let phase = if m.server_address.is_empty() {
@@ -336,8 +354,13 @@ impl State {
             .iter()
             .map(crate::store::encode_match)
             .collect::<Result<Vec<_>, _>>()?;
-        let (written, _) = Self::place_in_segments(&mut segments, &restored, &live);
+        let (mut written, _) = Self::place_in_segments(&mut segments, &restored, &live);
+        // Matches of queues this config does not have stay stored (see `unrestored.rs`).
+        let kept = self.keep_unrestored(&unknown, now_unix, &mut segments)?;
+        written.extend(kept.segments());
         store.compact_matches(&written)?;
+        drop(written);
+        segments.kept = kept;
         *self.lock_segments() = segments;
         Ok((replayed, restored, store.last_seq()?.max(last)))
     }

@@ -25,6 +25,8 @@ pub struct Segments {
     /// Matches marked as ended without a result since this bookkeeping started: their marks
     /// stay in the store until the live matches are compacted.
     marked: usize,
+    /// Stored matches of queues the config does not have, in segments of their own.
+    pub kept: super::unrestored::Kept,
 }
 
 impl Segments {
@@ -35,7 +37,14 @@ impl Segments {
             live: HashMap::new(),
             names: HashMap::new(),
             marked: 0,
+            kept: Default::default(),
         }
+    }
+
+    /// A new segment id, for segments this bookkeeping does not count (kept matches).
+    pub fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next - 1
     }
 
     /// Bookkeeping that starts over, its ids after every one handed out so far: for writing

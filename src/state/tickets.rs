@@ -415,8 +415,9 @@ impl State {
     }
 
     /// Puts the stored waiting tickets back (a new owner of the queues): each becomes SEARCHING
-    /// again with its wait kept, if its queue still exists and all its players are idle; the
-    /// rest are dropped from the store. Returns the tickets and pool entries to hand to the
+    /// again with its wait kept, if its queue exists and all its players are idle; the rest are
+    /// dropped from the store, but for those of a queue this config does not have, which stay
+    /// stored for a config that has it (see `unrestored.rs`). Returns the tickets and pool entries to hand to the
     /// matchmaker loop, oldest first.
     ///
     /// A wait is the store's clock now less the ticket's stamp on the same clock (Redis's in a
@@ -433,7 +434,7 @@ impl State {
         // one that waited longest: one line for all, however many.
         let mut overdue = 0usize;
         let mut longest: Option<(TicketId, QueueId, f64, f64)> = None;
-        for t in store.load_tickets()? {
+        for t in self.tickets_to_restore(store.load_tickets()?, unix, &mut dropped) {
             let Some(queue) = self.queue_of(&QueueId::new(t.queue.as_str())) else {
                 dropped.push(t.ticket_id);
                 continue;
