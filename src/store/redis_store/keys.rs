@@ -129,7 +129,7 @@ impl Keys {
         &self.staged
     }
 
-    /// The store's meta hash (`snapshot_seq`, `last_seq`, ...).
+    /// The store's meta hash (`snapshot_seq`, `last_seq`, the keyspace's `format`, ...).
     pub fn meta(&self) -> &str {
         self.hash(Hash::Meta)
     }

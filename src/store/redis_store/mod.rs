@@ -31,6 +31,7 @@ mod clock;
 mod conn;
 mod durability;
 mod flush;
+mod format;
 mod journal;
 mod keys;
 mod load;
@@ -292,6 +293,7 @@ impl RedisStore {
             gave_up: std::sync::OnceLock::new(),
             failure: tokio_util::sync::CancellationToken::new(),
         };
+        format::check(&store).await?;
         // A batch the last owner committed but did not finish applying is applied first, so
         // what loads (and what a standby copy follows to) is all of it.
         store.finish_staged().await?;
