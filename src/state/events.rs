@@ -20,6 +20,7 @@ use crate::ids::PlayerId;
 use crate::records::{PlayerChange, ResultAck};
 use crate::results::PeriodClose;
 use crate::store::{EventKind, EventRecord, StoreError};
+use crate::telemetry::store_errors::{LogThrottle, store_write_failed};
 
 /// Events read from the store per step of a watcher.
 const EVENT_BATCH: usize = 256;
@@ -369,6 +370,7 @@ impl State {
     ) {
         let mut trim = tokio::time::interval(trim_every);
         trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = LogThrottle::default();
         loop {
             let stop = tokio::select! {
                 () = shutdown.cancelled() => true,
@@ -388,22 +390,38 @@ impl State {
                     false
                 }
             };
-            let (batch, _taken) = self.take_emitted();
-            if !batch.is_empty() {
-                let written = match self.inner.store.append_events(&batch) {
-                    Ok(last) => self.inner.store.flush_async().await.map(|()| last),
-                    Err(e) => Err(e),
-                };
-                match written {
-                    Ok(last) => self.publish(last),
-                    Err(e) => {
-                        tracing::error!(error = %e, events = batch.len(), "events not written");
-                        crate::telemetry::store_error("events");
-                    }
-                }
-            }
+            self.write_emitted(&mut failing).await;
             if stop {
                 return;
+            }
+        }
+    }
+
+    /// Appends and flushes the events emitted since the last pass, then publishes them. A
+    /// failure is counted each time (unless fenced) and logged as `failing` lets it: once a
+    /// flush of the embedded store failed, every later one fails until the restart.
+    async fn write_emitted(&self, failing: &mut LogThrottle) {
+        let (batch, _taken) = self.take_emitted();
+        if batch.is_empty() {
+            return;
+        }
+        let written = match self.inner.store.append_events(&batch) {
+            Ok(last) => self.inner.store.flush_async().await.map(|()| last),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(last) => self.publish(last),
+            Err(e) => {
+                let counted = store_write_failed("events", &e);
+                let Some(unlogged) = failing.log_at(std::time::Instant::now()) else {
+                    return;
+                };
+                let events = batch.len();
+                if counted {
+                    tracing::error!(error = %e, events, unlogged, "events not written (logged at most once a minute)");
+                } else {
+                    tracing::warn!(error = %e, events, unlogged, fenced = true, "events not written (logged at most once a minute)");
+                }
             }
         }
     }
@@ -664,5 +682,72 @@ mod tests {
         assert_eq!(recv(&mut rx).await, (3, "b".to_string()));
         assert_eq!(recv(&mut rx).await, (4, "c".to_string()));
         stop.cancel();
+    }
+
+    /// A buffer the test's log lines go to.
+    #[derive(Clone, Default)]
+    struct Logs(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logs {
+        fn lines_with(&self, text: &str) -> Vec<String> {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .filter(|l| l.contains(text))
+                .map(str::to_owned)
+                .collect()
+        }
+    }
+
+    fn events_errors(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> String {
+        recorder
+            .handle()
+            .render()
+            .lines()
+            .find(|l| l.starts_with(crate::telemetry::STORE_ERRORS) && l.contains("op=\"events\""))
+            .map_or("0".into(), |l| l.rsplit(' ').next().unwrap().to_string())
+    }
+
+    /// Once the store's flushes fail for good, every pass of the writer fails: each is counted,
+    /// and logged once (then at most once a minute). A fenced store's are not counted.
+    #[tokio::test]
+    async fn a_writer_whose_flushes_keep_failing_counts_each_pass_and_logs_once() {
+        for (how, counted, level) in [
+            (crate::store::FlushFailure::Disk, "3", "ERROR"),
+            (crate::store::FlushFailure::Fenced, "0", "WARN"),
+        ] {
+            let logs = Logs::default();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer({
+                    let logs = logs.clone();
+                    move || logs.clone()
+                })
+                .with_ansi(false)
+                .finish();
+            let _logging = tracing::subscriber::set_default(subscriber);
+            let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+            let _local = metrics::set_default_local_recorder(&recorder);
+            let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+            let state = crate::state::test_util::state_on(memory.clone());
+            memory.fail_flushes(Some(how));
+            let mut failing = LogThrottle::default();
+            for player in ["a", "b", "c"] {
+                state.emit([event(EventKind::PlayerBanned, player)]);
+                state.write_emitted(&mut failing).await;
+            }
+            assert_eq!(events_errors(&recorder), counted, "{how:?}");
+            let logged = logs.lines_with("events not written");
+            assert_eq!(logged.len(), 1, "{how:?}: {logged:?}");
+            assert!(logged[0].contains(level), "{how:?}: {logged:?}");
+        }
     }
 }
