@@ -437,8 +437,11 @@ impl Ledger {
                 () = shutdown.cancelled() => return,
                 _ = interval.tick() => {
                     if let Err(e) = self.snapshot().await {
-                        tracing::error!(error = %e, "periodic snapshot failed");
-                        crate::telemetry::store_error("snapshot");
+                        crate::telemetry::store_errors::log_store_write_failure!(
+                            "snapshot",
+                            e,
+                            "periodic snapshot failed"
+                        );
                     }
                 }
             }

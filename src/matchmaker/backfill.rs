@@ -268,8 +268,11 @@ impl Loop {
         let store = self.state.store().clone();
         self.runtime.spawn(async move {
             if let Err(e) = store.flush_async().await {
-                tracing::error!(error = %e, "could not flush a backfilled match");
-                crate::telemetry::store_error("persist_matches");
+                crate::telemetry::store_errors::log_store_write_failure!(
+                    "persist_matches",
+                    e,
+                    "could not flush a backfilled match"
+                );
             }
             let (match_id, server) = (update.match_id.clone(), update.server_address.clone());
             let dropped = tokio::select! {

@@ -219,8 +219,11 @@ impl Loop {
                 .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
         });
         if let Err(e) = state.expire_parties(now) {
-            tracing::error!(error = %e, "could not expire idle parties");
-            crate::telemetry::store_error("parties");
+            crate::telemetry::store_errors::log_store_write_failure!(
+                "parties",
+                e,
+                "could not expire idle parties"
+            );
         }
         let timeout = state.config().server.match_timeout_seconds;
         let n = state.cancel_stale_matches(now, timeout);

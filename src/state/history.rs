@@ -80,8 +80,12 @@ impl State {
         }
         let write = self.history_write(m, a, EndedPhase::Cancelled, &[], &[], unix_now());
         if let Err(e) = self.inner.store.append_history(&[write]) {
-            tracing::error!(match_id = %m.id, error = %e, "could not record a cancelled match");
-            crate::telemetry::store_error("history");
+            crate::telemetry::store_errors::log_store_write_failure!(
+                "history",
+                e,
+                match_id = %m.id,
+                "could not record a cancelled match"
+            );
         }
     }
 

@@ -10,6 +10,7 @@ use super::{Assignment, MatchPhase, MatchSlot, PlayerSlot, PlayerStatus, State, 
 use crate::ids::{PlayerId, QueueId};
 use crate::records::{PartyRecord, PoolRecord};
 use crate::store::{StoreError, StoredMatch};
+use crate::telemetry::store_errors::log_store_write_failure;
 
 impl State {
     /// Records live matches (newly formed, or newly allocated to a server) in one store batch;
@@ -58,8 +59,12 @@ impl State {
             return;
         }
         if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
-            tracing::error!(matches = encoded.len(), error = %e, "could not persist matches");
-            crate::telemetry::store_error("persist_matches");
+            log_store_write_failure!(
+                "persist_matches",
+                e,
+                matches = encoded.len(),
+                "could not persist matches"
+            );
         }
     }
 
@@ -105,8 +110,12 @@ impl State {
             segments.mark_ended();
         }
         if let Err(e) = self.inner.store.end_matches(&ended, &dropped) {
-            tracing::error!(match_id = %m.id, error = %e, "could not forget a finished match");
-            crate::telemetry::store_error("end_match");
+            log_store_write_failure!(
+                "end_match",
+                e,
+                match_id = %m.id,
+                "could not forget a finished match"
+            );
         }
     }
 

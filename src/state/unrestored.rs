@@ -190,8 +190,11 @@ impl State {
                 segments.kept = kept;
             }
             Err(e) => {
-                tracing::error!(error = %e, "could not drop the kept matches naming an erased player");
-                crate::telemetry::store_error("end_match");
+                crate::telemetry::store_errors::log_store_write_failure!(
+                    "end_match",
+                    e,
+                    "could not drop the kept matches naming an erased player"
+                );
                 segments.kept = current;
             }
         }
