@@ -527,4 +527,25 @@ mod tests {
         assert_eq!(store.load_matches().unwrap().0.len(), 0);
         assert_eq!(memory.marks_and_segments().1, 0, "the last segment went");
     }
+
+    /// A write of live matches refused because another node holds the lease is the normal end
+    /// of an owner: not counted as a store error (an alert), as the result journal does.
+    #[test]
+    fn a_fenced_write_of_live_matches_is_not_counted_as_a_store_error() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "gs:1");
+        memory.fail_flushes(Some(crate::store::FlushFailure::Fenced));
+        state.persist_matches(std::slice::from_ref(&m));
+        let counted = recorder
+            .handle()
+            .render()
+            .lines()
+            .any(|l| l.starts_with(crate::telemetry::STORE_ERRORS));
+        assert!(!counted, "a fenced write is no store error");
+        let stored = crate::store::Storage::load_matches(memory.as_ref()).unwrap();
+        assert!(stored.0.is_empty(), "it was refused");
+    }
 }

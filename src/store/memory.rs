@@ -547,6 +547,11 @@ impl Storage for MemoryStore {
     }
 
     fn put_segments(&self, segments: &[Segment<'_>], dropped: &[u64]) -> Result<(), StoreError> {
+        // A fenced cluster store refuses every write once a flush was refused.
+        #[cfg(test)]
+        if matches!(self.data().flushes_fail, Some(FlushFailure::Fenced)) {
+            return Err(StoreError::Fenced);
+        }
         let decoded: Vec<(u64, Vec<StoredMatch>)> = segments
             .iter()
             .map(|(id, m)| Ok((*id, decode_segment(m)?)))
