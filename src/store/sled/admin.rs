@@ -59,9 +59,14 @@ impl AdminTree {
 
     /// Moves an event log kept in the admin tree (stores written before it moved) to the
     /// journal tree: copied and flushed first, then removed, so a crash in between only
-    /// repeats the copy at the next open.
+    /// repeats the copy at the next open. When the journal tree holds an event log already (an
+    /// older build wrote to a store a later one had moved), the old log's events go after both
+    /// logs' last numbers instead (see [`AdminTree::append_legacy_events`]).
     fn move_legacy_events(&self, db: &sled::Db) -> Result<(), StoreError> {
         let old_last = self.last(LAST_EVENT)?;
+        if self.last_event()? > 0 {
+            return self.append_legacy_events(db, old_last);
+        }
         let mut copy = sled::Batch::default();
         let mut remove = sled::Batch::default();
         let mut any = old_last > 0;
@@ -81,6 +86,43 @@ impl AdminTree {
         db.flush()?;
         self.tree.apply_batch(remove)?;
         db.flush()?;
+        Ok(())
+    }
+
+    /// Appends the admin tree's event log to the journal tree's, numbered after the last of
+    /// either (`old_last` is the admin tree's), and removes it, in one transaction: both logs
+    /// hold events the other lacks, and their numbers overlap. A watcher's cursor comes from
+    /// either log and is below every new number, so it misses none of the moved events (it may
+    /// see some twice).
+    fn append_legacy_events(&self, db: &sled::Db, old_last: u64) -> Result<(), StoreError> {
+        let legacy: Vec<(sled::IVec, sled::IVec)> =
+            self.tree.scan_prefix(b"e/").collect::<Result<_, _>>()?;
+        if legacy.is_empty() && old_last == 0 {
+            return Ok(());
+        }
+        let first = self.last_event()?.max(old_last) + 1;
+        let last = first + legacy.len() as u64 - 1;
+        (&self.events, &self.tree)
+            .transaction(|(events, admin)| {
+                for (i, (k, v)) in legacy.iter().enumerate() {
+                    events.insert(seq_key(b'e', first + i as u64), v)?;
+                    admin.remove(k)?;
+                }
+                events.insert(LAST_EVENT, &last.max(first - 1).to_be_bytes())?;
+                admin.remove(LAST_EVENT)?;
+                Ok::<(), ConflictableTransactionError<StoreError>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => StoreError::Engine(e),
+                TransactionError::Abort(e) => e,
+            })?;
+        db.flush()?;
+        tracing::warn!(
+            events = legacy.len(),
+            from = first,
+            "the store held two event logs (an older build wrote to it after a later one): \
+             the older build's events were appended after both"
+        );
         Ok(())
     }
 
@@ -517,5 +559,43 @@ mod tests {
         drop(store);
         let store = SledStore::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(store.events_after(0, 10).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn an_older_builds_event_log_beside_the_moved_one_goes_after_it_and_overwrites_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+            // This build's log: events 1 and 2.
+            store.append_events(&[event(1), event(2)]).unwrap();
+            // An older build then wrote its own log in the admin tree, numbered from 1 again.
+            let mut old = sled::Batch::default();
+            for n in 1..=3 {
+                old.insert(seq_key(b'e', n), encode(&event(10 + n)).unwrap());
+            }
+            old.insert(LAST_EVENT, &3u64.to_be_bytes());
+            store.admin.tree.apply_batch(old).unwrap();
+            store.db.flush().unwrap();
+        }
+        let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        let events = store.events_after(0, 10).unwrap();
+        let expected = vec![
+            (1, event(1)),
+            (2, event(2)),
+            (4, event(11)),
+            (5, event(12)),
+            (6, event(13)),
+        ];
+        assert_eq!(
+            events, expected,
+            "both logs kept, the older build's after both counters"
+        );
+        assert!(store.admin.tree.scan_prefix(b"e/").next().is_none());
+        assert!(store.admin.tree.get(LAST_EVENT).unwrap().is_none());
+        assert_eq!(store.append_events(&[event(7)]).unwrap(), 7);
+        drop(store);
+        // Moved once: a later open changes nothing.
+        let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(store.events_after(0, 10).unwrap().len(), 6);
     }
 }
