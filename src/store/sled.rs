@@ -137,6 +137,8 @@ impl SledStore {
             Self::mark_past_indexed(&meta)?;
             Self::mark_ack_indexed(&meta)?;
             db.flush()?;
+        } else if found == format::Found::Readable(1) {
+            format::forget_index_marks(&meta)?;
         }
         let players = db.open_tree(PLAYERS_TREE)?;
         let journal = db.open_tree(JOURNAL_TREE)?;

@@ -235,6 +235,22 @@ mod sled_build {
     fn a_build_stopped_midway_is_finished_by_the_next_open() {
         built(2);
     }
+
+    /// The indexes incomplete but marked complete, in a store of the older format: an older
+    /// build wrote to it after a later one had marked it.
+    #[test]
+    fn a_store_of_the_older_format_gets_them_built_again_whatever_its_mark_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut forget = || {
+            let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+            assert!(store.forget_past_indexes(0) > 0);
+            store.mark_as_older_build_left_it();
+        };
+        super::a_store_from_before_past_indexes_gets_them_built(
+            &mut super::sled_reopen(dir.path()),
+            &mut forget,
+        );
+    }
 }
 
 pub(in crate::store) mod redis_build {

@@ -14,7 +14,7 @@ use crate::store::acks::millis;
 use crate::store::{AckRecord, StoreError};
 
 /// `meta` key: present once every acknowledgement with a time is in the time index.
-const ACK_INDEX: &str = "ack_index";
+pub(super) const ACK_INDEX: &str = "ack_index";
 const ACK_INDEX_VERSION: &[u8] = b"1";
 /// Index entries per batch while building.
 const BATCH: usize = 10_000;

@@ -8,9 +8,11 @@
 //!   and number events from 1 again, and its writes would leave records out of the indexes
 //!   that erasures and trims read, with the marks saying they were complete.
 //!
-//! A `/1` store is moved to this layout at open (see `admin.rs`, `past.rs`, `acks.rs`) and then
-//! marked `/2`, so from then on an older build refuses it instead of writing into it. A marker
-//! of a later release is refused with an error naming both.
+//! A `/1` store is moved to this layout at open (see `admin.rs`, `past.rs`, `acks.rs`; both
+//! indexes are built again whatever their marks say, since an older build may have written
+//! after a later one marked them) and then marked `/2`, so from then on an older build refuses
+//! it instead of writing into it. A marker of a later release is refused with an error naming
+//! both.
 
 use std::path::Path;
 
@@ -75,6 +77,16 @@ pub(super) fn check(
     }
 }
 
+/// Takes out the marks that say the past indexes and the acknowledgements' time index are
+/// complete, so the open builds both again (adding only what is missing): called for a `/1`
+/// store, which an older build may have written to after a later one marked it, leaving its
+/// records out of the indexes that erasures and trims read.
+pub(super) fn forget_index_marks(meta: &sled::Tree) -> Result<(), StoreError> {
+    meta.remove(super::past::PAST_INDEX)?;
+    meta.remove(super::acks::ACK_INDEX)?;
+    Ok(())
+}
+
 /// Marks the store [`CURRENT`] and flushes: called once its layout is this format's, so an
 /// older build refuses it from now on.
 pub(super) fn upgrade(db: &sled::Db, meta: &sled::Tree) -> Result<(), StoreError> {
@@ -84,19 +96,33 @@ pub(super) fn upgrade(db: &sled::Db, meta: &sled::Tree) -> Result<(), StoreError
 }
 
 #[cfg(test)]
+impl super::SledStore {
+    /// Marks the store as an older build leaves one it wrote to after a later build: the
+    /// index marks set, the format marker `/1`.
+    pub(in crate::store) fn mark_as_older_build_left_it(&self) {
+        self.meta.insert(super::past::PAST_INDEX, b"1").unwrap();
+        self.meta.insert(super::acks::ACK_INDEX, b"1").unwrap();
+        self.meta.insert(KEY, marker(1)).unwrap();
+        self.db.flush().unwrap();
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::sled::SledStore;
-    use crate::store::{AdminRecords, EventKind, EventRecord};
+    use crate::store::{AdminRecords, EventKind, EventRecord, Storage};
 
     fn marker_of(dir: &Path) -> String {
-        let db = sled::open(dir).unwrap();
+        // Retried while a store just dropped still holds sled's own lock.
+        let db = crate::store::sled::open_sled(dir, 1 << 20).unwrap();
         let v = db.open_tree("meta").unwrap().get(KEY).unwrap().unwrap();
         String::from_utf8_lossy(&v).into_owned()
     }
 
     fn set_marker(dir: &Path, marker: &str) {
-        let db = sled::open(dir).unwrap();
+        // Retried while a store just dropped still holds sled's own lock.
+        let db = crate::store::sled::open_sled(dir, 1 << 20).unwrap();
         db.open_tree("meta").unwrap().insert(KEY, marker).unwrap();
         db.flush().unwrap();
     }
@@ -130,7 +156,7 @@ mod tests {
         {
             let store = SledStore::open(dir.path(), 1 << 20).unwrap();
             store.append_events(&[event("p1"), event("p2")]).unwrap();
-            crate::store::Storage::flush(&store).unwrap();
+            store.flush().unwrap();
         }
         set_marker(dir.path(), "matchmaker-store/1");
         let store = SledStore::open(dir.path(), 1 << 20).unwrap();
@@ -167,5 +193,28 @@ mod tests {
             let e = SledStore::open(dir.path(), 1 << 20).err().unwrap();
             assert!(matches!(e, StoreError::Foreign { .. }), "{other}: {e}");
         }
+    }
+
+    /// An older build journals a result without the acknowledgement's time index entry while
+    /// the store's mark says the index is complete: the upgrade of the `/1` store indexes it,
+    /// so the trim finds it.
+    #[test]
+    fn an_acknowledgement_an_older_build_left_out_of_the_time_index_is_indexed_at_upgrade() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+            store
+                .append_journal(1, &[crate::store::contract::entry("m-1", "p1", 1500.0)])
+                .unwrap();
+            let index: Vec<_> = store.journal.scan_prefix(b"t/").keys().collect();
+            assert_eq!(index.len(), 1);
+            for k in index {
+                store.journal.remove(k.unwrap()).unwrap();
+            }
+            store.mark_as_older_build_left_it();
+        }
+        let store = SledStore::open(dir.path(), 1 << 20).unwrap();
+        assert_eq!(store.journal.scan_prefix(b"t/").count(), 1);
+        assert_eq!(store.trim_acks(f64::MAX, 10).unwrap(), 1);
     }
 }
