@@ -20,7 +20,8 @@ use crate::ids::PlayerId;
 use crate::records::{PlayerChange, ResultAck};
 use crate::results::PeriodClose;
 use crate::store::{EventKind, EventRecord, StoreError};
-use crate::telemetry::store_errors::{LogThrottle, store_write_failed};
+use crate::telemetry::LogLimit;
+use crate::telemetry::store_errors::{LOG_EVERY, store_write_failed};
 
 /// Events read from the store per step of a watcher.
 const EVENT_BATCH: usize = 256;
@@ -370,7 +371,7 @@ impl State {
     ) {
         let mut trim = tokio::time::interval(trim_every);
         trim.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing = LogThrottle::default();
+        let failing = LogLimit::new(LOG_EVERY);
         loop {
             let stop = tokio::select! {
                 () = shutdown.cancelled() => true,
@@ -390,7 +391,7 @@ impl State {
                     false
                 }
             };
-            self.write_emitted(&mut failing).await;
+            self.write_emitted(&failing).await;
             if stop {
                 return;
             }
@@ -400,7 +401,7 @@ impl State {
     /// Appends and flushes the events emitted since the last pass, then publishes them. A
     /// failure is counted each time (unless fenced) and logged as `failing` lets it: once a
     /// flush of the embedded store failed, every later one fails until the restart.
-    async fn write_emitted(&self, failing: &mut LogThrottle) {
+    async fn write_emitted(&self, failing: &LogLimit) {
         let (batch, _taken) = self.take_emitted();
         if batch.is_empty() {
             return;
@@ -413,14 +414,14 @@ impl State {
             Ok(last) => self.publish(last),
             Err(e) => {
                 let counted = store_write_failed("events", &e);
-                let Some(unlogged) = failing.log_at(std::time::Instant::now()) else {
+                let Some(failures) = failing.note(1, std::time::Instant::now()) else {
                     return;
                 };
                 let events = batch.len();
                 if counted {
-                    tracing::error!(error = %e, events, unlogged, "events not written (logged at most once a minute)");
+                    tracing::error!(error = %e, events, failures, "events not written (logged at most once a minute)");
                 } else {
-                    tracing::warn!(error = %e, events, unlogged, fenced = true, "events not written (logged at most once a minute)");
+                    tracing::warn!(error = %e, events, failures, fenced = true, "events not written (logged at most once a minute)");
                 }
             }
         }
@@ -739,10 +740,10 @@ mod tests {
             let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
             let state = crate::state::test_util::state_on(memory.clone());
             memory.fail_flushes(Some(how));
-            let mut failing = LogThrottle::default();
+            let failing = LogLimit::new(LOG_EVERY);
             for player in ["a", "b", "c"] {
                 state.emit([event(EventKind::PlayerBanned, player)]);
-                state.write_emitted(&mut failing).await;
+                state.write_emitted(&failing).await;
             }
             assert_eq!(events_errors(&recorder), counted, "{how:?}");
             let logged = logs.lines_with("events not written");

@@ -1,7 +1,7 @@
-//! Failed store writes: what `matchmaker_store_errors_total` counts, and a throttle for the log
-//! of a write that fails on every pass.
+//! Failed store writes: what `matchmaker_store_errors_total` counts, and how often the log of a
+//! write that fails on every pass says so.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::store::StoreError;
 
@@ -32,51 +32,14 @@ macro_rules! log_store_write_failure {
 }
 pub(crate) use log_store_write_failure;
 
-/// How often a failure that repeats on every pass is logged.
+/// How often a failure that repeats on every pass is logged (with [`super::LogLimit`]): a
+/// flush of the embedded store that failed once fails for good, and a writer that tries on
+/// every pass would otherwise log it on every pass until the restart.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// Logs a repeating failure the first time and then at most every [`LOG_EVERY`]: a flush of the
-/// embedded store that failed once fails for good, and a writer that tries on every pass would
-/// otherwise log it on every pass until the restart.
-#[derive(Debug, Default)]
-pub struct LogThrottle {
-    last: Option<Instant>,
-    /// Failures not logged since the last one that was.
-    suppressed: u64,
-}
-
-impl LogThrottle {
-    /// Whether a failure at `now` is logged: `Some` with the failures left unlogged since the
-    /// last one logged, or `None` (counted among them).
-    pub fn log_at(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last
-            .is_some_and(|last| now.duration_since(last) < LOG_EVERY)
-        {
-            self.suppressed += 1;
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.suppressed))
-    }
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_repeating_failure_is_logged_once_then_at_most_every_minute_with_what_was_left_out() {
-        let mut throttle = LogThrottle::default();
-        let start = Instant::now();
-        assert_eq!(throttle.log_at(start), Some(0));
-        for s in 1..60 {
-            assert_eq!(throttle.log_at(start + Duration::from_secs(s)), None);
-        }
-        assert_eq!(throttle.log_at(start + LOG_EVERY), Some(59));
-        assert_eq!(throttle.log_at(start + LOG_EVERY), None);
-        assert_eq!(throttle.log_at(start + 2 * LOG_EVERY), Some(1));
-    }
 
     #[test]
     fn a_fenced_write_is_not_counted_and_any_other_failure_is() {
