@@ -437,7 +437,7 @@ impl Ledger {
                 () = shutdown.cancelled() => return,
                 _ = interval.tick() => {
                     if let Err(e) = self.snapshot().await {
-                        crate::telemetry::store_errors::log_store_write_failure!(
+                        crate::store::write_failures::log_store_write_failure!(
                             "snapshot",
                             e,
                             "periodic snapshot failed"

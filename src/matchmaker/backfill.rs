@@ -268,7 +268,7 @@ impl Loop {
         let store = self.state.store().clone();
         self.runtime.spawn(async move {
             if let Err(e) = store.flush_async().await {
-                crate::telemetry::store_errors::log_store_write_failure!(
+                crate::store::write_failures::log_store_write_failure!(
                     "persist_matches",
                     e,
                     "could not flush a backfilled match"

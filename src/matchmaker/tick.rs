@@ -219,7 +219,7 @@ impl Loop {
                 .is_ok_and(|m| m.phase() == crate::state::MatchPhase::Allocated)
         });
         if let Err(e) = state.expire_parties(now) {
-            crate::telemetry::store_errors::log_store_write_failure!(
+            crate::store::write_failures::log_store_write_failure!(
                 "parties",
                 e,
                 "could not expire idle parties"

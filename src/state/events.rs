@@ -19,9 +19,9 @@ use super::matches::Assignment;
 use crate::ids::PlayerId;
 use crate::records::{PlayerChange, ResultAck};
 use crate::results::PeriodClose;
+use crate::store::write_failures::{LOG_EVERY, store_write_failed};
 use crate::store::{EventKind, EventRecord, StoreError};
 use crate::telemetry::LogLimit;
-use crate::telemetry::store_errors::{LOG_EVERY, store_write_failed};
 
 /// Events read from the store per step of a watcher.
 const EVENT_BATCH: usize = 256;

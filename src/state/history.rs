@@ -80,7 +80,7 @@ impl State {
         }
         let write = self.history_write(m, a, EndedPhase::Cancelled, &[], &[], unix_now());
         if let Err(e) = self.inner.store.append_history(&[write]) {
-            crate::telemetry::store_errors::log_store_write_failure!(
+            crate::store::write_failures::log_store_write_failure!(
                 "history",
                 e,
                 match_id = %m.id,

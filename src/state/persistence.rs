@@ -9,8 +9,8 @@ use super::matches::MatchInner;
 use super::{Assignment, MatchPhase, MatchSlot, PlayerSlot, PlayerStatus, State, segments};
 use crate::ids::{PlayerId, QueueId};
 use crate::records::{PartyRecord, PoolRecord};
+use crate::store::write_failures::log_store_write_failure;
 use crate::store::{StoreError, StoredMatch};
-use crate::telemetry::store_errors::log_store_write_failure;
 
 impl State {
     /// Records live matches (newly formed, or newly allocated to a server) in one store batch;

@@ -190,7 +190,7 @@ impl State {
                 segments.kept = kept;
             }
             Err(e) => {
-                crate::telemetry::store_errors::log_store_write_failure!(
+                crate::store::write_failures::log_store_write_failure!(
                     "end_match",
                     e,
                     "could not drop the kept matches naming an erased player"

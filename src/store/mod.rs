@@ -23,6 +23,7 @@ mod history;
 mod memory;
 mod redis_store;
 mod sled;
+pub mod write_failures;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -2,7 +2,6 @@
 //! traces in `tracing`; log lines of events that can repeat fast, in `log_limit`.
 
 mod log_limit;
-pub mod store_errors;
 pub mod tracing;
 
 pub use self::log_limit::LogLimit;
@@ -61,7 +60,7 @@ pub const STORE_BYTES: &str = "matchmaker_store_bytes";
 /// Store writes that failed, per operation (journal | persist_matches | end_match | snapshot |
 /// request | history | parties | audit | events) (counter). Any is worth an alert: a journal
 /// failure stops results until a restart. A write fenced (the lease moved on) is not counted
-/// ([`store_errors::store_write_failed`]).
+/// ([`crate::store::write_failures::store_write_failed`]).
 pub const STORE_ERRORS: &str = "matchmaker_store_errors_total";
 /// Matches cancelled, per queue and reason (server: voided by its game server or an admin |
 /// server_requeue: cancelled before it started, tickets requeued | store_failure: its write did

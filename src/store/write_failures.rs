@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::store::StoreError;
+use super::StoreError;
 
-/// Counts a failed store write of `op` in [`super::STORE_ERRORS`], unless it was refused because
+/// Counts a failed store write of `op` in [`crate::telemetry::STORE_ERRORS`], unless it was refused because
 /// another node holds the lease now (fenced): the normal end of an owner that lost its lease,
 /// not a store failure, as the result journal treats it. Whether it was counted, so the caller
 /// logs a counted one as an error and a fenced one as a warning ([`log_store_write_failure!`]).
@@ -13,7 +13,7 @@ pub fn store_write_failed(op: &'static str, e: &StoreError) -> bool {
     if matches!(e, StoreError::Fenced) {
         return false;
     }
-    super::store_error(op);
+    crate::telemetry::store_error(op);
     true
 }
 
@@ -23,7 +23,7 @@ pub fn store_write_failed(op: &'static str, e: &StoreError) -> bool {
 macro_rules! log_store_write_failure {
     ($op:expr, $e:expr, $($rest:tt)+) => {{
         let e = &$e;
-        if $crate::telemetry::store_errors::store_write_failed($op, e) {
+        if $crate::store::write_failures::store_write_failed($op, e) {
             ::tracing::error!(error = %e, $($rest)+);
         } else {
             ::tracing::warn!(error = %e, fenced = true, $($rest)+);
@@ -32,7 +32,7 @@ macro_rules! log_store_write_failure {
 }
 pub(crate) use log_store_write_failure;
 
-/// How often a failure that repeats on every pass is logged (with [`super::LogLimit`]): a
+/// How often a failure that repeats on every pass is logged (with [`crate::telemetry::LogLimit`]): a
 /// flush of the embedded store that failed once fails for good, and a writer that tries on
 /// every pass would otherwise log it on every pass until the restart.
 pub const LOG_EVERY: Duration = Duration::from_secs(60);
@@ -51,7 +51,7 @@ mod tests {
                 .handle()
                 .render()
                 .lines()
-                .filter(|l| l.starts_with(super::super::STORE_ERRORS) && l.contains("events"))
+                .filter(|l| l.starts_with(crate::telemetry::STORE_ERRORS) && l.contains("events"))
                 .map(|l| l.rsplit(' ').next().unwrap().to_string())
                 .collect::<Vec<_>>()
         };
