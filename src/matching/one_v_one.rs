@@ -21,9 +21,13 @@
 //! satisfy the `intersect`, `difference` and `avoid` rules (in the programme and in the
 //! starvation pass alike: starving lifts windows and floors, never a rule).
 //!
-//! Regions: one pass per region (most popular first) over the tickets accepting it, then a
-//! starvation pass that pairs each starving ticket (oldest first) with its nearest unmatched
-//! region-compatible ticket, so nobody past `max_wait_seconds` waits while a partner exists.
+//! Starvation: before the programme, each ticket past `max_wait_seconds` (oldest first) is
+//! paired with its nearest unmatched region- and rule-compatible ticket, so nobody past it waits
+//! while a partner exists, and a pair of fresh tickets never takes the only partner of a
+//! starving one (the team selector serves starving anchors first too). The programme then runs
+//! on the tickets left.
+//!
+//! Regions: one pass per region (most popular first) over the unmatched tickets accepting it.
 
 use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
@@ -87,14 +91,38 @@ pub(crate) fn select(
     slots: &Slots,
     rules: &Checker<'_>,
 ) -> Chosen {
-    let order: Vec<usize> = (0..cands.len()).collect();
-    let mut matched = vec![false; cands.len()];
-    let mut pairs = Vec::with_capacity(cands.len() / 2);
+    let n = cands.len();
+    let mut matched = vec![false; n];
+    let mut pairs = Vec::with_capacity(n / 2);
+    // Every ticket's urgency, read in the one pass that also learns whether any ticket starves.
+    let max_wait = config.max_wait_seconds;
+    let mut starving = false;
+    let urgent: Vec<f64> = cands
+        .iter()
+        .map(|c| {
+            starving |= c.lim.starving;
+            urgency(c, max_wait)
+        })
+        .collect();
+    // Starving tickets choose first, oldest first, so a pair of fresh tickets never takes the
+    // only partner a starving one has.
+    if starving {
+        starvation_pass(cands, rules, &mut matched, &mut pairs);
+    }
+    let (order, urgent): (Vec<usize>, Vec<f64>) = if pairs.is_empty() {
+        ((0..n).collect(), urgent)
+    } else {
+        (0..n)
+            .filter(|&i| !matched[i])
+            .map(|i| (i, urgent[i]))
+            .unzip()
+    };
 
     if config.regions.is_empty() {
         dp_pass(
             cands,
             &order,
+            &urgent,
             config,
             model,
             rules,
@@ -103,25 +131,43 @@ pub(crate) fn select(
         );
     } else {
         let mut popularity: Vec<(usize, usize)> = (0..config.regions.len())
-            .map(|r| (cands.iter().filter(|c| c.regions >> r & 1 == 1).count(), r))
+            .map(|r| {
+                (
+                    order
+                        .iter()
+                        .filter(|&&i| cands[i].regions >> r & 1 == 1)
+                        .count(),
+                    r,
+                )
+            })
             .collect();
         popularity.sort_unstable_by(|a, b| b.cmp(a));
         let mut sub = Vec::with_capacity(order.len());
+        let mut sub_urgent = Vec::with_capacity(order.len());
         for (count, r) in popularity {
             if count < 2 {
                 continue;
             }
             sub.clear();
-            sub.extend(
-                order
-                    .iter()
-                    .copied()
-                    .filter(|&i| !matched[i] && cands[i].regions >> r & 1 == 1),
+            sub_urgent.clear();
+            for (&i, &u) in order.iter().zip(&urgent) {
+                if !matched[i] && cands[i].regions >> r & 1 == 1 {
+                    sub.push(i);
+                    sub_urgent.push(u);
+                }
+            }
+            dp_pass(
+                cands,
+                &sub,
+                &sub_urgent,
+                config,
+                model,
+                rules,
+                &mut matched,
+                &mut pairs,
             );
-            dp_pass(cands, &sub, config, model, rules, &mut matched, &mut pairs);
         }
     }
-    starvation_pass(cands, &order, rules, &mut matched, &mut pairs);
 
     let mut scratch = Vec::new();
     let mut chosen = Chosen::with_capacity(2, pairs.len(), 2 * pairs.len());
@@ -141,10 +187,13 @@ pub(crate) fn select(
     chosen
 }
 
-/// The dynamic programme over `order` (candidate indices sorted by rating).
+/// The dynamic programme over `order` (candidate indices sorted by rating); `urgent[k]` is the
+/// [`urgency`] of candidate `order[k]`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dp_pass(
     cands: &[Cand],
     order: &[usize],
+    urgent: &[f64],
     config: &MatchingConfig,
     model: &dyn WinModel,
     rules: &Checker<'_>,
@@ -156,15 +205,10 @@ pub(crate) fn dp_pass(
         return;
     }
     let span = config.pair_span.max(1) as usize;
-    let max_wait = config.max_wait_seconds;
     // best[k] = best value over the first k tickets; back[k] = how ticket k-1 was used
     // (0 = left waiting, s = paired with the ticket s places before it).
     let mut best = vec![0.0f64; n + 1];
     let mut back = vec![0u8; n + 1];
-    let urgent: Vec<f64> = order
-        .iter()
-        .map(|&c| urgency(&cands[c], max_wait))
-        .collect();
     for j in 0..n {
         let mut top = best[j];
         let mut how = 0u8;
@@ -207,12 +251,11 @@ pub(crate) fn dp_pass(
 /// region- and rule-compatible ticket in rating.
 fn starvation_pass(
     cands: &[Cand],
-    order: &[usize],
     rules: &Checker<'_>,
     matched: &mut [bool],
     pairs: &mut Vec<(usize, usize)>,
 ) {
-    let rest: Vec<usize> = order.iter().copied().filter(|&i| !matched[i]).collect();
+    let rest: Vec<usize> = (0..cands.len()).filter(|&i| !matched[i]).collect();
     let mut starving: Vec<usize> = (0..rest.len())
         .filter(|&p| cands[rest[p]].lim.starving)
         .collect();
@@ -335,7 +378,11 @@ mod tests {
             order.sort_by(|&a, &b| cands[a].key.total_cmp(&cands[b].key));
             let mut matched = vec![false; cands.len()];
             let mut pairs = Vec::new();
-            dp_pass(&cands, &order, &config, &MODEL, &no_rules(), &mut matched, &mut pairs);
+            let urgent: Vec<f64> = order
+                .iter()
+                .map(|&c| urgency(&cands[c], config.max_wait_seconds))
+                .collect();
+            dp_pass(&cands, &order, &urgent, &config, &MODEL, &no_rules(), &mut matched, &mut pairs);
             let got: f64 = pairs
                 .iter()
                 .map(|&(a, b)| {

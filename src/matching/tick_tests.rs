@@ -95,6 +95,27 @@ mod one_v_one {
         assert_eq!(out.matches[0].region.as_deref(), Some("eu"));
         assert_eq!(pool.tickets().next().unwrap().id.as_str(), "b");
     }
+
+    #[test]
+    fn a_starving_ticket_is_served_before_a_pair_of_fresh_ones() {
+        // `a` starves far below two fresh players who would make a close pair. The oldest
+        // ticket chooses first: it takes the nearer of them, and the other waits.
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        pool.insert(solo("a", 1000.0, 0.0)).unwrap();
+        pool.insert(solo("b", 1500.0, 129.0)).unwrap();
+        pool.insert(solo("c", 1502.0, 129.0)).unwrap();
+        let out = pool.tick(130.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        let mut ids: Vec<&str> = out.matches[0]
+            .teams
+            .tickets()
+            .iter()
+            .map(|t| t.id.as_str())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(pool.tickets().next().unwrap().id.as_str(), "c");
+    }
 }
 
 mod teams {
