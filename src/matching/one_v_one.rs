@@ -19,7 +19,12 @@
 //!
 //! Match rules: the pool runs this once per partition of `equal` values; a pair must also
 //! satisfy the `intersect`, `difference` and `avoid` rules (in the programme and in the
-//! starvation pass alike: starving lifts windows and floors, never a rule).
+//! starvation pass alike: starving lifts windows and floors, never a rule). Those rules can keep
+//! a ticket from every ticket within `pair_span` places of it (a French speaker among English
+//! ones) while a compatible one waits a few places further, within its window. So in a queue
+//! with such rules the programme runs again over the tickets the previous run left, where the
+//! compatible ones are then close in sorted order, until a run pairs nobody (at most
+//! [`RULE_RUNS`] runs; a queue without them runs once).
 //!
 //! Starvation: before the programme, each ticket past `max_wait_seconds` (oldest first) is
 //! paired with its nearest unmatched region- and rule-compatible ticket, so nobody past it waits
@@ -33,6 +38,10 @@ use super::candidates::{Cand, Chosen, Slots, score};
 use super::config::MatchingConfig;
 use super::rule_index::Checker;
 use super::{WinModel, quality_of};
+
+/// Most runs of the programme over one order in a queue whose rules keep tickets apart (see
+/// the module docs); each run after the first sees only the tickets the one before left.
+const RULE_RUNS: usize = 8;
 
 /// Whether candidates `i` and `j` may be paired (both accept the match).
 pub(crate) fn legal(
@@ -119,7 +128,7 @@ pub(crate) fn select(
     };
 
     if config.regions.is_empty() {
-        dp_pass(
+        pair_runs(
             cands,
             &order,
             &urgent,
@@ -156,7 +165,7 @@ pub(crate) fn select(
                     sub_urgent.push(u);
                 }
             }
-            dp_pass(
+            pair_runs(
                 cands,
                 &sub,
                 &sub_urgent,
@@ -187,10 +196,61 @@ pub(crate) fn select(
     chosen
 }
 
+/// [`dp_pass`] over `order`, then, in a queue whose rules keep tickets apart, again over the
+/// tickets each run left until a run pairs nobody or [`RULE_RUNS`] have run.
+#[allow(clippy::too_many_arguments)]
+fn pair_runs(
+    cands: &[Cand],
+    order: &[usize],
+    urgent: &[f64],
+    config: &MatchingConfig,
+    model: &dyn WinModel,
+    rules: &Checker<'_>,
+    matched: &mut [bool],
+    pairs: &mut Vec<(usize, usize)>,
+) {
+    let mut formed = pairs.len();
+    dp_pass(cands, order, urgent, config, model, rules, matched, pairs);
+    if !rules.keeps_apart() {
+        return;
+    }
+    let (mut rest, mut rest_urgent) = (order.to_vec(), urgent.to_vec());
+    for _ in 1..RULE_RUNS {
+        if pairs.len() == formed {
+            // The run paired nobody: the next would see the same tickets.
+            break;
+        }
+        formed = pairs.len();
+        let mut kept = 0;
+        for k in 0..rest.len() {
+            if !matched[rest[k]] {
+                rest[kept] = rest[k];
+                rest_urgent[kept] = rest_urgent[k];
+                kept += 1;
+            }
+        }
+        rest.truncate(kept);
+        rest_urgent.truncate(kept);
+        if kept < 2 {
+            break;
+        }
+        dp_pass(
+            cands,
+            &rest,
+            &rest_urgent,
+            config,
+            model,
+            rules,
+            matched,
+            pairs,
+        );
+    }
+}
+
 /// The dynamic programme over `order` (candidate indices sorted by rating); `urgent[k]` is the
 /// [`urgency`] of candidate `order[k]`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn dp_pass(
+fn dp_pass(
     cands: &[Cand],
     order: &[usize],
     urgent: &[f64],

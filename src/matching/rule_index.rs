@@ -667,6 +667,15 @@ impl<'a> Checker<'a> {
         !self.index.rules.is_empty()
     }
 
+    /// True when some match-scope rule other than `equal` (which the partitions keep) may
+    /// keep two candidates of one partition apart.
+    pub(crate) fn keeps_apart(&self) -> bool {
+        self.index
+            .rules
+            .iter()
+            .any(|r| r.kind != RuleKind::Equal && r.scope == RuleScope::Match)
+    }
+
     /// True when some rule binds teammates only (checked after the split into teams).
     pub(crate) fn team_rules(&self) -> bool {
         self.index.team_rules

@@ -444,3 +444,38 @@ fn a_starving_ticket_meets_a_fresh_one_sharing_one_map() {
         .collect();
     assert!(ids.contains(&"m1") && ids.contains(&"m3"), "{ids:?}");
 }
+
+#[test]
+fn fresh_tickets_of_a_rare_language_meet_across_the_others_between_them() {
+    // 1v1 with a common language required: every tenth of 200 fresh players, a point apart,
+    // speaks only French, the others only English. No French player has another among its
+    // eight nearest, yet each is a few points from one: all twenty meet this tick.
+    let shape = Shape {
+        teams: 2,
+        team_size: 1,
+    };
+    let config = config(shape, vec![MatchRule::new(RuleKind::Intersect, "language")]);
+    let mut pool = Pool::new(shape, config.clone());
+    for i in 0..200u32 {
+        let language = if i % 10 == 5 { "fr" } else { "en" };
+        let mut t = party(&format!("{language}{i}"), &[1400.0 + f64::from(i)], 0.0);
+        t.attributes.insert(
+            "language".into(),
+            AttributeValue::Tags(vec![language.to_string()]),
+        );
+        pool.insert(t).unwrap();
+    }
+    let out = pool.tick(1.0, &MODEL);
+    check_formed(&config, &out);
+    let french = out
+        .matches
+        .iter()
+        .filter(|m| {
+            m.teams
+                .tickets()
+                .iter()
+                .all(|t| t.id.as_str().starts_with("fr"))
+        })
+        .count();
+    assert_eq!(french, 10, "{} still wait", pool.len());
+}
