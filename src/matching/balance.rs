@@ -8,7 +8,11 @@
 //! Karmarkar-Karp-style heuristic: strongest-first greedy into the weakest team with room (the
 //! differencing idea of always offsetting the largest remaining number), then pairwise swap
 //! descent between teams. Plain KK differencing ignores team capacities and party sizes, which
-//! this variant respects. Pure functions, no allocation beyond the result and small scratch.
+//! this variant respects. The heuristic's fill looks at strength alone; when it leaves a team
+//! short of a role, exchanges seat the roles (each one filling as many empty seats as any
+//! exchange can, as many exchanges as it takes) and the swap descent runs again among the
+//! exchanges that keep every team's roles. Pure functions, no allocation beyond the result and
+//! small scratch.
 
 use super::config::RoleRequirement;
 
@@ -73,7 +77,7 @@ pub fn split_where(
     if units.len() <= EXACT_MAX_UNITS && t <= 4 {
         exact(units, t, team_size, &mut legal)
     } else {
-        heuristic(units, t, team_size, &mut legal)
+        heuristic(units, t, team_size, roles, &mut legal)
     }
 }
 
@@ -243,6 +247,7 @@ fn heuristic(
     units: &[Unit],
     t: usize,
     team_size: u32,
+    roles: &[RoleRequirement],
     legal: &mut dyn FnMut(&[Vec<usize>]) -> bool,
 ) -> Option<Vec<Vec<usize>>> {
     let mut order: Vec<usize> = (0..units.len()).collect();
@@ -264,38 +269,26 @@ fn heuristic(
         sums[team] += units[u].strength;
         assign[u] = team;
     }
-    // Swap descent: exchange two equally sized tickets between teams while that narrows the
-    // spread between those two teams (which can never widen the overall spread).
-    for _round in 0..8 {
-        let mut improved = false;
-        for a in 0..units.len() {
-            for b in a + 1..units.len() {
-                let (ta, tb) = (assign[a], assign[b]);
-                if ta == tb || units[a].size != units[b].size {
-                    continue;
-                }
-                let d = units[a].strength - units[b].strength;
-                let before = (sums[ta] - sums[tb]).abs();
-                let after = (sums[ta] - d - (sums[tb] + d)).abs();
-                if after + 1e-9 < before {
-                    sums[ta] -= d;
-                    sums[tb] += d;
-                    assign.swap(a, b);
-                    improved = true;
-                }
-            }
-        }
-        if !improved {
-            break;
-        }
-    }
+    descend(units, &mut assign, &mut sums, &mut |_, _, _| true);
     let out = teams_of(&assign, t);
     if legal(&out) {
         return Some(out);
     }
-    // The balanced split breaks a role minimum or a team rule (the fill looks at strength
-    // alone): the most balanced split one exchange of two equally sized tickets away that
-    // keeps them all.
+    // The balanced fill looks at strength alone, so it may leave teams short of a role. Seat
+    // the roles by exchanges, then balance again among the exchanges that keep every team's
+    // roles.
+    if !roles.is_empty() && seat_roles(units, t, roles, &mut assign, &mut sums) {
+        descend(units, &mut assign, &mut sums, &mut |assign, a, b| {
+            unseated(units, members(assign, assign[a]), roles) == 0
+                && unseated(units, members(assign, assign[b]), roles) == 0
+        });
+        let out = teams_of(&assign, t);
+        if legal(&out) {
+            return Some(out);
+        }
+    }
+    // The split breaks a team rule (or roles could not be seated by exchanges): the most
+    // balanced split one exchange of two equally sized tickets away that keeps them all.
     let mut best: Option<(f64, Vec<Vec<usize>>)> = None;
     for a in 0..units.len() {
         for b in a + 1..units.len() {
@@ -312,6 +305,129 @@ fn heuristic(
         }
     }
     best.map(|(_, teams)| teams)
+}
+
+/// Swap descent: exchanges two equally sized tickets between teams while that narrows the
+/// spread between those two teams (which can never widen the overall spread), among the
+/// exchanges `keeps` accepts (given the assignment after the exchange and the two tickets).
+fn descend(
+    units: &[Unit],
+    assign: &mut [usize],
+    sums: &mut [f64],
+    keeps: &mut dyn FnMut(&[usize], usize, usize) -> bool,
+) {
+    for _round in 0..8 {
+        let mut improved = false;
+        for a in 0..units.len() {
+            for b in a + 1..units.len() {
+                let (ta, tb) = (assign[a], assign[b]);
+                if ta == tb || units[a].size != units[b].size {
+                    continue;
+                }
+                let d = units[a].strength - units[b].strength;
+                let before = (sums[ta] - sums[tb]).abs();
+                let after = (sums[ta] - d - (sums[tb] + d)).abs();
+                if after + 1e-9 >= before {
+                    continue;
+                }
+                assign.swap(a, b);
+                if keeps(assign, a, b) {
+                    sums[ta] -= d;
+                    sums[tb] += d;
+                    improved = true;
+                } else {
+                    assign.swap(a, b);
+                }
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+}
+
+/// The tickets `assign` puts on team `k`.
+fn members(assign: &[usize], k: usize) -> impl Iterator<Item = usize> + '_ {
+    (0..assign.len()).filter(move |&u| assign[u] == k)
+}
+
+/// Role seats a team's players leave empty (0 when they cover every role minimum).
+fn unseated(
+    units: &[Unit],
+    members: impl Iterator<Item = usize>,
+    roles: &[RoleRequirement],
+) -> usize {
+    let mut seats = Seats::new(roles, 1);
+    for u in members {
+        for &mask in &units[u].role_masks {
+            if seats.full() {
+                return 0;
+            }
+            seats.add(mask);
+        }
+    }
+    seats.len() - seats.filled
+}
+
+/// Exchanges equally sized tickets between teams until every team covers its role minimums:
+/// each exchange is the one that fills the most empty seats, the most balanced of those. Each
+/// fills at least one seat, so there are at most as many exchanges as seats. With solos and
+/// one role it always succeeds when the group holds enough players for the role: a team short
+/// of it holds none, so swapping one of its players for a spare one of a team with more than
+/// its minimum fills a seat and empties none. With several roles it is a local search and may
+/// stop short. True if every seat is filled.
+fn seat_roles(
+    units: &[Unit],
+    t: usize,
+    roles: &[RoleRequirement],
+    assign: &mut [usize],
+    sums: &mut [f64],
+) -> bool {
+    let mut empty: Vec<usize> = (0..t)
+        .map(|k| unseated(units, members(assign, k), roles))
+        .collect();
+    let seats = Seats::new(roles, t as u32).len();
+    for _ in 0..seats {
+        if empty.iter().all(|&e| e == 0) {
+            return true;
+        }
+        // (seats filled, imbalance of the two teams after, a, b, empty seats of each after)
+        let mut best: Option<(usize, f64, usize, usize, usize, usize)> = None;
+        for a in 0..units.len() {
+            for b in a + 1..units.len() {
+                let (ta, tb) = (assign[a], assign[b]);
+                if ta == tb || units[a].size != units[b].size || empty[ta] + empty[tb] == 0 {
+                    continue;
+                }
+                assign.swap(a, b);
+                let (ea, eb) = (
+                    unseated(units, members(assign, ta), roles),
+                    unseated(units, members(assign, tb), roles),
+                );
+                assign.swap(a, b);
+                let Some(gain) = (empty[ta] + empty[tb]).checked_sub(ea + eb) else {
+                    continue;
+                };
+                let d = units[a].strength - units[b].strength;
+                let imbalance = (sums[ta] - d - (sums[tb] + d)).abs();
+                if gain > 0
+                    && best.is_none_or(|(g, i, ..)| gain > g || (gain == g && imbalance < i))
+                {
+                    best = Some((gain, imbalance, a, b, ea, eb));
+                }
+            }
+        }
+        let Some((_, _, a, b, ea, eb)) = best else {
+            return false;
+        };
+        let (ta, tb) = (assign[a], assign[b]);
+        let d = units[a].strength - units[b].strength;
+        sums[ta] -= d;
+        sums[tb] += d;
+        assign.swap(a, b);
+        (empty[ta], empty[tb]) = (ea, eb);
+    }
+    empty.iter().all(|&e| e == 0)
 }
 
 /// True if the players of `members` can cover every role minimum, each player filling at most
@@ -641,6 +757,32 @@ mod tests {
                     prop_assert_eq!(team.iter().map(|&u| units[u].size).sum::<u32>(), total / 2);
                 }
                 prop_assert!((spread(&units, &f) - spread(&units, &g)).abs() < 1e-9);
+            }
+        }
+
+        /// Five squads of four (too many teams for the exhaustive search) with a medic each:
+        /// whenever the solos hold five medics or more, a legal split exists, and the
+        /// heuristic finds one, however the medics' strengths fall.
+        #[test]
+        fn heuristic_seats_every_role_whenever_the_solos_can(
+            strengths in prop::collection::vec(1000.0..2000.0f64, 20),
+            medics in prop::sample::subsequence((0..20).collect::<Vec<usize>>(), 5..=8),
+        ) {
+            let roles = [RoleRequirement { name: "medic".into(), min_per_team: 1 }];
+            let units: Vec<Unit> = strengths
+                .iter()
+                .enumerate()
+                .map(|(i, &strength)| Unit {
+                    size: 1,
+                    strength,
+                    role_masks: vec![if medics.contains(&i) { 0b1 } else { 0b0 }],
+                })
+                .collect();
+            let s = split(&units, 5, 4, &roles);
+            prop_assert!(s.is_some(), "no split for medics {:?}", medics);
+            for team in s.unwrap() {
+                prop_assert_eq!(team.len(), 4);
+                prop_assert!(roles_ok(&units, &team, &roles));
             }
         }
 

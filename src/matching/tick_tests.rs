@@ -269,6 +269,33 @@ mod teams {
     }
 
     #[test]
+    fn five_squads_each_get_a_medic_when_the_balanced_fill_bunches_them() {
+        // Five squads of four, a medic in each: twenty solos 1500..1519, the medics at 1510,
+        // 1511 and 1517..1519. Balancing by rating alone puts two medics in each of two
+        // squads and none in two others; one exchange cannot repair both.
+        let config = MatchingConfig {
+            roles: vec![RoleRequirement {
+                name: "medic".into(),
+                min_per_team: 1,
+            }],
+            ..MatchingConfig::default()
+        };
+        let mut pool = Pool::new(shape(5, 4), config);
+        for i in 0..20u32 {
+            let mut t = solo(&format!("s{i}"), 1500.0 + f64::from(i), 0.0);
+            let medic = matches!(i, 10 | 11 | 17..=19);
+            t.roles = vec![vec![if medic { "medic" } else { "rifle" }.into()]];
+            pool.insert(t).unwrap();
+        }
+        let out = pool.tick(1.0, &MODEL);
+        assert_eq!(out.matches.len(), 1);
+        for team in &out.matches[0].teams {
+            assert_eq!(team.len(), 4);
+            assert!(team.iter().any(|t| t.roles[0][0] == "medic"));
+        }
+    }
+
+    #[test]
     fn the_oldest_ticket_gets_its_match_first() {
         let mut pool = Pool::new(shape(2, 2), MatchingConfig::default());
         // Four fresh tickets would make a tight 2v2 on their own; the old one (past the first
