@@ -62,6 +62,9 @@ pub(crate) fn legal(
     if gap > a.lim.window.min(b.lim.window) {
         return false;
     }
+    // The programme asks in rating order, so `a` is the underdog and `p` its win probability:
+    // the quality the match records, with or without a draw share (the favourite's own share,
+    // `1 − p − draw`, is then at least `p`).
     let p = model.win_probability_1v1((a.key, a.dev), (b.key, b.dev));
     quality_of(&[p, 1.0 - p]) >= a.lim.min_quality.max(b.lim.min_quality)
 }

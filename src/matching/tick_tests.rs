@@ -116,6 +116,41 @@ mod one_v_one {
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(pool.tickets().next().unwrap().id.as_str(), "c");
     }
+
+    /// The logistic model with half of every match drawn: the two win probabilities sum to ½,
+    /// as a rating system with a draw model (Thurstone-Mosteller) answers.
+    struct Drawish;
+
+    impl crate::matching::WinModel for Drawish {
+        fn win_probabilities(&self, teams: &[Vec<(f64, f64)>]) -> Vec<f64> {
+            let p = MODEL.win_probabilities(teams);
+            p.iter().map(|x| x / 2.0).collect()
+        }
+    }
+
+    #[test]
+    fn the_quality_floor_is_checked_on_the_probabilities_the_match_records() {
+        // Under `Drawish` an even pair records quality ¼, exactly the floor; a pair 20 apart
+        // records 0.236 (its underdog wins 0.471 of the decided games, half of them drawn), so
+        // it is refused; the favourite's share p = 0.264 taken as [p, 1 − p] would pass.
+        let mut pool = Pool::new(ONE, MatchingConfig::default());
+        for (id, r) in [
+            ("even1", 1000.0),
+            ("even2", 1000.0),
+            ("a", 1500.0),
+            ("b", 1520.0),
+        ] {
+            pool.insert(solo(id, r, 0.0)).unwrap();
+        }
+        let out = pool.tick(1.0, &Drawish);
+        for m in &out.matches {
+            assert!(m.quality >= 0.25, "quality {} under the floor", m.quality);
+        }
+        assert_eq!(out.matches.len(), 1);
+        let mut left: Vec<&str> = pool.tickets().map(|t| t.id.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["a", "b"]);
+    }
 }
 
 mod teams {
