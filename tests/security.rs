@@ -934,7 +934,26 @@ max_concurrent_requests_per_connection = 1
             .copied()
             .unwrap_or(0);
         assert!(missed > 0, "{late:?}");
-        assert_eq!(phase.errors, missed, "only deadlines were missed: {late:?}");
+        // Nearly every call is cancelled at its deadline, so on a loaded machine the server's
+        // HTTP/2 rapid-reset guard (CVE-2023-44487) may count more cancelled streams waiting
+        // to be accepted than it allows and close the connection (GOAWAY "too_many_resets"):
+        // the calls on it then fail with RESOURCE_EXHAUSTED, and the next while the channel
+        // reconnects with UNAVAILABLE. Those are a few per closed connection; every other error
+        // is a miss.
+        let dropped = phase.errors - missed;
+        assert!(
+            phase.error_codes.keys().all(|code| [
+                "DeadlineExceeded",
+                "ResourceExhausted",
+                "Unavailable"
+            ]
+            .contains(&code.as_str())),
+            "only deadlines were missed: {late:?}"
+        );
+        assert!(
+            dropped * 50 <= phase.requests,
+            "only deadlines were missed: {late:?}"
+        );
         // Answered or not, no call is counted long after its deadline (without a deadline a
         // waiting call would count up to the 10 s call timeout); how long after is the timer's
         // granularity plus however long a loaded machine keeps the generator from running.
