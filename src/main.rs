@@ -247,7 +247,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             runtime.block_on(async move {
                 let _tracing = matchmaker::telemetry::tracing::init(json, Some(&config.telemetry))?;
                 let shutdown = CancellationToken::new();
-                tokio::spawn(signal_shutdown(shutdown.clone()));
+                watch_shutdown_signals(shutdown.clone())?;
                 // SIGHUP reloads the config (the server's own handler does it). Registered here
                 // too, before anything starts, so a cluster node that does not own the queues (no
                 // server running) ignores it instead of dying of SIGHUP's default action.
@@ -442,23 +442,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Cancels `shutdown` on SIGINT or SIGTERM.
-async fn signal_shutdown(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Cancels `shutdown` on SIGINT or SIGTERM. The handlers are in place when this returns, not
+/// when the task first runs: a signal sent as soon as the server logged its address must not
+/// meet the default action and kill the process without its graceful stop.
+#[cfg(unix)]
+fn watch_shutdown_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+    let mut terminate = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => tracing::info!("SIGINT: shutting down"),
-        () = term => tracing::info!("SIGTERM: shutting down"),
-    }
-    shutdown.cancel();
+        shutdown.cancel();
+    });
+    Ok(())
+}
+
+/// Cancels `shutdown` on Ctrl-C.
+#[cfg(not(unix))]
+fn watch_shutdown_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("Ctrl-C: shutting down");
+            shutdown.cancel();
+        }
+    });
+    Ok(())
 }

@@ -362,7 +362,9 @@ async fn a_restarted_match_keeps_its_roles_for_backfill() {
 /// asks again by naming the same leavers, and only the slots still empty open again.
 #[tokio::test]
 async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
-    let server = TestServer::start("[queues.5v5.backfill]\ntimeout_seconds = 2.0\n").await;
+    // Requests expire by the matchmaker's clock, which the test moves: the reopened slot
+    // stays open however long a loaded machine takes over the calls that fill it.
+    let server = TestServer::start("[queues.5v5.backfill]\ntimeout_seconds = 60.0\n").await;
     let mut game_server = server.game_server().await;
     let mut matches = common::serve(&mut game_server, "gs-5v5:7777").await;
     let mut client = server.client().await;
@@ -385,6 +387,7 @@ async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
         .await
         .expect("first request");
     // Nobody waits: the request times out with both slots open.
+    server.clock.advance(61.0);
     poll_until("the request expires", || async {
         let expired = stats_5v5(&server).await.backfill_requests_expired;
         if expired == 1 { Ok(()) } else { Err(expired) }

@@ -951,7 +951,8 @@ max_concurrent_requests_per_connection = 1
             "only deadlines were missed: {late:?}"
         );
         assert!(
-            dropped * 50 <= phase.requests,
+            // Each closing takes more than 20 cancelled calls (hyper's default guard).
+            dropped < missed,
             "only deadlines were missed: {late:?}"
         );
         // Answered or not, no call is counted long after its deadline (without a deadline a

@@ -98,7 +98,9 @@ fn cluster_status(redis: &RedisServer) -> serde_json::Value {
 async fn a_standby_takes_over_from_its_copy_with_every_write_of_the_killed_owner() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
+    // A lease a loaded machine does not lapse: the owner is asserted before the kill, and the
+    // standby list names only nodes that renewed their entry within a lease.
+    let config = common::cluster_config(dir.path(), &redis.url(), 3000, "");
     let mut owner = common::cluster_node(&config, "n1", None);
     ready(&owner.channel().await).await;
     let standby = common::cluster_node(&config, "n2", None);
@@ -232,7 +234,8 @@ async fn with_standby_off_nodes_keep_no_copy_and_owners_log_nothing() {
 async fn with_standby_off_a_node_that_does_not_own_the_queues_is_serving_on_standby() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "standby = false\n");
+    // A lease a loaded machine does not lapse: the owner is checked once.
+    let config = common::cluster_config(dir.path(), &redis.url(), 3000, "standby = false\n");
     let owner = common::cluster_node(&config, "n1", None);
     ready(&owner.channel().await).await;
     let other = common::cluster_node(&config, "n2", None);
@@ -251,9 +254,9 @@ async fn with_standby_off_a_node_that_does_not_own_the_queues_is_serving_on_stan
 async fn a_node_with_a_standby_copy_takes_the_queues_before_nodes_without_one() {
     let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    // A node reads no copy in its first lease: with a 10 s lease, the two started last still
-    // hold none when the owner stops a few seconds later.
-    let lease = std::time::Duration::from_secs(10);
+    // A node reads no copy in its first lease: with a 20 s lease, the two started last still
+    // hold none when the owner stops a few seconds later, on a loaded machine too.
+    let lease = std::time::Duration::from_secs(20);
     let config = common::cluster_config(dir.path(), &redis.url(), lease.as_millis() as u64, "");
     let owner = common::cluster_node(&config, "n1", None);
     ready(&owner.channel().await).await;

@@ -658,12 +658,14 @@ fn encode<T: serde::Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError
 
 /// The file in the data dir that [`lock_dir`] locks.
 const LOCK_FILE: &str = "matchmaker.lock";
-/// How long opening waits for a lock a closing handle still holds: 40 × 50 ms.
-const LOCK_ATTEMPTS: u32 = 40;
+/// How long opening waits for a lock a closing handle still holds: 200 × 50 ms. A handle
+/// released in a loaded machine's time, or a server that exits as this one starts, is waited
+/// for; only a directory really in use is refused, 10 s later.
+const LOCK_ATTEMPTS: u32 = 200;
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Takes the data dir's advisory lock, so a second server on the same directory is refused
-/// with a clear error. Waits up to 2 s: a server just stopped (or a handle this process just
+/// with a clear error. Waits up to 10 s: a server just stopped (or a handle this process just
 /// dropped) releases it a moment later.
 fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
     let path = dir.join(LOCK_FILE);
@@ -696,7 +698,7 @@ fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
 /// Opens sled. We hold the directory's lock, so sled's own lock can only be held by a handle of
 /// this process that is closing: sled releases it from its flusher thread a moment after the
 /// handle is dropped, and reports it as an I/O error of kind `Other`. Such an error is retried
-/// for up to 2 s.
+/// for up to 10 s.
 fn open_sled(dir: &Path, cache_capacity_bytes: u64) -> sled::Result<sled::Db> {
     let mut attempt = 1;
     loop {

@@ -686,22 +686,33 @@ async fn open_loop_slice(
                         }
                     }
                 };
-                let outcome = match deadline {
+                let (took, outcome) = match deadline {
                     // Past the deadline, whoever noticed first (this timer, which ticks in
                     // whole milliseconds, or tonic's timers on `grpc-timeout` in the client or
                     // the server, which answer CANCELLED), and whatever the answer, the caller
                     // gave up.
                     // A call whose deadline passed before it could start is not sent, as a
                     // client would not send it.
-                    Some(_) if left.is_some_and(|l| l.is_zero()) => Err(missed()),
-                    Some(d) => match tokio::time::timeout_at((due + d).into(), call).await {
-                        Ok(Err(s)) if s.code() == Code::Cancelled => Err(missed()),
-                        Ok(outcome) if due.elapsed() <= d => outcome,
-                        _ => Err(missed()),
-                    },
-                    None => call.await,
+                    Some(_) if left.is_some_and(|l| l.is_zero()) => (due.elapsed(), Err(missed())),
+                    Some(d) => {
+                        let answer = tokio::time::timeout_at((due + d).into(), call).await;
+                        // One reading of the clock decides the miss and is what is recorded.
+                        let took = due.elapsed();
+                        (
+                            took,
+                            match answer {
+                                Ok(Err(s)) if s.code() == Code::Cancelled => Err(missed()),
+                                Ok(outcome) if took <= d => outcome,
+                                _ => Err(missed()),
+                            },
+                        )
+                    }
+                    None => {
+                        let outcome = call.await;
+                        (due.elapsed(), outcome)
+                    }
                 };
-                let us = due.elapsed().as_micros().max(1) as u64;
+                let us = took.as_micros().max(1) as u64;
                 drop(permit);
                 let mut s = shared
                     .lock()
