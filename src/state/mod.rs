@@ -21,6 +21,7 @@ mod reports;
 mod rosters;
 mod segments;
 mod servers;
+mod superseded;
 #[cfg(test)]
 pub(crate) mod test_util;
 mod tickets;

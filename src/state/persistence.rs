@@ -243,6 +243,7 @@ impl State {
             attributes: (*a.attributes).clone(),
             started_unix: inner.started_unix,
             tickets,
+            kept_unix: None,
         };
         (copy, stored)
     }
@@ -273,33 +274,33 @@ impl State {
         let (stored, last_segment) = store.load_matches()?;
         // The clock the matches were dated by (Redis's in a cluster, shared by every node).
         let now_unix = store.now_unix();
+        let mut current = Vec::with_capacity(stored.len());
         for m in stored {
-            if store.result_of(&m.match_id)?.is_some() {
+            if store.result_of(&m.match_id)?.is_none() {
+                current.push(m);
+            }
+        }
+        // Every claim on the players is read before any match is restored (see
+        // `superseded.rs`).
+        let mut superseded: BTreeMap<usize, Vec<(PlayerId, String)>> =
+            super::superseded::superseded(&current, &store.load_tickets()?)
+                .into_iter()
+                .map(|s| (s.index, s.by))
+                .collect();
+        let mut dropped = Vec::with_capacity(superseded.len());
+        for (i, mut m) in current.into_iter().enumerate() {
+            if let Some(by) = superseded.remove(&i) {
+                dropped.push((m, by));
                 continue;
             }
             let Some(queue) = self.queue_of(&QueueId::new(m.queue.as_str())) else {
                 unknown.push(m);
                 continue;
             };
-            let phase = if m.server_address.is_empty() {
-                MatchPhase::Formed
-            } else if m.started_unix.is_some() {
-                MatchPhase::Started
-            } else {
-                MatchPhase::Allocated
-            };
-            let assignment = Arc::new(Assignment {
-                match_id: m.match_id.clone(),
-                queue: queue.id.clone(),
-                teams: m.teams.clone(),
-                win_probability: m.win_probability.clone(),
-                region: m.region.clone(),
-                server_address: m.server_address.clone(),
-                parties: m.parties.clone(),
-                backfill: m.backfill.clone(),
-                left: m.left.clone(),
-                attributes: Arc::new(m.attributes.clone()),
-            });
+            // Live again, if it was kept.
+            m.kept_unix = None;
+            let phase = phase_of(&m);
+            let assignment = assignment_of(&m, queue.id.clone());
             // A match a server took: its tickets read as matched to that server again (the
             // loop forgets them after the retention, as any finished ticket).
             let mut tickets = Vec::new();
@@ -325,24 +326,8 @@ impl State {
                     tickets.push(id.clone());
                 }
             }
-            let slot = Arc::new(MatchSlot {
-                id: m.match_id.clone(),
-                queue: queue.id.clone(),
-                quality: crate::matching::quality_of(&m.win_probability),
-                formed_at: now - (now_unix - m.formed_unix).max(0.0),
-                formed_unix: m.formed_unix,
-                inner: Mutex::new(MatchInner {
-                    phase,
-                    assignment,
-                    tickets,
-                    roles: m.roles.clone(),
-                    started_unix: m.started_unix,
-                    copies: 0,
-                }),
-                segment: AtomicU64::new(segments::NOT_STORED),
-                written: AtomicU64::new(0),
-                result: tokio::sync::OnceCell::new(),
-            });
+            let formed_at = now - (now_unix - m.formed_unix).max(0.0);
+            let slot = slot_of(&m, assignment, tickets, formed_at);
             let ids: Vec<PlayerId> = m.teams.iter().flatten().cloned().collect();
             let slots = self.sorted_slots(&ids);
             let mut guards = Self::lock_players(&slots);
@@ -356,8 +341,8 @@ impl State {
             restored.push(slot);
             live.push(m);
         }
-        // The survivors are rewritten in fresh segments; stale copies, ended marks and empty
-        // segments go.
+        // The survivors are rewritten in fresh segments; stale copies, ended marks, empty
+        // segments and superseded matches go.
         let mut segments = segments::Segments::after(last_segment);
         let live = live
             .iter()
@@ -365,12 +350,15 @@ impl State {
             .collect::<Result<Vec<_>, _>>()?;
         let (mut written, _) = Self::place_in_segments(&mut segments, &restored, &live);
         // Matches of queues this config does not have stay stored (see `unrestored.rs`).
-        let kept = self.keep_unrestored(&unknown, now_unix, &mut segments)?;
+        let kept = self.keep_unrestored(unknown, now_unix, &mut segments)?;
         written.extend(kept.segments());
         store.compact_matches(&written)?;
         drop(written);
         segments.kept = kept;
         *self.lock_segments() = segments;
+        for (m, by) in &dropped {
+            self.report_superseded(m, by);
+        }
         Ok((replayed, restored, store.last_seq()?.max(last)))
     }
 
@@ -447,6 +435,62 @@ impl State {
 
 /// Players per store batch when snapshotting.
 const SNAPSHOT_BATCH: usize = 10_000;
+
+/// The phase a stored match is restored in.
+fn phase_of(m: &StoredMatch) -> MatchPhase {
+    if m.server_address.is_empty() {
+        MatchPhase::Formed
+    } else if m.started_unix.is_some() {
+        MatchPhase::Started
+    } else {
+        MatchPhase::Allocated
+    }
+}
+
+/// A stored match's assignment, in `queue`.
+pub(super) fn assignment_of(m: &StoredMatch, queue: QueueId) -> Arc<Assignment> {
+    Arc::new(Assignment {
+        match_id: m.match_id.clone(),
+        queue,
+        teams: m.teams.clone(),
+        win_probability: m.win_probability.clone(),
+        region: m.region.clone(),
+        server_address: m.server_address.clone(),
+        parties: m.parties.clone(),
+        backfill: m.backfill.clone(),
+        left: m.left.clone(),
+        attributes: Arc::new(m.attributes.clone()),
+    })
+}
+
+/// A stored match as a slot with `assignment` (made by [`assignment_of`]), holding `tickets`,
+/// formed at `formed_at` on the matchmaker clock; not stored yet (placed in a segment by its
+/// caller).
+pub(super) fn slot_of(
+    m: &StoredMatch,
+    assignment: Arc<Assignment>,
+    tickets: Vec<crate::ids::TicketId>,
+    formed_at: f64,
+) -> Arc<MatchSlot> {
+    Arc::new(MatchSlot {
+        id: m.match_id.clone(),
+        queue: assignment.queue.clone(),
+        quality: crate::matching::quality_of(&m.win_probability),
+        formed_at,
+        formed_unix: m.formed_unix,
+        inner: Mutex::new(MatchInner {
+            phase: phase_of(m),
+            assignment,
+            tickets,
+            roles: m.roles.clone(),
+            started_unix: m.started_unix,
+            copies: 0,
+        }),
+        segment: AtomicU64::new(segments::NOT_STORED),
+        written: AtomicU64::new(0),
+        result: tokio::sync::OnceCell::new(),
+    })
+}
 
 /// Every player a stored copy of `m` names.
 fn named_players(m: &MatchSlot) -> Vec<PlayerId> {

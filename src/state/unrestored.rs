@@ -12,6 +12,12 @@
 //! results' acknowledgements does not wait for them ([`State::oldest_live_formed_unix`]).
 //! Erasing a player drops the ones naming them.
 //!
+//! Their players are free while they are kept: they may enter other queues and be matched
+//! again. So each is marked with when it was first kept (`kept_unix`), and a restore cancels
+//! one whose players have a newer claim (another live match, a waiting ticket, a match kept
+//! since later) instead of restoring it: a player is never in two live matches, nor in one
+//! and queued (`superseded.rs`).
+//!
 //! Waiting tickets of such queues stay stored the same way, unrestored, until they have waited
 //! longer than any queue of this config lets a ticket wait (its first tick would expire it).
 
@@ -117,16 +123,21 @@ impl State {
     /// Sorts the stored matches of queues this node does not have (see the module docs): those
     /// within the match timeout are kept, placed in segments numbered by `ids`, the others
     /// dropped; each with a warning per queue.
+    ///
+    /// Each is marked kept since `now_unix` (unless it was already): its players are free from
+    /// then, and a newer claim on one of them supersedes it when a config with its queue
+    /// restores it (`superseded.rs`).
     pub(super) fn keep_unrestored(
         &self,
-        stored: &[StoredMatch],
+        stored: Vec<StoredMatch>,
         now_unix: f64,
         ids: &mut Segments,
     ) -> Result<Kept, StoreError> {
         let timeout = self.config().server.match_timeout_seconds;
         let mut all = Kept::default();
-        for m in stored {
-            all.push(m)?;
+        for mut m in stored {
+            m.kept_unix.get_or_insert(now_unix);
+            all.push(&m)?;
         }
         let (kept, dropped) = all.rewritten(within(timeout, now_unix), ids);
         let mut per_queue: BTreeMap<&str, usize> = BTreeMap::new();
@@ -291,7 +302,18 @@ mod tests {
 
     /// A 1v1 match between `a` and `b` formed at `formed_unix`, written to `store`.
     fn store_match(store: &Store, id: &str, a: &str, b: &str, formed_unix: f64, segment: u64) {
-        let m = StoredMatch {
+        store_copy(store, &a_1v1(id, a, b, formed_unix), segment);
+    }
+
+    /// `m` written to `store` in a segment of its own.
+    fn store_copy(store: &Store, m: &StoredMatch, segment: u64) {
+        let encoded = [crate::store::encode_match(m).unwrap()];
+        store.put_segments(&[(segment, &encoded)], &[]).unwrap();
+    }
+
+    /// A stored 1v1 match between `a` and `b` formed at `formed_unix`, allocated to `gs:1`.
+    fn a_1v1(id: &str, a: &str, b: &str, formed_unix: f64) -> StoredMatch {
+        StoredMatch {
             match_id: MatchId::new(id),
             queue: "1v1".into(),
             teams: vec![vec![PlayerId::new(a)], vec![PlayerId::new(b)]],
@@ -306,9 +328,71 @@ mod tests {
             attributes: Default::default(),
             started_unix: None,
             tickets: Vec::new(),
-        };
-        let encoded = [crate::store::encode_match(&m).unwrap()];
-        store.put_segments(&[(segment, &encoded)], &[]).unwrap();
+            kept_unix: None,
+        }
+    }
+
+    /// The stored copy of match `id`.
+    fn stored_copy(store: &Store, id: &str) -> StoredMatch {
+        let (stored, _) = store.load_matches().unwrap();
+        stored
+            .into_iter()
+            .find(|m| m.match_id.as_str() == id)
+            .unwrap()
+    }
+
+    /// A waiting ticket of `player` in 2v2, entered at `entered_unix`.
+    fn waiting(id: &str, player: &str, entered_unix: f64) -> StoredTicket {
+        StoredTicket {
+            ticket_id: TicketId::new(id),
+            queue: "2v2".into(),
+            players: vec![PlayerId::new(player)],
+            entered_unix,
+            party_skill: None,
+            region_latency_ms: Vec::new(),
+            roles: Vec::new(),
+            attributes: Default::default(),
+            avoid: Vec::new(),
+        }
+    }
+
+    /// A 2v2 match `id` of two parties of two formed in `state`, allocated to `gs:2`, and
+    /// written through the store as the loop writes matches.
+    fn matched_2v2(state: &State, id: &str, players: [&str; 4]) -> Arc<crate::state::MatchSlot> {
+        let queue = state.queue("queue", "2v2").unwrap();
+        let pair = |k: usize| vec![PlayerId::new(players[k]), PlayerId::new(players[k + 1])];
+        let tickets: Vec<_> = [0, 2]
+            .iter()
+            .map(|&k| {
+                let id = TicketId::new(format!("t-{}", players[k]));
+                state.create_ticket(&queue, pair(k), id, 0.0).unwrap().0
+            })
+            .collect();
+        let m = state.form_match(
+            &tickets,
+            crate::state::Assignment {
+                match_id: MatchId::new(id),
+                queue: queue.id.clone(),
+                teams: vec![pair(0), pair(2)],
+                win_probability: vec![0.5, 0.5],
+                region: None,
+                server_address: "gs:2".into(),
+                parties: vec![pair(0), pair(2)],
+                backfill: vec![vec![], vec![]],
+                left: vec![],
+                attributes: Default::default(),
+            },
+            1.0,
+            0.0,
+            None,
+            BTreeMap::new(),
+        );
+        state.persist_matches(std::slice::from_ref(&m));
+        m
+    }
+
+    fn status(state: &State, player: &str) -> crate::state::PlayerStatus {
+        state.player(&PlayerId::new(player), "1v1").0
     }
 
     #[test]
@@ -323,6 +407,8 @@ mod tests {
         let (_, restored, _) = without.recover(0.0).unwrap();
         assert!(restored.is_empty(), "its queue is unknown here");
         assert_eq!(stored_ids(&store), ["m-1"], "kept in the store");
+        let kept_since = stored_copy(&store, "m-1").kept_unix;
+        assert!(kept_since.is_some(), "marked kept");
         // A compaction (a match ended meanwhile) rewrites it rather than dropping it.
         without.lock_segments().mark_ended();
         assert_eq!(without.compact_stored_matches().unwrap(), 1);
@@ -335,6 +421,142 @@ mod tests {
         let ids: Vec<&str> = restored.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["m-1"], "a config with the queue restores it");
         assert_eq!(stored_ids(&store), ["m-1"]);
+        assert_eq!(stored_copy(&store, "m-1").kept_unix, None, "live again");
+    }
+
+    #[test]
+    fn a_kept_match_is_marked_once_so_a_later_start_without_its_queue_keeps_the_first_time() {
+        let store: Store = Arc::new(MemoryStore::default());
+        let now = store.now_unix();
+        store_copy(
+            &store,
+            &StoredMatch {
+                kept_unix: Some(now - 30.0),
+                ..a_1v1("m-1", "a", "b", now - 60.0)
+            },
+            1,
+        );
+        without_1v1(&store).recover(0.0).unwrap();
+        assert_eq!(stored_copy(&store, "m-1").kept_unix, Some(now - 30.0));
+    }
+
+    #[test]
+    fn a_kept_match_whose_player_was_matched_again_meanwhile_is_cancelled_not_restored() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let store: Store = Arc::new(MemoryStore::default());
+        let with = state_on(store.clone());
+        let m = formed_1v1(&with, "m-kept", "a", "b", "gs:1");
+        with.persist_matches(&[m]);
+        drop(with);
+        // A node without the queue keeps it; `a` is free there, and is matched in 2v2.
+        let without = without_1v1(&store);
+        without.recover(0.0).unwrap();
+        matched_2v2(&without, "m-new", ["a", "x", "c", "y"]);
+        drop(without);
+
+        let back = state_on(store.clone());
+        let (_, restored, _) = back.recover(0.0).unwrap();
+        let ids: Vec<&str> = restored.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["m-new"], "the newer match only");
+        assert_eq!(
+            stored_ids(&store),
+            ["m-new"],
+            "the superseded one left the store"
+        );
+        let in_new = crate::state::PlayerStatus::InMatch(MatchId::new("m-new"));
+        assert_eq!(status(&back, "a"), in_new);
+        assert_eq!(
+            status(&back, "b"),
+            crate::state::PlayerStatus::Idle,
+            "free to queue"
+        );
+        // Reported as cancellations are.
+        let (events, _taken) = back.take_emitted();
+        let cancelled: Vec<&crate::store::EventRecord> = events
+            .iter()
+            .filter(|e| e.kind == crate::store::EventKind::MatchCancelled)
+            .collect();
+        assert_eq!(cancelled.len(), 1, "{events:?}");
+        assert_eq!(cancelled[0].match_id, "m-kept");
+        assert!(
+            cancelled[0].detail_json.contains("superseded"),
+            "{cancelled:?}"
+        );
+        let counted = recorder.handle().render();
+        assert!(
+            counted
+                .lines()
+                .any(|l| l.starts_with(crate::telemetry::MATCHES_CANCELLED)
+                    && l.contains("reason=\"superseded\"")
+                    && l.contains("queue=\"1v1\"")
+                    && l.ends_with(" 1")),
+            "{counted}"
+        );
+        // Its players' histories say it was cancelled (a game server had taken it).
+        let read = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let b = PlayerId::new("b");
+        let history = read.block_on(back.store().player_matches(&b)).unwrap();
+        assert_eq!(history, [MatchId::new("m-kept")]);
+    }
+
+    #[test]
+    fn a_kept_match_read_after_the_newer_match_is_cancelled_all_the_same() {
+        let store: Store = Arc::new(MemoryStore::default());
+        let now = store.now_unix();
+        // The live match in the first segment, the kept one (kept since before `a` was
+        // matched again) in the next, so the restore reads the newer one first.
+        store_copy(&store, &a_1v1("m-new", "a", "c", now - 10.0), 1);
+        let kept = StoredMatch {
+            kept_unix: Some(now - 30.0),
+            ..a_1v1("m-kept", "a", "b", now - 60.0)
+        };
+        store_copy(&store, &kept, 2);
+        let back = state_on(store.clone());
+        let (_, restored, _) = back.recover(0.0).unwrap();
+        let ids: Vec<&str> = restored.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["m-new"]);
+        assert_eq!(stored_ids(&store), ["m-new"]);
+        let in_new = crate::state::PlayerStatus::InMatch(MatchId::new("m-new"));
+        assert_eq!(status(&back, "a"), in_new);
+        assert_eq!(status(&back, "b"), crate::state::PlayerStatus::Idle);
+    }
+
+    #[test]
+    fn a_kept_match_whose_player_holds_a_waiting_ticket_is_cancelled_and_the_ticket_waits() {
+        let store: Store = Arc::new(MemoryStore::default());
+        let now = store.now_unix();
+        let kept = StoredMatch {
+            kept_unix: Some(now - 30.0),
+            ..a_1v1("m-kept", "a", "b", now - 60.0)
+        };
+        store_copy(&store, &kept, 1);
+        store.put_ticket(&waiting("t-b", "b", now - 5.0)).unwrap();
+        // A kept match without a conflict is restored beside it.
+        let other = StoredMatch {
+            kept_unix: Some(now - 30.0),
+            ..a_1v1("m-other", "c", "d", now - 60.0)
+        };
+        store_copy(&store, &other, 2);
+
+        let back = state_on(store.clone());
+        let (_, restored, _) = back.recover(0.0).unwrap();
+        let ids: Vec<&str> = restored.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["m-other"]);
+        assert_eq!(stored_ids(&store), ["m-other"]);
+        let tickets = back.restore_tickets(0.0).unwrap();
+        assert_eq!(tickets.len(), 1, "the ticket is restored, not dropped");
+        assert_eq!(
+            status(&back, "b"),
+            crate::state::PlayerStatus::Queued(TicketId::new("t-b"))
+        );
+        assert_eq!(status(&back, "a"), crate::state::PlayerStatus::Idle);
+        assert_eq!(
+            status(&back, "c"),
+            crate::state::PlayerStatus::InMatch(MatchId::new("m-other"))
+        );
     }
 
     #[test]

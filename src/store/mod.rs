@@ -506,6 +506,12 @@ pub struct StoredMatch {
     /// next owner of a cluster's queues) a ticket still reads as matched to its server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tickets: Vec<(crate::ids::TicketId, Vec<PlayerId>)>,
+    /// Unix seconds (on the store's clock) since when a node whose config lacked the match's
+    /// queue has kept it in the store unrestored, its players free (absent: live when written).
+    /// A later claim on one of its players (a live match, a waiting ticket, a match kept since
+    /// later) supersedes it at the next restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_unix: Option<f64>,
 }
 
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).

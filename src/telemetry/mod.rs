@@ -65,7 +65,9 @@ pub const STORE_ERRORS: &str = "matchmaker_store_errors_total";
 /// Matches cancelled, per queue and reason (server: voided by its game server or an admin |
 /// server_requeue: cancelled before it started, tickets requeued | store_failure: its write did
 /// not flush, so no server got it, tickets requeued | allocation_timeout |
-/// match_timeout: no result within server.match_timeout_seconds) (counter).
+/// match_timeout: no result within server.match_timeout_seconds | superseded: a match kept
+/// unrestored whose players were matched or queued again meanwhile, cancelled at its restore)
+/// (counter).
 pub const MATCHES_CANCELLED: &str = "matchmaker_matches_cancelled_total";
 
 /// Ready-checks ended, per queue and outcome (passed | declined | timed_out) (counter).
