@@ -9,7 +9,8 @@ use super::{Loop, push_recent};
 use crate::ids::{MatchId, PlayerId, new_id};
 use crate::matching::{self, BackfillConfig, SystemModel};
 use crate::rejection::{MatchRefusal, Rejection};
-use crate::state::{Assignment, BackfillError, MatchSlot};
+use crate::state::{Assignment, BackfillError, MatchSlot, TicketSlot, TicketState, TicketView};
+use crate::store::StoreError;
 use crate::telemetry as m;
 
 /// Open slots of a running match, filled from its queue's pool each tick.
@@ -19,6 +20,31 @@ pub(super) struct BackfillJob {
     pub(super) queue: usize,
     pub(super) open: Vec<u32>,
     /// The leavers whose slots this request opened.
+    pub(super) asked: Vec<PlayerId>,
+    pub(super) requested_at: f64,
+}
+
+/// A ticket a backfill put in a running match.
+pub(super) struct Joined {
+    pub(super) ticket: Arc<TicketSlot>,
+    pub(super) entry: matching::Ticket,
+    pub(super) team: usize,
+    /// How long it had waited when it joined (its MATCHED view says so).
+    pub(super) wait_seconds: f64,
+}
+
+/// One tick's additions to one running match: sent to its game server, and shown to their
+/// tickets, once the match's new roster is durable; taken back if it cannot be stored
+/// ([`Loop::take_back_backfill`]).
+pub(super) struct Filled {
+    pub(super) slot: Arc<MatchSlot>,
+    pub(super) queue: usize,
+    /// The match with every addition.
+    pub(super) assignment: Arc<Assignment>,
+    /// Per team, the players added.
+    pub(super) added: Vec<Vec<PlayerId>>,
+    pub(super) joined: Vec<Joined>,
+    /// The request's leavers and when it was made, to open its slots again.
     pub(super) asked: Vec<PlayerId>,
     pub(super) requested_at: f64,
 }
@@ -165,6 +191,7 @@ impl Loop {
                 &SystemModel::calibrated(&q.system, calibration),
             );
             let mut additions: Vec<Vec<PlayerId>> = vec![Vec::new(); job.open.len()];
+            let mut joined = Vec::new();
             let mut latest = None;
             let mut ended = false;
             for fill in fills {
@@ -175,13 +202,10 @@ impl Loop {
                     self.requeue(qi, w.slot, fill.ticket);
                     continue;
                 }
-                match self.state.add_backfill(
-                    &job.slot,
-                    fill.team,
-                    &w.slot,
-                    &fill.ticket.roles,
-                    now,
-                ) {
+                match self
+                    .state
+                    .add_backfill(&job.slot, fill.team, &w.slot, &fill.ticket.roles)
+                {
                     Ok(a) => {
                         let n = fill.ticket.players.len() as u32;
                         job.open[fill.team] = job.open[fill.team].saturating_sub(n);
@@ -204,6 +228,12 @@ impl Loop {
                             .forget_stored_tickets(std::slice::from_ref(&w.slot.id));
                         self.finished.push_back((now, w.slot.id.clone()));
                         latest = Some(a);
+                        joined.push(Joined {
+                            wait_seconds: now - w.slot.entered_at,
+                            ticket: w.slot,
+                            entry: fill.ticket,
+                            team: fill.team,
+                        });
                     }
                     Err(BackfillError::NotRunning) => {
                         ended = true;
@@ -212,8 +242,16 @@ impl Loop {
                     Err(BackfillError::TicketGone) => {}
                 }
             }
-            if let Some(a) = latest {
-                self.deliver_backfill(&job.slot, &a, additions);
+            if let Some(assignment) = latest {
+                self.deliver_backfill(Filled {
+                    slot: job.slot.clone(),
+                    queue: qi,
+                    assignment,
+                    added: additions,
+                    joined,
+                    asked: job.asked.clone(),
+                    requested_at: job.requested_at,
+                });
             }
             if ended {
                 return false;
@@ -232,49 +270,72 @@ impl Loop {
         self.backfills = jobs;
     }
 
-    /// Sends a running match's new players to its game server and records the match. The
-    /// stream's buffer is bounded, so the send waits for room in its own task: at most the
+    /// Records a running match's new players, and once that is durable shows their tickets
+    /// MATCHED and sends the additions to its game server: as for a new match, no server and
+    /// no player learns of what a crash could lose. If the write or its flush fails, nothing
+    /// is sent and the additions come back to the loop ([`Loop::take_back_backfill`]); a
+    /// fenced one (another node owns the queues now) sends nothing either, and the next owner
+    /// carries on from what the store holds.
+    ///
+    /// The stream's buffer is bounded, so the send waits for room in its own task: at most the
     /// queue's backfill timeout (by then the server may have asked again), and never past the
     /// closing of the engine's streams. A server that stays connected but stops reading holds
     /// no task past that; the update is dropped, with a warning.
-    pub(super) fn deliver_backfill(
-        &self,
-        slot: &Arc<MatchSlot>,
-        a: &Assignment,
-        added: Vec<Vec<PlayerId>>,
-    ) {
-        self.state.persist_matches(std::slice::from_ref(slot));
-        let update = Arc::new(Assignment {
-            backfill: added,
-            ..a.clone()
-        });
-        let Some(tx) = self.state.server_stream(&a.server_address) else {
-            tracing::warn!(
-                match_id = %a.match_id,
-                server = %a.server_address,
-                "backfill players added to a match whose game server is not connected"
-            );
-            return;
-        };
+    pub(super) fn deliver_backfill(&self, filled: Filled) {
+        let match_id = filled.slot.id.clone();
+        match self.state.write_matches(std::slice::from_ref(&filled.slot)) {
+            Ok(()) => {}
+            Err(StoreError::Fenced) => {
+                tracing::warn!(%match_id, "backfill players not stored: another node owns the queues; not sent to the game server");
+                return;
+            }
+            Err(_) => {
+                // Logged and counted by the write.
+                let _ = self.unbackfilled_tx.send(filled);
+                return;
+            }
+        }
         let wait = self
             .queue_index
-            .get(&slot.queue)
+            .get(&filled.slot.queue)
             .map_or(BackfillConfig::default().timeout_seconds, |&qi| {
                 self.queues[qi].backfill.timeout_seconds
             });
         let wait = Duration::from_secs_f64(wait);
         let closed = self.state.streams_closed();
-        // Like a new match, the update goes out once the match's new roster is durable.
-        let store = self.state.store().clone();
+        let server = filled.assignment.server_address.clone();
+        let stream = self.state.server_stream(&server);
+        let state = self.state.clone();
+        let taken_back = self.unbackfilled_tx.clone();
         self.runtime.spawn(async move {
-            if let Err(e) = store.flush_async().await {
+            if let Err(e) = state.store().flush_async().await {
                 crate::store::write_failures::log_store_write_failure!(
                     "persist_matches",
                     e,
-                    "could not flush a backfilled match"
+                    %match_id,
+                    "could not flush a backfilled match; the update is not sent to its game server"
                 );
+                if !matches!(e, StoreError::Fenced) {
+                    let _ = taken_back.send(filled);
+                }
+                return;
             }
-            let (match_id, server) = (update.match_id.clone(), update.server_address.clone());
+            for j in &filled.joined {
+                state.publish_backfilled(&j.ticket, &filled.assignment, j.wait_seconds);
+            }
+            let a = &filled.assignment;
+            let update = Arc::new(Assignment {
+                backfill: filled.added,
+                ..(**a).clone()
+            });
+            let Some(tx) = stream else {
+                tracing::warn!(
+                    %match_id,
+                    %server,
+                    "backfill players added to a match whose game server is not connected"
+                );
+                return;
+            };
             let dropped = tokio::select! {
                 biased;
                 () = closed.cancelled() => Some("the engine's streams closed"),
@@ -291,13 +352,87 @@ impl Loop {
             }
         });
     }
+
+    /// Takes back additions whose write did not flush (no server and no ticket learned of
+    /// them; see [`Loop::deliver_backfill`]): their players leave the match, their tickets go
+    /// back to the front of their queue, and the slots they filled open again, in the request
+    /// still open or in one made again with the first's leavers and time. Left alone on a
+    /// cluster node whose lease ran out: the write may have landed, and the next owner
+    /// carries on from what the store holds.
+    pub(super) fn take_back_backfill(&mut self, filled: Filled) {
+        if !self.state.may_act() {
+            return;
+        }
+        let now = self.clock.now();
+        let slot = filled.slot;
+        let mut reopened = vec![0u32; filled.added.len()];
+        let mut requeued = 0usize;
+        for j in filled.joined {
+            if self
+                .state
+                .take_back_backfill(&slot, j.team, &j.ticket)
+                .is_none()
+            {
+                // The match ended meanwhile: a cancel ended the ticket; otherwise nothing will.
+                if !j.ticket.view().is_final() {
+                    let reason = "its match ended before the backfill that added it was stored";
+                    self.state
+                        .end_ticket(&j.ticket, TicketState::Cancelled, now, reason.into());
+                    self.finished.push_back((now, j.ticket.id.clone()));
+                }
+                continue;
+            }
+            if let Some(team) = self
+                .seated
+                .get_mut(&slot.id)
+                .and_then(|teams| teams.get_mut(j.team))
+            {
+                team.retain(|s| s.players != j.entry.players);
+            }
+            if let Some(n) = reopened.get_mut(j.team) {
+                *n += j.entry.players.len() as u32;
+            }
+            j.ticket.publish(TicketView::searching(
+                now - j.ticket.entered_at,
+                "the backfill could not be stored, so its game server did not get it; back at \
+                 the front of the queue"
+                    .into(),
+            ));
+            self.state.store_ticket_again(&j.ticket, &j.entry, now);
+            self.requeue(filled.queue, j.ticket, j.entry);
+            requeued += 1;
+        }
+        if requeued == 0 {
+            return;
+        }
+        self.state.persist_matches(std::slice::from_ref(&slot));
+        tracing::warn!(match_id = %slot.id, tickets = requeued, "backfill players could not be stored, so their game server did not get them; tickets requeued and slots open again");
+        match self.backfills.iter_mut().find(|j| j.slot.id == slot.id) {
+            Some(job) => {
+                for (o, n) in job.open.iter_mut().zip(&reopened) {
+                    *o += n;
+                }
+            }
+            None => self.backfills.push(BackfillJob {
+                id: new_id("b"),
+                slot,
+                queue: filled.queue,
+                open: reopened,
+                asked: filled.asked,
+                requested_at: filled.requested_at,
+            }),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
+    use super::super::test_util::enter_in;
     use super::super::{Clock, Loop};
+    use crate::ids::{MatchId, PlayerId};
+    use crate::state::TicketState;
 
     /// A game server that stays connected but never reads its stream, with room for one match
     /// in it, and `updates` backfill updates of one of its matches delivered.
@@ -311,9 +446,16 @@ mod tests {
         let (stream, _) = state.register_server("gs-1:7777".into(), String::new(), 0);
         let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "gs-1:7777");
         let lp = Loop::new(state.clone(), Clock::start(), Vec::new());
-        let a = m.assignment();
         for _ in 0..updates {
-            lp.deliver_backfill(&m, &a, vec![Vec::new(), Vec::new()]);
+            lp.deliver_backfill(super::Filled {
+                slot: m.clone(),
+                queue: 0,
+                assignment: m.assignment(),
+                added: vec![Vec::new(), Vec::new()],
+                joined: Vec::new(),
+                asked: Vec::new(),
+                requested_at: 0.0,
+            });
         }
         (state, stream)
     }
@@ -346,6 +488,108 @@ mod tests {
             "every delivery gave up"
         );
         assert_eq!(stream.len(), 1, "the first took the stream's one place");
+    }
+
+    /// A running 2v2 match on `gs-1:7777` formed by the loop, whose first team's first player
+    /// left, with a backfill request open for the slot; and `e` waiting in 2v2. Returns the
+    /// stream (the match already read from it), the match and `e`'s ticket.
+    async fn an_open_slot_and_a_ticket_for_it(
+        lp: &mut Loop,
+    ) -> (
+        tokio::sync::mpsc::Receiver<std::sync::Arc<crate::state::Assignment>>,
+        crate::ids::MatchId,
+        crate::ids::TicketId,
+    ) {
+        let state = lp.state.clone();
+        let (mut stream, _) = state.register_server("gs-1:7777".into(), String::new(), 1);
+        for p in ["a", "b", "c", "d"] {
+            enter_in(lp, "2v2", p).await;
+        }
+        lp.tick();
+        let formed = stream.recv().await.expect("a, b, c and d meet");
+        let leaver = formed.teams[0][0].clone();
+        lp.open_backfill(&formed.match_id, &[vec![leaver], Vec::new()])
+            .unwrap();
+        let e = enter_in(lp, "2v2", "e").await;
+        (stream, formed.match_id.clone(), e)
+    }
+
+    /// Players of `match_id` per team, as the state and as the store hold them.
+    fn rosters(state: &crate::state::State, match_id: &MatchId) -> [Vec<Vec<PlayerId>>; 2] {
+        let live = state
+            .match_slot(match_id)
+            .unwrap()
+            .assignment()
+            .teams
+            .clone();
+        let (stored, _) = state.store().load_matches().unwrap();
+        let stored = stored
+            .into_iter()
+            .find(|m| m.match_id == *match_id)
+            .unwrap()
+            .teams;
+        [live, stored]
+    }
+
+    #[tokio::test]
+    async fn a_backfill_whose_write_does_not_flush_is_not_sent_and_its_ticket_waits_again() {
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let (mut stream, match_id, e) = an_open_slot_and_a_ticket_for_it(&mut lp).await;
+        let [before, _] = rosters(&state, &match_id);
+
+        memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
+        clock.advance(1.0);
+        lp.tick();
+        let joined = state.match_slot(&match_id).unwrap().assignment();
+        assert!(
+            joined.teams[0].contains(&PlayerId::new("e")),
+            "e fills the slot"
+        );
+        assert_eq!(
+            state.ticket(&e).unwrap().view().state,
+            TicketState::Searching,
+            "not told before the roster is durable"
+        );
+        // Bounded, so that a flush failure that is never reported fails the test.
+        let reported = Duration::from_secs(10);
+        let filled = tokio::time::timeout(reported, lp.unbackfilled.recv())
+            .await
+            .expect("the failed flush reports its backfill")
+            .unwrap();
+        memory.fail_flushes(None);
+        lp.take_back_backfill(filled);
+
+        assert!(stream.try_recv().is_err(), "the game server got nothing");
+        let view = state.ticket(&e).unwrap().view();
+        assert_eq!(view.state, TicketState::Searching, "{view:?}");
+        assert!(view.reason.contains("could not be stored"), "{view:?}");
+        assert!(lp.waiting.contains_key(&e), "back in the queue");
+        assert_eq!(
+            state.player(&PlayerId::new("e"), "2v2").0,
+            crate::state::PlayerStatus::Queued(e.clone())
+        );
+        assert_eq!(rosters(&state, &match_id), [before.clone(), before]);
+        let job = lp.backfills.iter().find(|j| j.slot.id == match_id);
+        assert_eq!(job.map(|j| j.open.clone()), Some(vec![1, 0]), "open again");
+
+        // It fills the slot again, and this time its server gets it.
+        clock.advance(1.0);
+        lp.tick();
+        let update = tokio::time::timeout(reported, stream.recv())
+            .await
+            .expect("the update is sent once durable")
+            .unwrap();
+        assert_eq!(update.match_id, match_id);
+        assert_eq!(update.backfill[0], [PlayerId::new("e")]);
+        let [live, stored] = rosters(&state, &match_id);
+        assert!(live[0].contains(&PlayerId::new("e")));
+        assert_eq!(live, stored);
+        let view = state.ticket(&e).unwrap().view();
+        assert_eq!(view.state, TicketState::Matched, "{view:?}");
+        assert_eq!(view.assignment.unwrap().server_address, "gs-1:7777");
     }
 
     #[tokio::test(start_paused = true)]

@@ -199,6 +199,10 @@ struct Loop {
     /// tickets requeued ([`Loop::requeue_undelivered`]).
     undelivered: mpsc::UnboundedReceiver<Vec<MatchId>>,
     undelivered_tx: mpsc::UnboundedSender<Vec<MatchId>>,
+    /// Backfill additions whose write did not flush, so no server got them: taken back, their
+    /// tickets requeued ([`Loop::take_back_backfill`]).
+    unbackfilled: mpsc::UnboundedReceiver<backfill::Filled>,
+    unbackfilled_tx: mpsc::UnboundedSender<backfill::Filled>,
 }
 
 /// The loop's thread; awaiting it waits until the loop has stopped (`Err` if it panicked).
@@ -288,6 +292,7 @@ impl Loop {
         let now = clock.now();
         let allocation_timeout = state.config().server.allocation_timeout_seconds;
         let (undelivered_tx, undelivered) = mpsc::unbounded_channel();
+        let (unbackfilled_tx, unbackfilled) = mpsc::unbounded_channel();
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
         let finished = restored
@@ -323,6 +328,8 @@ impl Loop {
             runtime: tokio::runtime::Handle::current(),
             undelivered,
             undelivered_tx,
+            unbackfilled,
+            unbackfilled_tx,
         }
     }
 
@@ -352,6 +359,7 @@ impl Loop {
                     self.state.flush_dropped_tickets(&self.runtime);
                 }
                 Some(ids) = self.undelivered.recv() => self.requeue_undelivered(&ids),
+                Some(filled) = self.unbackfilled.recv() => self.take_back_backfill(filled),
                 n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
                     if n == 0 {
                         break;

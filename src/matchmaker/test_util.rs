@@ -8,8 +8,13 @@ use crate::state::State;
 /// Enters a solo ticket for `player` in 1v1 as `EnterQueue` enters a solo player's (no party
 /// record or party clock to keep): created, stored, then sent to the loop.
 pub(super) async fn enter(lp: &mut Loop, player: &str) -> TicketId {
+    enter_in(lp, "1v1", player).await
+}
+
+/// As [`enter`], in `queue`.
+pub(super) async fn enter_in(lp: &mut Loop, queue: &str, player: &str) -> TicketId {
     let state = lp.state.clone();
-    let queue = state.queue("queue", "1v1").unwrap();
+    let queue = state.queue("queue", queue).unwrap();
     let id = TicketId::new(format!("t-{player}"));
     let now = lp.clock.now();
     let players = vec![PlayerId::new(player)];

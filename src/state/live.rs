@@ -193,15 +193,16 @@ impl State {
         Ok((next, open))
     }
 
-    /// Puts a waiting ticket's players on team `team` of a running match: they are in the match
-    /// and their ticket is MATCHED with the updated assignment. Nothing changes on error.
+    /// Puts a waiting ticket's players on team `team` of a running match: they are in the match.
+    /// Their ticket stays SEARCHING until the match's new roster is durable
+    /// ([`State::publish_backfilled`]), or is put back ([`State::take_back_backfill`]) if it
+    /// cannot be stored. Nothing changes on error.
     pub fn add_backfill(
         &self,
         m: &MatchSlot,
         team: usize,
         ticket: &TicketSlot,
         roles: &[Vec<String>],
-        now: f64,
     ) -> Result<Arc<Assignment>, BackfillError> {
         // Players first: they join only if still waiting on this ticket.
         let slots = self.sorted_slots(&ticket.players);
@@ -248,15 +249,64 @@ impl State {
             }
             return Err(BackfillError::NotRunning);
         };
-        ticket.publish(TicketView {
-            state: TicketState::Matched,
-            assignment: Some(assignment.clone()),
-            ..TicketView::searching(
-                now - ticket.entered_at,
-                "backfill of a running match".into(),
-            )
-        });
         Ok(assignment)
+    }
+
+    /// A backfilled ticket's players are in its match's stored roster: the ticket reads
+    /// MATCHED to the match's server, with `a`, unless it ended meanwhile (the match was
+    /// cancelled).
+    pub fn publish_backfilled(&self, ticket: &TicketSlot, a: &Arc<Assignment>, wait_seconds: f64) {
+        ticket.publish_over(
+            TicketView {
+                state: TicketState::Matched,
+                assignment: Some(a.clone()),
+                ..TicketView::searching(wait_seconds, "backfill of a running match".into())
+            },
+            |now| now.state == TicketState::Searching,
+        );
+    }
+
+    /// Undoes [`State::add_backfill`] of `ticket` to team `team` (its new roster could not be
+    /// stored, so its game server never got it): its players leave the match and wait on their
+    /// ticket again. Returns the assignment without them, or `None` (nothing changed) when the
+    /// match is no longer running or does not hold the ticket.
+    pub fn take_back_backfill(
+        &self,
+        m: &MatchSlot,
+        team: usize,
+        ticket: &TicketSlot,
+    ) -> Option<Arc<Assignment>> {
+        let back = {
+            let mut inner = m.lock();
+            let held = inner.tickets.iter().position(|t| *t == ticket.id);
+            let (true, Some(at)) = (running(inner.phase), held) else {
+                return None;
+            };
+            let mut next = (*inner.assignment).clone();
+            let players = &ticket.players;
+            if let Some(t) = next.teams.get_mut(team) {
+                t.retain(|p| !players.contains(p));
+            }
+            if let Some(b) = next.backfill.get_mut(team) {
+                b.retain(|p| !players.contains(p));
+            }
+            next.parties.retain(|party| party != players);
+            let next = Arc::new(next);
+            inner.assignment = next.clone();
+            inner.tickets.remove(at);
+            for p in players {
+                inner.roles.remove(p);
+            }
+            next
+        };
+        let slots = self.sorted_slots(&ticket.players);
+        let mut guards = Self::lock_players(&slots);
+        for g in &mut guards {
+            if g.status == PlayerStatus::InMatch(m.id.clone()) {
+                g.status = PlayerStatus::Queued(ticket.id.clone());
+            }
+        }
+        Some(back)
     }
 
     /// The players of a running match per team (those who left excluded), with their declared

@@ -18,8 +18,15 @@ impl State {
     /// store flushes every 500 ms, and every result flushes): a match lost to a crash in that window only means its players
     /// re-queue.
     pub fn persist_matches(&self, matches: &[Arc<MatchSlot>]) {
+        // Logged and counted inside.
+        let _ = self.write_matches(matches);
+    }
+
+    /// [`State::persist_matches`], saying whether the write was taken (it is durable with the
+    /// store's next flush): for a change that must not reach a game server otherwise.
+    pub fn write_matches(&self, matches: &[Arc<MatchSlot>]) -> Result<(), StoreError> {
         if matches.is_empty() {
-            return;
+            return Ok(());
         }
         // Encoded before the segments lock, which result handlers also take. Each copy is
         // numbered: two threads writing one match (the loop adding a backfilled player, a
@@ -36,12 +43,17 @@ impl State {
             Err(e) => {
                 tracing::error!(matches = matches.len(), error = %e, "could not persist matches");
                 crate::telemetry::store_error("persist_matches");
+                Err(e)
             }
         }
     }
 
     /// Writes `encoded` (numbered copies, parallel to `matches`) under the segments lock.
-    fn write_copies(&self, matches: &[Arc<MatchSlot>], encoded: Vec<(u64, Vec<u8>)>) {
+    fn write_copies(
+        &self,
+        matches: &[Arc<MatchSlot>],
+        encoded: Vec<(u64, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
         let mut segments = self.lock_segments();
         // A match whose result (or cancel) came in meanwhile is not written again, nor one a
         // newer copy of which is written already.
@@ -56,9 +68,10 @@ impl State {
             .unzip();
         let (written, dropped) = Self::place_in_segments(&mut segments, &live, &encoded);
         if written.is_empty() {
-            return;
+            return Ok(());
         }
-        if let Err(e) = self.inner.store.put_segments(&written, &dropped) {
+        let put = self.inner.store.put_segments(&written, &dropped);
+        if let Err(e) = &put {
             log_store_write_failure!(
                 "persist_matches",
                 e,
@@ -66,6 +79,7 @@ impl State {
                 "could not persist matches"
             );
         }
+        put
     }
 
     /// Moves the live matches off the stored segments whose copies name `player` (copies of
@@ -523,8 +537,12 @@ mod tests {
         let older = copy(&state);
         m.lock().started_unix = Some(42.0);
         let newer = copy(&state);
-        state.write_copies(std::slice::from_ref(&m), vec![newer]);
-        state.write_copies(std::slice::from_ref(&m), vec![older]);
+        state
+            .write_copies(std::slice::from_ref(&m), vec![newer])
+            .unwrap();
+        state
+            .write_copies(std::slice::from_ref(&m), vec![older])
+            .unwrap();
         let (stored, _) = store.load_matches().unwrap();
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].started_unix, Some(42.0), "the newer copy stays");
