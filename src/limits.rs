@@ -18,15 +18,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tonic::codegen::http;
 use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use crate::auth::{Identity, Role, is_open_path};
 use crate::rejection::FieldError;
 
+mod bucket_gauge;
 mod in_flight;
 
+use bucket_gauge::BucketGauge;
 pub use in_flight::{InFlight, InFlightConfig, Slot, TooManyInFlight};
 
 /// `[rate_limit]`: requests per second per caller, enforced by the server's rate-limit layer.
@@ -282,10 +286,14 @@ const MIN_CALLS_BETWEEN_SWEEPS: usize = 1024;
 /// after `max(1024, L)` limited calls, each adding at most one bucket, so the map never holds
 /// more than `2L + 1024` buckets, and the sweep's work is O(1) per call amortized. No timer task:
 /// with no calls nothing grows.
+///
+/// The buckets held are the [`crate::telemetry::RATE_LIMIT_BUCKETS`] gauge, set as each is added
+/// or swept.
 pub struct RateLimiter {
     limits: [Option<Limit>; 4],
     in_flight: InFlight,
     buckets: DashMap<Caller, Bucket>,
+    gauge: BucketGauge,
     calls_since_sweep: AtomicUsize,
     calls_between_sweeps: AtomicUsize,
 }
@@ -314,9 +322,18 @@ impl RateLimiter {
             limits,
             in_flight,
             buckets: DashMap::new(),
+            gauge: BucketGauge::default(),
             calls_since_sweep: AtomicUsize::new(0),
             calls_between_sweeps: AtomicUsize::new(MIN_CALLS_BETWEEN_SWEEPS),
         })
+    }
+
+    /// This limiter as a cluster engine's, which stops with `engine_stop`: from then on it
+    /// leaves the buckets gauge to the node, which zeroes it (the next owner counts the callers).
+    #[must_use]
+    pub fn for_engine(mut self, engine_stop: CancellationToken) -> Self {
+        self.gauge = BucketGauge::until(engine_stop);
+        self
     }
 
     /// The limit of a class; `None` = unlimited.
@@ -340,11 +357,15 @@ impl RateLimiter {
         let Some(limit) = self.limit(class) else {
             return Ok(());
         };
+        let mut added = false;
         let taken = {
-            let mut entry = self
-                .buckets
-                .entry(caller)
-                .or_insert_with(|| Bucket::full(limit, now));
+            let mut entry = match self.buckets.entry(caller) {
+                Entry::Occupied(held) => held.into_ref(),
+                Entry::Vacant(new) => {
+                    added = true;
+                    new.insert(Bucket::full(limit, now))
+                }
+            };
             entry.take(limit, now).map_err(|retry_after| RateLimited {
                 caller: entry.key().to_string(),
                 class,
@@ -353,6 +374,9 @@ impl RateLimiter {
             })
         };
         // The entry's shard lock is released: the sweep locks every shard in turn.
+        if added {
+            self.gauge.added();
+        }
         self.maybe_sweep(now);
         taken
     }
@@ -428,17 +452,21 @@ impl RateLimiter {
         let left = self.sweep(now);
         self.calls_between_sweeps
             .store(left.max(MIN_CALLS_BETWEEN_SWEEPS), Ordering::Relaxed);
-        metrics::gauge!(crate::telemetry::RATE_LIMIT_BUCKETS).set(left as f64);
     }
 
     /// Drops every bucket that is full at `now` (its caller was idle for `burst_seconds`);
     /// returns how many are left.
     pub fn sweep(&self, now: Instant) -> usize {
-        self.buckets
-            .retain(|caller, bucket| match self.limit(caller.class()) {
+        let mut swept = 0;
+        self.buckets.retain(|caller, bucket| {
+            let keep = match self.limit(caller.class()) {
                 Some(limit) => !bucket.is_full(limit, now),
                 None => false,
-            });
+            };
+            swept += usize::from(!keep);
+            keep
+        });
+        self.gauge.swept(swept);
         self.buckets.len()
     }
 }
@@ -664,6 +692,46 @@ mod tests {
         // One second (burst_seconds) after their call the idle buckets are full again.
         assert_eq!(l.sweep(t0 + ms(1000)), 1);
         assert_eq!(l.sweep(t0 + ms(1900)), 0);
+        assert!(l.is_empty());
+    }
+
+    /// The buckets gauge in `recorder`'s page.
+    fn buckets_gauge(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
+        let page = recorder.handle().render();
+        page.lines().find_map(|l| {
+            l.strip_prefix(crate::telemetry::RATE_LIMIT_BUCKETS)?
+                .strip_prefix(' ')?
+                .parse()
+                .ok()
+        })
+    }
+
+    #[test]
+    fn the_buckets_gauge_is_the_buckets_held_until_the_engine_stops() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let stop = CancellationToken::new();
+        let l = limiter(1.0, 1.0).for_engine(stop.clone());
+        let t0 = Instant::now();
+        metrics::with_local_recorder(&recorder, || {
+            l.check(player("a"), t0).unwrap();
+            l.check(player("b"), t0 + ms(500)).unwrap();
+            // A caller already held adds nothing, refused or not.
+            assert!(l.check(player("a"), t0 + ms(600)).is_err());
+        });
+        // Between sweeps: what is held, not what the last sweep left (nothing yet).
+        assert_eq!(buckets_gauge(&recorder), Some(2.0));
+        metrics::with_local_recorder(&recorder, || assert_eq!(l.sweep(t0 + ms(1200)), 1));
+        assert_eq!(buckets_gauge(&recorder), Some(1.0));
+
+        // The engine stops: its node zeroes the gauge, and the limiter, which its last calls
+        // may still reach, leaves it at zero.
+        stop.cancel();
+        metrics::with_local_recorder(&recorder, || {
+            crate::telemetry::engine_stopped();
+            l.check(player("c"), t0 + ms(1700)).unwrap();
+            l.sweep(t0 + ms(5000));
+        });
+        assert_eq!(buckets_gauge(&recorder), Some(0.0));
         assert!(l.is_empty());
     }
 

@@ -276,6 +276,8 @@ async fn serve(
         None => None,
     };
     let is_engine = engine.ownership.is_some();
+    // A cluster engine's `signal` is its node's: cancelled when the engine stops.
+    let engine_stop = is_engine.then(|| signal.clone());
     // Loading a large state takes seconds of CPU: on a thread of its own, so the runtime keeps
     // serving meanwhile (on a cluster node: its lease renewals, which would otherwise lapse
     // while a new owner loads, and pass the queues on again).
@@ -467,6 +469,11 @@ async fn serve(
         .option_layer(verifier.clone().map(|v| AuthLayer::new(Some(v))))
         .option_layer(
             RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
+                .map(|limiter| match &engine_stop {
+                    // Its node zeroes the engine's gauges when the engine stops.
+                    Some(stop) => limiter.for_engine(stop.clone()),
+                    None => limiter,
+                })
                 .map(RateLimitLayer::new),
         )
         .layer(MessageSizeLayer::new(

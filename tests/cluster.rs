@@ -2168,12 +2168,18 @@ async fn each_node_exports_its_cluster_metrics() {
 }
 
 /// An owner that loses its lease leaves the gauges of its engine at zero: the next owner
-/// counts the tickets and game servers now, and a sum over the nodes counts them once.
+/// counts the tickets, game servers and rate-limited callers now, and a sum over the nodes
+/// counts them once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
     let redis = redis();
     let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path(), &redis, "");
+    // A rate limit on every call, each from 127.0.0.1: one bucket, the owner's.
+    let config = config(
+        dir.path(),
+        &redis,
+        "[rate_limit]\nanonymous = 1000.0\nburst_seconds = 600.0\n",
+    );
     let owner = common::cluster_node_with_metrics(&config, "n1", None, "127.0.0.1:0");
     let channel = owner.channel().await;
     let metrics = owner.metrics_addr();
@@ -2193,6 +2199,7 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
                     "matchmaker_cluster_queues_owned ",
                     "matchmaker_tickets_waiting{queue=\"1v1\"}",
                     "matchmaker_servers_connected ",
+                    "matchmaker_rate_limit_buckets ",
                 ]
                 .iter()
                 .map(|series| sample(&page, series))
@@ -2208,7 +2215,7 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
         }
     };
     common::poll_until(
-        "the owner counts its ticket and its game server",
+        "the owner counts its ticket, its game server and its one caller",
         gauges(1.0),
     )
     .await;

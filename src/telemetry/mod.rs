@@ -85,7 +85,8 @@ pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
 /// Calls refused because their caller had `[rate_limit.max_in_flight]` calls waiting for their
 /// answers, per class (counter).
 pub const IN_FLIGHT_LIMITED: &str = "matchmaker_in_flight_limited_total";
-/// Callers with a rate-limit bucket after the last sweep of idle ones (gauge).
+/// Callers holding a rate-limit bucket now (gauge): the callers seen within
+/// `rate_limit.burst_seconds`, and idle ones until the next sweep drops them.
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
 /// Queues this cluster node owns now: all of them while it holds the lease, else 0 (gauge).
@@ -176,7 +177,7 @@ pub fn tickets_waiting(queue: &str) -> metrics::Gauge {
 }
 
 /// Zeroes the gauges an engine keeps: tickets waiting per queue, matches unallocated, servers
-/// connected and store bytes. A cluster node calls it when its engine stops (the lease lost or
+/// connected, store bytes and rate-limit buckets. A cluster node calls it when its engine stops (the lease lost or
 /// given up): they count what the owner holds, and the node that took over counts it now, so
 /// a sum over the nodes counts it once.
 pub fn engine_stopped() {
@@ -184,7 +185,12 @@ pub fn engine_stopped() {
     for queue in queues.iter() {
         metrics::gauge!(TICKETS_WAITING, "queue" => queue.clone()).set(0.0);
     }
-    for gauge in [MATCHES_UNALLOCATED, SERVERS_CONNECTED, STORE_BYTES] {
+    for gauge in [
+        MATCHES_UNALLOCATED,
+        SERVERS_CONNECTED,
+        STORE_BYTES,
+        RATE_LIMIT_BUCKETS,
+    ] {
         metrics::gauge!(gauge).set(0.0);
     }
 }
@@ -353,7 +359,7 @@ pub fn describe() {
     );
     describe_gauge!(
         RATE_LIMIT_BUCKETS,
-        "Callers holding a rate-limit bucket after the last idle sweep"
+        "Callers holding a rate-limit bucket (seen within rate_limit.burst_seconds, or idle and not swept yet)"
     );
 }
 
@@ -376,6 +382,7 @@ mod tests {
             MATCHES_UNALLOCATED,
             SERVERS_CONNECTED,
             STORE_BYTES,
+            RATE_LIMIT_BUCKETS,
         ];
         metrics::with_local_recorder(&recorder, || {
             tickets_waiting("stopping-1").set(7.0);
@@ -383,6 +390,7 @@ mod tests {
             metrics::gauge!(MATCHES_UNALLOCATED).set(3.0);
             metrics::gauge!(SERVERS_CONNECTED).set(2.0);
             metrics::gauge!(STORE_BYTES).set(4096.0);
+            metrics::gauge!(RATE_LIMIT_BUCKETS).set(5.0);
         });
         let page = recorder.handle().render();
         for s in series {
