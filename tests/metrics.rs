@@ -259,3 +259,54 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         })
         .sum()
 }
+
+/// A reload cannot take a queue away from a running server (the set of queues is fixed until a
+/// restart), so no queue's gauge is left behind by one: a file that turns a queue off is
+/// refused, the queue keeps its tickets, and its gauge keeps following them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_a_reload_would_remove_keeps_running_and_its_gauge_stays_true() {
+    use matchmaker::proto;
+    use matchmaker::proto::admin_service_client::AdminServiceClient;
+    use matchmaker::proto::client_service_client::ClientServiceClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("matchmaker.toml");
+    std::fs::write(&file, "[queues.2v2.matching]\nwindow = 50.0\n").unwrap();
+    let mut command = common::serve_command(&file, "127.0.0.1:0");
+    command.arg("--data-dir").arg(dir.path().join("data"));
+    let server = ServerProcess::spawn(command);
+    let metrics_addr = server.metrics_addr();
+    let channel = server.channel().await;
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut admin = AdminServiceClient::new(channel);
+    let waiting = |want: f64| {
+        let metrics_addr = metrics_addr.clone();
+        move || {
+            let body = scrape(&metrics_addr);
+            let seen = with_labels(&body, "matchmaker_tickets_waiting", &[("queue", "2v2")]);
+            if seen == want { Ok(()) } else { Err(seen) }
+        }
+    };
+    let ticket = common::enter(&mut client, "2v2", &["alone"]).await;
+    poll_until_blocking("2v2 counts its ticket", waiting(1.0));
+
+    std::fs::write(&file, "[queues.2v2]\nenabled = false\n").unwrap();
+    let refused = admin
+        .reload_config(proto::ReloadConfigRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
+    assert!(refused.message().contains("removed: [2v2]"), "{refused:?}");
+
+    // The queue runs on: its ticket waits and leaves, and the gauge follows.
+    poll_until_blocking("2v2 still counts its ticket", waiting(1.0));
+    client
+        .cancel_ticket(proto::CancelTicketRequest { ticket_id: ticket })
+        .await
+        .unwrap();
+    poll_until_blocking("2v2's gauge follows the cancel", waiting(0.0));
+}
