@@ -308,6 +308,7 @@ async fn serve(
     let (committer, committer_task) =
         Committer::spawn(store.clone(), last_seq, config.store.journal_buffer);
     let committer_failed = committer.failed();
+    let committer_stopped = committer.stopped();
     if is_engine {
         // A cluster engine whose store failed stops, so the node gives the lease up and the
         // queues restart from what Redis holds (on a single node, health says restart).
@@ -494,7 +495,7 @@ async fn serve(
                 .max_decoding_message_size(max_message),
         )
         .add_service(tower::Layer::layer(
-            &api::audit::AuditLayer::new(store.clone(), committer_failed.clone()),
+            &api::audit::AuditLayer::new(store.clone(), committer_stopped),
             proto::admin_service_server::AdminServiceServer::new(admin)
                 .max_decoding_message_size(max_message),
         ))

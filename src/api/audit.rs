@@ -10,7 +10,9 @@
 //! Once the store has failed (the result journal refuses everything after a batch it could not
 //! write) no entry is written: the write would wait on that store (in cluster mode, as long as a
 //! replica is waited for) and hold the answer, which names the failure, until the caller's
-//! deadline.
+//! deadline. A journal stopped by the fence (another node holds the lease) is no store failure:
+//! the call is answered as any fenced write is, so it goes to the next owner, which audits it,
+//! and nothing is counted in `matchmaker_store_errors_total`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,14 +20,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::server::NamedService;
 use tower::{Layer, Service};
 
 use crate::auth::Identity;
-use crate::store::{AuditRecord, Store};
+use crate::store::write_failures::log_store_write_failure;
+use crate::store::{AuditRecord, JournalStopped, Store, StoreError};
 
 /// The actor written when auth is off.
 pub const ANONYMOUS: &str = "anonymous";
@@ -69,17 +71,14 @@ pub fn note<T>(request: &tonic::Request<T>, detail: impl Into<String>) {
 #[derive(Clone)]
 pub struct AuditLayer {
     store: Store,
-    store_failed: CancellationToken,
+    journal: JournalStopped,
 }
 
 impl AuditLayer {
-    /// Entries go to `store`; `store_failed` is cancelled once the store has failed (the
-    /// result journal's [`crate::store::Committer::failed`]).
-    pub fn new(store: Store, store_failed: CancellationToken) -> Self {
-        Self {
-            store,
-            store_failed,
-        }
+    /// Entries go to `store`; `journal` says once the store has failed, or was fenced (the
+    /// result journal's [`crate::store::Committer::stopped`]).
+    pub fn new(store: Store, journal: JournalStopped) -> Self {
+        Self { store, journal }
     }
 }
 
@@ -90,7 +89,7 @@ impl<S> Layer<S> for AuditLayer {
         Audited {
             inner,
             store: self.store.clone(),
-            store_failed: self.store_failed.clone(),
+            journal: self.journal.clone(),
         }
     }
 }
@@ -100,7 +99,7 @@ impl<S> Layer<S> for AuditLayer {
 pub struct Audited<S> {
     inner: S,
     store: Store,
-    store_failed: CancellationToken,
+    journal: JournalStopped,
 }
 
 impl<S: NamedService> NamedService for Audited<S> {
@@ -175,7 +174,7 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = self.store.clone();
-        let store_failed = self.store_failed.clone();
+        let journal = self.journal.clone();
         let note = AuditNote::default();
         req.extensions_mut().insert(note.clone());
         let identity = req.extensions().get::<Identity>().cloned();
@@ -198,7 +197,14 @@ where
                 &note.take(),
                 response.headers(),
             );
-            if store_failed.is_cancelled() {
+            if journal.was_fenced() {
+                // Another node holds the lease: this engine writes nothing any more, and its
+                // store has not failed. Answered as a fenced write, so the call goes to the
+                // next owner, which writes its entry.
+                tracing::warn!(action = %record.action, fenced = true, "audit entry not written: the result journal was fenced; the call goes to the next owner");
+                return Ok(tonic::Status::from(StoreError::Fenced).into_http());
+            }
+            if journal.has_stopped() {
                 // Nothing is durable any more: the call's own refusal (the store failure, for a
                 // change) goes back now, and an answer that was OK cannot be acknowledged.
                 tracing::error!(action = %record.action, "audit entry not written: the store failed");
@@ -219,18 +225,17 @@ where
             };
             match written {
                 Ok(()) => Ok(response),
-                Err(crate::store::StoreError::Fenced) => {
-                    // The lease moved on after the call: answered as any fenced write is, so
-                    // the call goes to the next owner, which writes its entry.
-                    tracing::warn!(action = %record.action, "audit entry refused by the fence; the call goes to the next owner");
-                    Ok(tonic::Status::from(crate::store::StoreError::Fenced).into_http())
-                }
                 Err(e) => {
-                    tracing::error!(error = %e, action = %record.action, "audit entry not written");
-                    crate::telemetry::store_error("audit");
-                    Ok(tonic::Status::unavailable(format!(
-                        "the call ran but its audit entry could not be written: {e}"
-                    ))
+                    // Counted unless fenced: the lease moved on after the call, which is then
+                    // answered as any fenced write is, so it goes to the next owner, which
+                    // writes its entry.
+                    log_store_write_failure!("audit", e, action = %record.action, "audit entry not written");
+                    Ok(match e {
+                        StoreError::Fenced => tonic::Status::from(e),
+                        e => tonic::Status::unavailable(format!(
+                            "the call ran but its audit entry could not be written: {e}"
+                        )),
+                    }
                     .into_http())
                 }
             }
@@ -280,7 +285,7 @@ mod tests {
     async fn a_call_whose_caller_gave_up_is_still_audited_once_it_ran() {
         let store: Store = Arc::new(crate::store::MemoryStore::default());
         let done = Arc::new(tokio::sync::Notify::new());
-        let mut audited = AuditLayer::new(store.clone(), CancellationToken::new())
+        let mut audited = AuditLayer::new(store.clone(), JournalStopped::default())
             .layer(Slow { done: done.clone() });
         let request = http::Request::builder()
             .uri("/matchmaker.v1.AdminService/DeletePlayer")
@@ -346,14 +351,14 @@ mod tests {
                 .unwrap()
         };
         // The handler's write was fenced: its answer goes back marked, unaudited here.
-        let mut audited = AuditLayer::new(store.clone(), CancellationToken::new()).layer(Fenced);
+        let mut audited = AuditLayer::new(store.clone(), JournalStopped::default()).layer(Fenced);
         let response = audited.call(request("BanPlayer")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
         // The handler wrote nothing the fence refused, but its audit entry was: marked too.
         let done = Arc::new(tokio::sync::Notify::new());
         done.notify_one();
         let mut audited =
-            AuditLayer::new(store.clone(), CancellationToken::new()).layer(Slow { done });
+            AuditLayer::new(store.clone(), JournalStopped::default()).layer(Slow { done });
         let response = audited.call(request("SetRating")).await.unwrap();
         assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
         assert!(store.audit_after(0, 10).unwrap().is_empty());
@@ -385,8 +390,8 @@ mod tests {
     #[tokio::test]
     async fn once_the_store_failed_the_answer_goes_back_without_an_entry() {
         let store: Store = Arc::new(crate::store::MemoryStore::default());
-        let failed = CancellationToken::new();
-        failed.cancel();
+        let failed = JournalStopped::default();
+        failed.stop(&StoreError::Redis("0 of 1 replicas acknowledged".into()));
         let request = || {
             http::Request::builder()
                 .uri("/matchmaker.v1.AdminService/SetRating")
@@ -411,6 +416,71 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
         assert!(status.message().contains("the store failed"), "{status:?}");
         assert!(store.audit_after(0, 10).unwrap().is_empty());
+    }
+
+    /// The store errors counted in `recorder`.
+    fn store_errors(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Vec<String> {
+        recorder
+            .handle()
+            .render()
+            .lines()
+            .filter(|l| l.starts_with(crate::telemetry::STORE_ERRORS))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// A journal the fence stopped (the lease moved on) is no store failure: a call is answered
+    /// as fenced, so it goes to the next owner, nothing is written and nothing counted.
+    #[tokio::test]
+    async fn once_the_journal_was_fenced_a_call_goes_to_the_next_owner_uncounted() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        // The test's runtime runs the audit task on this thread.
+        let _local = metrics::set_default_local_recorder(&recorder);
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let store: Store = memory.clone();
+        // A real journal, whose batch the fence refuses.
+        let (committer, task) = crate::store::Committer::spawn(store.clone(), 0, 8);
+        memory.fail_flushes(Some(crate::store::FlushFailure::Fenced));
+        committer.commit_all(Vec::new()).await.unwrap_err();
+        let journal = committer.stopped();
+        assert!(journal.was_fenced());
+        memory.fail_flushes(None);
+        let request = |method: &str| {
+            http::Request::builder()
+                .uri(format!("/matchmaker.v1.AdminService/{method}"))
+                .body(Body::empty())
+                .unwrap()
+        };
+        // A call that succeeded here (a read) and a change refused by the stopped journal.
+        let done = Arc::new(tokio::sync::Notify::new());
+        done.notify_one();
+        let mut audited = AuditLayer::new(store.clone(), journal.clone()).layer(Slow { done });
+        let response = audited.call(request("GetQueueStats")).await.unwrap();
+        assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
+        let mut audited = AuditLayer::new(store.clone(), journal).layer(StoreFailed);
+        let response = audited.call(request("SetRating")).await.unwrap();
+        assert_eq!(fenced_mark(&response), Some(super::super::NOT_OWNER_FENCED));
+        assert!(store.audit_after(0, 10).unwrap().is_empty());
+        assert_eq!(store.last_audit().unwrap(), 0);
+        assert!(
+            store_errors(&recorder).is_empty(),
+            "{:?}",
+            store_errors(&recorder)
+        );
+
+        // A store that failed is counted, once per call.
+        let failed = JournalStopped::default();
+        failed.stop(&StoreError::Redis("0 of 1 replicas acknowledged".into()));
+        let mut audited = AuditLayer::new(store.clone(), failed).layer(StoreFailed);
+        audited.call(request("SetRating")).await.unwrap();
+        assert_eq!(
+            store_errors(&recorder).len(),
+            1,
+            "{:?}",
+            store_errors(&recorder)
+        );
+        drop(committer);
+        task.await.unwrap();
     }
 
     #[test]

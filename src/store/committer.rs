@@ -6,6 +6,7 @@
 //! claims to include an entry that memory has not seen (see `State::snapshot`).
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -54,13 +55,48 @@ struct Progress {
     unapplied: BTreeSet<u64>,
 }
 
+/// Whether the journal has stopped after a batch it could not write, and whether the fence
+/// refused that batch (another node holds the lease now: the normal end of an owner, not a
+/// store failure). Cloneable; every clone sees the same.
+#[derive(Clone, Debug, Default)]
+pub struct JournalStopped {
+    token: CancellationToken,
+    fenced: Arc<AtomicBool>,
+}
+
+impl JournalStopped {
+    /// Cancelled once the journal has stopped, whatever the cause.
+    pub fn token(&self) -> CancellationToken {
+        self.token.clone()
+    }
+
+    /// Whether the journal has stopped.
+    pub fn has_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Whether it stopped because the fence refused a batch. Set before the token is cancelled,
+    /// so whoever sees the journal stopped sees its cause.
+    pub fn was_fenced(&self) -> bool {
+        self.has_stopped() && self.fenced.load(Ordering::Acquire)
+    }
+
+    /// Stops the journal after a batch refused with `e`.
+    pub fn stop(&self, e: &StoreError) {
+        if matches!(e, StoreError::Fenced) {
+            self.fenced.store(true, Ordering::Release);
+        }
+        self.token.cancel();
+    }
+}
+
 /// The cloneable handle to the commit task.
 #[derive(Clone)]
 pub struct Committer {
     tx: mpsc::Sender<Request>,
     progress: Arc<Mutex<Progress>>,
-    /// Cancelled when a batch could not be written: the journal refuses everything after it.
-    failed: CancellationToken,
+    /// Stopped when a batch could not be written: the journal refuses everything after it.
+    stopped: JournalStopped,
 }
 
 impl Committer {
@@ -75,13 +111,13 @@ impl Committer {
             last: last_seq,
             unapplied: BTreeSet::new(),
         }));
-        let failed = CancellationToken::new();
-        let task = tokio::spawn(run(store, rx, progress.clone(), failed.clone()));
+        let stopped = JournalStopped::default();
+        let task = tokio::spawn(run(store, rx, progress.clone(), stopped.clone()));
         (
             Self {
                 tx,
                 progress,
-                failed,
+                stopped,
             },
             task,
         )
@@ -140,7 +176,12 @@ impl Committer {
     /// Cancelled once the journal has failed and refuses further entries (fail-stop: the server
     /// must restart). Health reports it.
     pub fn failed(&self) -> CancellationToken {
-        self.failed.clone()
+        self.stopped.token()
+    }
+
+    /// The journal's stop with its cause: a fenced batch is no store failure.
+    pub fn stopped(&self) -> JournalStopped {
+        self.stopped.clone()
     }
 
     /// Marks a committed entry as applied in memory.
@@ -164,7 +205,7 @@ async fn run(
     store: Store,
     mut rx: mpsc::Receiver<Request>,
     progress: Arc<Mutex<Progress>>,
-    failed: CancellationToken,
+    stopped: JournalStopped,
 ) {
     let mut batch: Vec<Request> = Vec::new();
     while let Some(first) = rx.recv().await {
@@ -233,7 +274,7 @@ async fn run(
                     tracing::error!(error = %e, "result journal write failed; refusing further results");
                     crate::telemetry::store_error("journal");
                 }
-                failed.cancel();
+                stopped.stop(&e);
                 let e = Arc::new(e);
                 for r in batch.drain(..) {
                     let _ = r.reply.send(Err(CommitError::Store(e.clone())));
@@ -318,6 +359,7 @@ mod tests {
             "{e}"
         );
         assert!(committer.failed().is_cancelled(), "it stops all the same");
+        assert!(committer.stopped().was_fenced());
         assert_eq!(journal_errors(&recorder), 0);
         drop(committer);
         task.await.unwrap();
@@ -328,6 +370,7 @@ mod tests {
         let (committer, task) = Committer::spawn(store, 0, 8);
         memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
         committer.commit(entry("m1")).await.unwrap_err();
+        assert!(committer.stopped().has_stopped() && !committer.stopped().was_fenced());
         assert_eq!(journal_errors(&recorder), 1);
         drop(committer);
         task.await.unwrap();

@@ -38,7 +38,7 @@ pub use admin_records::{
     AdminRecords, AuditConfig, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
 pub use cluster_config::{ClusterConfig, redact};
-pub use committer::{CommitError, Committed, Committer};
+pub use committer::{CommitError, Committed, Committer, JournalStopped};
 pub use history::page_after;
 #[cfg(test)]
 pub(crate) use memory::FlushFailure;
