@@ -99,6 +99,9 @@ pub(super) struct Data {
     /// Flushes fail, as a broken disk's or a fenced cluster store's do.
     #[cfg(test)]
     pub(super) flushes_fail: Option<FlushFailure>,
+    /// Writes that fail, as a broken disk's do.
+    #[cfg(test)]
+    pub(super) writes_fail: HashSet<FailingWrite>,
     /// Per player, the history's match ids, most recently ended first.
     pub(super) history_lists: HashMap<PlayerId, Vec<MatchId>>,
     /// Per record, how many lists hold it.
@@ -189,6 +192,19 @@ impl FlushFailure {
     }
 }
 
+/// Which writes a test makes fail ([`MemoryStore::fail_writes`]).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum FailingWrite {
+    /// Live-match segments ([`Storage::put_segments`]).
+    Matches,
+    /// Removals of party rosters (an expired party's end).
+    RosterRemovals,
+    /// Events, alone or with journal entries: the batch fails whole, as the embedded and the
+    /// cluster stores' do.
+    Events,
+}
+
 /// Runs at the end of the next erasure (tests: something written after a store's erasure
 /// read what to erase, before it returned).
 #[cfg(test)]
@@ -231,6 +247,29 @@ impl MemoryStore {
     #[cfg(test)]
     pub(crate) fn fail_flushes(&self, how: Option<FlushFailure>) {
         self.data().flushes_fail = how;
+    }
+
+    /// From now on the writes of `what` fail (or work again, when `fail` is false).
+    #[cfg(test)]
+    pub(crate) fn fail_writes(&self, what: FailingWrite, fail: bool) {
+        let writes = &mut self.data().writes_fail;
+        if fail {
+            writes.insert(what);
+        } else {
+            writes.remove(&what);
+        }
+    }
+
+    /// Refuses a write of `what` that a test made fail.
+    #[cfg(test)]
+    fn refuse(&self, what: FailingWrite) -> Result<(), StoreError> {
+        if self.data().writes_fail.contains(&what) {
+            return Err(StoreError::Io {
+                path: "memory".into(),
+                source: std::io::Error::other(format!("{what:?} writes fail (test)")),
+            });
+        }
+        Ok(())
     }
 
     /// Matches marked as ended, and live-match segments, stored now.
@@ -287,6 +326,10 @@ impl super::AdminRecords for MemoryStore {
     }
 
     fn append_events(&self, events: &[super::EventRecord]) -> Result<u64, StoreError> {
+        #[cfg(test)]
+        if !events.is_empty() {
+            self.refuse(FailingWrite::Events)?;
+        }
         let mut data = self.data();
         data.append_events(events);
         Ok(data.admin.last_event)
@@ -401,6 +444,21 @@ impl Storage for MemoryStore {
             data.parties.insert((*key).to_string(), (*pools).clone());
         }
         Ok(())
+    }
+
+    fn append_journal_with_events(
+        &self,
+        first_seq: u64,
+        entries: &[JournalEntry],
+        events: &[super::EventRecord],
+    ) -> Result<u64, StoreError> {
+        // One batch: an event write that fails writes no entry either.
+        #[cfg(test)]
+        if !events.is_empty() {
+            self.refuse(FailingWrite::Events)?;
+        }
+        self.append_journal(first_seq, entries)?;
+        super::AdminRecords::append_events(self, events)
     }
 
     fn append_journal(&self, first_seq: u64, entries: &[JournalEntry]) -> Result<(), StoreError> {
@@ -552,6 +610,8 @@ impl Storage for MemoryStore {
         if matches!(self.data().flushes_fail, Some(FlushFailure::Fenced)) {
             return Err(StoreError::Fenced);
         }
+        #[cfg(test)]
+        self.refuse(FailingWrite::Matches)?;
         let decoded: Vec<(u64, Vec<StoredMatch>)> = segments
             .iter()
             .map(|(id, m)| Ok((*id, decode_segment(m)?)))
@@ -745,6 +805,8 @@ impl RecordStorage for MemoryStore {
     }
 
     fn remove_rosters(&self, ids: &[PartyId]) -> Result<(), StoreError> {
+        #[cfg(test)]
+        self.refuse(FailingWrite::RosterRemovals)?;
         let mut data = self.data();
         for id in ids {
             data.rosters.remove(id);

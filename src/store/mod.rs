@@ -40,9 +40,9 @@ pub use admin_records::{
 pub use cluster_config::{ClusterConfig, redact};
 pub use committer::{CommitError, Committed, Committer, JournalStopped};
 pub use history::page_after;
-#[cfg(test)]
-pub(crate) use memory::FlushFailure;
 pub use memory::MemoryStore;
+#[cfg(test)]
+pub(crate) use memory::{FailingWrite, FlushFailure};
 pub use redis_store::{
     DEFAULT_KEYSPACE, Durability, Followed, Keys, Patience, RedisCluster, RedisConn, RedisOptions,
     RedisSentinels, RedisServer, RedisStore, RedisTls, SENTINEL_SERVICE, Standby, check_durability,
