@@ -104,15 +104,11 @@ impl GameServerService for GameServer {
         if self.state.closing() {
             return Err(super::error::streams_closed(&self.state));
         }
-        tracing::info!(server = %req.server_address, region = %req.region, capacity = req.capacity, "game server registered");
-        let address = req.server_address.clone();
-        let (rx, again) = self
-            .state
-            .register_server(req.server_address, req.region, req.capacity);
+        let (address, region) = (req.server_address.clone(), req.region.clone());
+        let (rx, again) =
+            register(&self.state, req.server_address, req.region, req.capacity).await?;
+        tracing::info!(server = %address, region = %region, capacity = req.capacity, "game server registered");
         if !again.is_empty() {
-            // Sent only once durable, as every match is: the flush covers every allocation
-            // made so far.
-            self.state.store().flush_async().await?;
             tracing::info!(server = %address, matches = again.len(), "matches not started sent again to a server that connected again");
         }
         Ok(Response::new(assignments(&self.state, rx, again)))
@@ -288,6 +284,31 @@ impl GameServerService for GameServer {
     }
 }
 
+/// Registers a game server's new stream under `address`, replacing the one it had, and returns
+/// it with the matches not started to send again on it. The matches go out only once durable,
+/// as every match does: the store is flushed before the registry changes, so a flush that
+/// fails leaves the address's stream as it was (the call fails, the old stream keeps getting
+/// matches); and again, when there are matches to send, for an allocation made in between.
+async fn register(
+    state: &State,
+    address: String,
+    region: String,
+    capacity: u32,
+) -> Result<
+    (
+        tokio::sync::mpsc::Receiver<std::sync::Arc<crate::state::Assignment>>,
+        Vec<std::sync::Arc<crate::state::Assignment>>,
+    ),
+    Status,
+> {
+    state.store().flush_async().await?;
+    let (rx, again) = state.register_server(address, region, capacity);
+    if !again.is_empty() {
+        state.store().flush_async().await?;
+    }
+    Ok((rx, again))
+}
+
 /// A match no longer live, for a call that needs a live one: `Ok` when it ended cancelled (the
 /// caller may answer a repeat of a cancel), FAILED_PRECONDITION when it completed, else
 /// `not_found`. Only the match's server (or an admin) learns which.
@@ -342,5 +363,24 @@ mod tests {
         assert_eq!(connected(&recorder), Some(1.0));
         metrics::with_local_recorder(&recorder, || drop(two));
         assert_eq!(connected(&recorder), Some(0.0));
+    }
+
+    #[tokio::test]
+    async fn a_registration_whose_flush_fails_leaves_the_address_on_its_old_stream() {
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        let (mut old, _) = register(&state, "gs-1:7777".into(), String::new(), 0)
+            .await
+            .unwrap();
+        memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
+        let refused = register(&state, "gs-1:7777".into(), String::new(), 0).await;
+        assert_eq!(refused.err().map(|s| s.code()), Some(tonic::Code::Internal));
+        // The old stream is still the address's: what the loop sends there reaches it.
+        let tx = state
+            .server_stream("gs-1:7777")
+            .expect("the old stream is still registered");
+        let m = crate::state::test_util::formed_1v1(&state, "m1", "a", "b", "gs-1:7777");
+        tx.try_send(m.assignment()).unwrap();
+        assert_eq!(old.try_recv().unwrap().match_id.as_str(), "m1");
     }
 }
