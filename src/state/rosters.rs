@@ -186,19 +186,35 @@ impl State {
         Ok(rosters.by_id.get_mut(id).expect("live above"))
     }
 
+    /// Refuses `player`, whom the rosters name as a member of `party`, while that party is live
+    /// (it is touched then); one that expired no longer holds them. A store failure while
+    /// removing an expired party is a failure, never "not in a party": the player could end up
+    /// in two parties.
+    fn not_in_live_party(
+        &self,
+        rosters: &mut Rosters,
+        player: &PlayerId,
+        party: &PartyId,
+        now: f64,
+    ) -> Result<(), PartyError> {
+        match self.touch_live_party(rosters, party, now) {
+            Ok(_) => Err(Rejection::Party {
+                party: party.clone(),
+                refusal: PartyRefusal::HasPlayer(player.clone()),
+            }
+            .into()),
+            Err(PartyError::Rejected(Rejection::NotFound { .. })) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `CreateParty`: a new party with `player` as leader and only member, at `now` on the
     /// matchmaker clock (as every party call's `now`).
     pub fn create_party(&self, player: &PlayerId, now: f64) -> Result<PartyRoster, PartyError> {
         let mut rosters = self.rosters();
         if let Some(id) = rosters.by_player.get(player).cloned() {
             // A party the player is in but that expired no longer holds it.
-            if self.touch_live_party(&mut rosters, &id, now).is_ok() {
-                return Err(Rejection::Party {
-                    party: id,
-                    refusal: PartyRefusal::HasPlayer(player.clone()),
-                }
-                .into());
-            }
+            self.not_in_live_party(&mut rosters, player, &id, now)?;
         }
         let mut code = invite_code();
         while rosters.by_code.contains_key(&code) {
@@ -237,13 +253,8 @@ impl State {
         let id = rosters.by_code.get(&code).cloned().ok_or_else(not_found)?;
         if let Some(other) = rosters.by_player.get(player).cloned()
             && other != id
-            && self.touch_live_party(&mut rosters, &other, now).is_ok()
         {
-            return Err(Rejection::Party {
-                party: other,
-                refusal: PartyRefusal::HasPlayer(player.clone()),
-            }
-            .into());
+            self.not_in_live_party(&mut rosters, player, &other, now)?;
         }
         let max = self.inner.config.parties.max_members;
         let roster = match self.touch_live_party(&mut rosters, &id, now) {
@@ -543,5 +554,35 @@ mod tests {
             s.party_roster(&p.party_id, 301.0, |_| true).is_err(),
             "ended stays ended"
         );
+    }
+
+    /// An expired party the store could not remove still holds its members: a store failure
+    /// is not "in no party", which would let them into a second party.
+    #[test]
+    fn a_store_failure_ending_an_expired_party_is_not_read_as_in_no_party() {
+        use crate::store::FailingWrite;
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let config = crate::config::Config::from_toml_str("[parties]\nidle_expiry_seconds = 60\n");
+        let s = State::load(std::sync::Arc::new(config.unwrap()), memory.clone()).unwrap();
+        let (a, b) = ("a".into(), "b".into());
+        let first = s.create_party(&a, 0.0).unwrap();
+        let other = s.create_party(&b, 100.0).unwrap();
+        memory.fail_writes(FailingWrite::RosterRemovals, true);
+        let created = s.create_party(&a, 120.0);
+        assert!(matches!(created, Err(PartyError::Store(_))), "{created:?}");
+        let joined = s.join_party(&other.invite_code, &a, 120.0);
+        assert!(matches!(joined, Err(PartyError::Store(_))), "{joined:?}");
+        let member_of = |id| {
+            s.party_roster(id, 130.0, |_| true)
+                .map(|r| ids(&r).join(","))
+        };
+        assert_eq!(member_of(&other.party_id).unwrap(), "b");
+        // Once the store works again, the expired party goes and a is free to join.
+        memory.fail_writes(FailingWrite::RosterRemovals, false);
+        assert_eq!(
+            ids(&s.join_party(&other.invite_code, &a, 140.0).unwrap()),
+            ["b", "a"]
+        );
+        assert!(s.party_roster(&first.party_id, 141.0, |_| true).is_err());
     }
 }
