@@ -104,6 +104,18 @@ pub struct EntryWithEvents {
     pub events: Vec<EventRecord>,
 }
 
+/// A party's rating in `pool` that an admin change cannot carry through its system (`key`:
+/// the party's members, as [`crate::records::party_key`] joins them): refused, named by the
+/// party's first member, as a player's would be.
+fn party_rating_refused(key: &str, pool: &str, e: &impl std::fmt::Display) -> Rejection {
+    let members: Vec<&str> = key.split('\u{1f}').collect();
+    Rejection::Rating {
+        player: PlayerId::new(members[0]),
+        pool: pool.to_string(),
+        detail: format!("the rating of their party ({}): {e}", members.join(", ")),
+    }
+}
+
 type Prepared<T> = Result<Result<(Vec<EntryWithEvents>, T), Rejection>, StoreError>;
 
 impl State {
@@ -400,13 +412,17 @@ impl State {
             let (records, next, week_rp, parties) = match kind {
                 ResetKind::Soft => {
                     let period = system.rating_period_seconds();
-                    let parties: Vec<(String, PartyRecord)> = party_rows
-                        .iter()
-                        .filter_map(|(key, r)| {
-                            let skill = system.decay(&r.skill, period).ok()?;
-                            Some((key.clone(), PartyRecord { skill, ..r.clone() }))
-                        })
-                        .collect();
+                    // A party rating the decay refuses refuses the reset, as a player's does:
+                    // dropped, the party would keep its old rating into the new week.
+                    let mut parties = Vec::with_capacity(party_rows.len());
+                    for (key, r) in &party_rows {
+                        match system.decay(&r.skill, period) {
+                            Ok(skill) => {
+                                parties.push((key.clone(), PartyRecord { skill, ..r.clone() }));
+                            }
+                            Err(e) => return Ok(Err(party_rating_refused(key, pool, &e))),
+                        }
+                    }
                     let mut out = Vec::with_capacity(rows.len());
                     for (i, (p, r)) in rows.iter().enumerate() {
                         let mut next = r.clone();

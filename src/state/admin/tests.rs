@@ -74,6 +74,48 @@ fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
     assert!(events.is_empty(), "no rating period in a streaming pool");
 }
 
+/// A party rating the soft reset's decay refuses refuses the reset, as a player's does: it is
+/// not left out of the reset to keep its old rating into the new week.
+#[test]
+fn a_soft_reset_is_refused_by_a_party_rating_its_decay_refuses() {
+    let state = crate::state::test_util::state();
+    let queue = state.queue("queue", "2v2").unwrap();
+    let (a, b) = (PlayerId::new("a"), PlayerId::new("b"));
+    let record = state.initial_record(&queue);
+    let mut entry = State::admin_entry(
+        "test:setup".into(),
+        "2v2",
+        vec![(a.clone(), record.clone()), (b.clone(), record.clone())],
+    );
+    let broken = Skill {
+        deviation: -1.0,
+        ..record.skill
+    };
+    entry.parties = vec![(
+        party_key(&[a, b]),
+        PartyRecord {
+            skill: broken,
+            games: 3,
+            last_played_unix: None,
+        },
+    )];
+    state.apply_admin(&entry);
+    let refused = state
+        .prepare_season_reset(ResetKind::Soft, &[queue])
+        .unwrap();
+    match refused {
+        Err(Rejection::Rating {
+            player,
+            pool,
+            detail,
+        }) => {
+            assert_eq!((player.as_str(), pool.as_str()), ("a", "2v2"));
+            assert!(detail.contains("party (a, b)"), "{detail}");
+        }
+        other => panic!("expected the party's rating to refuse the reset: {other:?}"),
+    }
+}
+
 /// 1v1 as a periodic Glicko-2 ladder, idle periods counted exactly.
 const PERIODIC_LADDER: &str = r#"
 [queues.1v1]
