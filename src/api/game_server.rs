@@ -242,12 +242,8 @@ impl GameServerService for GameServer {
             }
         };
         identity.may_serve_as(&slot.assignment().server_address, "start this match")?;
-        let (started, now) = self.state.start_match(&slot)?;
-        if now {
-            // Rewritten with its start, so a restart keeps it STARTED.
-            self.state.persist_matches(std::slice::from_ref(&slot));
-            tracing::info!(match_id = %slot.id, "match started");
-        }
+        // Written with its start, and flushed: OK means a restart keeps it STARTED.
+        let started = self.state.start_match(&slot)??;
         self.state.store().flush_async().await?;
         Ok(Response::new(proto::StartMatchResponse {
             started_unix: started as i64,

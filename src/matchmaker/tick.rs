@@ -356,7 +356,7 @@ mod tests {
         let match_id = view.assignment.expect("a and b meet").match_id.clone();
         let m = state.match_slot(&match_id).unwrap();
         assert_eq!(m.phase(), MatchPhase::Allocated);
-        state.start_match(&m).unwrap();
+        state.start_match(&m).unwrap().unwrap();
 
         // A second later on the loop's clock (the sweep reads no other: a step of the system
         // clock, however large, cancels nothing).

@@ -89,10 +89,26 @@ impl State {
         }
     }
 
-    /// `StartMatch`: an ALLOCATED match becomes STARTED. Returns when it started and whether
-    /// this call started it (the caller then persists the match). Starting a started match
-    /// again changes nothing.
-    pub fn start_match(&self, m: &MatchSlot) -> Result<(f64, bool), Rejection> {
+    /// `StartMatch`: an ALLOCATED match becomes STARTED, and is written through the store with
+    /// its start, so a restart keeps it STARTED (a cancel then voids it instead of requeueing
+    /// the players of a running game). Returns when it started; durable with the caller's
+    /// flush. Starting a started match again changes nothing but writes it again: the write of
+    /// the call that started it may have failed, and a retry must leave the start durable.
+    pub fn start_match(&self, m: &Arc<MatchSlot>) -> Result<Result<f64, Rejection>, StoreError> {
+        let (started, now) = match Self::mark_started(m) {
+            Ok(started) => started,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if now {
+            tracing::info!(match_id = %m.id, "match started");
+        }
+        self.write_matches(std::slice::from_ref(m))?;
+        Ok(Ok(started))
+    }
+
+    /// An ALLOCATED match becomes STARTED. Returns when it started and whether this call
+    /// started it.
+    fn mark_started(m: &MatchSlot) -> Result<(f64, bool), Rejection> {
         let mut inner = m.lock();
         match inner.phase {
             MatchPhase::Allocated => {

@@ -31,7 +31,7 @@ impl State {
         // Encoded before the segments lock, which result handlers also take. Each copy is
         // numbered: two threads writing one match (the loop adding a backfilled player, a
         // handler marking it started) may reach the lock in the other order than they copied.
-        let encoded: Result<Vec<(u64, Vec<u8>)>, _> = matches
+        let encoded: Vec<(u64, Vec<u8>)> = matches
             .iter()
             .map(|m| {
                 let (copy, stored) = self.stored_match(m);
@@ -588,6 +588,36 @@ mod tests {
             .unwrap();
         assert_eq!(store.load_matches().unwrap().0.len(), 0);
         assert_eq!(memory.marks_and_segments().1, 0, "the last segment went");
+    }
+
+    /// `StartMatch` answers OK only once the start is durable: a write that failed is the
+    /// caller's error, and the retry (the match already STARTED in memory) writes it again, so
+    /// a restart finds the match STARTED, not ALLOCATED (which a cancel would requeue).
+    #[test]
+    fn a_start_whose_write_failed_is_written_by_its_retry() {
+        use crate::store::{FailingWrite, Storage};
+        let memory = Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        let m = crate::state::test_util::formed_1v1(&state, "m-1", "a", "b", "gs:1");
+        // Allocated and written, as the loop does.
+        m.lock().phase = MatchPhase::Allocated;
+        state.persist_matches(std::slice::from_ref(&m));
+        memory.fail_writes(FailingWrite::Matches, true);
+        assert!(
+            state.start_match(&m).is_err(),
+            "the failed write is reported"
+        );
+        assert_eq!(memory.load_matches().unwrap().0[0].started_unix, None);
+        memory.fail_writes(FailingWrite::Matches, false);
+        let started = state.start_match(&m).unwrap().unwrap();
+        assert_eq!(
+            memory.load_matches().unwrap().0[0].started_unix,
+            Some(started)
+        );
+        let restarted = crate::state::test_util::state_on(memory.clone());
+        let (_, restored, _) = restarted.recover(0.0).unwrap();
+        assert_eq!(restored.len(), 1);
+        assert_eq!(restored[0].phase(), MatchPhase::Started);
     }
 
     /// A write of live matches refused because another node holds the lease is the normal end
