@@ -387,6 +387,45 @@ async fn results_and_live_matches_survive_a_restart() {
     assert_eq!(rating_of(&server, "l1", "1v1").await.games, 1);
 }
 
+/// A report repeated after a restart whose config dropped the match's queue is answered from
+/// its stored acknowledgement (ratings as stored): the request names no queue, and the result
+/// was applied.
+#[tokio::test]
+async fn a_report_repeated_after_its_queue_was_dropped_gets_its_acknowledgement() {
+    let dir = tempfile::tempdir().unwrap();
+    let duel = "[queues.duel]\nteams = 2\nteam_size = 1\nmax_party_size = 1\nranking = \"none\"\n";
+    let (m, first) = {
+        let mut server = TestServer::start_in(dir.path(), duel).await;
+        let mut client = server.client().await;
+        let m = form_match(&mut client, "duel", &[&["q1"], &["q2"]]).await;
+        let first = server
+            .game_server()
+            .await
+            .report_match_result(report(&m.match_id, placements_with_winner(&m, "q1")))
+            .await
+            .unwrap()
+            .into_inner();
+        server.stop().await.unwrap();
+        (m, first)
+    };
+    let server = TestServer::start_in(dir.path(), "").await;
+    let again = server
+        .game_server()
+        .await
+        .report_match_result(report(&m.match_id, placements_with_winner(&m, "q1")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.duplicate);
+    let means = |ack: &proto::MatchResultAck| -> Vec<(String, f64)> {
+        ack.changes
+            .iter()
+            .map(|c| (c.player_id.clone(), c.after.as_ref().unwrap().mean))
+            .collect()
+    };
+    assert_eq!(means(&again), means(&first));
+}
+
 /// 1v1 as classic periodic Glicko-2 with two-second rating periods.
 const PERIODIC: &str = r#"
 [queues.1v1.rating]

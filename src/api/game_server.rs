@@ -166,23 +166,7 @@ impl GameServerService for GameServer {
         })
         .await
         .map_err(super::error::task_failed)??;
-        let queue = self.state.queue("queue", &reported.ack.queue)?;
-        let system = &queue.config.rating;
-        Ok(Response::new(proto::MatchResultAck {
-            changes: reported
-                .ack
-                .changes
-                .iter()
-                .map(|c| proto::PlayerChange {
-                    player_id: c.player_id.to_string(),
-                    before: Some(convert::rating(system, &c.before)),
-                    after: Some(convert::rating(system, &c.after)),
-                    rank_points_before: i64::from(c.rank_points_before),
-                    rank_points_after: i64::from(c.rank_points_after),
-                })
-                .collect(),
-            duplicate: reported.duplicate,
-        }))
+        Ok(Response::new(result_ack(&self.state, &reported)))
     }
 
     async fn cancel_match(
@@ -277,6 +261,39 @@ impl GameServerService for GameServer {
             })
             .await??;
         Ok(Response::new(proto::BackfillResponse { backfill_id }))
+    }
+}
+
+/// A result's acknowledgement on the wire: ratings in its queue system's display units, or as
+/// stored when the queue is no longer configured (a repeated report after a restart whose
+/// config dropped it: the result was applied, and the request names no queue to refuse).
+fn result_ack(state: &State, reported: &crate::ledger::Reported) -> proto::MatchResultAck {
+    let queue = state.queue_of(&crate::ids::QueueId::new(reported.ack.queue.as_str()));
+    let rating = |s: &crate::rating::Skill| match &queue {
+        Some(q) => convert::rating(&q.config.rating, s),
+        None => proto::Rating {
+            mean: s.mean,
+            deviation: s.deviation,
+            volatility: s.volatility,
+            display: s.mean,
+            display_low: s.mean,
+            display_high: s.mean,
+        },
+    };
+    proto::MatchResultAck {
+        changes: reported
+            .ack
+            .changes
+            .iter()
+            .map(|c| proto::PlayerChange {
+                player_id: c.player_id.to_string(),
+                before: Some(rating(&c.before)),
+                after: Some(rating(&c.after)),
+                rank_points_before: i64::from(c.rank_points_before),
+                rank_points_after: i64::from(c.rank_points_after),
+            })
+            .collect(),
+        duplicate: reported.duplicate,
     }
 }
 
