@@ -441,6 +441,9 @@ impl Admin {
                 req.after_cursor
             )));
         }
+        // A cursor whose next events retention dropped: resuming would skip them without a
+        // word, so the consumer hears it and resyncs (from 0, the oldest kept).
+        self.state.resumable_after(req.after_cursor)??;
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_BUFFER);
         tokio::spawn(self.state.clone().send_events(
             req.after_cursor,

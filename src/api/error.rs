@@ -81,6 +81,21 @@ impl From<HandleError> for Status {
     }
 }
 
+impl From<crate::state::EventsTrimmed> for Status {
+    fn from(e: crate::state::EventsTrimmed) -> Self {
+        Status::out_of_range(e.to_string())
+    }
+}
+
+impl From<crate::state::WatchError> for Status {
+    fn from(e: crate::state::WatchError) -> Self {
+        match e {
+            crate::state::WatchError::Trimmed(t) => t.into(),
+            crate::state::WatchError::Store(s) => store_failure(&s),
+        }
+    }
+}
+
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Self {
         store_failure(&e)

@@ -26,6 +26,32 @@ use crate::telemetry::LogLimit;
 /// Events read from the store per step of a watcher.
 const EVENT_BATCH: usize = 256;
 
+/// Events after a watcher's cursor that retention dropped before it read them: it must resync
+/// (from its own source of truth), then resume from 0 (the oldest kept) or from `oldest - 1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "after_cursor: events after {after} are no longer kept ([events] retention dropped them); \
+     {}: resync, then resume from 0 (the oldest kept event)",
+    oldest.map_or_else(|| format!("no event is kept, the last written is {last}"), |o| format!("the oldest kept is {o}"))
+)]
+pub struct EventsTrimmed {
+    /// The cursor the watcher resumed from.
+    pub after: u64,
+    /// The oldest event's cursor still kept, if any.
+    pub oldest: Option<u64>,
+    /// The last durable event's cursor.
+    pub last: u64,
+}
+
+/// Why a watcher's stream ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error(transparent)]
+    Trimmed(#[from] EventsTrimmed),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// How much of a log (the event log, the audit log) is kept: entries younger than `retention`,
 /// at most the newest `max`.
 #[derive(Clone, Copy, Debug)]
@@ -314,13 +340,40 @@ impl State {
             .send_if_modified(|p| (last > *p).then(|| *p = last).is_some());
     }
 
+    /// Whether a watcher may resume after cursor `after`: not when retention dropped events
+    /// after it that the watcher never read (the oldest kept is past `after + 1`, or none is
+    /// kept though events after it were written), which it would otherwise skip without a
+    /// word. Cursor 0 means "from the oldest kept" and is always resumable.
+    pub fn resumable_after(&self, after: u64) -> Result<Result<(), EventsTrimmed>, StoreError> {
+        let last = self.last_durable_event();
+        if after == 0 || after >= last {
+            return Ok(Ok(()));
+        }
+        let oldest = self
+            .inner
+            .store
+            .events_after(0, 1)?
+            .first()
+            .map(|(seq, _)| *seq);
+        if oldest.is_some_and(|oldest| oldest <= after + 1) {
+            return Ok(Ok(()));
+        }
+        Ok(Err(EventsTrimmed {
+            after,
+            oldest,
+            last,
+        }))
+    }
+
     /// Sends every durable event after `after` that `wanted` keeps, then each new one as it
-    /// becomes durable, until the receiver goes, `shutdown`, or a store error (sent last).
+    /// becomes durable, until the receiver goes, `shutdown`, or an error (sent last): a store
+    /// error, or events after the watcher's cursor that retention dropped before it read them
+    /// ([`State::resumable_after`]).
     pub async fn send_events(
         self,
         after: u64,
         wanted: impl Fn(EventKind) -> bool,
-        tx: mpsc::Sender<Result<(u64, EventRecord), StoreError>>,
+        tx: mpsc::Sender<Result<(u64, EventRecord), WatchError>>,
         shutdown: CancellationToken,
     ) {
         let mut published = self.inner.events.published.subscribe();
@@ -331,12 +384,25 @@ impl State {
                 let batch = match self.inner.store.events_after(cursor, EVENT_BATCH) {
                     Ok(b) => b,
                     Err(e) => {
-                        let _ = tx.send(Err(e)).await;
+                        let _ = tx.send(Err(e.into())).await;
                         return;
                     }
                 };
-                // Nothing left up to the durable cursor (trimmed meanwhile, or only events
-                // not yet durable follow): skip ahead to it.
+                // Events after the cursor are missing: retention dropped them before this
+                // watcher read them, which it must hear of.
+                if batch.first().is_none_or(|(seq, _)| *seq > cursor + 1) {
+                    let trimmed = match self.resumable_after(cursor) {
+                        Ok(Ok(())) => None,
+                        Ok(Err(trimmed)) => Some(WatchError::Trimmed(trimmed)),
+                        Err(e) => Some(e.into()),
+                    };
+                    if let Some(e) = trimmed {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+                // Nothing left up to the durable cursor (only events not yet durable follow,
+                // or a watcher from 0 whose events were trimmed): skip ahead to it.
                 if batch.first().is_none_or(|(seq, _)| *seq > durable) {
                     cursor = durable;
                     break;
@@ -631,7 +697,7 @@ mod tests {
     }
 
     async fn recv(
-        rx: &mut mpsc::Receiver<Result<(u64, EventRecord), StoreError>>,
+        rx: &mut mpsc::Receiver<Result<(u64, EventRecord), WatchError>>,
     ) -> (u64, String) {
         let (seq, e) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
@@ -682,6 +748,73 @@ mod tests {
         // The first watcher, filtering, sees only the bans.
         assert_eq!(recv(&mut rx).await, (3, "b".to_string()));
         assert_eq!(recv(&mut rx).await, (4, "c".to_string()));
+        stop.cancel();
+    }
+
+    /// A watcher resuming after a cursor whose next events retention dropped hears it (at the
+    /// call, and from the stream when they go while it waits), with the oldest kept; from 0, or
+    /// from a cursor whose next event is kept, it reads on.
+    #[tokio::test]
+    async fn a_watcher_behind_what_retention_dropped_is_told_so_and_the_oldest_kept() {
+        let config = std::sync::Arc::new(crate::config::Config::from_toml_str("").unwrap());
+        let store: crate::store::Store = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = State::load(config, store.clone()).unwrap();
+        let stop = CancellationToken::new();
+        let five: Vec<EventRecord> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|p| event(EventKind::PlayerBanned, p))
+            .collect();
+        state.emit_durable(&five).await.unwrap();
+        store.trim_events(0.0, 2).unwrap();
+        let trimmed = EventsTrimmed {
+            after: 1,
+            oldest: Some(4),
+            last: 5,
+        };
+        assert_eq!(state.resumable_after(1).unwrap(), Err(trimmed));
+        assert!(
+            trimmed.to_string().contains("the oldest kept is 4"),
+            "{trimmed}"
+        );
+        for fine in [0, 3, 4, 5, 6] {
+            assert_eq!(state.resumable_after(fine).unwrap(), Ok(()), "{fine}");
+        }
+        let (tx, mut rx) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(1, |_| true, tx, stop.clone()));
+        let told = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("an answer within 5 s")
+            .expect("the sender is alive");
+        assert!(
+            matches!(told, Err(WatchError::Trimmed(t)) if t == trimmed),
+            "{told:?}"
+        );
+        let (tx, mut from_zero) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(0, |_| true, tx, stop.clone()));
+        assert_eq!(recv(&mut from_zero).await, (4, "d".to_string()));
+        // A watcher that read up to 5 waits; what comes next is dropped before it reads it.
+        let (tx, mut waiting) = mpsc::channel(8);
+        tokio::spawn(state.clone().send_events(5, |_| true, tx, stop.clone()));
+        store.trim_events(1e12, 0).unwrap();
+        state
+            .emit_durable(&[event(EventKind::PlayerBanned, "f")])
+            .await
+            .unwrap();
+        store.trim_events(1e12, 0).unwrap();
+        state
+            .emit_durable(&[event(EventKind::PlayerBanned, "g")])
+            .await
+            .unwrap();
+        let told = tokio::time::timeout(Duration::from_secs(5), waiting.recv())
+            .await
+            .expect("an answer within 5 s")
+            .expect("the sender is alive");
+        // It may have read f before the trim; if not, it is told f went.
+        match told {
+            Ok((6, _)) => assert_eq!(recv(&mut waiting).await, (7, "g".to_string())),
+            Err(WatchError::Trimmed(t)) => assert_eq!(t.after, 5),
+            other => panic!("{other:?}"),
+        }
         stop.cancel();
     }
 

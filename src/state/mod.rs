@@ -43,7 +43,9 @@ pub use admin::{
     EntryWithEvents, MigrationOutcome, MigrationRow, PoolReset, ResetKind, SeasonOutcome,
 };
 pub use calibration::Calibrations;
-pub use events::{Kept, Taken, match_event, period_close_events, result_events};
+pub use events::{
+    EventsTrimmed, Kept, Taken, WatchError, match_event, period_close_events, result_events,
+};
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};
 pub use matches::{Allocation, Assignment, MatchPhase, MatchSlot};
