@@ -6,6 +6,9 @@
 //! a result that got OK survives `kill -9`. Each match's result is computed once: concurrent and
 //! later duplicates get the same acknowledgement with `duplicate = true`, for as long as it is
 //! kept (`[results] ack_retention_seconds`; see `ledger/retention.rs`); a later one is refused.
+//! A duplicate must report what was applied: its placements and team scores are checked as a
+//! first report's are, then against those the acknowledgement keeps, and another outcome is
+//! refused (FAILED_PRECONDITION naming the field).
 //!
 //! Crash guarantees, step by step:
 //! 1. Nothing is written before validation: a rejected report changes nothing.
@@ -136,10 +139,15 @@ impl Ledger {
             Ok(slot) => slot,
             Err(not_found) => {
                 return match self.state.store().result_of(match_id)? {
-                    Some(ack) => Ok(Reported {
-                        ack: Arc::new(ack),
-                        duplicate: true,
-                    }),
+                    Some(ack) => {
+                        // A repeat must report what was applied (from any node: the stored
+                        // acknowledgement keeps it).
+                        crate::results::check_repeat(match_id, &ack, &placements, &team_scores)?;
+                        Ok(Reported {
+                            ack: Arc::new(ack),
+                            duplicate: true,
+                        })
+                    }
                     None => Err(self.refusal_without_ack(match_id, not_found).await?.into()),
                 };
             }
@@ -194,9 +202,23 @@ impl Ledger {
                 Ok::<_, ReportError>(ack)
             })
             .await?;
+        let duplicate = !ran.load(Ordering::Relaxed);
+        if duplicate {
+            // A concurrent or later report of a result this server applied: checked as a
+            // first report is, against the match's teams, then against the applied outcome.
+            let teams = &slot.assignment().teams;
+            crate::results::validate_scored(
+                teams,
+                &placements,
+                &team_scores,
+                &performance,
+                &abandoned,
+            )?;
+            crate::results::check_repeat(match_id, ack, &placements, &team_scores)?;
+        }
         Ok(Reported {
             ack: ack.clone(),
-            duplicate: !ran.load(Ordering::Relaxed),
+            duplicate,
         })
     }
 
@@ -502,6 +524,7 @@ mode = "periodic"
                 ack: ResultAck {
                     queue: String::new(),
                     changes: Vec::new(),
+                    report: None,
                 },
                 kind: EntryKind::Admin,
                 season: None,

@@ -100,6 +100,21 @@ pub struct PlayerChange {
 pub struct ResultAck {
     pub queue: String,
     pub changes: Vec<PlayerChange>,
+    /// What the applied report said, so that a repeat can be told from a different report
+    /// (`None` in acknowledgements written before it was kept: a repeat of those is answered
+    /// unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportDigest>,
+}
+
+/// The outcome a result's report gave: a repeat of the report must give the same one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReportDigest {
+    /// Per team, 1 = first.
+    pub placements: Vec<u32>,
+    /// Per team, or empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub team_scores: Vec<f64>,
 }
 
 // --- Records: match history and party rosters ---
@@ -350,6 +365,7 @@ mod tests {
         let mut ack = ResultAck {
             queue: "1v1".into(),
             changes: vec![change("a"), change("gone")],
+            report: None,
         };
         assert!(ack.erase(&PlayerId::new("gone"), &marker));
         assert_eq!(ack.changes[1].player_id, marker);

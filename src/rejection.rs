@@ -170,6 +170,16 @@ pub enum MatchRefusal {
     KeptChanging,
     #[error("belongs to a queue that is no longer configured")]
     QueueGone,
+    /// A repeated report that gives another outcome than the one applied: the result stays as
+    /// first applied. `field` is the one that differs; `applied` what the applied report said.
+    #[error(
+        "was completed with {applied}; this report's {field} differ, and a result is applied \
+         once: a repeat must report the same"
+    )]
+    OtherReport {
+        field: &'static str,
+        applied: String,
+    },
 }
 
 /// Why a ticket refused a request.

@@ -1090,7 +1090,7 @@ async fn deleting_a_player_erases_their_history_and_marks_them_in_the_others() {
             let again = gs
                 .report_match_result(proto::MatchResult {
                     match_id: shared.clone(),
-                    placements: vec![1, 2],
+                    placements: record.placements.clone(),
                     ..Default::default()
                 })
                 .await

@@ -1223,7 +1223,7 @@ async fn an_erasure_through_any_node_takes_the_match_history_in_redis_with_it() 
             let again = GameServerServiceClient::new(channel)
                 .report_match_result(proto::MatchResult {
                     match_id: id,
-                    placements: vec![1, 2],
+                    placements: record.placements.clone(),
                     ..Default::default()
                 })
                 .await

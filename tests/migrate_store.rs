@@ -321,11 +321,11 @@ async fn an_embedded_store_moves_into_redis_resumably_and_verified() {
     }
     let mut gs = GameServerServiceClient::new(ch.clone());
     // Results reported before the move are duplicates, with the same changes.
-    for (m, ack) in &reported {
+    for (i, (m, ack)) in reported.iter().enumerate() {
         let again = gs
             .report_match_result(proto::MatchResult {
                 match_id: m.match_id.clone(),
-                placements: vec![1, 2],
+                placements: common::placements_with_winner(m, &format!("a{i}")),
                 ..Default::default()
             })
             .await

@@ -149,27 +149,50 @@ async fn a_duplicate_report_returns_the_first_outcome_and_applies_nothing() {
     let mut client = server.client().await;
     let a = form_match(&mut client, "1v1", &[&["d1"], &["d2"]]).await;
     let mut gs = server.game_server().await;
+    let won_by_d1 = placements_with_winner(&a, "d1");
     let first = gs
-        .report_match_result(report(&a.match_id, placements_with_winner(&a, "d1")))
+        .report_match_result(report(&a.match_id, won_by_d1.clone()))
         .await
         .unwrap()
         .into_inner();
-    // A second report, even with a different outcome, is the same result.
     let second = gs
-        .report_match_result(report(&a.match_id, placements_with_winner(&a, "d2")))
+        .report_match_result(report(&a.match_id, won_by_d1.clone()))
         .await
         .unwrap()
         .into_inner();
     assert!(second.duplicate);
     assert_eq!(first.changes, second.changes);
+    // A repeat with another outcome is refused, naming the field; one malformed is refused as
+    // a first report would be. Neither changes anything.
+    let flipped = gs
+        .report_match_result(report(&a.match_id, placements_with_winner(&a, "d2")))
+        .await
+        .unwrap_err();
+    assert_eq!(flipped.code(), Code::FailedPrecondition, "{flipped:?}");
+    assert!(flipped.message().contains("placements"), "{flipped:?}");
+    let empty = gs
+        .report_match_result(report(&a.match_id, Vec::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(empty.code(), Code::InvalidArgument, "{empty:?}");
+    assert!(empty.message().contains("placements"), "{empty:?}");
+    let scored = gs
+        .report_match_result(proto::MatchResult {
+            team_scores: vec![16.0, 3.0],
+            ..report(&a.match_id, won_by_d1.clone())
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(scored.code(), Code::FailedPrecondition, "{scored:?}");
+    assert!(scored.message().contains("team_scores"), "{scored:?}");
     assert_eq!(rating_of(&server, "d1", "1v1").await.games, 1);
     // Many concurrent duplicates: exactly the same answer, applied once.
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let mut gs = server.game_server().await;
-        let id = a.match_id.clone();
+        let (id, placements) = (a.match_id.clone(), won_by_d1.clone());
         tasks.push(tokio::spawn(async move {
-            gs.report_match_result(report(&id, vec![1, 2]))
+            gs.report_match_result(report(&id, placements))
                 .await
                 .unwrap()
                 .into_inner()
@@ -367,7 +390,7 @@ async fn results_and_live_matches_survive_a_restart() {
     }
     let mut gs = server.game_server().await;
     let again = gs
-        .report_match_result(report(&reported.match_id, vec![2, 1]))
+        .report_match_result(report(&reported.match_id, vec![1, 2]))
         .await
         .unwrap()
         .into_inner();

@@ -263,6 +263,7 @@ impl State {
             ack: ResultAck {
                 queue: String::new(),
                 changes: Vec::new(),
+                report: None,
             },
             kind: EntryKind::Admin,
             season: None,

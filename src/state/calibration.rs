@@ -113,6 +113,7 @@ mod tests {
             ack: ResultAck {
                 queue: "1v1".into(),
                 changes: Vec::new(),
+                report: None,
             },
             kind: EntryKind::Result,
             season: None,

@@ -519,6 +519,7 @@ mod tests {
                 rank_points_before: 10,
                 rank_points_after: 30,
             }],
+            report: None,
         };
         let events = result_events("m1", &ack, 7.0, false, &[]);
         let kinds: Vec<EventKind> = events.iter().map(|e| e.kind).collect();
@@ -551,6 +552,7 @@ mod tests {
                 rank_points_before: 700,
                 rank_points_after: 708,
             }],
+            report: None,
         };
         let detail = |pending, void: &[PlayerId]| {
             let events = result_events("m1", &ack, 7.0, pending, void);

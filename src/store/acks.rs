@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{MatchId, PlayerId};
-use crate::records::{PlayerChange, ResultAck};
+use crate::records::{PlayerChange, ReportDigest, ResultAck};
 use crate::rejection::FieldError;
 
 /// The shortest `[results] ack_retention_seconds`: a game server retries a report it got no
@@ -115,11 +115,18 @@ impl Serialize for AckRecord {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
         // Every field of the acknowledgement, named here so that a new one cannot be left out.
-        let ResultAck { queue, changes } = &self.ack;
-        let fields = 2 + usize::from(self.applied_unix.is_some());
+        let ResultAck {
+            queue,
+            changes,
+            report,
+        } = &self.ack;
+        let fields = 2 + usize::from(self.applied_unix.is_some()) + usize::from(report.is_some());
         let mut s = serializer.serialize_struct("AckRecord", fields)?;
         s.serialize_field("queue", queue)?;
         s.serialize_field("changes", changes)?;
+        if let Some(report) = report {
+            s.serialize_field("report", report)?;
+        }
         if let Some(unix) = self.applied_unix {
             s.serialize_field("applied_unix", &unix)?;
         }
@@ -134,15 +141,22 @@ impl<'de> Deserialize<'de> for AckRecord {
             queue: String,
             changes: Vec<PlayerChange>,
             #[serde(default)]
+            report: Option<ReportDigest>,
+            #[serde(default)]
             applied_unix: Option<f64>,
         }
         let Stored {
             queue,
             changes,
+            report,
             applied_unix,
         } = Stored::deserialize(deserializer)?;
         Ok(Self {
-            ack: ResultAck { queue, changes },
+            ack: ResultAck {
+                queue,
+                changes,
+                report,
+            },
             applied_unix,
         })
     }
@@ -224,6 +238,7 @@ mod tests {
         ResultAck {
             queue: queue.into(),
             changes: Vec::new(),
+            report: None,
         }
     }
 
@@ -239,6 +254,10 @@ mod tests {
         let acked = ResultAck {
             queue: "1v1".into(),
             changes: vec![change],
+            report: Some(ReportDigest {
+                placements: vec![2, 1],
+                team_scores: vec![3.0, 16.0],
+            }),
         };
         let record = AckRecord::applied(acked.clone(), 1_700_000_000.125);
         let bytes = serde_json::to_vec(&record).unwrap();
@@ -250,6 +269,13 @@ mod tests {
         let old: AckRecord = serde_json::from_slice(&serde_json::to_vec(&acked).unwrap()).unwrap();
         assert_eq!(old.ack, acked);
         assert_eq!(old.applied_unix, None);
+        // One written before the report was kept.
+        let unreported: AckRecord =
+            serde_json::from_str(r#"{"queue":"1v1","changes":[],"applied_unix":5.0}"#).unwrap();
+        assert_eq!(
+            (unreported.ack.report, unreported.applied_unix),
+            (None, Some(5.0))
+        );
         let minted = MatchId::new("m-0000000003e8ffffffffffffffffffff");
         assert_eq!(old.kept_since(&minted), Some(1.0), "formed at 1000 ms");
         assert_eq!(old.kept_since(&MatchId::new("m1")), None, "kept");

@@ -305,6 +305,7 @@ mod tests {
             ack: ResultAck {
                 queue: "1v1".into(),
                 changes: Vec::new(),
+                report: None,
             },
             kind: EntryKind::Result,
             season: None,

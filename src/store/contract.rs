@@ -41,6 +41,7 @@ pub(super) fn entry(match_id: &str, player: &str, mean: f64) -> JournalEntry {
         ack: ResultAck {
             queue: "1v1".into(),
             changes: Vec::new(),
+            report: None,
         },
         kind: EntryKind::Result,
         season: None,

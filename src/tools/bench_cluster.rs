@@ -531,6 +531,7 @@ async fn redis_cost(
         ack: crate::records::ResultAck {
             queue: "1v1".into(),
             changes: Vec::new(),
+            report: None,
         },
         kind: EntryKind::Result,
         season: None,

@@ -140,6 +140,7 @@ mod tests {
         let bare = ResultAck {
             queue: "1v1".into(),
             changes: Vec::new(),
+            report: None,
         };
         // Formed at 1,000 s and at 2,000 s; and one whose id carries no time.
         let old = MatchId::new("m-0000000f4240ffffffffffffffffffff");
