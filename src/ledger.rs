@@ -606,13 +606,48 @@ mode = "periodic"
             })
             .await
             .unwrap();
-        // Every ranked pool is reset; only the two periodic ones had a period to close.
+        // Every ranked pool is reset; only the two periodic ones had a period to close. The
+        // reset's own event follows, in the same batch.
         assert!(outcome.pools.len() > 2, "{:?}", outcome.pools);
         let close = (EventKind::RatingChanged, "a".to_string(), true);
-        assert_eq!(durable_events(&memory), vec![close.clone(), close]);
-        assert_eq!(ledger.state.last_durable_event(), 2);
+        let reset = (EventKind::SeasonReset, String::new(), false);
+        assert_eq!(durable_events(&memory), vec![close.clone(), close, reset]);
+        assert_eq!(ledger.state.last_durable_event(), 3);
         let entries = ledger.state.store().last_seq().unwrap();
         assert_eq!(entries, outcome.pools.len() as u64);
+    }
+
+    /// A reset whose event cannot be written is not applied either (one atomic batch): the
+    /// caller's retry, on the restarted server (a failed journal write stops the journal),
+    /// resets once, not twice.
+    #[tokio::test]
+    async fn a_season_reset_whose_event_is_refused_changes_nothing_and_its_retry_resets_once() {
+        use crate::store::Storage;
+        let reset = |ledger: Ledger| async move {
+            ledger
+                .admin_with_events(Batching::Together, move |state| {
+                    let queues = state.season_queues(Some("1v1"))?;
+                    let kind = crate::state::ResetKind::Soft;
+                    Ok(state.prepare_season_reset(kind, &queues)??)
+                })
+                .await
+        };
+        let (ledger, memory) = ledger_with_ended_periods(&[]);
+        let week = || memory.season_state("1v1").unwrap().week;
+        memory.fail_writes(crate::store::FailingWrite::Events, true);
+        assert!(reset(ledger).await.is_err());
+        assert_eq!(week(), 0, "not reset");
+        assert_eq!(memory.last_seq().unwrap(), 0, "nothing journaled");
+        memory.fail_writes(crate::store::FailingWrite::Events, false);
+        let config = Arc::new(crate::config::Config::from_toml_str(PERIODIC_LADDERS).unwrap());
+        let store: Store = memory.clone();
+        let state = State::load(config, store.clone()).unwrap();
+        let (_, _, last) = state.recover(0.0).unwrap();
+        let (committer, _task) = Committer::spawn(store, last, 8);
+        let outcome = reset(Ledger::new(state, committer)).await.unwrap();
+        assert_eq!((outcome.state.week, week()), (1, 1));
+        let reset = (EventKind::SeasonReset, String::new(), false);
+        assert_eq!(durable_events(&memory), vec![reset]);
     }
 
     /// A close that does not commit is never reported, and changes nothing.

@@ -154,11 +154,11 @@ impl AdminService for Admin {
             _ => return Err(Rejection::invalid("kind", "must be SOFT or HARD").into()),
         };
         let queues = self.state.season_queues(optional_queue(&req.queue))?;
-        let names: Vec<String> = queues.iter().map(|q| q.id.to_string()).collect();
         let dry_run = req.dry_run;
         // A dry run computes the same entries under the same gate and journals none of them.
         // A periodic pool's open rating periods close first, in the reset's entries, with a
-        // RATING_CHANGED for each (none for a dry run, which journals nothing).
+        // RATING_CHANGED for each, and the reset's SEASON_RESET rides in the same atomic batch
+        // (none for a dry run, which journals nothing).
         let outcome = self
             .ledger
             .admin_with_events(Batching::Together, move |state| {
@@ -166,24 +166,6 @@ impl AdminService for Admin {
                 Ok((if dry_run { Vec::new() } else { entries }, outcome))
             })
             .await?;
-        if !dry_run {
-            self.state
-                .emit_durable(&[crate::store::EventRecord {
-                    kind: crate::store::EventKind::SeasonReset,
-                    unix: crate::state::unix_now(),
-                    match_id: String::new(),
-                    player_id: String::new(),
-                    detail_json: serde_json::json!({
-                        "kind": if kind == ResetKind::Hard { "hard" } else { "soft" },
-                        "queues": names,
-                        "season": outcome.state.season,
-                        "week": outcome.state.week,
-                        "players_changed": outcome.players,
-                    })
-                    .to_string(),
-                }])
-                .await?;
-        }
         Ok(Response::new(proto::SeasonResetResponse {
             season: outcome.state.season,
             week: outcome.state.week,

@@ -104,6 +104,30 @@ pub struct EntryWithEvents {
     pub events: Vec<EventRecord>,
 }
 
+/// The `SEASON_RESET` event of a reset of `queues` with `outcome`.
+fn season_reset_event(
+    kind: ResetKind,
+    queues: &[std::sync::Arc<QueueInfo>],
+    outcome: &SeasonOutcome,
+    unix: f64,
+) -> EventRecord {
+    let names: Vec<String> = queues.iter().map(|q| q.id.to_string()).collect();
+    EventRecord {
+        kind: crate::store::EventKind::SeasonReset,
+        unix,
+        match_id: String::new(),
+        player_id: String::new(),
+        detail_json: serde_json::json!({
+            "kind": if kind == ResetKind::Hard { "hard" } else { "soft" },
+            "queues": names,
+            "season": outcome.state.season,
+            "week": outcome.state.week,
+            "players_changed": outcome.players,
+        })
+        .to_string(),
+    }
+}
+
 /// A party's rating in `pool` that an admin change cannot carry through its system (`key`:
 /// the party's members, as [`crate::records::party_key`] joins them): refused, named by the
 /// party's first member, as a player's would be.
@@ -587,14 +611,18 @@ impl State {
                 .collect();
             entries.push(EntryWithEvents { entry, events });
         }
-        Ok(Ok((
-            entries,
-            SeasonOutcome {
-                state: first_state.unwrap_or_default(),
-                players: changed,
-                pools,
-            },
-        )))
+        let outcome = SeasonOutcome {
+            state: first_state.unwrap_or_default(),
+            players: changed,
+            pools,
+        };
+        // The reset's own event rides in its last entry's batch: journaled with the reset or
+        // not at all, so no crash or store error leaves a reset applied and unreported.
+        if let Some(last) = entries.last_mut() {
+            last.events
+                .push(season_reset_event(kind, queues, &outcome, unix_now()));
+        }
+        Ok(Ok((entries, outcome)))
     }
 
     /// Every ladder player's rank for `season` from the records and tiers held now and the

@@ -4,9 +4,15 @@ use super::*;
 use crate::rating::Skill;
 use crate::records::party_key;
 
-/// A prepared admin change's journal entries, and every event that reports it in entry order.
+/// A prepared admin change's journal entries, and every event that reports it in entry order
+/// but a reset's own `SEASON_RESET` (checked to be the last, in the last entry).
 fn split(prepared: Vec<EntryWithEvents>) -> (Vec<JournalEntry>, Vec<EventRecord>) {
-    let events = prepared.iter().flat_map(|e| e.events.clone()).collect();
+    let mut events: Vec<EventRecord> = prepared.iter().flat_map(|e| e.events.clone()).collect();
+    let reset = crate::store::EventKind::SeasonReset;
+    if events.last().is_some_and(|e| e.kind == reset) {
+        events.pop();
+    }
+    assert!(events.iter().all(|e| e.kind != reset), "{events:?}");
     (prepared.into_iter().map(|e| e.entry).collect(), events)
 }
 
@@ -59,6 +65,7 @@ fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
         .prepare_season_reset(ResetKind::Hard, &queues)
         .unwrap()
         .unwrap();
+    let reported = entries[0].events.clone();
     let (entries, events) = split(entries);
     let cfg = &state.config().season;
     let reset = entries[0]
@@ -72,6 +79,13 @@ fn a_hard_reset_takes_the_parties_ratings_along_with_the_players() {
     assert_eq!(reset.mean, cfg.rescale_base);
     assert_eq!(reset.deviation, cfg.reset_deviation);
     assert!(events.is_empty(), "no rating period in a streaming pool");
+    // The reset reports itself in its own entry's batch.
+    assert_eq!(reported.len(), 1);
+    assert_eq!(reported[0].kind, crate::store::EventKind::SeasonReset);
+    let detail: serde_json::Value = serde_json::from_str(&reported[0].detail_json).unwrap();
+    assert_eq!(detail["kind"], "hard");
+    assert_eq!(detail["queues"], serde_json::json!(["2v2"]));
+    assert_eq!(detail["players_changed"], 2);
 }
 
 /// A party rating the soft reset's decay refuses refuses the reset, as a player's does: it is
