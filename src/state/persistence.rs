@@ -31,7 +31,7 @@ impl State {
         // Encoded before the segments lock, which result handlers also take. Each copy is
         // numbered: two threads writing one match (the loop adding a backfilled player, a
         // handler marking it started) may reach the lock in the other order than they copied.
-        let encoded: Vec<(u64, Vec<u8>)> = matches
+        let encoded: Result<Vec<(u64, Vec<u8>)>, _> = matches
             .iter()
             .map(|m| {
                 let (copy, stored) = self.stored_match(m);
