@@ -523,6 +523,64 @@ async fn export_streams_in_id_order_and_resumes_after_a_cursor() {
     assert_eq!(ids(rest), ["p3", "p4", "p5"]);
 }
 
+/// Paging an export through more players than a page holds gives each player once, in id
+/// order, with players rated and erased between pages: one ahead of the cursor shows as it is
+/// when its page is read, one behind it was already given.
+#[tokio::test]
+async fn an_export_paged_while_players_come_and_go_gives_each_once() {
+    let server = TestServer::start("").await;
+    let players: Vec<String> = (0..20).map(|i| format!("e{i:02}")).collect();
+    for p in &players {
+        set(&server, p, "1v1", 1500.0, 100.0, None).await;
+    }
+    let mut admin = server.admin().await;
+    let mut seen: Vec<String> = Vec::new();
+    let mut after = String::new();
+    for page in 0.. {
+        match page {
+            1 => {
+                // Ahead of the cursor (e02): one new, one erased. Behind it: one erased.
+                set(&server, "e105", "1v1", 1500.0, 100.0, None).await;
+                for gone in ["e12", "e01"] {
+                    admin
+                        .delete_player(proto::DeletePlayerRequest {
+                            player_id: gone.into(),
+                        })
+                        .await
+                        .unwrap();
+                }
+            }
+            3 => {
+                set(&server, "zz", "1v1", 1500.0, 100.0, None).await;
+            }
+            _ => {}
+        }
+        let ids: Vec<String> = admin
+            .export_players(proto::ExportPlayersRequest {
+                queue: "1v1".into(),
+                after_player_id: after.clone(),
+                limit: 3,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .map(|v| v.unwrap().player_id)
+            .collect()
+            .await;
+        let Some(last) = ids.last() else { break };
+        assert!(ids.len() <= 3, "{ids:?}");
+        after = last.clone();
+        seen.extend(ids);
+    }
+    let mut want: Vec<String> = players.into_iter().filter(|p| p != "e12").collect();
+    want.extend(["e105".to_string(), "zz".to_string()]);
+    want.sort();
+    assert_eq!(
+        seen, want,
+        "e01 was given before its erasure; e12 after it, not at all"
+    );
+}
+
 /// Results and a soft reset race. Every player plays one match from RD 100. A result applied
 /// before the reset is decayed by it (final RD = decay(after)); one applied after it started from
 /// the decayed record (before RD = decay(100)) and is final as reported. A result computed before

@@ -413,7 +413,8 @@ impl AdminService for Admin {
             0 => usize::MAX,
             n => n as usize,
         };
-        // Every player is looked at (a million in a large pool): off the runtime's other tasks.
+        // An export's first page walks every player (a million in a large pool) to build the
+        // pool's id order: off the runtime's other tasks. The pages after it read that order.
         let ids = crate::store::heavy(|| self.state.export_ids(&queue, after.as_ref(), limit));
         let admin = Self {
             state: self.state.clone(),

@@ -234,6 +234,7 @@ impl Loop {
             );
         }
         state.prune_placed();
+        state.drop_idle_export_orders();
         // After the cancels, which free players.
         let forgotten = state.forget_idle_unrated_players();
         if forgotten > 0 {

@@ -874,31 +874,6 @@ impl State {
         };
         Ok((entries, outcome))
     }
-
-    /// Player ids with a record in the queue's pool, in id order, after `after` (exclusive),
-    /// at most `limit`: the export order, resumable from the last id seen.
-    pub fn export_ids(
-        &self,
-        queue: &QueueInfo,
-        after: Option<&PlayerId>,
-        limit: usize,
-    ) -> Vec<PlayerId> {
-        let mut ids: Vec<PlayerId> = self
-            .inner
-            .players
-            .iter()
-            .filter(|e| after.is_none_or(|a| e.key() > a))
-            .filter(|e| e.value().lock().pools.contains_key(&queue.pool))
-            .map(|e| e.key().clone())
-            .collect();
-        // A page of a large export: the `limit` smallest in linear time, then only they sorted.
-        if limit < ids.len() {
-            ids.select_nth_unstable(limit);
-            ids.truncate(limit);
-        }
-        ids.sort_unstable();
-        ids
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 mod admin;
 mod calibration;
 mod events;
+mod export;
 mod history;
 mod leaderboard;
 mod live;
@@ -93,6 +94,8 @@ struct Inner {
     parties: DashMap<String, BTreeMap<String, PartyRecord>>,
     /// Leaderboard order per rating pool (players with at least one record there).
     ranks: BTreeMap<String, Mutex<RankIndex>>,
+    /// Id order per rating pool, while exports run (see `export.rs`).
+    exports: export::ExportIndexes,
     /// The rating system of each pool (validated equal across the pool's queues).
     pool_systems: BTreeMap<String, crate::rating::SystemConfig>,
     pool_names: PoolNames,
@@ -197,6 +200,7 @@ impl State {
                 store,
                 segments: Mutex::new(segments::Segments::after(0)),
                 ranks,
+                exports: export::ExportIndexes::new(pool_systems.keys()),
                 pool_systems,
                 pool_names,
                 calibrations,

@@ -105,6 +105,7 @@ impl State {
         self.inner.store.erase_player(player, marker)?;
         for (pool, record) in guard.pools.iter() {
             erased.pools.push(pool.to_string());
+            self.export_erased(pool, player);
             if self.inner.pool_systems.contains_key(pool)
                 && let Some(entry) = self.leaderboard_entry(player, pool, record)
             {

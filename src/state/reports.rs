@@ -307,8 +307,12 @@ impl State {
             let slots: Vec<_> = records.iter().map(|(p, _)| self.slot(p)).collect();
             let mut guards = Self::lock_players(&slots);
             let mut index = ranked.then(|| self.rank_index(&entry.pool));
+            let mut first_records = Vec::new();
             for (((id, r), slot), guard) in records.iter().zip(&slots).zip(&mut guards) {
                 debug_assert_eq!(id, &slot.id);
+                if !guard.pools.contains_key(&entry.pool) {
+                    first_records.push(id);
+                }
                 if let Some(index) = index.as_mut() {
                     let old = guard
                         .pools
@@ -320,6 +324,8 @@ impl State {
                 }
                 guard.pools.insert(pool.clone(), r.clone());
             }
+            // Still holding the players: an erasure of one is noted after this.
+            self.export_rated(&entry.pool, first_records);
             drop(index);
             drop(guards);
         }

@@ -117,6 +117,8 @@ pub(crate) struct Hooks {
     pub(crate) allocated: Hook,
     /// [`State::register_server`], just before it takes the server registry.
     pub(crate) registering: Hook,
+    /// [`State::export_ids`], between the walk that builds a pool's id order and its install.
+    pub(crate) export_walked: Hook,
 }
 
 /// A state loaded, with `toml` over the default config, from a store that holds 1v1 matches,
