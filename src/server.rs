@@ -317,6 +317,7 @@ async fn serve(
         // engine has wound down.
         // The store itself may give up too (writes that kept failing while no result came).
         let (failed, stop, asked) = (committer_failed.clone(), shutdown.clone(), signal.clone());
+        let journal = committer_stopped.clone();
         let gave_up = store.failure();
         tokio::spawn(async move {
             let gave_up = async {
@@ -330,7 +331,11 @@ async fn serve(
                 () = gave_up => {}
                 () = stop.cancelled() => return,
             }
-            warn!("the store failed: the engine stops so the queues restart from Redis");
+            if journal.was_fenced() {
+                warn!("another node holds the queues' lease: the engine stops");
+            } else {
+                warn!("the store failed: the engine stops so the queues restart from Redis");
+            }
             asked.cancel();
             stop.cancel();
         });

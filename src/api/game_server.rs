@@ -299,9 +299,11 @@ fn result_ack(state: &State, reported: &crate::ledger::Reported) -> proto::Match
 
 /// Registers a game server's new stream under `address`, replacing the one it had, and returns
 /// it with the matches not started to send again on it. The matches go out only once durable,
-/// as every match does: the store is flushed before the registry changes, so a flush that
-/// fails leaves the address's stream as it was (the call fails, the old stream keeps getting
-/// matches); and again, when there are matches to send, for an allocation made in between.
+/// as every match does: when the address has some, the store is flushed before the registry
+/// changes, so a flush that fails leaves the address's stream as it was (the call fails, the
+/// old stream keeps getting matches); and again after it, for an allocation made in between. A
+/// server with nothing to send again registers without a flush: while the store cannot flush
+/// (a Redis failover) it is not refused for the sake of nothing.
 async fn register(
     state: &State,
     address: String,
@@ -314,7 +316,9 @@ async fn register(
     ),
     Status,
 > {
-    state.store().flush_async().await?;
+    if state.has_unstarted_on(&address) {
+        state.store().flush_async().await?;
+    }
     let (rx, again) = state.register_server(address, region, capacity);
     if !again.is_empty() {
         state.store().flush_async().await?;
@@ -385,6 +389,13 @@ mod tests {
         let (mut old, _) = register(&state, "gs-1:7777".into(), String::new(), 0)
             .await
             .unwrap();
+        // A match the server holds unstarted: registering again sends it again, once durable.
+        let held = crate::state::test_util::formed_1v1(&state, "m1", "a", "b", "");
+        let crate::state::Allocation::Placed(placement) = state.try_allocate(&held) else {
+            panic!("the server has room");
+        };
+        placement.deliver();
+        assert_eq!(old.try_recv().unwrap().match_id.as_str(), "m1");
         memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
         let refused = register(&state, "gs-1:7777".into(), String::new(), 0).await;
         assert_eq!(refused.err().map(|s| s.code()), Some(tonic::Code::Internal));
@@ -392,8 +403,20 @@ mod tests {
         let tx = state
             .server_stream("gs-1:7777")
             .expect("the old stream is still registered");
-        let m = crate::state::test_util::formed_1v1(&state, "m1", "a", "b", "gs-1:7777");
+        let m = crate::state::test_util::formed_1v1(&state, "m2", "c", "d", "gs-1:7777");
         tx.try_send(m.assignment()).unwrap();
-        assert_eq!(old.try_recv().unwrap().match_id.as_str(), "m1");
+        assert_eq!(old.try_recv().unwrap().match_id.as_str(), "m2");
+    }
+
+    #[tokio::test]
+    async fn a_server_with_nothing_to_send_again_registers_while_the_store_cannot_flush() {
+        let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
+        let state = crate::state::test_util::state_on(memory.clone());
+        memory.fail_flushes(Some(crate::store::FlushFailure::Disk));
+        let (_rx, again) = register(&state, "gs-1:7777".into(), String::new(), 0)
+            .await
+            .expect("nothing to make durable");
+        assert!(again.is_empty());
+        assert!(state.server_stream("gs-1:7777").is_some());
     }
 }

@@ -399,6 +399,16 @@ impl State {
         ids
     }
 
+    /// Whether matches allocated to `address` wait unstarted: what registering it would send
+    /// again.
+    pub fn has_unstarted_on(&self, address: &str) -> bool {
+        let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
+        registry.placed.live_on(address, |m| self.is_live(m)).iter().any(|m| {
+            let inner = m.lock();
+            inner.phase == MatchPhase::Allocated && inner.assignment.server_address == address
+        })
+    }
+
     /// Registers a game server; matches flow into the returned receiver. Returned with it:
     /// the matches allocated to this address that have not started, to be sent again (the
     /// server connecting again may have lost them with its earlier stream, or with a cluster
