@@ -204,6 +204,49 @@ async fn backfill_needs_a_running_team_match() {
     assert!(err.message().contains("not running"), "{}", err.message());
 }
 
+/// A match that ended is not running: backfilling it is FAILED_PRECONDITION naming how it
+/// ended, as StartMatch answers; only an id the server never formed is NOT_FOUND.
+#[tokio::test]
+async fn backfilling_an_ended_match_names_how_it_ended() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    let mut game_server = server.game_server().await;
+    let mut offers = common::serve(&mut game_server, "gs-ended:1").await;
+    enter(&mut client, "1v1", &["e-a"]).await;
+    enter(&mut client, "1v1", &["e-b"]).await;
+    let completed = next(&mut offers).await;
+    common::report_winner(&server, &completed, "e-a").await;
+    enter(&mut client, "1v1", &["e-c"]).await;
+    enter(&mut client, "1v1", &["e-d"]).await;
+    let cancelled = next(&mut offers).await;
+    game_server
+        .cancel_match(proto::CancelMatchRequest {
+            match_id: cancelled.match_id.clone(),
+            reason: "the map did not load".into(),
+        })
+        .await
+        .unwrap();
+
+    let backfill = |m: &proto::MatchAssignment| proto::BackfillRequest {
+        match_id: m.match_id.clone(),
+        open_slots: vec![
+            proto::Team {
+                player_ids: vec![m.teams[0].player_ids[0].clone()],
+            },
+            proto::Team::default(),
+        ],
+    };
+    for (m, end) in [(&completed, "completed"), (&cancelled, "cancelled")] {
+        let err = game_server.request_backfill(backfill(m)).await.unwrap_err();
+        assert_eq!(err.code(), Code::FailedPrecondition, "{end}: {err:?}");
+        assert!(err.message().contains(end), "{end}: {err:?}");
+    }
+    let mut unknown = backfill(&completed);
+    unknown.match_id = "m-never-formed".into();
+    let err = game_server.request_backfill(unknown).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+}
+
 /// The leavers and newcomers of a running match are stored with it: after a restart the
 /// result still rates the newcomer and counts the leaver as an abandon.
 #[tokio::test]

@@ -360,7 +360,9 @@ async fn cancel_match_frees_the_players_and_refuses_a_result() {
         .report_match_result(report(&a.match_id, vec![1, 2]))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Code::NotFound);
+    // As StartMatch answers it: the match is known, and ended cancelled.
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    assert!(err.message().contains("cancelled"), "{err:?}");
     common::enter(&mut client, "1v1", &["x1"]).await;
 }
 

@@ -242,7 +242,14 @@ impl GameServerService for GameServer {
         let req = request.into_inner();
         convert::id("match_id", &req.match_id)?;
         let match_id = MatchId::new(req.match_id.as_str());
-        let slot = self.state.match_slot(&match_id)?;
+        let slot = match self.state.match_slot(&match_id) {
+            Ok(slot) => slot,
+            Err(not_found) => {
+                // An ended match is not running: its server learns how it ended.
+                ended(&self.state, &identity, &match_id, not_found).await?;
+                return Err(Rejection::for_match(&match_id, MatchRefusal::Cancelled).into());
+            }
+        };
         identity.may_serve_as(&slot.assignment().server_address, "backfill this match")?;
         let leavers = req
             .open_slots
@@ -336,7 +343,7 @@ async fn ended(
     not_found: Rejection,
 ) -> Result<(), Status> {
     if let Some(record) = state.store().match_record(id).await? {
-        identity.may_serve_as(&record.server_address, "cancel or start this match")?;
+        identity.may_serve_as(&record.server_address, "act on this match")?;
         return match record.phase {
             crate::records::EndedPhase::Cancelled => Ok(()),
             crate::records::EndedPhase::Completed => {

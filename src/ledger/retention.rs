@@ -85,9 +85,11 @@ impl Ledger {
 
     /// Why a report of `id`, a match that is not live and has no acknowledgement, is refused:
     /// [`MatchRefusal::AckTrimmed`] when the match history says it completed (its
-    /// acknowledgement was trimmed), [`MatchRefusal::PastAckRetention`] when the history does
-    /// not hold it but its id says it formed longer ago than the retention, else `not_found`
-    /// (a match this server never formed, or one cancelled).
+    /// acknowledgement was trimmed), [`MatchRefusal::Cancelled`] when it says the match was
+    /// cancelled (by its server or the match timeout), as `StartMatch` answers it,
+    /// [`MatchRefusal::PastAckRetention`] when the history does not hold it but its id says it
+    /// formed longer ago than the retention, else `not_found` (a match this server never
+    /// formed, or one no game server took).
     pub(super) async fn refusal_without_ack(
         &self,
         id: &MatchId,
@@ -96,7 +98,7 @@ impl Ledger {
         if let Some(record) = self.state.store().match_record(id).await? {
             return Ok(match record.phase {
                 EndedPhase::Completed => Rejection::for_match(id, MatchRefusal::AckTrimmed),
-                EndedPhase::Cancelled => not_found,
+                EndedPhase::Cancelled => Rejection::for_match(id, MatchRefusal::Cancelled),
             });
         }
         let retention = self.state.config().results.ack_retention_seconds as f64;
@@ -215,6 +217,25 @@ mod tests {
             let refused = refusal(report(&ledger, &MatchId::new(unknown)).await);
             assert!(matches!(refused, Rejection::NotFound { .. }), "{refused}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_report_of_a_match_its_server_cancelled_is_refused_as_cancelled() {
+        let store: Store = Arc::new(MemoryStore::default());
+        let (ledger, _) = start(&store);
+        let m = formed_1v1(&ledger.state, "m-gone", "a", "b", "gs:1");
+        ledger
+            .state
+            .cancel_match(&m, "the map did not load")
+            .unwrap();
+        // No longer live; the match history says how it ended.
+        assert!(ledger.state.match_slot(&m.id).is_err());
+        let refused = refusal(report(&ledger, &m.id).await);
+        assert_eq!(
+            refused,
+            Rejection::for_match(&m.id, MatchRefusal::Cancelled)
+        );
+        assert_eq!(store.last_seq().unwrap(), 0, "nothing journaled");
     }
 
     #[tokio::test]
