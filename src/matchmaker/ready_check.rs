@@ -38,8 +38,14 @@ impl Loop {
         accept: bool,
     ) -> Result<TicketState, Rejection> {
         let slot = self.state.ticket(ticket)?;
-        let Some(rc) = self.ready.get_mut(match_id) else {
-            // No ready-check running for this match: tell the ticket where it stands.
+        // A ticket answers only its own match's ready-check: another match's, running or not,
+        // gets the same refusal, so the answer never tells that some other match exists.
+        let in_ready_check = self.ready.get_mut(match_id).and_then(|rc| {
+            let i = rc.tickets.iter().position(|(t, _, _)| t.id == *ticket)?;
+            Some((rc, i))
+        });
+        let Some((rc, i)) = in_ready_check else {
+            // No ready-check of this ticket's: tell the ticket where it stands.
             let view = slot.view();
             let in_it = view
                 .assignment
@@ -59,12 +65,6 @@ impl Loop {
                     },
                 }),
             };
-        };
-        let Some(i) = rc.tickets.iter().position(|(t, _, _)| t.id == *ticket) else {
-            return Err(Rejection::invalid(
-                "ticket_id",
-                format!("ticket {ticket} is not in match {match_id}"),
-            ));
         };
         if !accept {
             self.decline(match_id, ticket);
@@ -211,6 +211,39 @@ mod tests {
     use super::super::test_util::{enter, stored};
     use super::super::{Clock, Loop};
     use crate::state::{MatchPhase, TicketState};
+
+    #[tokio::test]
+    async fn answering_another_matchs_ready_check_is_refused_as_if_it_had_none() {
+        let state =
+            crate::state::test_util::state_with("[queues.1v1]\nready_check_seconds = 30.0\n");
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        enter(&mut lp, "b").await;
+        lp.tick();
+        let theirs = lp.ready_by_ticket.get(&a).expect("a and b meet").clone();
+        let mine = enter(&mut lp, "c").await;
+        let none = crate::ids::MatchId::new("m-none");
+        for accept in [true, false] {
+            let refusal = |m: &crate::ids::MatchId| crate::rejection::Rejection::Ticket {
+                ticket: mine.clone(),
+                refusal: crate::rejection::TicketRefusal::NoReadyCheck {
+                    match_id: m.clone(),
+                    state: "SEARCHING",
+                },
+            };
+            assert_eq!(
+                lp.answer_ready_check(&mine, &none, accept),
+                Err(refusal(&none))
+            );
+            assert_eq!(
+                lp.answer_ready_check(&mine, &theirs, accept),
+                Err(refusal(&theirs)),
+                "the same answer as for a match with no ready-check"
+            );
+        }
+        assert!(lp.ready.contains_key(&theirs), "their ready-check goes on");
+    }
 
     #[tokio::test]
     async fn a_ready_check_older_than_the_match_timeout_still_ends_at_its_own_deadline() {
