@@ -13,7 +13,7 @@ use super::Admin;
 use super::audit::note;
 use super::convert;
 use crate::ids::PlayerId;
-use crate::matchmaker::Command;
+use crate::matchmaker::{Command, HandleError};
 use crate::proto;
 use crate::rejection::Rejection;
 use crate::state::{TicketState, unix_now};
@@ -139,7 +139,7 @@ pub fn ban_to_proto(ban: &Ban, now: f64) -> proto::PlayerBan {
 impl Admin {
     /// Cancels the player's waiting ticket, if any; whether one was cancelled.
     async fn cancel_waiting(&self, player: &PlayerId) -> Result<bool, Status> {
-        self.cancel_waiting_or(player, None).await
+        Ok(self.cancel_waiting_or(player, None).await?)
     }
 
     /// [`Self::cancel_waiting`], or cancels `known` (the player's ticket seen earlier), which
@@ -148,7 +148,7 @@ impl Admin {
         &self,
         player: &PlayerId,
         known: Option<crate::ids::TicketId>,
-    ) -> Result<bool, Status> {
+    ) -> Result<bool, HandleError> {
         let Some(ticket) = self.state.waiting_ticket_of(player).or(known) else {
             return Ok(false);
         };
@@ -235,13 +235,26 @@ impl Admin {
             &player,
             json!({ "until_unix": ban.until_unix, "reason": ban.reason }),
         );
-        // The ban first, so no new ticket gets in; then the waiting one goes. Alone among
-        // results and erasures (the ledger's gate): an erasure of the same id running meanwhile
-        // would otherwise leave the store and memory disagreeing about the ban.
+        // The ban first, so no new ticket gets in, with its event in the same flush; then the
+        // waiting one goes. Alone among results and erasures (the ledger's gate): an erasure of
+        // the same id running meanwhile would otherwise leave the store and memory disagreeing
+        // about the ban.
         let waiting = self.state.waiting_ticket_of(&player);
-        self.ledger.exclusive(move |state| state.ban(ban)).await?;
-        let ticket_cancelled = self.cancel_waiting_or(&player, waiting).await?;
-        self.state.emit_durable(&[event]).await?;
+        let last_event = self
+            .ledger
+            .exclusive(move |state| {
+                state.ban(ban)?;
+                state.store().append_events(&[event])
+            })
+            .await?;
+        self.state.events_durable(last_event);
+        // From here no match is formed with the player (the tick returns a match holding a
+        // banned player's ticket to the queue and ends that ticket), so a matchmaker that is
+        // closing (shutdown, a lost lease) leaves nothing to undo: the ban stands, answered.
+        let ticket_cancelled = self
+            .cancel_waiting_or(&player, waiting)
+            .await
+            .unwrap_or(false);
         Ok(Response::new(proto::BanPlayerResponse { ticket_cancelled }))
     }
 

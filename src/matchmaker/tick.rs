@@ -14,6 +14,17 @@ use crate::state::{Assignment, TicketState, TicketView};
 use crate::telemetry as m;
 
 impl Loop {
+    /// A formed match with a banned player is not formed: each ticket goes back to its pool
+    /// ([`Loop::requeue`], which ends a banned player's ticket CANCELLED with the ban), its
+    /// wait kept.
+    fn return_with_bans(&mut self, qi: usize, formed: matching::FormedMatch) {
+        for t in formed.teams.into_tickets() {
+            if let Some(w) = self.waiting.remove(&t.id) {
+                self.requeue(qi, w.slot, *t);
+            }
+        }
+    }
+
     pub(super) fn tick(&mut self) {
         // A cluster node whose lease ran out forms nothing (the store would refuse it anyway).
         if !self.state.may_act() {
@@ -57,7 +68,21 @@ impl Loop {
                     q.metrics.expired_ttl.increment(1);
                 }
             }
+            // A player banned while waiting plays no match, even if `BanPlayer` could not
+            // cancel the ticket (a matchmaker closing, a ticket restored by a new owner).
+            let bans = self.state.any_bans().then(crate::state::unix_now);
             for formed in outcome.matches {
+                if let Some(wall) = bans
+                    && formed
+                        .teams
+                        .iter()
+                        .flatten()
+                        .any(|t| self.state.check_bans(&t.players, wall).is_err())
+                {
+                    self.return_with_bans(qi, formed);
+                    continue;
+                }
+                let q = &mut self.queues[qi];
                 let mut slots = Vec::new();
                 let mut teams = Vec::with_capacity(formed.teams.len());
                 for team in &formed.teams {
@@ -159,6 +184,7 @@ impl Loop {
                     tickets: returnable,
                 });
             }
+            let q = &mut self.queues[qi];
             q.stats.tickets_waiting = q.pool.len() as u64;
             q.stats.wait_p50_seconds = crate::math::percentile(&q.recent_waits, 0.5);
             q.stats.wait_p95_seconds = crate::math::percentile(&q.recent_waits, 0.95);
@@ -314,6 +340,41 @@ mod tests {
     use crate::ids::MatchId;
     use crate::ids::PlayerId;
     use crate::state::{MatchPhase, TicketState, unix_now};
+
+    #[tokio::test]
+    async fn a_player_banned_while_waiting_plays_no_match_and_the_other_waits_on() {
+        let state = crate::state::test_util::state();
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        let b = enter(&mut lp, "b").await;
+        // Banned with the ticket still waiting (BanPlayer's cancel did not reach the loop).
+        state
+            .ban(crate::store::Ban {
+                player: PlayerId::new("a"),
+                until_unix: 0,
+                reason: "cheating".into(),
+                since_unix: unix_now(),
+            })
+            .unwrap();
+        lp.tick();
+        let view_a = state.ticket(&a).unwrap().view();
+        assert_eq!(view_a.state, TicketState::Cancelled, "{view_a:?}");
+        assert!(view_a.reason.contains("banned"), "{view_a:?}");
+        assert!(view_a.assignment.is_none(), "{view_a:?}");
+        let view_b = state.ticket(&b).unwrap().view();
+        assert_eq!(view_b.state, TicketState::Searching, "{view_b:?}");
+        assert!(lp.waiting.contains_key(&b) && !lp.waiting.contains_key(&a));
+
+        // b is still in its pool: the next player meets it.
+        let c = enter(&mut lp, "c").await;
+        clock.advance(1.0);
+        lp.tick();
+        for t in [&b, &c] {
+            let view = state.ticket(t).unwrap().view();
+            assert_eq!(view.state, TicketState::Matched, "{view:?}");
+        }
+    }
 
     #[tokio::test]
     async fn players_who_only_queued_are_forgotten_and_rated_ones_kept() {

@@ -38,6 +38,12 @@ impl State {
         Ok(())
     }
 
+    /// Whether any ban is stored (ended or not): the tick checks formed matches for banned
+    /// players only then.
+    pub fn any_bans(&self) -> bool {
+        !self.inner.bans.is_empty()
+    }
+
     /// A player's ban, if one is stored (ended or not).
     pub fn ban_of(&self, player: &PlayerId) -> Option<Ban> {
         self.inner.bans.get(player).map(|b| b.clone())
