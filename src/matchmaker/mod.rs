@@ -552,9 +552,13 @@ impl Loop {
                 };
                 let mut ids = Vec::with_capacity(slots.len());
                 for (ticket, (qi, entry)) in slots.into_iter().zip(entries) {
-                    ids.push(ticket.id.clone());
+                    let id = ticket.id.clone();
                     self.state.store_ticket_again(&ticket, &entry, now);
-                    self.requeue(qi, ticket, entry);
+                    // Only a ticket back in its pool is named: one a ban or a changed queue
+                    // ended instead waits nowhere.
+                    if self.requeue(qi, ticket, entry) {
+                        ids.push(id);
+                    }
                 }
                 return Some(ids);
             }
@@ -564,10 +568,11 @@ impl Loop {
 
     /// Puts a ticket back in its pool with its original `entered_at`: the optimizer serves
     /// the oldest first, so this is the front of the queue. Its TTL counts from now
-    /// ([`matching::Pool::insert_returning`]).
-    fn requeue(&mut self, qi: usize, slot: Arc<TicketSlot>, entry: matching::Ticket) {
+    /// ([`matching::Pool::insert_returning`]). Whether it is back in the pool (a ticket no
+    /// longer SEARCHING, with a banned player, or that no longer fits the queue is not).
+    fn requeue(&mut self, qi: usize, slot: Arc<TicketSlot>, entry: matching::Ticket) -> bool {
         if slot.view().state != TicketState::Searching {
-            return;
+            return false;
         }
         let id = entry.id.clone();
         let now = self.clock.now();
@@ -580,7 +585,7 @@ impl Loop {
             self.state
                 .end_ticket(&slot, TicketState::Cancelled, now, banned.to_string());
             self.finished.push_back((now, id));
-            return;
+            return false;
         }
         // Its heartbeat counts from now: a client that polled while it was matched (the poll
         // touches only a waiting ticket) is not expired for the time its match took.
@@ -595,6 +600,7 @@ impl Loop {
                         last_published: f64::NEG_INFINITY,
                     },
                 );
+                true
             }
             Err(e) => {
                 // The queue's settings changed while its match was under way (a reload made
@@ -607,6 +613,7 @@ impl Loop {
                     format!("back in its queue, it no longer fits the queue's settings: {e}"),
                 );
                 self.finished.push_back((now, id));
+                false
             }
         }
     }

@@ -377,6 +377,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cancel_before_the_start_names_only_the_tickets_back_in_a_pool() {
+        let state = crate::state::test_util::state();
+        let clock = Clock::start();
+        let mut lp = Loop::new(state.clone(), clock.clone(), Vec::new());
+        let a = enter(&mut lp, "a").await;
+        let b = enter(&mut lp, "b").await;
+        lp.tick();
+        let view = state.ticket(&a).unwrap().view();
+        let match_id = view.assignment.as_ref().unwrap().match_id.clone();
+        // Banned while the match waits for a server: a's ticket does not wait again.
+        state
+            .ban(crate::store::Ban {
+                player: PlayerId::new("a"),
+                until_unix: 0,
+                reason: "cheating".into(),
+                since_unix: unix_now(),
+            })
+            .unwrap();
+        let requeued = lp.cancel_match(&match_id, "").unwrap();
+        assert_eq!(requeued, vec![b.clone()]);
+        assert_eq!(
+            state.ticket(&a).unwrap().view().state,
+            TicketState::Cancelled
+        );
+        assert!(lp.waiting.contains_key(&b) && !lp.waiting.contains_key(&a));
+    }
+
+    #[tokio::test]
     async fn players_who_only_queued_are_forgotten_and_rated_ones_kept() {
         let state = crate::state::test_util::state();
         let clock = Clock::start();
