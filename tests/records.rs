@@ -326,6 +326,32 @@ async fn matches_are_recorded_from_formed_to_completed_newest_first_and_bounded_
     );
 }
 
+/// Page limits and queues are checked as every other request checks them: a limit over the
+/// most a page holds, or a queue the config does not define, is refused naming the field, not
+/// clamped or answered with an empty page.
+#[tokio::test]
+async fn an_over_limit_page_or_an_unknown_queue_is_refused_naming_the_field() {
+    let server = TestServer::start("").await;
+    let mut client = server.client().await;
+    assert!(list(&mut client, "l-a", "", "", 100, None).await.is_ok());
+    for (queue, limit, field) in [("", 101, "limit"), ("no-such-queue", 0, "queue")] {
+        let e = list(&mut client, "l-a", queue, "", limit, None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().starts_with(field), "{e:?}");
+    }
+    let board = |limit| proto::GetLeaderboardRequest {
+        queue: "1v1".into(),
+        offset: 0,
+        limit,
+    };
+    assert!(client.get_leaderboard(board(1000)).await.is_ok());
+    let e = client.get_leaderboard(board(1001)).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().starts_with("limit"), "{e:?}");
+}
+
 #[tokio::test]
 async fn a_match_cancelled_before_it_starts_requeues_its_tickets_and_after_it_frees_players() {
     let server = TestServer::start("").await;

@@ -437,7 +437,14 @@ impl ClientService for Client {
         let queue = self.state.queue("queue", &req.queue)?;
         let limit = match req.limit {
             0 => 100,
-            n => (n as usize).min(MAX_PAGE_SIZE),
+            n if n as usize > MAX_PAGE_SIZE => {
+                return Err(Rejection::invalid(
+                    "limit",
+                    format!("must be at most {MAX_PAGE_SIZE} (got {n})"),
+                )
+                .into());
+            }
+            n => n as usize,
         };
         if req.offset as usize > MAX_OFFSET
             && identity.is_some_and(|id| id.role != crate::auth::Role::Admin)

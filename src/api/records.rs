@@ -169,7 +169,8 @@ pub async fn list_player_matches(
 ) -> Result<proto::ListPlayerMatchesResponse, Status> {
     convert::id("player_id", &req.player_id)?;
     if !req.queue.is_empty() {
-        convert::id("queue", &req.queue)?;
+        // A queue the config does not define is refused, as in every other request.
+        state.queue("queue", &req.queue)?;
     }
     let after = if req.page_token.is_empty() {
         None
@@ -180,7 +181,14 @@ pub async fn list_player_matches(
     let server = identity.history_reader(&req.player_id)?;
     let limit = match req.limit {
         0 => DEFAULT_PAGE,
-        n => (n as usize).min(MAX_PAGE),
+        n if n as usize > MAX_PAGE => {
+            return Err(Rejection::invalid(
+                "limit",
+                format!("must be at most {MAX_PAGE} (got {n})"),
+            )
+            .into());
+        }
+        n => n as usize,
     };
     let ids = state
         .store()
