@@ -60,8 +60,9 @@ async fn a_leaver_is_replaced_from_the_queue_and_the_result_rates_both() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    // The element itself: team 0's player named as a leaver of team 1.
     assert!(
-        err.message().contains("open_slots[1].player_ids"),
+        err.message().starts_with("open_slots[1].player_ids[0]:"),
         "{}",
         err.message()
     );

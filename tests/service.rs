@@ -444,6 +444,12 @@ async fn predict_match_uses_the_queue_system() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+    // The element itself: the second naming of "a".
+    assert!(
+        err.message().starts_with("teams[1].player_ids[0]:"),
+        "{}",
+        err.message()
+    );
 
     // Teams that don't fit the queue: a third team, or two players on a 1v1 side.
     let team = |ids: &[&str]| proto::Team {

@@ -517,10 +517,10 @@ impl ClientService for Client {
         let mut skills: Vec<Vec<Skill>> = Vec::with_capacity(req.teams.len());
         for (i, team) in req.teams.iter().enumerate() {
             let ids = convert::player_ids(&format!("teams[{i}].player_ids"), &team.player_ids)?;
-            for p in &team.player_ids {
+            for (j, p) in team.player_ids.iter().enumerate() {
                 if !all.insert(p) {
                     return Err(Rejection::invalid(
-                        format!("teams[{i}].player_ids"),
+                        format!("teams[{i}].player_ids[{j}]"),
                         format!("player {p:?} is on more than one team"),
                     )
                     .into());

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::ids::{MatchId, PlayerId};
 use crate::ranking::Outcome;
 use crate::rating::calibration::Observation;
-use crate::rating::{MatchInput, PlayerInput, Skill, SystemConfig};
+use crate::rating::{MatchInput, PlayerInput, RatingError, Skill, SystemConfig};
 use crate::records::{
     PartyRecord, PendingPeriod, PlayerChange, PoolRecord, ReportDigest, ResultAck,
 };
@@ -125,7 +125,7 @@ pub fn compute(
             )
         })
         .transpose()
-        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+        .map_err(rating_refusal)?;
     let (closed_records, period_closes) = closed.unzip();
     let players = closed_records.as_deref().unwrap_or(&before.players);
     let period_closes = period_closes.unwrap_or_default();
@@ -372,6 +372,31 @@ pub fn player_inputs(
         .collect()
 }
 
+/// A rating system's refusal of a result, under the request field it concerns: its own field
+/// when that is one (`placements[2]`, `team_scores`), else `placements`, which the rating is
+/// computed from (a stored skill outside the system's domain, a rating that is not finite; the
+/// rule names the inner path).
+pub(crate) fn rating_refusal(e: RatingError) -> Rejection {
+    match e {
+        RatingError::InvalidShape { field, rule } if is_report_field(&field) => {
+            Rejection::invalid(field, rule)
+        }
+        RatingError::InvalidValue { field, rule, value } if is_report_field(&field) => {
+            Rejection::invalid(field, format!("{rule} (got {value})"))
+        }
+        e => Rejection::invalid("placements", e.to_string()),
+    }
+}
+
+/// Whether a rating error's field is a field of `ReportMatchResult` itself.
+fn is_report_field(field: &str) -> bool {
+    ["placements", "team_scores"].iter().any(|f| {
+        field
+            .strip_prefix(f)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('['))
+    })
+}
+
 pub(crate) fn since(last_played_unix: Option<i64>, now_unix: f64) -> f64 {
     last_played_unix.map_or(0.0, |t| (now_unix - t as f64).max(0.0))
 }
@@ -397,7 +422,7 @@ pub fn rate_players(
     let before = match current_period {
         Some(current) => {
             closed = close_ended_periods(system, ranking, teams, before, current)
-                .map_err(|e| Rejection::invalid("result", e.to_string()))?
+                .map_err(rating_refusal)?
                 .0;
             &closed[..]
         }
@@ -412,7 +437,7 @@ pub fn rate_players(
             },
             &input.team_scores,
         )
-        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+        .map_err(rating_refusal)?;
 
     // Abandoners are rated as if their team had placed last, from placements alone (the
     // scores of a match someone left say nothing about the margin): each team with an
@@ -457,7 +482,7 @@ pub fn rate_players(
                         },
                         scores,
                     )
-                    .map_err(|e| Rejection::invalid("result", e.to_string()))
+                    .map_err(rating_refusal)
             };
             let quit = quit_placements
                 .iter()

@@ -114,7 +114,7 @@ pub fn rate_party(
             },
             team_scores,
         )
-        .map_err(|e| Rejection::invalid("result", e.to_string()))?;
+        .map_err(super::rating_refusal)?;
     let n = members.len().max(1) as f64;
     let mean = |f: fn(&Skill) -> f64| members.iter().map(|&i| f(&rated[team][i])).sum::<f64>() / n;
     Ok(Skill {

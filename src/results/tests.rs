@@ -958,3 +958,44 @@ fn a_repeated_report_must_give_the_applied_outcome() {
     assert_eq!(check_repeat(&id, &unkept, &[1, 2], &[]), Ok(()));
     assert_eq!(check_repeat(&id, &unkept, &[], &[]), Ok(()));
 }
+
+#[test]
+fn a_rating_refusal_names_a_field_of_the_report() {
+    let system = SystemConfig::Glicko2(glicko2::Config::default());
+    let teams = ids(&[&["a"], &["b"]]);
+    // A stored skill outside the system's domain: the rating of these placements fails.
+    let before = vec![vec![record(1500.0, f64::NAN)], vec![record(1500.0, 200.0)]];
+    let refused = rate_players(
+        "1v1",
+        &system,
+        &NoRanking,
+        &teams,
+        &before,
+        &input(&[1, 2], &[]),
+        1e9,
+    )
+    .unwrap_err();
+    let Rejection::Invalid(e) = refused else {
+        panic!("not invalid input: {refused}");
+    };
+    assert_eq!(e.field, "placements", "{e}");
+    assert!(e.rule.contains("teams[0][0]"), "the inner path stays: {e}");
+
+    // A rating error about a field of the report keeps that field.
+    for (field, kept) in [
+        ("team_scores", "team_scores"),
+        ("placements[1]", "placements[1]"),
+        ("placements", "placements"),
+        ("teams[1]", "placements"),
+        ("placements_extra", "placements"),
+    ] {
+        let e = rating_refusal(crate::rating::RatingError::InvalidShape {
+            field: field.into(),
+            rule: "a rule".into(),
+        });
+        let Rejection::Invalid(e) = e else {
+            panic!("not invalid input: {e}");
+        };
+        assert_eq!(e.field, kept, "{field}");
+    }
+}

@@ -139,16 +139,16 @@ impl State {
             let field = format!("open_slots[{k}].player_ids");
             let mut again = 0usize;
             let mut newly = 0u32;
-            for p in team {
+            for (j, p) in team.iter().enumerate() {
                 if !a.teams[k].contains(p) {
                     return Err(Rejection::invalid(
-                        field,
+                        format!("{field}[{j}]"),
                         format!("player {p} is not on team {k} of match {}", m.id),
                     ));
                 }
                 if seen.contains(&p) {
                     return Err(Rejection::invalid(
-                        field,
+                        format!("{field}[{j}]"),
                         format!("player {p} is named twice"),
                     ));
                 }

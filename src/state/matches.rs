@@ -403,10 +403,14 @@ impl State {
     /// again.
     pub fn has_unstarted_on(&self, address: &str) -> bool {
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
-        registry.placed.live_on(address, |m| self.is_live(m)).iter().any(|m| {
-            let inner = m.lock();
-            inner.phase == MatchPhase::Allocated && inner.assignment.server_address == address
-        })
+        registry
+            .placed
+            .live_on(address, |m| self.is_live(m))
+            .iter()
+            .any(|m| {
+                let inner = m.lock();
+                inner.phase == MatchPhase::Allocated && inner.assignment.server_address == address
+            })
     }
 
     /// Registers a game server; matches flow into the returned receiver. Returned with it:
