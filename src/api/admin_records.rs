@@ -168,7 +168,7 @@ impl Admin {
             format!("player_id={:?}", request.get_ref().player_id),
         );
         let req = request.into_inner();
-        convert::id("player_id", &req.player_id)?;
+        convert::erasable_id("player_id", &req.player_id)?;
         let player = PlayerId::new(req.player_id.as_str());
         let ticket_cancelled = self.cancel_waiting(&player).await?;
         // Events naming the player (a cancelled match's, emitted before its players were free)

@@ -13,9 +13,27 @@ use crate::state::{Assignment, PlayerStatus, QueueInfo, TicketState, TicketView}
 /// Longest accepted id (player, ticket, match).
 pub const MAX_ID_LEN: usize = 128;
 
-/// Validates one id field: non-empty, bounded, printable.
+/// Validates one id field: non-empty, bounded, printable, with no leading or trailing
+/// whitespace and no invisible format characters, so that two ids that look the same are the
+/// same id.
 pub fn id(field: &str, value: &str) -> Result<(), Rejection> {
     id_rule(|| field.to_owned(), value).map_err(Rejection::Invalid)
+}
+
+/// Validates the id of a player to erase: [`id`]'s rules before ids were refused for
+/// whitespace at their ends or invisible format characters (non-empty, bounded, no control
+/// characters), so that a player who entered under such an id can still be erased.
+pub fn erasable_id(field: &str, value: &str) -> Result<(), Rejection> {
+    match id_rule(|| field.to_owned(), value) {
+        Err(_)
+            if !value.is_empty()
+                && value.len() <= MAX_ID_LEN
+                && !value.chars().any(char::is_control) =>
+        {
+            Ok(())
+        }
+        checked => checked.map_err(Rejection::Invalid),
+    }
 }
 
 /// Validates the id of a player a call may create (EnterQueue, the party calls, SetRating,
@@ -60,12 +78,51 @@ fn id_rule(field: impl FnOnce() -> String, value: &str) -> Result<(), FieldError
         "must not be empty".to_owned()
     } else if value.len() > MAX_ID_LEN {
         format!("must be at most {MAX_ID_LEN} bytes (got {})", value.len())
+    } else if value.starts_with(char::is_whitespace) || value.ends_with(char::is_whitespace) {
+        if value.chars().all(char::is_whitespace) {
+            "must not be only whitespace".to_owned()
+        } else {
+            "must not start or end with whitespace".to_owned()
+        }
+    } else if value.is_ascii() {
+        // The common case, one pass over bytes: ASCII has control characters, no format ones.
+        if value.bytes().any(|b| b.is_ascii_control()) {
+            "must not contain control characters".to_owned()
+        } else {
+            return Ok(());
+        }
     } else if value.chars().any(char::is_control) {
         "must not contain control characters".to_owned()
+    } else if let Some(c) = value.chars().find(|&c| is_format_char(c)) {
+        format!(
+            "must not contain invisible format characters (zero-width, bidi controls; got \
+             U+{:04X})",
+            u32::from(c)
+        )
     } else {
         return Ok(());
     };
     Err(FieldError::new(field(), rule))
+}
+
+/// Unicode format characters (category Cf) that make two ids look alike or reorder what is
+/// shown: the soft hyphen, zero-width characters and joiners, bidi marks, embeddings,
+/// overrides and isolates, invisible operators, the byte order mark, tag characters.
+fn is_format_char(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 /// Validates a list of player ids: each valid, no duplicates. Linear time at any length (a
@@ -302,6 +359,46 @@ mod tests {
         );
         assert!(new_player_id("player_id", "erased:1").is_err());
         assert_eq!(new_player_id("player_id", "p1"), Ok(()));
+    }
+
+    #[test]
+    fn ids_that_look_alike_are_refused_naming_the_field_and_the_rule() {
+        for ok in ["p1", "p 1", "joão", "名前", "a\u{00A0}b", "🙂"] {
+            assert_eq!(id("player_id", ok), Ok(()), "{ok:?}");
+        }
+        for (bad, rule) in [
+            (" ", "must not be only whitespace"),
+            ("\u{3000}\u{00A0}", "must not be only whitespace"),
+            ("p1 ", "must not start or end with whitespace"),
+            ("\u{00A0}p1", "must not start or end with whitespace"),
+            ("p\u{0085}1", "must not contain control characters"),
+            ("p1\u{200B}", "must not contain invisible format characters"),
+            ("p\u{202E}1", "must not contain invisible format characters"),
+            ("p\u{2066}1", "must not contain invisible format characters"),
+            ("\u{FEFF}p1", "must not contain invisible format characters"),
+            ("p\u{00AD}1", "must not contain invisible format characters"),
+            (
+                "p\u{E0041}1",
+                "must not contain invisible format characters",
+            ),
+        ] {
+            let refused = id_at("player_ids", 3, bad).unwrap_err().to_string();
+            assert!(
+                refused.starts_with(&format!("player_ids[3]: {rule}")),
+                "{bad:?}: {refused}"
+            );
+        }
+        assert!(
+            id("server_address", "gs-1:7777\u{200D}")
+                .unwrap_err()
+                .to_string()
+                .contains("U+200D")
+        );
+        // A player who entered under such an id before it was refused can still be erased.
+        assert_eq!(erasable_id("player_id", "p1 "), Ok(()));
+        assert_eq!(erasable_id("player_id", "p\u{200B}1"), Ok(()));
+        assert!(erasable_id("player_id", "").is_err());
+        assert!(erasable_id("player_id", "a\nb").is_err());
     }
 
     fn text(t: &str) -> proto::AttributeValue {
