@@ -871,10 +871,29 @@ async fn with_auth_a_player_names_only_itself_and_reads_only_its_own_records() {
             Some(tok),
         )
     };
+    // A player outside the party is answered as for a party that does not exist (it was
+    // PERMISSION_DENIED, which told that the party exists): by GetParty, and by EnterQueue
+    // before the party's size or leader is checked.
+    let unknown = format!("party {:?} not found", p.party_id);
     let e = party_call(parties.get_party(get(&carol)))
         .await
         .unwrap_err();
-    assert_eq!(e.code(), Code::PermissionDenied, "not a member");
+    assert_eq!(e.code(), Code::NotFound, "not a member: {e:?}");
+    assert_eq!(e.message(), unknown);
+    let e = client
+        .enter_queue(enter(&[], &p.party_id, &carol))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "not a member: {e:?}");
+    assert_eq!(e.message(), unknown);
+    let e = client
+        .enter_queue(enter(&[], "party-never-made", &carol))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::NotFound, "party \"party-never-made\" not found")
+    );
     // Leaving a party one is not in changes nothing and tells nothing of it: no members, no
     // leader, no invite code (GetParty tells them to its members only).
     let left = party_call(parties.leave_party(with(

@@ -144,6 +144,9 @@ impl ClientService for Client {
                 &crate::ids::PartyId::new(req.party_id.as_str()),
                 self.clock.now(),
             )?;
+            // Before anything else tells of the party (its size): an outsider learns nothing.
+            super::party::hidden_from_outsiders(&identity, &roster)?;
+            identity.may_enter(&[], Some(&roster.leader))?;
             let mut ids = vec![roster.leader.to_string()];
             ids.extend(
                 roster

@@ -5,11 +5,12 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::records::party;
-use crate::auth::{Identity, MayAct};
+use crate::auth::{Identity, MayAct, Role};
 use crate::ids::{PartyId, PlayerId};
 use crate::matchmaker::Clock;
 use crate::proto;
 use crate::proto::party_service_server::PartyService;
+use crate::records::PartyRoster;
 use crate::rejection::Rejection;
 use crate::state::{INVITE_CODE_LEN, State};
 
@@ -29,6 +30,26 @@ impl Parties {
     ) -> Result<Response<proto::Party>, Status> {
         self.state.store().flush_async().await?;
         Ok(Response::new(party(&roster)))
+    }
+}
+
+/// A player token outside the party is told what a party that does not exist answers
+/// (NOT_FOUND): a player learns nothing of another's party, not even that it exists. Admins
+/// and callers with auth off are not asked.
+pub(super) fn hidden_from_outsiders(
+    identity: &Option<Identity>,
+    roster: &PartyRoster,
+) -> Result<(), Rejection> {
+    match identity {
+        Some(id)
+            if id.role == Role::Player && !roster.members.iter().any(|m| m.as_str() == id.sub) =>
+        {
+            Err(Rejection::NotFound {
+                what: "party",
+                id: roster.party_id.to_string(),
+            })
+        }
+        _ => Ok(()),
     }
 }
 
@@ -122,6 +143,7 @@ impl PartyService for Parties {
             self.clock.now(),
             |r| may(&r.members).is_ok(),
         )?;
+        hidden_from_outsiders(&identity, &roster)?;
         may(&roster.members)?;
         Ok(Response::new(party(&roster)))
     }
