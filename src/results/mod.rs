@@ -13,23 +13,25 @@
 mod party;
 mod period;
 mod ranker;
+mod repeat;
 
 pub use party::rate_party;
 pub use period::{
     PeriodClose, close_ended_periods, close_period, close_period_now, period_close, period_index,
 };
 pub use ranker::{NoRanking, QueueRanker, Ranker};
+pub use repeat::check_repeat;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::ids::{MatchId, PlayerId};
+use crate::ids::PlayerId;
 use crate::ranking::Outcome;
 use crate::rating::calibration::Observation;
 use crate::rating::{MatchInput, PlayerInput, RatingError, Skill, SystemConfig};
 use crate::records::{
     PartyRecord, PendingPeriod, PlayerChange, PoolRecord, ReportDigest, ResultAck,
 };
-use crate::rejection::{MatchRefusal, Rejection};
+use crate::rejection::Rejection;
 
 /// A match as its result sees it.
 #[derive(Clone, Copy, Debug)]
@@ -305,45 +307,6 @@ pub fn validate_scored(
         abandoned: gone,
         team_scores: team_scores.to_vec(),
     })
-}
-
-/// Checks a repeated report of a match whose result `ack` acknowledges: the shape of its
-/// `placements` and `team_scores` as for a first report (INVALID_ARGUMENT naming the field),
-/// then that they are the ones applied (a different outcome is refused, naming the field
-/// that differs: the result stays as first applied). An acknowledgement that kept no report
-/// (written before it was kept) passes any repeat.
-pub fn check_repeat(
-    match_id: &MatchId,
-    ack: &ResultAck,
-    placements: &[u32],
-    team_scores: &[f64],
-) -> Result<(), Rejection> {
-    let Some(applied) = &ack.report else {
-        return Ok(());
-    };
-    let teams = vec![Vec::new(); applied.placements.len()];
-    validate_scored(&teams, placements, team_scores, &BTreeMap::new(), &[])?;
-    let field = if applied.placements != placements {
-        "placements"
-    } else if applied.team_scores != team_scores {
-        "team_scores"
-    } else {
-        return Ok(());
-    };
-    Err(Rejection::for_match(
-        match_id,
-        MatchRefusal::OtherReport {
-            field,
-            applied: if applied.team_scores.is_empty() {
-                format!("placements {:?}", applied.placements)
-            } else {
-                format!(
-                    "placements {:?} and team_scores {:?}",
-                    applied.placements, applied.team_scores
-                )
-            },
-        },
-    ))
 }
 
 /// What the rating system gets for each player (same shape as `teams`): the skill before the

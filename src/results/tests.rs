@@ -915,50 +915,6 @@ fn the_void_players_are_those_who_stayed_against_a_team_that_quit_entirely() {
     );
 }
 
-/// A repeated report passes only with the applied outcome; one malformed is refused as a first
-/// report would be; an acknowledgement that kept no report passes any repeat.
-#[test]
-fn a_repeated_report_must_give_the_applied_outcome() {
-    let id = MatchId::new("m1");
-    let ack = |report| ResultAck {
-        queue: "2v2".into(),
-        changes: Vec::new(),
-        report,
-    };
-    let applied = ack(Some(ReportDigest {
-        placements: vec![2, 1],
-        team_scores: vec![3.0, 16.0],
-    }));
-    assert_eq!(check_repeat(&id, &applied, &[2, 1], &[3.0, 16.0]), Ok(()));
-    let refused = |placements: &[u32], scores: &[f64]| match check_repeat(
-        &id, &applied, placements, scores,
-    ) {
-        Err(Rejection::Match {
-            refusal: MatchRefusal::OtherReport { field, applied },
-            ..
-        }) => (field.to_string(), applied),
-        Err(Rejection::Invalid(e)) => (format!("invalid {}", e.field), String::new()),
-        other => panic!("{placements:?} {scores:?}: {other:?}"),
-    };
-    let told = "placements [2, 1] and team_scores [3.0, 16.0]".to_string();
-    assert_eq!(
-        refused(&[1, 2], &[3.0, 16.0]),
-        ("placements".into(), told.clone())
-    );
-    assert_eq!(refused(&[1, 1], &[3.0, 16.0]).0, "placements");
-    assert_eq!(refused(&[2, 1], &[]), ("team_scores".into(), told.clone()));
-    assert_eq!(refused(&[2, 1], &[16.0, 3.0]).0, "team_scores");
-    assert_eq!(refused(&[], &[3.0, 16.0]).0, "invalid placements");
-    assert_eq!(refused(&[2, 3], &[]).0, "invalid placements[1]");
-    assert_eq!(
-        refused(&[2, 1], &[f64::NAN, 1.0]).0,
-        "invalid team_scores[0]"
-    );
-    let unkept = ack(None);
-    assert_eq!(check_repeat(&id, &unkept, &[1, 2], &[]), Ok(()));
-    assert_eq!(check_repeat(&id, &unkept, &[], &[]), Ok(()));
-}
-
 #[test]
 fn a_rating_refusal_names_a_field_of_the_report() {
     let system = SystemConfig::Glicko2(glicko2::Config::default());
