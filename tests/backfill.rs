@@ -478,3 +478,70 @@ async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
     assert_eq!(update.backfill[0].player_ids.len(), 1, "{update:?}");
     assert_eq!(update.teams[0].player_ids.len(), 5);
 }
+
+/// OK from `RequestBackfill` means its leavers are durable: the server is killed (`kill -9`)
+/// the moment the answer arrives, well inside the embedded store's background flush, and after
+/// the restart the match still has the leaver, who is rated as an abandon.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_leaver_survives_kill_9_right_after_the_answer() {
+    use matchmaker::proto::client_service_client::ClientServiceClient;
+    use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fast.toml");
+    std::fs::write(&config, "[server]\ntick_interval_ms = 10\n").unwrap();
+    let data = dir.path().join("data");
+    let mut server = common::ServerProcess::start(&data, &config);
+    let ch = server.channel().await;
+    let mut game_server = GameServerServiceClient::new(ch.clone());
+    let mut matches = common::serve(&mut game_server, "gs-k:1").await;
+    let mut client = ClientServiceClient::new(ch);
+    for p in ["k0", "k1", "k2", "k3"] {
+        enter(&mut client, "2v2", &[p]).await;
+    }
+    let m = next(&mut matches).await;
+    let leaver = m.teams[0].player_ids[0].clone();
+    let stayer = m.teams[0].player_ids[1].clone();
+    game_server
+        .request_backfill(proto::BackfillRequest {
+            match_id: m.match_id.clone(),
+            open_slots: vec![
+                proto::Team {
+                    player_ids: vec![leaver.clone()],
+                },
+                proto::Team::default(),
+            ],
+        })
+        .await
+        .expect("backfill accepted");
+    server.child.kill().unwrap(); // SIGKILL the moment the answer arrives
+    server.child.wait().unwrap();
+
+    let server = common::ServerProcess::start(&data, &config);
+    let mut game_server = GameServerServiceClient::new(server.channel().await);
+    // The match had not started, so its server gets it again, with the leaver.
+    let mut matches = common::serve(&mut game_server, "gs-k:1").await;
+    let again = next(&mut matches).await;
+    assert_eq!(again.match_id, m.match_id);
+    assert_eq!(again.left_player_ids, std::slice::from_ref(&leaver));
+    // Team 0 wins: the stayer gains, the leaver is rated as an abandon.
+    let ack = game_server
+        .report_match_result(proto::MatchResult {
+            match_id: m.match_id.clone(),
+            placements: vec![1, 2],
+            ..Default::default()
+        })
+        .await
+        .expect("the restored match takes its result")
+        .into_inner();
+    let delta = |p: &str| {
+        let c = ack.changes.iter().find(|c| c.player_id == p).unwrap();
+        c.after.as_ref().unwrap().mean - c.before.as_ref().unwrap().mean
+    };
+    assert!(delta(&stayer) > 0.0, "the stayer won with team 0");
+    assert!(
+        delta(&leaver) < 0.0,
+        "the leaver is an abandon after the crash"
+    );
+}

@@ -266,7 +266,7 @@ impl GameServerService for GameServer {
                 leavers,
                 reply,
             })
-            .await??;
+            .await???;
         Ok(Response::new(proto::BackfillResponse { backfill_id }))
     }
 }

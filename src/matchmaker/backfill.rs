@@ -6,9 +6,8 @@ use std::time::Duration;
 use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::{Loop, push_recent};
-use crate::ids::{MatchId, PlayerId, new_id};
+use crate::ids::{PlayerId, new_id};
 use crate::matching::{self, BackfillConfig, SystemModel};
-use crate::rejection::{MatchRefusal, Rejection};
 use crate::state::{Assignment, BackfillError, MatchSlot, TicketSlot, TicketState, TicketView};
 use crate::store::StoreError;
 use crate::telemetry as m;
@@ -50,77 +49,6 @@ pub(super) struct Filled {
 }
 
 impl Loop {
-    /// RequestBackfill: marks the leavers and opens their slots (merged into the match's open
-    /// request, if any).
-    pub(super) fn open_backfill(
-        &mut self,
-        match_id: &MatchId,
-        leavers: &[Vec<PlayerId>],
-    ) -> Result<String, Rejection> {
-        let slot = self.state.match_slot(match_id)?;
-        let Some(&qi) = self.queue_index.get(&slot.queue) else {
-            return Err(Rejection::for_match(match_id, MatchRefusal::QueueGone));
-        };
-        if self.queues[qi].team_size < 2 {
-            return Err(Rejection::Unsupported {
-                queue: slot.queue.to_string(),
-                reason: "has teams of one player; backfill needs teams of two or more",
-            });
-        }
-        let capacity = self.queues[qi].team_size as usize;
-        // A request past its timeout that the next tick has not dropped yet is dropped now: a
-        // server asking again as it times out opens its slots anew.
-        let timeout = self.queues[qi].backfill.timeout_seconds;
-        let now = self.clock.now();
-        if let Some(at) = self
-            .backfills
-            .iter()
-            .position(|j| j.slot.id == *match_id && now - j.requested_at > timeout)
-        {
-            self.backfills.remove(at);
-            self.queues[qi].stats.backfill_requests_expired += 1;
-        }
-        let (_, open) = match self.backfills.iter().find(|j| j.slot.id == *match_id) {
-            Some(job) => self
-                .state
-                .mark_left(&slot, leavers, capacity, (&job.open, &job.asked))?,
-            None => self.state.mark_left(&slot, leavers, capacity, (&[], &[]))?,
-        };
-        let named = leavers.iter().flatten();
-        self.state.persist_matches(std::slice::from_ref(&slot));
-        let q = &mut self.queues[qi];
-        let opened: u32 = open.iter().sum();
-        q.stats.backfill_requests += 1;
-        q.stats.backfill_slots_opened += u64::from(opened);
-        metrics::counter!(m::BACKFILL_REQUESTS, "queue" => q.id.to_string()).increment(1);
-        if let Some(job) = self.backfills.iter_mut().find(|j| j.slot.id == *match_id) {
-            for (o, n) in job.open.iter_mut().zip(&open) {
-                *o += n;
-            }
-            for p in named {
-                if !job.asked.contains(p) {
-                    job.asked.push(p.clone());
-                }
-            }
-            // The new slots get the whole timeout, as a request of their own would (a request
-            // sent again opens nothing new and leaves the timeout as it was).
-            if opened > 0 {
-                job.requested_at = self.clock.now();
-            }
-            return Ok(job.id.clone());
-        }
-        let id = new_id("b");
-        self.backfills.push(BackfillJob {
-            id: id.clone(),
-            slot,
-            queue: qi,
-            open,
-            asked: named.cloned().collect(),
-            requested_at: self.clock.now(),
-        });
-        Ok(id)
-    }
-
     /// Fills open slots of queue `qi`'s running matches from its pool, oldest request first,
     /// and sends each match's additions to its game server.
     pub(super) fn run_backfills(&mut self, qi: usize, now: f64) {
@@ -508,7 +436,9 @@ mod tests {
         lp.tick();
         let formed = stream.recv().await.expect("a, b, c and d meet");
         let leaver = formed.teams[0][0].clone();
-        lp.open_backfill(&formed.match_id, &[vec![leaver], Vec::new()])
+        super::super::backfill_request::request(lp, &formed.match_id, &[vec![leaver], Vec::new()])
+            .await
+            .unwrap()
             .unwrap();
         let e = enter_in(lp, "2v2", "e").await;
         (stream, formed.match_id.clone(), e)

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod allocation;
 mod backfill;
+mod backfill_request;
 mod clock;
 mod ready_check;
 mod reconfigure;
@@ -40,6 +41,7 @@ pub use stats::QueueStats;
 
 use allocation::Unallocated;
 use backfill::BackfillJob;
+pub use backfill_request::{BackfillAnswer, BackfillReply};
 use ready_check::ReadyCheck;
 use stats::{QueueMetrics, push_recent};
 
@@ -73,11 +75,11 @@ pub enum Command {
         reply: oneshot::Sender<Result<TicketState, Rejection>>,
     },
     /// Players left a running match (`leavers[k]` from team `k`): open their slots for
-    /// backfill; the reply is the backfill request's id.
+    /// backfill; the reply, once the leavers are durable, is the backfill request's id.
     Backfill {
         match_id: MatchId,
         leavers: Vec<Vec<PlayerId>>,
-        reply: oneshot::Sender<Result<String, Rejection>>,
+        reply: BackfillReply,
     },
     // --- Records ---
     /// `CancelMatch`: before its start the match's tickets go back to the front of their
@@ -203,6 +205,12 @@ struct Loop {
     /// tickets requeued ([`Loop::take_back_backfill`]).
     unbackfilled: mpsc::UnboundedReceiver<backfill::Filled>,
     unbackfilled_tx: mpsc::UnboundedSender<backfill::Filled>,
+    /// Per match, the `RequestBackfill` whose write is being flushed (answered once it is:
+    /// [`Loop::backfill_request_flushed`]).
+    opening: HashMap<MatchId, backfill_request::Opening>,
+    /// The outcomes of those flushes.
+    backfill_flushed: mpsc::UnboundedReceiver<(MatchId, Result<(), crate::store::StoreError>)>,
+    backfill_flushed_tx: mpsc::UnboundedSender<(MatchId, Result<(), crate::store::StoreError>)>,
 }
 
 /// The loop's thread; awaiting it waits until the loop has stopped (`Err` if it panicked).
@@ -293,6 +301,7 @@ impl Loop {
         let allocation_timeout = state.config().server.allocation_timeout_seconds;
         let (undelivered_tx, undelivered) = mpsc::unbounded_channel();
         let (unbackfilled_tx, unbackfilled) = mpsc::unbounded_channel();
+        let (backfill_flushed_tx, backfill_flushed) = mpsc::unbounded_channel();
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
         let finished = restored
@@ -330,6 +339,9 @@ impl Loop {
             undelivered_tx,
             unbackfilled,
             unbackfilled_tx,
+            opening: HashMap::new(),
+            backfill_flushed,
+            backfill_flushed_tx,
         }
     }
 
@@ -360,6 +372,9 @@ impl Loop {
                 }
                 Some(ids) = self.undelivered.recv() => self.requeue_undelivered(&ids),
                 Some(filled) = self.unbackfilled.recv() => self.take_back_backfill(filled),
+                Some((id, flushed)) = self.backfill_flushed.recv() => {
+                    self.backfill_request_flushed(&id, flushed);
+                }
                 n = rx.recv_many(&mut batch, COMMAND_BATCH) => {
                     if n == 0 {
                         break;
@@ -464,7 +479,7 @@ impl Loop {
                 leavers,
                 reply,
             } => {
-                let _ = reply.send(self.open_backfill(&match_id, &leavers));
+                self.request_backfill(match_id, leavers, reply);
             }
             Command::CancelMatch {
                 match_id,

@@ -193,6 +193,17 @@ impl State {
         Ok((next, open))
     }
 
+    /// Undoes [`State::mark_left`] of `players` (the request that marked them could not be
+    /// stored): they are seated in the match again.
+    pub fn unmark_left(&self, m: &MatchSlot, players: &[PlayerId]) {
+        let mut inner = m.lock();
+        if players.iter().any(|p| inner.assignment.left.contains(p)) {
+            let mut next = (*inner.assignment).clone();
+            next.left.retain(|p| !players.contains(p));
+            inner.assignment = Arc::new(next);
+        }
+    }
+
     /// Puts a waiting ticket's players on team `team` of a running match: they are in the match.
     /// Their ticket stays SEARCHING until the match's new roster is durable
     /// ([`State::publish_backfilled`]), or is put back ([`State::take_back_backfill`]) if it

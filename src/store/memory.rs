@@ -272,6 +272,13 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// From now on every write of live matches fails as a broken disk's would (`false`: they
+    /// work again).
+    #[cfg(test)]
+    pub(crate) fn fail_segment_writes(&self, fail: bool) {
+        self.fail_writes(FailingWrite::Matches, fail);
+    }
+
     /// Matches marked as ended, and live-match segments, stored now.
     #[cfg(test)]
     pub(crate) fn marks_and_segments(&self) -> (usize, usize) {
