@@ -32,6 +32,18 @@ pub(super) struct Joined {
     pub(super) wait_seconds: f64,
 }
 
+/// What became of a fill's write ([`Loop::deliver_backfill`]), handed back to the loop.
+pub(super) enum FillOutcome {
+    /// Flushed: its tickets read MATCHED and its update went to the server. Per ticket, its
+    /// players and how long it had waited.
+    Stored {
+        queue: usize,
+        joined: Vec<(u32, f64)>,
+    },
+    /// Not stored: taken back ([`Loop::take_back_backfill`]).
+    NotStored(Filled),
+}
+
 /// One tick's additions to one running match: sent to its game server, and shown to their
 /// tickets, once the match's new roster is durable; taken back if it cannot be stored
 /// ([`Loop::take_back_backfill`]).
@@ -145,12 +157,7 @@ impl Loop {
                         {
                             team.push(matching::Seated::of(&fill.ticket));
                         }
-                        let q = &mut self.queues[qi];
-                        q.stats.backfill_slots_filled += u64::from(n);
-                        push_recent(&mut q.recent_waits, now - w.slot.entered_at);
-                        q.metrics.wait_seconds.record(now - w.slot.entered_at);
-                        metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
-                            .increment(u64::from(n));
+                        // Counted once stored ([`Loop::count_stored_fill`]).
                         // In the match's roster now, written with the addition.
                         self.state
                             .forget_stored_tickets(std::slice::from_ref(&w.slot.id));
@@ -219,7 +226,7 @@ impl Loop {
             }
             Err(_) => {
                 // Logged and counted by the write.
-                let _ = self.unbackfilled_tx.send(filled);
+                let _ = self.fill_outcomes_tx.send(FillOutcome::NotStored(filled));
                 return;
             }
         }
@@ -234,7 +241,7 @@ impl Loop {
         let server = filled.assignment.server_address.clone();
         let stream = self.state.server_stream(&server);
         let state = self.state.clone();
-        let taken_back = self.unbackfilled_tx.clone();
+        let outcome = self.fill_outcomes_tx.clone();
         self.runtime.spawn(async move {
             if let Err(e) = state.store().flush_async().await {
                 crate::store::write_failures::log_store_write_failure!(
@@ -244,10 +251,19 @@ impl Loop {
                     "could not flush a backfilled match; the update is not sent to its game server"
                 );
                 if !matches!(e, StoreError::Fenced) {
-                    let _ = taken_back.send(filled);
+                    let _ = outcome.send(FillOutcome::NotStored(filled));
                 }
                 return;
             }
+            // Counted before anyone is told, so a `GetQueueStats` after a MATCHED view (the
+            // loop takes outcomes before commands) counts it.
+            let joined = filled.joined.iter();
+            let _ = outcome.send(FillOutcome::Stored {
+                queue: filled.queue,
+                joined: joined
+                    .map(|j| (j.entry.players.len() as u32, j.wait_seconds))
+                    .collect(),
+            });
             for j in &filled.joined {
                 state.publish_backfilled(&j.ticket, &filled.assignment, j.wait_seconds);
             }
@@ -279,6 +295,27 @@ impl Loop {
                 tracing::warn!(%match_id, %server, why, "backfill update not delivered");
             }
         });
+    }
+
+    /// What became of a fill's write: a stored one counts its slots and its tickets' waits
+    /// now (a fill taken back counts nothing, and counts when it is filled again and stored);
+    /// one not stored is taken back.
+    pub(super) fn fill_outcome(&mut self, outcome: FillOutcome) {
+        match outcome {
+            FillOutcome::Stored { queue, joined } => {
+                let Some(q) = self.queues.get_mut(queue) else {
+                    return;
+                };
+                for (players, waited) in joined {
+                    q.stats.backfill_slots_filled += u64::from(players);
+                    push_recent(&mut q.recent_waits, waited);
+                    q.metrics.wait_seconds.record(waited);
+                    metrics::counter!(m::BACKFILL_SLOTS_FILLED, "queue" => q.id.to_string())
+                        .increment(u64::from(players));
+                }
+            }
+            FillOutcome::NotStored(filled) => self.take_back_backfill(filled),
+        }
     }
 
     /// Takes back additions whose write did not flush (no server and no ticket learned of
@@ -463,6 +500,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_backfill_whose_write_does_not_flush_is_not_sent_and_its_ticket_waits_again() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let _local = metrics::set_default_local_recorder(&recorder);
         let memory = std::sync::Arc::new(crate::store::MemoryStore::default());
         let state = crate::state::test_util::state_on(memory.clone());
         let clock = Clock::start();
@@ -485,12 +524,18 @@ mod tests {
         );
         // Bounded, so that a flush failure that is never reported fails the test.
         let reported = Duration::from_secs(10);
-        let filled = tokio::time::timeout(reported, lp.unbackfilled.recv())
+        let outcome = tokio::time::timeout(reported, lp.fill_outcomes.recv())
             .await
             .expect("the failed flush reports its backfill")
             .unwrap();
+        assert!(matches!(outcome, super::FillOutcome::NotStored(_)));
         memory.fail_flushes(None);
-        lp.take_back_backfill(filled);
+        lp.fill_outcome(outcome);
+        assert_eq!(
+            filled_2v2(&lp, &recorder),
+            (0, 0),
+            "taken back: not counted"
+        );
 
         assert!(stream.try_recv().is_err(), "the game server got nothing");
         let view = state.ticket(&e).unwrap().view();
@@ -520,6 +565,29 @@ mod tests {
         let view = state.ticket(&e).unwrap().view();
         assert_eq!(view.state, TicketState::Matched, "{view:?}");
         assert_eq!(view.assignment.unwrap().server_address, "gs-1:7777");
+        // Counted once, now that it is stored.
+        let outcome = lp
+            .fill_outcomes
+            .try_recv()
+            .expect("reported before the update");
+        lp.fill_outcome(outcome);
+        assert_eq!(filled_2v2(&lp, &recorder), (1, 1));
+    }
+
+    /// The 2v2 queue's backfilled slots, as `GetQueueStats` and as the metric count them.
+    fn filled_2v2(
+        lp: &Loop,
+        recorder: &metrics_exporter_prometheus::PrometheusRecorder,
+    ) -> (u64, u64) {
+        let q = lp.queues.iter().find(|q| q.id.as_str() == "2v2").unwrap();
+        let page = recorder.handle().render();
+        let metric = page
+            .lines()
+            .filter(|l| l.starts_with(crate::telemetry::BACKFILL_SLOTS_FILLED))
+            .filter(|l| l.contains("queue=\"2v2\""))
+            .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0);
+        (q.stats.backfill_slots_filled, metric)
     }
 
     #[tokio::test(start_paused = true)]

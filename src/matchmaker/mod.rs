@@ -201,10 +201,11 @@ struct Loop {
     /// tickets requeued ([`Loop::requeue_undelivered`]).
     undelivered: mpsc::UnboundedReceiver<Vec<MatchId>>,
     undelivered_tx: mpsc::UnboundedSender<Vec<MatchId>>,
-    /// Backfill additions whose write did not flush, so no server got them: taken back, their
+    /// What became of backfill additions' writes ([`Loop::fill_outcome`]): stored ones are
+    /// counted; those whose write did not flush, so no server got them, are taken back, their
     /// tickets requeued ([`Loop::take_back_backfill`]).
-    unbackfilled: mpsc::UnboundedReceiver<backfill::Filled>,
-    unbackfilled_tx: mpsc::UnboundedSender<backfill::Filled>,
+    fill_outcomes: mpsc::UnboundedReceiver<backfill::FillOutcome>,
+    fill_outcomes_tx: mpsc::UnboundedSender<backfill::FillOutcome>,
     /// Per match, the `RequestBackfill` whose write is being flushed (answered once it is:
     /// [`Loop::backfill_request_flushed`]).
     opening: HashMap<MatchId, backfill_request::Opening>,
@@ -300,7 +301,7 @@ impl Loop {
         let now = clock.now();
         let allocation_timeout = state.config().server.allocation_timeout_seconds;
         let (undelivered_tx, undelivered) = mpsc::unbounded_channel();
-        let (unbackfilled_tx, unbackfilled) = mpsc::unbounded_channel();
+        let (fill_outcomes_tx, fill_outcomes) = mpsc::unbounded_channel();
         let (backfill_flushed_tx, backfill_flushed) = mpsc::unbounded_channel();
         // The restored matches a server had taken hold their tickets again (matched to that
         // server): retained from now, like any finished ticket.
@@ -337,8 +338,8 @@ impl Loop {
             runtime: tokio::runtime::Handle::current(),
             undelivered,
             undelivered_tx,
-            unbackfilled,
-            unbackfilled_tx,
+            fill_outcomes,
+            fill_outcomes_tx,
             opening: HashMap::new(),
             backfill_flushed,
             backfill_flushed_tx,
@@ -371,7 +372,7 @@ impl Loop {
                     self.state.flush_dropped_tickets(&self.runtime);
                 }
                 Some(ids) = self.undelivered.recv() => self.requeue_undelivered(&ids),
-                Some(filled) = self.unbackfilled.recv() => self.take_back_backfill(filled),
+                Some(outcome) = self.fill_outcomes.recv() => self.fill_outcome(outcome),
                 Some((id, flushed)) = self.backfill_flushed.recv() => {
                     self.backfill_request_flushed(&id, flushed);
                 }
