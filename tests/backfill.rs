@@ -481,7 +481,8 @@ async fn slots_left_empty_by_a_timed_out_request_can_be_asked_for_again() {
 
 /// OK from `RequestBackfill` means its leavers are durable: the server is killed (`kill -9`)
 /// the moment the answer arrives, well inside the embedded store's background flush, and after
-/// the restart the match still has the leaver, who is rated as an abandon.
+/// the restart the match still has the leaver, who is rated as an abandon, and the request is
+/// still open: a newcomer fills the slot without the server asking again.
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_leaver_survives_kill_9_right_after_the_answer() {
@@ -525,6 +526,11 @@ async fn an_acknowledged_leaver_survives_kill_9_right_after_the_answer() {
     let again = next(&mut matches).await;
     assert_eq!(again.match_id, m.match_id);
     assert_eq!(again.left_player_ids, std::slice::from_ref(&leaver));
+    let mut client = ClientServiceClient::new(server.channel().await);
+    enter(&mut client, "2v2", &["k-late"]).await;
+    let update = next(&mut matches).await;
+    assert_eq!(update.match_id, m.match_id);
+    assert_eq!(update.backfill[0].player_ids, ["k-late"]);
     // Team 0 wins: the stayer gains, the leaver is rated as an abandon.
     let ack = game_server
         .report_match_result(proto::MatchResult {
@@ -540,6 +546,7 @@ async fn an_acknowledged_leaver_survives_kill_9_right_after_the_answer() {
         c.after.as_ref().unwrap().mean - c.before.as_ref().unwrap().mean
     };
     assert!(delta(&stayer) > 0.0, "the stayer won with team 0");
+    assert!(delta("k-late") > 0.0, "so did the newcomer");
     assert!(
         delta(&leaver) < 0.0,
         "the leaver is an abandon after the crash"

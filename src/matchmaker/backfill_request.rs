@@ -36,6 +36,8 @@ struct Marked {
     id: String,
     /// The players this request marked as left (the others it named had left before).
     newly_left: Vec<PlayerId>,
+    /// When a request last opened slots of the match, before this one.
+    opened_before: Option<f64>,
     /// Slots it opens, per team.
     open: Vec<u32>,
 }
@@ -125,6 +127,7 @@ impl Loop {
             self.queues[qi].stats.backfill_requests_expired += 1;
         }
         let before = slot.assignment().left.clone();
+        let opened_before = slot.backfill_opened_unix();
         let job = self.backfills.iter().find(|j| j.slot.id == *match_id);
         let filling = job.map_or((&[][..], &[][..]), |j| (&j.open[..], &j.asked[..]));
         let (marked, open) = match self.state.mark_left(&slot, leavers, capacity, filling) {
@@ -140,7 +143,7 @@ impl Loop {
             .collect();
         if let Err(e) = self.state.write_matches(std::slice::from_ref(&slot)) {
             // Logged and counted by the write, which wrote nothing.
-            self.state.unmark_left(&slot, &newly_left);
+            self.state.unmark_left(&slot, &newly_left, opened_before);
             return Err(e);
         }
         Ok(Ok(Marked {
@@ -148,6 +151,7 @@ impl Loop {
             queue: qi,
             id,
             newly_left,
+            opened_before,
             open,
         }))
     }
@@ -166,7 +170,7 @@ impl Loop {
         let answer = match flushed {
             Ok(()) => Ok(Ok(self.open_slots(opening.marked, &opening.named))),
             Err(e) => {
-                self.undo_leavers(&opening.marked.slot, &opening.marked.newly_left);
+                self.undo_leavers(&opening.marked);
                 Err(e)
             }
         };
@@ -184,11 +188,13 @@ impl Loop {
     /// so a store that sends the failed write later (a cluster store retries it) ends with
     /// the match as it is here. Left alone on a cluster node whose lease ran out: the write may
     /// have landed, and the next owner carries on from what the store holds.
-    fn undo_leavers(&mut self, slot: &Arc<MatchSlot>, newly_left: &[PlayerId]) {
-        if newly_left.is_empty() || !self.state.may_act() {
+    fn undo_leavers(&mut self, marked: &Marked) {
+        let (slot, newly_left) = (&marked.slot, &marked.newly_left);
+        if !self.state.may_act() {
             return;
         }
-        self.state.unmark_left(slot, newly_left);
+        self.state
+            .unmark_left(slot, newly_left, marked.opened_before);
         self.state.persist_matches(std::slice::from_ref(slot));
         tracing::warn!(match_id = %slot.id, leavers = newly_left.len(), "a backfill request could not be stored; its leavers are in the match again");
     }
@@ -237,6 +243,50 @@ impl Loop {
             });
         }
         id
+    }
+}
+
+impl Loop {
+    /// Opens again the empty slots of restored running matches whose last backfill request
+    /// opened slots within their queue's backfill timeout (on the store's clock): a request
+    /// acknowledged before a crash or a change of cluster owner is still open after it, with
+    /// what is left of its timeout. Every leaver counts as asked for, so a server that sends
+    /// the request again opens nothing more.
+    pub(super) fn reopen_restored_requests(&mut self, restored: &[Arc<MatchSlot>]) {
+        let now_unix = self.state.store().now_unix();
+        let now = self.clock.now();
+        for slot in restored {
+            let Some(opened_unix) = slot.backfill_opened_unix() else {
+                continue;
+            };
+            let Some(&qi) = self.queue_index.get(&slot.queue) else {
+                continue;
+            };
+            let q = &self.queues[qi];
+            let age = (now_unix - opened_unix).max(0.0);
+            if q.team_size < 2 || age > q.backfill.timeout_seconds {
+                continue;
+            }
+            let Some((assignment, seated)) = self.state.running_roster(slot) else {
+                continue;
+            };
+            let capacity = q.team_size as usize;
+            let open: Vec<u32> = seated
+                .iter()
+                .map(|team| capacity.saturating_sub(team.len()) as u32)
+                .collect();
+            if open.iter().all(|&n| n == 0) {
+                continue;
+            }
+            self.backfills.push(BackfillJob {
+                id: new_id("b"),
+                slot: slot.clone(),
+                queue: qi,
+                open,
+                asked: assignment.left.clone(),
+                requested_at: now - age,
+            });
+        }
     }
 }
 
@@ -362,6 +412,8 @@ mod tests {
         );
         // Undone: seated again, here and in the store's copy; nothing open or counted.
         assert_eq!(left(&lp, m), [Vec::new(), Vec::new()]);
+        let slot = lp.state.match_slot(m).unwrap();
+        assert_eq!(slot.backfill_opened_unix(), None, "no request opened slots");
         assert_eq!(open(&lp, m), None);
         assert_eq!(counted(&lp), (0, 0));
 
@@ -374,6 +426,43 @@ mod tests {
         assert_eq!(left(&lp, m), [vec![leaver.clone()], vec![leaver]]);
         assert_eq!(open(&lp, m), Some(vec![1, 0]));
         assert_eq!(counted(&lp), (1, 1));
+    }
+
+    /// A loop on `memory` as a restart makes it: the state loaded and recovered, with `toml`
+    /// over the default config.
+    fn restarted(memory: &Arc<MemoryStore>, toml: &str) -> Loop {
+        let config = Arc::new(crate::config::Config::from_toml_str(toml).unwrap());
+        let state = crate::state::State::load(config, memory.clone()).unwrap();
+        let clock = Clock::start();
+        let (_, restored, _) = state.recover(clock.now()).unwrap();
+        Loop::new(state, clock, restored)
+    }
+
+    #[tokio::test]
+    async fn an_acknowledged_request_is_open_again_after_a_restart_within_its_timeout() {
+        let memory = Arc::new(MemoryStore::default());
+        let (mut lp, formed) = a_running_2v2(&memory).await;
+        let m = &formed.match_id;
+        let leaver = formed.teams[0][0].clone();
+        let leavers = [vec![leaver.clone()], Vec::new()];
+        request(&mut lp, m, &leavers).await.unwrap().unwrap();
+        drop(lp);
+
+        let mut lp = restarted(&memory, "");
+        assert_eq!(open(&lp, m), Some(vec![1, 0]), "open again");
+        let job = lp.backfills.iter().find(|j| j.slot.id == *m).unwrap();
+        assert_eq!(job.asked, std::slice::from_ref(&leaver));
+        assert!(job.requested_at <= lp.clock.now(), "its timeout runs on");
+        // Sent again, it opens nothing more.
+        request(&mut lp, m, &leavers).await.unwrap().unwrap();
+        assert_eq!(open(&lp, m), Some(vec![1, 0]));
+        drop(lp);
+
+        // Past its timeout it is not.
+        let past = "[queues.2v2.backfill]\ntimeout_seconds = 0.000001\n";
+        let lp = restarted(&memory, past);
+        assert_eq!(open(&lp, m), None);
+        assert_eq!(left(&lp, m)[0], [leaver], "the leaver is kept all the same");
     }
 
     #[tokio::test]

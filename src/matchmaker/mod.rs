@@ -311,7 +311,12 @@ impl Loop {
             .flat_map(|m| m.tickets())
             .map(|id| (now, id))
             .collect();
-        Self {
+        let running: Vec<Arc<MatchSlot>> = restored
+            .iter()
+            .filter(|m| m.phase() != crate::state::MatchPhase::Formed)
+            .cloned()
+            .collect();
+        let mut lp = Self {
             tick_seconds: loop_tick(&state).as_secs_f64(),
             state,
             clock,
@@ -343,7 +348,9 @@ impl Loop {
             opening: HashMap::new(),
             backfill_flushed,
             backfill_flushed_tx,
-        }
+        };
+        lp.reopen_restored_requests(&running);
+        lp
     }
 
     async fn run(

@@ -105,7 +105,8 @@ impl State {
     /// (it timed out, or was lost with a restart): teams have `capacity` places, and
     /// `filling[k]` of team `k`'s empty ones are being filled by the match's open request,
     /// which asked for the slots of `asked`; naming one of those again (a request sent twice)
-    /// opens nothing.
+    /// opens nothing. A request that opens slots is dated (the store's clock), so a restore
+    /// opens them again ([`MatchSlot::backfill_opened_unix`]).
     pub fn mark_left(
         &self,
         m: &MatchSlot,
@@ -190,13 +191,18 @@ impl State {
         next.left.extend(new.into_iter().cloned());
         let next = Arc::new(next);
         inner.assignment = next.clone();
+        if open.iter().any(|&n| n > 0) {
+            inner.backfill_opened_unix = Some(self.inner.store.now_unix());
+        }
         Ok((next, open))
     }
 
     /// Undoes [`State::mark_left`] of `players` (the request that marked them could not be
-    /// stored): they are seated in the match again.
-    pub fn unmark_left(&self, m: &MatchSlot, players: &[PlayerId]) {
+    /// stored): they are seated in the match again, and the last request to open slots is
+    /// `opened_unix` again.
+    pub fn unmark_left(&self, m: &MatchSlot, players: &[PlayerId], opened_unix: Option<f64>) {
         let mut inner = m.lock();
+        inner.backfill_opened_unix = opened_unix;
         if players.iter().any(|p| inner.assignment.left.contains(p)) {
             let mut next = (*inner.assignment).clone();
             next.left.retain(|p| !players.contains(p));

@@ -111,6 +111,9 @@ pub(super) struct MatchInner {
     pub(super) roles: BTreeMap<PlayerId, Vec<String>>,
     /// Unix seconds of its game server's `StartMatch` (stored with the match).
     pub(super) started_unix: Option<f64>,
+    /// Unix seconds (store's clock) when a backfill request last opened slots (stored with the
+    /// match, so a restore opens them again).
+    pub(super) backfill_opened_unix: Option<f64>,
     /// Copies of it taken for the store so far ([`State::stored_match`] numbers each).
     pub(super) copies: u64,
 }
@@ -133,6 +136,11 @@ impl MatchSlot {
     /// The tickets whose players are in the match.
     pub fn tickets(&self) -> Vec<TicketId> {
         self.lock().tickets.clone()
+    }
+
+    /// Unix seconds (the store's clock) when a backfill request last opened slots of it.
+    pub fn backfill_opened_unix(&self) -> Option<f64> {
+        self.lock().backfill_opened_unix
     }
 }
 
@@ -169,6 +177,7 @@ impl State {
                 tickets: tickets.iter().map(|t| t.id.clone()).collect(),
                 roles,
                 started_unix: None,
+                backfill_opened_unix: None,
                 copies: 0,
             }),
             segment: AtomicU64::new(segments::NOT_STORED),

@@ -258,6 +258,7 @@ impl State {
             started_unix: inner.started_unix,
             tickets,
             kept_unix: None,
+            backfill_opened_unix: inner.backfill_opened_unix,
         };
         (copy, stored)
     }
@@ -498,6 +499,7 @@ pub(super) fn slot_of(
             tickets,
             roles: m.roles.clone(),
             started_unix: m.started_unix,
+            backfill_opened_unix: m.backfill_opened_unix,
             copies: 0,
         }),
         segment: AtomicU64::new(segments::NOT_STORED),

@@ -204,6 +204,7 @@ mod tests {
             started_unix: None,
             tickets: Vec::new(),
             kept_unix: kept,
+            backfill_opened_unix: None,
         }
     }
 

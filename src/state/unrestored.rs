@@ -329,6 +329,7 @@ mod tests {
             started_unix: None,
             tickets: Vec::new(),
             kept_unix: None,
+            backfill_opened_unix: None,
         }
     }
 

@@ -70,6 +70,7 @@ pub(super) fn stored(id: &str, server: &str, formed_unix: f64) -> StoredMatch {
         started_unix: None,
         tickets: Vec::new(),
         kept_unix: None,
+        backfill_opened_unix: None,
     }
 }
 

@@ -512,6 +512,11 @@ pub struct StoredMatch {
     /// later) supersedes it at the next restore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_unix: Option<f64>,
+    /// Unix seconds (on the store's clock) when a `RequestBackfill` last opened slots of the
+    /// match: a restore within the queue's backfill timeout opens its empty slots again, so an
+    /// acknowledged request outlives a crash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_opened_unix: Option<f64>,
 }
 
 /// One pool's end-of-week rank points: (pool, season, week, player → RP).

@@ -512,6 +512,7 @@ async fn redis_cost(
             })
             .collect(),
         kept_unix: None,
+        backfill_opened_unix: None,
     };
     let result = |i: usize| JournalEntry {
         match_id: MatchId::new(format!("m-{i}").as_str()),
