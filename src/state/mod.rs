@@ -80,9 +80,9 @@ struct Inner {
     /// pools and rating systems never change while running).
     queues: std::sync::RwLock<BTreeMap<QueueId, Arc<QueueInfo>>>,
     players: DashMap<PlayerId, Arc<PlayerSlot>>,
-    /// Players whose slot may hold no record (made since start-up, or erased): the only slots
-    /// the sweep of idle players looks at.
-    unrated_slots: Mutex<std::collections::HashSet<PlayerId>>,
+    /// The slots that may hold no record (made since start-up, or erased): the only slots the
+    /// sweep of idle players looks at. Weak, so that listing a slot does not hold it.
+    unrated_slots: Mutex<Vec<std::sync::Weak<PlayerSlot>>>,
     /// Server-minted keys, so the fast id hasher (players keep SipHash: clients choose those).
     tickets: DashMap<TicketId, Arc<TicketSlot>, crate::matching::IdHash>,
     matches: DashMap<MatchId, Arc<MatchSlot>, crate::matching::IdHash>,
@@ -162,22 +162,21 @@ impl State {
                 .collect(),
         );
         let players = DashMap::new();
-        let mut unrated_slots = std::collections::HashSet::new();
+        let mut unrated_slots = Vec::new();
         store.visit_players(&mut |id, pools| {
             let pools = PoolRecords::from_pairs(pools, &pool_names);
-            if pools.is_empty() {
-                unrated_slots.insert(id.clone());
-            }
-            players.insert(
-                id.clone(),
-                Arc::new(PlayerSlot {
-                    id: id.clone(),
-                    state: Mutex::new(PlayerState {
-                        status: PlayerStatus::Idle,
-                        pools,
-                    }),
+            let unrated = pools.is_empty();
+            let slot = Arc::new(PlayerSlot {
+                id: id.clone(),
+                state: Mutex::new(PlayerState {
+                    status: PlayerStatus::Idle,
+                    pools,
                 }),
-            );
+            });
+            if unrated {
+                unrated_slots.push(Arc::downgrade(&slot));
+            }
+            players.insert(id.clone(), slot);
         })?;
         let calibrations = calibration::load(&pool_systems, &store)?;
         let events = events::Events::new(store.append_events(&[])?);

@@ -154,9 +154,10 @@ impl PlayerSlot {
     }
 
     /// What the sweep may do with the slot. Called holding the map's shard that holds it, so
-    /// nobody can take the slot meanwhile: a count of one means nobody holds it now.
+    /// nobody can take the slot meanwhile: a count of two (the map's and the sweep's) means
+    /// nobody else holds it now.
     fn sweep(slot: &Arc<Self>) -> Sweep {
-        if Arc::strong_count(slot) > 1 {
+        if Arc::strong_count(slot) > 2 {
             return Sweep::Busy;
         }
         let state = match slot.state.try_lock() {
@@ -203,16 +204,25 @@ impl State {
         let candidates = std::mem::take(&mut *self.unrated_slots());
         let mut busy = Vec::new();
         let mut forgotten = 0;
-        for id in candidates {
+        for weak in candidates {
+            // A slot no longer upgradable was forgotten (only this sweep takes slots out of the
+            // map, and only slots nobody else holds), so nothing is left to look at.
+            let Some(held) = weak.upgrade() else {
+                continue;
+            };
             let mut seen = Sweep::Gone;
             // `remove_if` decides holding the slot's shard, so no `slot()` can take it meanwhile.
-            self.inner.players.remove_if(&id, |_, slot| {
+            self.inner.players.remove_if(&held.id, |_, slot| {
+                if !Arc::ptr_eq(slot, &held) {
+                    return false;
+                }
                 seen = PlayerSlot::sweep(slot);
                 seen == Sweep::Forget
             });
+            drop(held);
             match seen {
                 Sweep::Forget => forgotten += 1,
-                Sweep::Busy => busy.push(id),
+                Sweep::Busy => busy.push(weak),
                 Sweep::Rated | Sweep::Gone => {}
             }
         }
@@ -221,12 +231,16 @@ impl State {
     }
 
     /// Marks a player's slot as one that may hold no record (see
-    /// [`State::forget_idle_unrated_players`]).
-    pub(super) fn may_be_unrated(&self, id: &PlayerId) {
-        self.unrated_slots().insert(id.clone());
+    /// [`State::forget_idle_unrated_players`]). Every new player passes here, so it is a push of
+    /// a weak reference (no hashing, no copy of the id, and it does not count as a holder). A
+    /// slot listed twice (an erasure of a player made since start-up) is looked at twice, and
+    /// both go once it is forgotten, so the list holds at most one entry per slot plus one
+    /// per erasure of a slot still held.
+    pub(super) fn may_be_unrated(&self, slot: &Arc<PlayerSlot>) {
+        self.unrated_slots().push(Arc::downgrade(slot));
     }
 
-    fn unrated_slots(&self) -> MutexGuard<'_, std::collections::HashSet<PlayerId>> {
+    fn unrated_slots(&self) -> MutexGuard<'_, Vec<std::sync::Weak<PlayerSlot>>> {
         self.inner
             .unrated_slots
             .lock()
@@ -265,7 +279,7 @@ impl State {
         };
         if made {
             // With the shard let go: the sweep's list is never locked inside a shard.
-            self.may_be_unrated(id);
+            self.may_be_unrated(&slot);
         }
         slot
     }
@@ -404,6 +418,28 @@ mod tests {
             .create_ticket(&queue, vec![queued], "t-q2".into(), 2.0)
             .unwrap();
         assert_eq!(state.player_count(), 2);
+    }
+
+    /// An erasure lists a slot the sweep may already list (a player seen since start-up): the
+    /// slot is forgotten once and both entries go, and a slot listed while a call holds it
+    /// stays listed until the call lets it go.
+    #[test]
+    fn a_slot_listed_twice_is_forgotten_once_and_leaves_the_list() {
+        let state = crate::state::test_util::state();
+        let player = PlayerId::new("seen-then-erased");
+        drop(state.slot(&player));
+        state.erase_player(&player).unwrap().unwrap();
+        assert_eq!(state.unrated_slots().len(), 2);
+        assert_eq!(state.forget_idle_unrated_players(), 1);
+        assert!(state.unrated_slots().is_empty());
+        assert_eq!(state.player_count(), 0);
+
+        let call = state.slot(&player);
+        assert_eq!(state.forget_idle_unrated_players(), 0);
+        assert_eq!(state.unrated_slots().len(), 1, "held: looked at again");
+        drop(call);
+        assert_eq!(state.forget_idle_unrated_players(), 1);
+        assert!(state.unrated_slots().is_empty());
     }
 
     #[test]

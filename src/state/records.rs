@@ -119,7 +119,7 @@ impl State {
             }
         }
         guard.pools = PoolRecords::default();
-        self.may_be_unrated(player);
+        self.may_be_unrated(&slot);
         let before = self.inner.parties.len();
         self.inner
             .parties
