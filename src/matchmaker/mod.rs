@@ -185,16 +185,18 @@ struct Loop {
     unallocated: VecDeque<Unallocated>,
     finished: retention::Retained,
     last_stale_sweep: f64,
-    ready: HashMap<MatchId, ReadyCheck>,
-    ready_by_ticket: HashMap<TicketId, MatchId>,
+    // The maps below are keyed by server-minted ids: the fast id hasher (every formed and
+    // allocated match passes through some of them).
+    ready: HashMap<MatchId, ReadyCheck, matching::IdHash>,
+    ready_by_ticket: HashMap<TicketId, MatchId, matching::IdHash>,
     backfills: Vec<BackfillJob>,
     /// Per live match of a queue with match rules, its tickets as the rules see them, team by
     /// team, so backfill holds newcomers to the rules (dropped when the match ends).
-    seated: HashMap<MatchId, Vec<Vec<matching::Seated>>>,
+    seated: HashMap<MatchId, Vec<Vec<matching::Seated>>, matching::IdHash>,
     /// Per allocated match that has not started, its tickets' pool entries, so a `CancelMatch`
     /// before `StartMatch` can put them back in their queues (dropped by the stale sweep once
     /// the match started or ended).
-    unstarted: HashMap<MatchId, Vec<(usize, matching::Ticket)>>,
+    unstarted: HashMap<MatchId, Vec<(usize, matching::Ticket)>, matching::IdHash>,
     /// The server's runtime, for the few sends that may wait (backfill updates to a stream).
     runtime: tokio::runtime::Handle,
     /// Allocated matches whose write did not flush, so no server got them: dissolved, their
@@ -335,11 +337,11 @@ impl Loop {
                 .collect(),
             finished,
             last_stale_sweep: f64::NEG_INFINITY,
-            ready: HashMap::new(),
-            ready_by_ticket: HashMap::new(),
+            ready: HashMap::default(),
+            ready_by_ticket: HashMap::default(),
             backfills: Vec::new(),
-            seated: HashMap::new(),
-            unstarted: HashMap::new(),
+            seated: HashMap::default(),
+            unstarted: HashMap::default(),
             runtime: tokio::runtime::Handle::current(),
             undelivered,
             undelivered_tx,

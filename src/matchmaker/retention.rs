@@ -7,12 +7,15 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::ids::TicketId;
+use crate::matching::IdHash;
 
-/// Finished tickets in the order they finished, with each one's last finish.
+/// Finished tickets in the order they finished, with each one's last finish. Every matched
+/// ticket passes through here, and the map holds the whole retention's worth of them (minutes
+/// of tickets): keyed by server-minted ids, it takes the fast id hasher.
 #[derive(Default)]
 pub(super) struct Retained {
     order: VecDeque<(f64, TicketId)>,
-    latest: HashMap<TicketId, f64>,
+    latest: HashMap<TicketId, f64, IdHash>,
 }
 
 impl Retained {
