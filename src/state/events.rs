@@ -137,24 +137,35 @@ impl Drop for Taken {
     }
 }
 
+/// A match event's detail, serialized straight from the assignment: a formed and an allocated
+/// event are written for every match, and building a `serde_json::Value` first (a map per
+/// level, a string per player) was most of the cost. The fields are in the order a
+/// `serde_json` map keeps them (by name), so the text is what that map would print.
+#[derive(serde::Serialize)]
+struct MatchDetail<'a> {
+    queue: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    server_address: &'a str,
+    teams: &'a [Vec<PlayerId>],
+}
+
 /// A match event's record (pure).
 pub fn match_event(kind: EventKind, a: &Assignment, unix: f64, extra: &str) -> EventRecord {
-    let mut detail = json!({
-        "queue": a.queue.as_str(),
-        "teams": a.teams.iter().map(|t| t.iter().map(|p| p.as_str()).collect::<Vec<_>>()).collect::<Vec<_>>(),
-    });
-    if !a.server_address.is_empty() {
-        detail["server_address"] = json!(a.server_address);
-    }
-    if !extra.is_empty() {
-        detail["reason"] = json!(extra);
-    }
+    let detail = MatchDetail {
+        queue: a.queue.as_str(),
+        reason: extra,
+        server_address: &a.server_address,
+        teams: &a.teams,
+    };
     EventRecord {
         kind,
         unix,
         match_id: a.match_id.to_string(),
         player_id: String::new(),
-        detail_json: detail.to_string(),
+        detail_json: serde_json::to_string(&detail)
+            .expect("a match detail is strings and lists of strings"),
     }
 }
 
@@ -686,6 +697,40 @@ mod tests {
         assert_eq!(detail["queue"], "2v2");
         assert_eq!(detail["teams"], json!([["a"], ["b"]]));
         assert_eq!(detail["server_address"], "gs-1:7777");
+    }
+
+    /// The detail is written straight from the assignment; its text is what the map it was
+    /// built as before printed, key for key, so stored events read the same either way.
+    #[test]
+    fn a_match_events_detail_is_the_text_its_json_map_prints() {
+        let mut a = Assignment {
+            match_id: MatchId::new("m9"),
+            queue: QueueId::new("2v2 \"x\""),
+            teams: vec![
+                vec![PlayerId::new("a"), PlayerId::new("c\u{e9}")],
+                vec![PlayerId::new("b")],
+            ],
+            win_probability: vec![0.5, 0.5],
+            region: None,
+            server_address: String::new(),
+            parties: Vec::new(),
+            backfill: Vec::new(),
+            left: Vec::new(),
+            attributes: Default::default(),
+        };
+        let teams = json!([["a", "c\u{e9}"], ["b"]]);
+        for (server, reason) in [("", ""), ("gs-1:7777", ""), ("", "no server"), ("gs", "r")] {
+            a.server_address = server.into();
+            let mut map = json!({ "queue": "2v2 \"x\"", "teams": teams });
+            if !server.is_empty() {
+                map["server_address"] = json!(server);
+            }
+            if !reason.is_empty() {
+                map["reason"] = json!(reason);
+            }
+            let e = match_event(EventKind::MatchCancelled, &a, 1.0, reason);
+            assert_eq!(e.detail_json, map.to_string(), "{server:?} {reason:?}");
+        }
     }
 
     fn event(kind: EventKind, player: &str) -> EventRecord {
