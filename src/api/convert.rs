@@ -294,6 +294,35 @@ pub fn rating(system: &SystemConfig, s: &Skill) -> proto::Rating {
     }
 }
 
+/// Rating changes on the wire: in `system`'s display units, or as stored (`None`: the queue of a
+/// record or acknowledgement is no longer configured).
+pub fn player_changes(
+    system: Option<&SystemConfig>,
+    changes: &[crate::records::PlayerChange],
+) -> Vec<proto::PlayerChange> {
+    let shown = |s: &Skill| match system {
+        Some(system) => rating(system, s),
+        None => proto::Rating {
+            mean: s.mean,
+            deviation: s.deviation,
+            volatility: s.volatility,
+            display: s.mean,
+            display_low: s.mean,
+            display_high: s.mean,
+        },
+    };
+    changes
+        .iter()
+        .map(|c| proto::PlayerChange {
+            player_id: c.player_id.to_string(),
+            before: Some(shown(&c.before)),
+            after: Some(shown(&c.after)),
+            rank_points_before: i64::from(c.rank_points_before),
+            rank_points_after: i64::from(c.rank_points_after),
+        })
+        .collect()
+}
+
 /// The player view of one queue (`record` is the system's initial one for unrated players).
 pub fn player_view(
     player_id: &str,

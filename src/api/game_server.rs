@@ -276,30 +276,11 @@ impl GameServerService for GameServer {
 /// config dropped it: the result was applied, and the request names no queue to refuse).
 fn result_ack(state: &State, reported: &crate::ledger::Reported) -> proto::MatchResultAck {
     let queue = state.queue_of(&crate::ids::QueueId::new(reported.ack.queue.as_str()));
-    let rating = |s: &crate::rating::Skill| match &queue {
-        Some(q) => convert::rating(&q.config.rating, s),
-        None => proto::Rating {
-            mean: s.mean,
-            deviation: s.deviation,
-            volatility: s.volatility,
-            display: s.mean,
-            display_low: s.mean,
-            display_high: s.mean,
-        },
-    };
     proto::MatchResultAck {
-        changes: reported
-            .ack
-            .changes
-            .iter()
-            .map(|c| proto::PlayerChange {
-                player_id: c.player_id.to_string(),
-                before: Some(rating(&c.before)),
-                after: Some(rating(&c.after)),
-                rank_points_before: i64::from(c.rank_points_before),
-                rank_points_after: i64::from(c.rank_points_after),
-            })
-            .collect(),
+        changes: convert::player_changes(
+            queue.as_ref().map(|q| &q.config.rating),
+            &reported.ack.changes,
+        ),
         duplicate: reported.duplicate,
     }
 }

@@ -66,17 +66,6 @@ pub fn live_match(m: &LiveMatch) -> proto::MatchRecord {
 /// the queue is no longer configured).
 pub fn match_record(state: &State, r: &MatchRecord) -> proto::MatchRecord {
     let queue = state.queue_of(&QueueId::new(r.queue.as_str()));
-    let rating = |s: &crate::rating::Skill| match &queue {
-        Some(q) => convert::rating(&q.config.rating, s),
-        None => proto::Rating {
-            mean: s.mean,
-            deviation: s.deviation,
-            volatility: s.volatility,
-            display: s.mean,
-            display_low: s.mean,
-            display_high: s.mean,
-        },
-    };
     proto::MatchRecord {
         match_id: r.match_id.to_string(),
         queue: r.queue.clone(),
@@ -86,17 +75,7 @@ pub fn match_record(state: &State, r: &MatchRecord) -> proto::MatchRecord {
         } as i32,
         teams: teams(&r.teams),
         placements: r.placements.clone(),
-        changes: r
-            .changes
-            .iter()
-            .map(|c| proto::PlayerChange {
-                player_id: c.player_id.to_string(),
-                before: Some(rating(&c.before)),
-                after: Some(rating(&c.after)),
-                rank_points_before: i64::from(c.rank_points_before),
-                rank_points_after: i64::from(c.rank_points_after),
-            })
-            .collect(),
+        changes: convert::player_changes(queue.as_ref().map(|q| &q.config.rating), &r.changes),
         server_address: r.server_address.clone(),
         win_probability: r.win_probability.clone(),
         formed_unix: unix(r.formed_unix),
