@@ -39,6 +39,8 @@ pub(super) enum FillOutcome {
     Stored {
         queue: usize,
         joined: Vec<(u32, f64)>,
+        /// When the fill completed its request: the seconds from request to last slot filled.
+        completed: Option<f64>,
     },
     /// Not stored: taken back ([`Loop::take_back_backfill`]).
     NotStored(Filled),
@@ -58,6 +60,9 @@ pub(super) struct Filled {
     /// The request's leavers and when it was made, to open its slots again.
     pub(super) asked: Vec<PlayerId>,
     pub(super) requested_at: f64,
+    /// The seconds from request to last slot filled, when this fill completed its request:
+    /// recorded once the fill is stored (a fill taken back and made again records it once).
+    pub(super) completes: Option<f64>,
 }
 
 impl Loop {
@@ -177,6 +182,7 @@ impl Loop {
                     Err(BackfillError::TicketGone) => {}
                 }
             }
+            let done = !ended && job.open.iter().all(|&o| o == 0);
             if let Some(assignment) = latest {
                 self.deliver_backfill(Filled {
                     slot: job.slot.clone(),
@@ -186,20 +192,10 @@ impl Loop {
                     joined,
                     asked: job.asked.clone(),
                     requested_at: job.requested_at,
+                    completes: done.then_some(now - job.requested_at),
                 });
             }
-            if ended {
-                return false;
-            }
-            if job.open.iter().all(|&o| o == 0) {
-                let seconds = now - job.requested_at;
-                let q = &mut self.queues[qi];
-                push_recent(&mut q.recent_fill_seconds, seconds);
-                metrics::histogram!(m::BACKFILL_FILL_SECONDS, "queue" => q.id.to_string())
-                    .record(seconds);
-                return false;
-            }
-            true
+            !(ended || done)
         });
         jobs.append(&mut self.backfills);
         self.backfills = jobs;
@@ -263,6 +259,7 @@ impl Loop {
                 joined: joined
                     .map(|j| (j.entry.players.len() as u32, j.wait_seconds))
                     .collect(),
+                completed: filled.completes,
             });
             for j in &filled.joined {
                 state.publish_backfilled(&j.ticket, &filled.assignment, j.wait_seconds);
@@ -302,10 +299,19 @@ impl Loop {
     /// one not stored is taken back.
     pub(super) fn fill_outcome(&mut self, outcome: FillOutcome) {
         match outcome {
-            FillOutcome::Stored { queue, joined } => {
+            FillOutcome::Stored {
+                queue,
+                joined,
+                completed,
+            } => {
                 let Some(q) = self.queues.get_mut(queue) else {
                     return;
                 };
+                if let Some(seconds) = completed {
+                    push_recent(&mut q.recent_fill_seconds, seconds);
+                    metrics::histogram!(m::BACKFILL_FILL_SECONDS, "queue" => q.id.to_string())
+                        .record(seconds);
+                }
                 for (players, waited) in joined {
                     q.stats.backfill_slots_filled += u64::from(players);
                     push_recent(&mut q.recent_waits, waited);
@@ -420,6 +426,7 @@ mod tests {
                 joined: Vec::new(),
                 asked: Vec::new(),
                 requested_at: 0.0,
+                completes: None,
             });
         }
         (state, stream)
@@ -536,6 +543,7 @@ mod tests {
             (0, 0),
             "taken back: not counted"
         );
+        assert_eq!(fill_times_2v2(&lp), 0, "nor its request's fill time");
 
         assert!(stream.try_recv().is_err(), "the game server got nothing");
         let view = state.ticket(&e).unwrap().view();
@@ -572,6 +580,13 @@ mod tests {
             .expect("reported before the update");
         lp.fill_outcome(outcome);
         assert_eq!(filled_2v2(&lp, &recorder), (1, 1));
+        assert_eq!(fill_times_2v2(&lp), 1, "the request's fill time, once");
+    }
+
+    /// How many fill times of whole requests the 2v2 queue's stats hold.
+    fn fill_times_2v2(lp: &Loop) -> usize {
+        let q = lp.queues.iter().find(|q| q.id.as_str() == "2v2").unwrap();
+        q.recent_fill_seconds.len()
     }
 
     /// The 2v2 queue's backfilled slots, as `GetQueueStats` and as the metric count them.
