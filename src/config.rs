@@ -775,6 +775,51 @@ impl Config {
                 pools.insert(pool, (name, q));
             }
         }
+        self.validate_shards()
+    }
+
+    /// Every queue a shard names exists and is in no other shard, and the queues of one
+    /// rating pool are in one shard: they share each player's record.
+    fn validate_shards(&self) -> Result<(), ConfigError> {
+        let cluster = &self.cluster;
+        let mut named: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, shard) in cluster.shards.iter().enumerate() {
+            for (j, queue) in shard.queues.iter().enumerate() {
+                let field = format!("cluster.shards[{i}].queues[{j}]");
+                if !self.queues.contains_key(queue) {
+                    return Err(ConfigError::invalid(
+                        field,
+                        format!("{queue:?} is not a configured queue"),
+                    ));
+                }
+                if let Some(other) = named.insert(queue, i) {
+                    return Err(ConfigError::invalid(
+                        field,
+                        format!("{queue:?} is already in cluster.shards[{other}]"),
+                    ));
+                }
+            }
+        }
+        let mut pools: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+        for (name, q) in &self.queues {
+            let pool = q.rating_pool.as_deref().unwrap_or(name);
+            let keyspace = cluster.keyspace_of(name);
+            match pools.get(pool) {
+                Some((first, other)) if *other != keyspace => {
+                    return Err(ConfigError::invalid(
+                        format!("queues.{name}.rating_pool"),
+                        format!(
+                            "queues.{first} shares rating_pool {pool:?} in keyspace {other:?}; \
+                             a pool's queues must be in one shard (this one is in {keyspace:?})"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    pools.insert(pool, (name, keyspace));
+                }
+            }
+        }
         Ok(())
     }
 }

@@ -87,6 +87,26 @@ pub fn new_id(prefix: &str) -> String {
     id
 }
 
+/// An id as [`new_id`] mints it, naming the shard that minted it after the prefix
+/// (`t.eu-...`): a cluster node sends each call about it to that shard's owner. An empty `tag`
+/// (the home shard's, and every id without shards) mints the plain id.
+pub fn new_tagged_id(prefix: &str, tag: &str) -> String {
+    if tag.is_empty() {
+        new_id(prefix)
+    } else {
+        new_id(&format!("{prefix}.{tag}"))
+    }
+}
+
+/// The shard an id [`new_tagged_id`] minted names; `None` for a plain id.
+#[must_use]
+pub fn id_tag(id: &str) -> Option<&str> {
+    let (head, _) = id.rsplit_once('-')?;
+    head.split_once('.')
+        .map(|(_, tag)| tag)
+        .filter(|t| !t.is_empty())
+}
+
 /// When an id [`new_id`] minted was minted (unix seconds, to the millisecond), read from its
 /// time part; `None` for an id of another shape (a client's, a test's). A match id's is when
 /// the match formed.
@@ -103,6 +123,19 @@ pub fn minted_unix(id: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tagged_id_names_its_shard_and_keeps_its_mint_time() {
+        let id = new_tagged_id("t", "eu-west.2");
+        assert!(id.starts_with("t.eu-west.2-"), "{id}");
+        assert_eq!(id_tag(&id), Some("eu-west.2"));
+        assert!(minted_unix(&id).is_some());
+        let plain = new_tagged_id("m", "");
+        assert!(plain.starts_with("m-"), "{plain}");
+        assert_eq!(id_tag(&plain), None);
+        assert_eq!(id_tag("no-dash.here"), None);
+        assert_eq!(id_tag("client-id"), None);
+    }
 
     #[test]
     fn the_mint_time_is_read_back_from_a_minted_id_only() {

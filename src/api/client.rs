@@ -11,7 +11,6 @@ use tonic::{Request, Response, Status};
 
 use super::convert;
 use crate::auth::{Identity, MayAct};
-use crate::ids::new_id;
 use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::matching;
 use crate::matchmaker::{Clock, Command, Handle};
@@ -246,7 +245,7 @@ impl ClientService for Client {
             kept: false,
         };
         let now = self.clock.now();
-        let ticket_id = TicketId::new(new_id("t"));
+        let ticket_id = TicketId::new(self.state.new_id("t"));
         // A party is matched on its own skill, made on its first entry in the pool.
         let crate::state::Entered {
             ticket: slot,

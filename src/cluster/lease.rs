@@ -101,6 +101,14 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 return 1
 ";
 
+const HEARTBEAT: &str = r"
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+";
+
 /// Who holds the lease, as its value says: `token|node_id|addr`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
@@ -314,6 +322,27 @@ impl LeaseClient {
             .arg(node_id)
             .arg(self.lease_ms())
             .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Says that `node_id` runs, for `within` from now, and returns every node whose word
+    /// holds now (itself among them), in the keyspace's node set ([`Keys::nodes`]).
+    pub async fn heartbeat(&self, node_id: &str, within: Duration) -> Result<Vec<String>, LeaseError> {
+        Ok(Script::new(HEARTBEAT)
+            .key(self.keys.nodes())
+            .arg(node_id)
+            .arg(within.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Says that `node_id` no longer runs (a graceful stop).
+    pub async fn sign_off(&self, node_id: &str) -> Result<(), LeaseError> {
+        let _: i64 = redis::cmd("ZREM")
+            .arg(self.keys.nodes())
+            .arg(node_id)
+            .query_async(&mut self.conn.clone())
             .await?;
         Ok(())
     }

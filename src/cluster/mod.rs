@@ -12,10 +12,14 @@
 //! The node itself ([`node`]) runs the front, the lease task, the standby copy and, while it
 //! owns the queues, the engine.
 
+mod balance;
 pub mod front;
 pub mod lease;
 pub mod link;
+pub mod shards;
+mod member;
 mod node;
 pub mod status;
 
-pub use node::{NodeError, STANDBY, run_node};
+pub use member::STANDBY;
+pub use node::{NodeError, run_node};

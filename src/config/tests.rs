@@ -389,3 +389,56 @@ fn a_variable_naming_no_config_section_is_refused_and_others_without_a_section_p
         Some("MATCHMAKER_CLUSTR__REDIS_URL".to_string())
     );
 }
+
+#[test]
+fn shards_name_configured_queues_once_in_keyspaces_of_their_own_and_keep_pools_whole() {
+    let sharded = |shards: &str| {
+        Config::from_toml_str(&format!(
+            "[cluster]\nredis_url = \"redis://127.0.0.1:6379/0\"\n{shards}"
+        ))
+    };
+    let field = |shards: &str| match sharded(shards) {
+        Err(ConfigError::Invalid(e)) => e.field,
+        other => panic!("{shards}: {:?}", other.map(|c| c.cluster.shards)),
+    };
+    let shard = |keyspace: &str, queues: &str| {
+        format!("[[cluster.shards]]\nkeyspace = \"{keyspace}\"\nqueues = [{queues}]\n")
+    };
+    let c = sharded(&shard("eu", "\"5v5\", \"ffa8\"")).unwrap();
+    assert_eq!(c.cluster.keyspaces(), ["mm", "eu"]);
+    assert_eq!(c.cluster.keyspace_of("5v5"), "eu");
+    assert_eq!(c.cluster.keyspace_of("1v1"), "mm");
+    assert_eq!(
+        field(&shard("eu", "\"nope\"")),
+        "cluster.shards[0].queues[0]"
+    );
+    assert_eq!(
+        field(&format!("{}{}", shard("eu", "\"5v5\""), shard("na", "\"5v5\""))),
+        "cluster.shards[1].queues[0]"
+    );
+    assert_eq!(field(&shard("mm", "\"5v5\"")), "cluster.shards[0].keyspace");
+    assert_eq!(
+        field(&format!("{}{}", shard("eu", "\"5v5\""), shard("eu", "\"2v2\""))),
+        "cluster.shards[1].keyspace"
+    );
+    assert_eq!(field(&shard("{eu}", "\"5v5\"")), "cluster.shards[0].keyspace");
+    assert_eq!(field(&shard("eu", "")), "cluster.shards[0].queues");
+
+    // A queue sharing 1v1's rating pool cannot leave 1v1's shard.
+    let mut c = sharded("").unwrap();
+    let mut twin = c.queues["1v1"].clone();
+    twin.rating_pool = Some("1v1".into());
+    c.queues.insert("1v1-twin".into(), twin);
+    c.validate().unwrap();
+    c.cluster.shards = vec![crate::store::ShardConfig {
+        keyspace: "eu".into(),
+        queues: vec!["1v1-twin".into()],
+    }];
+    match c.validate() {
+        Err(ConfigError::Invalid(e)) => {
+            assert_eq!(e.field, "queues.1v1-twin.rating_pool");
+            assert!(e.rule.contains("one shard"), "{}", e.rule);
+        }
+        other => panic!("{other:?}"),
+    }
+}

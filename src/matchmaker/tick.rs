@@ -8,7 +8,7 @@ use tracing::{debug, info_span};
 use super::{
     Loop, ReadyCheck, SEARCHING_UPDATE_SECONDS, STALE_SWEEP_SECONDS, Unallocated, due, push_recent,
 };
-use crate::ids::{MatchId, new_id};
+use crate::ids::MatchId;
 use crate::matching::{self, SystemModel};
 use crate::state::{Assignment, TicketState, TicketView};
 use crate::telemetry as m;
@@ -98,7 +98,7 @@ impl Loop {
                     teams.push(players);
                 }
                 let assignment = Assignment {
-                    match_id: MatchId::new(new_id("m")),
+                    match_id: MatchId::new(self.state.new_id("m")),
                     queue: q.id.clone(),
                     teams,
                     win_probability: formed.win_probability.to_vec(),

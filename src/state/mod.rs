@@ -221,6 +221,12 @@ impl State {
         &self.inner.config
     }
 
+    /// A new ticket or match id (`prefix` `t` or `m`), naming this engine's shard when it is
+    /// not the home shard (see [`crate::ids::new_tagged_id`]).
+    pub fn new_id(&self, prefix: &str) -> String {
+        crate::ids::new_tagged_id(prefix, &self.inner.config.cluster.id_tag)
+    }
+
     /// Makes the optimizer depend on `lease` (cluster nodes; set once, before the loop starts).
     pub fn set_ownership(&self, lease: Arc<Ownership>) {
         let _ = self.inner.ownership.set(lease);

@@ -51,6 +51,26 @@ pub struct ClusterConfig {
     /// The name the other node's certificate must carry; empty: the host of its
     /// `advertise_addr` (an IP address or DNS name in the certificate's subject alt names).
     pub peer_server_name: String,
+    /// Further shards (`[[cluster.shards]]`): each takes its queues out of `keyspace` into a
+    /// keyspace of its own, with its own lease, so that several nodes run queues' optimizers at
+    /// once. The queues no shard names stay in `keyspace`, the home shard, which also keeps
+    /// what no queue owns (party rosters). Empty: one lease for every queue.
+    pub shards: Vec<ShardConfig>,
+    /// What the ids this engine mints carry to name its shard: empty in the home shard (and
+    /// with no shards), the keyspace in the others. Set by the node, never read from config.
+    #[serde(skip)]
+    pub id_tag: String,
+}
+
+/// One `[[cluster.shards]]` entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardConfig {
+    /// The shard's keyspace (the hash tag of its keys), unlike every other shard's.
+    pub keyspace: String,
+    /// Its queues: every queue of a rating pool its queues name (queues sharing a pool share
+    /// each player's record).
+    pub queues: Vec<String>,
 }
 
 impl Default for ClusterConfig {
@@ -70,6 +90,8 @@ impl Default for ClusterConfig {
             wait_timeout_ms: 1000,
             peer_ca_file: std::path::PathBuf::new(),
             peer_server_name: String::new(),
+            shards: Vec::new(),
+            id_tag: String::new(),
         }
     }
 }
@@ -83,6 +105,33 @@ impl ClusterConfig {
     /// The names of this cluster's keys.
     pub fn keys(&self) -> super::Keys {
         super::Keys::new(&self.keyspace)
+    }
+
+    /// Every shard's keyspace, the home shard's first.
+    pub fn keyspaces(&self) -> Vec<&str> {
+        std::iter::once(self.keyspace.as_str())
+            .chain(self.shards.iter().map(|s| s.keyspace.as_str()))
+            .collect()
+    }
+
+    /// The keyspace of the shard that holds `queue`: the one naming it, else the home shard.
+    pub fn keyspace_of(&self, queue: &str) -> &str {
+        self.shards
+            .iter()
+            .find(|s| s.queues.iter().any(|q| q == queue))
+            .map_or(self.keyspace.as_str(), |s| s.keyspace.as_str())
+    }
+
+    /// This config as one shard's node sees it: `keyspace` is the shard's, and it has no further
+    /// shards (the caller keeps only the shard's queues).
+    pub fn for_shard(&self, keyspace: &str) -> Self {
+        let home = keyspace == self.keyspace;
+        Self {
+            keyspace: keyspace.to_string(),
+            shards: Vec::new(),
+            id_tag: if home { String::new() } else { keyspace.to_string() },
+            ..self.clone()
+        }
     }
 
     fn redis_tls_files(&self) -> [(&'static str, &std::path::Path); 3] {
@@ -174,6 +223,22 @@ impl ClusterConfig {
         }
         super::check_keyspace(&self.keyspace)
             .map_err(|rule| FieldError::new("cluster.keyspace", rule))?;
+        for (i, shard) in self.shards.iter().enumerate() {
+            let field = format!("cluster.shards[{i}].keyspace");
+            super::check_keyspace(&shard.keyspace).map_err(|rule| FieldError::new(&field, rule))?;
+            if self.keyspaces()[..=i].contains(&shard.keyspace.as_str()) {
+                return Err(FieldError::new(
+                    field,
+                    format!("{:?} is already another shard's keyspace", shard.keyspace),
+                ));
+            }
+            if shard.queues.is_empty() {
+                return Err(FieldError::new(
+                    format!("cluster.shards[{i}].queues"),
+                    "must name at least one queue",
+                ));
+            }
+        }
         if self.node_id.contains('|') || self.node_id.chars().any(char::is_whitespace) {
             return Err(FieldError::new(
                 "cluster.node_id",

@@ -37,7 +37,7 @@ pub use acks::{ACK_TRIM_BATCH, AckRecord, MIN_ACK_RETENTION_SECONDS, ResultsConf
 pub use admin_records::{
     AdminRecords, AuditConfig, AuditRecord, Ban, EventKind, EventRecord, EventsConfig, party_names,
 };
-pub use cluster_config::{ClusterConfig, redact};
+pub use cluster_config::{ClusterConfig, ShardConfig, redact};
 pub use committer::{CommitError, Committed, Committer, JournalStopped};
 pub use history::page_after;
 pub use memory::MemoryStore;

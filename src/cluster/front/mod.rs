@@ -58,6 +58,9 @@ pub const NODE_KEY: &str = "x-matchmaker-node-key";
 /// The IP address of the client of a forwarded call, as the forwarding node saw it: the owner's
 /// per-address rate limit (`rate_limit.anonymous`) counts the client, not the node.
 pub const CLIENT_ADDR: &str = "x-matchmaker-client-addr";
+/// The shard (its keyspace) a node's link or forwarded stream is for: the owner's dispatch
+/// hands it to that shard's front (see [`Dispatch`]).
+pub const SHARD: &str = "x-matchmaker-shard";
 use crate::api::NOT_OWNER;
 /// Connections a front keeps to each node it forwards to. Streams share them, and each link
 /// rides one: several leave room beyond one connection's stream limit on the owner
@@ -70,7 +73,9 @@ const CONNECTIONS: usize = 16;
 const LINKS: usize = 2;
 /// The API's calls begin so; any other (server reflection) is passed on as it comes.
 const API: &str = "/matchmaker.v1.";
+mod dispatch;
 mod methods;
+pub use dispatch::Dispatch;
 use methods::{ONCE, RESUMABLE, STREAMS};
 
 /// Where calls go, as the node's lease task sees it.
@@ -150,6 +155,9 @@ struct Inner {
     peer_tls: Option<PeerTls>,
     /// The cluster's node key, as a header value (marked sensitive).
     node_key: http::HeaderValue,
+    /// The keyspace of the shard this front forwards calls for, sent with each link and
+    /// forwarded stream.
+    shard: Option<http::HeaderValue>,
     /// Calls this front holds before they are answered or their stream starts
     /// (`server.max_concurrent_requests`): each may hold a request message of up to
     /// `max_body`, so this bounds what callers can make a node keep.
@@ -172,6 +180,14 @@ pub struct Waits {
     pub max_in_flight: usize,
 }
 
+/// What a front shows the owner with each link and forwarded stream.
+pub struct Credentials {
+    /// The cluster's node key.
+    pub node_key: http::HeaderValue,
+    /// The keyspace of the shard the front forwards calls for.
+    pub shard: String,
+}
+
 /// Marks a call that came on a link opened with the cluster's node key.
 #[derive(Clone, Copy)]
 struct FromNode;
@@ -184,8 +200,12 @@ impl Front {
         max_body: usize,
         closing: CancellationToken,
         peer_tls: Option<PeerTls>,
-        mut node_key: http::HeaderValue,
+        credentials: Credentials,
     ) -> Self {
+        let Credentials {
+            mut node_key,
+            shard,
+        } = credentials;
         node_key.set_sensitive(true);
         let inner = Arc::new(Inner {
             node_id,
@@ -202,6 +222,7 @@ impl Front {
             closing,
             peer_tls,
             node_key,
+            shard: http::HeaderValue::from_str(&shard).ok(),
             in_flight: Arc::new(tokio::sync::Semaphore::new(waits.max_in_flight.max(1))),
         });
         let metered = tower::Layer::layer(
@@ -336,6 +357,9 @@ impl Inner {
     fn link_head(&self) -> tonic::metadata::MetadataMap {
         let mut head = http::HeaderMap::new();
         head.insert(NODE_KEY, self.node_key.clone());
+        if let Some(shard) = &self.shard {
+            head.insert(SHARD, shard.clone());
+        }
         tonic::metadata::MetadataMap::from_headers(head)
     }
 
@@ -423,6 +447,10 @@ impl Inner {
         if let Ok(v) = http::HeaderValue::from_str(&self.node_id) {
             parts.headers.insert(FORWARDED, v);
         }
+        match &self.shard {
+            Some(shard) => parts.headers.insert(SHARD, shard.clone()),
+            None => parts.headers.remove(SHARD),
+        };
         if !parts.uri.path().starts_with(API) {
             // Another service's call (server reflection streams both ways, and its client
             // keeps its side open until it has its answers): passed on as it comes, once.

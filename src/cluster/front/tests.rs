@@ -150,7 +150,10 @@ fn front_holding(
         1 << 20,
         CancellationToken::new(),
         None,
-        http::HeaderValue::from_static(KEY),
+        Credentials {
+            node_key: http::HeaderValue::from_static(KEY),
+            shard: "mm".into(),
+        },
     );
     (tx, front)
 }

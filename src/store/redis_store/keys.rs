@@ -22,6 +22,7 @@ pub struct Keys {
     fence: String,
     node_key: String,
     standbys: String,
+    nodes: String,
     changes: String,
     change_seq: String,
     flight: String,
@@ -48,6 +49,7 @@ impl Keys {
             fence: key("fence"),
             node_key: key("node_key"),
             standbys: key("standbys"),
+            nodes: key("nodes"),
             changes: key("changes"),
             change_seq: key("change_seq"),
             flight: key("flight"),
@@ -88,6 +90,13 @@ impl Keys {
     /// the time (Redis' clock, in milliseconds) its entry lapses unless renewed.
     pub fn standbys(&self) -> &str {
         &self.standbys
+    }
+
+    /// The nodes that run, each until when (Redis' clock, in milliseconds) its last word
+    /// holds: a sorted set the nodes of a sharded cluster keep in the home shard's keyspace,
+    /// so that each knows how many share the shards.
+    pub fn nodes(&self) -> &str {
+        &self.nodes
     }
 
     /// The change log: a stream with one entry per flush naming the fields it wrote, which

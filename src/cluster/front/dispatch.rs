@@ -1,0 +1,137 @@
+//! The node's service when the queues are split over shards: each call goes to the front of
+//! the shard that serves it ([`crate::cluster::shards`]), which forwards it to that shard's
+//! owner as a front always does. With one shard every call goes to its front as it comes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tonic::body::Body;
+use tonic::codegen::http;
+use tower::Service;
+
+use super::deadline::{budget, caller_timeout};
+use super::{API, Front, SHARD, collect, link, status};
+use crate::cluster::shards::{Destination, Shards};
+
+/// Hands each call to its shard's [`Front`].
+#[derive(Clone)]
+pub struct Dispatch {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// By shard, the home shard's first.
+    fronts: Vec<Front>,
+    shards: Shards,
+    max_body: usize,
+    request_timeout: Duration,
+    long_timeout: Duration,
+    /// Calls whose request message is being read to find their shard
+    /// (`server.max_concurrent_requests`), each holding up to `max_body`.
+    reading: Arc<tokio::sync::Semaphore>,
+}
+
+impl Dispatch {
+    /// `fronts` by shard, in the order of [`Shards::new`] over `config`.
+    pub fn new(fronts: Vec<Front>, config: &crate::config::Config) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                fronts,
+                shards: Shards::new(config),
+                max_body: config.server.max_message_bytes,
+                request_timeout: Duration::from_millis(config.server.request_timeout_ms),
+                long_timeout: Duration::from_millis(config.server.admin_request_timeout_ms),
+                reading: Arc::new(tokio::sync::Semaphore::new(
+                    config.server.max_concurrent_requests.max(1),
+                )),
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// The shard a call names in its [`SHARD`] header: a node's link or forwarded stream.
+    fn named(&self, request: &http::Request<axum::body::Body>) -> Option<usize> {
+        let shard = request.headers().get(SHARD)?.to_str().ok()?;
+        self.shards.by_keyspace(shard)
+    }
+
+    /// Reads the call's request message, then hands the call to the front of the shard it
+    /// names.
+    async fn route(self: Arc<Self>, request: http::Request<axum::body::Body>) -> http::Response<Body> {
+        let Ok(_place) = self.reading.clone().try_acquire_owned() else {
+            metrics::counter!(crate::telemetry::REQUESTS_SHED).increment(1);
+            return status(
+                tonic::Code::ResourceExhausted,
+                "this node holds server.max_concurrent_requests calls; retry with backoff",
+                false,
+            );
+        };
+        let limit = crate::api::layers::server_limit(
+            request.uri().path(),
+            self.request_timeout,
+            self.long_timeout,
+        );
+        let deadline =
+            tokio::time::Instant::now() + budget(caller_timeout(request.headers()), limit);
+        let (parts, body) = request.into_parts();
+        let bytes = match tokio::time::timeout_at(deadline, collect(Body::new(body), self.max_body))
+            .await
+        {
+            Ok(Ok(b)) => b,
+            Ok(Err(message)) => return status(tonic::Code::ResourceExhausted, &message, false),
+            Err(_) => {
+                return status(
+                    tonic::Code::DeadlineExceeded,
+                    "the request message did not arrive within the call's deadline",
+                    false,
+                );
+            }
+        };
+        let shard = match self.shards.destination(parts.uri.path(), &bytes) {
+            Destination::Shard(shard) => shard,
+            // Calls about no one queue are the home shard's.
+            Destination::Every => 0,
+        };
+        let request = http::Request::from_parts(parts, axum::body::Body::from(bytes));
+        let mut front = self.fronts[shard].clone();
+        match front.call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+}
+
+impl Service<http::Request<axum::body::Body>> for Dispatch {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<axum::body::Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let path = request.uri().path();
+        let at_once = if inner.fronts.len() == 1 {
+            Some(0)
+        } else if let Some(shard) = inner.named(&request) {
+            Some(shard)
+        } else if path == link::PATH || !path.starts_with(API) {
+            // A link naming no shard of these (a node of another config), or another
+            // service's call (reflection): the home shard's.
+            Some(0)
+        } else {
+            None
+        };
+        match at_once {
+            Some(shard) => inner.fronts[shard].clone().call(request),
+            None => Box::pin(async move { Ok(inner.route(request).await) }),
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Shards (`[[cluster.shards]]`): the queues split over several leases, spread over the nodes,
+//! each failing over on its own. Against a real `redis-server` started by each test on
+//! 127.0.0.1 on a free port; the nodes are the real binary. A machine without `redis-server`
+//! fails these tests with the command that installs it.
+#![cfg(unix)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::ServerProcess;
+use matchmaker::proto;
+use matchmaker::proto::admin_service_client::AdminServiceClient;
+use matchmaker::proto::client_service_client::ClientServiceClient;
+use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::store::RedisServer;
+use tonic::transport::Channel;
+
+const LEASE_MS: u64 = 1000;
+
+/// 2v2 in shard `eu`; 1v1, 5v5 and ffa8 stay in the home shard (`mm`).
+const SHARDS: &str = "[[cluster.shards]]\nkeyspace = \"eu\"\nqueues = [\"2v2\"]\n";
+
+fn redis() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The node holding `keyspace`'s lease, if any.
+fn holder(redis: &RedisServer, keyspace: &str) -> Option<String> {
+    let mut conn = redis::Client::open(redis.url())
+        .ok()?
+        .get_connection()
+        .ok()?;
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{{{keyspace}}}:lease"))
+        .query(&mut conn)
+        .ok()?;
+    Some(value?.split('|').nth(1)?.to_string())
+}
+
+/// Waits until the home shard and `eu` are held by two different nodes; returns them.
+async fn spread_over_two(redis: &RedisServer, lease_ms: u64) -> (String, String) {
+    common::poll_until_within(
+        "the two shards are held by two nodes",
+        Duration::from_millis(lease_ms * 8) + common::EVENT_TIMEOUT,
+        || {
+            let seen = (holder(redis, "mm"), holder(redis, "eu"));
+            async move {
+                match seen {
+                    (Some(home), Some(eu)) if home != eu => Ok((home, eu)),
+                    other => Err(other),
+                }
+            }
+        },
+    )
+    .await
+}
+
+async fn stats(channel: &Channel, queue: &str) -> proto::QueueStat {
+    AdminServiceClient::new(channel.clone())
+        .get_queue_stats(proto::GetQueueStatsRequest {
+            queue: queue.into(),
+        })
+        .await
+        .expect("get_queue_stats")
+        .into_inner()
+        .queues
+        .into_iter()
+        .find(|q| q.queue == queue)
+        .expect("the queue's stats")
+}
+
+/// Waits until `ticket` (through `channel`) is MATCHED; returns its match id.
+async fn matched(channel: &Channel, ticket: &str) -> String {
+    common::poll_until(&format!("{ticket} is matched"), || {
+        let mut client = ClientServiceClient::new(channel.clone());
+        let ticket = ticket.to_string();
+        async move {
+            let mut stream = client
+                .watch_ticket(proto::WatchTicketRequest { ticket_id: ticket })
+                .await
+                .map_err(|s| s.to_string())?
+                .into_inner();
+            let update = stream
+                .message()
+                .await
+                .map_err(|s| s.to_string())?
+                .ok_or("no update")?;
+            if update.state == proto::TicketState::Matched as i32 {
+                Ok(update.assignment.map(|a| a.match_id).unwrap_or_default())
+            } else {
+                Err(format!("{:?}", update.state))
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_each_own_a_shard_and_every_call_reaches_its_queues_owner() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: BTreeMap<&str, ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| (n, common::cluster_node(&config, n, None)))
+        .collect();
+    let (home_owner, eu_owner) = spread_over_two(&redis, LEASE_MS).await;
+    assert_ne!(home_owner, eu_owner);
+    let n1 = nodes["n1"].channel().await;
+    let n2 = nodes["n2"].channel().await;
+    common::queues_answer(&n1).await;
+
+    // 1v1 (the home shard): players through both nodes, the game server's stream on n2.
+    let mut offers = common::serve(&mut GameServerServiceClient::new(n2.clone()), "gs:1").await;
+    common::enter(&mut ClientServiceClient::new(n1.clone()), "1v1", &["alice"]).await;
+    common::enter(&mut ClientServiceClient::new(n2.clone()), "1v1", &["bob"]).await;
+    let m = common::next(&mut offers).await;
+    assert!(m.match_id.starts_with("m-"), "a home-shard id: {}", m.match_id);
+    common::report_winner_on(&n1, &m, "alice").await;
+    assert_eq!(common::player_on(&n2, "alice", "1v1").await.games, 1);
+
+    // 2v2 (shard eu): its tickets and matches carry the shard, whichever node they came through.
+    let mut tickets = Vec::new();
+    for (i, player) in ["p1", "p2", "p3", "p4"].iter().enumerate() {
+        let through = if i % 2 == 0 { &n1 } else { &n2 };
+        let ticket =
+            common::enter(&mut ClientServiceClient::new(through.clone()), "2v2", &[player]).await;
+        assert!(ticket.starts_with("t.eu-"), "{ticket}");
+        tickets.push(ticket);
+    }
+    let mut matches = Vec::new();
+    for (i, ticket) in tickets.iter().enumerate() {
+        let through = if i % 2 == 0 { &n2 } else { &n1 };
+        matches.push(matched(through, ticket).await);
+    }
+    assert!(matches[0].starts_with("m.eu-"), "{}", matches[0]);
+    assert!(matches.iter().all(|m| *m == matches[0]), "{matches:?}");
+    for channel in [&n1, &n2] {
+        assert_eq!(stats(channel, "2v2").await.matches_formed, 1);
+        assert_eq!(stats(channel, "1v1").await.matches_formed, 1);
+    }
+    // Each shard's queues are only its own: the engine of the home shard never saw 2v2.
+    let home_log = &nodes[home_owner.as_str()];
+    let eu_log = &nodes[eu_owner.as_str()];
+    assert!(home_log.logged("this node owns the queues now"));
+    assert!(eu_log.logged("this node owns the queues now"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_other_shard_carries_on()
+ {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    // A failover is measured: a lease long enough that a loaded machine's scheduling does not
+    // add to it.
+    let lease_ms = 2000;
+    let config = common::cluster_config(dir.path(), &redis.url(), lease_ms, SHARDS);
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
+        .collect();
+    let (home_owner, eu_owner) = spread_over_two(&redis, lease_ms).await;
+    let survivor = nodes[&home_owner].channel().await;
+    common::queues_answer(&survivor).await;
+    let mut waiting = Vec::new();
+    for player in ["w1", "w2", "w3"] {
+        waiting.push(
+            common::enter(&mut ClientServiceClient::new(survivor.clone()), "2v2", &[player])
+                .await,
+        );
+    }
+    assert_eq!(stats(&survivor, "2v2").await.tickets_waiting, 3);
+
+    let mut dead = nodes.remove(&eu_owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    let killed = std::time::Instant::now();
+    common::poll_until_within(
+        "the survivor owns shard eu",
+        Duration::from_millis(lease_ms * 2) + common::EVENT_TIMEOUT,
+        || {
+            let seen = holder(&redis, "eu");
+            let want = home_owner.clone();
+            async move {
+                if seen.as_deref() == Some(want.as_str()) {
+                    Ok(())
+                } else {
+                    Err(seen)
+                }
+            }
+        },
+    )
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_millis(lease_ms * 2),
+        "took over in {took:?}"
+    );
+    // The home shard never moved, and the waiting tickets are there, waits kept.
+    assert_eq!(holder(&redis, "mm").as_deref(), Some(home_owner.as_str()));
+    let kept = common::poll_until("the waiting tickets are back", || {
+        let survivor = survivor.clone();
+        async move {
+            let waiting = stats(&survivor, "2v2").await.tickets_waiting;
+            if waiting == 3 { Ok(waiting) } else { Err(waiting) }
+        }
+    })
+    .await;
+    assert_eq!(kept, 3);
+    common::enter(&mut ClientServiceClient::new(survivor.clone()), "2v2", &["w4"]).await;
+    let mut ids = Vec::new();
+    for ticket in &waiting {
+        ids.push(matched(&survivor, ticket).await);
+    }
+    assert!(ids.iter().all(|m| *m == ids[0]), "{ids:?}");
+    assert_eq!(stats(&survivor, "2v2").await.matches_formed, 1);
+}
