@@ -778,6 +778,27 @@ impl Config {
         self.validate_shards()
     }
 
+    /// This config as the engine of the shard in `keyspace` runs it: that shard's queues only,
+    /// and the shard's own cluster settings (its keyspace, the tag its ids carry).
+    pub fn shard(&self, keyspace: &str) -> Config {
+        let mut shard = self.clone();
+        shard.cluster = self.cluster.for_shard(keyspace);
+        shard
+            .queues
+            .retain(|name, _| self.cluster.keyspace_of(name) == keyspace);
+        shard
+    }
+
+    /// A config file read again, as the engine running `running` compares it: narrowed to
+    /// `running`'s shard when the file splits the queues into shards.
+    pub fn as_running(self, running: &Config) -> Config {
+        if self.cluster.shards.is_empty() {
+            self
+        } else {
+            self.shard(&running.cluster.keyspace)
+        }
+    }
+
     /// Every queue a shard names exists and is in no other shard, and the queues of one
     /// rating pool are in one shard: they share each player's record.
     fn validate_shards(&self) -> Result<(), ConfigError> {

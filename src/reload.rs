@@ -126,6 +126,7 @@ pub fn with_current_queues(
 ) -> Config {
     let from_file = config.source.clone().and_then(|source| {
         match Config::load(Some(&source.path), &source.overrides)
+            .map(|new| new.as_running(&config))
             .map_err(ReloadError::from)
             .and_then(|new| plan(&config, &new).map(|_| new))
         {
@@ -229,7 +230,7 @@ impl Reloader {
     pub async fn reload(&self) -> Result<Vec<String>, ReloadError> {
         let mut running = self.running.lock().await;
         let source = running.source.clone().ok_or(ReloadError::NoFile)?;
-        let new = Config::load(Some(&source.path), &source.overrides)?;
+        let new = Config::load(Some(&source.path), &source.overrides)?.as_running(&running);
         let changes = plan(&running, &new)?;
         let restart = restart_only_changes(&running, &new);
         if !restart.is_empty() {

@@ -117,7 +117,11 @@ async fn two_nodes_each_own_a_shard_and_every_call_reaches_its_queues_owner() {
     common::enter(&mut ClientServiceClient::new(n1.clone()), "1v1", &["alice"]).await;
     common::enter(&mut ClientServiceClient::new(n2.clone()), "1v1", &["bob"]).await;
     let m = common::next(&mut offers).await;
-    assert!(m.match_id.starts_with("m-"), "a home-shard id: {}", m.match_id);
+    assert!(
+        m.match_id.starts_with("m-"),
+        "a home-shard id: {}",
+        m.match_id
+    );
     common::report_winner_on(&n1, &m, "alice").await;
     assert_eq!(common::player_on(&n2, "alice", "1v1").await.games, 1);
 
@@ -125,8 +129,12 @@ async fn two_nodes_each_own_a_shard_and_every_call_reaches_its_queues_owner() {
     let mut tickets = Vec::new();
     for (i, player) in ["p1", "p2", "p3", "p4"].iter().enumerate() {
         let through = if i % 2 == 0 { &n1 } else { &n2 };
-        let ticket =
-            common::enter(&mut ClientServiceClient::new(through.clone()), "2v2", &[player]).await;
+        let ticket = common::enter(
+            &mut ClientServiceClient::new(through.clone()),
+            "2v2",
+            &[player],
+        )
+        .await;
         assert!(ticket.starts_with("t.eu-"), "{ticket}");
         tickets.push(ticket);
     }
@@ -167,8 +175,12 @@ async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_oth
     let mut waiting = Vec::new();
     for player in ["w1", "w2", "w3"] {
         waiting.push(
-            common::enter(&mut ClientServiceClient::new(survivor.clone()), "2v2", &[player])
-                .await,
+            common::enter(
+                &mut ClientServiceClient::new(survivor.clone()),
+                "2v2",
+                &[player],
+            )
+            .await,
         );
     }
     assert_eq!(stats(&survivor, "2v2").await.tickets_waiting, 3);
@@ -204,16 +216,150 @@ async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_oth
         let survivor = survivor.clone();
         async move {
             let waiting = stats(&survivor, "2v2").await.tickets_waiting;
-            if waiting == 3 { Ok(waiting) } else { Err(waiting) }
+            if waiting == 3 {
+                Ok(waiting)
+            } else {
+                Err(waiting)
+            }
         }
     })
     .await;
     assert_eq!(kept, 3);
-    common::enter(&mut ClientServiceClient::new(survivor.clone()), "2v2", &["w4"]).await;
+    common::enter(
+        &mut ClientServiceClient::new(survivor.clone()),
+        "2v2",
+        &["w4"],
+    )
+    .await;
     let mut ids = Vec::new();
     for ticket in &waiting {
         ids.push(matched(&survivor, ticket).await);
     }
     assert!(ids.iter().all(|m| *m == ids[0]), "{ids:?}");
     assert_eq!(stats(&survivor, "2v2").await.matches_formed, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_about_no_one_queue_are_asked_of_every_shard_and_answered_as_one_node() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    common::queues_answer(&n1).await;
+    let mut client = ClientServiceClient::new(n1.clone());
+    let mut admin = AdminServiceClient::new(nodes[1].channel().await);
+    let solo = common::enter(&mut client, "1v1", &["solo"]).await;
+    let duo = common::enter(&mut client, "2v2", &["duo"]).await;
+    common::enter(&mut client, "2v2", &["banned"]).await;
+
+    // Every queue's stats, from both shards, in name order.
+    let all = admin
+        .get_queue_stats(proto::GetQueueStatsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let names: Vec<&str> = all.queues.iter().map(|q| q.queue.as_str()).collect();
+    assert_eq!(names, ["1v1", "2v2", "5v5", "ffa8"]);
+    let waiting: Vec<u64> = all.queues.iter().map(|q| q.tickets_waiting).collect();
+    assert_eq!(waiting, [1, 2, 0, 0]);
+
+    // A player's active ticket, wherever its shard is.
+    for (player, ticket) in [("solo", &solo), ("duo", &duo)] {
+        let active = client
+            .get_active_ticket(proto::GetActiveTicketRequest {
+                player_id: player.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(&active.ticket_id, ticket);
+    }
+    let none = client
+        .get_active_ticket(proto::GetActiveTicketRequest {
+            player_id: "nobody".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), tonic::Code::NotFound);
+
+    // A ban reaches the shard holding the player's ticket, and every other.
+    let banned = admin
+        .ban_player(proto::BanPlayerRequest {
+            player_id: "banned".into(),
+            reason: "test".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(banned.ticket_cancelled);
+    assert_eq!(
+        refused_code(&n1, "1v1", "banned").await,
+        tonic::Code::PermissionDenied
+    );
+    assert_eq!(
+        refused_code(&n1, "2v2", "banned").await,
+        tonic::Code::PermissionDenied
+    );
+    let unbanned = admin
+        .unban_player(proto::UnbanPlayerRequest {
+            player_id: "banned".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(unbanned.was_banned);
+
+    // A snapshot of every shard's players, and the reload of every shard's queues.
+    let before = admin
+        .snapshot(proto::SnapshotRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .players;
+    for (player, queue) in [("rated-home", "1v1"), ("rated-eu", "2v2")] {
+        admin
+            .set_rating(proto::SetRatingRequest {
+                player_id: player.into(),
+                queue: queue.into(),
+                rating: Some(proto::Rating {
+                    mean: 1600.0,
+                    deviation: 100.0,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            })
+            .await
+            .unwrap();
+    }
+    let snapshot = admin
+        .snapshot(proto::SnapshotRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snapshot.players, before + 2, "one new record in each shard");
+    let reloaded = admin
+        .reload_config(proto::ReloadConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(reloaded.changed_queues.is_empty(), "{reloaded:?}");
+}
+
+/// The code EnterQueue of `player` in `queue` through `channel` is refused with.
+async fn refused_code(channel: &Channel, queue: &str, player: &str) -> tonic::Code {
+    ClientServiceClient::new(channel.clone())
+        .enter_queue(proto::EnterQueueRequest {
+            queue: queue.into(),
+            player_ids: vec![player.into()],
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused")
+        .code()
 }

@@ -26,7 +26,7 @@ const AUDIT_PAGE: u32 = 100;
 const MAX_AUDIT_PAGE: u32 = 1000;
 /// `ListLiveMatches` and `ListRecentResults` page when the request says 0, and the most it may
 /// ask for.
-const LIVE_MATCHES_PAGE: usize = 50;
+pub const LIVE_MATCHES_PAGE: usize = 50;
 const LIVE_MATCHES_MAX: usize = 1000;
 /// Events `ListRecentResults` reads from the log at a time, newest window first, and the most
 /// it reads for one call (a queue whose results are rare among many others' stops there).

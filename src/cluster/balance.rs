@@ -108,9 +108,17 @@ mod tests {
         let two = owners(&[("a", &[0, 1])]);
         assert_eq!(surplus(&two, &alive(&["a", "b"]), "a"), Some(1));
         assert_eq!(surplus(&two, &alive(&["a"]), "a"), None, "alone");
-        assert_eq!(surplus(&two, &alive(&["a", "b"]), "b"), None, "b holds none");
+        assert_eq!(
+            surplus(&two, &alive(&["a", "b"]), "b"),
+            None,
+            "b holds none"
+        );
         let spread = owners(&[("a", &[0, 2]), ("b", &[1])]);
-        assert_eq!(surplus(&spread, &alive(&["a", "b"]), "a"), None, "2 against 1");
+        assert_eq!(
+            surplus(&spread, &alive(&["a", "b"]), "a"),
+            None,
+            "2 against 1"
+        );
         assert_eq!(
             surplus(&spread, &alive(&["a", "b", "c"]), "a"),
             Some(2),

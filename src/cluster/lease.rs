@@ -328,7 +328,11 @@ impl LeaseClient {
 
     /// Says that `node_id` runs, for `within` from now, and returns every node whose word
     /// holds now (itself among them), in the keyspace's node set ([`Keys::nodes`]).
-    pub async fn heartbeat(&self, node_id: &str, within: Duration) -> Result<Vec<String>, LeaseError> {
+    pub async fn heartbeat(
+        &self,
+        node_id: &str,
+        within: Duration,
+    ) -> Result<Vec<String>, LeaseError> {
         Ok(Script::new(HEARTBEAT)
             .key(self.keys.nodes())
             .arg(node_id)

@@ -164,7 +164,10 @@ impl Member {
                     None
                 }
                 Some(r) if hand_over => {
-                    info!(token = r.owner.token, "handing the shard over to another node");
+                    info!(
+                        token = r.owner.token,
+                        "handing the shard over to another node"
+                    );
                     *self.handed_over.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(Instant::now());
                     self.wind_down(r, &mut ticker).await;
@@ -186,11 +189,16 @@ impl Member {
                                     free_seen = 0;
                                     self.try_acquire(every).await
                                 } else {
-                                    if free_seen == 0 && wait > 0 {
+                                    if free_seen == 0 && hold_back == 0 {
+                                        info!(
+                                            warm,
+                                            "the lease is free; a node with a standby copy may take it first"
+                                        );
+                                    } else if free_seen == 0 {
                                         info!(
                                             warm,
                                             tries = wait,
-                                            "the lease is free; letting a node with a copy or fewer shards take it first"
+                                            "the lease is free; a node with fewer shards may take it first"
                                         );
                                     }
                                     free_seen += 1;
@@ -501,7 +509,9 @@ impl Member {
                         load_failures = 0;
                         *slot.lock().await = Some(standby);
                         self.set_warm(true, &mut said).await;
-                        self.together.report(self.index, Warmth::Copy(players)).await;
+                        self.together
+                            .report(self.index, Warmth::Copy(players))
+                            .await;
                         loaded = Instant::now();
                     }
                     Ok(_) => {}

@@ -16,9 +16,10 @@ mod balance;
 pub mod front;
 pub mod lease;
 pub mod link;
-pub mod shards;
 mod member;
+pub mod merge;
 mod node;
+pub mod shards;
 pub mod status;
 
 pub use member::STANDBY;

@@ -160,7 +160,9 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let mut member_tasks = Vec::new();
     for member in &members {
         member_tasks.push(tokio::spawn(member.clone().hold_lease(lease_stop.clone())));
-        member_tasks.push(tokio::spawn(member.clone().keep_standby(lease_stop.clone())));
+        member_tasks.push(tokio::spawn(
+            member.clone().keep_standby(lease_stop.clone()),
+        ));
     }
     // Stopped when the node is asked to stop: it takes no shard from then on.
     let spread_stop = signal.child_token();
@@ -340,7 +342,6 @@ fn default_node_id() -> String {
         .unwrap_or_else(|| "node".into());
     format!("{host}-{:04x}", rand::random::<u16>())
 }
-
 
 /// Readiness (`""`) is SERVING while some node owns each shard's queues and the node is not
 /// draining; on `signal`, NOT_SERVING for `drain`, then the node stops (`shutdown`).

@@ -15,18 +15,11 @@ use crate::proto;
 /// Each shard's config as its node part and engine see it, the home shard's first: the
 /// shard's keyspace, its queues only, and the tag its ids carry.
 pub fn shard_configs(config: &Config) -> Vec<Config> {
-    let cluster = &config.cluster;
-    cluster
+    config
+        .cluster
         .keyspaces()
         .into_iter()
-        .map(|keyspace| {
-            let mut shard = config.clone();
-            shard.cluster = cluster.for_shard(keyspace);
-            shard
-                .queues
-                .retain(|name, _| cluster.keyspace_of(name) == keyspace);
-            shard
-        })
+        .map(|keyspace| config.shard(keyspace))
         .collect()
 }
 
@@ -151,6 +144,18 @@ impl Shards {
                 .by_queue_or_every(&r.queue)),
             "AdminService/GetQueueStats" => read!(proto::GetQueueStatsRequest, |r| self
                 .by_queue_or_every(&r.queue)),
+            "ClientService/GetPlayer" => {
+                read!(proto::GetPlayerRequest, |r| self.by_queue(&r.queue))
+            }
+            "AdminService/ExportPlayers" => {
+                read!(proto::ExportPlayersRequest, |r| self.by_queue(&r.queue))
+            }
+            "ClientService/ListPlayerMatches" => read!(proto::ListPlayerMatchesRequest, |r| self
+                .by_queue_or_every(&r.queue)),
+            "AdminService/ListLiveMatches" => read!(proto::ListLiveMatchesRequest, |r| self
+                .by_queue_or_every(&r.queue)),
+            "AdminService/ListRecentResults" => read!(proto::ListRecentResultsRequest, |r| self
+                .by_queue_or_every(&r.queue)),
             "ClientService/CancelTicket" => {
                 read!(proto::CancelTicketRequest, |r| self.by_id(&r.ticket_id))
             }
@@ -183,7 +188,7 @@ impl Shards {
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     fn frame(message: &impl Message) -> Vec<u8> {
         let body = message.encode_to_vec();
         let mut framed = vec![0];

@@ -413,15 +413,26 @@ fn shards_name_configured_queues_once_in_keyspaces_of_their_own_and_keep_pools_w
         "cluster.shards[0].queues[0]"
     );
     assert_eq!(
-        field(&format!("{}{}", shard("eu", "\"5v5\""), shard("na", "\"5v5\""))),
+        field(&format!(
+            "{}{}",
+            shard("eu", "\"5v5\""),
+            shard("na", "\"5v5\"")
+        )),
         "cluster.shards[1].queues[0]"
     );
     assert_eq!(field(&shard("mm", "\"5v5\"")), "cluster.shards[0].keyspace");
     assert_eq!(
-        field(&format!("{}{}", shard("eu", "\"5v5\""), shard("eu", "\"2v2\""))),
+        field(&format!(
+            "{}{}",
+            shard("eu", "\"5v5\""),
+            shard("eu", "\"2v2\"")
+        )),
         "cluster.shards[1].keyspace"
     );
-    assert_eq!(field(&shard("{eu}", "\"5v5\"")), "cluster.shards[0].keyspace");
+    assert_eq!(
+        field(&shard("{eu}", "\"5v5\"")),
+        "cluster.shards[0].keyspace"
+    );
     assert_eq!(field(&shard("eu", "")), "cluster.shards[0].queues");
 
     // A queue sharing 1v1's rating pool cannot leave 1v1's shard.

@@ -129,7 +129,11 @@ impl ClusterConfig {
         Self {
             keyspace: keyspace.to_string(),
             shards: Vec::new(),
-            id_tag: if home { String::new() } else { keyspace.to_string() },
+            id_tag: if home {
+                String::new()
+            } else {
+                keyspace.to_string()
+            },
             ..self.clone()
         }
     }

@@ -13,9 +13,15 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tower::Service;
 
+use bytes::Bytes;
+use prost::Message;
+
 use super::deadline::{budget, caller_timeout};
+use super::fanout::{answer, ask, ask_all, refuse};
 use super::{API, Front, SHARD, collect, link, status};
+use crate::cluster::merge;
 use crate::cluster::shards::{Destination, Shards};
+use crate::proto;
 
 /// Hands each call to its shard's [`Front`].
 #[derive(Clone)]
@@ -62,7 +68,10 @@ impl Inner {
 
     /// Reads the call's request message, then hands the call to the front of the shard it
     /// names.
-    async fn route(self: Arc<Self>, request: http::Request<axum::body::Body>) -> http::Response<Body> {
+    async fn route(
+        self: Arc<Self>,
+        request: http::Request<axum::body::Body>,
+    ) -> http::Response<Body> {
         let Ok(_place) = self.reading.clone().try_acquire_owned() else {
             metrics::counter!(crate::telemetry::REQUESTS_SHED).increment(1);
             return status(
@@ -94,8 +103,11 @@ impl Inner {
         };
         let shard = match self.shards.destination(parts.uri.path(), &bytes) {
             Destination::Shard(shard) => shard,
-            // Calls about no one queue are the home shard's.
-            Destination::Every => 0,
+            Destination::Every => match self.every(&parts, &bytes).await {
+                Some(answer) => return answer,
+                // Not merged (yet): the home shard's.
+                None => 0,
+            },
         };
         let request = http::Request::from_parts(parts, axum::body::Body::from(bytes));
         let mut front = self.fronts[shard].clone();
@@ -103,6 +115,85 @@ impl Inner {
             Ok(response) => response,
             Err(never) => match never {},
         }
+    }
+}
+
+impl Inner {
+    /// Asks every shard and merges their answers, for the calls whose merge is defined;
+    /// `None` for the others.
+    async fn every(
+        &self,
+        parts: &http::request::Parts,
+        bytes: &Bytes,
+    ) -> Option<http::Response<Body>> {
+        let method = parts.uri.path().strip_prefix(API)?;
+        let fronts = &self.fronts;
+        macro_rules! merged {
+            ($answer:ty, $merge:expr) => {
+                Some(match ask_all::<$answer>(fronts, parts, bytes).await {
+                    Ok(answers) => answer(&$merge(answers)),
+                    Err(status) => refuse(status),
+                })
+            };
+        }
+        let limit = |decoded: Option<u32>| decoded.unwrap_or(0);
+        let message = bytes.get(5..).unwrap_or_default();
+        match method {
+            "AdminService/GetQueueStats" => merged!(proto::QueueStats, merge::queue_stats),
+            "AdminService/Snapshot" => merged!(proto::SnapshotResponse, merge::snapshot),
+            "AdminService/ReloadConfig" => merged!(proto::ReloadConfigResponse, merge::reload),
+            "AdminService/SeasonReset" => {
+                merged!(proto::SeasonResetResponse, merge::season_reset)
+            }
+            "AdminService/EndSeason" => merged!(proto::EndSeasonResponse, merge::end_season),
+            "AdminService/DeletePlayer" => {
+                merged!(proto::DeletePlayerResponse, merge::delete_player)
+            }
+            "AdminService/BanPlayer" => merged!(proto::BanPlayerResponse, merge::ban),
+            "AdminService/UnbanPlayer" => merged!(proto::UnbanPlayerResponse, merge::unban),
+            "AdminService/ListLiveMatches" => {
+                let limit = limit(
+                    proto::ListLiveMatchesRequest::decode(message)
+                        .ok()
+                        .map(|r| r.limit),
+                );
+                merged!(proto::ListLiveMatchesResponse, |a| merge::live_matches(
+                    a, limit
+                ))
+            }
+            "AdminService/ListRecentResults" => {
+                let limit = limit(
+                    proto::ListRecentResultsRequest::decode(message)
+                        .ok()
+                        .map(|r| r.limit),
+                );
+                merged!(proto::ListRecentResultsResponse, |a| merge::recent_results(
+                    a, limit
+                ))
+            }
+            "ClientService/GetActiveTicket" => Some(self.active_ticket(parts, bytes).await),
+            _ => None,
+        }
+    }
+
+    /// `GetActiveTicket`: the one shard that has the player's ticket answers; NOT_FOUND when
+    /// none has.
+    async fn active_ticket(
+        &self,
+        parts: &http::request::Parts,
+        bytes: &Bytes,
+    ) -> http::Response<Body> {
+        let mut not_found = None;
+        for front in &self.fronts {
+            match ask::<proto::TicketUpdate>(front, parts, bytes).await {
+                Ok(ticket) => return answer(&ticket),
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    not_found.get_or_insert(status);
+                }
+                Err(status) => return refuse(status),
+            }
+        }
+        refuse(not_found.unwrap_or_else(|| tonic::Status::not_found("no active ticket")))
     }
 }
 

@@ -74,9 +74,12 @@ const LINKS: usize = 2;
 /// The API's calls begin so; any other (server reflection) is passed on as it comes.
 const API: &str = "/matchmaker.v1.";
 mod dispatch;
+mod fanout;
 mod methods;
+mod settings;
 pub use dispatch::Dispatch;
 use methods::{ONCE, RESUMABLE, STREAMS};
+pub use settings::{Credentials, PeerTls, Waits};
 
 /// Where calls go, as the node's lease task sees it.
 #[derive(Clone, Debug, Default)]
@@ -85,15 +88,6 @@ pub struct Route {
     pub owner: Option<Owner>,
     /// This node's engine, while this node owns the queues and its state is loaded.
     pub engine: Option<crate::server::EngineService>,
-}
-
-/// How a node reaches the others when the nodes serve TLS (`[tls] enabled`).
-#[derive(Clone, Debug)]
-pub struct PeerTls {
-    /// PEM certificates the other node's certificate must chain to.
-    pub ca_pem: Vec<u8>,
-    /// The name its certificate must carry; empty: the host of its advertised address.
-    pub server_name: String,
 }
 
 /// The front service.
@@ -162,30 +156,6 @@ struct Inner {
     /// (`server.max_concurrent_requests`): each may hold a request message of up to
     /// `max_body`, so this bounds what callers can make a node keep.
     in_flight: Arc<tokio::sync::Semaphore>,
-}
-
-/// How long a front waits for a call's owner, and for its answer.
-#[derive(Clone, Copy, Debug)]
-pub struct Waits {
-    /// For an owner (a failover): 2 × `lease_ms` plus a second.
-    pub for_owner: Duration,
-    /// For the call's answer when its caller sets no shorter deadline:
-    /// `server.request_timeout_ms`, as on a single node.
-    pub for_answer: Duration,
-    /// The same for the admin calls that change a whole rating pool
-    /// (`server.admin_request_timeout_ms`).
-    pub for_long_answer: Duration,
-    /// Calls held at once (`server.max_concurrent_requests`); past it a call is refused
-    /// RESOURCE_EXHAUSTED at once, as a single node sheds it.
-    pub max_in_flight: usize,
-}
-
-/// What a front shows the owner with each link and forwarded stream.
-pub struct Credentials {
-    /// The cluster's node key.
-    pub node_key: http::HeaderValue,
-    /// The keyspace of the shard the front forwards calls for.
-    pub shard: String,
 }
 
 /// Marks a call that came on a link opened with the cluster's node key.

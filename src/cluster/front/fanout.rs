@@ -1,0 +1,136 @@
+//! Asking every shard: a call about no one queue goes to each shard's front as it came, and
+//! the answers are merged into the one a single node gives ([`crate::cluster::merge`]).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::BodyExt;
+use prost::Message;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tower::Service;
+
+use super::Front;
+
+/// The call as it came (method, path, headers, the client's address), with its message.
+fn copy(parts: &http::request::Parts, message: &Bytes) -> http::Request<axum::body::Body> {
+    http::Request::from_parts(copy_parts(parts), axum::body::Body::from(message.clone()))
+}
+
+/// The answer of one shard's front to the call: its message, or its status.
+pub(super) async fn ask<M: Message + Default>(
+    front: &Front,
+    parts: &http::request::Parts,
+    message: &Bytes,
+) -> Result<M, tonic::Status> {
+    let mut front = front.clone();
+    let response = match front.call(copy(parts, message)).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    if let Some(status) = tonic::Status::from_header_map(response.headers())
+        && status.code() != tonic::Code::Ok
+    {
+        return Err(status);
+    }
+    let collected = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("a shard's answer broke off: {e}")))?;
+    if let Some(status) = collected
+        .trailers()
+        .and_then(tonic::Status::from_header_map)
+        && status.code() != tonic::Code::Ok
+    {
+        return Err(status);
+    }
+    let body = collected.to_bytes();
+    match body.as_ref() {
+        [0, a, b, c, d, rest @ ..]
+            if u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() =>
+        {
+            M::decode(rest).map_err(|e| {
+                tonic::Status::internal(format!("a shard's answer does not decode: {e}"))
+            })
+        }
+        _ => Err(tonic::Status::internal(
+            "a shard's answer is not one uncompressed message",
+        )),
+    }
+}
+
+/// The answers of every front, in order; the first refusal when any refused.
+pub(super) async fn ask_all<M: Message + Default + 'static>(
+    fronts: &[Front],
+    parts: &http::request::Parts,
+    message: &Bytes,
+) -> Result<Vec<M>, tonic::Status> {
+    let asked: Vec<_> = fronts
+        .iter()
+        .map(|front| {
+            let (front, parts, message) = (front.clone(), copy_parts(parts), message.clone());
+            tokio::spawn(async move { ask::<M>(&front, &parts, &message).await })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(asked.len());
+    let mut refused = None;
+    for task in asked {
+        match task.await {
+            Ok(Ok(answer)) => answers.push(answer),
+            Ok(Err(status)) => {
+                refused.get_or_insert(status);
+            }
+            Err(e) => {
+                refused.get_or_insert(tonic::Status::internal(format!(
+                    "asking a shard failed: {e}"
+                )));
+            }
+        }
+    }
+    match refused {
+        Some(status) => Err(status),
+        None => Ok(answers),
+    }
+}
+
+/// `parts` without its extensions other than the client's address (which [`copy`] keeps).
+fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let (mut copied, ()) = http::Request::new(()).into_parts();
+    copied.method = parts.method.clone();
+    copied.uri = parts.uri.clone();
+    copied.version = parts.version;
+    copied.headers = parts.headers.clone();
+    if let Some(info) = parts
+        .extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+    {
+        copied.extensions.insert(info.clone());
+    }
+    copied
+}
+
+/// `message` as a whole gRPC answer: the message, then status OK.
+pub(super) fn answer(message: &impl Message) -> http::Response<Body> {
+    let encoded = message.encode_to_vec();
+    let mut frame = BytesMut::with_capacity(encoded.len() + 5);
+    frame.put_u8(0);
+    frame.put_u32(encoded.len() as u32);
+    frame.put_slice(&encoded);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let frames = [
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(frame.freeze())),
+        Ok(http_body::Frame::trailers(trailers)),
+    ];
+    let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));
+    let mut response = http::Response::new(Body::new(body));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    response
+}
+
+/// `status` as a trailers-only gRPC answer.
+pub(super) fn refuse(status: tonic::Status) -> http::Response<Body> {
+    status.into_http::<Body>()
+}
