@@ -45,6 +45,10 @@ pub enum Rejection {
     /// A player named by the request is waiting in a queue (FAILED_PRECONDITION).
     #[error("player {player} is already queued (ticket {ticket})")]
     AlreadyQueued { player: PlayerId, ticket: TicketId },
+    /// A player named by the request waits or plays in another shard's queue
+    /// (FAILED_PRECONDITION).
+    #[error("player {player} is queued or in a live match in shard {keyspace}")]
+    BusyElsewhere { player: PlayerId, keyspace: String },
     /// A player named by the request is in a live match (FAILED_PRECONDITION).
     #[error("player {player} is in live match {match_id}")]
     InMatch { player: PlayerId, match_id: MatchId },

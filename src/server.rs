@@ -375,9 +375,7 @@ async fn serve(
         matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored)
             .map_err(ServerError::LoopThread)?;
     let tickets = state.restore_tickets(clock.now())?;
-    if !tickets.is_empty() {
-        info!(tickets = tickets.len(), "waiting tickets restored");
-    }
+    tokio::spawn(state.clone().keep_claims(shutdown.clone()));
     for (ticket, entry) in tickets {
         let Ok(permit) = handle.reserve(Duration::from_secs(5)).await else {
             warn!("the matchmaker loop stopped while tickets were restored");

@@ -225,6 +225,11 @@ async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_oth
     })
     .await;
     assert_eq!(kept, 3);
+    // Their players are still held by shard eu: the home shard does not queue them.
+    assert_eq!(
+        refused_code(&survivor, "1v1", "w1").await,
+        tonic::Code::FailedPrecondition
+    );
     common::enter(
         &mut ClientServiceClient::new(survivor.clone()),
         "2v2",
@@ -362,4 +367,105 @@ async fn refused_code(channel: &Channel, queue: &str, player: &str) -> tonic::Co
         .await
         .expect_err("refused")
         .code()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_waits_or_plays_in_one_shard_at_a_time() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    common::queues_answer(&n1).await;
+
+    // Queued in the home shard: refused by shard eu, naming the shard that holds the player.
+    let ticket = common::enter(&mut ClientServiceClient::new(n1.clone()), "1v1", &["ana"]).await;
+    let refused = ClientServiceClient::new(n2.clone())
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "2v2".into(),
+            player_ids: vec!["ana".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("shard mm"),
+        "{}",
+        refused.message()
+    );
+    // Once the ticket is cancelled, the claim goes and shard eu queues her.
+    ClientServiceClient::new(n2.clone())
+        .cancel_ticket(proto::CancelTicketRequest { ticket_id: ticket })
+        .await
+        .unwrap();
+    let moved = common::poll_until("ana enters 2v2", || {
+        let mut client = ClientServiceClient::new(n2.clone());
+        async move {
+            client
+                .enter_queue(proto::EnterQueueRequest {
+                    queue: "2v2".into(),
+                    player_ids: vec!["ana".into()],
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().ticket_id)
+        }
+    })
+    .await;
+    assert!(moved.starts_with("t.eu-"), "{moved}");
+
+    // In a live match of shard eu: refused by the home shard until the match ends.
+    let mut eu_tickets = vec![moved];
+    for player in ["ben", "cy", "di"] {
+        eu_tickets
+            .push(common::enter(&mut ClientServiceClient::new(n1.clone()), "2v2", &[player]).await);
+    }
+    let match_id = matched(&n1, &eu_tickets[0]).await;
+    assert_eq!(
+        refused_code(&n1, "1v1", "ana").await,
+        tonic::Code::FailedPrecondition
+    );
+    GameServerServiceClient::new(n2.clone())
+        .cancel_match(proto::CancelMatchRequest {
+            match_id,
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    // Cancelled before it started: the tickets are back in the 2v2 pool, still held by eu.
+    assert_eq!(
+        refused_code(&n2, "1v1", "ana").await,
+        tonic::Code::FailedPrecondition
+    );
+
+    // Many entries of one player into both shards at once: exactly one is taken.
+    let racers: Vec<_> = (0..16)
+        .map(|i| {
+            let channel = if i % 2 == 0 { n1.clone() } else { n2.clone() };
+            let queue = if i % 4 < 2 { "1v1" } else { "2v2" };
+            tokio::spawn(async move {
+                ClientServiceClient::new(channel)
+                    .enter_queue(proto::EnterQueueRequest {
+                        queue: queue.into(),
+                        player_ids: vec!["racer".into()],
+                        ..Default::default()
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut entered = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            Ok(_) => entered += 1,
+            Err(status) => assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status}"),
+        }
+    }
+    assert_eq!(entered, 1);
 }

@@ -244,6 +244,8 @@ impl ClientService for Client {
             queue: queue.id.as_str(),
             kept: false,
         };
+        // With the queues split over shards, no other shard may queue these players meanwhile.
+        let claim = self.state.claim_for_entry(&players).await??;
         let now = self.clock.now();
         let ticket_id = TicketId::new(self.state.new_id("t"));
         // A party is matched on its own skill, made on its first entry in the pool.
@@ -254,6 +256,7 @@ impl ClientService for Client {
         } = self
             .state
             .enter_ticket(&queue, players.clone(), ticket_id.clone(), now)??;
+        claim.keep();
         let skills = skills.iter().map(|s| (s.mean, s.deviation)).collect();
         let entry = matching::Ticket {
             id: ticket_id.clone(),

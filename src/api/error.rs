@@ -24,6 +24,7 @@ impl From<Rejection> for Status {
             Rejection::Invalid(_) => Status::invalid_argument(message),
             Rejection::NotFound { .. } => Status::not_found(message),
             Rejection::AlreadyQueued { .. }
+            | Rejection::BusyElsewhere { .. }
             | Rejection::InMatch { .. }
             | Rejection::Match { .. }
             | Rejection::Ticket { .. }

@@ -645,6 +645,9 @@ impl Member {
                     }
                 };
                 let redis = Arc::new(store);
+                if !cluster.claims_home.is_empty() {
+                    redis.claim_across(&cluster.claims_home);
+                }
                 let _ = opened_store.set(redis.clone());
                 if stop.is_cancelled() && !ownership.holds() {
                     // The lease was lost while the store opened.

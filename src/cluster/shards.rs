@@ -223,6 +223,12 @@ mod tests {
         );
         assert_eq!(shards[1].cluster.keyspace, "eu");
         assert_eq!(shards[1].cluster.id_tag, "eu");
+        assert!(
+            shards.iter().all(|s| s.cluster.claims_home == "mm"),
+            "every shard claims players in the home shard's name"
+        );
+        let unsharded = Config::from_toml_str("").unwrap();
+        assert_eq!(shard_configs(&unsharded)[0].cluster.claims_home, "");
         assert_eq!(
             shards[1].queues.keys().collect::<Vec<_>>(),
             vec!["5v5", "ffa8"]
@@ -276,7 +282,19 @@ mod tests {
         assert_eq!(
             shards.destination(
                 "/matchmaker.v1.ClientService/GetPlayer",
-                &frame(&proto::GetPlayerRequest::default())
+                &frame(&proto::GetPlayerRequest {
+                    player_id: "p".into(),
+                    queue: "5v5".into(),
+                })
+            ),
+            Destination::Shard(1)
+        );
+        assert_eq!(
+            shards.destination(
+                "/matchmaker.v1.ClientService/GetActiveTicket",
+                &frame(&proto::GetActiveTicketRequest {
+                    player_id: "p".into()
+                })
             ),
             Destination::Every
         );

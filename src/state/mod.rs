@@ -8,6 +8,7 @@
 
 mod admin;
 mod calibration;
+mod claims;
 mod events;
 mod export;
 mod history;
@@ -120,6 +121,8 @@ struct Inner {
     tickets_dropped: std::sync::atomic::AtomicBool,
     /// Set while the flush [`State::flush_dropped_tickets`] asked for is on its way.
     dropped_flushing: Arc<std::sync::atomic::AtomicBool>,
+    /// The players this shard claims across shards (see `claims.rs`).
+    claims: claims::Claims,
     /// Points where a test runs its own code (see `test_util::Hooks`).
     #[cfg(test)]
     hooks: test_util::Hooks,
@@ -210,6 +213,7 @@ impl State {
                 closing: tokio_util::sync::CancellationToken::new(),
                 tickets_dropped: std::sync::atomic::AtomicBool::new(false),
                 dropped_flushing: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+                claims: claims::Claims::default(),
                 #[cfg(test)]
                 hooks: test_util::Hooks::default(),
             }),

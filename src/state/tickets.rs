@@ -484,6 +484,9 @@ impl State {
         if !dropped.is_empty() {
             store.remove_tickets(&dropped)?;
         }
+        if !restored.is_empty() {
+            tracing::info!(tickets = restored.len(), "waiting tickets restored");
+        }
         Ok(restored)
     }
 

@@ -60,6 +60,10 @@ pub struct ClusterConfig {
     /// with no shards), the keyspace in the others. Set by the node, never read from config.
     #[serde(skip)]
     pub id_tag: String,
+    /// The home shard's keyspace, in whose name every shard claims the players it queues
+    /// (see `store::Claim`); empty without shards. Set by the node, never read from config.
+    #[serde(skip)]
+    pub claims_home: String,
 }
 
 /// One `[[cluster.shards]]` entry.
@@ -92,6 +96,7 @@ impl Default for ClusterConfig {
             peer_server_name: String::new(),
             shards: Vec::new(),
             id_tag: String::new(),
+            claims_home: String::new(),
         }
     }
 }
@@ -133,6 +138,11 @@ impl ClusterConfig {
                 String::new()
             } else {
                 keyspace.to_string()
+            },
+            claims_home: if self.shards.is_empty() {
+                String::new()
+            } else {
+                self.keyspace.clone()
             },
             ..self.clone()
         }

@@ -121,6 +121,15 @@ pub type StoredPlayer = Result<(PlayerId, BTreeMap<String, PoolRecord>), StoreEr
 pub type StoredParty = (String, BTreeMap<String, PartyRecord>);
 
 /// A boxed future, for the one asynchronous method of [`Storage`].
+/// What claiming players across shards found ([`Storage::claim_players`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Every player is this shard's now: these were newly claimed (the others were already).
+    Claimed(Vec<PlayerId>),
+    /// `player` is held by the shard in `keyspace`: queued or in a match there.
+    Elsewhere { player: PlayerId, keyspace: String },
+}
+
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// Most bytes of encoded matches in one segment (one match bigger than this gets a segment of
@@ -298,6 +307,28 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// Every stored waiting ticket, oldest first.
     fn load_tickets(&self) -> Result<Vec<StoredTicket>, StoreError> {
         Ok(Vec::new())
+    }
+
+    // Claims on players across shards (a cluster whose queues are split over shards: each
+    // shard's store claims the players it queues, so no other shard queues them meanwhile).
+
+    /// Whether this store claims players across shards.
+    fn claims_players(&self) -> bool {
+        false
+    }
+    /// Claims `players` for this store's shard, each unless another shard holds it: the
+    /// players newly claimed, or the first held elsewhere (and nothing newly claimed is kept).
+    fn claim_players<'a>(&'a self, _players: &'a [PlayerId]) -> StoreFuture<'a, Claim> {
+        Box::pin(async { Ok(Claim::Claimed(Vec::new())) })
+    }
+    /// Gives up this shard's claims on `players` (idle here now).
+    fn release_claims<'a>(&'a self, _players: &'a [PlayerId]) -> StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    /// Every player this shard may hold a claim on (the index its claims keep, which a claim
+    /// joins before it is made and leaves after it is given up).
+    fn claimed_players(&self) -> StoreFuture<'_, Vec<PlayerId>> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     // Queue settings a reload applied (cluster stores only: an embedded server's config file is

@@ -27,6 +27,7 @@
 mod admin;
 mod backlog;
 mod blocking;
+mod claims;
 mod clock;
 mod conn;
 mod durability;
@@ -64,8 +65,8 @@ pub use standby::{Followed, Standby};
 
 use super::memory::{Data, MemoryStore, Pools};
 use super::{
-    History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch, StoredParty,
-    StoredPlayer, StoredTicket, redact,
+    Claim, History, JournalEntry, Segment, Storage, StoreError, StoreFuture, StoredMatch,
+    StoredParty, StoredPlayer, StoredTicket, redact,
 };
 use crate::ids::{MatchId, PlayerId, TicketId};
 use crate::ranking::RankPoints;
@@ -201,6 +202,9 @@ pub struct RedisStore {
     gave_up: std::sync::OnceLock<String>,
     /// Cancelled when it gave up.
     failure: tokio_util::sync::CancellationToken,
+    /// The home shard's keyspace, when this store claims the players it queues (see
+    /// `claims.rs`).
+    claims: std::sync::OnceLock<String>,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
@@ -283,6 +287,7 @@ impl RedisStore {
             flushed: AtomicU64::new(0),
             flight: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
+            claims: std::sync::OnceLock::new(),
             apply: apply_script(),
             calls: AtomicU64::new(calls),
             past_ready: AtomicBool::new(false),
@@ -673,6 +678,22 @@ impl Storage for RedisStore {
 
     fn keeps_tickets(&self) -> bool {
         true
+    }
+
+    fn claims_players(&self) -> bool {
+        self.claims.get().is_some()
+    }
+
+    fn claim_players<'a>(&'a self, players: &'a [PlayerId]) -> StoreFuture<'a, Claim> {
+        Box::pin(self.claim(players))
+    }
+
+    fn release_claims<'a>(&'a self, players: &'a [PlayerId]) -> StoreFuture<'a, ()> {
+        Box::pin(self.release(players))
+    }
+
+    fn claimed_players(&self) -> StoreFuture<'_, Vec<PlayerId>> {
+        Box::pin(self.claimed())
     }
 
     fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {

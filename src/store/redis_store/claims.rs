@@ -1,0 +1,265 @@
+//! Claims on players across shards. With the queues split over shards, each shard's engine
+//! knows only its own players' whereabouts, so a player could wait in a queue of one shard and
+//! play in a match of another. A claim key per player (`{HOME~PLAYER}:claim`, its own slot on a
+//! Redis Cluster) says which shard holds the player (`SHARD|TOKEN`, the token of the lease it
+//! was claimed under): a shard claims each player before it queues them, and gives the claim
+//! up once the player is idle there again (see `state::claims`). A newer owner's claims are
+//! never given up or overwritten by an older owner of the same shard (a stalled node): the
+//! token decides. Each shard also keeps the players it may hold a claim on (`{SHARD}:claimed`,
+//! joined before a claim is made and left after it is given up), so a new owner finds the
+//! claims an earlier one left.
+
+use ::redis::Script;
+
+use super::{RedisStore, redis_error};
+use crate::ids::PlayerId;
+use crate::store::{Claim, StoreError};
+
+/// Claims `KEYS[1]` for shard `ARGV[1]` under token `ARGV[2]`: `{1}` newly, `{0}` already
+/// this shard's (now under this token), `{-1, SHARD}` another shard's, `{-2}` this shard's
+/// under a newer token (this store's owner is stale).
+const CLAIM: &str = r"
+local mine = ARGV[1] .. '|' .. ARGV[2]
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], mine)
+  return {1, ''}
+end
+local shard, token = string.match(v, '^(.*)|(%d+)$')
+if shard ~= ARGV[1] then return {-1, shard or v} end
+if tonumber(token) > tonumber(ARGV[2]) then return {-2, ''} end
+if v ~= mine then redis.call('SET', KEYS[1], mine) end
+return {0, ''}
+";
+
+/// Deletes `KEYS[1]` if shard `ARGV[1]` holds it under a token no newer than `ARGV[2]`: `1`
+/// deleted, `0` not this shard's, `-1` this shard's under a newer token (it stays indexed).
+const RELEASE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local shard, token = string.match(v, '^(.*)|(%d+)$')
+if shard ~= ARGV[1] then return 0 end
+if tonumber(token) > tonumber(ARGV[2]) then return -1 end
+redis.call('DEL', KEYS[1])
+return 1
+";
+
+/// The claim key of `player` in the deployment whose home shard is `home`.
+pub(super) fn claim_key(home: &str, player: &PlayerId) -> String {
+    format!("{{{home}~{player}}}:claim")
+}
+
+impl RedisStore {
+    /// Makes this store claim the players it queues, in the deployment whose home shard's
+    /// keyspace is `home` (a cluster with several shards). Set once, before the engine runs.
+    pub fn claim_across(&self, home: &str) {
+        let _ = self.claims.set(home.to_string());
+    }
+
+    fn index_key(&self) -> String {
+        format!("{{{}}}:claimed", self.keys.keyspace())
+    }
+
+    async fn index(&self, command: &str, players: &[PlayerId]) -> Result<(), StoreError> {
+        if players.is_empty() {
+            return Ok(());
+        }
+        let mut cmd = ::redis::cmd(command);
+        cmd.arg(self.index_key());
+        for p in players {
+            cmd.arg(p.as_str());
+        }
+        let _: i64 = cmd
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(redis_error(&self.url))?;
+        Ok(())
+    }
+
+    pub(super) async fn claim(&self, players: &[PlayerId]) -> Result<Claim, StoreError> {
+        let Some(home) = self.claims.get() else {
+            return Ok(Claim::Claimed(Vec::new()));
+        };
+        self.check_fence()?;
+        self.index("SADD", players).await?;
+        let shard = self.keys.keyspace();
+        let mut newly = Vec::new();
+        for player in players {
+            let (outcome, other): (i64, String) = Script::new(CLAIM)
+                .key(claim_key(home, player))
+                .arg(shard)
+                .arg(self.token)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            let refused = match outcome {
+                1 => {
+                    newly.push(player.clone());
+                    continue;
+                }
+                0 => continue,
+                -1 => Ok(Claim::Elsewhere {
+                    player: player.clone(),
+                    keyspace: other,
+                }),
+                _ => Err(StoreError::Fenced),
+            };
+            self.release(&newly).await?;
+            return refused;
+        }
+        Ok(Claim::Claimed(newly))
+    }
+
+    pub(super) async fn release(&self, players: &[PlayerId]) -> Result<(), StoreError> {
+        let Some(home) = self.claims.get() else {
+            return Ok(());
+        };
+        let shard = self.keys.keyspace();
+        let mut unindexed = Vec::with_capacity(players.len());
+        for player in players {
+            let released: i64 = Script::new(RELEASE)
+                .key(claim_key(home, player))
+                .arg(shard)
+                .arg(self.token)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            if released >= 0 {
+                unindexed.push(player.clone());
+            }
+        }
+        self.index("SREM", &unindexed).await
+    }
+
+    pub(super) async fn claimed(&self) -> Result<Vec<PlayerId>, StoreError> {
+        if self.claims.get().is_none() {
+            return Ok(Vec::new());
+        }
+        let players: Vec<String> = ::redis::cmd("SMEMBERS")
+            .arg(self.index_key())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(redis_error(&self.url))?;
+        Ok(players.into_iter().map(PlayerId::new).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Storage;
+    use crate::store::contract::with_redis;
+    use crate::store::redis_store::{Keys, RedisOptions};
+
+    /// The store of the shard in `keyspace` under `token`, claiming in home shard `mm`.
+    fn shard(
+        runtime: &tokio::runtime::Handle,
+        url: &str,
+        keyspace: &str,
+        token: u64,
+    ) -> RedisStore {
+        let mut conn = ::redis::Client::open(url)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let () = ::redis::cmd("SET")
+            .arg(format!("{{{keyspace}}}:lease"))
+            .arg(format!("{token}|n|127.0.0.1:1"))
+            .query(&mut conn)
+            .unwrap();
+        let options = RedisOptions {
+            keys: Keys::new(keyspace),
+            ..RedisOptions::default()
+        };
+        let store = runtime
+            .block_on(RedisStore::open(url, token, &options))
+            .unwrap();
+        store.claim_across("mm");
+        store
+    }
+
+    #[test]
+    fn one_shard_at_a_time_holds_a_player_and_a_newer_owner_s_claim_outlives_the_older_s() {
+        with_redis(|server, runtime| {
+            let url = server.url();
+            let run = |f: crate::store::StoreFuture<'_, Claim>| runtime.block_on(f);
+            let home = shard(&runtime, &url, "mm", 3);
+            let eu = shard(&runtime, &url, "eu", 5);
+            let (p, q) = (PlayerId::new("p"), PlayerId::new("q"));
+            assert!(home.claims_players());
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Claimed(vec![p.clone()])
+            );
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Claimed(vec![]),
+                "already this shard's"
+            );
+            let elsewhere = Claim::Elsewhere {
+                player: p.clone(),
+                keyspace: "mm".into(),
+            };
+            assert_eq!(
+                run(eu.claim_players(std::slice::from_ref(&p))).unwrap(),
+                elsewhere
+            );
+            // A party: what it claimed is given back when a member is held elsewhere.
+            assert_eq!(
+                run(eu.claim_players(&[q.clone(), p.clone()])).unwrap(),
+                elsewhere
+            );
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&q))).unwrap(),
+                Claim::Claimed(vec![q.clone()]),
+                "q was given back"
+            );
+            runtime
+                .block_on(home.release_claims(&[p.clone(), q.clone()]))
+                .unwrap();
+            assert_eq!(runtime.block_on(home.claimed_players()).unwrap(), vec![]);
+            assert_eq!(
+                run(eu.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Claimed(vec![p.clone()])
+            );
+            assert_eq!(
+                runtime.block_on(eu.claimed_players()).unwrap(),
+                vec![p.clone()]
+            );
+
+            // A newer owner of shard eu takes the claim over; the older one can neither give it
+            // up nor claim under it any more.
+            let newer = shard(&runtime, &url, "eu", 9);
+            assert_eq!(
+                run(newer.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Claimed(vec![])
+            );
+            runtime
+                .block_on(eu.release_claims(std::slice::from_ref(&p)))
+                .unwrap();
+            assert_eq!(
+                runtime.block_on(newer.claimed_players()).unwrap(),
+                vec![p.clone()],
+                "still indexed for the newer owner"
+            );
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Elsewhere {
+                    player: p.clone(),
+                    keyspace: "eu".into()
+                }
+            );
+            assert!(matches!(
+                run(eu.claim_players(std::slice::from_ref(&p))),
+                Err(StoreError::Fenced)
+            ));
+            runtime
+                .block_on(newer.release_claims(std::slice::from_ref(&p)))
+                .unwrap();
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&p))).unwrap(),
+                Claim::Claimed(vec![p])
+            );
+        });
+    }
+}
