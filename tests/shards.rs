@@ -469,3 +469,94 @@ async fn a_player_waits_or_plays_in_one_shard_at_a_time() {
     }
     assert_eq!(entered, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_game_server_stream_gets_the_matches_of_every_shard() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    common::queues_answer(&n1).await;
+
+    // Capacity 0 (unlimited): registered with both shards through n1, whichever owns them.
+    let mut offers = common::serve(&mut GameServerServiceClient::new(n1.clone()), "gs:all").await;
+    let mut client = ClientServiceClient::new(n2.clone());
+    for player in ["alice", "bob"] {
+        common::enter(&mut client, "1v1", &[player]).await;
+    }
+    for player in ["p1", "p2", "p3", "p4"] {
+        common::enter(&mut client, "2v2", &[player]).await;
+    }
+    let mut got = [
+        common::next(&mut offers).await,
+        common::next(&mut offers).await,
+    ];
+    got.sort_by(|a, b| a.queue.cmp(&b.queue));
+    let [home, eu] = got;
+    assert_eq!(home.queue, "1v1");
+    assert!(home.match_id.starts_with("m-"), "{}", home.match_id);
+    assert_eq!(eu.queue, "2v2");
+    assert!(eu.match_id.starts_with("m.eu-"), "{}", eu.match_id);
+    assert!([&home, &eu].iter().all(|m| m.server_address == "gs:all"));
+
+    // The eu match's result, reported through the other node, moves the 2v2 ratings.
+    let winner = eu.teams[0].player_ids[0].clone();
+    let before = common::player_on(&n1, &winner, "2v2").await;
+    common::report_winner_on(&n2, &eu, &winner).await;
+    let after = common::player_on(&n1, &winner, "2v2").await;
+    assert_eq!((before.games, after.games), (0, 1));
+    let mean = |view: &proto::PlayerView| view.rating.as_ref().map_or(0.0, |r| r.mean);
+    assert!(mean(&after) > mean(&before), "{before:?} then {after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_smaller_than_the_shards_reaches_only_the_first_shards() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    common::queues_answer(&n1).await;
+
+    // Capacity 1 over two shards: the home shard's share is 1, eu's 0, so eu is not asked.
+    // Its stream is open (every shard asked has registered it) before any match forms.
+    let mut small = GameServerServiceClient::new(n2.clone())
+        .serve_matches(proto::ServeMatchesRequest {
+            server_address: "gs:small".into(),
+            capacity: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("serve_matches")
+        .into_inner();
+    let mut client = ClientServiceClient::new(n1.clone());
+    let mut tickets = Vec::new();
+    for player in ["p1", "p2", "p3", "p4"] {
+        tickets.push(common::enter(&mut client, "2v2", &[player]).await);
+    }
+    let eu_match = matched(&n1, &tickets[0]).await;
+    assert!(eu_match.starts_with("m.eu-"), "{eu_match}");
+    for player in ["alice", "bob"] {
+        common::enter(&mut client, "1v1", &[player]).await;
+    }
+    // The first match it gets is the home shard's, formed after eu's.
+    let home = common::next(&mut small).await;
+    assert_eq!(home.queue, "1v1");
+    assert!(home.match_id.starts_with("m-"), "{}", home.match_id);
+    // eu's match waited for a server all along: the next server to come takes it.
+    let mut big = common::serve(&mut GameServerServiceClient::new(n1.clone()), "gs:big").await;
+    let eu = common::next(&mut big).await;
+    assert_eq!(eu.match_id, eu_match);
+    assert_eq!(eu.server_address, "gs:big");
+}

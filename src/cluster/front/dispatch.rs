@@ -1,6 +1,9 @@
 //! The node's service when the queues are split over shards: each call goes to the front of
 //! the shard that serves it ([`crate::cluster::shards`]), which forwards it to that shard's
-//! owner as a front always does. With one shard every call goes to its front as it comes.
+//! owner as a front always does. Calls about no one queue are asked of every shard and their
+//! answers merged ([`super::fanout`]); a game server's `ServeMatches` is opened on every shard
+//! and their streams merged ([`super::serve`]). With one shard every call goes to its front as
+//! it comes.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,6 +21,7 @@ use prost::Message;
 
 use super::deadline::{budget, caller_timeout};
 use super::fanout::{answer, ask, ask_all, refuse};
+use super::serve;
 use super::{API, Front, SHARD, collect, link, status};
 use crate::cluster::merge;
 use crate::cluster::shards::{Destination, Shards};
@@ -172,6 +176,7 @@ impl Inner {
                 ))
             }
             "ClientService/GetActiveTicket" => Some(self.active_ticket(parts, bytes).await),
+            "GameServerService/ServeMatches" => serve::serve(fronts, parts, message).await,
             _ => None,
         }
     }

@@ -93,7 +93,7 @@ pub(super) async fn ask_all<M: Message + Default + 'static>(
 }
 
 /// `parts` without its extensions other than the client's address (which [`copy`] keeps).
-fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
+pub(super) fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
     let (mut copied, ()) = http::Request::new(()).into_parts();
     copied.method = parts.method.clone();
     copied.uri = parts.uri.clone();
@@ -108,17 +108,22 @@ fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
     copied
 }
 
-/// `message` as a whole gRPC answer: the message, then status OK.
-pub(super) fn answer(message: &impl Message) -> http::Response<Body> {
+/// `message` as one uncompressed gRPC message: its 5-byte prefix, then the message.
+pub(super) fn frame(message: &impl Message) -> Bytes {
     let encoded = message.encode_to_vec();
     let mut frame = BytesMut::with_capacity(encoded.len() + 5);
     frame.put_u8(0);
     frame.put_u32(encoded.len() as u32);
     frame.put_slice(&encoded);
+    frame.freeze()
+}
+
+/// `message` as a whole gRPC answer: the message, then status OK.
+pub(super) fn answer(message: &impl Message) -> http::Response<Body> {
     let mut trailers = http::HeaderMap::new();
     trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
     let frames = [
-        Ok::<_, std::convert::Infallible>(http_body::Frame::data(frame.freeze())),
+        Ok::<_, std::convert::Infallible>(http_body::Frame::data(frame(message))),
         Ok(http_body::Frame::trailers(trailers)),
     ];
     let body = http_body_util::StreamBody::new(tokio_stream::iter(frames));

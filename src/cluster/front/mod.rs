@@ -76,6 +76,7 @@ const API: &str = "/matchmaker.v1.";
 mod dispatch;
 mod fanout;
 mod methods;
+mod serve;
 mod settings;
 pub use dispatch::Dispatch;
 use methods::{ONCE, RESUMABLE, STREAMS};
