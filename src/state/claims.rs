@@ -32,42 +32,27 @@ pub(super) struct Claims {
     held: std::sync::Mutex<HashSet<PlayerId>>,
 }
 
-/// The claims made for one entry: given up when dropped, unless [`EntryClaim::keep`] says the
-/// entry's ticket is in the state.
+/// The claims made for one entry, held (against the sweep) until the entry's ticket is in the
+/// state or the entry was refused. Either way its players join those the sweep looks at: a
+/// refused entry's claims are not given up here, since another entry of the same player may
+/// have queued them meanwhile; the sweep gives them up once the player is idle.
 pub struct EntryClaim<'a> {
     state: &'a State,
     players: Vec<PlayerId>,
-    newly: Vec<PlayerId>,
-    gate: Option<tokio::sync::RwLockReadGuard<'a, ()>>,
+    _gate: tokio::sync::RwLockReadGuard<'a, ()>,
 }
 
 impl EntryClaim<'_> {
-    /// The entry's ticket is in the state: its players' claims stay until they are idle here.
-    pub fn keep(mut self) {
-        let held = &self.state.inner.claims.held;
-        held.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(self.players.drain(..));
-        self.newly.clear();
-        self.gate = None;
-    }
+    /// The entry's ticket is in the state.
+    pub fn keep(self) {}
 }
 
 impl Drop for EntryClaim<'_> {
     fn drop(&mut self) {
-        self.gate = None;
-        if self.newly.is_empty() {
-            return;
-        }
-        let (store, newly) = (
-            self.state.inner.store.clone(),
-            std::mem::take(&mut self.newly),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = store.release_claims(&newly).await {
-                tracing::warn!(error = %e, "cannot give up the claims of an entry that was refused; the claim sweep gives them up");
-            }
-        });
+        let held = &self.state.inner.claims.held;
+        held.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(self.players.drain(..));
     }
 }
 
@@ -81,18 +66,23 @@ impl State {
     ) -> Result<Result<EntryClaim<'_>, Rejection>, StoreError> {
         let store = &self.inner.store;
         let gate = self.inner.claims.gate.read().await;
-        let newly = match store.claim_players(players).await? {
-            Claim::Claimed(newly) => newly,
+        match store.claim_players(players).await? {
+            Claim::Claimed(_) => Ok(Ok(EntryClaim {
+                state: self,
+                players: players.to_vec(),
+                _gate: gate,
+            })),
             Claim::Elsewhere { player, keyspace } => {
-                return Ok(Err(Rejection::BusyElsewhere { player, keyspace }));
+                // Those claimed before the refusal are given up by the sweep.
+                self.inner
+                    .claims
+                    .held
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(players.iter().cloned());
+                Ok(Err(Rejection::BusyElsewhere { player, keyspace }))
             }
-        };
-        Ok(Ok(EntryClaim {
-            state: self,
-            players: players.to_vec(),
-            newly,
-            gate: Some(gate),
-        }))
+        }
     }
 
     /// Whether `player` waits or plays here.

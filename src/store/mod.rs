@@ -317,7 +317,8 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
         false
     }
     /// Claims `players` for this store's shard, each unless another shard holds it: the
-    /// players newly claimed, or the first held elsewhere (and nothing newly claimed is kept).
+    /// players newly claimed, or the first held elsewhere (those claimed before it stay
+    /// claimed until [`Storage::release_claims`]).
     fn claim_players<'a>(&'a self, _players: &'a [PlayerId]) -> StoreFuture<'a, Claim> {
         Box::pin(async { Ok(Claim::Claimed(Vec::new())) })
     }
