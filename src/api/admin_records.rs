@@ -22,8 +22,12 @@ use crate::store::{Ban, EventKind, EventRecord};
 /// Longest ban reason, in characters.
 pub const MAX_REASON_CHARS: usize = 500;
 /// Audit entries per page when the request says 0, and at most.
-const AUDIT_PAGE: u32 = 100;
+pub const AUDIT_PAGE: u32 = 100;
 const MAX_AUDIT_PAGE: u32 = 1000;
+/// The header of a `ListAuditLog` answer that numbers its entries in the log (runs of
+/// consecutive numbers, `4-9,12`), so a node merging several shards' logs knows where it
+/// stopped in each ([`audit_seqs`]); the entries on the wire carry no number.
+pub const AUDIT_SEQS: &str = "x-matchmaker-audit-seqs";
 /// `ListLiveMatches` and `ListRecentResults` page when the request says 0, and the most it may
 /// ask for.
 pub const LIVE_MATCHES_PAGE: usize = 50;
@@ -418,7 +422,8 @@ impl Admin {
             Some((seq, _)) if page.len() == limit => seq.to_string(),
             _ => String::new(),
         };
-        Ok(Response::new(proto::ListAuditLogResponse {
+        let seqs = audit_seqs(page.iter().map(|(seq, _)| *seq));
+        let mut response = Response::new(proto::ListAuditLogResponse {
             entries: page
                 .into_iter()
                 .map(|(_, a)| proto::AuditEntry {
@@ -429,7 +434,11 @@ impl Admin {
                 })
                 .collect(),
             next_page_token,
-        }))
+        });
+        if let Ok(value) = seqs.parse() {
+            response.metadata_mut().insert(AUDIT_SEQS, value);
+        }
+        Ok(response)
     }
 
     pub(super) async fn watch_events_call(
@@ -481,9 +490,77 @@ impl Admin {
         ))))
     }
 }
+/// Audit sequence numbers in increasing order as [`AUDIT_SEQS`] spells them: runs of
+/// consecutive numbers (`4-9,12`), so a page of a log without gaps costs a few bytes.
+#[must_use]
+pub fn audit_seqs(seqs: impl IntoIterator<Item = u64>) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for seq in seqs {
+        match runs.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(seq) => *last = seq,
+            _ => runs.push((seq, seq)),
+        }
+    }
+    runs.iter()
+        .map(|&(first, last)| {
+            if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The numbers an [`AUDIT_SEQS`] header names, in order; `None` when it is not one
+/// [`audit_seqs`] wrote (a run backwards, or more than `at_most` numbers).
+#[must_use]
+pub fn parse_audit_seqs(header: &str, at_most: usize) -> Option<Vec<u64>> {
+    let mut seqs = Vec::new();
+    if header.is_empty() {
+        return Some(seqs);
+    }
+    for run in header.split(',') {
+        let (first, last) = match run.split_once('-') {
+            Some((first, last)) => (first.parse::<u64>().ok()?, last.parse::<u64>().ok()?),
+            None => {
+                let seq = run.parse::<u64>().ok()?;
+                (seq, seq)
+            }
+        };
+        if last < first || usize::try_from(last - first).ok()? >= at_most.saturating_sub(seqs.len())
+        {
+            return None;
+        }
+        seqs.extend(first..=last);
+    }
+    Some(seqs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_numbers_cross_as_runs_and_come_back_the_same() {
+        for seqs in [
+            vec![],
+            vec![7],
+            vec![4, 5, 6, 7, 8, 9, 12],
+            vec![1, 3, 5, u64::MAX],
+        ] {
+            let header = audit_seqs(seqs.iter().copied());
+            assert_eq!(parse_audit_seqs(&header, 10), Some(seqs), "{header}");
+        }
+        assert_eq!(audit_seqs([4, 5, 6, 7, 8, 9, 12]), "4-9,12");
+        for bad in ["x", "9-4", "1,,2", "-3", "1-"] {
+            assert_eq!(parse_audit_seqs(bad, 10), None, "{bad}");
+        }
+        assert_eq!(parse_audit_seqs("1-10", 10).map(|s| s.len()), Some(10));
+        assert_eq!(parse_audit_seqs("1-10,12", 10), None, "more than the page");
+        assert_eq!(parse_audit_seqs("0-18446744073709551615", 1000), None);
+    }
 
     fn req(player: &str, until: i64, reason: &str) -> proto::BanPlayerRequest {
         proto::BanPlayerRequest {

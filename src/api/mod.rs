@@ -10,7 +10,7 @@ mod client;
 mod closing;
 pub mod convert;
 mod error;
-pub use admin_records::LIVE_MATCHES_PAGE;
+pub use admin_records::{AUDIT_PAGE, AUDIT_SEQS, LIVE_MATCHES_PAGE, audit_seqs, parse_audit_seqs};
 pub use error::{NOT_OWNER, NOT_OWNER_FENCED};
 mod game_server;
 pub mod layers;
