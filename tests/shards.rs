@@ -560,3 +560,225 @@ async fn a_capacity_smaller_than_the_shards_reaches_only_the_first_shards() {
     assert_eq!(eu.match_id, eu_match);
     assert_eq!(eu.server_address, "gs:big");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_player_s_matches_and_the_audit_log_page_through_every_shard_as_one_list() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    common::queues_answer(&n1).await;
+
+    // An admin change served by each shard, read back through the other node, two at a time.
+    let mut admin = AdminServiceClient::new(n2.clone());
+    for (player, queue) in [("rated-home", "1v1"), ("rated-eu", "2v2")] {
+        admin
+            .set_rating(proto::SetRatingRequest {
+                player_id: player.into(),
+                queue: queue.into(),
+                rating: Some(proto::Rating {
+                    mean: 1600.0,
+                    deviation: 100.0,
+                    ..Default::default()
+                }),
+                rank_points: None,
+            })
+            .await
+            .unwrap();
+    }
+    let mut audit = AdminServiceClient::new(n1.clone());
+    let mut entries: Vec<proto::AuditEntry> = Vec::new();
+    let mut page_token = String::new();
+    let rated = |entries: &[proto::AuditEntry], player: &str| {
+        entries
+            .iter()
+            .filter(|e| e.action == "SetRating" && e.detail.contains(player))
+            .count()
+    };
+    // Every call of the audit log adds an entry to each shard's, so the listing never runs
+    // out: it is read until both changes are in, within a bound.
+    for _ in 0..200 {
+        if rated(&entries, "rated-home") > 0 && rated(&entries, "rated-eu") > 0 {
+            break;
+        }
+        let page = audit
+            .list_audit_log(proto::ListAuditLogRequest {
+                page_token,
+                limit: 2,
+            })
+            .await
+            .expect("list_audit_log")
+            .into_inner();
+        assert!(page.entries.len() <= 2, "{page:?}");
+        assert!(!page.next_page_token.is_empty(), "a full page: {page:?}");
+        entries.extend(page.entries);
+        page_token = page.next_page_token;
+    }
+    assert_eq!(rated(&entries, "rated-home"), 1, "{entries:?}");
+    assert_eq!(rated(&entries, "rated-eu"), 1, "{entries:?}");
+    let at = |player: &str| {
+        entries
+            .iter()
+            .position(|e| e.action == "SetRating" && e.detail.contains(player))
+    };
+    assert!(
+        at("rated-home") < at("rated-eu"),
+        "oldest first: {entries:?}"
+    );
+    assert!(
+        entries.windows(2).all(|w| w[0].unix <= w[1].unix),
+        "oldest first: {entries:?}"
+    );
+    let mut distinct: Vec<_> = entries
+        .iter()
+        .map(|e| (e.unix.to_bits(), &e.action, &e.detail))
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), entries.len(), "each once: {entries:?}");
+    let bad = audit
+        .list_audit_log(proto::ListAuditLogRequest {
+            page_token: "s1.!".into(),
+            limit: 2,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().contains("page_token"), "{}", bad.message());
+
+    // alice plays 1v1 (the home shard), then 2v2 (shard eu), then 1v1 again.
+    let mut offers = common::serve(&mut GameServerServiceClient::new(n2.clone()), "gs:1").await;
+    let mut played = Vec::new();
+    for round in 0..2 {
+        let mut client = ClientServiceClient::new(n1.clone());
+        common::enter(&mut client, "1v1", &["alice"]).await;
+        common::enter(&mut client, "1v1", &["bob"]).await;
+        let m = common::next(&mut offers).await;
+        // A draw: the two stay close enough to be matched again at once.
+        GameServerServiceClient::new(n2.clone())
+            .report_match_result(proto::MatchResult {
+                match_id: m.match_id.clone(),
+                placements: vec![1, 1],
+                ..Default::default()
+            })
+            .await
+            .expect("report");
+        played.push(m.match_id);
+        if round == 0 {
+            played.push(play(&n2, "2v2", &["alice", "p2", "p3", "p4"], "alice").await);
+        }
+    }
+    assert!(played[1].starts_with("m.eu-"), "{played:?}");
+
+    let all = common::poll_until("alice's three matches are in her history", || {
+        let n1 = n1.clone();
+        async move {
+            let pages = pages_of_matches(&n1, "alice", 0).await;
+            match pages.as_slice() {
+                [all] if all.len() == 3 => Ok(all.clone()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let mut ids: Vec<&str> = all.iter().map(|m| m.match_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected: Vec<&str> = played.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    // Most recently ended first; within a second, the greater id first.
+    assert!(
+        all.windows(2)
+            .all(|w| (w[0].ended_unix, &w[0].match_id) > (w[1].ended_unix, &w[1].match_id)),
+        "{all:?}"
+    );
+    // One at a time through the other node: the same list, each once, then the end.
+    let pages = pages_of_matches(&n2, "alice", 1).await;
+    assert_eq!(pages.len(), 3, "{pages:?}");
+    assert!(pages.iter().all(|p| p.len() == 1), "{pages:?}");
+    let one_by_one: Vec<&proto::MatchRecord> = pages.iter().flatten().collect();
+    assert_eq!(one_by_one, all.iter().collect::<Vec<_>>());
+    let bad = ClientServiceClient::new(n1.clone())
+        .list_player_matches(proto::ListPlayerMatchesRequest {
+            player_id: "alice".into(),
+            page_token: "s1.not-a-token".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    assert!(bad.message().contains("page_token"), "{}", bad.message());
+}
+
+/// `player`'s matches of every queue through `channel`, `limit` at a time: every page's.
+async fn pages_of_matches(
+    channel: &Channel,
+    player: &str,
+    limit: u32,
+) -> Vec<Vec<proto::MatchRecord>> {
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut pages = Vec::new();
+    let mut page_token = String::new();
+    while pages.len() < 20 {
+        let page = client
+            .list_player_matches(proto::ListPlayerMatchesRequest {
+                player_id: player.into(),
+                queue: String::new(),
+                page_token,
+                limit,
+            })
+            .await
+            .expect("list_player_matches")
+            .into_inner();
+        pages.push(page.matches);
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    pages
+}
+
+/// Makes `players` (one solo ticket each) play one match of `queue` through `channel`, the
+/// team with `winner` first; returns the match id once its result is in.
+async fn play(channel: &Channel, queue: &str, players: &[&str], winner: &str) -> String {
+    let mut client = ClientServiceClient::new(channel.clone());
+    let mut tickets = Vec::new();
+    for player in players {
+        tickets.push(common::enter(&mut client, queue, &[player]).await);
+    }
+    let match_id = matched(channel, &tickets[0]).await;
+    let record = client
+        .get_match(proto::GetMatchRequest {
+            match_id: match_id.clone(),
+        })
+        .await
+        .expect("get_match")
+        .into_inner();
+    let placements = record
+        .teams
+        .iter()
+        .map(|t| {
+            if t.player_ids.iter().any(|p| p == winner) {
+                1
+            } else {
+                2
+            }
+        })
+        .collect();
+    GameServerServiceClient::new(channel.clone())
+        .report_match_result(proto::MatchResult {
+            match_id: match_id.clone(),
+            placements,
+            ..Default::default()
+        })
+        .await
+        .expect("report");
+    match_id
+}

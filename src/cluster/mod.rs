@@ -19,6 +19,7 @@ pub mod link;
 mod member;
 pub mod merge;
 mod node;
+pub mod pages;
 pub mod shards;
 pub mod status;
 

@@ -20,10 +20,11 @@ use bytes::Bytes;
 use prost::Message;
 
 use super::deadline::{budget, caller_timeout};
-use super::fanout::{answer, ask, ask_all, refuse};
+use super::fanout::{answer, ask, ask_all, ask_each, frame, refuse};
 use super::serve;
 use super::{API, Front, SHARD, collect, link, status};
 use crate::cluster::merge;
+use crate::cluster::pages::{self, AuditCursor, AuditPage, MatchesCursor};
 use crate::cluster::shards::{Destination, Shards};
 use crate::proto;
 
@@ -37,6 +38,9 @@ struct Inner {
     /// By shard, the home shard's first.
     fronts: Vec<Front>,
     shards: Shards,
+    /// `[history] matches_per_player`: how many matches a listing of a player's every queue
+    /// gives in all.
+    history: u32,
     max_body: usize,
     request_timeout: Duration,
     long_timeout: Duration,
@@ -52,6 +56,7 @@ impl Dispatch {
             inner: Arc::new(Inner {
                 fronts,
                 shards: Shards::new(config),
+                history: config.history.matches_per_player,
                 max_body: config.server.max_message_bytes,
                 request_timeout: Duration::from_millis(config.server.request_timeout_ms),
                 long_timeout: Duration::from_millis(config.server.admin_request_timeout_ms),
@@ -177,6 +182,8 @@ impl Inner {
             }
             "ClientService/GetActiveTicket" => Some(self.active_ticket(parts, bytes).await),
             "GameServerService/ServeMatches" => serve::serve(fronts, parts, message).await,
+            "ClientService/ListPlayerMatches" => self.player_matches(parts, message).await,
+            "AdminService/ListAuditLog" => self.audit_log(parts, message).await,
             _ => None,
         }
     }
@@ -199,6 +206,111 @@ impl Inner {
             }
         }
         refuse(not_found.unwrap_or_else(|| tonic::Status::not_found("no active ticket")))
+    }
+}
+
+impl Inner {
+    /// `ListPlayerMatches` of every queue: each shard is asked for a page after where the
+    /// listing stands in its list, and the pages merged ([`pages::merge_matches`]). `None`
+    /// when the request does not decode (the home shard refuses it as one node does).
+    async fn player_matches(
+        &self,
+        parts: &http::request::Parts,
+        message: &[u8],
+    ) -> Option<http::Response<Body>> {
+        let request = proto::ListPlayerMatchesRequest::decode(message).ok()?;
+        let shard_of = |id: &str| {
+            crate::ids::id_tag(id)
+                .and_then(|tag| self.shards.by_keyspace(tag))
+                .unwrap_or(0)
+        };
+        let cursor = match MatchesCursor::from_token(
+            &request.page_token,
+            self.fronts.len(),
+            shard_of,
+            self.history,
+        ) {
+            Ok(cursor) => cursor,
+            Err(refused) => return Some(refuse(refused.into())),
+        };
+        let each = (0..self.fronts.len())
+            .map(|shard| {
+                cursor.shard_token(shard).map(|token| {
+                    frame(&proto::ListPlayerMatchesRequest {
+                        page_token: token.to_string(),
+                        ..request.clone()
+                    })
+                })
+            })
+            .collect();
+        Some(
+            match ask_each::<proto::ListPlayerMatchesResponse>(&self.fronts, parts, each).await {
+                Ok(answers) => answer(&pages::merge_matches(
+                    &cursor,
+                    answers.into_iter().map(|a| a.map(|(_, a)| a)).collect(),
+                    request.limit,
+                    self.history,
+                )),
+                Err(status) => refuse(status),
+            },
+        )
+    }
+
+    /// `ListAuditLog`: each shard's log is asked for a page after where the listing stands in
+    /// it, and the pages merged ([`pages::merge_audit`]). `None` when the request does not
+    /// decode (the home shard refuses it as one node does).
+    async fn audit_log(
+        &self,
+        parts: &http::request::Parts,
+        message: &[u8],
+    ) -> Option<http::Response<Body>> {
+        let request = proto::ListAuditLogRequest::decode(message).ok()?;
+        let cursor = match AuditCursor::from_token(&request.page_token, self.fronts.len()) {
+            Ok(cursor) => cursor,
+            Err(refused) => return Some(refuse(refused.into())),
+        };
+        let each = cursor
+            .after
+            .iter()
+            .map(|after| {
+                Some(frame(&proto::ListAuditLogRequest {
+                    page_token: if *after == 0 {
+                        String::new()
+                    } else {
+                        after.to_string()
+                    },
+                    ..request.clone()
+                }))
+            })
+            .collect();
+        let answers = match ask_each::<proto::ListAuditLogResponse>(&self.fronts, parts, each).await
+        {
+            Ok(answers) => answers,
+            Err(status) => return Some(refuse(status)),
+        };
+        let mut numbered = Vec::with_capacity(answers.len());
+        for (headers, answer) in answers.into_iter().flatten() {
+            let seqs = if answer.entries.is_empty() {
+                Some(Vec::new())
+            } else {
+                headers
+                    .get(crate::api::AUDIT_SEQS)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| crate::api::parse_audit_seqs(v, answer.entries.len()))
+                    .filter(|seqs| seqs.len() == answer.entries.len())
+            };
+            let Some(seqs) = seqs else {
+                return Some(refuse(tonic::Status::internal(
+                    "a shard's audit log page did not number its entries",
+                )));
+            };
+            numbered.push(AuditPage { answer, seqs });
+        }
+        Some(answer(&pages::merge_audit(
+            &cursor,
+            numbered,
+            request.limit,
+        )))
     }
 }
 

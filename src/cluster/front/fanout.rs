@@ -21,6 +21,17 @@ pub(super) async fn ask<M: Message + Default>(
     parts: &http::request::Parts,
     message: &Bytes,
 ) -> Result<M, tonic::Status> {
+    ask_head(front, parts, message)
+        .await
+        .map(|(_, answer)| answer)
+}
+
+/// [`ask`] with the answer's headers.
+pub(super) async fn ask_head<M: Message + Default>(
+    front: &Front,
+    parts: &http::request::Parts,
+    message: &Bytes,
+) -> Result<(http::HeaderMap, M), tonic::Status> {
     let mut front = front.clone();
     let response = match front.call(copy(parts, message)).await {
         Ok(response) => response,
@@ -31,8 +42,8 @@ pub(super) async fn ask<M: Message + Default>(
     {
         return Err(status);
     }
-    let collected = response
-        .into_body()
+    let (head, body) = response.into_parts();
+    let collected = body
         .collect()
         .await
         .map_err(|e| tonic::Status::unavailable(format!("a shard's answer broke off: {e}")))?;
@@ -48,9 +59,11 @@ pub(super) async fn ask<M: Message + Default>(
         [0, a, b, c, d, rest @ ..]
             if u32::from_be_bytes([*a, *b, *c, *d]) as usize == rest.len() =>
         {
-            M::decode(rest).map_err(|e| {
-                tonic::Status::internal(format!("a shard's answer does not decode: {e}"))
-            })
+            M::decode(rest)
+                .map(|answer| (head.headers, answer))
+                .map_err(|e| {
+                    tonic::Status::internal(format!("a shard's answer does not decode: {e}"))
+                })
         }
         _ => Err(tonic::Status::internal(
             "a shard's answer is not one uncompressed message",
@@ -64,18 +77,38 @@ pub(super) async fn ask_all<M: Message + Default + 'static>(
     parts: &http::request::Parts,
     message: &Bytes,
 ) -> Result<Vec<M>, tonic::Status> {
+    let each = vec![Some(message.clone()); fronts.len()];
+    let answers = ask_each::<M>(fronts, parts, each).await?;
+    Ok(answers.into_iter().flatten().map(|(_, a)| a).collect())
+}
+
+/// The answers of every front to its own message (`None`: that front is not asked), at once
+/// and in order, with their headers; the first refusal when any refused.
+pub(super) async fn ask_each<M: Message + Default + 'static>(
+    fronts: &[Front],
+    parts: &http::request::Parts,
+    messages: Vec<Option<Bytes>>,
+) -> Result<Vec<Option<(http::HeaderMap, M)>>, tonic::Status> {
     let asked: Vec<_> = fronts
         .iter()
-        .map(|front| {
-            let (front, parts, message) = (front.clone(), copy_parts(parts), message.clone());
-            tokio::spawn(async move { ask::<M>(&front, &parts, &message).await })
+        .zip(messages)
+        .map(|(front, message)| {
+            let message = message?;
+            let (front, parts) = (front.clone(), copy_parts(parts));
+            Some(tokio::spawn(async move {
+                ask_head::<M>(&front, &parts, &message).await
+            }))
         })
         .collect();
     let mut answers = Vec::with_capacity(asked.len());
     let mut refused = None;
     for task in asked {
+        let Some(task) = task else {
+            answers.push(None);
+            continue;
+        };
         match task.await {
-            Ok(Ok(answer)) => answers.push(answer),
+            Ok(Ok(answer)) => answers.push(Some(answer)),
             Ok(Err(status)) => {
                 refused.get_or_insert(status);
             }
@@ -92,23 +125,8 @@ pub(super) async fn ask_all<M: Message + Default + 'static>(
     }
 }
 
-/// `parts` without its extensions other than the client's address (which [`copy`] keeps).
-pub(super) fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
-    let (mut copied, ()) = http::Request::new(()).into_parts();
-    copied.method = parts.method.clone();
-    copied.uri = parts.uri.clone();
-    copied.version = parts.version;
-    copied.headers = parts.headers.clone();
-    if let Some(info) = parts
-        .extensions
-        .get::<tonic::transport::server::TcpConnectInfo>()
-    {
-        copied.extensions.insert(info.clone());
-    }
-    copied
-}
-
-/// `message` as one uncompressed gRPC message: its 5-byte prefix, then the message.
+/// `message` as one uncompressed gRPC message, its 5-byte prefix included: a request as a
+/// front reads it.
 pub(super) fn frame(message: &impl Message) -> Bytes {
     let encoded = message.encode_to_vec();
     let mut frame = BytesMut::with_capacity(encoded.len() + 5);
@@ -116,6 +134,24 @@ pub(super) fn frame(message: &impl Message) -> Bytes {
     frame.put_u32(encoded.len() as u32);
     frame.put_slice(&encoded);
     frame.freeze()
+}
+
+/// `parts` without its extensions other than the client's address (which [`copy`] keeps).
+pub(super) fn copy_parts(parts: &http::request::Parts) -> http::request::Parts {
+    let (mut copied, ()) = http::Request::new(()).into_parts();
+    copied.method = parts.method.clone();
+    copied.uri = parts.uri.clone();
+    copied.version = parts.version;
+    copied.headers = parts.headers.clone();
+    // A shard may be sent a message of its own ([`ask_each`]).
+    copied.headers.remove(http::header::CONTENT_LENGTH);
+    if let Some(info) = parts
+        .extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+    {
+        copied.extensions.insert(info.clone());
+    }
+    copied
 }
 
 /// `message` as a whole gRPC answer: the message, then status OK.
