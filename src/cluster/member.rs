@@ -207,6 +207,18 @@ impl Member {
                             }
                             None => {
                                 free_seen = 0;
+                                // Another node took the shard handed over: should it die, this
+                                // node takes the shard back as fast as any.
+                                let taken = self
+                                    .route
+                                    .borrow()
+                                    .owner
+                                    .as_ref()
+                                    .is_some_and(|o| o.node_id != self.node_id);
+                                if taken {
+                                    *self.handed_over.lock().unwrap_or_else(|p| p.into_inner()) =
+                                        None;
+                                }
                                 None
                             }
                         }

@@ -17,6 +17,10 @@ use crate::store::{Claim, StoreError};
 /// How often the sweep gives up the claims of players idle here.
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 
+/// How long an entry looks again at a player another shard holds before it is refused: two
+/// sweeps and their Redis round trips.
+const CLAIM_PATIENCE: Duration = Duration::from_millis(750);
+
 /// How many sweeps pass between two reads of the shard's claim index (claims an earlier owner
 /// of the shard, or a stalled one, left).
 const INDEX_EVERY: u32 = 40;
@@ -59,28 +63,39 @@ impl Drop for EntryClaim<'_> {
 impl State {
     /// Claims `players` for this shard before they are queued here (a cluster whose queues
     /// are split over shards; otherwise nothing to claim). Refused when another shard holds
-    /// one of them.
+    /// one of them: after looking again for [`CLAIM_PATIENCE`], since a player who just left
+    /// another shard (a ticket cancelled, a match ended) is held there until its sweep gives
+    /// the claim up.
     pub async fn claim_for_entry(
         &self,
         players: &[PlayerId],
     ) -> Result<Result<EntryClaim<'_>, Rejection>, StoreError> {
         let store = &self.inner.store;
-        let gate = self.inner.claims.gate.read().await;
-        match store.claim_players(players).await? {
-            Claim::Claimed(_) => Ok(Ok(EntryClaim {
-                state: self,
-                players: players.to_vec(),
-                _gate: gate,
-            })),
-            Claim::Elsewhere { player, keyspace } => {
-                // Those claimed before the refusal are given up by the sweep.
-                self.inner
-                    .claims
-                    .held
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(players.iter().cloned());
-                Ok(Err(Rejection::BusyElsewhere { player, keyspace }))
+        let patience = tokio::time::Instant::now() + CLAIM_PATIENCE;
+        loop {
+            let gate = self.inner.claims.gate.read().await;
+            match store.claim_players(players).await? {
+                Claim::Claimed(_) => {
+                    return Ok(Ok(EntryClaim {
+                        state: self,
+                        players: players.to_vec(),
+                        _gate: gate,
+                    }));
+                }
+                Claim::Elsewhere { player, keyspace } => {
+                    // Those claimed before the refusal are given up by the sweep.
+                    self.inner
+                        .claims
+                        .held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend(players.iter().cloned());
+                    drop(gate);
+                    if tokio::time::Instant::now() >= patience {
+                        return Ok(Err(Rejection::BusyElsewhere { player, keyspace }));
+                    }
+                    tokio::time::sleep(SWEEP_EVERY / 2).await;
+                }
             }
         }
     }
