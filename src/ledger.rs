@@ -397,7 +397,7 @@ impl Ledger {
             .await
             .map_err(StoreError::Task)??;
             metrics::histogram!(m::SNAPSHOT_SECONDS).record(started.elapsed().as_secs_f64());
-            metrics::gauge!(m::STORE_BYTES).set(bytes as f64);
+            m::engine_gauge(m::STORE_BYTES, this.state.shard()).set(bytes as f64);
             tracing::info!(
                 players = n,
                 horizon,

@@ -304,7 +304,10 @@ impl RateLimiter {
     /// get past the auth layer to a limited method, so `anonymous` never applies; with auth off
     /// no request carries a token, so only `anonymous` does. So the defaults (player 20/s and 16
     /// in flight, the rest unlimited) install no layer on a server without auth.
-    pub fn from_config(config: &RateLimitConfig, auth_enabled: bool) -> Option<Self> {
+    ///
+    /// `shard` is the keyspace of the shard whose engine the limiter serves, the label of its
+    /// buckets gauge.
+    pub fn from_config(config: &RateLimitConfig, auth_enabled: bool, shard: &str) -> Option<Self> {
         let limit = |per_second: f64, applies: bool| {
             (applies && per_second > 0.0).then_some(Limit {
                 per_second,
@@ -322,7 +325,7 @@ impl RateLimiter {
             limits,
             in_flight,
             buckets: DashMap::new(),
-            gauge: BucketGauge::default(),
+            gauge: BucketGauge::new(shard),
             calls_since_sweep: AtomicUsize::new(0),
             calls_between_sweeps: AtomicUsize::new(MIN_CALLS_BETWEEN_SWEEPS),
         })
@@ -331,9 +334,11 @@ impl RateLimiter {
     /// This limiter as a cluster engine's, which stops with `engine_stop`: from then on it
     /// leaves the buckets gauge to the node, which zeroes it (the next owner counts the callers).
     #[must_use]
-    pub fn for_engine(mut self, engine_stop: CancellationToken) -> Self {
-        self.gauge = BucketGauge::until(engine_stop);
-        self
+    pub fn for_engine(self, engine_stop: CancellationToken) -> Self {
+        Self {
+            gauge: self.gauge.until(engine_stop),
+            ..self
+        }
     }
 
     /// The limit of a class; `None` = unlimited.
@@ -554,6 +559,11 @@ mod tests {
     use super::*;
 
     fn limiter(player: f64, burst_seconds: f64) -> RateLimiter {
+        limiter_of("eu", player, burst_seconds)
+    }
+
+    /// A limiter of the engine of shard `shard`.
+    fn limiter_of(shard: &str, player: f64, burst_seconds: f64) -> RateLimiter {
         RateLimiter::from_config(
             &RateLimitConfig {
                 player,
@@ -564,6 +574,7 @@ mod tests {
                 max_in_flight: InFlightConfig::default(),
             },
             true,
+            shard,
         )
         .expect("a limited class")
     }
@@ -656,9 +667,9 @@ mod tests {
     #[test]
     fn no_limiter_when_no_rate_can_apply() {
         let defaults = RateLimitConfig::default();
-        assert!(RateLimiter::from_config(&defaults, true).is_some());
+        assert!(RateLimiter::from_config(&defaults, true, "mm").is_some());
         // Without auth only `anonymous` can apply, and it is 0 by default.
-        assert!(RateLimiter::from_config(&defaults, false).is_none());
+        assert!(RateLimiter::from_config(&defaults, false, "mm").is_none());
         let only_anonymous = RateLimitConfig {
             player: 0.0,
             anonymous: 5.0,
@@ -668,14 +679,14 @@ mod tests {
             },
             ..defaults.clone()
         };
-        assert!(RateLimiter::from_config(&only_anonymous, false).is_some());
-        assert!(RateLimiter::from_config(&only_anonymous, true).is_none());
+        assert!(RateLimiter::from_config(&only_anonymous, false, "mm").is_some());
+        assert!(RateLimiter::from_config(&only_anonymous, true, "mm").is_none());
         // An in-flight limit alone installs the layer.
         let only_in_flight = RateLimitConfig {
             player: 0.0,
             ..defaults
         };
-        assert!(RateLimiter::from_config(&only_in_flight, true).is_some());
+        assert!(RateLimiter::from_config(&only_in_flight, true, "mm").is_some());
     }
 
     #[test]
@@ -695,15 +706,18 @@ mod tests {
         assert!(l.is_empty());
     }
 
-    /// The buckets gauge in `recorder`'s page.
-    fn buckets_gauge(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
+    /// The buckets gauge of shard `shard` in `recorder`'s page.
+    fn buckets_gauge(
+        recorder: &metrics_exporter_prometheus::PrometheusRecorder,
+        shard: &str,
+    ) -> Option<f64> {
         let page = recorder.handle().render();
-        page.lines().find_map(|l| {
-            l.strip_prefix(crate::telemetry::RATE_LIMIT_BUCKETS)?
-                .strip_prefix(' ')?
-                .parse()
-                .ok()
-        })
+        let series = format!(
+            "{}{{shard=\"{shard}\"}} ",
+            crate::telemetry::RATE_LIMIT_BUCKETS
+        );
+        page.lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse().ok())
     }
 
     #[test]
@@ -719,20 +733,29 @@ mod tests {
             assert!(l.check(player("a"), t0 + ms(600)).is_err());
         });
         // Between sweeps: what is held, not what the last sweep left (nothing yet).
-        assert_eq!(buckets_gauge(&recorder), Some(2.0));
+        assert_eq!(buckets_gauge(&recorder, "eu"), Some(2.0));
         metrics::with_local_recorder(&recorder, || assert_eq!(l.sweep(t0 + ms(1200)), 1));
-        assert_eq!(buckets_gauge(&recorder), Some(1.0));
+        assert_eq!(buckets_gauge(&recorder, "eu"), Some(1.0));
+        // Another shard's engine on the same node keeps a gauge of its own.
+        let other = limiter_of("mm", 1.0, 1.0);
+        metrics::with_local_recorder(&recorder, || other.check(player("z"), t0).unwrap());
+        assert_eq!(buckets_gauge(&recorder, "mm"), Some(1.0));
 
         // The engine stops: its node zeroes the gauge, and the limiter, which its last calls
         // may still reach, leaves it at zero.
         stop.cancel();
         metrics::with_local_recorder(&recorder, || {
-            crate::telemetry::engine_stopped();
+            crate::telemetry::engine_stopped("eu", []);
             l.check(player("c"), t0 + ms(1700)).unwrap();
             l.sweep(t0 + ms(5000));
         });
-        assert_eq!(buckets_gauge(&recorder), Some(0.0));
+        assert_eq!(buckets_gauge(&recorder, "eu"), Some(0.0));
         assert!(l.is_empty());
+        assert_eq!(
+            buckets_gauge(&recorder, "mm"),
+            Some(1.0),
+            "the other shard's engine still holds its caller"
+        );
     }
 
     #[test]
@@ -791,7 +814,7 @@ mod tests {
             burst_seconds: 1.0,
             ..RateLimitConfig::default()
         };
-        let l = RateLimiter::from_config(&config, false).unwrap();
+        let l = RateLimiter::from_config(&config, false, "mm").unwrap();
         let t0 = Instant::now();
         for _ in 0..10 {
             l.check_request(&request("/grpc.health.v1.Health/Check", None), t0)
@@ -855,7 +878,7 @@ mod tests {
             },
             ..RateLimitConfig::default()
         };
-        let l = RateLimiter::from_config(&config, true).unwrap();
+        let l = RateLimiter::from_config(&config, true, "mm").unwrap();
         let t0 = Instant::now();
         let p1 = || {
             request(

@@ -297,7 +297,8 @@ async fn serve(
     let (state, (replayed, restored, last_seq)) = loading
         .await
         .map_err(|e| ServerError::Load(e.to_string()))??;
-    metrics::gauge!(crate::telemetry::STORE_BYTES).set(state.store_bytes() as f64);
+    crate::telemetry::engine_gauge(crate::telemetry::STORE_BYTES, state.shard())
+        .set(state.store_bytes() as f64);
     info!(
         players = state.player_count(),
         journal_replayed = replayed,
@@ -472,7 +473,7 @@ async fn serve(
         ))
         .option_layer(verifier.clone().map(|v| AuthLayer::new(Some(v))))
         .option_layer(
-            RateLimiter::from_config(&config.rate_limit, config.auth.enabled)
+            RateLimiter::from_config(&config.rate_limit, config.auth.enabled, state.shard())
                 .map(|limiter| match &engine_stop {
                     // Its node zeroes the engine's gauges when the engine stops.
                     Some(stop) => limiter.for_engine(stop.clone()),

@@ -2197,9 +2197,9 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
                 let page = page.await.unwrap().text().await.unwrap();
                 let seen: Vec<Option<f64>> = [
                     "matchmaker_cluster_queues_owned ",
-                    "matchmaker_tickets_waiting{queue=\"1v1\"}",
-                    "matchmaker_servers_connected ",
-                    "matchmaker_rate_limit_buckets ",
+                    "matchmaker_tickets_waiting{shard=\"mm\",queue=\"1v1\"}",
+                    "matchmaker_servers_connected{shard=\"mm\"}",
+                    "matchmaker_rate_limit_buckets{shard=\"mm\"}",
                 ]
                 .iter()
                 .map(|series| sample(&page, series))
@@ -2239,7 +2239,7 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
         .unwrap();
     let page = common::poll_until("n1's engine gauges at zero", gauges(0.0)).await;
     assert_eq!(
-        sample(&page, "matchmaker_matches_unallocated "),
+        sample(&page, "matchmaker_matches_unallocated{shard=\"mm\"}"),
         Some(0.0),
         "{page}"
     );

@@ -235,13 +235,14 @@ async fn the_metrics_endpoint_serves_the_matchmaker_metrics_and_counts_shed_call
         1.0,
         "{after}"
     );
-    // Measured at start: a data dir always holds sled's log and config.
+    // Measured at start: a data dir always holds sled's log and config. The embedded server's
+    // engine gauges carry its `cluster.keyspace` as their shard, as a cluster node's do.
     let on_disk = dir_bytes(&dir.path().join("data"));
     assert!(on_disk > 0);
+    let store_bytes = sample(&before, "matchmaker_store_bytes{shard=\"mm\"}");
     assert!(
-        sample(&before, "matchmaker_store_bytes").is_some_and(|b| b > 0.0 && b <= on_disk as f64),
-        "store bytes {:?} vs {on_disk} on disk: {before}",
-        sample(&before, "matchmaker_store_bytes")
+        store_bytes.is_some_and(|b| b > 0.0 && b <= on_disk as f64),
+        "store bytes {store_bytes:?} vs {on_disk} on disk: {before}",
     );
 }
 
@@ -283,7 +284,11 @@ async fn a_queue_a_reload_would_remove_keeps_running_and_its_gauge_stays_true() 
         let metrics_addr = metrics_addr.clone();
         move || {
             let body = scrape(&metrics_addr);
-            let seen = with_labels(&body, "matchmaker_tickets_waiting", &[("queue", "2v2")]);
+            let seen = with_labels(
+                &body,
+                "matchmaker_tickets_waiting",
+                &[("shard", "mm"), ("queue", "2v2")],
+            );
             if seen == want { Ok(()) } else { Err(seen) }
         }
     };

@@ -788,3 +788,105 @@ async fn play(channel: &Channel, queue: &str, players: &[&str], winner: &str) ->
         .expect("report");
     match_id
 }
+
+/// A node runs one engine per shard it owns, and each keeps its own gauges, labelled with its
+/// keyspace: when the node loses one shard's lease, that shard's gauges go to zero (the next
+/// owner counts its tickets and callers) while the other shard's engine on the same node keeps
+/// counting its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    // A rate limit on every call, each from 127.0.0.1: one bucket in each engine it reaches.
+    let config = common::cluster_config(
+        dir.path(),
+        &redis.url(),
+        LEASE_MS,
+        &format!("{SHARDS}[rate_limit]\nanonymous = 1000.0\nburst_seconds = 600.0\n"),
+    );
+    let node = common::cluster_node_with_metrics(&config, "n1", None, "127.0.0.1:0");
+    let metrics = node.metrics_addr();
+    common::poll_until("n1 holds both shards", || {
+        let seen = (holder(&redis, "mm"), holder(&redis, "eu"));
+        async move {
+            match &seen {
+                (Some(home), Some(eu)) if home == "n1" && eu == "n1" => Ok(()),
+                _ => Err(seen),
+            }
+        }
+    })
+    .await;
+    let channel = node.channel().await;
+    common::queues_answer(&channel).await;
+    let mut client = ClientServiceClient::new(channel);
+    common::enter(&mut client, "1v1", &["home-player"]).await;
+    common::enter(&mut client, "2v2", &["eu-player"]).await;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    // Tickets waiting and rate-limit buckets of each shard, and the queues owned.
+    let gauges = |want: [f64; 5]| {
+        let (http, metrics) = (http.clone(), metrics.clone());
+        move || {
+            let page = http.get(format!("http://{metrics}/metrics")).send();
+            async move {
+                let page = page.await.unwrap().text().await.unwrap();
+                let seen = [
+                    "matchmaker_tickets_waiting{shard=\"mm\",queue=\"1v1\"}",
+                    "matchmaker_rate_limit_buckets{shard=\"mm\"}",
+                    "matchmaker_tickets_waiting{shard=\"eu\",queue=\"2v2\"}",
+                    "matchmaker_rate_limit_buckets{shard=\"eu\"}",
+                    "matchmaker_cluster_queues_owned",
+                ]
+                .map(|series| sample(&page, series));
+                if seen == want.map(Some) {
+                    Ok(page)
+                } else {
+                    Err(seen)
+                }
+            }
+        }
+    };
+    // 1v1, 5v5 and ffa8 in the home shard, 2v2 in eu: four queues owned.
+    common::poll_until(
+        "each shard's engine counts its ticket and its caller",
+        gauges([1.0, 1.0, 1.0, 1.0, 4.0]),
+    )
+    .await;
+
+    // Another node takes eu's lease under a newer fencing token: n1's next renewal finds it
+    // gone, and its eu engine stops.
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let token: u64 = redis::cmd("INCR")
+        .arg("{eu}:fence")
+        .query(&mut conn)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("{eu}:lease")
+        .arg(format!("{token}|n9|127.0.0.1:1"))
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let page = common::poll_until(
+        "eu's gauges at zero, the home shard's still counting",
+        gauges([1.0, 1.0, 0.0, 0.0, 3.0]),
+    )
+    .await;
+    for gauge in ["matches_unallocated", "servers_connected", "store_bytes"] {
+        assert_eq!(
+            sample(&page, &format!("matchmaker_{gauge}{{shard=\"eu\"}}")),
+            Some(0.0),
+            "{page}"
+        );
+    }
+}
+
+/// The value of the sample `series` (name and labels, as the page writes them) in `page`.
+fn sample(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}

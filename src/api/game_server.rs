@@ -342,15 +342,17 @@ async fn ended(
 mod tests {
     use super::*;
 
-    /// The connected servers' gauge in `recorder`.
+    /// The connected servers' gauge in `recorder`, of the engine of the default keyspace's
+    /// shard (the test state's).
     fn connected(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
         let page = recorder.handle().render();
-        page.lines().find_map(|l| {
-            l.strip_prefix(crate::telemetry::SERVERS_CONNECTED)?
-                .strip_prefix(' ')?
-                .parse()
-                .ok()
-        })
+        let series = format!(
+            "{}{{shard=\"{}\"}} ",
+            crate::telemetry::SERVERS_CONNECTED,
+            crate::store::DEFAULT_KEYSPACE
+        );
+        page.lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse().ok())
     }
 
     #[test]

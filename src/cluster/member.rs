@@ -582,8 +582,9 @@ impl Member {
         }
         metrics::counter!(m::CLUSTER_LEASE_LOSSES).increment(1);
         // The engine's gauges count what the next owner counts now (again at the engine's
-        // end, after the last of its wind-down).
-        m::engine_stopped();
+        // end, after the last of its wind-down). This shard's only: the node's other engines
+        // carry on.
+        engine_stopped(&self.config);
         self.together.set_owned(self.index, 0);
         self.route.send_modify(|route| {
             route.engine = None;
@@ -615,6 +616,7 @@ impl Member {
         self.warm.store(false, Ordering::Relaxed);
         let (together, index) = (self.together.clone(), self.index);
         let verifier = self.verifier.clone();
+        let shard_config = self.config.clone();
         let opened_store = Arc::new(std::sync::OnceLock::new());
         let task = tokio::spawn({
             let ownership = ownership.clone();
@@ -696,7 +698,7 @@ impl Member {
                     .as_ref()
                     .is_some_and(|o| o.node_id == this_node && o.token != token);
                 if !newer {
-                    m::engine_stopped();
+                    engine_stopped(&shard_config);
                 }
             }
         });
@@ -776,6 +778,15 @@ fn lease_request_failed<T>(error: Option<&lease::LeaseError>) -> Option<T> {
 fn record_round_trip(sent: Instant) {
     metrics::histogram!(m::CLUSTER_REDIS_SECONDS, "op" => "lease")
         .record(sent.elapsed().as_secs_f64());
+}
+
+/// Zeroes the gauges of the engine of the shard `config` describes: its keyspace's, and its
+/// queues' (which a reload cannot change, so they are every queue its engine gauged).
+fn engine_stopped(config: &Config) {
+    m::engine_stopped(
+        &config.cluster.keyspace,
+        config.queues.keys().map(String::as_str),
+    );
 }
 
 /// The engine serves only its node's front, in process: no TLS, grpc-web, CORS or metrics

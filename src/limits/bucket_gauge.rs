@@ -2,21 +2,24 @@
 //! time one is added or swept, so a scrape between two sweeps reads what is held and not what
 //! the last sweep left.
 //!
-//! A cluster node's engine owns the limiter, and every client call of the cluster reaches it:
-//! when the engine stops, its node zeroes the gauge ([`crate::telemetry::engine_stopped`]) and
-//! the limiter, which the engine's last calls may still reach, never sets it again. So a sum
-//! over the nodes counts each caller once, after a failover too.
+//! The gauge is labelled with the shard of the limiter's engine ([`crate::telemetry::SHARD`]).
+//! A cluster node's engine owns the limiter, and every client call of the cluster about that
+//! shard reaches it: when the engine stops, its node zeroes the shard's gauge
+//! ([`crate::telemetry::engine_stopped`]) and the limiter, which the engine's last calls may
+//! still reach, never sets it again. So a sum over the nodes counts each caller once per shard
+//! it called, after a failover too.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::telemetry::RATE_LIMIT_BUCKETS;
+use crate::telemetry::{RATE_LIMIT_BUCKETS, engine_gauge};
 
 /// What one limiter holds, and its gauge.
-#[derive(Default)]
 pub(super) struct BucketGauge {
+    /// The keyspace of the limiter's engine's shard: the gauge's label.
+    shard: String,
     /// Buckets held: each one added counts here, each one swept is taken off.
     held: AtomicUsize,
     /// Held while the gauge is set: whoever sets it last read `held` after every change before
@@ -27,11 +30,21 @@ pub(super) struct BucketGauge {
 }
 
 impl BucketGauge {
-    /// A gauge that stops being set once `stopped` is cancelled.
-    pub(super) fn until(stopped: CancellationToken) -> Self {
+    /// The gauge of a limiter of the engine of `shard`, set as long as the process runs.
+    pub(super) fn new(shard: &str) -> Self {
+        Self {
+            shard: shard.to_string(),
+            held: AtomicUsize::new(0),
+            setting: Mutex::new(()),
+            stopped: None,
+        }
+    }
+
+    /// This gauge, no longer set once `stopped` is cancelled.
+    pub(super) fn until(self, stopped: CancellationToken) -> Self {
         Self {
             stopped: Some(stopped),
-            ..Self::default()
+            ..self
         }
     }
 
@@ -60,7 +73,7 @@ impl BucketGauge {
         if stopped() {
             return;
         }
-        let gauge = metrics::gauge!(RATE_LIMIT_BUCKETS);
+        let gauge = engine_gauge(RATE_LIMIT_BUCKETS, &self.shard);
         gauge.set(self.held() as f64);
         // The node cancels the engine's token before it zeroes the gauge: either that zero
         // comes after the value just set, or this sees the token cancelled and zeroes it.

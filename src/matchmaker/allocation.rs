@@ -121,7 +121,8 @@ impl Loop {
                 "no game server took matches in time; their tickets were requeued"
             );
         }
-        metrics::gauge!(m::MATCHES_UNALLOCATED).set(self.unallocated.len() as f64);
+        m::engine_gauge(m::MATCHES_UNALLOCATED, self.state.shard())
+            .set(self.unallocated.len() as f64);
         (allocated, placements)
     }
 

@@ -290,7 +290,7 @@ impl Loop {
                 ready_check_seconds: q.config.ready_check_seconds,
                 backfill: q.config.backfill.clone(),
                 team_size: q.config.team_size,
-                metrics: QueueMetrics::new(&q.id),
+                metrics: QueueMetrics::new(state.shard(), &q.id),
                 tick_every: q.config.tick_ms(state.config().server.tick_interval_ms) as f64 / 1e3,
                 last_run: f64::NEG_INFINITY,
             })

@@ -68,7 +68,8 @@ pub(super) struct QueueMetrics {
 }
 
 impl QueueMetrics {
-    pub(super) fn new(queue: &QueueId) -> Self {
+    /// The handles of `queue`, whose tickets-waiting gauge is that of the engine of `shard`.
+    pub(super) fn new(shard: &str, queue: &QueueId) -> Self {
         let label = queue.to_string();
         QueueMetrics {
             entered: metrics::counter!(m::TICKETS_ENTERED, "queue" => label.clone()),
@@ -77,7 +78,7 @@ impl QueueMetrics {
             formed: metrics::counter!(m::MATCHES_FORMED, "queue" => label.clone()),
             quality: metrics::histogram!(m::MATCH_QUALITY, "queue" => label.clone()),
             tick_seconds: metrics::histogram!(m::TICK_SECONDS, "queue" => label.clone()),
-            waiting: m::tickets_waiting(&label),
+            waiting: m::tickets_waiting(shard, &label),
         }
     }
 }

@@ -269,7 +269,7 @@ impl State {
             // `offer` drops disconnected servers first; the gauge follows when it did (a lookup
             // in the metrics registry per allocated match otherwise).
             if registry.len() != before {
-                metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+                self.servers_connected_gauge().set(registry.len() as f64);
             }
             let Some(placement) = chosen else {
                 return Allocation::NoServer;
@@ -465,7 +465,7 @@ impl State {
         let mut server = ServerHandle::new(address, region, capacity, tx);
         server.assigned = held;
         registry.register(server);
-        metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(registry.len() as f64);
+        self.servers_connected_gauge().set(registry.len() as f64);
         (rx, unstarted)
     }
 
@@ -478,7 +478,12 @@ impl State {
         }
         let mut registry = self.inner.servers.lock().unwrap_or_else(|p| p.into_inner());
         let connected = registry.prune_closed();
-        metrics::gauge!(crate::telemetry::SERVERS_CONNECTED).set(connected as f64);
+        self.servers_connected_gauge().set(connected as f64);
+    }
+
+    /// The gauge of this engine's open `ServeMatches` streams.
+    fn servers_connected_gauge(&self) -> metrics::Gauge {
+        crate::telemetry::engine_gauge(crate::telemetry::SERVERS_CONNECTED, self.shard())
     }
 
     /// Whether `m` is still live (not ended and forgotten).

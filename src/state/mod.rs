@@ -225,6 +225,12 @@ impl State {
         &self.inner.config
     }
 
+    /// The keyspace of this engine's shard: the `shard` label of the gauges it keeps
+    /// ([`crate::telemetry::SHARD`]).
+    pub fn shard(&self) -> &str {
+        &self.inner.config.cluster.keyspace
+    }
+
     /// A new ticket or match id (`prefix` `t` or `m`), naming this engine's shard when it is
     /// not the home shard (see [`crate::ids::new_tagged_id`]).
     pub fn new_id(&self, prefix: &str) -> String {

@@ -7,7 +7,7 @@ pub mod tracing;
 pub use self::log_limit::LogLimit;
 pub use self::tracing::{TelemetryConfig, TracingGuard};
 
-/// Tickets waiting, per queue (gauge).
+/// Tickets waiting, per [`SHARD`] and queue (gauge).
 pub const TICKETS_WAITING: &str = "matchmaker_tickets_waiting";
 /// Seconds a ticket waited before it was matched, per queue (histogram).
 pub const WAIT_SECONDS: &str = "matchmaker_wait_seconds";
@@ -23,9 +23,9 @@ pub const TICKETS_ENTERED: &str = "matchmaker_tickets_entered_total";
 pub const TICKETS_CANCELLED: &str = "matchmaker_tickets_cancelled_total";
 /// Duration of one optimizer tick, per queue (histogram, seconds).
 pub const TICK_SECONDS: &str = "matchmaker_tick_seconds";
-/// Matches waiting for a game server (gauge).
+/// Matches waiting for a game server, per [`SHARD`] (gauge).
 pub const MATCHES_UNALLOCATED: &str = "matchmaker_matches_unallocated";
-/// Registered game server streams (gauge).
+/// Registered game server streams, per [`SHARD`] (gauge).
 pub const SERVERS_CONNECTED: &str = "matchmaker_servers_connected";
 /// Open client connections, against `server.max_connections` (gauge).
 pub const CONNECTIONS_OPEN: &str = "matchmaker_connections_open";
@@ -55,7 +55,8 @@ pub const JOURNAL_BATCH_SIZE: &str = "matchmaker_journal_batch_size";
 pub const RESULTS_APPLIED: &str = "matchmaker_results_applied_total";
 /// Seconds one snapshot took (histogram).
 pub const SNAPSHOT_SECONDS: &str = "matchmaker_snapshot_seconds";
-/// Bytes the store uses on disk, measured at start and after each snapshot (gauge).
+/// Bytes the store uses on disk, measured at start and after each snapshot, per [`SHARD`]
+/// (gauge).
 pub const STORE_BYTES: &str = "matchmaker_store_bytes";
 /// Store writes that failed, per operation (journal | persist_matches | end_match | snapshot |
 /// request | history | parties | audit | events) (counter). Any is worth an alert: a journal
@@ -85,11 +86,13 @@ pub const RATE_LIMITED: &str = "matchmaker_rate_limited_total";
 /// Calls refused because their caller had `[rate_limit.max_in_flight]` calls waiting for their
 /// answers, per class (counter).
 pub const IN_FLIGHT_LIMITED: &str = "matchmaker_in_flight_limited_total";
-/// Callers holding a rate-limit bucket now (gauge): the callers seen within
+/// Callers holding a rate-limit bucket now, per [`SHARD`] (gauge): the callers seen within
 /// `rate_limit.burst_seconds`, and idle ones until the next sweep drops them.
 pub const RATE_LIMIT_BUCKETS: &str = "matchmaker_rate_limit_buckets";
 
-/// Queues this cluster node owns now: all of them while it holds the lease, else 0 (gauge).
+/// Queues this cluster node owns now (gauge): the queues of every shard whose lease it holds,
+/// summed over its shards (all of them while it holds the one lease of a cluster without
+/// `[[cluster.shards]]`), else 0. A count of shards owned would add nothing to it.
 pub const CLUSTER_QUEUES_OWNED: &str = "matchmaker_cluster_queues_owned";
 /// Lease renewals that succeeded (counter).
 pub const CLUSTER_LEASE_RENEWALS: &str = "matchmaker_cluster_lease_renewals_total";
@@ -163,35 +166,43 @@ const SECONDS_FAST: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
-/// The queues whose [`TICKETS_WAITING`] gauge this process has, for [`engine_stopped`].
-static GAUGED_QUEUES: std::sync::Mutex<std::collections::BTreeSet<String>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// The label of every gauge an engine keeps ([`TICKETS_WAITING`] and [`ENGINE_GAUGES`]): the
+/// keyspace of the engine's shard (`cluster.keyspace` of its config; an embedded server's is
+/// `cluster.keyspace` too, `mm` by default). A cluster node runs one engine per shard it owns,
+/// so each engine's gauges are series of their own: they add up per node, and a node zeroes
+/// one engine's without touching another's ([`engine_stopped`]).
+pub const SHARD: &str = "shard";
 
-/// The [`TICKETS_WAITING`] gauge of `queue`, which [`engine_stopped`] zeroes.
-pub fn tickets_waiting(queue: &str) -> metrics::Gauge {
-    GAUGED_QUEUES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(queue.to_owned());
-    metrics::gauge!(TICKETS_WAITING, "queue" => queue.to_owned())
+/// The gauges without a queue label that an engine keeps, each labelled [`SHARD`]: matches
+/// unallocated, servers connected, store bytes and rate-limit buckets.
+pub const ENGINE_GAUGES: [&str; 4] = [
+    MATCHES_UNALLOCATED,
+    SERVERS_CONNECTED,
+    STORE_BYTES,
+    RATE_LIMIT_BUCKETS,
+];
+
+/// The gauge `name` (one of [`ENGINE_GAUGES`]) of the engine of shard `shard`.
+pub fn engine_gauge(name: &'static str, shard: &str) -> metrics::Gauge {
+    metrics::gauge!(name, SHARD => shard.to_owned())
 }
 
-/// Zeroes the gauges an engine keeps: tickets waiting per queue, matches unallocated, servers
-/// connected, store bytes and rate-limit buckets. A cluster node calls it when its engine stops (the lease lost or
-/// given up): they count what the owner holds, and the node that took over counts it now, so
-/// a sum over the nodes counts it once.
-pub fn engine_stopped() {
-    let queues = GAUGED_QUEUES.lock().unwrap_or_else(|p| p.into_inner());
-    for queue in queues.iter() {
-        metrics::gauge!(TICKETS_WAITING, "queue" => queue.clone()).set(0.0);
+/// The [`TICKETS_WAITING`] gauge of `queue`, kept by the engine of shard `shard`.
+pub fn tickets_waiting(shard: &str, queue: &str) -> metrics::Gauge {
+    metrics::gauge!(TICKETS_WAITING, SHARD => shard.to_owned(), "queue" => queue.to_owned())
+}
+
+/// Zeroes the gauges the engine of shard `shard` keeps: tickets waiting in each of `queues`
+/// (the shard's queues, every one its engine gauges), and the [`ENGINE_GAUGES`]. A cluster
+/// node calls it when that engine stops (the lease lost or given up): they count what the
+/// owner holds, and the node that took over counts it now, so a sum over the nodes counts it
+/// once. The gauges of the node's other shards' engines are theirs and stay.
+pub fn engine_stopped<'a>(shard: &str, queues: impl IntoIterator<Item = &'a str>) {
+    for queue in queues {
+        tickets_waiting(shard, queue).set(0.0);
     }
-    for gauge in [
-        MATCHES_UNALLOCATED,
-        SERVERS_CONNECTED,
-        STORE_BYTES,
-        RATE_LIMIT_BUCKETS,
-    ] {
-        metrics::gauge!(gauge).set(0.0);
+    for gauge in ENGINE_GAUGES {
+        engine_gauge(gauge, shard).set(0.0);
     }
 }
 
@@ -281,7 +292,7 @@ pub fn describe() {
     describe_counter!(MATCHES_CANCELLED, "Matches cancelled");
     describe_gauge!(
         CLUSTER_QUEUES_OWNED,
-        "Queues this cluster node owns (all while it holds the lease)"
+        "Queues this cluster node owns, summed over the shards whose lease it holds"
     );
     describe_counter!(CLUSTER_LEASE_RENEWALS, "Lease renewals that succeeded");
     describe_counter!(CLUSTER_LEASE_LOSSES, "Leases lost while held");
@@ -374,32 +385,36 @@ mod tests {
     }
 
     #[test]
-    fn an_engine_that_stops_leaves_its_gauges_at_zero() {
+    fn an_engine_that_stops_leaves_its_own_gauges_at_zero_and_the_other_shards_alone() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        let series = [
-            "matchmaker_tickets_waiting{queue=\"stopping-1\"}",
-            "matchmaker_tickets_waiting{queue=\"stopping-2\"}",
-            MATCHES_UNALLOCATED,
-            SERVERS_CONNECTED,
-            STORE_BYTES,
-            RATE_LIMIT_BUCKETS,
-        ];
+        let series = |shard: &str| {
+            let mut series = vec![
+                format!("{TICKETS_WAITING}{{shard=\"{shard}\",queue=\"{shard}-1\"}}"),
+                format!("{TICKETS_WAITING}{{shard=\"{shard}\",queue=\"{shard}-2\"}}"),
+            ];
+            series.extend(ENGINE_GAUGES.map(|g| format!("{g}{{shard=\"{shard}\"}}")));
+            series
+        };
         metrics::with_local_recorder(&recorder, || {
-            tickets_waiting("stopping-1").set(7.0);
-            tickets_waiting("stopping-2").set(2.0);
-            metrics::gauge!(MATCHES_UNALLOCATED).set(3.0);
-            metrics::gauge!(SERVERS_CONNECTED).set(2.0);
-            metrics::gauge!(STORE_BYTES).set(4096.0);
-            metrics::gauge!(RATE_LIMIT_BUCKETS).set(5.0);
+            for shard in ["mm", "eu"] {
+                tickets_waiting(shard, &format!("{shard}-1")).set(7.0);
+                tickets_waiting(shard, &format!("{shard}-2")).set(2.0);
+                for (i, gauge) in ENGINE_GAUGES.into_iter().enumerate() {
+                    engine_gauge(gauge, shard).set(i as f64 + 1.0);
+                }
+            }
         });
         let page = recorder.handle().render();
-        for s in series {
+        for s in series("mm").iter().chain(&series("eu")) {
             assert!(value(&page, s).is_some_and(|v| v > 0.0), "{s}: {page}");
         }
-        metrics::with_local_recorder(&recorder, engine_stopped);
+        metrics::with_local_recorder(&recorder, || engine_stopped("eu", ["eu-1", "eu-2"]));
         let page = recorder.handle().render();
-        for s in series {
-            assert_eq!(value(&page, s), Some(0.0), "{s}: {page}");
+        for s in series("eu") {
+            assert_eq!(value(&page, &s), Some(0.0), "{s}: {page}");
+        }
+        for s in series("mm") {
+            assert!(value(&page, &s).is_some_and(|v| v > 0.0), "{s}: {page}");
         }
     }
 }

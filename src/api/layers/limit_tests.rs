@@ -38,7 +38,7 @@ async fn a_caller_past_its_calls_in_flight_is_refused_until_an_answer_starts() {
         },
         ..RateLimitConfig::default()
     };
-    let limiter = RateLimiter::from_config(&config, true).expect("an in-flight limit");
+    let limiter = RateLimiter::from_config(&config, true, "mm").expect("an in-flight limit");
     // Each call is answered when the test adds a permit; its answer is a stream that starts
     // then and goes on (like WatchTicket's).
     let answers = Arc::new(Semaphore::new(0));
