@@ -356,6 +356,85 @@ async fn calls_about_no_one_queue_are_asked_of_every_shard_and_answered_as_one_n
     assert!(reloaded.changed_queues.is_empty(), "{reloaded:?}");
 }
 
+/// `matchmaker admin cluster-status` with `args`; its output, after checking it succeeded.
+fn cluster_status(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+        .args(["admin", "cluster-status"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Given a node's config, `cluster-status` shows every shard's keyspace with its owner, the
+/// home shard's first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_status_shows_each_shard_and_its_owner() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let _nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    let (home_owner, eu_owner) = spread_over_two(&redis, LEASE_MS).await;
+    let config = config.to_str().unwrap();
+
+    let status: serde_json::Value =
+        serde_json::from_str(&cluster_status(&["--json", "--config", config])).unwrap();
+    assert_eq!(status["keyspace"], "mm", "{status}");
+    assert_eq!(status["owner"]["node_id"], home_owner.as_str(), "{status}");
+    assert_eq!(
+        status["queues"],
+        serde_json::json!(["1v1", "5v5", "ffa8"]),
+        "{status}"
+    );
+    let shards = status["shards"].as_array().expect("the further shards");
+    assert_eq!(shards.len(), 1, "{status}");
+    assert_eq!(shards[0]["keyspace"], "eu", "{status}");
+    assert_eq!(shards[0]["owner"]["node_id"], eu_owner.as_str(), "{status}");
+    assert_eq!(shards[0]["queues"], serde_json::json!(["2v2"]), "{status}");
+
+    let text = cluster_status(&["--config", config]);
+    let home = text.find("keyspace   mm (home shard; queues 1v1, 5v5, ffa8)\n");
+    let eu = text.find("keyspace   eu (queues 2v2)\n");
+    assert!(home.is_some() && home < eu, "the home shard first:\n{text}");
+    for owner in [&home_owner, &eu_owner] {
+        assert!(text.contains(&format!("owner      {owner} at ")), "{text}");
+    }
+
+    // One keyspace by its flags, as without shards.
+    let eu_only = cluster_status(&["--redis", &redis.url(), "--keyspace", "eu"]);
+    assert!(
+        eu_only.starts_with(&format!("keyspace   eu\nowner      {eu_owner} at ")),
+        "{eu_only}"
+    );
+
+    // A keyspace besides the config's, or a config naming no Redis, is refused by its flag.
+    let embedded = dir.path().join("embedded.toml");
+    std::fs::write(&embedded, "[server]\ntick_interval_ms = 20\n").unwrap();
+    for (args, flag) in [
+        (vec!["--config", config, "--keyspace", "eu"], "--keyspace:"),
+        (vec!["--config", embedded.to_str().unwrap()], "--redis:"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_matchmaker"))
+            .args(["admin", "cluster-status"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(flag),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
 /// The code EnterQueue of `player` in `queue` through `channel` is refused with.
 async fn refused_code(channel: &Channel, queue: &str, player: &str) -> tonic::Code {
     ClientServiceClient::new(channel.clone())

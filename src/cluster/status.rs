@@ -1,7 +1,8 @@
 //! What a cluster's keys in Redis say about it, for its operators
 //! (`matchmaker admin cluster-status`): which node owns the queues and until when, which nodes
 //! hold a standby copy, how far the owner's writes have gone, and what Redis keeps across a
-//! crash. Read in one script, so the figures are of one moment.
+//! crash. Read in one script, so the figures are of one moment. One keyspace each: a sharded
+//! cluster's tool reads each shard's in turn.
 
 use crate::store::{Durability, Keys, Patience, RedisConn, RedisTls, StoreError, redact};
 

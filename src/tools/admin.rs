@@ -56,9 +56,9 @@ pub struct RedisFlags {
     /// Its PEM private key, as `cluster.redis_key_file`.
     #[arg(long)]
     redis_key_file: Option<PathBuf>,
-    /// The cluster's `cluster.keyspace`: the hash tag of every key it writes.
-    #[arg(long, default_value = crate::store::DEFAULT_KEYSPACE)]
-    keyspace: String,
+    /// The cluster's `cluster.keyspace`: the hash tag of every key it writes (default `mm`).
+    #[arg(long)]
+    keyspace: Option<String>,
 }
 
 impl RedisFlags {
@@ -69,13 +69,70 @@ impl RedisFlags {
         url: &str,
         url_flag: &str,
     ) -> Result<(crate::store::ClusterConfig, Option<crate::store::RedisTls>), AdminCliError> {
-        let target = crate::store::ClusterConfig {
-            redis_url: url.to_string(),
-            redis_ca_file: self.redis_ca_file.clone().unwrap_or_default(),
-            redis_cert_file: self.redis_cert_file.clone().unwrap_or_default(),
-            redis_key_file: self.redis_key_file.clone().unwrap_or_default(),
-            keyspace: self.keyspace.clone(),
+        let keyspace = self.keyspace.as_deref();
+        let base = crate::store::ClusterConfig {
+            keyspace: keyspace
+                .unwrap_or(crate::store::DEFAULT_KEYSPACE)
+                .to_string(),
             ..crate::store::ClusterConfig::default()
+        };
+        self.over(base, Some(url), url_flag)
+    }
+
+    /// The target as the node config at `file` describes it (its `[cluster]`: the Redis URL,
+    /// TLS files, and every shard's keyspace), `url` and these flags' files over it; `None`:
+    /// [`RedisFlags::target`] of `url`. Also the node's config, for the shards' queues.
+    fn target_of_node(
+        &self,
+        file: Option<&Path>,
+        url: Option<&str>,
+    ) -> Result<
+        (
+            crate::store::ClusterConfig,
+            Option<crate::store::RedisTls>,
+            Option<crate::config::Config>,
+        ),
+        AdminCliError,
+    > {
+        let Some(file) = file else {
+            let url = url.ok_or_else(|| AdminCliError::Usage("--redis: required".into()))?;
+            let (target, tls) = self.target(url, "--redis")?;
+            return Ok((target, tls, None));
+        };
+        if self.keyspace.is_some() {
+            return Err(AdminCliError::Usage(
+                "--keyspace: the keyspaces are --config's ([cluster] keyspace and each \
+                 [[cluster.shards]]); give one or the other"
+                    .into(),
+            ));
+        }
+        let node = crate::config::Config::load(Some(file), &crate::config::Overrides::default())
+            .map_err(|e| AdminCliError::Usage(format!("--config {}: {e}", file.display())))?;
+        if url.is_none() && !node.cluster.enabled() {
+            return Err(AdminCliError::Usage(format!(
+                "--redis: required, as --config {} names no cluster.redis_url",
+                file.display()
+            )));
+        }
+        let (target, tls) = self.over(node.cluster.clone(), url, "--redis")?;
+        Ok((target, tls, Some(node)))
+    }
+
+    /// `base` with `url` (when given) and these flags' files over it, checked as a node's
+    /// `[cluster]` is.
+    fn over(
+        &self,
+        base: crate::store::ClusterConfig,
+        url: Option<&str>,
+        url_flag: &str,
+    ) -> Result<(crate::store::ClusterConfig, Option<crate::store::RedisTls>), AdminCliError> {
+        let file = |flag: &Option<PathBuf>, node: PathBuf| flag.clone().unwrap_or(node);
+        let target = crate::store::ClusterConfig {
+            redis_url: url.map_or(base.redis_url.clone(), str::to_string),
+            redis_ca_file: file(&self.redis_ca_file, base.redis_ca_file.clone()),
+            redis_cert_file: file(&self.redis_cert_file, base.redis_cert_file.clone()),
+            redis_key_file: file(&self.redis_key_file, base.redis_key_file.clone()),
+            ..base
         };
         let tls = target
             .validate()
@@ -172,11 +229,17 @@ pub enum AdminCommand {
     },
     /// A cluster as its keys in Redis describe it: the node owning the queues and its lease,
     /// the nodes holding a standby copy, flushes, stored players and waiting tickets, and what
-    /// Redis keeps across a crash. Talks to Redis, not to a node.
+    /// Redis keeps across a crash; with `--config`, of each shard. Talks to Redis, not to a
+    /// node.
     ClusterStatus {
-        /// The cluster's `cluster.redis_url`.
+        /// The cluster's `cluster.redis_url` (with `--config`: in place of the config's).
+        #[arg(long, required_unless_present = "config")]
+        redis: Option<String>,
+        /// A node's config file: the Redis URL, its TLS files and every shard's keyspace
+        /// (`[cluster] keyspace` and each `[[cluster.shards]]`) come from its `[cluster]`, and
+        /// each shard's status is shown, the home shard's first.
         #[arg(long)]
-        redis: String,
+        config: Option<PathBuf>,
         #[command(flatten)]
         flags: RedisFlags,
     },
@@ -363,15 +426,21 @@ fn player_line(v: &proto::PlayerView) -> String {
 async fn run_async(args: AdminArgs) -> Result<(), AdminCliError> {
     let mut out = std::io::stdout().lock();
     let json = args.json;
-    if let AdminCommand::ClusterStatus { redis, flags } = &args.command {
-        let (target, tls) = flags.target(redis, "--redis")?;
-        let status = crate::cluster::status::read(redis, tls.as_ref(), &target.keys())
+    if let AdminCommand::ClusterStatus {
+        redis,
+        config,
+        flags,
+    } = &args.command
+    {
+        let (target, tls, node) = flags.target_of_node(config.as_deref(), redis.as_deref())?;
+        let shards = super::cluster_status::shards(&target, node.as_ref());
+        let statuses = super::cluster_status::read(&target.redis_url, tls.as_ref(), shards)
             .await
             .map_err(|e| AdminCliError::Usage(e.to_string()))?;
         if json {
-            writeln!(out, "{}", json!(status))?;
+            writeln!(out, "{}", super::cluster_status::json(&statuses))?;
         } else {
-            write!(out, "{}", super::cluster_status::text(&status))?;
+            write!(out, "{}", super::cluster_status::text(&statuses))?;
         }
         return Ok(());
     }
