@@ -121,6 +121,8 @@ impl Together {
             .count()
     }
 
+    /// Member `index` owns `queues` queues now. The node's [`m::CLUSTER_QUEUES_OWNED`] is the
+    /// sum over its members, which is why no gauge counts the shards it owns.
     fn set_owned(&self, index: usize, queues: usize) {
         let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
         owned[index] = queues;
