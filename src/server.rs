@@ -376,6 +376,7 @@ async fn serve(
         matchmaker::spawn(state.clone(), clock.clone(), shutdown.clone(), restored)
             .map_err(ServerError::LoopThread)?;
     let tickets = state.restore_tickets(clock.now())?;
+    let tickets = state.claim_restored(tickets, clock.now()).await?;
     tokio::spawn(state.clone().keep_claims(shutdown.clone()));
     for (ticket, entry) in tickets {
         let Ok(permit) = handle.reserve(Duration::from_secs(5)).await else {

@@ -15,21 +15,43 @@ use tracing::{info, warn};
 use super::lease::LeaseClient;
 use super::member::Member;
 
-/// The shard `me` should hand over, if any: one of its own (the last in order) when it holds
-/// at least two more than some running node. `owners` lists, by node, the shards each holds;
-/// `alive` the nodes that said they run.
+/// The shard `me` should hand over, if any: one of its own (the last in order) that some
+/// running node which runs that shard too, and holds at least two fewer than `me`, could take.
+/// `owners` lists, by node, the shards each holds; `alive` the nodes that said they run, with
+/// the shards each runs (nodes of another config may run others).
 pub fn surplus(
     owners: &BTreeMap<String, Vec<usize>>,
-    alive: &BTreeSet<String>,
+    alive: &BTreeMap<String, BTreeSet<usize>>,
     me: &str,
 ) -> Option<usize> {
     let mine = owners.get(me)?;
-    let fewest = alive
+    let held = |n: &str| owners.get(n).map_or(0, Vec::len);
+    mine.iter().rev().copied().find(|shard| {
+        alive
+            .iter()
+            .any(|(n, runs)| n != me && runs.contains(shard) && held(n) + 2 <= mine.len())
+    })
+}
+
+/// How a node says that it runs, in the home keyspace's node set: its id and the keyspaces
+/// of the shards it runs (`NODE|KS,KS,...`; neither holds `|` or `,`).
+fn word(node_id: &str, keyspaces: &[&str]) -> String {
+    format!("{node_id}|{}", keyspaces.join(","))
+}
+
+/// The running nodes and, by their words, the shards of `keyspaces` each runs.
+fn running(words: Vec<String>, keyspaces: &[&str]) -> BTreeMap<String, BTreeSet<usize>> {
+    words
         .iter()
-        .filter(|n| n.as_str() != me)
-        .map(|n| owners.get(n).map_or(0, Vec::len))
-        .min()?;
-    (mine.len() >= fewest + 2).then(|| *mine.iter().max().expect("two or more"))
+        .filter_map(|w| {
+            let (node, runs) = w.split_once('|')?;
+            let runs = runs
+                .split(',')
+                .filter_map(|k| keyspaces.iter().position(|own| own == &k))
+                .collect();
+            Some((node.to_string(), runs))
+        })
+        .collect()
 }
 
 /// Runs the node's part of the spreading until `stop`: says every lease that it runs, and
@@ -48,13 +70,18 @@ pub(super) async fn spread(
     let mut ticker = tokio::time::interval(lease_time);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_handover: Option<Instant> = None;
+    let keyspaces: Vec<&str> = members
+        .iter()
+        .map(|m| m.config.cluster.keyspace.as_str())
+        .collect();
+    let said = word(&node_id, &keyspaces);
     loop {
         tokio::select! {
             () = stop.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        let alive = match home.heartbeat(&node_id, lease_time * 3).await {
-            Ok(alive) => alive.into_iter().collect::<BTreeSet<_>>(),
+        let alive = match home.heartbeat(&said, lease_time * 3).await {
+            Ok(words) => running(words, &keyspaces),
             Err(e) => {
                 warn!(error = %e, "cannot say in Redis that this node runs");
                 continue;
@@ -84,7 +111,7 @@ pub(super) async fn spread(
             last_handover = Some(Instant::now());
         }
     }
-    if let Err(e) = home.sign_off(&node_id).await {
+    if let Err(e) = home.sign_off(&said).await {
         warn!(error = %e, "cannot say in Redis that this node stopped; its word lapses on its own");
     }
 }
@@ -99,8 +126,12 @@ mod tests {
             .collect()
     }
 
-    fn alive(nodes: &[&str]) -> BTreeSet<String> {
-        nodes.iter().map(|n| n.to_string()).collect()
+    /// Nodes that each run all three shards.
+    fn alive(nodes: &[&str]) -> BTreeMap<String, BTreeSet<usize>> {
+        nodes
+            .iter()
+            .map(|n| (n.to_string(), [0, 1, 2].into()))
+            .collect()
     }
 
     #[test]
@@ -129,5 +160,20 @@ mod tests {
         // A node that holds a lease but no longer says it runs is not counted as running.
         let dead = owners(&[("a", &[0, 1]), ("gone", &[2])]);
         assert_eq!(surplus(&dead, &alive(&["a"]), "a"), None);
+    }
+
+    #[test]
+    fn a_shard_goes_only_to_a_node_that_runs_it() {
+        let keyspaces = ["mm", "eu", "na"];
+        // b runs an older config without shard na.
+        let words = vec![word("a", &keyspaces), word("b", &["mm", "eu"])];
+        let alive = running(words, &keyspaces);
+        assert_eq!(alive["b"], [0, 1].into());
+        let three = owners(&[("a", &[0, 1, 2])]);
+        assert_eq!(surplus(&three, &alive, "a"), Some(1), "eu, not na");
+        let two = owners(&[("a", &[0, 2])]);
+        assert_eq!(surplus(&two, &alive, "a"), Some(0));
+        let only_na = owners(&[("a", &[2]), ("c", &[])]);
+        assert_eq!(surplus(&only_na, &alive, "a"), None);
     }
 }

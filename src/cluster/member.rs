@@ -60,8 +60,8 @@ pub(super) struct Together {
     /// Per member: whether it could carry its shard on (it owns it, or holds a current copy,
     /// or keeps no copies), and the players of its copy.
     warmth: std::sync::Mutex<Vec<(bool, usize)>>,
-    /// Per member: the queues it owns.
-    owned: std::sync::Mutex<Vec<usize>>,
+    /// Per member: the queues it owns, while it holds its shard's lease.
+    owned: std::sync::Mutex<Vec<Option<usize>>>,
 }
 
 impl Together {
@@ -70,7 +70,7 @@ impl Together {
         let together = Arc::new(Self {
             health,
             warmth: std::sync::Mutex::new(vec![(!standby, 0); members]),
-            owned: std::sync::Mutex::new(vec![0; members]),
+            owned: std::sync::Mutex::new(vec![None; members]),
         });
         together.publish_warmth().await;
         together
@@ -117,16 +117,18 @@ impl Together {
         owned
             .iter()
             .enumerate()
-            .filter(|(i, q)| *i != index && **q > 0)
+            .filter(|(i, q)| *i != index && q.is_some())
             .count()
     }
 
     /// Member `index` owns `queues` queues now. The node's [`m::CLUSTER_QUEUES_OWNED`] is the
     /// sum over its members, which is why no gauge counts the shards it owns.
-    fn set_owned(&self, index: usize, queues: usize) {
+    /// Member `index` holds its shard's lease, with these queues (`None`: it does not).
+    fn set_owned(&self, index: usize, queues: Option<usize>) {
         let mut owned = self.owned.lock().unwrap_or_else(|p| p.into_inner());
         owned[index] = queues;
-        metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(owned.iter().sum::<usize>() as f64);
+        let total: usize = owned.iter().flatten().sum();
+        metrics::gauge!(m::CLUSTER_QUEUES_OWNED).set(total as f64);
     }
 }
 
@@ -186,7 +188,10 @@ impl Member {
                         match self.free_lease(every).await {
                             Some(warm) => {
                                 // A node with a copy takes over faster.
-                                let wait = hold_back + u32::from(self.defers() && warm > 0);
+                                // At most two tries in all: a dead owner's shard is still
+                                // taken within 2 x lease_ms.
+                                let wait =
+                                    (hold_back + u32::from(self.defers() && warm > 0)).min(2);
                                 if free_seen >= wait {
                                     free_seen = 0;
                                     self.try_acquire(every).await
@@ -264,7 +269,7 @@ impl Member {
             }
             ours
         });
-        self.together.set_owned(self.index, 0);
+        self.together.set_owned(self.index, None);
     }
 
     /// Asks the lease task to hand the shard over at its next try (see `balance`).
@@ -370,7 +375,7 @@ impl Member {
                 ownership.extend(lease::valid_until(sent, self.lease_time));
                 metrics::counter!(m::CLUSTER_LEASE_ACQUIRED).increment(1);
                 self.together
-                    .set_owned(self.index, self.config.queues.len());
+                    .set_owned(self.index, Some(self.config.queues.len()));
                 info!(token = owner.token, "this node owns the queues now");
                 self.route.send_modify(|route| {
                     route.owner = Some(owner.clone());
@@ -587,7 +592,7 @@ impl Member {
         // end, after the last of its wind-down). This shard's only: the node's other engines
         // carry on.
         engine_stopped(&self.config);
-        self.together.set_owned(self.index, 0);
+        self.together.set_owned(self.index, None);
         self.route.send_modify(|route| {
             route.engine = None;
             if route.owner.as_ref() == Some(&r.owner) {
@@ -661,8 +666,8 @@ impl Member {
                     }
                 };
                 let redis = Arc::new(store);
-                if !cluster.claims_home.is_empty() {
-                    redis.claim_across(&cluster.claims_home);
+                if !cluster.claims.is_empty() {
+                    redis.claim_across(&cluster.claims);
                 }
                 let _ = opened_store.set(redis.clone());
                 if stop.is_cancelled() && !ownership.holds() {

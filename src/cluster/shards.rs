@@ -224,11 +224,11 @@ mod tests {
         assert_eq!(shards[1].cluster.keyspace, "eu");
         assert_eq!(shards[1].cluster.id_tag, "eu");
         assert!(
-            shards.iter().all(|s| s.cluster.claims_home == "mm"),
+            shards.iter().all(|s| s.cluster.claims == ["mm", "eu"]),
             "every shard claims players in the home shard's name"
         );
         let unsharded = Config::from_toml_str("").unwrap();
-        assert_eq!(shard_configs(&unsharded)[0].cluster.claims_home, "");
+        assert!(shard_configs(&unsharded)[0].cluster.claims.is_empty());
         assert_eq!(
             shards[1].queues.keys().collect::<Vec<_>>(),
             vec!["5v5", "ffa8"]

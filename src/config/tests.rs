@@ -434,6 +434,12 @@ fn shards_name_configured_queues_once_in_keyspaces_of_their_own_and_keep_pools_w
         "cluster.shards[0].keyspace"
     );
     assert_eq!(field(&shard("eu", "")), "cluster.shards[0].queues");
+    let embedded = Config::from_toml_str(&shard("eu", "\"5v5\""));
+    assert!(
+        matches!(&embedded, Err(ConfigError::Invalid(e)) if e.field == "cluster.shards"),
+        "{:?}",
+        embedded.map(|c| c.cluster.shards)
+    );
 
     // A queue sharing 1v1's rating pool cannot leave 1v1's shard.
     let mut c = sharded("").unwrap();

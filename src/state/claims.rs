@@ -1,14 +1,18 @@
 //! Claims on players across shards (see `store::Claim`): with the queues split over shards,
 //! each shard's engine claims the players it queues before it queues them, so that a player
 //! waits or plays in one shard at a time, as on one node. A claim is given up once the player
-//! is idle here again, by the sweep this module runs beside the engine.
+//! is idle here again and that is durable, by the sweep this module runs beside the engine.
+//! Without shards nothing here runs.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use super::State;
+use super::TicketSlot;
+use super::TicketState;
 use super::players::PlayerStatus;
 use crate::ids::PlayerId;
 use crate::rejection::Rejection;
@@ -25,6 +29,10 @@ const CLAIM_PATIENCE: Duration = Duration::from_millis(750);
 /// of the shard, or a stalled one, left).
 const INDEX_EVERY: u32 = 40;
 
+/// At most this many claims are given up at once, so that entries wait for the sweep only
+/// that long.
+const RELEASE_CHUNK: usize = 64;
+
 /// This engine's claims.
 #[derive(Default)]
 pub(super) struct Claims {
@@ -36,14 +44,23 @@ pub(super) struct Claims {
     held: std::sync::Mutex<HashSet<PlayerId>>,
 }
 
+impl Claims {
+    fn hold(&self, players: impl IntoIterator<Item = PlayerId>) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(players);
+    }
+}
+
 /// The claims made for one entry, held (against the sweep) until the entry's ticket is in the
 /// state or the entry was refused. Either way its players join those the sweep looks at: a
 /// refused entry's claims are not given up here, since another entry of the same player may
-/// have queued them meanwhile; the sweep gives them up once the player is idle.
+/// have queued them meanwhile; the sweep gives them up once the player is idle. Empty without
+/// shards.
 pub struct EntryClaim<'a> {
-    state: &'a State,
+    held: Option<(&'a Claims, tokio::sync::RwLockReadGuard<'a, ()>)>,
     players: Vec<PlayerId>,
-    _gate: tokio::sync::RwLockReadGuard<'a, ()>,
 }
 
 impl EntryClaim<'_> {
@@ -53,10 +70,9 @@ impl EntryClaim<'_> {
 
 impl Drop for EntryClaim<'_> {
     fn drop(&mut self) {
-        let held = &self.state.inner.claims.held;
-        held.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(self.players.drain(..));
+        if let Some((claims, _gate)) = &self.held {
+            claims.hold(self.players.drain(..));
+        }
     }
 }
 
@@ -71,25 +87,27 @@ impl State {
         players: &[PlayerId],
     ) -> Result<Result<EntryClaim<'_>, Rejection>, StoreError> {
         let store = &self.inner.store;
+        if !store.claims_players() {
+            return Ok(Ok(EntryClaim {
+                held: None,
+                players: Vec::new(),
+            }));
+        }
+        let claims = &self.inner.claims;
         let patience = tokio::time::Instant::now() + CLAIM_PATIENCE;
         loop {
-            let gate = self.inner.claims.gate.read().await;
+            let gate = claims.gate.read().await;
+            // Whatever happens, the players join those the sweep looks at: some may be
+            // claimed now (before a refusal or a failure), and only the sweep gives up a claim.
+            claims.hold(players.iter().cloned());
             match store.claim_players(players).await? {
                 Claim::Claimed(_) => {
                     return Ok(Ok(EntryClaim {
-                        state: self,
+                        held: Some((claims, gate)),
                         players: players.to_vec(),
-                        _gate: gate,
                     }));
                 }
                 Claim::Elsewhere { player, keyspace } => {
-                    // Those claimed before the refusal are given up by the sweep.
-                    self.inner
-                        .claims
-                        .held
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .extend(players.iter().cloned());
                     drop(gate);
                     if tokio::time::Instant::now() >= patience {
                         return Ok(Err(Rejection::BusyElsewhere { player, keyspace }));
@@ -100,16 +118,61 @@ impl State {
         }
     }
 
+    /// Claims the players of the waiting tickets a new owner restored, before they go back to
+    /// the matchmaker; a ticket one of whose players another shard holds meanwhile (an earlier
+    /// owner of this shard gave the claim up before it stopped, and another shard queued the
+    /// player) is cancelled rather than matched in two shards. Without shards, `tickets` as
+    /// they are.
+    pub async fn claim_restored<T>(
+        &self,
+        tickets: Vec<(Arc<TicketSlot>, T)>,
+        now: f64,
+    ) -> Result<Vec<(Arc<TicketSlot>, T)>, StoreError> {
+        let store = self.inner.store.clone();
+        if !store.claims_players() {
+            return Ok(tickets);
+        }
+        let mut kept = Vec::with_capacity(tickets.len());
+        let mut dropped = Vec::new();
+        for (slot, entry) in tickets {
+            self.inner.claims.hold(slot.players.iter().cloned());
+            match store.claim_players(&slot.players).await? {
+                Claim::Claimed(_) => kept.push((slot, entry)),
+                Claim::Elsewhere { player, keyspace } => {
+                    tracing::warn!(
+                        ticket = %slot.id,
+                        player = %player,
+                        keyspace = %keyspace,
+                        "a restored ticket's player is held by another shard: the ticket is cancelled"
+                    );
+                    self.end_ticket(
+                        &slot,
+                        TicketState::Cancelled,
+                        now,
+                        format!("player {player} is queued or in a match in shard {keyspace}"),
+                    );
+                    dropped.push(slot.id.clone());
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            store.remove_tickets(&dropped)?;
+            store.flush_async().await?;
+        }
+        Ok(kept)
+    }
+
     /// Whether `player` waits or plays here.
     fn busy_here(&self, player: &PlayerId) -> bool {
         self.slot_if_known(player)
             .is_some_and(|slot| !matches!(slot.lock().status, PlayerStatus::Idle))
     }
 
-    /// Keeps this shard's claims until `stop`: first claims every player busy here under this
-    /// owner's lease (a new owner's restored tickets and matches), then every [`SWEEP_EVERY`]
-    /// gives up the claims of players idle here, reading the shard's claim index now and then
-    /// for claims an earlier owner left.
+    /// Keeps this shard's claims until `stop`: first claims the players of the live matches
+    /// restored here under this owner's lease (the tickets' are claimed before they are
+    /// restored), then every [`SWEEP_EVERY`] gives up the claims of players idle here once
+    /// that is durable, reading the shard's claim index now and then for claims an earlier
+    /// owner left.
     pub async fn keep_claims(self, stop: CancellationToken) {
         let store = self.inner.store.clone();
         if !store.claims_players() {
@@ -119,24 +182,22 @@ impl State {
             .inner
             .players
             .iter()
-            .filter(|e| !matches!(e.value().lock().status, PlayerStatus::Idle))
+            .filter(|e| matches!(e.value().lock().status, PlayerStatus::InMatch(_)))
             .map(|e| e.key().clone())
             .collect();
         for player in busy {
+            if stop.is_cancelled() {
+                return;
+            }
+            self.inner.claims.hold([player.clone()]);
             match store.claim_players(std::slice::from_ref(&player)).await {
-                Ok(Claim::Claimed(_)) => {
-                    self.inner
-                        .claims
-                        .held
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(player);
-                }
+                Ok(Claim::Claimed(_)) => {}
                 Ok(Claim::Elsewhere { player, keyspace }) => tracing::warn!(
                     player = %player,
                     keyspace = %keyspace,
-                    "a player busy here is held by another shard (an owner of this shard stalled meanwhile)"
+                    "a player in a live match here is held by another shard (an owner of this shard stopped meanwhile)"
                 ),
+                Err(StoreError::Fenced) => return,
                 Err(e) => tracing::warn!(error = %e, "cannot claim a restored player"),
             }
         }
@@ -144,53 +205,82 @@ impl State {
         loop {
             if sweeps.is_multiple_of(INDEX_EVERY) {
                 match store.claimed_players().await {
-                    Ok(indexed) => self
-                        .inner
-                        .claims
-                        .held
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .extend(indexed),
+                    Ok(indexed) => self.inner.claims.hold(indexed),
                     Err(e) => tracing::warn!(error = %e, "cannot read this shard's claims"),
                 }
             }
             sweeps = sweeps.wrapping_add(1);
-            {
-                let _gate = self.inner.claims.gate.write().await;
-                let idle: Vec<PlayerId> = self
-                    .inner
-                    .claims
-                    .held
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .filter(|p| !self.busy_here(p))
-                    .cloned()
-                    .collect();
-                if !idle.is_empty() {
-                    match store.release_claims(&idle).await {
-                        Ok(()) => {
-                            let mut held = self
-                                .inner
-                                .claims
-                                .held
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner());
-                            for p in &idle {
-                                held.remove(p);
-                            }
-                        }
-                        Err(StoreError::Fenced) => return,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot give up the claims of idle players")
-                        }
-                    }
-                }
+            match self.give_up_idle_claims().await {
+                Ok(()) => {}
+                Err(StoreError::Fenced) => return,
+                Err(e) => tracing::warn!(error = %e, "cannot give up the claims of idle players"),
             }
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(SWEEP_EVERY) => {}
             }
         }
+    }
+
+    /// Gives up the claims of players idle here, [`RELEASE_CHUNK`] at a time, each chunk
+    /// holding new entries out: idle is made durable first (a cancelled ticket's or match's
+    /// write), so that a next owner of this shard never restores a player another shard
+    /// queued meanwhile; and nothing is given up once the lease is gone.
+    async fn give_up_idle_claims(&self) -> Result<(), StoreError> {
+        let store = &self.inner.store;
+        let claims = &self.inner.claims;
+        loop {
+            if !self.may_act() {
+                return Ok(());
+            }
+            let _gate = claims.gate.write().await;
+            let idle: Vec<PlayerId> = claims
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|p| !self.busy_here(p))
+                .take(RELEASE_CHUNK)
+                .cloned()
+                .collect();
+            if idle.is_empty() {
+                return Ok(());
+            }
+            store.flush_async().await?;
+            store.release_claims(&idle).await?;
+            let mut held = claims.held.lock().unwrap_or_else(|p| p.into_inner());
+            for p in &idle {
+                held.remove(p);
+            }
+            if idle.len() < RELEASE_CHUNK {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_shards_an_entry_claims_nothing_and_keeps_nothing() {
+        let state = crate::state::test_util::state();
+        let players = [PlayerId::new("a"), PlayerId::new("b")];
+        state
+            .claim_for_entry(&players)
+            .await
+            .unwrap()
+            .unwrap()
+            .keep();
+        drop(state.claim_for_entry(&players).await.unwrap().unwrap());
+        assert!(state.inner.claims.held.lock().unwrap().is_empty());
+        // The sweep has nothing to do and ends at once.
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            state.clone().keep_claims(CancellationToken::new()),
+        )
+        .await
+        .unwrap();
     }
 }

@@ -60,10 +60,11 @@ pub struct ClusterConfig {
     /// with no shards), the keyspace in the others. Set by the node, never read from config.
     #[serde(skip)]
     pub id_tag: String,
-    /// The home shard's keyspace, in whose name every shard claims the players it queues
-    /// (see `store::Claim`); empty without shards. Set by the node, never read from config.
+    /// Every shard's keyspace, the home shard's first, in whose name every shard claims the
+    /// players it queues (see `store::Claim`); empty without shards. Set by the node, never
+    /// read from config.
     #[serde(skip)]
-    pub claims_home: String,
+    pub claims: Vec<String>,
 }
 
 /// One `[[cluster.shards]]` entry.
@@ -96,7 +97,7 @@ impl Default for ClusterConfig {
             peer_server_name: String::new(),
             shards: Vec::new(),
             id_tag: String::new(),
-            claims_home: String::new(),
+            claims: Vec::new(),
         }
     }
 }
@@ -139,10 +140,10 @@ impl ClusterConfig {
             } else {
                 keyspace.to_string()
             },
-            claims_home: if self.shards.is_empty() {
-                String::new()
+            claims: if self.shards.is_empty() {
+                Vec::new()
             } else {
-                self.keyspace.clone()
+                self.keyspaces().into_iter().map(str::to_string).collect()
             },
             ..self.clone()
         }
@@ -237,6 +238,12 @@ impl ClusterConfig {
         }
         super::check_keyspace(&self.keyspace)
             .map_err(|rule| FieldError::new("cluster.keyspace", rule))?;
+        if !self.shards.is_empty() && self.redis_url.is_empty() {
+            return Err(FieldError::new(
+                "cluster.shards",
+                "needs cluster.redis_url: shards split a cluster's queues over several leases",
+            ));
+        }
         for (i, shard) in self.shards.iter().enumerate() {
             let field = format!("cluster.shards[{i}].keyspace");
             super::check_keyspace(&shard.keyspace).map_err(|rule| FieldError::new(&field, rule))?;

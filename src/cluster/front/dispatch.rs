@@ -22,7 +22,7 @@ use prost::Message;
 use super::deadline::{budget, caller_timeout};
 use super::fanout::{answer, ask, ask_all, ask_each, frame, refuse};
 use super::serve;
-use super::{API, Front, SHARD, collect, link, status};
+use super::{API, FORWARDED, Front, SHARD, collect, link, status};
 use crate::cluster::merge;
 use crate::cluster::pages::{self, AuditCursor, AuditPage, MatchesCursor};
 use crate::cluster::shards::{Destination, Shards};
@@ -69,9 +69,14 @@ impl Dispatch {
 }
 
 impl Inner {
-    /// The shard a call names in its [`SHARD`] header: a node's link or forwarded stream.
+    /// The shard a call names in its [`SHARD`] header: a node's link or forwarded stream (a
+    /// client's call is routed by what it asks, whatever headers it sends).
     fn named(&self, request: &http::Request<axum::body::Body>) -> Option<usize> {
-        let shard = request.headers().get(SHARD)?.to_str().ok()?;
+        let headers = request.headers();
+        if request.uri().path() != link::PATH && !headers.contains_key(FORWARDED) {
+            return None;
+        }
+        let shard = headers.get(SHARD)?.to_str().ok()?;
         self.shards.by_keyspace(shard)
     }
 

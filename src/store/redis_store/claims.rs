@@ -15,9 +15,10 @@ use super::{RedisStore, redis_error};
 use crate::ids::PlayerId;
 use crate::store::{Claim, StoreError};
 
-/// Claims `KEYS[1]` for shard `ARGV[1]` under token `ARGV[2]`: `{1}` newly, `{0}` already
-/// this shard's (now under this token), `{-1, SHARD}` another shard's, `{-2}` this shard's
-/// under a newer token (this store's owner is stale).
+/// Claims `KEYS[1]` for shard `ARGV[1]` under token `ARGV[2]`, the deployment's shards being
+/// `ARGV[3..]`: `{1}` newly (a claim of a shard no longer configured is taken over), `{0}`
+/// already this shard's (now under this token), `{-1, SHARD}` another shard's, `{-2}` this
+/// shard's under a newer token (this store's owner is stale).
 const CLAIM: &str = r"
 local mine = ARGV[1] .. '|' .. ARGV[2]
 local v = redis.call('GET', KEYS[1])
@@ -26,7 +27,13 @@ if not v then
   return {1, ''}
 end
 local shard, token = string.match(v, '^(.*)|(%d+)$')
-if shard ~= ARGV[1] then return {-1, shard or v} end
+if shard ~= ARGV[1] then
+  for i = 3, #ARGV do
+    if ARGV[i] == shard then return {-1, shard} end
+  end
+  redis.call('SET', KEYS[1], mine)
+  return {1, ''}
+end
 if tonumber(token) > tonumber(ARGV[2]) then return {-2, ''} end
 if v ~= mine then redis.call('SET', KEYS[1], mine) end
 return {0, ''}
@@ -50,10 +57,11 @@ pub(super) fn claim_key(home: &str, player: &PlayerId) -> String {
 }
 
 impl RedisStore {
-    /// Makes this store claim the players it queues, in the deployment whose home shard's
-    /// keyspace is `home` (a cluster with several shards). Set once, before the engine runs.
-    pub fn claim_across(&self, home: &str) {
-        let _ = self.claims.set(home.to_string());
+    /// Makes this store claim the players it queues, in the deployment whose shards are in
+    /// `keyspaces`, the home shard's first (a cluster with several shards). Set once, before
+    /// the engine runs.
+    pub fn claim_across(&self, keyspaces: &[String]) {
+        let _ = self.claims.set(keyspaces.to_vec());
     }
 
     fn index_key(&self) -> String {
@@ -77,43 +85,48 @@ impl RedisStore {
     }
 
     pub(super) async fn claim(&self, players: &[PlayerId]) -> Result<Claim, StoreError> {
-        let Some(home) = self.claims.get() else {
+        let Some(home) = self.claims.get().and_then(|k| k.first()) else {
             return Ok(Claim::Claimed(Vec::new()));
         };
+        let shards = self.claims.get().map_or(&[][..], Vec::as_slice);
         self.check_fence()?;
         self.index("SADD", players).await?;
         let shard = self.keys.keyspace();
         let mut newly = Vec::new();
         for player in players {
-            let (outcome, other): (i64, String) = Script::new(CLAIM)
-                .key(claim_key(home, player))
-                .arg(shard)
-                .arg(self.token)
+            let script = Script::new(CLAIM);
+            let mut invocation = script.key(claim_key(home, player));
+            invocation.arg(shard).arg(self.token);
+            for known in shards {
+                invocation.arg(known);
+            }
+            let (outcome, other): (i64, String) = invocation
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(redis_error(&self.url))?;
-            let refused = match outcome {
-                1 => {
-                    newly.push(player.clone());
-                    continue;
+            // What this call claimed before a refusal stays claimed: another entry of the same
+            // player may rely on it by now. The engine gives it up once the player is idle.
+            match outcome {
+                1 => newly.push(player.clone()),
+                0 => {}
+                -1 => {
+                    return Ok(Claim::Elsewhere {
+                        player: player.clone(),
+                        keyspace: other,
+                    });
                 }
-                0 => continue,
-                -1 => Ok(Claim::Elsewhere {
-                    player: player.clone(),
-                    keyspace: other,
-                }),
-                _ => Err(StoreError::Fenced),
-            };
-            self.release(&newly).await?;
-            return refused;
+                _ => return Err(StoreError::Fenced),
+            }
         }
         Ok(Claim::Claimed(newly))
     }
 
     pub(super) async fn release(&self, players: &[PlayerId]) -> Result<(), StoreError> {
-        let Some(home) = self.claims.get() else {
+        let Some(home) = self.claims.get().and_then(|k| k.first()) else {
             return Ok(());
         };
+        // A store whose owner lost the lease gives nothing up: the next owner decides.
+        self.check_fence()?;
         let shard = self.keys.keyspace();
         let mut unindexed = Vec::with_capacity(players.len());
         for player in players {
@@ -174,7 +187,7 @@ mod tests {
         let store = runtime
             .block_on(RedisStore::open(url, token, &options))
             .unwrap();
-        store.claim_across("mm");
+        store.claim_across(&["mm".to_string(), "eu".to_string()]);
         store
     }
 
@@ -204,15 +217,25 @@ mod tests {
                 run(eu.claim_players(std::slice::from_ref(&p))).unwrap(),
                 elsewhere
             );
-            // A party: what it claimed is given back when a member is held elsewhere.
+            // A party: what it claimed before a member held elsewhere stays claimed (another
+            // entry of q's may rely on it) until given up, once q is idle there.
             assert_eq!(
                 run(eu.claim_players(&[q.clone(), p.clone()])).unwrap(),
                 elsewhere
             );
             assert_eq!(
                 run(home.claim_players(std::slice::from_ref(&q))).unwrap(),
-                Claim::Claimed(vec![q.clone()]),
-                "q was given back"
+                Claim::Elsewhere {
+                    player: q.clone(),
+                    keyspace: "eu".into()
+                }
+            );
+            runtime
+                .block_on(eu.release_claims(std::slice::from_ref(&q)))
+                .unwrap();
+            assert_eq!(
+                run(home.claim_players(std::slice::from_ref(&q))).unwrap(),
+                Claim::Claimed(vec![q.clone()])
             );
             runtime
                 .block_on(home.release_claims(&[p.clone(), q.clone()]))
@@ -227,6 +250,22 @@ mod tests {
                 vec![p.clone()]
             );
 
+            // A claim of a shard no longer configured is taken over.
+            let r = PlayerId::new("r");
+            let mut conn = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let () = ::redis::cmd("SET")
+                .arg(claim_key("mm", &r))
+                .arg("gone|4")
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(
+                run(eu.claim_players(std::slice::from_ref(&r))).unwrap(),
+                Claim::Claimed(vec![r.clone()])
+            );
+
             // A newer owner of shard eu takes the claim over; the older one can neither give it
             // up nor claim under it any more.
             let newer = shard(&runtime, &url, "eu", 9);
@@ -237,9 +276,11 @@ mod tests {
             runtime
                 .block_on(eu.release_claims(std::slice::from_ref(&p)))
                 .unwrap();
-            assert_eq!(
-                runtime.block_on(newer.claimed_players()).unwrap(),
-                vec![p.clone()],
+            assert!(
+                runtime
+                    .block_on(newer.claimed_players())
+                    .unwrap()
+                    .contains(&p),
                 "still indexed for the newer owner"
             );
             assert_eq!(

@@ -204,7 +204,7 @@ pub struct RedisStore {
     failure: tokio_util::sync::CancellationToken,
     /// The home shard's keyspace, when this store claims the players it queues (see
     /// `claims.rs`).
-    claims: std::sync::OnceLock<String>,
+    claims: std::sync::OnceLock<Vec<String>>,
 }
 
 fn redis_error(url: &str) -> impl Fn(::redis::RedisError) -> StoreError + '_ {
