@@ -42,11 +42,21 @@ pub(super) struct Claims {
     gate: tokio::sync::RwLock<()>,
     /// Players this shard holds a claim on, or may.
     held: std::sync::Mutex<HashSet<PlayerId>>,
+    /// Players who became idle here since the last sweep: the only ones it looks at, but for
+    /// a look at every held player each [`INDEX_EVERY`] sweeps.
+    freed: std::sync::Mutex<Vec<PlayerId>>,
 }
 
 impl Claims {
+    /// `players` may hold a claim here: the next sweep looks at them (a refused entry's are
+    /// idle at once).
     fn hold(&self, players: impl IntoIterator<Item = PlayerId>) {
+        let players: Vec<PlayerId> = players.into_iter().collect();
         self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(players.iter().cloned());
+        self.freed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(players);
@@ -162,6 +172,19 @@ impl State {
         Ok(kept)
     }
 
+    /// Notes that `players` may have become idle here (a ticket ended, a match ended or was
+    /// cancelled), for the next sweep.
+    pub(super) fn note_idle(&self, players: &[PlayerId]) {
+        if self.inner.store.claims_players() {
+            self.inner
+                .claims
+                .freed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(players.iter().cloned());
+        }
+    }
+
     /// Whether `player` waits or plays here.
     fn busy_here(&self, player: &PlayerId) -> bool {
         self.slot_if_known(player)
@@ -209,8 +232,9 @@ impl State {
                     Err(e) => tracing::warn!(error = %e, "cannot read this shard's claims"),
                 }
             }
+            let everyone = sweeps.is_multiple_of(INDEX_EVERY);
             sweeps = sweeps.wrapping_add(1);
-            match self.give_up_idle_claims().await {
+            match self.give_up_idle_claims(everyone).await {
                 Ok(()) => {}
                 Err(StoreError::Fenced) => return,
                 Err(e) => tracing::warn!(error = %e, "cannot give up the claims of idle players"),
@@ -222,29 +246,46 @@ impl State {
         }
     }
 
-    /// Gives up the claims of players idle here, [`RELEASE_CHUNK`] at a time, each chunk
-    /// holding new entries out: idle is made durable first (a cancelled ticket's or match's
-    /// write), so that a next owner of this shard never restores a player another shard
-    /// queued meanwhile; and nothing is given up once the lease is gone.
-    async fn give_up_idle_claims(&self) -> Result<(), StoreError> {
+    /// Gives up the claims of players idle here (of those noted idle since the last sweep, or
+    /// of `everyone` held), [`RELEASE_CHUNK`] at a time, each chunk holding new entries out:
+    /// idle is made durable first (a cancelled ticket's or match's write), so that a next
+    /// owner of this shard never restores a player another shard queued meanwhile; and nothing
+    /// is given up once the lease is gone.
+    async fn give_up_idle_claims(&self, everyone: bool) -> Result<(), StoreError> {
         let store = &self.inner.store;
         let claims = &self.inner.claims;
-        loop {
+        let mut candidates: Vec<PlayerId> = if everyone {
+            claims
+                .freed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+            let held = claims.held.lock().unwrap_or_else(|p| p.into_inner());
+            held.iter().cloned().collect()
+        } else {
+            std::mem::take(&mut *claims.freed.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        candidates.retain(|p| !self.busy_here(p));
+        candidates.sort_unstable();
+        candidates.dedup();
+        while !candidates.is_empty() {
             if !self.may_act() {
                 return Ok(());
             }
-            let _gate = claims.gate.write().await;
-            let idle: Vec<PlayerId> = claims
-                .held
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .filter(|p| !self.busy_here(p))
-                .take(RELEASE_CHUNK)
-                .cloned()
+            let chunk: Vec<PlayerId> = candidates
+                .drain(..candidates.len().min(RELEASE_CHUNK))
                 .collect();
+            let _gate = claims.gate.write().await;
+            // Looked at again holding entries out: one may have queued them meanwhile.
+            let idle: Vec<PlayerId> = {
+                let held = claims.held.lock().unwrap_or_else(|p| p.into_inner());
+                chunk
+                    .into_iter()
+                    .filter(|p| held.contains(p) && !self.busy_here(p))
+                    .collect()
+            };
             if idle.is_empty() {
-                return Ok(());
+                continue;
             }
             store.flush_async().await?;
             store.release_claims(&idle).await?;
@@ -252,10 +293,8 @@ impl State {
             for p in &idle {
                 held.remove(p);
             }
-            if idle.len() < RELEASE_CHUNK {
-                return Ok(());
-            }
         }
+        Ok(())
     }
 }
 

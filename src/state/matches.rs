@@ -665,6 +665,7 @@ impl State {
             };
         }
         drop(guards);
+        self.note_idle(&ids);
         for (t, release) in tickets {
             t.publish(match release {
                 Release::Requeue {

@@ -236,6 +236,7 @@ impl State {
             }
         }
         drop(guards);
+        self.note_idle(&ids);
         let server = {
             let mut inner = m.lock();
             inner.phase = MatchPhase::Completed;

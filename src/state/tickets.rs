@@ -327,6 +327,8 @@ impl State {
                 guard.status = PlayerStatus::Idle;
             }
         }
+        drop(guards);
+        self.note_idle(&ticket.players);
         ticket.publish(TicketView {
             state,
             reason,
