@@ -26,8 +26,9 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 const CLAIM_PATIENCE: Duration = Duration::from_millis(750);
 
 /// How many sweeps pass between two reads of the shard's claim index (claims an earlier owner
-/// of the shard, or a stalled one, left).
-const INDEX_EVERY: u32 = 40;
+/// of the shard, or a stalled one, left) and two looks at every held player (five minutes; a
+/// new owner reads it at once): the sweeps between look at the players who became idle.
+const INDEX_EVERY: u32 = 1200;
 
 /// At most this many claims are given up at once, so that entries wait for the sweep only
 /// that long.

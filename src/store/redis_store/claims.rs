@@ -148,12 +148,27 @@ impl RedisStore {
         if self.claims.get().is_none() {
             return Ok(Vec::new());
         }
-        let players: Vec<String> = ::redis::cmd("SMEMBERS")
-            .arg(self.index_key())
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(redis_error(&self.url))?;
-        Ok(players.into_iter().map(PlayerId::new).collect())
+        // In steps, so that a large index never holds Redis for long.
+        let mut players = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let (next, step): (u64, Vec<String>) = ::redis::cmd("SSCAN")
+                .arg(self.index_key())
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            players.extend(step.into_iter().map(PlayerId::new));
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        players.sort_unstable();
+        players.dedup();
+        Ok(players)
     }
 }
 
