@@ -327,14 +327,14 @@ impl State {
                 guard.status = PlayerStatus::Idle;
             }
         }
-        drop(guards);
-        self.note_idle(&ticket.players);
         ticket.publish(TicketView {
             state,
             reason,
             ..TicketView::searching(now - ticket.entered_at, String::new())
         });
         self.forget_stored_tickets(std::slice::from_ref(&ticket.id));
+        drop(guards);
+        self.note_idle(&ticket.players);
     }
 
     /// Drops tickets that stopped waiting from a store that keeps tickets (durable with the
