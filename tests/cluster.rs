@@ -2222,21 +2222,7 @@ async fn an_owner_that_loses_its_lease_leaves_its_engine_gauges_at_zero() {
 
     // Another node takes the lease, under a newer fencing token: n1's next renewal finds it
     // gone, and its writes are refused.
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let token: u64 = redis::cmd("INCR")
-        .arg("{mm}:fence")
-        .query(&mut conn)
-        .unwrap();
-    let () = redis::cmd("SET")
-        .arg("{mm}:lease")
-        .arg(format!("{token}|n9|127.0.0.1:1"))
-        .arg("PX")
-        .arg(60_000)
-        .query(&mut conn)
-        .unwrap();
+    common::take_lease(&redis, "mm");
     let page = common::poll_until("n1's engine gauges at zero", gauges(0.0)).await;
     assert_eq!(
         sample(&page, "matchmaker_matches_unallocated{shard=\"mm\"}"),

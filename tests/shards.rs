@@ -57,6 +57,55 @@ async fn spread_over_two(redis: &RedisServer, lease_ms: u64) -> (String, String)
     .await
 }
 
+/// Two nodes of [`SHARDS`] on a Redis of their own, once each holds one shard and the cluster
+/// answers.
+struct TwoNodes {
+    /// Kept for the nodes' life, as are the nodes.
+    _redis: RedisServer,
+    _dir: tempfile::TempDir,
+    _nodes: Vec<ServerProcess>,
+    n1: Channel,
+    n2: Channel,
+}
+
+async fn two_nodes() -> TwoNodes {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    common::queues_answer(&n1).await;
+    TwoNodes {
+        _redis: redis,
+        _dir: dir,
+        _nodes: nodes,
+        n1,
+        n2,
+    }
+}
+
+/// Sets `player`'s rating in `queue` (an admin change served by the queue's shard).
+async fn set_rating(admin: &mut AdminServiceClient<Channel>, player: &str, queue: &str) {
+    admin
+        .set_rating(proto::SetRatingRequest {
+            player_id: player.into(),
+            queue: queue.into(),
+            rating: Some(proto::Rating {
+                mean: 1600.0,
+                deviation: 100.0,
+                ..Default::default()
+            }),
+            rank_points: None,
+        })
+        .await
+        .unwrap();
+}
+
 async fn stats(channel: &Channel, queue: &str) -> proto::QueueStat {
     AdminServiceClient::new(channel.clone())
         .get_queue_stats(proto::GetQueueStatsRequest {
@@ -246,18 +295,9 @@ async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_oth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_about_no_one_queue_are_asked_of_every_shard_and_answered_as_one_node() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let nodes: Vec<ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| common::cluster_node(&config, n, None))
-        .collect();
-    spread_over_two(&redis, LEASE_MS).await;
-    let n1 = nodes[0].channel().await;
-    common::queues_answer(&n1).await;
-    let mut client = ClientServiceClient::new(n1.clone());
-    let mut admin = AdminServiceClient::new(nodes[1].channel().await);
+    let cluster = two_nodes().await;
+    let mut client = ClientServiceClient::new(cluster.n1.clone());
+    let mut admin = AdminServiceClient::new(cluster.n2.clone());
     let solo = common::enter(&mut client, "1v1", &["solo"]).await;
     let duo = common::enter(&mut client, "2v2", &["duo"]).await;
     common::enter(&mut client, "2v2", &["banned"]).await;
@@ -304,11 +344,11 @@ async fn calls_about_no_one_queue_are_asked_of_every_shard_and_answered_as_one_n
         .into_inner();
     assert!(banned.ticket_cancelled);
     assert_eq!(
-        refused_code(&n1, "1v1", "banned").await,
+        refused_code(&cluster.n1, "1v1", "banned").await,
         tonic::Code::PermissionDenied
     );
     assert_eq!(
-        refused_code(&n1, "2v2", "banned").await,
+        refused_code(&cluster.n1, "2v2", "banned").await,
         tonic::Code::PermissionDenied
     );
     let unbanned = admin
@@ -328,19 +368,7 @@ async fn calls_about_no_one_queue_are_asked_of_every_shard_and_answered_as_one_n
         .into_inner()
         .players;
     for (player, queue) in [("rated-home", "1v1"), ("rated-eu", "2v2")] {
-        admin
-            .set_rating(proto::SetRatingRequest {
-                player_id: player.into(),
-                queue: queue.into(),
-                rating: Some(proto::Rating {
-                    mean: 1600.0,
-                    deviation: 100.0,
-                    ..Default::default()
-                }),
-                rank_points: None,
-            })
-            .await
-            .unwrap();
+        set_rating(&mut admin, player, queue).await;
     }
     let snapshot = admin
         .snapshot(proto::SnapshotRequest {})
@@ -450,17 +478,8 @@ async fn refused_code(channel: &Channel, queue: &str, player: &str) -> tonic::Co
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_waits_or_plays_in_one_shard_at_a_time() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let nodes: Vec<ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| common::cluster_node(&config, n, None))
-        .collect();
-    spread_over_two(&redis, LEASE_MS).await;
-    let n1 = nodes[0].channel().await;
-    let n2 = nodes[1].channel().await;
-    common::queues_answer(&n1).await;
+    let cluster = two_nodes().await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
 
     // Queued in the home shard: refused by shard eu, naming the shard that holds the player.
     let ticket = common::enter(&mut ClientServiceClient::new(n1.clone()), "1v1", &["ana"]).await;
@@ -551,17 +570,8 @@ async fn a_player_waits_or_plays_in_one_shard_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_game_server_stream_gets_the_matches_of_every_shard() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let nodes: Vec<ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| common::cluster_node(&config, n, None))
-        .collect();
-    spread_over_two(&redis, LEASE_MS).await;
-    let n1 = nodes[0].channel().await;
-    let n2 = nodes[1].channel().await;
-    common::queues_answer(&n1).await;
+    let cluster = two_nodes().await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
 
     // Capacity 0 (unlimited): registered with both shards through n1, whichever owns them.
     let mut offers = common::serve(&mut GameServerServiceClient::new(n1.clone()), "gs:all").await;
@@ -596,17 +606,8 @@ async fn one_game_server_stream_gets_the_matches_of_every_shard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_smaller_than_the_shards_reaches_only_the_first_shards() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let nodes: Vec<ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| common::cluster_node(&config, n, None))
-        .collect();
-    spread_over_two(&redis, LEASE_MS).await;
-    let n1 = nodes[0].channel().await;
-    let n2 = nodes[1].channel().await;
-    common::queues_answer(&n1).await;
+    let cluster = two_nodes().await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
 
     // Capacity 1 over two shards: the home shard's share is 1, eu's 0, so eu is not asked.
     // Its stream is open (every shard asked has registered it) before any match forms.
@@ -642,34 +643,13 @@ async fn a_capacity_smaller_than_the_shards_reaches_only_the_first_shards() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_player_s_matches_and_the_audit_log_page_through_every_shard_as_one_list() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let nodes: Vec<ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| common::cluster_node(&config, n, None))
-        .collect();
-    spread_over_two(&redis, LEASE_MS).await;
-    let n1 = nodes[0].channel().await;
-    let n2 = nodes[1].channel().await;
-    common::queues_answer(&n1).await;
+    let cluster = two_nodes().await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
 
     // An admin change served by each shard, read back through the other node, two at a time.
     let mut admin = AdminServiceClient::new(n2.clone());
     for (player, queue) in [("rated-home", "1v1"), ("rated-eu", "2v2")] {
-        admin
-            .set_rating(proto::SetRatingRequest {
-                player_id: player.into(),
-                queue: queue.into(),
-                rating: Some(proto::Rating {
-                    mean: 1600.0,
-                    deviation: 100.0,
-                    ..Default::default()
-                }),
-                rank_points: None,
-            })
-            .await
-            .unwrap();
+        set_rating(&mut admin, player, queue).await;
     }
     let mut audit = AdminServiceClient::new(n1.clone());
     let mut entries: Vec<proto::AuditEntry> = Vec::new();
@@ -935,21 +915,7 @@ async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
 
     // Another node takes eu's lease under a newer fencing token: n1's next renewal finds it
     // gone, and its eu engine stops.
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let token: u64 = redis::cmd("INCR")
-        .arg("{eu}:fence")
-        .query(&mut conn)
-        .unwrap();
-    let () = redis::cmd("SET")
-        .arg("{eu}:lease")
-        .arg(format!("{token}|n9|127.0.0.1:1"))
-        .arg("PX")
-        .arg(60_000)
-        .query(&mut conn)
-        .unwrap();
+    common::take_lease(&redis, "eu");
     let page = common::poll_until(
         "eu's gauges at zero, the home shard's still counting",
         gauges([1.0, 1.0, 0.0, 0.0, 3.0]),

@@ -548,6 +548,26 @@ pub fn lease_holder(redis: &matchmaker::store::RedisServer) -> Option<String> {
     Some(value?.split('|').nth(1)?.to_string())
 }
 
+/// Gives `keyspace`'s lease to a node that does not exist (`n9`), under a newer fencing token,
+/// for a minute: its owner's next renewal finds it gone, as when another node took over.
+pub fn take_lease(redis: &matchmaker::store::RedisServer, keyspace: &str) {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let token: u64 = redis::cmd("INCR")
+        .arg(format!("{{{keyspace}}}:fence"))
+        .query(&mut conn)
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg(format!("{{{keyspace}}}:lease"))
+        .arg(format!("{token}|n9|127.0.0.1:1"))
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+}
+
 /// Waits until some node owns the queues and answers through `channel`.
 pub async fn queues_answer(channel: &Channel) {
     poll_until("the cluster answers", || {
