@@ -883,8 +883,9 @@ async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
 
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
-    // Tickets waiting and rate-limit buckets of each shard, and the queues owned.
-    let gauges = |want: [f64; 5]| {
+    // Tickets waiting, rate-limit buckets and players claimed of each shard, and the queues
+    // owned.
+    let gauges = |want: [f64; 7]| {
         let (http, metrics) = (http.clone(), metrics.clone());
         move || {
             let page = http.get(format!("http://{metrics}/metrics")).send();
@@ -896,6 +897,8 @@ async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
                     "matchmaker_tickets_waiting{shard=\"eu\",queue=\"2v2\"}",
                     "matchmaker_rate_limit_buckets{shard=\"eu\"}",
                     "matchmaker_cluster_queues_owned",
+                    "matchmaker_cluster_claims_held{shard=\"mm\"}",
+                    "matchmaker_cluster_claims_held{shard=\"eu\"}",
                 ]
                 .map(|series| sample(&page, series));
                 if seen == want.map(Some) {
@@ -909,7 +912,7 @@ async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
     // 1v1, 5v5 and ffa8 in the home shard, 2v2 in eu: four queues owned.
     common::poll_until(
         "each shard's engine counts its ticket and its caller",
-        gauges([1.0, 1.0, 1.0, 1.0, 4.0]),
+        gauges([1.0, 1.0, 1.0, 1.0, 4.0, 1.0, 1.0]),
     )
     .await;
 
@@ -918,7 +921,7 @@ async fn a_node_that_loses_one_shard_zeroes_that_shard_s_gauges_only() {
     common::take_lease(&redis, "eu");
     let page = common::poll_until(
         "eu's gauges at zero, the home shard's still counting",
-        gauges([1.0, 1.0, 0.0, 0.0, 3.0]),
+        gauges([1.0, 1.0, 0.0, 0.0, 3.0, 1.0, 0.0]),
     )
     .await;
     for gauge in ["matches_unallocated", "servers_connected", "store_bytes"] {

@@ -121,6 +121,11 @@ impl State {
                 Claim::Elsewhere { player, keyspace } => {
                     drop(gate);
                     if tokio::time::Instant::now() >= patience {
+                        metrics::counter!(
+                            crate::telemetry::CLUSTER_CLAIMS_REFUSED,
+                            crate::telemetry::SHARD => self.shard().to_owned()
+                        )
+                        .increment(1);
                         return Ok(Err(Rejection::BusyElsewhere { player, keyspace }));
                     }
                     tokio::time::sleep(SWEEP_EVERY / 2).await;
@@ -240,6 +245,9 @@ impl State {
                 Err(StoreError::Fenced) => return,
                 Err(e) => tracing::warn!(error = %e, "cannot give up the claims of idle players"),
             }
+            let held = self.inner.claims.held.lock().map_or(0, |h| h.len());
+            crate::telemetry::engine_gauge(crate::telemetry::CLUSTER_CLAIMS_HELD, self.shard())
+                .set(held as f64);
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(SWEEP_EVERY) => {}

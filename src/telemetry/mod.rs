@@ -117,6 +117,12 @@ pub const CLUSTER_FRONT_SECONDS: &str = "matchmaker_cluster_front_handling_secon
 pub const CLUSTER_STORE_OPENED: &str = "matchmaker_cluster_store_opened_total";
 /// Players in this node's standby copy of the state, 0 while it has none (gauge).
 pub const CLUSTER_STANDBY_PLAYERS: &str = "matchmaker_cluster_standby_players";
+/// Players a shard's engine holds a claim on, or may (queued or playing there, or idle and
+/// about to be given up), by `shard` (gauge; with several shards only).
+pub const CLUSTER_CLAIMS_HELD: &str = "matchmaker_cluster_claims_held";
+/// Entries a shard refused because another shard holds one of their players, by `shard`
+/// (counter).
+pub const CLUSTER_CLAIMS_REFUSED: &str = "matchmaker_cluster_claims_refused_total";
 /// Seconds of one round trip to Redis, per operation (lease | flush | follow: a standby's
 /// reading of the change log and the fields it names) (histogram).
 pub const CLUSTER_REDIS_SECONDS: &str = "matchmaker_cluster_redis_round_trip_seconds";
@@ -174,12 +180,13 @@ const SECONDS_FAST: &[f64] = &[
 pub const SHARD: &str = "shard";
 
 /// The gauges without a queue label that an engine keeps, each labelled [`SHARD`]: matches
-/// unallocated, servers connected, store bytes and rate-limit buckets.
-pub const ENGINE_GAUGES: [&str; 4] = [
+/// unallocated, servers connected, store bytes, rate-limit buckets and players claimed.
+pub const ENGINE_GAUGES: [&str; 5] = [
     MATCHES_UNALLOCATED,
     SERVERS_CONNECTED,
     STORE_BYTES,
     RATE_LIMIT_BUCKETS,
+    CLUSTER_CLAIMS_HELD,
 ];
 
 /// The gauge `name` (one of [`ENGINE_GAUGES`]) of the engine of shard `shard`.
@@ -308,6 +315,14 @@ pub fn describe() {
     describe_gauge!(
         CLUSTER_STANDBY_PLAYERS,
         "Players in this node's standby copy of the state"
+    );
+    describe_gauge!(
+        CLUSTER_CLAIMS_HELD,
+        "Players a shard's engine holds a claim on, by shard"
+    );
+    describe_counter!(
+        CLUSTER_CLAIMS_REFUSED,
+        "Entries refused because another shard holds one of their players, by shard"
     );
     describe_histogram!(
         CLUSTER_REDIS_SECONDS,
