@@ -803,6 +803,17 @@ impl Config {
     /// rating pool are in one shard: they share each player's record.
     fn validate_shards(&self) -> Result<(), ConfigError> {
         let cluster = &self.cluster;
+        // The home shard and these: event cursors tell at most this many apart.
+        let most = crate::store::event_clock::MAX_SHARDS - 1;
+        if cluster.shards.len() > most {
+            return Err(ConfigError::invalid(
+                "cluster.shards",
+                format!(
+                    "at most {most} shards besides the home shard (got {})",
+                    cluster.shards.len()
+                ),
+            ));
+        }
         let mut named: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, shard) in cluster.shards.iter().enumerate() {
             for (j, queue) in shard.queues.iter().enumerate() {

@@ -938,3 +938,183 @@ fn sample(page: &str, series: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// The events of every shard reach one watcher through any node, in one order of cursors that
+/// only grow: a watcher resuming after any of them gets exactly the rest, and a cursor past
+/// every shard's last event is refused as one node refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_watcher_gets_every_shard_s_events_in_one_order_and_resumes_anywhere_in_it() {
+    let cluster = two_nodes().await;
+    let rated = [proto::EventKind::RatingChanged];
+    let mut watcher = AdminServiceClient::new(cluster.n1.clone())
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: 0,
+            kinds: rated.iter().map(|&k| k as i32).collect(),
+        })
+        .await
+        .expect("watch_events")
+        .into_inner();
+    // Rating changes in either shard, through either node, in turn.
+    let mut made = Vec::new();
+    for i in 0..6 {
+        let (queue, through) = if i % 2 == 0 {
+            ("1v1", &cluster.n1)
+        } else {
+            ("2v2", &cluster.n2)
+        };
+        let player = format!("p{i}");
+        set_rating(
+            &mut AdminServiceClient::new(through.clone()),
+            &player,
+            queue,
+        )
+        .await;
+        made.push(player);
+    }
+    let mut seen = Vec::new();
+    while seen.len() < made.len() {
+        seen.push(common::next(&mut watcher).await);
+    }
+    let cursors: Vec<u64> = seen.iter().map(|e| e.cursor).collect();
+    assert!(
+        cursors.windows(2).all(|w| w[0] < w[1]),
+        "cursors only grow: {cursors:?}"
+    );
+    let mut players: Vec<&str> = seen.iter().map(|e| e.player_id.as_str()).collect();
+    // Each shard's own events keep their order.
+    for shard in [["p0", "p2", "p4"], ["p1", "p3", "p5"]] {
+        let order: Vec<&str> = players
+            .iter()
+            .copied()
+            .filter(|p| shard.contains(p))
+            .collect();
+        assert_eq!(order, shard);
+    }
+    players.sort_unstable();
+    assert_eq!(players, made);
+    assert!(
+        seen.iter()
+            .all(|e| e.kind == proto::EventKind::RatingChanged as i32 && e.unix > 0.0),
+        "no closing mark reaches the watcher: {seen:?}"
+    );
+
+    // Through the other node, after the third: exactly the last three.
+    let rest = common::watch_events(&cluster.n2, cursors[2], &rated, 3).await;
+    assert_eq!(
+        rest.iter().map(|e| e.cursor).collect::<Vec<_>>(),
+        cursors[3..]
+    );
+    // And nothing more comes while nothing happens.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), watcher.message())
+            .await
+            .is_err(),
+        "a closing mark is not an event"
+    );
+
+    let past = AdminServiceClient::new(cluster.n2.clone())
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: cursors[5] + 1,
+            kinds: Vec::new(),
+        })
+        .await;
+    let refused = match past {
+        Err(status) => status,
+        Ok(stream) => stream
+            .into_inner()
+            .message()
+            .await
+            .expect_err("a cursor past every shard's last event is refused"),
+    };
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    assert!(
+        refused.message().contains("after_cursor"),
+        "{}",
+        refused.message()
+    );
+}
+
+/// A watcher whose stream ends with a shard's owner (`kill -9`) resumes after the last cursor
+/// it got: the next owner's events come after it, and nothing is sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resumes_after_a_shard_s_failover_with_nothing_lost_or_repeated() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
+        .collect();
+    let (home_owner, eu_owner) = spread_over_two(&redis, LEASE_MS).await;
+    let survivor = nodes[&home_owner].channel().await;
+    common::queues_answer(&survivor).await;
+    let rated = [proto::EventKind::RatingChanged];
+    let mut admin = AdminServiceClient::new(survivor.clone());
+    let mut watcher = admin
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: 0,
+            kinds: rated.iter().map(|&k| k as i32).collect(),
+        })
+        .await
+        .expect("watch_events")
+        .into_inner();
+    set_rating(&mut admin, "a0", "1v1").await;
+    set_rating(&mut admin, "b0", "2v2").await;
+    let before = [
+        common::next(&mut watcher).await,
+        common::next(&mut watcher).await,
+    ];
+    let last = before[1].cursor;
+
+    let mut dead = nodes.remove(&eu_owner).unwrap();
+    dead.child.kill().unwrap();
+    let _ = dead.child.wait();
+    // The watcher's stream ends with the shard's owner, as on one node.
+    let ended = match tokio::time::timeout(common::EVENT_TIMEOUT, watcher.message())
+        .await
+        .expect("the stream ends")
+    {
+        Ok(Some(event)) => panic!("no event was made meanwhile: {event:?}"),
+        Ok(None) => None,
+        Err(status) => Some(status.code()),
+    };
+    assert_eq!(ended, Some(tonic::Code::Unavailable));
+    common::poll_until("the survivor owns shard eu", || {
+        let seen = holder(&redis, "eu");
+        let want = home_owner.clone();
+        async move {
+            if seen.as_deref() == Some(want.as_str()) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        }
+    })
+    .await;
+    set_rating(&mut admin, "b1", "2v2").await;
+    set_rating(&mut admin, "a1", "1v1").await;
+    let mut resumed = admin
+        .watch_events(proto::WatchEventsRequest {
+            after_cursor: last,
+            kinds: rated.iter().map(|&k| k as i32).collect(),
+        })
+        .await
+        .expect("watch_events")
+        .into_inner();
+    let after = [
+        common::next(&mut resumed).await,
+        common::next(&mut resumed).await,
+    ];
+    // Each shard's in its order; across shards a new owner's events may come up to its lead
+    // later than those another shard made at the same time.
+    let mut players: Vec<&str> = after.iter().map(|e| e.player_id.as_str()).collect();
+    players.sort_unstable();
+    assert_eq!(players, ["a1", "b1"]);
+    assert!(last < after[0].cursor && after[0].cursor < after[1].cursor);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), resumed.message())
+            .await
+            .is_err(),
+        "nothing is sent twice: {before:?}"
+    );
+}

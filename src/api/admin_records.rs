@@ -4,6 +4,7 @@
 //! map back; the records live in `state::records` and `store::admin_records`.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use serde_json::json;
 use tokio_stream::{Stream, StreamExt};
@@ -16,7 +17,7 @@ use crate::ids::PlayerId;
 use crate::matchmaker::{Command, HandleError};
 use crate::proto;
 use crate::rejection::Rejection;
-use crate::state::{TicketState, unix_now};
+use crate::state::{TicketState, Watched, unix_now};
 use crate::store::{Ban, EventKind, EventRecord};
 
 /// Longest ban reason, in characters.
@@ -36,6 +37,23 @@ const LIVE_MATCHES_MAX: usize = 1000;
 /// it reads for one call (a queue whose results are rare among many others' stops there).
 const RESULT_SCAN_WINDOW: usize = 1024;
 const RESULT_SCAN_MAX: usize = 200_000;
+/// A `WatchEvents` request header asking for closing marks too: every
+/// [`CLOSING_EVERY`] while no event is sent, an event of no kind and no time whose cursor says
+/// that no later event has a cursor at or below it (how a front merges several shards' logs,
+/// `cluster::front::events`). The answer then names its last durable cursor in
+/// [`EVENTS_LAST`] instead of refusing a cursor past it: another shard may have given it.
+pub const EVENTS_CLOSING: &str = "x-matchmaker-events-closing";
+/// The response header of a [`EVENTS_CLOSING`] stream with the log's last durable cursor.
+pub const EVENTS_LAST: &str = "x-matchmaker-events-last";
+/// How often a [`EVENTS_CLOSING`] stream says how far its log is closed.
+const CLOSING_EVERY: Duration = Duration::from_millis(100);
+
+/// Whether `event` is a closing mark ([`EVENTS_CLOSING`]): a real event has a kind or a time.
+#[must_use]
+pub fn is_closing_mark(event: &proto::Event) -> bool {
+    event.kind == 0 && event.unix == 0.0
+}
+
 /// Events a `WatchEvents` stream buffers for a slow reader.
 const EVENT_BUFFER: usize = 64;
 
@@ -339,24 +357,24 @@ impl Admin {
         let mut ids = Vec::new();
         // Only what is durable, as WatchEvents reads: a result still on its way to the disk
         // could be lost to a crash after it was listed.
-        let mut upto = self.state.last_durable_event();
+        let mut before = self.state.last_durable_event().saturating_add(1);
         let mut scanned = 0;
-        while ids.len() < limit && upto > 0 && scanned < RESULT_SCAN_MAX {
-            let from = upto.saturating_sub(RESULT_SCAN_WINDOW as u64);
-            let window = store.events_after(from, RESULT_SCAN_WINDOW)?;
+        while ids.len() < limit && scanned < RESULT_SCAN_MAX {
+            let window = store.events_before(before, RESULT_SCAN_WINDOW)?;
+            let Some(&(oldest, _)) = window.last() else {
+                break;
+            };
             scanned += RESULT_SCAN_WINDOW;
             ids.extend(
                 window
                     .iter()
-                    .rev()
-                    .filter(|(cursor, e)| {
-                        *cursor <= upto
-                            && e.kind == EventKind::MatchCompleted
+                    .filter(|(_, e)| {
+                        e.kind == EventKind::MatchCompleted
                             && queue.is_none_or(|q| completed_queue(e) == q)
                     })
                     .map(|(_, e)| crate::ids::MatchId::new(e.match_id.as_str())),
             );
-            upto = from;
+            before = oldest;
         }
         ids.truncate(limit);
         let mut found: std::collections::HashMap<_, _> = store
@@ -450,13 +468,17 @@ impl Admin {
             &request,
             format!("after_cursor={} kinds={:?}", r.after_cursor, r.kinds),
         );
+        let closing = request.metadata().contains_key(EVENTS_CLOSING);
         let req = request.into_inner();
         let kinds = kinds_filter(&req.kinds)?;
         // A cursor this log never reached (a store restored from an older backup, a Redis
         // failover that lost writes): the events numbered after it anew would be skipped
         // without a word, so the consumer hears it instead.
         let last = self.state.last_durable_event();
-        if req.after_cursor > last {
+        if closing {
+            // Another shard's cursor, maybe ahead of this log's clock: later events come after.
+            self.state.witness_event(req.after_cursor);
+        } else if req.after_cursor > last {
             return Err(Status::out_of_range(format!(
                 "after_cursor: {} is past the last event written ({last}); resume from {last} \
                  or 0",
@@ -472,22 +494,33 @@ impl Admin {
             move |kind| kinds.is_empty() || kinds.contains(&(kind_to_proto(kind) as i32)),
             tx,
             self.shutdown.clone(),
+            closing.then_some(CLOSING_EVERY),
         ));
         let events = tokio_stream::wrappers::ReceiverStream::new(rx).map(|item| {
-            item.map(|(cursor, e)| proto::Event {
-                cursor,
-                kind: kind_to_proto(e.kind) as i32,
-                unix: e.unix,
-                match_id: e.match_id,
-                player_id: e.player_id,
-                detail_json: e.detail_json,
+            item.map(|watched| match watched {
+                Watched::Event(cursor, e) => proto::Event {
+                    cursor,
+                    kind: kind_to_proto(e.kind) as i32,
+                    unix: e.unix,
+                    match_id: e.match_id,
+                    player_id: e.player_id,
+                    detail_json: e.detail_json,
+                },
+                Watched::Closed(cursor) => proto::Event {
+                    cursor,
+                    ..proto::Event::default()
+                },
             })
             .map_err(Status::from)
         });
-        Ok(Response::new(Box::pin(super::closing::UntilClosed::new(
+        let mut response = Response::new(Box::pin(super::closing::UntilClosed::new(
             &self.state,
             Box::pin(events),
-        ))))
+        )) as EventStream);
+        if closing && let Ok(value) = last.to_string().parse() {
+            response.metadata_mut().insert(EVENTS_LAST, value);
+        }
+        Ok(response)
     }
 }
 /// Audit sequence numbers in increasing order as [`AUDIT_SEQS`] spells them: runs of

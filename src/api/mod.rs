@@ -10,7 +10,10 @@ mod client;
 mod closing;
 pub mod convert;
 mod error;
-pub use admin_records::{AUDIT_PAGE, AUDIT_SEQS, LIVE_MATCHES_PAGE, audit_seqs, parse_audit_seqs};
+pub use admin_records::{
+    AUDIT_PAGE, AUDIT_SEQS, EVENTS_CLOSING, EVENTS_LAST, LIVE_MATCHES_PAGE, audit_seqs,
+    is_closing_mark, parse_audit_seqs,
+};
 pub use error::{NOT_OWNER, NOT_OWNER_FENCED};
 mod game_server;
 pub mod layers;

@@ -458,4 +458,29 @@ fn shards_name_configured_queues_once_in_keyspaces_of_their_own_and_keep_pools_w
         }
         other => panic!("{other:?}"),
     }
+
+    // Event cursors tell sixteen shards apart, the home shard one of them.
+    let mut c = sharded("").unwrap();
+    let solo = c.queues["1v1"].clone();
+    let shards = |n: usize| -> Vec<crate::store::ShardConfig> {
+        (0..n)
+            .map(|i| crate::store::ShardConfig {
+                keyspace: format!("s{i}"),
+                queues: vec![format!("q{i}")],
+            })
+            .collect()
+    };
+    for i in 0..16 {
+        c.queues.insert(format!("q{i}"), solo.clone());
+    }
+    c.cluster.shards = shards(15);
+    c.validate().unwrap();
+    c.cluster.shards = shards(16);
+    match c.validate() {
+        Err(ConfigError::Invalid(e)) => {
+            assert_eq!(e.field, "cluster.shards");
+            assert!(e.rule.contains("at most 15"), "{}", e.rule);
+        }
+        other => panic!("{other:?}"),
+    }
 }

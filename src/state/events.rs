@@ -43,6 +43,15 @@ pub struct EventsTrimmed {
     pub last: u64,
 }
 
+/// What a watcher is sent.
+#[derive(Debug)]
+pub enum Watched {
+    /// An event and its cursor.
+    Event(u64, EventRecord),
+    /// No event sent later has a cursor at or below this one.
+    Closed(u64),
+}
+
 /// Why a watcher's stream ended with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -357,7 +366,7 @@ impl State {
     /// word. Cursor 0 means "from the oldest kept" and is always resumable.
     pub fn resumable_after(&self, after: u64) -> Result<Result<(), EventsTrimmed>, StoreError> {
         let last = self.last_durable_event();
-        if after == 0 || after >= last {
+        if after == 0 || after >= last || after >= self.inner.store.events_trimmed_through()? {
             return Ok(Ok(()));
         }
         let oldest = self
@@ -366,9 +375,6 @@ impl State {
             .events_after(0, 1)?
             .first()
             .map(|(seq, _)| *seq);
-        if oldest.is_some_and(|oldest| oldest <= after + 1) {
-            return Ok(Ok(()));
-        }
         Ok(Err(EventsTrimmed {
             after,
             oldest,
@@ -376,19 +382,36 @@ impl State {
         }))
     }
 
+    /// The highest cursor that no event made durable later takes: the last durable one, or
+    /// further while every event given a cursor is durable (see
+    /// [`crate::store::AdminRecords::events_closed`]).
+    pub fn events_closed(&self) -> Result<u64, StoreError> {
+        // The store first: an event given a cursor after this reading is above what it says.
+        let closed = self.inner.store.events_closed()?;
+        let given = self.inner.store.append_events(&[])?;
+        let durable = self.last_durable_event();
+        Ok(if durable >= given { closed } else { durable })
+    }
+
     /// Sends every durable event after `after` that `wanted` keeps, then each new one as it
     /// becomes durable, until the receiver goes, `shutdown`, or an error (sent last): a store
     /// error, or events after the watcher's cursor that retention dropped before it read them
-    /// ([`State::resumable_after`]).
+    /// ([`State::resumable_after`]). With `closing`, it also sends how far the log is closed
+    /// ([`Watched::Closed`]) every `closing` while the log holds no event to send, as long as
+    /// this engine may act: a merge of several shards' logs waits for it.
     pub async fn send_events(
         self,
         after: u64,
         wanted: impl Fn(EventKind) -> bool,
-        tx: mpsc::Sender<Result<(u64, EventRecord), WatchError>>,
+        tx: mpsc::Sender<Result<Watched, WatchError>>,
         shutdown: CancellationToken,
+        closing: Option<Duration>,
     ) {
         let mut published = self.inner.events.published.subscribe();
         let mut cursor = after;
+        let mut closed = after;
+        let mut tick = tokio::time::interval(closing.unwrap_or(Duration::from_secs(3600)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let durable = *published.borrow_and_update();
             while cursor < durable {
@@ -423,7 +446,8 @@ impl State {
                         break;
                     }
                     cursor = seq;
-                    if wanted(e.kind) && tx.send(Ok((seq, e))).await.is_err() {
+                    closed = closed.max(seq);
+                    if wanted(e.kind) && tx.send(Ok(Watched::Event(seq, e))).await.is_err() {
                         return;
                     }
                 }
@@ -432,8 +456,32 @@ impl State {
                 () = shutdown.cancelled() => return,
                 () = tx.closed() => return,
                 changed = published.changed() => if changed.is_err() { return },
+                _ = tick.tick(), if closing.is_some() => {
+                    let now = match self.events_closed() {
+                        Ok(now) => now,
+                        Err(e) => {
+                            let _ = tx.send(Err(e.into())).await;
+                            return;
+                        }
+                    };
+                    // Only once every durable event was sent (those that became durable
+                    // meanwhile go first), and only by an owner: a stalled one that lost its
+                    // lease says nothing its successor's events could contradict.
+                    if now > closed && self.last_durable_event() <= cursor && self.may_act() {
+                        closed = now;
+                        if tx.send(Ok(Watched::Closed(now))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
             }
         }
+    }
+
+    /// Raises this engine's event clock past `cursor`, another shard's (a watcher resuming
+    /// after it), so that this log is closed past it.
+    pub fn witness_event(&self, cursor: u64) {
+        self.inner.store.witness_event(cursor);
     }
 
     /// Writes emitted events (append, flush, publish) until `shutdown`, then writes what is
@@ -743,15 +791,16 @@ mod tests {
         }
     }
 
-    async fn recv(
-        rx: &mut mpsc::Receiver<Result<(u64, EventRecord), WatchError>>,
-    ) -> (u64, String) {
-        let (seq, e) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+    async fn recv(rx: &mut mpsc::Receiver<Result<Watched, WatchError>>) -> (u64, String) {
+        let watched = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
             .expect("an event within 5 s")
             .expect("the sender is alive")
             .expect("no store error");
-        (seq, e.player_id)
+        match watched {
+            Watched::Event(seq, e) => (seq, e.player_id),
+            Watched::Closed(c) => panic!("a closing mark ({c}) where an event was due"),
+        }
     }
 
     #[tokio::test]
@@ -773,6 +822,7 @@ mod tests {
             |k| k == EventKind::PlayerBanned,
             tx,
             stop.clone(),
+            None,
         ));
         assert_eq!(recv(&mut rx).await, (1, "a".to_string()));
         // Every event so far is trimmed, and one more is written but not yet durable: a new
@@ -782,7 +832,11 @@ mod tests {
             .append_events(&[event(EventKind::PlayerBanned, "b")])
             .unwrap();
         let (tx2, mut rx2) = mpsc::channel(8);
-        tokio::spawn(state.clone().send_events(0, |_| true, tx2, stop.clone()));
+        tokio::spawn(
+            state
+                .clone()
+                .send_events(0, |_| true, tx2, stop.clone(), None),
+        );
         tokio::task::yield_now().await;
         assert!(rx2.try_recv().is_err(), "nothing durable to send yet");
         // ... until the next durable write publishes both.
@@ -827,7 +881,11 @@ mod tests {
             assert_eq!(state.resumable_after(fine).unwrap(), Ok(()), "{fine}");
         }
         let (tx, mut rx) = mpsc::channel(8);
-        tokio::spawn(state.clone().send_events(1, |_| true, tx, stop.clone()));
+        tokio::spawn(
+            state
+                .clone()
+                .send_events(1, |_| true, tx, stop.clone(), None),
+        );
         let told = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
             .expect("an answer within 5 s")
@@ -837,11 +895,19 @@ mod tests {
             "{told:?}"
         );
         let (tx, mut from_zero) = mpsc::channel(8);
-        tokio::spawn(state.clone().send_events(0, |_| true, tx, stop.clone()));
+        tokio::spawn(
+            state
+                .clone()
+                .send_events(0, |_| true, tx, stop.clone(), None),
+        );
         assert_eq!(recv(&mut from_zero).await, (4, "d".to_string()));
         // A watcher that read up to 5 waits; what comes next is dropped before it reads it.
         let (tx, mut waiting) = mpsc::channel(8);
-        tokio::spawn(state.clone().send_events(5, |_| true, tx, stop.clone()));
+        tokio::spawn(
+            state
+                .clone()
+                .send_events(5, |_| true, tx, stop.clone(), None),
+        );
         store.trim_events(1e12, 0).unwrap();
         state
             .emit_durable(&[event(EventKind::PlayerBanned, "f")])
@@ -858,7 +924,7 @@ mod tests {
             .expect("the sender is alive");
         // It may have read f before the trim; if not, it is told f went.
         match told {
-            Ok((6, _)) => assert_eq!(recv(&mut waiting).await, (7, "g".to_string())),
+            Ok(Watched::Event(6, _)) => assert_eq!(recv(&mut waiting).await, (7, "g".to_string())),
             Err(WatchError::Trimmed(t)) => assert_eq!(t.after, 5),
             other => panic!("{other:?}"),
         }

@@ -46,7 +46,8 @@ pub use admin::{
 };
 pub use calibration::Calibrations;
 pub use events::{
-    EventsTrimmed, Kept, Taken, WatchError, match_event, period_close_events, result_events,
+    EventsTrimmed, Kept, Taken, WatchError, Watched, match_event, period_close_events,
+    result_events,
 };
 pub use history::LiveMatch;
 pub use live::{BackfillError, Release, roles_map};

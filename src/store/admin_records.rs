@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::event_clock::EventClock;
 use super::history::{HistoryErasure, PastChanges};
 use super::memory::Data;
 use super::{JournalEntry, StoreError};
@@ -203,9 +204,33 @@ pub trait AdminRecords {
     /// Up to `limit` events after cursor `after`, oldest first.
     fn events_after(&self, after: u64, limit: usize)
     -> Result<Vec<(u64, EventRecord)>, StoreError>;
+    /// Up to `limit` events before cursor `before`, newest first.
+    fn events_before(
+        &self,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError>;
     /// Drops events older than `before_unix`, and the oldest beyond the newest `keep_at_most`;
     /// how many.
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
+    /// The highest cursor retention dropped (0: none): a watcher resuming after an earlier
+    /// cursor would miss events. Cursors 1, 2, 3, ... read it from the oldest kept; a store
+    /// whose cursors have gaps ([`EventClock`]) records it.
+    fn events_trimmed_through(&self) -> Result<u64, StoreError> {
+        let last = self.append_events(&[])?;
+        Ok(self
+            .events_after(0, 1)?
+            .first()
+            .map_or(last, |(oldest, _)| oldest - 1))
+    }
+    /// The highest cursor that no event appended later takes (the last one given, for cursors
+    /// 1, 2, 3, ...).
+    fn events_closed(&self) -> Result<u64, StoreError> {
+        self.append_events(&[])
+    }
+    /// Raises the store's event clock past `cursor`, which another shard gave (a watcher
+    /// resuming after it): this store's later events then come after it.
+    fn witness_event(&self, _cursor: u64) {}
     /// Drops audit entries older than `before_unix`, and the oldest beyond the newest
     /// `keep_at_most`; how many.
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
@@ -241,6 +266,12 @@ pub(super) struct AdminData {
     /// The last sequence number handed out, kept past trimming.
     pub(super) last_audit: u64,
     pub(super) last_event: u64,
+    /// The shard's event clock, when the queues are split over shards (cursors 1, 2, 3, ...
+    /// otherwise).
+    pub(super) clock: Option<EventClock>,
+    /// The highest cursor trimming dropped, once recorded (see
+    /// [`AdminRecords::events_trimmed_through`]).
+    pub(super) trimmed_events: Option<u64>,
 }
 
 /// What one erasure changed in [`Data`], so the Redis backend can send the same changes.
@@ -484,22 +515,78 @@ impl Data {
         seq
     }
 
-    /// Appends events; the first cursor given (the last one is `last_event` after this).
-    pub(super) fn append_events(&mut self, events: &[EventRecord]) -> u64 {
-        let first = self.admin.last_event + 1;
-        for event in events {
-            self.admin.last_event += 1;
-            let seq = self.admin.last_event;
-            self.admin.events.insert(seq, event.clone());
+    /// Appends events at `now_ms` (the store's clock); the cursors given (the last one is
+    /// `last_event` after this).
+    pub(super) fn append_events(&mut self, events: &[EventRecord], now_ms: u64) -> Vec<u64> {
+        if events.is_empty() {
+            return Vec::new();
         }
-        first
+        if self.admin.clock.is_some() && self.admin.trimmed_events.is_none() {
+            // Cursors with gaps from here on: what was trimmed can no longer be read from the
+            // oldest kept.
+            self.admin.trimmed_events = Some(self.events_trimmed_through());
+        }
+        let mut cursors = Vec::with_capacity(events.len());
+        for event in events {
+            let last = self.admin.last_event;
+            let seq = match &mut self.admin.clock {
+                Some(clock) => clock.next(last, now_ms),
+                None => last + 1,
+            };
+            self.admin.last_event = seq;
+            self.admin.events.insert(seq, event.clone());
+            cursors.push(seq);
+        }
+        cursors
+    }
+
+    /// See [`AdminRecords::events_trimmed_through`].
+    pub(super) fn events_trimmed_through(&self) -> u64 {
+        self.admin.trimmed_events.unwrap_or_else(|| {
+            self.admin
+                .events
+                .keys()
+                .next()
+                .map_or(self.admin.last_event, |oldest| oldest - 1)
+        })
+    }
+
+    /// See [`AdminRecords::events_closed`], at `now_ms` (the store's clock).
+    pub(super) fn events_closed(&mut self, now_ms: u64) -> u64 {
+        let last = self.admin.last_event;
+        match &mut self.admin.clock {
+            Some(clock) => clock.closed(last, now_ms),
+            None => last,
+        }
+    }
+
+    /// See [`AdminRecords::witness_event`].
+    pub(super) fn witness_event(&mut self, cursor: u64) {
+        if let Some(clock) = &mut self.admin.clock {
+            clock.witness(cursor);
+        }
     }
 
     /// Events older than `before_unix` or beyond the newest `keep_at_most`, removed; their
     /// cursors. Events are appended in time order, so both are a prefix.
     pub(super) fn trim_events(&mut self, before_unix: f64, keep_at_most: u64) -> Vec<u64> {
-        let floor = self.admin.last_event.saturating_sub(keep_at_most);
-        trim_prefix(&mut self.admin.events, floor, before_unix, |e| e.unix)
+        let excess = (self.admin.events.len() as u64).saturating_sub(keep_at_most);
+        let old: Vec<u64> = self
+            .admin
+            .events
+            .iter()
+            .enumerate()
+            .take_while(|(i, (_, e))| (*i as u64) < excess || e.unix < before_unix)
+            .map(|(_, (s, _))| *s)
+            .collect();
+        for s in &old {
+            self.admin.events.remove(s);
+        }
+        if let Some(&through) = old.last() {
+            let before = self.events_trimmed_through();
+            self.admin.trimmed_events = Some(through.max(before));
+        }
+        old
     }
 
     /// Audit entries older than `before_unix` or beyond the newest `keep_at_most`, removed;
@@ -527,6 +614,19 @@ fn trim_prefix<T>(
         log.remove(s);
     }
     old
+}
+
+/// Up to `limit` values before `before` in a sequence-keyed map, newest first.
+pub(super) fn page_back<T: Clone>(
+    map: &BTreeMap<u64, T>,
+    before: u64,
+    limit: usize,
+) -> Vec<(u64, T)> {
+    map.range(..before)
+        .rev()
+        .take(limit)
+        .map(|(s, v)| (*s, v.clone()))
+        .collect()
 }
 
 /// Up to `limit` values after `after` in a sequence-keyed map.

@@ -338,7 +338,7 @@ impl super::AdminRecords for MemoryStore {
             self.refuse(FailingWrite::Events)?;
         }
         let mut data = self.data();
-        data.append_events(events);
+        data.append_events(events, super::event_clock::now_ms());
         Ok(data.admin.last_event)
     }
 
@@ -356,6 +356,22 @@ impl super::AdminRecords for MemoryStore {
 
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
         Ok(self.data().trim_events(before_unix, keep_at_most).len())
+    }
+
+    fn events_before(
+        &self,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, super::EventRecord)>, StoreError> {
+        Ok(super::admin_records::page_back(
+            &self.data().admin.events,
+            before,
+            limit,
+        ))
+    }
+
+    fn events_trimmed_through(&self) -> Result<u64, StoreError> {
+        Ok(self.data().events_trimmed_through())
     }
 
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {

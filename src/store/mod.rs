@@ -19,6 +19,7 @@ mod cluster_config;
 mod committer;
 #[cfg(test)]
 mod contract;
+pub mod event_clock;
 mod history;
 mod memory;
 mod redis_store;

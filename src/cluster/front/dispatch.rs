@@ -21,8 +21,8 @@ use prost::Message;
 
 use super::deadline::{budget, caller_timeout};
 use super::fanout::{answer, ask, ask_all, ask_each, frame, refuse};
-use super::serve;
 use super::{API, FORWARDED, Front, SHARD, collect, link, status};
+use super::{events, serve};
 use crate::cluster::merge;
 use crate::cluster::pages::{self, AuditCursor, AuditPage, MatchesCursor};
 use crate::cluster::shards::{Destination, Shards};
@@ -187,6 +187,7 @@ impl Inner {
             }
             "ClientService/GetActiveTicket" => Some(self.active_ticket(parts, bytes).await),
             "GameServerService/ServeMatches" => serve::serve(fronts, parts, message).await,
+            "AdminService/WatchEvents" => events::watch(fronts, parts, message).await,
             "ClientService/ListPlayerMatches" => self.player_matches(parts, message).await,
             "AdminService/ListAuditLog" => self.audit_log(parts, message).await,
             _ => None,

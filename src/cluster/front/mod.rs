@@ -74,6 +74,7 @@ const LINKS: usize = 2;
 /// The API's calls begin so; any other (server reflection) is passed on as it comes.
 const API: &str = "/matchmaker.v1.";
 mod dispatch;
+mod events;
 mod fanout;
 mod methods;
 mod serve;

@@ -145,7 +145,7 @@ impl Merged {
 }
 
 /// `status` as a stream's trailers.
-fn trailers(status: &tonic::Status) -> http_body::Frame<Bytes> {
+pub(super) fn trailers(status: &tonic::Status) -> http_body::Frame<Bytes> {
     let mut map = http::HeaderMap::new();
     if status.add_header(&mut map).is_err() {
         map.insert("grpc-status", http::HeaderValue::from(status.code() as i32));

@@ -19,6 +19,46 @@ pub(super) fn seq_field(prefix: char, seq: u64) -> String {
     format!("{prefix}/{seq:020}")
 }
 
+/// The admin hash's field with the highest cursor trimming dropped (written once cursors have
+/// gaps: see `AdminRecords::events_trimmed_through`).
+const TRIMMED_EVENTS: &str = "t/e";
+
+fn trimmed_op(data: &Data) -> Op {
+    Op::Set(
+        Hash::Admin,
+        TRIMMED_EVENTS.into(),
+        data.events_trimmed_through().to_string().into_bytes(),
+    )
+}
+
+/// Appends `events` (`values`, their JSON) to the mirror at `now_ms`: the writes that make them
+/// durable.
+pub(super) fn append_events(
+    data: &mut Data,
+    events: &[EventRecord],
+    values: Vec<Vec<u8>>,
+    now_ms: u64,
+) -> Vec<Op> {
+    if events.is_empty() {
+        return Vec::new();
+    }
+    let cursors = data.append_events(events, now_ms);
+    let mut batch: Vec<Op> = values
+        .into_iter()
+        .zip(cursors)
+        .map(|(v, seq)| Op::Set(Hash::Admin, seq_field('e', seq), v))
+        .collect();
+    batch.push(Op::Set(
+        Hash::Admin,
+        "n/e".into(),
+        data.admin.last_event.to_string().into_bytes(),
+    ));
+    if data.admin.clock.is_some() {
+        batch.push(trimmed_op(data));
+    }
+    batch
+}
+
 /// Loads the admin hash into the mirror.
 pub(super) fn fill(data: &mut Data, fields: Fields) -> Result<(), StoreError> {
     let admin: &mut AdminData = &mut data.admin;
@@ -45,9 +85,19 @@ pub(super) fn fill(data: &mut Data, fields: Fields) -> Result<(), StoreError> {
             admin.last_audit = seq(&text(&v))?;
         } else if key == "n/e" {
             admin.last_event = seq(&text(&v))?;
+        } else if key == TRIMMED_EVENTS {
+            admin.trimmed_events = Some(seq(&text(&v))?);
         }
     }
     Ok(())
+}
+
+impl RedisStore {
+    /// Redis's clock in milliseconds, for event cursors
+    /// ([`crate::store::event_clock::EventClock`]).
+    pub(super) fn event_ms(&self) -> u64 {
+        (self.clock.now_unix() * 1000.0) as u64
+    }
 }
 
 impl AdminRecords for RedisStore {
@@ -102,23 +152,34 @@ impl AdminRecords for RedisStore {
         let _order = self.write_order();
         self.check_fence()?;
         let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
+        let now = self.event_ms();
         let mut data = self.mirror.data();
-        let first = data.append_events(events);
-        let last = data.admin.last_event;
-        if !events.is_empty() {
-            let mut batch: Vec<Op> = values
-                .into_iter()
-                .zip(first..)
-                .map(|(v, seq)| Op::Set(Hash::Admin, seq_field('e', seq), v))
-                .collect();
-            batch.push(Op::Set(
-                Hash::Admin,
-                "n/e".into(),
-                last.to_string().into_bytes(),
-            ));
+        let batch = append_events(&mut data, events, values, now);
+        if !batch.is_empty() {
             self.queue(batch);
         }
-        Ok(last)
+        Ok(data.admin.last_event)
+    }
+
+    fn events_before(
+        &self,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        self.mirror.events_before(before, limit)
+    }
+
+    fn events_trimmed_through(&self) -> Result<u64, StoreError> {
+        Ok(self.mirror.data().events_trimmed_through())
+    }
+
+    fn events_closed(&self) -> Result<u64, StoreError> {
+        let now = self.event_ms();
+        Ok(self.mirror.data().events_closed(now))
+    }
+
+    fn witness_event(&self, cursor: u64) {
+        self.mirror.data().witness_event(cursor);
     }
 
     fn events_after(
@@ -132,12 +193,16 @@ impl AdminRecords for RedisStore {
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
         let _order = self.write_order();
         self.check_fence()?;
-        let old = self.mirror.data().trim_events(before_unix, keep_at_most);
-        self.queue(
-            old.iter()
-                .map(|s| Op::Del(Hash::Admin, seq_field('e', *s)))
-                .collect(),
-        );
+        let mut data = self.mirror.data();
+        let old = data.trim_events(before_unix, keep_at_most);
+        let mut batch: Vec<Op> = old
+            .iter()
+            .map(|s| Op::Del(Hash::Admin, seq_field('e', *s)))
+            .collect();
+        if !old.is_empty() {
+            batch.push(trimmed_op(&data));
+        }
+        self.queue(batch);
         Ok(old.len())
     }
 

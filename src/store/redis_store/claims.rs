@@ -13,6 +13,7 @@ use ::redis::Script;
 
 use super::{RedisStore, redis_error};
 use crate::ids::PlayerId;
+use crate::store::event_clock::EventClock;
 use crate::store::{Claim, StoreError};
 
 /// Claims `KEYS[1]` for shard `ARGV[1]` under token `ARGV[2]`, the deployment's shards being
@@ -60,8 +61,15 @@ impl RedisStore {
     /// Makes this store claim the players it queues, in the deployment whose shards are in
     /// `keyspaces`, the home shard's first (a cluster with several shards). Set once, before
     /// the engine runs.
+    /// Its events then take cursors that compare across the shards ([`EventClock`]).
     pub fn claim_across(&self, keyspaces: &[String]) {
         let _ = self.claims.set(keyspaces.to_vec());
+        if let Some(shard) = keyspaces.iter().position(|k| k == self.keys.keyspace()) {
+            let now = self.event_ms();
+            let mut data = self.mirror.data();
+            let last = data.admin.last_event;
+            data.admin.clock = Some(EventClock::new(shard, now, last));
+        }
     }
 
     fn index_key(&self) -> String {
@@ -316,6 +324,63 @@ mod tests {
                 run(home.claim_players(std::slice::from_ref(&p))).unwrap(),
                 Claim::Claimed(vec![p])
             );
+        });
+    }
+
+    #[test]
+    fn a_shards_events_take_cursors_of_its_clock_that_stay_above_what_it_closed() {
+        use crate::store::{AdminRecords, EventKind, EventRecord};
+        with_redis(|server, runtime| {
+            let url = server.url();
+            let event = |player: &str| EventRecord {
+                kind: EventKind::PlayerBanned,
+                unix: 1.0,
+                match_id: String::new(),
+                player_id: player.into(),
+                detail_json: String::new(),
+            };
+            let home = shard(&runtime, &url, "mm", 3);
+            let eu = shard(&runtime, &url, "eu", 5);
+            let a = home.append_events(&[event("a"), event("b")]).unwrap();
+            let c = eu.append_events(&[event("c")]).unwrap();
+            // Each shard's cursors end in its number, so no two shards give the same one.
+            let kept = home.events_after(0, 10).unwrap();
+            let cursors: Vec<u64> = kept.iter().map(|(c, _)| *c).collect();
+            assert_eq!(cursors.len(), 2);
+            assert!(cursors[0] < cursors[1] && cursors[1] == a);
+            assert!(cursors.iter().all(|c| c & 0xF == 0), "{cursors:?}");
+            assert_eq!(c & 0xF, 1);
+            // Closed past its last event; the next one comes after what it closed.
+            let closed = eu.events_closed().unwrap();
+            assert!(closed >= c);
+            let d = eu.append_events(&[event("d")]).unwrap();
+            assert!(d > closed);
+            // After another shard's cursor far ahead of its clock (within a minute), its next
+            // events come after it.
+            let ahead = d + (30_000 << 20);
+            eu.witness_event(ahead);
+            assert!(eu.events_closed().unwrap() >= ahead);
+            let e = eu.append_events(&[event("e")]).unwrap();
+            assert!(e > ahead);
+            assert_eq!(
+                eu.events_before(e, 2)
+                    .unwrap()
+                    .iter()
+                    .map(|(c, _)| *c)
+                    .collect::<Vec<_>>(),
+                vec![d, c],
+                "newest first"
+            );
+            // What trimming dropped is kept across owners, though cursors have gaps.
+            assert_eq!(eu.events_trimmed_through().unwrap(), 0);
+            assert_eq!(eu.trim_events(0.0, 1).unwrap(), 2);
+            assert_eq!(eu.events_trimmed_through().unwrap(), d);
+            runtime.block_on(eu.flush_async()).unwrap();
+            let next = shard(&runtime, &url, "eu", 6);
+            assert_eq!(next.events_trimmed_through().unwrap(), d);
+            assert_eq!(next.events_after(0, 10).unwrap().len(), 1);
+            let f = next.append_events(&[event("f")]).unwrap();
+            assert!(f > e && f & 0xF == 1);
         });
     }
 }

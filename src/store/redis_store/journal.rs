@@ -217,6 +217,7 @@ impl RedisStore {
         let values = events.iter().map(json).collect::<Result<Vec<_>, _>>()?;
         self.mirror.append_journal(first_seq, entries)?;
         // The players' and parties' whole records, current in the `players` hash at once.
+        let now_ms = self.event_ms();
         let mut data = self.mirror.data();
         for entry in entries {
             for (player, record) in &entry.records {
@@ -230,21 +231,10 @@ impl RedisStore {
                 batch.push(Op::Set(Hash::Parties, party.clone(), json(pools)?));
             }
         }
-        let first = data.append_events(events);
+        batch.extend(super::admin::append_events(
+            &mut data, events, values, now_ms,
+        ));
         let last = data.admin.last_event;
-        if !events.is_empty() {
-            batch.extend(
-                values
-                    .into_iter()
-                    .zip(first..)
-                    .map(|(v, seq)| Op::Set(Hash::Admin, super::admin::seq_field('e', seq), v)),
-            );
-            batch.push(Op::Set(
-                Hash::Admin,
-                "n/e".into(),
-                last.to_string().into_bytes(),
-            ));
-        }
         // Queued under the mirror's lock, so the players' records reach Redis in the order the
         // mirror took them (see `RedisStore::queue`) and events in cursor order.
         self.queue(batch);

@@ -295,6 +295,24 @@ impl AdminRecords for SledStore {
         self.admin.page(b'e', after, limit)
     }
 
+    fn events_before(
+        &self,
+        before: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, EventRecord)>, StoreError> {
+        self.admin
+            .log_tree(b'e')
+            .range(seq_key(b'e', 0)..seq_key(b'e', before))
+            .rev()
+            .take(limit)
+            .map(|item| {
+                let (k, v) = item?;
+                let seq = super::decode_seq(&k[2..]);
+                Ok((seq, decode(&v, &format!("admin e/{seq}"))?))
+            })
+            .collect()
+    }
+
     fn trim_events(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {
         let floor = self.admin.last_event()?.saturating_sub(keep_at_most);
         self.admin.trim(b'e', floor, before_unix)
