@@ -332,6 +332,21 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     fn claimed_players(&self) -> StoreFuture<'_, Vec<PlayerId>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Those of `players` that some shard of the deployment holds a claim on (queued or
+    /// playing there, or idle there and about to be given up), in `players`' order: the home
+    /// shard keeps a party whose members wait or play in another shard from expiring. Empty
+    /// for a store that does not claim players.
+    fn players_held<'a>(&'a self, _players: &'a [PlayerId]) -> StoreFuture<'a, Vec<PlayerId>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    /// Party `id`'s roster as the home shard keeps it durably, for the store of another shard
+    /// (which keeps no rosters: `PartyService` is the home shard's, and answers only once a
+    /// change is durable). `None` when the home shard has no such party, and always for the
+    /// home shard's own store and for a store that does not claim players: their rosters are
+    /// the state's own.
+    fn home_roster<'a>(&'a self, _id: &'a PartyId) -> StoreFuture<'a, Option<PartyRoster>> {
+        Box::pin(async { Ok(None) })
+    }
 
     // Queue settings a reload applied (cluster stores only: an embedded server's config file is
     // the only one there is).

@@ -52,6 +52,9 @@ redis.call('DEL', KEYS[1])
 return 1
 ";
 
+/// How many claim keys [`RedisStore::held`] reads at once.
+const HELD_IN_FLIGHT: usize = 64;
+
 /// The claim key of `player` in the deployment whose home shard is `home`.
 pub(super) fn claim_key(home: &str, player: &PlayerId) -> String {
     format!("{{{home}~{player}}}:claim")
@@ -150,6 +153,47 @@ impl RedisStore {
             }
         }
         self.index("SREM", &unindexed).await
+    }
+
+    /// Those of `players` whose claim key names a shard of the deployment. One GET per
+    /// player, each key in its own slot on a Redis Cluster (a pipeline there must keep to one
+    /// slot), [`HELD_IN_FLIGHT`] at a time on the one multiplexed connection.
+    pub(super) async fn held(&self, players: &[PlayerId]) -> Result<Vec<PlayerId>, StoreError> {
+        let Some(shards) = self.claims.get() else {
+            return Ok(Vec::new());
+        };
+        let Some(home) = shards.first() else {
+            return Ok(Vec::new());
+        };
+        let mut held = Vec::new();
+        for chunk in players.chunks(HELD_IN_FLIGHT) {
+            let mut gets = tokio::task::JoinSet::new();
+            for (i, player) in chunk.iter().enumerate() {
+                let mut conn = self.conn.clone();
+                let key = claim_key(home, player);
+                gets.spawn(async move {
+                    let value: Option<String> =
+                        ::redis::cmd("GET").arg(key).query_async(&mut conn).await?;
+                    Ok::<_, ::redis::RedisError>((i, value))
+                });
+            }
+            let mut found = Vec::new();
+            while let Some(got) = gets.join_next().await {
+                let (i, value) = got?.map_err(redis_error(&self.url))?;
+                // A claim of a shard no longer configured holds nobody: the next claim takes
+                // it over.
+                let shard = value
+                    .as_deref()
+                    .and_then(|v| v.rsplit_once('|'))
+                    .map(|(s, _)| s);
+                if shard.is_some_and(|s| shards.iter().any(|k| k == s)) {
+                    found.push(i);
+                }
+            }
+            found.sort_unstable();
+            held.extend(found.into_iter().map(|i| chunk[i].clone()));
+        }
+        Ok(held)
     }
 
     pub(super) async fn claimed(&self) -> Result<Vec<PlayerId>, StoreError> {
@@ -381,6 +425,113 @@ mod tests {
             assert_eq!(next.events_after(0, 10).unwrap().len(), 1);
             let f = next.append_events(&[event("f")]).unwrap();
             assert!(f > e && f & 0xF == 1);
+        });
+    }
+
+    #[test]
+    fn another_shard_reads_the_home_shard_s_rosters_and_every_shard_s_claims() {
+        use crate::ids::PartyId;
+        use crate::records::PartyRoster;
+        use crate::store::RecordStorage;
+        with_redis(|server, runtime| {
+            let url = server.url();
+            let home = shard(&runtime, &url, "mm", 3);
+            let eu = shard(&runtime, &url, "eu", 5);
+            let roster = PartyRoster {
+                party_id: PartyId::new("party-1"),
+                invite_code: "ABCDEFGH".into(),
+                members: vec![PlayerId::new("lead"), PlayerId::new("mate")],
+                leader: PlayerId::new("lead"),
+                created_unix: 1.0,
+                active_unix: 2.0,
+            };
+            home.put_rosters(&[&roster]).unwrap();
+            let id = roster.party_id.clone();
+            assert_eq!(
+                runtime.block_on(eu.home_roster(&id)).unwrap(),
+                None,
+                "not flushed yet: not acknowledged either"
+            );
+            runtime.block_on(home.flush_async()).unwrap();
+            assert_eq!(
+                runtime.block_on(eu.home_roster(&id)).unwrap(),
+                Some(roster.clone())
+            );
+            assert_eq!(
+                runtime.block_on(home.home_roster(&id)).unwrap(),
+                None,
+                "the home shard's rosters are its state's own"
+            );
+            let unknown = PartyId::new("party-none");
+            assert_eq!(runtime.block_on(eu.home_roster(&unknown)).unwrap(), None);
+            home.remove_rosters(std::slice::from_ref(&id)).unwrap();
+            runtime.block_on(home.flush_async()).unwrap();
+            assert_eq!(runtime.block_on(eu.home_roster(&id)).unwrap(), None);
+
+            // Held: by either shard; not by a shard no longer configured, nor by none.
+            let [p, q, r, s] = ["p", "q", "r", "s"].map(PlayerId::new);
+            runtime
+                .block_on(eu.claim_players(std::slice::from_ref(&p)))
+                .unwrap();
+            runtime
+                .block_on(home.claim_players(std::slice::from_ref(&q)))
+                .unwrap();
+            let mut conn = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let () = ::redis::cmd("SET")
+                .arg(claim_key("mm", &r))
+                .arg("gone|4")
+                .query(&mut conn)
+                .unwrap();
+            let asked = [s.clone(), p.clone(), r.clone(), q.clone()];
+            for store in [&home, &eu] {
+                assert_eq!(
+                    runtime.block_on(store.players_held(&asked)).unwrap(),
+                    vec![p.clone(), q.clone()]
+                );
+            }
+            // More players than are read at once, in their order.
+            let many: Vec<PlayerId> = (0..HELD_IN_FLIGHT * 2 + 3)
+                .map(|i| PlayerId::new(format!("m{i}")))
+                .collect();
+            let every_third: Vec<PlayerId> = many.iter().step_by(3).cloned().collect();
+            runtime.block_on(eu.claim_players(&every_third)).unwrap();
+            assert_eq!(
+                runtime.block_on(home.players_held(&many)).unwrap(),
+                every_third
+            );
+            runtime
+                .block_on(eu.release_claims(std::slice::from_ref(&p)))
+                .unwrap();
+            assert_eq!(
+                runtime.block_on(home.players_held(&asked)).unwrap(),
+                vec![q]
+            );
+
+            // A store that claims nothing (one shard) reads neither.
+            let options = RedisOptions {
+                keys: Keys::new("solo"),
+                ..RedisOptions::default()
+            };
+            let () = ::redis::cmd("SET")
+                .arg("{solo}:lease")
+                .arg("1|n|127.0.0.1:1")
+                .query(&mut conn)
+                .unwrap();
+            let solo = runtime
+                .block_on(RedisStore::open(&url, 1, &options))
+                .unwrap();
+            assert!(
+                runtime
+                    .block_on(solo.players_held(&asked))
+                    .unwrap()
+                    .is_empty()
+            );
+            home.put_rosters(&[&roster]).unwrap();
+            runtime.block_on(home.flush_async()).unwrap();
+            assert_eq!(runtime.block_on(solo.home_roster(&id)).unwrap(), None);
         });
     }
 }

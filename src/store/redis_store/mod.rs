@@ -696,6 +696,17 @@ impl Storage for RedisStore {
         Box::pin(self.claimed())
     }
 
+    fn players_held<'a>(&'a self, players: &'a [PlayerId]) -> StoreFuture<'a, Vec<PlayerId>> {
+        Box::pin(self.held(players))
+    }
+
+    fn home_roster<'a>(
+        &'a self,
+        id: &'a crate::ids::PartyId,
+    ) -> StoreFuture<'a, Option<crate::records::PartyRoster>> {
+        Box::pin(self.home_party(id))
+    }
+
     fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {
         let _order = self.write_order();
         self.check_fence()?;

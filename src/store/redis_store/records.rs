@@ -1,5 +1,6 @@
 //! The cluster store's records: `PartyService` rosters in the `rosters` hash (mirrored, like
-//! everything else) and the match history, which stays in Redis and is read from there:
+//! everything else; another shard's store reads the home shard's hash from Redis to enter a
+//! party by id) and the match history, which stays in Redis and is read from there:
 //! `match_records` (match id → record), `match_refs` (match id → how many players' lists hold
 //! it), one list per player, `history:<player>`, most recently ended first, and one set per
 //! player, `past:<player>`, of the stored records that left their list while other lists held
@@ -36,6 +37,29 @@ impl RedisStore {
                 .collect()
         };
         Ok((with_records(ids), with_records(past)))
+    }
+}
+
+impl RedisStore {
+    /// Party `id`'s roster in the home shard's `rosters` hash, for the store of another shard
+    /// (see [`crate::store::Storage::home_roster`]): written there in the format
+    /// `put_rosters` writes, and flushed before `PartyService` answers.
+    pub(super) async fn home_party(&self, id: &PartyId) -> Result<Option<PartyRoster>, StoreError> {
+        let Some(home) = self.claims.get().and_then(|k| k.first()) else {
+            return Ok(None);
+        };
+        if home == self.keys.keyspace() {
+            return Ok(None);
+        }
+        let value: Option<Vec<u8>> = ::redis::cmd("HGET")
+            .arg(Keys::new(home).hash(Hash::Rosters))
+            .arg(id.as_str())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(redis_error(&self.url))?;
+        value
+            .map(|v| decode(&v, &format!("party roster {id} of shard {home}")))
+            .transpose()
     }
 }
 
