@@ -377,7 +377,8 @@ async fn serve(
             .map_err(ServerError::LoopThread)?;
     let tickets = state.restore_tickets(clock.now())?;
     let tickets = state.claim_restored(tickets, clock.now()).await?;
-    tokio::spawn(state.clone().keep_claims(shutdown.clone()));
+    let now = clock.clone();
+    state.spawn_shard_tasks(move || now.now(), &shutdown);
     for (ticket, entry) in tickets {
         let Ok(permit) = handle.reserve(Duration::from_secs(5)).await else {
             warn!("the matchmaker loop stopped while tickets were restored");

@@ -139,10 +139,14 @@ impl ClientService for Client {
             convert::id("party_id", &req.party_id)?;
             // Touched only once its ticket is created: a refused entry (by anyone but its
             // leader or an admin, or failing a check below) does not keep it from expiring.
-            let roster = self.state.party_to_enter(
-                &crate::ids::PartyId::new(req.party_id.as_str()),
-                self.clock.now(),
-            )?;
+            // In a shard other than the home one, the roster is the home shard's.
+            let roster = self
+                .state
+                .party_for_entry(
+                    &crate::ids::PartyId::new(req.party_id.as_str()),
+                    self.clock.now(),
+                )
+                .await?;
             // Before anything else tells of the party (its size): an outsider learns nothing.
             super::party::hidden_from_outsiders(&identity, &roster)?;
             identity.may_enter(&[], Some(&roster.leader))?;

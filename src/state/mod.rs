@@ -23,6 +23,7 @@ mod reports;
 mod rosters;
 mod segments;
 mod servers;
+mod shard_parties;
 mod superseded;
 #[cfg(test)]
 pub(crate) mod test_util;

@@ -10,6 +10,10 @@
 //! cluster) and written with the party, so a restart or a new owner of the queues carries the
 //! idle time on: a party loaded from the store counts as idle since that stamp.
 //!
+//! With the queues split over shards only the home shard keeps parties, and its tickets and
+//! matches are not all there are: `shard_parties.rs` lets another shard enter a party and keeps
+//! a party whose members another shard holds from expiring here.
+//!
 //! Lock order: the rosters' lock, then a player's slot (never the other way round).
 
 use std::collections::HashMap;
@@ -60,6 +64,11 @@ impl Rosters {
         self.by_id.insert(roster.party_id.clone(), roster);
     }
 
+    /// Party `id`, if it is here (live or not yet found expired).
+    pub(super) fn get(&self, id: &PartyId) -> Option<&PartyRoster> {
+        self.by_id.get(id)
+    }
+
     fn remove(&mut self, id: &PartyId) -> Option<PartyRoster> {
         let roster = self.by_id.remove(id)?;
         for m in &roster.members {
@@ -106,7 +115,12 @@ impl Rosters {
 
     /// The parties idle for more than `ttl` seconds at `now` (matchmaker clock; see
     /// [`Rosters::active_at`] for `store_now`).
-    fn idle_past(&mut self, now: f64, ttl: f64, store_now: impl Fn() -> f64) -> Vec<PartyId> {
+    pub(super) fn idle_past(
+        &mut self,
+        now: f64,
+        ttl: f64,
+        store_now: impl Fn() -> f64,
+    ) -> Vec<PartyId> {
         let loaded: Vec<PartyId> = self
             .by_id
             .keys()
@@ -136,12 +150,12 @@ fn invite_code() -> String {
 }
 
 impl State {
-    fn rosters(&self) -> MutexGuard<'_, Rosters> {
+    pub(super) fn rosters(&self) -> MutexGuard<'_, Rosters> {
         self.inner.rosters.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether any member is queued or in a match (a busy party never expires).
-    fn party_busy(&self, roster: &PartyRoster) -> bool {
+    pub(super) fn party_busy(&self, roster: &PartyRoster) -> bool {
         roster.members.iter().any(|m| {
             self.slot_if_known(m)
                 .is_some_and(|s| s.lock().status != PlayerStatus::Idle)
@@ -149,7 +163,7 @@ impl State {
     }
 
     /// The store's clock now (see the module documentation).
-    fn store_now(&self) -> f64 {
+    pub(super) fn store_now(&self) -> f64 {
         self.inner.store.now_unix()
     }
 
