@@ -14,6 +14,7 @@ use matchmaker::proto;
 use matchmaker::proto::admin_service_client::AdminServiceClient;
 use matchmaker::proto::client_service_client::ClientServiceClient;
 use matchmaker::proto::game_server_service_client::GameServerServiceClient;
+use matchmaker::proto::party_service_client::PartyServiceClient;
 use matchmaker::store::RedisServer;
 use tonic::transport::Channel;
 
@@ -1117,4 +1118,278 @@ async fn a_watcher_resumes_after_a_shard_s_failover_with_nothing_lost_or_repeate
             .is_err(),
         "nothing is sent twice: {before:?}"
     );
+}
+
+/// Two nodes of [`SHARDS`] with `extra` TOML after it, once each holds one shard (the
+/// cluster may not answer yet: with auth on, only a token's call would).
+async fn two_nodes_with(extra: &str) -> TwoNodes {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(
+        dir.path(),
+        &redis.url(),
+        LEASE_MS,
+        &format!("{SHARDS}{extra}"),
+    );
+    let nodes: Vec<ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| common::cluster_node(&config, n, None))
+        .collect();
+    spread_over_two(&redis, LEASE_MS).await;
+    let n1 = nodes[0].channel().await;
+    let n2 = nodes[1].channel().await;
+    TwoNodes {
+        _redis: redis,
+        _dir: dir,
+        _nodes: nodes,
+        n1,
+        n2,
+    }
+}
+
+const PARTY_SECRET: &str = "shards-party-secret-0123456789abcdef";
+
+/// `message` with a bearer token of `sub` in `role`.
+fn as_caller<T>(message: T, sub: &str, role: &str) -> tonic::Request<T> {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({ "sub": sub, "role": role, "exp": exp }),
+        &jsonwebtoken::EncodingKey::from_secret(PARTY_SECRET.as_bytes()),
+    )
+    .unwrap();
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// The players of waiting ticket `ticket` as shard `keyspace` keeps it in Redis, in order.
+fn stored_ticket_players(redis_url: &str, keyspace: &str, ticket: &str) -> Vec<String> {
+    let mut conn = redis::Client::open(redis_url)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let stored: String = redis::cmd("HGET")
+        .arg(format!("{{{keyspace}}}:tickets"))
+        .arg(ticket)
+        .query(&mut conn)
+        .unwrap();
+    let stored: serde_json::Value = serde_json::from_str(&stored).unwrap();
+    stored["players"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A party made in the home shard enters a queue of shard eu by id, through either node, as
+/// on one node: its leader enters the whole party, leader first; a member who does not lead
+/// it is refused; a player outside it is told what a party that does not exist answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_made_in_the_home_shard_enters_a_queue_of_another_shard_by_id() {
+    let cluster = two_nodes_with(&format!(
+        "[auth]\nenabled = true\njwt_secret = \"{PARTY_SECRET}\"\n"
+    ))
+    .await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
+    common::poll_until("the cluster answers an admin", || {
+        let mut admin = AdminServiceClient::new(n1.clone());
+        async move {
+            admin
+                .get_queue_stats(as_caller(
+                    proto::GetQueueStatsRequest::default(),
+                    "ops",
+                    "admin",
+                ))
+                .await
+                .map(drop)
+        }
+    })
+    .await;
+    let mut parties = PartyServiceClient::new(n1.clone());
+    let party = parties
+        .create_party(as_caller(
+            proto::CreatePartyRequest {
+                player_id: "lead".into(),
+            },
+            "lead",
+            "player",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    PartyServiceClient::new(n2.clone())
+        .join_party(as_caller(
+            proto::JoinPartyRequest {
+                invite_code: party.invite_code.clone(),
+                player_id: "mate".into(),
+            },
+            "mate",
+            "player",
+        ))
+        .await
+        .unwrap();
+
+    let enter = |party_id: &str, caller: &str| {
+        let mut client = ClientServiceClient::new(n2.clone());
+        let request = as_caller(
+            proto::EnterQueueRequest {
+                queue: "2v2".into(),
+                party_id: party_id.into(),
+                ..Default::default()
+            },
+            caller,
+            "player",
+        );
+        async move { client.enter_queue(request).await }
+    };
+    let unknown = enter("party-none", "lead").await.unwrap_err();
+    assert_eq!(
+        (unknown.code(), unknown.message()),
+        (tonic::Code::NotFound, "party \"party-none\" not found")
+    );
+    let outsider = enter(&party.party_id, "stranger").await.unwrap_err();
+    assert_eq!(
+        (outsider.code(), outsider.message()),
+        (
+            tonic::Code::NotFound,
+            format!("party {:?} not found", party.party_id).as_str()
+        ),
+        "as for a party that does not exist"
+    );
+    let member = enter(&party.party_id, "mate").await.unwrap_err();
+    assert_eq!(member.code(), tonic::Code::PermissionDenied, "{member:?}");
+
+    let ticket = enter(&party.party_id, "lead")
+        .await
+        .expect("the leader enters the party")
+        .into_inner()
+        .ticket_id;
+    assert!(ticket.starts_with("t.eu-"), "{ticket}");
+    assert_eq!(
+        stored_ticket_players(&cluster._redis.url(), "eu", &ticket),
+        ["lead", "mate"]
+    );
+    let active = ClientServiceClient::new(n1.clone())
+        .get_active_ticket(as_caller(
+            proto::GetActiveTicketRequest {
+                player_id: "mate".into(),
+            },
+            "mate",
+            "player",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(active.ticket_id, ticket, "one ticket for the party");
+    // The home shard's queues refuse its members meanwhile: shard eu holds them.
+    let home = ClientServiceClient::new(n1.clone())
+        .enter_queue(as_caller(
+            proto::EnterQueueRequest {
+                queue: "1v1".into(),
+                player_ids: vec!["mate".into()],
+                ..Default::default()
+            },
+            "mate",
+            "player",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(home.code(), tonic::Code::FailedPrecondition, "{home:?}");
+}
+
+/// The home shard keeps a party whose members wait in another shard from expiring, while a
+/// party idle everywhere expires; once its members are idle, that party expires too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_party_whose_members_wait_in_another_shard_does_not_expire_in_the_home_shard() {
+    const EXPIRY_SECONDS: u64 = 6;
+    let cluster = two_nodes_with(&format!(
+        "[parties]\nidle_expiry_seconds = {EXPIRY_SECONDS}\n"
+    ))
+    .await;
+    let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
+    common::queues_answer(&n1).await;
+    let mut parties = PartyServiceClient::new(n1.clone());
+    let create = |player: &str| proto::CreatePartyRequest {
+        player_id: player.into(),
+    };
+    let away = parties
+        .create_party(create("away"))
+        .await
+        .unwrap()
+        .into_inner();
+    parties
+        .join_party(proto::JoinPartyRequest {
+            invite_code: away.invite_code.clone(),
+            player_id: "away-mate".into(),
+        })
+        .await
+        .unwrap();
+    // Two of 2v2's four players: the ticket waits in shard eu.
+    let ticket = ClientServiceClient::new(n2.clone())
+        .enter_queue(proto::EnterQueueRequest {
+            queue: "2v2".into(),
+            party_id: away.party_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .ticket_id;
+    // Made after the other, and touched by no call since, as the other in the home shard.
+    let idle = parties
+        .create_party(create("idle"))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // Asked by a player outside it, a party is read without being touched.
+    let live = |party_id: String| {
+        let mut parties = PartyServiceClient::new(n2.clone());
+        async move {
+            parties
+                .leave_party(proto::LeavePartyRequest {
+                    party_id,
+                    player_id: "nobody".into(),
+                })
+                .await
+                .map(drop)
+                .map_err(|s| s.code())
+        }
+    };
+    let gone = |party_id: String| {
+        common::poll_until_within(
+            "the party expires",
+            Duration::from_secs(EXPIRY_SECONDS) + common::EVENT_TIMEOUT,
+            move || {
+                let probe = live(party_id.clone());
+                async move {
+                    match probe.await {
+                        Err(tonic::Code::NotFound) => Ok(()),
+                        other => Err(other),
+                    }
+                }
+            },
+        )
+    };
+    gone(idle.party_id.clone()).await;
+    assert_eq!(
+        live(away.party_id.clone()).await,
+        Ok(()),
+        "idle longer in the home shard, but its members wait in shard eu"
+    );
+
+    // Its members idle again, the party's time runs out in the home shard too.
+    ClientServiceClient::new(n1.clone())
+        .cancel_ticket(proto::CancelTicketRequest { ticket_id: ticket })
+        .await
+        .unwrap();
+    gone(away.party_id.clone()).await;
 }
