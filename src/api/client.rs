@@ -296,7 +296,7 @@ impl ClientService for Client {
         }
         admitted.keep();
         if let Some(party) = &party {
-            self.state.touch_party(party, self.clock.now());
+            self.state.party_entered(party, self.clock.now()).await;
         }
         tracing::debug!(ticket = %ticket_id, queue = %queue.id, "ticket entered");
         Ok(Response::new(proto::EnterQueueResponse {

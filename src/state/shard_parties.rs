@@ -4,11 +4,14 @@
 //! - the other shard's entry reads the roster the home shard keeps durably
 //!   ([`crate::store::Storage::home_roster`]; `PartyService` answers only once a change is
 //!   durable, so the entry sees every answered change) and checks it as the home shard would;
-//! - the home shard keeps such a party from expiring while its members wait or play in another
-//!   shard. Its own `party_busy` sees only its own tickets and matches, so every
-//!   [`check_every`] it asks which members of the parties idle past half their expiry some
-//!   shard holds a claim on ([`crate::store::Storage::players_held`]), and touches those
-//!   parties.
+//! - the home shard counts such an entry as the party's activity, and keeps the party from
+//!   expiring while its members wait or play in another shard. Its own `party_busy` sees
+//!   only its own tickets and matches, so the entering shard notes the entry in the home
+//!   shard's keyspace ([`crate::store::Storage::note_party_entry`]), and every
+//!   [`check_every`] the home shard reads, for the parties idle past half their expiry, when
+//!   each last entered elsewhere ([`crate::store::Storage::parties_entered`]) and which of
+//!   their members some shard holds a claim on ([`crate::store::Storage::players_held`]),
+//!   and touches them accordingly.
 //!
 //! Without shards nothing here runs: the rosters are the state's own.
 
@@ -48,6 +51,18 @@ impl State {
             }
             .into()
         })
+    }
+
+    /// A ticket of party `id` was created at `now` (matchmaker clock): the party is active,
+    /// here and, for a party the home shard keeps, in the home shard's eyes too (noted in its
+    /// keyspace, [`crate::store::Storage::note_party_entry`]). A note that fails is logged:
+    /// the ticket stands, and the home shard still sees the members held.
+    pub async fn party_entered(&self, id: &PartyId, now: f64) {
+        self.touch_party(id, now);
+        let keep = Duration::from_secs_f64(self.inner.config.parties.idle_expiry_seconds);
+        if let Err(e) = self.inner.store.note_party_entry(id, keep).await {
+            tracing::warn!(error = %e, party = %id, "cannot tell the home shard of a party's entry");
+        }
     }
 
     /// Spawns, until `stop`, what an engine of a cluster whose queues are split over shards
@@ -102,6 +117,15 @@ impl State {
         let parties = self.parties_to_check(now);
         if parties.is_empty() {
             return Ok(0);
+        }
+        // When each last entered another shard's queue: active then, as on one node.
+        let ids: Vec<PartyId> = parties.iter().map(|(id, _)| id.clone()).collect();
+        let entered = self.inner.store.parties_entered(&ids).await?;
+        let store_now = self.store_now();
+        for (id, at) in ids.iter().zip(entered) {
+            if let Some(at) = at {
+                self.touch_party(id, now - (store_now - at).max(0.0));
+            }
         }
         let members: Vec<PlayerId> = parties.iter().flat_map(|(_, m)| m.clone()).collect();
         let held = self.inner.store.players_held(&members).await?;

@@ -31,6 +31,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -346,6 +347,19 @@ pub trait Storage: RecordStorage + AdminRecords + Send + Sync + 'static {
     /// the state's own.
     fn home_roster<'a>(&'a self, _id: &'a PartyId) -> StoreFuture<'a, Option<PartyRoster>> {
         Box::pin(async { Ok(None) })
+    }
+    /// Notes, in the home shard's keyspace and for `keep`, that party `id` entered a queue of
+    /// this shard now: the home shard counts it as the party's activity, as one node counts its
+    /// entry ([`Storage::parties_entered`]). Nothing for the home shard's own store and for a
+    /// store that does not claim players.
+    fn note_party_entry<'a>(&'a self, _id: &'a PartyId, _keep: Duration) -> StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+    /// For the home shard's store: when each of `ids` last entered a queue of another shard
+    /// (this store's clock, Unix seconds), as [`Storage::note_party_entry`] noted it within its
+    /// time to live; `None` where none did.
+    fn parties_entered<'a>(&'a self, ids: &'a [PartyId]) -> StoreFuture<'a, Vec<Option<f64>>> {
+        Box::pin(async move { Ok(vec![None; ids.len()]) })
     }
 
     // Queue settings a reload applied (cluster stores only: an embedded server's config file is

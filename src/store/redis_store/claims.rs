@@ -464,6 +464,28 @@ mod tests {
             );
             let unknown = PartyId::new("party-none");
             assert_eq!(runtime.block_on(eu.home_roster(&unknown)).unwrap(), None);
+            // An entry in shard eu is noted for the home shard, with a time to live; the home
+            // shard's own entries are its state's.
+            let keep = std::time::Duration::from_secs(60);
+            runtime.block_on(eu.note_party_entry(&id, keep)).unwrap();
+            runtime
+                .block_on(home.note_party_entry(&unknown, keep))
+                .unwrap();
+            let entered = runtime
+                .block_on(home.parties_entered(&[unknown.clone(), id.clone()]))
+                .unwrap();
+            assert_eq!(entered[0], None);
+            let at = entered[1].expect("noted");
+            assert!((at - home.now_unix()).abs() < 5.0, "{at}");
+            let mut conn = ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let ttl: i64 = ::redis::cmd("PTTL")
+                .arg(Keys::new("mm").party_entered(&id))
+                .query(&mut conn)
+                .unwrap();
+            assert!((1..=60_000).contains(&ttl), "{ttl}");
             home.remove_rosters(std::slice::from_ref(&id)).unwrap();
             runtime.block_on(home.flush_async()).unwrap();
             assert_eq!(runtime.block_on(eu.home_roster(&id)).unwrap(), None);

@@ -5,7 +5,7 @@
 //! keyspaces spread over the primaries.
 
 use super::{HASHES, Hash};
-use crate::ids::PlayerId;
+use crate::ids::{PartyId, PlayerId};
 
 /// The keyspace of a cluster that names none.
 pub const DEFAULT_KEYSPACE: &str = "mm";
@@ -170,6 +170,12 @@ impl Keys {
             .iter()
             .zip(&self.hashes)
             .map(|((h, _), name)| (*h, name.as_str()))
+    }
+
+    /// When party `party` (of this home shard) last entered a queue of another shard (its
+    /// store's clock, Unix seconds), with a time to live: the home shard's expiry counts it.
+    pub(super) fn party_entered(&self, party: &PartyId) -> String {
+        format!("{{{}}}:party-entered:{party}", self.keyspace)
     }
 
     /// A player's history list: match ids, most recently ended first.

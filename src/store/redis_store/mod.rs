@@ -707,6 +707,21 @@ impl Storage for RedisStore {
         Box::pin(self.home_party(id))
     }
 
+    fn note_party_entry<'a>(
+        &'a self,
+        id: &'a crate::ids::PartyId,
+        keep: std::time::Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.note_entry(id, keep))
+    }
+
+    fn parties_entered<'a>(
+        &'a self,
+        ids: &'a [crate::ids::PartyId],
+    ) -> StoreFuture<'a, Vec<Option<f64>>> {
+        Box::pin(self.entered(ids))
+    }
+
     fn put_ticket(&self, ticket: &StoredTicket) -> Result<(), StoreError> {
         let _order = self.write_order();
         self.check_fence()?;

@@ -7,6 +7,8 @@
 //! them (each key in the cluster's keyspace, see [`super::Keys`]).
 //! The script's `p` op keeps the lists, counts and past indexes (see `APPLY`).
 
+use std::time::Duration;
+
 use super::{Hash, Keys, Op, RedisStore, decode, json, redis_error};
 use crate::ids::{MatchId, PartyId, PlayerId};
 use crate::records::{MatchRecord, PartyRoster};
@@ -60,6 +62,48 @@ impl RedisStore {
         value
             .map(|v| decode(&v, &format!("party roster {id} of shard {home}")))
             .transpose()
+    }
+
+    /// Notes in the home shard's keyspace that party `id` entered a queue of this shard now,
+    /// for `keep` (see [`crate::store::Storage::note_party_entry`]).
+    pub(super) async fn note_entry(&self, id: &PartyId, keep: Duration) -> Result<(), StoreError> {
+        let Some(home) = self.claims.get().and_then(|k| k.first()) else {
+            return Ok(());
+        };
+        if home == self.keys.keyspace() {
+            return Ok(());
+        }
+        let () = ::redis::cmd("SET")
+            .arg(Keys::new(home).party_entered(id))
+            .arg(self.clock.now_unix())
+            .arg("PX")
+            .arg(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(redis_error(&self.url))?;
+        Ok(())
+    }
+
+    /// When each of `ids` last entered a queue of another shard, as noted there (see
+    /// [`crate::store::Storage::parties_entered`]); one `MGET` per 512, the keys sharing the
+    /// home shard's slot.
+    pub(super) async fn entered(&self, ids: &[PartyId]) -> Result<Vec<Option<f64>>, StoreError> {
+        if self.claims.get().is_none() {
+            return Ok(vec![None; ids.len()]);
+        }
+        let mut entered = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(512) {
+            let mut mget = ::redis::cmd("MGET");
+            for id in chunk {
+                mget.arg(self.keys.party_entered(id));
+            }
+            let values: Vec<Option<String>> = mget
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(redis_error(&self.url))?;
+            entered.extend(values.into_iter().map(|v| v?.parse().ok()));
+        }
+        Ok(entered)
     }
 }
 
