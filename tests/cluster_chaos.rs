@@ -459,3 +459,154 @@ async fn acknowledged_results_survive_the_death_of_a_redis_cluster_primary_under
         .expect("the old primary comes back as a replica");
     after_the_crash("redis cluster failover", &channels, &players, &played).await;
 }
+
+/// The node holding `keyspace`'s lease, if any.
+fn holder_of(redis: &RedisServer, keyspace: &str) -> Option<String> {
+    let mut conn = redis::Client::open(redis.url())
+        .ok()?
+        .get_connection()
+        .ok()?;
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{{{keyspace}}}:lease"))
+        .query(&mut conn)
+        .ok()?;
+    Some(value?.split('|').nth(1)?.to_string())
+}
+
+/// Follows `WatchEvents` (match completions) through whichever node `nodes` names, resuming
+/// after the last cursor it got whenever its stream ends, into `seen`; asserts that cursors
+/// only grow across every resumption.
+async fn follow_completions(
+    nodes: tokio::sync::watch::Receiver<Vec<Channel>>,
+    seen: Arc<Mutex<Vec<proto::Event>>>,
+) {
+    let mut last = 0;
+    let mut turn = 0usize;
+    loop {
+        let channels = nodes.borrow().clone();
+        turn += 1;
+        let channel = channels[turn % channels.len()].clone();
+        let opened = matchmaker::proto::admin_service_client::AdminServiceClient::new(channel)
+            .watch_events(proto::WatchEventsRequest {
+                after_cursor: last,
+                kinds: vec![proto::EventKind::MatchCompleted as i32],
+            })
+            .await;
+        if let Ok(stream) = opened {
+            let mut stream = stream.into_inner();
+            while let Ok(Some(event)) = stream.message().await {
+                assert!(event.cursor > last, "{} after {last}", event.cursor);
+                last = event.cursor;
+                seen.lock().await.push(event);
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// With the queues split over shards (1v1 in shard `eu`, the 5v5 load in the home shard):
+/// repeated `kill -9` of random nodes and of shard `eu`'s owner under load. Every acknowledged
+/// result is there exactly once and ratings equal a replay, and a watcher that resumes after
+/// its last cursor through any node sees every applied result's completion exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_results_and_their_events_survive_repeated_kill_9_of_random_nodes() {
+    let redis = RedisServer::start().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_on(
+        dir.path(),
+        &redis.url(),
+        "[[cluster.shards]]\nkeyspace = \"eu\"\nqueues = [\"1v1\"]\n",
+    );
+    let names = ["n1", "n2", "n3"];
+    let mut nodes: Vec<ServerProcess> = names.iter().map(|n| node(&config, n)).collect();
+    let players: Vec<String> = (0..PLAYERS).map(|i| format!("s{i}")).collect();
+    let mut rng = StdRng::seed_from_u64(27);
+    let mut channels = Vec::new();
+    for n in &nodes {
+        channels.push(n.channel().await);
+    }
+    common::queues_answer(&channels[0]).await;
+    let (current, following) = tokio::sync::watch::channel(channels);
+    let seen: Arc<Mutex<Vec<proto::Event>>> = Arc::default();
+    let watcher = tokio::spawn(follow_completions(following, seen.clone()));
+    let mut applied = Vec::new();
+    let mut applied_ids = Vec::new();
+    let (mut acked_total, mut kills) = (0, 0);
+    for r in 0..4 {
+        let channels = current.borrow().clone();
+        // Every other round kills shard eu's owner, the others a random node.
+        let victim = if r % 2 == 0 {
+            common::queues_answer(&channels[0]).await;
+            let owner = common::poll_until("shard eu's lease names a node", || {
+                let owner = holder_of(&redis, "eu");
+                async move { owner.ok_or("no owner") }
+            })
+            .await;
+            names
+                .iter()
+                .position(|n| *n == owner)
+                .unwrap_or_else(|| panic!("the lease names {owner}, no node of the test"))
+        } else {
+            rng.random_range(0..nodes.len())
+        };
+        let pid = nodes[victim].child.id();
+        let played = round(&channels, &players, 3, &mut rng, || {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        })
+        .await;
+        kills += 1;
+        acked_total += played.acked.len();
+        let _ = nodes[victim].child.wait();
+        nodes[victim] = node(&config, names[victim]);
+        let mut restarted = Vec::new();
+        for n in &nodes {
+            restarted.push(n.channel().await);
+        }
+        current.send_replace(restarted.clone());
+        let survivor = restarted[(victim + 1) % restarted.len()].clone();
+        applied.extend(
+            settle(
+                &survivor,
+                &played.matches,
+                &played.placements,
+                &played.acked,
+            )
+            .await,
+        );
+        applied_ids.extend(played.matches.iter().map(|m| m.match_id.clone()));
+    }
+    let channel = nodes[rng.random_range(0..nodes.len())].channel().await;
+    ratings_equal_a_replay(&channel, &players, &applied).await;
+    // Every applied result's completion reaches the watcher, once.
+    applied_ids.sort();
+    let completed = common::poll_until("the watcher saw every completion", || {
+        let seen = seen.clone();
+        let want = applied_ids.clone();
+        async move {
+            let mut ids: Vec<String> = seen
+                .lock()
+                .await
+                .iter()
+                .filter(|e| e.detail_json.contains("\"1v1\""))
+                .map(|e| e.match_id.clone())
+                .collect();
+            ids.sort();
+            if ids.len() >= want.len() {
+                Ok(ids)
+            } else {
+                Err(ids.len())
+            }
+        }
+    })
+    .await;
+    watcher.abort();
+    assert_eq!(completed, applied_ids, "each applied result completed once");
+    eprintln!(
+        "sharded chaos: {kills} kill -9s, {acked_total} acknowledged, {} applied, {} events",
+        applied.len(),
+        seen.lock().await.len()
+    );
+    assert!(acked_total >= 4 * KILL_AFTER_ACKS);
+}
