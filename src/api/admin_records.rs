@@ -46,7 +46,7 @@ pub const EVENTS_CLOSING: &str = "x-matchmaker-events-closing";
 /// The response header of a [`EVENTS_CLOSING`] stream with the log's last durable cursor.
 pub const EVENTS_LAST: &str = "x-matchmaker-events-last";
 /// How often a [`EVENTS_CLOSING`] stream says how far its log is closed.
-const CLOSING_EVERY: Duration = Duration::from_millis(100);
+const CLOSING_EVERY: Duration = Duration::from_millis(25);
 
 /// Whether `event` is a closing mark ([`EVENTS_CLOSING`]): a real event has a kind or a time.
 #[must_use]
