@@ -1443,3 +1443,41 @@ async fn a_party_s_entry_in_another_shard_restarts_its_idle_time_in_the_home_sha
         .map_err(|s| s.code());
     assert_eq!(asked, Ok(()), "the party lives on from its entry");
 }
+
+/// A queue moved to another shard in the config would start there without its records (its
+/// players' ratings back at the start): a node with such a config refuses to start, naming
+/// the queue, while a queue new to the deployment goes to any shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_refuses_a_config_that_moves_a_queue_to_another_shard() {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    // First without shards: every queue runs in the home shard.
+    let unsharded = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, "");
+    let node = common::cluster_node(&unsharded, "n1", None);
+    let channel = node.channel().await;
+    common::queues_answer(&channel).await;
+    set_rating(&mut AdminServiceClient::new(channel), "kept", "2v2").await;
+    drop(node);
+
+    let moved_dir = tempfile::tempdir().unwrap();
+    let moved = common::cluster_config(moved_dir.path(), &redis.url(), LEASE_MS, SHARDS);
+    let mut command = common::serve_command(&moved, "");
+    command.env("MATCHMAKER_CLUSTER__NODE_ID", "n2");
+    let out = tokio::time::timeout(
+        common::EVENT_TIMEOUT,
+        tokio::task::spawn_blocking(move || command.output().unwrap()),
+    )
+    .await
+    .expect("the node stops at once")
+    .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("queues.2v2: the config puts it in shard \"eu\"")
+            && said.contains("keyspace \"mm\"")
+            && said.contains("delete fields queue:2v2, pool:2v2 of Redis hash {mm}:placement"),
+        "{said}"
+    );
+    assert_eq!(holder(&redis, "eu"), None, "it ran no shard");
+}

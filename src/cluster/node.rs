@@ -29,6 +29,21 @@ pub enum NodeError {
     Server(#[from] ServerError),
     #[error("cluster.redis_url {url}: {detail}")]
     Redis { url: String, detail: String },
+    /// The config moved queues to another shard than the one holding their records (the
+    /// placement hash's key last).
+    #[error("{}", moved(.0, .1))]
+    Moved(Vec<crate::store::Moved>, String),
+}
+
+fn moved(moved: &[crate::store::Moved], key: &str) -> String {
+    let each: Vec<String> = moved.iter().map(ToString::to_string).collect();
+    let fields: Vec<&str> = moved.iter().map(|m| m.field.as_str()).collect();
+    format!(
+        "{}; queues do not move between shards: put them back, or, to start them afresh without \
+         those records, delete fields {} of Redis hash {key} (docs/cluster.md, Shards)",
+        each.join("; "),
+        fields.join(", ")
+    )
 }
 
 /// Runs a cluster node until `signal` is cancelled (then: health NOT_SERVING for
@@ -62,6 +77,18 @@ pub async fn run_node(config: Config, signal: CancellationToken) -> Result<(), N
     let conn = crate::store::RedisConn::connect(&cluster.redis_url, tls.as_ref(), patience)
         .await
         .map_err(|e| redis_error(e.to_string()))?;
+    // Before any engine runs a queue where its records are not.
+    let home = crate::store::Keys::new(&cluster.keyspace);
+    let moved = crate::store::check_placement(
+        &mut conn.clone(),
+        &home,
+        &super::shards::placements(&config),
+    )
+    .await
+    .map_err(|e| redis_error(e.to_string()))?;
+    if !moved.is_empty() {
+        return Err(NodeError::Moved(moved, home.placement()));
+    }
     let listener = TcpListener::bind(&config.server.addr)
         .await
         .map_err(|source| ServerError::Bind {

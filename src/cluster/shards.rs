@@ -23,6 +23,22 @@ pub fn shard_configs(config: &Config) -> Vec<Config> {
         .collect()
 }
 
+/// Where `config` keeps each queue's and rating pool's records: fields `queue:NAME` and
+/// `pool:NAME`, each with the keyspace of the shard that runs it (see
+/// [`crate::store::check_placement`]).
+pub fn placements(config: &Config) -> Vec<(String, String)> {
+    let mut queues = Vec::new();
+    let mut pools = std::collections::BTreeMap::new();
+    for (name, queue) in &config.queues {
+        let keyspace = config.cluster.keyspace_of(name).to_string();
+        let pool = queue.rating_pool.as_deref().unwrap_or(name);
+        pools.insert(format!("pool:{pool}"), keyspace.clone());
+        queues.push((format!("queue:{name}"), keyspace));
+    }
+    queues.extend(pools);
+    queues
+}
+
 /// Where a call goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Destination {
@@ -208,6 +224,33 @@ mod tests {
             "#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn every_queue_and_pool_is_placed_in_its_shard_s_keyspace() {
+        let mut config = config();
+        let mut twin = config.queues["5v5"].clone();
+        twin.rating_pool = Some("5v5".into());
+        config.queues.insert("ffa8".into(), twin);
+        config.validate().unwrap();
+        let placed = placements(&config);
+        let at = |field: &str| {
+            placed
+                .iter()
+                .find(|(f, _)| f == field)
+                .map(|(_, k)| k.as_str())
+        };
+        assert_eq!(at("queue:1v1"), Some("mm"));
+        assert_eq!(at("pool:1v1"), Some("mm"));
+        assert_eq!(at("queue:5v5"), Some("eu"));
+        assert_eq!(at("queue:ffa8"), Some("eu"));
+        assert_eq!(at("pool:5v5"), Some("eu"));
+        assert_eq!(at("pool:ffa8"), None, "ffa8 rates in 5v5's pool");
+        assert_eq!(placed.len(), 4 + 3);
+        assert!(
+            placed[..4].iter().all(|(f, _)| f.starts_with("queue:")),
+            "queues first: {placed:?}"
+        );
     }
 
     #[test]

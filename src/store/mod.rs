@@ -46,9 +46,9 @@ pub use memory::MemoryStore;
 #[cfg(test)]
 pub(crate) use memory::{FailingWrite, FlushFailure};
 pub use redis_store::{
-    DEFAULT_KEYSPACE, Durability, Followed, Keys, Patience, RedisCluster, RedisConn, RedisOptions,
-    RedisSentinels, RedisServer, RedisStore, RedisTls, SENTINEL_SERVICE, Standby, check_durability,
-    check_keyspace,
+    DEFAULT_KEYSPACE, Durability, Followed, Keys, Moved, Patience, RedisCluster, RedisConn,
+    RedisOptions, RedisSentinels, RedisServer, RedisStore, RedisTls, SENTINEL_SERVICE, Standby,
+    check_durability, check_keyspace, check_placement,
 };
 
 use crate::ids::{MatchId, PartyId, PlayerId, TicketId};

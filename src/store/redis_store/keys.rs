@@ -64,6 +64,12 @@ impl Keys {
         &self.keyspace
     }
 
+    /// In the home keyspace: the keyspace each queue and rating pool keeps its records in
+    /// (see `placement.rs`).
+    pub fn placement(&self) -> String {
+        format!("{{{}}}:placement", self.keyspace)
+    }
+
     /// The lease: `token|node_id|advertise_addr`, with a time to live.
     pub fn lease(&self) -> &str {
         &self.lease

@@ -37,6 +37,7 @@ mod journal;
 mod keys;
 mod load;
 mod past;
+mod placement;
 mod records;
 mod script;
 mod sentinel;
@@ -55,6 +56,7 @@ pub use conn::{Patience, RedisConn, RedisTls};
 pub use durability::{Durability, check_durability};
 pub use keys::{DEFAULT_KEYSPACE, Keys, check_keyspace};
 use load::text;
+pub use placement::{Moved, check_placement};
 pub use script::CHANGE_LOG_ENTRIES;
 #[cfg(test)]
 use script::MAX_RUN;
