@@ -1395,7 +1395,8 @@ async fn a_party_whose_members_wait_in_another_shard_does_not_expire_in_the_home
 }
 
 /// A party's entry into another shard's queue counts as its activity in the home shard, as on
-/// one node, even when its ticket there ended before the home shard looked.
+/// one node: one entered early in its idle time, whose ticket ended before the home shard
+/// looked, and one entered just before it would have expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_party_s_entry_in_another_shard_restarts_its_idle_time_in_the_home_shard() {
     const EXPIRY: Duration = Duration::from_secs(10);
@@ -1406,42 +1407,54 @@ async fn a_party_s_entry_in_another_shard_restarts_its_idle_time_in_the_home_sha
     .await;
     let (n1, n2) = (cluster.n1.clone(), cluster.n2.clone());
     common::queues_answer(&n1).await;
-    let party = PartyServiceClient::new(n1.clone())
-        .create_party(proto::CreatePartyRequest {
-            player_id: "brief".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let made = std::time::Instant::now();
-    // Within the first half of its expiry: the home shard does not look at it before then.
-    tokio::time::sleep(EXPIRY * 2 / 5).await;
+    let mut parties = PartyServiceClient::new(n1.clone());
+    let mut made = Vec::new();
+    for leader in ["early", "late"] {
+        made.push(
+            parties
+                .create_party(proto::CreatePartyRequest {
+                    player_id: leader.into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .party_id,
+        );
+    }
+    let start = std::time::Instant::now();
     let mut client = ClientServiceClient::new(n2.clone());
-    let ticket = client
-        .enter_queue(proto::EnterQueueRequest {
-            queue: "2v2".into(),
-            party_id: party.party_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .ticket_id;
-    client
-        .cancel_ticket(proto::CancelTicketRequest { ticket_id: ticket })
-        .await
-        .unwrap();
-    // Past its expiry counted from its creation, within it counted from its entry.
-    tokio::time::sleep((EXPIRY + Duration::from_millis(500)).saturating_sub(made.elapsed())).await;
-    let asked = PartyServiceClient::new(n2.clone())
-        .leave_party(proto::LeavePartyRequest {
-            party_id: party.party_id.clone(),
-            player_id: "nobody".into(),
-        })
-        .await
-        .map(drop)
-        .map_err(|s| s.code());
-    assert_eq!(asked, Ok(()), "the party lives on from its entry");
+    // Within the first half of its expiry (the home shard does not look at it before then),
+    // and at nine tenths of it.
+    for (party, at) in made.iter().zip([EXPIRY * 2 / 5, EXPIRY * 9 / 10]) {
+        tokio::time::sleep(at.saturating_sub(start.elapsed())).await;
+        let ticket = client
+            .enter_queue(proto::EnterQueueRequest {
+                queue: "2v2".into(),
+                party_id: party.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .ticket_id;
+        client
+            .cancel_ticket(proto::CancelTicketRequest { ticket_id: ticket })
+            .await
+            .unwrap();
+    }
+    // Past their expiry counted from their creation, within it counted from their entry.
+    tokio::time::sleep((EXPIRY + Duration::from_millis(500)).saturating_sub(start.elapsed())).await;
+    for party in made {
+        let asked = PartyServiceClient::new(n2.clone())
+            .leave_party(proto::LeavePartyRequest {
+                party_id: party.clone(),
+                player_id: "nobody".into(),
+            })
+            .await
+            .map(drop)
+            .map_err(|s| s.code());
+        assert_eq!(asked, Ok(()), "{party} lives on from its entry");
+    }
 }
 
 /// A queue moved to another shard in the config would start there without its records (its

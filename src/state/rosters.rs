@@ -180,7 +180,12 @@ impl State {
         let at = rosters
             .active_at(id, now, || self.store_now())
             .ok_or_else(not_found)?;
-        if now - at > ttl && !rosters.by_id.get(id).is_some_and(|r| self.party_busy(r)) {
+        // The home shard of a cluster split over shards ends parties only once it asked the
+        // other shards ([`State::keep_held_parties`]).
+        if now - at > ttl
+            && !self.keeps_rosters_for_shards()
+            && !rosters.by_id.get(id).is_some_and(|r| self.party_busy(r))
+        {
             self.inner.store.remove_rosters(std::slice::from_ref(id))?;
             rosters.remove(id);
             return Err(not_found());
@@ -393,8 +398,17 @@ impl State {
 
     /// Ends parties idle past `[parties] idle_expiry_seconds` at `now`, on the matchmaker
     /// clock (a party with a member queued or playing is touched instead). Returns how many
-    /// ended.
+    /// ended. The home shard of a cluster split over shards ends none here: its check of
+    /// what the other shards hold does, right after it ([`State::keep_held_parties`]).
     pub fn expire_parties(&self, now: f64) -> Result<usize, StoreError> {
+        if self.keeps_rosters_for_shards() {
+            return Ok(0);
+        }
+        self.expire_idle_parties(now)
+    }
+
+    /// [`State::expire_parties`], wherever it runs.
+    pub(super) fn expire_idle_parties(&self, now: f64) -> Result<usize, StoreError> {
         let ttl = self.inner.config.parties.idle_expiry_seconds;
         let mut rosters = self.rosters();
         let mut ended = Vec::new();

@@ -34,6 +34,9 @@ fn check_every(idle_expiry_seconds: f64) -> Duration {
     Duration::from_secs_f64((idle_expiry_seconds / 4.0).clamp(0.05, 30.0))
 }
 
+/// The longest a note of a party's entry is kept ([`State::party_entered`]).
+const LONGEST_NOTE: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 impl State {
     /// `EnterQueue` by party id: the party as [`State::party_to_enter`] reads it here or, in a
     /// shard whose store reads the home shard's rosters, as the home shard keeps it; NOT_FOUND
@@ -59,7 +62,9 @@ impl State {
     /// the ticket stands, and the home shard still sees the members held.
     pub async fn party_entered(&self, id: &PartyId, now: f64) {
         self.touch_party(id, now);
-        let keep = Duration::from_secs_f64(self.inner.config.parties.idle_expiry_seconds);
+        // Any finite expiry is valid: one of centuries is kept for ten years.
+        let keep = Duration::try_from_secs_f64(self.inner.config.parties.idle_expiry_seconds)
+            .map_or(LONGEST_NOTE, |keep| keep.min(LONGEST_NOTE));
         if let Err(e) = self.inner.store.note_party_entry(id, keep).await {
             tracing::warn!(error = %e, party = %id, "cannot tell the home shard of a party's entry");
         }
@@ -80,7 +85,7 @@ impl State {
 
     /// Whether this engine is the home shard's in a cluster whose store claims players
     /// across shards (the only engine that keeps rosters there).
-    fn keeps_rosters_for_shards(&self) -> bool {
+    pub(super) fn keeps_rosters_for_shards(&self) -> bool {
         let cluster = &self.inner.config.cluster;
         self.inner.store.claims_players() && cluster.claims.first() == Some(&cluster.keyspace)
     }
@@ -106,8 +111,22 @@ impl State {
             if !self.may_act() {
                 continue;
             }
-            if let Err(e) = self.touch_held_parties(now()).await {
-                tracing::warn!(error = %e, "cannot ask which parties' members other shards hold");
+            // Parties end only after the check: one that entered another shard's queue or
+            // whose members play there is touched first, as one node's entry touches it.
+            let now = now();
+            match self.touch_held_parties(now).await {
+                Ok(_) => {
+                    if let Err(e) = self.expire_idle_parties(now) {
+                        crate::store::write_failures::log_store_write_failure!(
+                            "parties",
+                            e,
+                            "could not expire idle parties"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot ask which parties' members other shards hold");
+                }
             }
         }
     }
@@ -235,6 +254,17 @@ mod tests {
         )
         .await
         .expect("returns at once");
+    }
+
+    /// Any finite expiry is valid, and an entry of a party under one of centuries is no
+    /// different from any other: touched, and nothing to note without shards.
+    #[tokio::test]
+    async fn a_party_entry_under_an_expiry_of_centuries_touches_it_as_any_other() {
+        let s = crate::state::test_util::state_with("[parties]\nidle_expiry_seconds = 1e20\n");
+        let p = s.create_party(&PlayerId::new("a"), 0.0).unwrap();
+        s.party_entered(&p.party_id, 5.0).await;
+        assert_eq!(s.expire_parties(1e19).unwrap(), 0);
+        assert!(s.party_roster(&p.party_id, 6.0, |_| false).is_ok());
     }
 
     #[test]
