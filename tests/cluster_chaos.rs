@@ -601,6 +601,8 @@ async fn sharded_results_and_their_events_survive_repeated_kill_9_of_random_node
         }
     })
     .await;
+    // It follows for good: ended, it failed an assertion (a cursor that did not grow).
+    assert!(!watcher.is_finished(), "{:?}", watcher.await);
     watcher.abort();
     assert_eq!(completed, applied_ids, "each applied result completed once");
     eprintln!(

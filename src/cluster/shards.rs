@@ -86,6 +86,11 @@ impl Shards {
         self.keyspaces.is_empty()
     }
 
+    /// Shard `shard`'s keyspace.
+    pub fn keyspace(&self, shard: usize) -> &str {
+        self.keyspaces.get(shard).map_or("?", String::as_str)
+    }
+
     /// The shard of `keyspace`, when it is one of these.
     pub fn by_keyspace(&self, keyspace: &str) -> Option<usize> {
         self.keyspaces.iter().position(|k| k == keyspace)

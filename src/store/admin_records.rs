@@ -228,9 +228,6 @@ pub trait AdminRecords {
     fn events_closed(&self) -> Result<u64, StoreError> {
         self.append_events(&[])
     }
-    /// Raises the store's event clock past `cursor`, which another shard gave (a watcher
-    /// resuming after it): this store's later events then come after it.
-    fn witness_event(&self, _cursor: u64) {}
     /// Drops audit entries older than `before_unix`, and the oldest beyond the newest
     /// `keep_at_most`; how many.
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError>;
@@ -557,13 +554,6 @@ impl Data {
         match &mut self.admin.clock {
             Some(clock) => clock.closed(last, now_ms),
             None => last,
-        }
-    }
-
-    /// See [`AdminRecords::witness_event`].
-    pub(super) fn witness_event(&mut self, cursor: u64) {
-        if let Some(clock) = &mut self.admin.clock {
-            clock.witness(cursor);
         }
     }
 

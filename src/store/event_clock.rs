@@ -24,9 +24,6 @@ pub const MAX_SHARDS: usize = 1 << SHARD_BITS;
 /// and the new owner starts a lease after the old one last could say anything.
 pub const TAKEOVER_LEAD_MS: u64 = 250;
 
-/// How far ahead of this clock a cursor [`EventClock::witness`] takes may be.
-const WITNESS_AHEAD_MS: u64 = 5_000;
-
 /// One shard's event clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventClock {
@@ -64,16 +61,6 @@ impl EventClock {
     /// At `now_ms`, after cursor `last`: the highest cursor no later event will take.
     pub fn closed(&mut self, last: u64, now_ms: u64) -> u64 {
         last.max(self.advance(now_ms).saturating_sub(1))
-    }
-
-    /// Raises the clock past `cursor`'s millisecond, so that this shard is closed past it: a
-    /// watcher resumes after another shard's cursor, which may be ahead of this one's clock.
-    pub fn witness(&mut self, cursor: u64) {
-        let ms = cursor >> MS_SHIFT;
-        // Not a cursor any shard gave: it would stop this clock for that long.
-        if ms <= self.floor_ms + WITNESS_AHEAD_MS {
-            self.floor_ms = self.floor_ms.max(ms + 1);
-        }
     }
 }
 
@@ -134,17 +121,5 @@ mod tests {
         // old one's last cursor.
         let mut next_owner = EventClock::new(2, 19_800, 0);
         assert!(next_owner.next(0, 19_800) > closed);
-        // A watcher's cursor from a shard whose clock runs ahead (by under five seconds).
-        let mut behind = EventClock::new(5, 17_000, 0);
-        behind.witness(closed);
-        assert!(behind.closed(0, 17_000) >= closed);
-        assert!(behind.next(0, 17_000) > closed);
-        // A cursor from far ahead is not one any shard gave: the clock does not jump to it.
-        let mut clock = EventClock::new(0, 1_000, 0);
-        clock.witness(u64::MAX);
-        assert_eq!(
-            clock.closed(0, 1_000) >> MS_SHIFT,
-            1_000 + TAKEOVER_LEAD_MS - 1
-        );
     }
 }

@@ -243,6 +243,18 @@ impl MemoryStore {
         self.data().audit_fenced = true;
     }
 
+    /// Numbers events from now on as shard number `shard` of a cluster split over shards does.
+    #[cfg(test)]
+    pub(crate) fn number_events_as_shard(&self, shard: usize) {
+        let mut data = self.data();
+        let last = data.admin.last_event;
+        data.admin.clock = Some(super::event_clock::EventClock::new(
+            shard,
+            super::event_clock::now_ms(),
+            last,
+        ));
+    }
+
     /// From now on every flush fails as `how` says (`None`: flushes work again).
     #[cfg(test)]
     pub(crate) fn fail_flushes(&self, how: Option<FlushFailure>) {
@@ -372,6 +384,10 @@ impl super::AdminRecords for MemoryStore {
 
     fn events_trimmed_through(&self) -> Result<u64, StoreError> {
         Ok(self.data().events_trimmed_through())
+    }
+
+    fn events_closed(&self) -> Result<u64, StoreError> {
+        Ok(self.data().events_closed(super::event_clock::now_ms()))
     }
 
     fn trim_audit(&self, before_unix: f64, keep_at_most: u64) -> Result<usize, StoreError> {

@@ -187,7 +187,7 @@ impl Inner {
             }
             "ClientService/GetActiveTicket" => Some(self.active_ticket(parts, bytes).await),
             "GameServerService/ServeMatches" => serve::serve(fronts, parts, message).await,
-            "AdminService/WatchEvents" => events::watch(fronts, parts, message).await,
+            "AdminService/WatchEvents" => events::watch(fronts, &self.shards, parts, message).await,
             "ClientService/ListPlayerMatches" => self.player_matches(parts, message).await,
             "AdminService/ListAuditLog" => self.audit_log(parts, message).await,
             _ => None,

@@ -109,6 +109,7 @@ enum Got {
 /// not decode: the home shard's engine refuses it as one node would.
 pub(super) async fn watch(
     fronts: &[Front],
+    shards: &crate::cluster::shards::Shards,
     parts: &http::request::Parts,
     message: &[u8],
 ) -> Option<http::Response<Body>> {
@@ -147,6 +148,18 @@ pub(super) async fn watch(
         opened.push((shard, response));
     }
     opened.sort_by_key(|(shard, _)| *shard);
+    // An owner of an older build (a rolling upgrade) sends no closing marks: its shard's
+    // events could not be put in order with the others'.
+    if let Some((shard, _)) = opened
+        .iter()
+        .find(|(_, r)| !r.headers().contains_key(EVENTS_LAST))
+    {
+        return Some(refuse(tonic::Status::unavailable(format!(
+            "the owner of shard {:?} runs an older build that cannot merge its events with the \
+             other shards'; retry once every node runs this build",
+            shards.keyspace(*shard)
+        ))));
+    }
     // A cursor past every shard's last event is one this deployment never gave (a Redis
     // restored from an older backup, a failover that lost writes): refused as one node does.
     let last = opened

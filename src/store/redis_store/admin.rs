@@ -178,10 +178,6 @@ impl AdminRecords for RedisStore {
         Ok(self.mirror.data().events_closed(now))
     }
 
-    fn witness_event(&self, cursor: u64) {
-        self.mirror.data().witness_event(cursor);
-    }
-
     fn events_after(
         &self,
         after: u64,

@@ -72,6 +72,9 @@ impl RedisStore {
             let mut data = self.mirror.data();
             let last = data.admin.last_event;
             data.admin.clock = Some(EventClock::new(shard, now, last));
+            drop(data);
+            // An older build must not own a keyspace whose cursors it would misread.
+            super::format::mark(self, super::format::SHARDED);
         }
     }
 
@@ -399,13 +402,8 @@ mod tests {
             assert!(closed >= c);
             let d = eu.append_events(&[event("d")]).unwrap();
             assert!(d > closed);
-            // After another shard's cursor ahead of its clock (within five seconds), its next
-            // events come after it.
-            let ahead = d + (3_000 << 20);
-            eu.witness_event(ahead);
-            assert!(eu.events_closed().unwrap() >= ahead);
             let e = eu.append_events(&[event("e")]).unwrap();
-            assert!(e > ahead);
+            assert!(e > d);
             assert_eq!(
                 eu.events_before(e, 2)
                     .unwrap()

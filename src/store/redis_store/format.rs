@@ -12,8 +12,16 @@ use super::{Hash, Op, RedisStore, StoreError, redact, redis_error};
 
 /// The meta hash's field.
 pub(super) const FIELD: &str = "format";
-/// The format this build writes and the newest it reads.
-pub(super) const CURRENT: u32 = 1;
+/// The format this build writes for the keyspace of a cluster whose queues are not split over
+/// shards.
+pub(super) const PLAIN: u32 = 1;
+/// The format of a shard's keyspace when the queues are split over shards: its event cursors
+/// are numbered by time, with gaps (`store::event_clock`), which an older build would trim and
+/// page through as if they were 1, 2, 3, and its owner says how far its log is closed, which a
+/// newer node's merge of every shard's events waits for.
+pub(super) const SHARDED: u32 = 2;
+/// The newest format this build reads.
+pub(super) const CURRENT: u32 = SHARDED;
 
 /// Refuses the keyspace of `store` if a later release wrote it; queues the mark of this
 /// build's format for the first flush where the keyspace has none (or an older one).
@@ -43,14 +51,19 @@ pub(super) async fn check(store: &RedisStore) -> Result<(), StoreError> {
             reads: CURRENT.to_string(),
         });
     }
-    if version < CURRENT {
-        store.queue(vec![Op::Set(
-            Hash::Meta,
-            FIELD.into(),
-            CURRENT.to_string().into_bytes(),
-        )]);
+    if version < PLAIN {
+        mark(store, PLAIN);
     }
     Ok(())
+}
+
+/// Queues the mark of format `format` for the next flush.
+pub(super) fn mark(store: &RedisStore, format: u32) {
+    store.queue(vec![Op::Set(
+        Hash::Meta,
+        FIELD.into(),
+        format.to_string().into_bytes(),
+    )]);
 }
 
 #[cfg(test)]
@@ -105,20 +118,29 @@ mod tests {
             drop(open(&runtime, &url).unwrap());
 
             // A later release wrote the keyspace.
+            // A shard's keyspace, once its queues are split over shards.
+            let store = open(&runtime, &url).unwrap();
+            store.claim_across(&["mm".to_string(), "eu".to_string()]);
+            store.flush().unwrap();
+            assert_eq!(format_field(&url).as_deref(), Some("2"));
+            drop(store);
+            drop(open(&runtime, &url).unwrap());
+            assert_eq!(format_field(&url).as_deref(), Some("2"), "kept");
+
             let () = ::redis::cmd("HSET")
                 .arg(Keys::default().meta())
                 .arg(FIELD)
-                .arg("2")
+                .arg("3")
                 .query(&mut redis(&url))
                 .unwrap();
             let e = open(&runtime, &url).err().expect("refused");
             assert!(matches!(e, StoreError::Newer { .. }), "{e}");
             let msg = e.to_string();
             assert!(msg.contains("later release"), "{msg}");
-            assert!(msg.contains("format 2"), "{msg}");
-            assert!(msg.contains("reads 1"), "{msg}");
+            assert!(msg.contains("format 3"), "{msg}");
+            assert!(msg.contains("reads 2"), "{msg}");
             assert!(msg.contains("{mm}"), "{msg}");
-            assert_eq!(format_field(&url).as_deref(), Some("2"), "left as it was");
+            assert_eq!(format_field(&url).as_deref(), Some("3"), "left as it was");
 
             let () = ::redis::cmd("HSET")
                 .arg(Keys::default().meta())
