@@ -33,6 +33,37 @@ pub fn surplus(
     })
 }
 
+/// Since when this node holds each shard's lease, by the lease's token. A node that took a
+/// shard over hands none over until it has held every shard long enough for the word of a
+/// node that died to have lapsed ([`Settling::settled`]): until then the dead node, holding
+/// nothing, looks like the node with the fewest shards.
+#[derive(Debug, Default)]
+pub struct Settling {
+    held: BTreeMap<usize, (u64, Instant)>,
+}
+
+impl Settling {
+    /// Notes who holds `shard` now: this node under `token` (`Some`), or not (`None`).
+    pub fn saw(&mut self, shard: usize, token: Option<u64>, now: Instant) {
+        match token {
+            Some(token) if self.held.get(&shard).is_some_and(|(t, _)| *t == token) => {}
+            Some(token) => {
+                self.held.insert(shard, (token, now));
+            }
+            None => {
+                self.held.remove(&shard);
+            }
+        }
+    }
+
+    /// Whether this node has held each shard it holds for `settle` at `now`.
+    pub fn settled(&self, settle: Duration, now: Instant) -> bool {
+        self.held
+            .values()
+            .all(|(_, since)| now.saturating_duration_since(*since) >= settle)
+    }
+}
+
 /// How a node says that it runs, in the home keyspace's node set: its id and the keyspaces
 /// of the shards it runs (`NODE|KS,KS,...`; neither holds `|` or `,`).
 fn word(node_id: &str, keyspaces: &[&str]) -> String {
@@ -70,6 +101,7 @@ pub(super) async fn spread(
     let mut ticker = tokio::time::interval(lease_time);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_handover: Option<Instant> = None;
+    let mut settling = Settling::default();
     let keyspaces: Vec<&str> = members
         .iter()
         .map(|m| m.config.cluster.keyspace.as_str())
@@ -93,14 +125,23 @@ pub(super) async fn spread(
         let mut owners: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (shard, member) in members.iter().enumerate() {
             match member.lease.peek().await {
-                Ok((Some(owner), _, _)) => owners.entry(owner.node_id).or_default().push(shard),
-                Ok(_) => {}
+                Ok((Some(owner), _, _)) => {
+                    let mine = (owner.node_id == node_id).then_some(owner.token);
+                    settling.saw(shard, mine, Instant::now());
+                    owners.entry(owner.node_id).or_default().push(shard);
+                }
+                Ok(_) => settling.saw(shard, None, Instant::now()),
                 // Nothing is decided on a partial picture.
                 Err(_) => {
                     owners.clear();
                     break;
                 }
             }
+        }
+        // A word lapses three leases after the node's last: a node that took a shard over
+        // waits that long, so it hands nothing to the node it took it from.
+        if !settling.settled(lease_time * 3, Instant::now()) {
+            continue;
         }
         if let Some(shard) = surplus(&owners, &alive, &node_id) {
             info!(
@@ -160,6 +201,31 @@ mod tests {
         // A node that holds a lease but no longer says it runs is not counted as running.
         let dead = owners(&[("a", &[0, 1]), ("gone", &[2])]);
         assert_eq!(surplus(&dead, &alive(&["a"]), "a"), None);
+    }
+
+    #[test]
+    fn a_node_that_took_a_shard_over_hands_none_over_until_a_dead_node_s_word_lapsed() {
+        let (start, settle) = (Instant::now(), Duration::from_secs(3));
+        let mut settling = Settling::default();
+        assert!(settling.settled(settle, start), "nothing held");
+        settling.saw(0, Some(1), start);
+        settling.saw(1, Some(7), start);
+        assert!(!settling.settled(settle, start + Duration::from_secs(2)));
+        settling.saw(1, Some(7), start + Duration::from_secs(2));
+        assert!(
+            settling.settled(settle, start + settle),
+            "held since the first sight"
+        );
+        // The survivor of a kill takes shard 1 again under a newer token: until its word
+        // lapsed, the dead node counts as running and holding none, so nothing moves, not
+        // even the shard held all along.
+        settling.saw(1, Some(9), start + settle);
+        assert!(!settling.settled(settle, start + settle + Duration::from_secs(1)));
+        assert!(settling.settled(settle, start + settle * 2));
+        // A shard no longer held counts no more.
+        settling.saw(2, Some(3), start + settle * 2);
+        settling.saw(2, None, start + settle * 2);
+        assert!(settling.settled(settle, start + settle * 2));
     }
 
     #[test]
