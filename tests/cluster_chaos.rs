@@ -8,8 +8,6 @@
 
 mod common;
 
-use common::lease_holder;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -315,19 +313,69 @@ async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
     let mut nodes: Vec<ServerProcess> = names.iter().map(|n| node(&config, n)).collect();
     let players: Vec<String> = (0..PLAYERS).map(|i| format!("c{i}")).collect();
     let mut rng = StdRng::seed_from_u64(19);
-    let mut applied = Vec::new();
-    let (mut acked_total, mut kills) = (0, 0);
+    let killed = kill_rounds(
+        &redis,
+        &config,
+        &names,
+        &mut nodes,
+        &players,
+        &mut rng,
+        "mm",
+        |_| {},
+    )
+    .await;
+    let channel = nodes[rng.random_range(0..nodes.len())].channel().await;
+    ratings_equal_a_replay(&channel, &players, &killed.applied).await;
+    eprintln!(
+        "cluster chaos: {} kill -9s, {} acknowledged, {} applied",
+        killed.kills,
+        killed.acked,
+        killed.applied.len()
+    );
+    assert!(killed.acked >= 4 * KILL_AFTER_ACKS);
+}
+
+/// What [`kill_rounds`] leaves.
+struct Killed {
+    kills: usize,
+    /// Results acknowledged.
+    acked: usize,
+    /// Every served match's result, applied by the end.
+    applied: Vec<Applied>,
+    /// Their match ids, in order.
+    match_ids: Vec<String>,
+}
+
+/// Four [`round`]s, each with a `kill -9`: of `keyspace`'s owner every other round (once some
+/// node owns it: the first round starts with nodes just started), of a random node the others;
+/// the node is started again, `restarted` is given every node's channel, and the round is
+/// settled through another node.
+#[allow(clippy::too_many_arguments)]
+async fn kill_rounds(
+    redis: &RedisServer,
+    config: &Path,
+    names: &[&str],
+    nodes: &mut [ServerProcess],
+    players: &[String],
+    rng: &mut StdRng,
+    keyspace: &str,
+    mut restarted: impl FnMut(Vec<Channel>),
+) -> Killed {
+    let mut killed = Killed {
+        kills: 0,
+        acked: 0,
+        applied: Vec::new(),
+        match_ids: Vec::new(),
+    };
     for r in 0..4 {
         let mut channels = Vec::new();
-        for n in &nodes {
+        for n in nodes.iter() {
             channels.push(n.channel().await);
         }
-        // Every other round kills the owner (once some node owns the queues: the first round
-        // starts with nodes just started); the others a random node.
         let victim = if r % 2 == 0 {
             common::queues_answer(&channels[0]).await;
-            let owner = common::poll_until("the lease names a node", || {
-                let owner = lease_holder(&redis);
+            let owner = common::poll_until(&format!("{keyspace}'s lease names a node"), || {
+                let owner = common::lease_holder_of(redis, keyspace);
                 async move { owner.ok_or("no owner") }
             })
             .await;
@@ -339,18 +387,23 @@ async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
             rng.random_range(0..nodes.len())
         };
         let pid = nodes[victim].child.id();
-        let played = round(&channels, &players, 3, &mut rng, || {
+        let played = round(&channels, players, 3, rng, || {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
         })
         .await;
-        kills += 1;
-        acked_total += played.acked.len();
+        killed.kills += 1;
+        killed.acked += played.acked.len();
         let _ = nodes[victim].child.wait();
-        nodes[victim] = node(&config, names[victim]);
-        let survivor = nodes[(victim + 1) % nodes.len()].channel().await;
-        applied.extend(
+        nodes[victim] = node(config, names[victim]);
+        let mut now = Vec::new();
+        for n in nodes.iter() {
+            now.push(n.channel().await);
+        }
+        restarted(now.clone());
+        let survivor = now[(victim + 1) % now.len()].clone();
+        killed.applied.extend(
             settle(
                 &survivor,
                 &played.matches,
@@ -359,14 +412,11 @@ async fn acknowledged_results_survive_repeated_kill_9_of_random_nodes() {
             )
             .await,
         );
+        killed
+            .match_ids
+            .extend(played.matches.iter().map(|m| m.match_id.clone()));
     }
-    let channel = nodes[rng.random_range(0..nodes.len())].channel().await;
-    ratings_equal_a_replay(&channel, &players, &applied).await;
-    eprintln!(
-        "cluster chaos: {kills} kill -9s, {acked_total} acknowledged, {} applied",
-        applied.len()
-    );
-    assert!(acked_total >= 4 * KILL_AFTER_ACKS);
+    killed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,19 +510,6 @@ async fn acknowledged_results_survive_the_death_of_a_redis_cluster_primary_under
     after_the_crash("redis cluster failover", &channels, &players, &played).await;
 }
 
-/// The node holding `keyspace`'s lease, if any.
-fn holder_of(redis: &RedisServer, keyspace: &str) -> Option<String> {
-    let mut conn = redis::Client::open(redis.url())
-        .ok()?
-        .get_connection()
-        .ok()?;
-    let value: Option<String> = redis::cmd("GET")
-        .arg(format!("{{{keyspace}}}:lease"))
-        .query(&mut conn)
-        .ok()?;
-    Some(value?.split('|').nth(1)?.to_string())
-}
-
 /// Follows `WatchEvents` (match completions) through whichever node `nodes` names, resuming
 /// after the last cursor it got whenever its stream ends, into `seen`; asserts that cursors
 /// only grow across every resumption.
@@ -529,54 +566,20 @@ async fn sharded_results_and_their_events_survive_repeated_kill_9_of_random_node
     let (current, following) = tokio::sync::watch::channel(channels);
     let seen: Arc<Mutex<Vec<proto::Event>>> = Arc::default();
     let watcher = tokio::spawn(follow_completions(following, seen.clone()));
-    let mut applied = Vec::new();
-    let mut applied_ids = Vec::new();
-    let (mut acked_total, mut kills) = (0, 0);
-    for r in 0..4 {
-        let channels = current.borrow().clone();
-        // Every other round kills shard eu's owner, the others a random node.
-        let victim = if r % 2 == 0 {
-            common::queues_answer(&channels[0]).await;
-            let owner = common::poll_until("shard eu's lease names a node", || {
-                let owner = holder_of(&redis, "eu");
-                async move { owner.ok_or("no owner") }
-            })
-            .await;
-            names
-                .iter()
-                .position(|n| *n == owner)
-                .unwrap_or_else(|| panic!("the lease names {owner}, no node of the test"))
-        } else {
-            rng.random_range(0..nodes.len())
-        };
-        let pid = nodes[victim].child.id();
-        let played = round(&channels, &players, 3, &mut rng, || {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        })
-        .await;
-        kills += 1;
-        acked_total += played.acked.len();
-        let _ = nodes[victim].child.wait();
-        nodes[victim] = node(&config, names[victim]);
-        let mut restarted = Vec::new();
-        for n in &nodes {
-            restarted.push(n.channel().await);
-        }
-        current.send_replace(restarted.clone());
-        let survivor = restarted[(victim + 1) % restarted.len()].clone();
-        applied.extend(
-            settle(
-                &survivor,
-                &played.matches,
-                &played.placements,
-                &played.acked,
-            )
-            .await,
-        );
-        applied_ids.extend(played.matches.iter().map(|m| m.match_id.clone()));
-    }
+    let killed = kill_rounds(
+        &redis,
+        &config,
+        &names,
+        &mut nodes,
+        &players,
+        &mut rng,
+        "eu",
+        |channels| {
+            current.send_replace(channels);
+        },
+    )
+    .await;
+    let (applied, mut applied_ids) = (killed.applied, killed.match_ids);
     let channel = nodes[rng.random_range(0..nodes.len())].channel().await;
     ratings_equal_a_replay(&channel, &players, &applied).await;
     // Every applied result's completion reaches the watcher, once.
@@ -606,9 +609,11 @@ async fn sharded_results_and_their_events_survive_repeated_kill_9_of_random_node
     watcher.abort();
     assert_eq!(completed, applied_ids, "each applied result completed once");
     eprintln!(
-        "sharded chaos: {kills} kill -9s, {acked_total} acknowledged, {} applied, {} events",
+        "sharded chaos: {} kill -9s, {} acknowledged, {} applied, {} events",
+        killed.kills,
+        killed.acked,
         applied.len(),
         seen.lock().await.len()
     );
-    assert!(acked_total >= 4 * KILL_AFTER_ACKS);
+    assert!(killed.acked >= 4 * KILL_AFTER_ACKS);
 }

@@ -27,17 +27,21 @@ fn redis() -> RedisServer {
     RedisServer::start().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The node holding `keyspace`'s lease, if any.
-fn holder(redis: &RedisServer, keyspace: &str) -> Option<String> {
-    let mut conn = redis::Client::open(redis.url())
-        .ok()?
-        .get_connection()
-        .ok()?;
-    let value: Option<String> = redis::cmd("GET")
-        .arg(format!("{{{keyspace}}}:lease"))
-        .query(&mut conn)
-        .ok()?;
-    Some(value?.split('|').nth(1)?.to_string())
+use common::lease_holder_of as holder;
+
+/// Waits, up to `within`, until `node` holds `keyspace`'s lease.
+async fn holds(redis: &RedisServer, keyspace: &str, node: &str, within: Duration) {
+    common::poll_until_within(&format!("{node} holds shard {keyspace}"), within, || {
+        let seen = holder(redis, keyspace);
+        async move {
+            if seen.as_deref() == Some(node) {
+                Ok(())
+            } else {
+                Err(seen)
+            }
+        }
+    })
+    .await;
 }
 
 /// Waits until the home shard and `eu` are held by two different nodes; returns them.
@@ -239,20 +243,11 @@ async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_oth
     dead.child.kill().unwrap();
     let _ = dead.child.wait();
     let killed = std::time::Instant::now();
-    common::poll_until_within(
-        "the survivor owns shard eu",
+    holds(
+        &redis,
+        "eu",
+        &home_owner,
         Duration::from_millis(lease_ms * 2) + common::EVENT_TIMEOUT,
-        || {
-            let seen = holder(&redis, "eu");
-            let want = home_owner.clone();
-            async move {
-                if seen.as_deref() == Some(want.as_str()) {
-                    Ok(())
-                } else {
-                    Err(seen)
-                }
-            }
-        },
     )
     .await;
     let took = killed.elapsed();
@@ -1080,18 +1075,7 @@ async fn a_watcher_resumes_after_a_shard_s_failover_with_nothing_lost_or_repeate
         Err(status) => Some(status.code()),
     };
     assert_eq!(ended, Some(tonic::Code::Unavailable));
-    common::poll_until("the survivor owns shard eu", || {
-        let seen = holder(&redis, "eu");
-        let want = home_owner.clone();
-        async move {
-            if seen.as_deref() == Some(want.as_str()) {
-                Ok(())
-            } else {
-                Err(seen)
-            }
-        }
-    })
-    .await;
+    holds(&redis, "eu", &home_owner, common::EVENT_TIMEOUT).await;
     set_rating(&mut admin, "b1", "2v2").await;
     set_rating(&mut admin, "a1", "1v1").await;
     let mut resumed = admin
@@ -1112,11 +1096,10 @@ async fn a_watcher_resumes_after_a_shard_s_failover_with_nothing_lost_or_repeate
     players.sort_unstable();
     assert_eq!(players, ["a1", "b1"]);
     assert!(last < after[0].cursor && after[0].cursor < after[1].cursor);
+    let more = tokio::time::timeout(Duration::from_millis(500), resumed.message()).await;
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), resumed.message())
-            .await
-            .is_err(),
-        "nothing is sent twice: {before:?}"
+        more.is_err(),
+        "nothing is sent twice: {more:?} after {before:?}"
     );
 }
 

@@ -542,9 +542,17 @@ pub fn cluster_config(
 /// The node that owns the queues of the default keyspace in `redis`, as the lease says
 /// (`None` while nobody does).
 pub fn lease_holder(redis: &matchmaker::store::RedisServer) -> Option<String> {
+    lease_holder_of(redis, "mm")
+}
+
+/// The node holding `keyspace`'s lease in `redis` (a shard's), if any.
+pub fn lease_holder_of(redis: &matchmaker::store::RedisServer, keyspace: &str) -> Option<String> {
     let client = redis::Client::open(redis.url()).ok()?;
     let mut conn = client.get_connection().ok()?;
-    let value: Option<String> = redis::cmd("GET").arg("{mm}:lease").query(&mut conn).ok()?;
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("{{{keyspace}}}:lease"))
+        .query(&mut conn)
+        .ok()?;
     Some(value?.split('|').nth(1)?.to_string())
 }
 

@@ -12,14 +12,12 @@ use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use prost::Message;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_stream::{StreamExt, StreamMap, wrappers::ReceiverStream};
 use tonic::body::Body;
 use tonic::codegen::http;
-use tower::Service;
 
 use super::Front;
-use super::fanout::{copy_parts, frame, refuse};
+use super::fanout::{copy_parts, frame, open_streams, refuse};
 use super::serve::trailers;
 use crate::api::{EVENTS_CLOSING, EVENTS_LAST, is_closing_mark};
 use crate::proto;
@@ -115,39 +113,22 @@ pub(super) async fn watch(
 ) -> Option<http::Response<Body>> {
     let request = proto::WatchEventsRequest::decode(message).ok()?;
     let body = frame(&request);
-    // Opened together; when the caller goes or one shard refuses, dropping the set aborts the
-    // others' openings.
-    let mut opening = JoinSet::new();
-    for (shard, front) in fronts.iter().enumerate() {
-        let mut call = copy_parts(parts);
-        call.headers
-            .insert(EVENTS_CLOSING, http::HeaderValue::from_static("1"));
-        let call = http::Request::from_parts(call, axum::body::Body::from(body.clone()));
-        let mut front = front.clone();
-        opening.spawn(async move {
-            match front.call(call).await {
-                Ok(response) => (shard, response),
-                Err(never) => match never {},
-            }
-        });
-    }
-    let mut opened = Vec::with_capacity(opening.len());
-    while let Some(joined) = opening.join_next().await {
-        let (shard, response) = match joined {
-            Ok(opened) => opened,
-            Err(e) => {
-                return Some(refuse(tonic::Status::internal(format!(
-                    "opening a shard's stream failed: {e}"
-                ))));
-            }
-        };
-        if response.headers().contains_key("grpc-status") {
-            // Refused (or ended) at once: so is the whole call; the others are dropped.
-            return Some(response);
-        }
-        opened.push((shard, response));
-    }
-    opened.sort_by_key(|(shard, _)| *shard);
+    let calls = fronts
+        .iter()
+        .map(|_| {
+            let mut call = copy_parts(parts);
+            call.headers
+                .insert(EVENTS_CLOSING, http::HeaderValue::from_static("1"));
+            Some(http::Request::from_parts(
+                call,
+                axum::body::Body::from(body.clone()),
+            ))
+        })
+        .collect();
+    let opened = match open_streams(fronts, calls).await {
+        Ok(opened) => opened,
+        Err(answer) => return Some(answer),
+    };
     // An owner of an older build (a rolling upgrade) sends no closing marks: its shard's
     // events could not be put in order with the others'.
     if let Some((shard, _)) = opened

@@ -125,6 +125,43 @@ pub(super) async fn ask_each<M: Message + Default + 'static>(
     }
 }
 
+/// Opens a stream on each front given a call (`None`: that front is not asked), at once: their
+/// responses in front order, each with its front's place; or, when one refuses (or ends) at
+/// once, that answer, the others' openings dropped.
+pub(super) async fn open_streams(
+    fronts: &[Front],
+    calls: Vec<Option<http::Request<axum::body::Body>>>,
+) -> Result<Vec<(usize, http::Response<Body>)>, http::Response<Body>> {
+    // Opened together; when the caller goes or one shard refuses, dropping the set aborts the
+    // others' openings.
+    let mut opening = tokio::task::JoinSet::new();
+    for (shard, (front, call)) in fronts.iter().zip(calls).enumerate() {
+        let Some(call) = call else { continue };
+        let mut front = front.clone();
+        opening.spawn(async move {
+            match front.call(call).await {
+                Ok(response) => (shard, response),
+                Err(never) => match never {},
+            }
+        });
+    }
+    let mut opened = Vec::with_capacity(opening.len());
+    while let Some(joined) = opening.join_next().await {
+        let (shard, response) = joined.map_err(|e| {
+            refuse(tonic::Status::internal(format!(
+                "opening a shard's stream failed: {e}"
+            )))
+        })?;
+        if response.headers().contains_key("grpc-status") {
+            // Refused (or ended) at once: so is the whole call; the others are dropped.
+            return Err(response);
+        }
+        opened.push((shard, response));
+    }
+    opened.sort_by_key(|(shard, _)| *shard);
+    Ok(opened)
+}
+
 /// `message` as one uncompressed gRPC message, its 5-byte prefix included: a request as a
 /// front reads it.
 pub(super) fn frame(message: &impl Message) -> Bytes {

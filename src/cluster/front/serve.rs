@@ -9,13 +9,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use prost::Message;
-use tokio::task::JoinSet;
 use tonic::body::Body;
 use tonic::codegen::http;
-use tower::Service;
 
 use super::Front;
-use super::fanout::{copy_parts, frame};
+use super::fanout::{copy_parts, frame, open_streams};
 use super::framing::Framing;
 use crate::proto;
 
@@ -48,45 +46,23 @@ pub(super) async fn serve(
     message: &[u8],
 ) -> Option<http::Response<Body>> {
     let request = proto::ServeMatchesRequest::decode(message).ok()?;
-    // Opened together; when the caller goes or one shard refuses, dropping the set aborts the
-    // others' openings.
-    let mut opening = JoinSet::new();
-    for (shard, (front, share)) in fronts
-        .iter()
-        .zip(shares(request.capacity, fronts.len()))
-        .enumerate()
-    {
-        let Some(capacity) = share else { continue };
-        let body = frame(&proto::ServeMatchesRequest {
-            capacity,
-            ..request.clone()
-        });
-        let call = http::Request::from_parts(copy_parts(parts), axum::body::Body::from(body));
-        let mut front = front.clone();
-        opening.spawn(async move {
-            match front.call(call).await {
-                Ok(response) => (shard, response),
-                Err(never) => match never {},
-            }
-        });
-    }
-    let mut opened = Vec::with_capacity(opening.len());
-    while let Some(joined) = opening.join_next().await {
-        let (shard, response) = match joined {
-            Ok(opened) => opened,
-            Err(e) => {
-                return Some(super::fanout::refuse(tonic::Status::internal(format!(
-                    "opening a shard's stream failed: {e}"
-                ))));
-            }
-        };
-        if response.headers().contains_key("grpc-status") {
-            // Refused (or ended) at once: so is the whole call; the others are dropped.
-            return Some(response);
-        }
-        opened.push((shard, response));
-    }
-    opened.sort_by_key(|(shard, _)| *shard);
+    let calls = shares(request.capacity, fronts.len())
+        .into_iter()
+        .map(|share| {
+            let body = frame(&proto::ServeMatchesRequest {
+                capacity: share?,
+                ..request.clone()
+            });
+            Some(http::Request::from_parts(
+                copy_parts(parts),
+                axum::body::Body::from(body),
+            ))
+        })
+        .collect();
+    let opened = match open_streams(fronts, calls).await {
+        Ok(opened) => opened,
+        Err(answer) => return Some(answer),
+    };
     let mut responses = opened.into_iter().map(|(_, response)| response);
     let (head, first) = responses.next()?.into_parts();
     let bodies = std::iter::once(first)
