@@ -94,6 +94,38 @@ async fn two_nodes() -> TwoNodes {
     }
 }
 
+/// Two nodes of [`SHARDS`], by name, once each holds one shard: for tests that kill one.
+struct Spread {
+    redis: RedisServer,
+    _dir: tempfile::TempDir,
+    nodes: BTreeMap<String, ServerProcess>,
+    home_owner: String,
+    eu_owner: String,
+    /// The home shard's owner, answering.
+    survivor: Channel,
+}
+
+async fn spread(lease_ms: u64) -> Spread {
+    let redis = redis();
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::cluster_config(dir.path(), &redis.url(), lease_ms, SHARDS);
+    let nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
+        .into_iter()
+        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
+        .collect();
+    let (home_owner, eu_owner) = spread_over_two(&redis, lease_ms).await;
+    let survivor = nodes[&home_owner].channel().await;
+    common::queues_answer(&survivor).await;
+    Spread {
+        redis,
+        _dir: dir,
+        nodes,
+        home_owner,
+        eu_owner,
+        survivor,
+    }
+}
+
 /// Sets `player`'s rating in `queue` (an admin change served by the queue's shard).
 async fn set_rating(admin: &mut AdminServiceClient<Channel>, player: &str, queue: &str) {
     admin
@@ -213,19 +245,17 @@ async fn two_nodes_each_own_a_shard_and_every_call_reaches_its_queues_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_shard_owner_s_queues_move_with_their_waiting_tickets_and_the_other_shard_carries_on()
  {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
     // A failover is measured: a lease long enough that a loaded machine's scheduling does not
     // add to it.
     let lease_ms = 2000;
-    let config = common::cluster_config(dir.path(), &redis.url(), lease_ms, SHARDS);
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
-        .collect();
-    let (home_owner, eu_owner) = spread_over_two(&redis, lease_ms).await;
-    let survivor = nodes[&home_owner].channel().await;
-    common::queues_answer(&survivor).await;
+    let Spread {
+        redis,
+        _dir,
+        mut nodes,
+        home_owner,
+        eu_owner,
+        survivor,
+    } = spread(lease_ms).await;
     let mut waiting = Vec::new();
     for player in ["w1", "w2", "w3"] {
         waiting.push(
@@ -1034,16 +1064,14 @@ async fn one_watcher_gets_every_shard_s_events_in_one_order_and_resumes_anywhere
 /// it got: the next owner's events come after it, and nothing is sent twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_resumes_after_a_shard_s_failover_with_nothing_lost_or_repeated() {
-    let redis = redis();
-    let dir = tempfile::tempdir().unwrap();
-    let config = common::cluster_config(dir.path(), &redis.url(), LEASE_MS, SHARDS);
-    let mut nodes: BTreeMap<String, ServerProcess> = ["n1", "n2"]
-        .into_iter()
-        .map(|n| (n.to_string(), common::cluster_node(&config, n, None)))
-        .collect();
-    let (home_owner, eu_owner) = spread_over_two(&redis, LEASE_MS).await;
-    let survivor = nodes[&home_owner].channel().await;
-    common::queues_answer(&survivor).await;
+    let Spread {
+        redis,
+        _dir,
+        mut nodes,
+        home_owner,
+        eu_owner,
+        survivor,
+    } = spread(LEASE_MS).await;
     let rated = [proto::EventKind::RatingChanged];
     let mut admin = AdminServiceClient::new(survivor.clone());
     let mut watcher = admin

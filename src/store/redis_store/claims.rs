@@ -234,6 +234,22 @@ mod tests {
     use crate::store::contract::with_redis;
     use crate::store::redis_store::{Keys, RedisOptions};
 
+    fn connect(url: &str) -> ::redis::Connection {
+        ::redis::Client::open(url)
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    }
+
+    /// Makes `player` claimed by a shard the deployment no longer has.
+    fn claimed_by_a_removed_shard(url: &str, player: &PlayerId) {
+        let () = ::redis::cmd("SET")
+            .arg(claim_key("mm", player))
+            .arg("gone|4")
+            .query(&mut connect(url))
+            .unwrap();
+    }
+
     /// The store of the shard in `keyspace` under `token`, claiming in home shard `mm`.
     fn shard(
         runtime: &tokio::runtime::Handle,
@@ -241,14 +257,10 @@ mod tests {
         keyspace: &str,
         token: u64,
     ) -> RedisStore {
-        let mut conn = ::redis::Client::open(url)
-            .unwrap()
-            .get_connection()
-            .unwrap();
         let () = ::redis::cmd("SET")
             .arg(format!("{{{keyspace}}}:lease"))
             .arg(format!("{token}|n|127.0.0.1:1"))
-            .query(&mut conn)
+            .query(&mut connect(url))
             .unwrap();
         let options = RedisOptions {
             keys: Keys::new(keyspace),
@@ -322,15 +334,7 @@ mod tests {
 
             // A claim of a shard no longer configured is taken over.
             let r = PlayerId::new("r");
-            let mut conn = ::redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let () = ::redis::cmd("SET")
-                .arg(claim_key("mm", &r))
-                .arg("gone|4")
-                .query(&mut conn)
-                .unwrap();
+            claimed_by_a_removed_shard(&url, &r);
             assert_eq!(
                 run(eu.claim_players(std::slice::from_ref(&r))).unwrap(),
                 Claim::Claimed(vec![r.clone()])
@@ -475,13 +479,9 @@ mod tests {
             assert_eq!(entered[0], None);
             let at = entered[1].expect("noted");
             assert!((at - home.now_unix()).abs() < 5.0, "{at}");
-            let mut conn = ::redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
             let ttl: i64 = ::redis::cmd("PTTL")
                 .arg(Keys::new("mm").party_entered(&id))
-                .query(&mut conn)
+                .query(&mut connect(&url))
                 .unwrap();
             assert!((1..=60_000).contains(&ttl), "{ttl}");
             home.remove_rosters(std::slice::from_ref(&id)).unwrap();
@@ -496,15 +496,7 @@ mod tests {
             runtime
                 .block_on(home.claim_players(std::slice::from_ref(&q)))
                 .unwrap();
-            let mut conn = ::redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let () = ::redis::cmd("SET")
-                .arg(claim_key("mm", &r))
-                .arg("gone|4")
-                .query(&mut conn)
-                .unwrap();
+            claimed_by_a_removed_shard(&url, &r);
             let asked = [s.clone(), p.clone(), r.clone(), q.clone()];
             for store in [&home, &eu] {
                 assert_eq!(
@@ -538,7 +530,7 @@ mod tests {
             let () = ::redis::cmd("SET")
                 .arg("{solo}:lease")
                 .arg("1|n|127.0.0.1:1")
-                .query(&mut conn)
+                .query(&mut connect(&url))
                 .unwrap();
             let solo = runtime
                 .block_on(RedisStore::open(&url, 1, &options))
