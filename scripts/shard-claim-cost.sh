@@ -7,17 +7,7 @@
 #   scripts/shard-claim-cost.sh [MATCHMAKER_BINARY]
 set -euo pipefail
 BIN=${1:-target/release/matchmaker}
-DIR=$(mktemp -d)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-PORT=$(free_port)
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes --save "" \
-  --daemonize yes --logfile "$DIR/redis.log" >/dev/null
-cleanup() {
-  for side in u s; do [ -f "$DIR/$side.pid" ] && kill "$(cat "$DIR/$side.pid")" 2>/dev/null || true; done
-  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/redis-lib.sh"
 printf '[cluster]\nredis_url = "redis://127.0.0.1:%s/0"\nkeyspace = "u"\n' "$PORT" >"$DIR/u.toml"
 printf '[cluster]\nredis_url = "redis://127.0.0.1:%s/0"\n[[cluster.shards]]\nkeyspace = "eu"\nqueues = ["2v2"]\n' \
   "$PORT" >"$DIR/s.toml"

@@ -8,16 +8,7 @@
 set -euo pipefail
 BIN=${1:-target/release/matchmaker}
 LEASE_MS=${2:-1000}
-DIR=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --appendonly yes --save "" \
-  --daemonize yes --logfile "$DIR/redis.log" >/dev/null
-cleanup() {
-  for n in a b; do [ -f "$DIR/$n.pid" ] && kill "$(cat "$DIR/$n.pid")" 2>/dev/null || true; done
-  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/redis-lib.sh"
 cat > "$DIR/node.toml" <<TOML
 [server]
 tick_interval_ms = 20
